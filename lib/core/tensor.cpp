@@ -1,0 +1,156 @@
+#include "core/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace pl {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+    case DType::I32: return "i32";
+  }
+  return "?";
+}
+
+const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
+
+Tensor::Tensor(void* d, std::initializer_list<int64_t> dims, DType t, Device dev)
+    : data(d), dtype(t), device(dev) {
+  PL_CHECK(dims.size() <= kMaxDims, "tensor with {} dims (max {})", dims.size(), kMaxDims);
+  for (int64_t s : dims) shape[ndim++] = s;
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; ++i) n *= shape[i];
+  return n;
+}
+
+std::string Tensor::shape_str() const {
+  std::string s = "[";
+  for (int i = 0; i < ndim; ++i) s += fmt::format("{}{}", i ? ", " : "", shape[i]);
+  return s + "] " + dtype_name(dtype);
+}
+
+float* Tensor::f32() const {
+  PL_CHECK(dtype == DType::F32, "expected an f32 tensor, got {}", shape_str());
+  return static_cast<float*>(data);
+}
+
+int32_t* Tensor::i32() const {
+  PL_CHECK(dtype == DType::I32, "expected an i32 tensor, got {}", shape_str());
+  return static_cast<int32_t*>(data);
+}
+
+Tensor Tensor::rows(int64_t row0, int64_t nrows) const {
+  PL_CHECK(ndim >= 1 && row0 >= 0 && row0 + nrows <= shape[0], "rows [{}, {}) out of {}", row0,
+           row0 + nrows, shape_str());
+  Tensor t = *this;
+  t.shape[0] = nrows;
+  t.data = static_cast<char*>(data) + row0 * (numel() / shape[0]) * dtype_size(dtype);
+  return t;
+}
+
+Tensor Tensor::view(std::initializer_list<int64_t> dims) const {
+  Tensor t(data, dims, dtype, device);
+  PL_CHECK(t.numel() == numel(), "cannot view {} as {}", shape_str(), t.shape_str());
+  return t;
+}
+
+// ---- allocation with statistics --------------------------------------------------------------
+
+namespace {
+std::mutex g_stats_mutex;
+MemoryStats g_stats[2];
+
+void record_alloc(Device d, size_t bytes) {
+  std::lock_guard lock(g_stats_mutex);
+  MemoryStats& s = g_stats[static_cast<int>(d)];
+  s.allocated += bytes;
+  s.reserved += bytes;
+  s.max_allocated = std::max(s.max_allocated, s.allocated);
+  s.max_reserved = std::max(s.max_reserved, s.reserved);
+  ++s.alloc_count;
+  ++s.total_allocs;
+}
+
+void record_free(Device d, size_t bytes) {
+  std::lock_guard lock(g_stats_mutex);
+  MemoryStats& s = g_stats[static_cast<int>(d)];
+  s.allocated -= bytes;
+  s.reserved -= bytes;
+  --s.alloc_count;
+}
+}  // namespace
+
+void* cuda_alloc(size_t bytes);  // backend/cuda/memory.cu, or a stub that fails
+void cuda_free(void* p);
+
+Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
+  if (bytes == 0) return;
+  if (device == Device::CPU) {
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded);
+    PL_CHECK(data_ != nullptr, "out of host memory allocating {:.3f} GB", bytes / 1e9);
+    std::memset(data_, 0, bytes);
+  } else {
+    data_ = cuda_alloc(bytes);
+  }
+  record_alloc(device, bytes);
+}
+
+Buffer::~Buffer() { release(); }
+
+void Buffer::release() {
+  if (!data_) return;
+  if (device_ == Device::CPU)
+    std::free(data_);
+  else
+    cuda_free(data_);
+  record_free(device_, bytes_);
+  data_ = nullptr;
+}
+
+Buffer::Buffer(Buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), device_(o.device_) {
+  o.data_ = nullptr;
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    data_ = o.data_;
+    bytes_ = o.bytes_;
+    device_ = o.device_;
+    o.data_ = nullptr;
+  }
+  return *this;
+}
+
+Tensor Buffer::as(std::initializer_list<int64_t> dims, DType t, size_t byte_offset) const {
+  Tensor v(static_cast<char*>(data_) + byte_offset, dims, t, device_);
+  PL_CHECK(byte_offset + v.bytes() <= bytes_, "view {} at offset {} exceeds buffer of {} bytes",
+           v.shape_str(), byte_offset, bytes_);
+  return v;
+}
+
+MemoryStats memory_stats(Device device) {
+  std::lock_guard lock(g_stats_mutex);
+  return g_stats[static_cast<int>(device)];
+}
+
+}  // namespace pl

@@ -1,0 +1,36 @@
+#pragma once
+// One element of Megatron's optimizer step: TE FusedAdam with adam_w_mode (decoupled weight decay)
+// and bias correction, on an FP32 master weight. Operation order is fixed here so CPU and GPU agree
+// bit for bit (compiled with FMA contraction off on both sides).
+#include <cmath>
+
+#include "numerics/hd.h"
+
+namespace pl::num {
+
+struct AdamWHyper {
+  float lr;            // learning rate of this step
+  float beta1;         // 0.9
+  float beta2;         // 0.95
+  float eps;           // 1e-8
+  float weight_decay;  // effective decay of this tensor (0 for 1-D tensors)
+  float bias_correction1;  // 1 - beta1^step
+  float bias_correction2;  // 1 - beta2^step
+  float grad_scale;    // clip coefficient applied to the gradient (1 when not clipping)
+};
+
+// Updates master, m, v in place. TE's multi_tensor_adam (ADAM_MODE_1 = AdamW) order:
+//   g = grad*scale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g
+//   denom = sqrt(v / bc2) + eps; update = (m / bc1) / denom + wd * p; p -= lr * update
+PL_HD void adamw_element(float& master, float& m, float& v, float grad, const AdamWHyper& h) {
+  const float g = grad * h.grad_scale;
+  m = h.beta1 * m + (1.0f - h.beta1) * g;
+  v = h.beta2 * v + (1.0f - h.beta2) * (g * g);
+  const float m_hat = m / h.bias_correction1;
+  const float v_hat = v / h.bias_correction2;
+  const float denom = sqrtf(v_hat) + h.eps;
+  const float update = m_hat / denom + h.weight_decay * master;
+  master = master - h.lr * update;
+}
+
+}  // namespace pl::num
