@@ -1,6 +1,9 @@
 // Device allocations behind Buffer. Without the CUDA build a CUDA buffer is a clear error.
 
+#include <cstring>
+
 #include "core/error.h"
+#include "core/tensor.h"
 
 #if defined(PL_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -17,11 +20,39 @@ void* cuda_alloc(size_t bytes) {
   return p;
 }
 void cuda_free(void* p) { cudaFree(p); }
+static void cuda_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
+  const cudaError_t st = cudaMemcpy(dst, src, bytes, kind);
+  PL_CHECK(st == cudaSuccess, "{} of {} bytes failed: {}", what, bytes, cudaGetErrorString(st));
+}
 #else
 void* cuda_alloc(size_t bytes) {
   fail("cannot allocate {} bytes on the GPU: this build has no CUDA support (reconfigure with nvcc present)", bytes);
 }
 void cuda_free(void*) {}
 #endif
+
+void copy_from_host(const Tensor& dst, const void* src) {
+  if (dst.device == Device::CPU) {
+    std::memcpy(dst.data, src, dst.bytes());
+    return;
+  }
+#if defined(PL_WITH_CUDA)
+  cuda_copy(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, "copy to device");
+#else
+  fail("copy to a CUDA tensor {} in a build without CUDA", dst.shape_str());
+#endif
+}
+
+void copy_to_host(void* dst, const Tensor& src) {
+  if (src.device == Device::CPU) {
+    std::memcpy(dst, src.data, src.bytes());
+    return;
+  }
+#if defined(PL_WITH_CUDA)
+  cuda_copy(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, "copy to host");
+#else
+  fail("copy from a CUDA tensor {} in a build without CUDA", src.shape_str());
+#endif
+}
 
 }  // namespace pl

@@ -77,3 +77,9 @@ class Buffer {
 MemoryStats memory_stats(Device device);
 
 }  // namespace pl
+
+namespace pl {
+// Copies between a host array and a tensor on any device (cudaMemcpy for CUDA tensors).
+void copy_from_host(const Tensor& dst, const void* src);
+void copy_to_host(void* dst, const Tensor& src);
+}  // namespace pl

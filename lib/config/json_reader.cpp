@@ -1,0 +1,106 @@
+#include "config/json_reader.h"
+
+#include <cmath>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace pl {
+
+const nlohmann::json JsonReader::kEmptyObject = nlohmann::json::object();
+
+nlohmann::json read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  PL_CHECK(in.good(), "{}: cannot open file", path);
+  try {
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/false);
+    PL_CHECK(j.is_object(), "{}: top level must be a JSON object", path);
+    return j;
+  } catch (const nlohmann::json::parse_error& e) {
+    // e.what() is one line: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
+    fail("{}: invalid JSON: {}", path, e.what());
+  }
+}
+
+JsonReader::JsonReader(const nlohmann::json& obj, std::string file, std::string prefix)
+    : obj_(obj), file_(std::move(file)), prefix_(std::move(prefix)) {
+  PL_CHECK(obj_.is_object(), "{}: field '{}' must be an object", file_, prefix_);
+}
+
+void JsonReader::fail_field(const std::string& key, const std::string& what) const {
+  fail("{}: field '{}{}' {}", file_, prefix_, key, what);
+}
+
+const nlohmann::json& JsonReader::get(const std::string& key) {
+  read_.insert(key);
+  if (!obj_.contains(key)) fail_field(key, "is missing");
+  return obj_.at(key);
+}
+
+int64_t JsonReader::integer(const std::string& key) {
+  const auto& v = get(key);
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<int64_t>(d);
+  }
+  fail_field(key, "must be an integer, got " + v.dump());
+}
+
+int64_t JsonReader::integer(const std::string& key, int64_t fallback) {
+  read_.insert(key);
+  return obj_.contains(key) ? integer(key) : fallback;
+}
+
+double JsonReader::number(const std::string& key) {
+  const auto& v = get(key);
+  if (!v.is_number()) fail_field(key, "must be a number, got " + v.dump());
+  return v.get<double>();
+}
+
+double JsonReader::number(const std::string& key, double fallback) {
+  read_.insert(key);
+  return obj_.contains(key) ? number(key) : fallback;
+}
+
+bool JsonReader::boolean(const std::string& key, bool fallback) {
+  read_.insert(key);
+  if (!obj_.contains(key)) return fallback;
+  const auto& v = obj_.at(key);
+  if (!v.is_boolean()) fail_field(key, "must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+std::string JsonReader::string(const std::string& key) {
+  const auto& v = get(key);
+  if (!v.is_string()) fail_field(key, "must be a string, got " + v.dump());
+  return v.get<std::string>();
+}
+
+std::string JsonReader::string(const std::string& key, const std::string& fallback) {
+  read_.insert(key);
+  return obj_.contains(key) ? string(key) : fallback;
+}
+
+std::optional<std::string> JsonReader::nullable_string(const std::string& key) {
+  read_.insert(key);
+  if (!obj_.contains(key) || obj_.at(key).is_null()) return std::nullopt;
+  const auto& v = obj_.at(key);
+  if (!v.is_string()) fail_field(key, "must be a string or null, got " + v.dump());
+  return v.get<std::string>();
+}
+
+JsonReader JsonReader::object(const std::string& key) {
+  read_.insert(key);
+  if (!obj_.contains(key)) return JsonReader(kEmptyObject, file_, prefix_ + key + ".");
+  const auto& v = obj_.at(key);
+  if (!v.is_object()) fail_field(key, "must be an object, got " + v.dump());
+  return JsonReader(v, file_, prefix_ + key + ".");
+}
+
+void JsonReader::reject_unknown_keys() const {
+  for (const auto& [k, v] : obj_.items())
+    if (!read_.count(k)) fail("{}: unknown field '{}{}'", file_, prefix_, k);
+}
+
+}  // namespace pl

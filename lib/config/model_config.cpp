@@ -1,0 +1,86 @@
+#include "config/model_config.h"
+
+#include "config/json_reader.h"
+#include "core/error.h"
+
+namespace pl {
+
+int64_t ModelConfig::padded_vocab_size() const {
+  const int64_t d = make_vocab_size_divisible_by;
+  return (vocab_size + d - 1) / d * d;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  const int64_t h = hidden_size;
+  const int64_t per_layer = 2 * h                       // two RMSNorm weights
+                            + qkv_dim() * h             // linear_qkv
+                            + h * q_dim()               // linear_proj
+                            + 2 * ffn_hidden_size * h   // linear_fc1 (gate | up)
+                            + h * ffn_hidden_size;      // linear_fc2
+  return num_layers * per_layer + h /* final norm */ + 2 * vocab_size * h /* untied embedding + LM head */;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  const nlohmann::json j = read_json_file(path);
+  JsonReader r(j, path);
+  ModelConfig m;
+  m.file = path;
+  m.name = r.string("name");
+  m.num_layers = r.integer("num_layers");
+  m.hidden_size = r.integer("hidden_size");
+  m.ffn_hidden_size = r.integer("ffn_hidden_size");
+  m.num_attention_heads = r.integer("num_attention_heads");
+  m.num_query_groups = r.integer("num_query_groups", m.num_attention_heads);
+  m.kv_channels = r.integer("kv_channels", m.num_attention_heads > 0 ? m.hidden_size / m.num_attention_heads : 0);
+  m.vocab_size = r.integer("vocab_size");
+  m.make_vocab_size_divisible_by = r.integer("make_vocab_size_divisible_by", 128);
+  m.seq_length = r.integer("seq_length");
+  m.max_position_embeddings = r.integer("max_position_embeddings", m.seq_length);
+  m.rotary_base = r.number("rotary_base");
+  m.rope_scaling = r.boolean("rope_scaling", false);
+  m.rope_scaling_factor = r.number("rope_scaling_factor", 8.0);
+  m.rope_low_freq_factor = r.number("rope_low_freq_factor", 1.0);
+  m.rope_high_freq_factor = r.number("rope_high_freq_factor", 4.0);
+  m.rope_original_max_position = r.integer("rope_original_max_position", 8192);
+  m.layernorm_epsilon = r.number("layernorm_epsilon", 1e-5);
+  m.init_method_std = r.number("init_method_std", 0.02);
+  r.reject_unknown_keys();
+  validate_model_config(m);
+  return m;
+}
+
+void validate_model_config(const ModelConfig& m) {
+  const std::string& f = m.file;
+  auto positive = [&](const char* field, int64_t v) {
+    PL_CHECK(v > 0, "{}: field '{}' must be positive, got {}", f, field, v);
+  };
+  positive("num_layers", m.num_layers);
+  positive("hidden_size", m.hidden_size);
+  positive("ffn_hidden_size", m.ffn_hidden_size);
+  positive("num_attention_heads", m.num_attention_heads);
+  positive("num_query_groups", m.num_query_groups);
+  positive("kv_channels", m.kv_channels);
+  positive("vocab_size", m.vocab_size);
+  positive("make_vocab_size_divisible_by", m.make_vocab_size_divisible_by);
+  positive("seq_length", m.seq_length);
+  PL_CHECK(m.hidden_size % m.num_attention_heads == 0,
+           "{}: field 'num_attention_heads' = {} does not divide hidden_size = {}", f, m.num_attention_heads,
+           m.hidden_size);
+  PL_CHECK(m.num_attention_heads % m.num_query_groups == 0,
+           "{}: field 'num_query_groups' = {} does not divide num_attention_heads = {}", f, m.num_query_groups,
+           m.num_attention_heads);
+  PL_CHECK(m.kv_channels % 2 == 0, "{}: field 'kv_channels' = {} must be even for rotary embeddings", f,
+           m.kv_channels);
+  PL_CHECK(m.vocab_size >= 2, "{}: field 'vocab_size' must be at least 2 (one id is the end-of-document)", f);
+  PL_CHECK(m.rotary_base > 1.0, "{}: field 'rotary_base' must be > 1, got {}", f, m.rotary_base);
+  PL_CHECK(m.layernorm_epsilon > 0.0, "{}: field 'layernorm_epsilon' must be > 0", f);
+  PL_CHECK(m.init_method_std > 0.0, "{}: field 'init_method_std' must be > 0", f);
+  if (m.rope_scaling) {
+    PL_CHECK(m.rope_scaling_factor >= 1.0, "{}: field 'rope_scaling_factor' must be >= 1", f);
+    PL_CHECK(m.rope_high_freq_factor > m.rope_low_freq_factor,
+             "{}: field 'rope_high_freq_factor' must exceed rope_low_freq_factor", f);
+    positive("rope_original_max_position", m.rope_original_max_position);
+  }
+}
+
+}  // namespace pl

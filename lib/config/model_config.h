@@ -1,0 +1,45 @@
+#pragma once
+// The architecture of a Llama-shaped decoder, loaded from configs/models/*.json. Field names follow
+// Megatron's TransformerConfig / GPTModelProvider so a Megatron user recognises them.
+#include <cstdint>
+#include <string>
+
+namespace pl {
+
+struct ModelConfig {
+  std::string name;
+  std::string file;                 // where it was loaded from (for error messages)
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t ffn_hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t num_query_groups = 0;     // KV heads
+  int64_t kv_channels = 0;          // head dim; defaults to hidden/heads
+  int64_t vocab_size = 0;
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t seq_length = 0;           // the model's default sequence length (recipe default)
+  int64_t max_position_embeddings = 0;
+  double rotary_base = 10000.0;
+  bool rope_scaling = false;        // Llama 3.1 frequency scaling
+  double rope_scaling_factor = 8.0;
+  double rope_low_freq_factor = 1.0;
+  double rope_high_freq_factor = 4.0;
+  int64_t rope_original_max_position = 8192;
+  double layernorm_epsilon = 1e-5;
+  double init_method_std = 0.02;
+
+  int64_t q_dim() const { return num_attention_heads * kv_channels; }
+  int64_t kv_dim() const { return num_query_groups * kv_channels; }
+  int64_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
+  // Megatron's calculate_padded_vocab_size with TP=1 (used by the FLOP formula).
+  int64_t padded_vocab_size() const;
+  // Parameter counts by tensor shapes (what the model allocates).
+  int64_t num_parameters() const;
+};
+
+// Loads and validates; any problem is a one-line pl::Error naming the file and the field.
+ModelConfig load_model_config(const std::string& path);
+// Checks the relations between fields (heads divide hidden, groups divide heads, ...).
+void validate_model_config(const ModelConfig& m);
+
+}  // namespace pl

@@ -1,0 +1,41 @@
+#include "config/paths.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <vector>
+
+#include "core/error.h"
+
+namespace pl {
+
+namespace fs = std::filesystem;
+
+std::string resolve_config(const std::string& kind, const std::string& name_or_path, const std::string& exe_path) {
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  if (looks_like_path) {
+    PL_CHECK(fs::is_regular_file(name_or_path), "{}: no such file (--{})", name_or_path,
+             kind == "models" ? "model" : "recipe");
+    return name_or_path;
+  }
+  std::vector<fs::path> roots;
+  if (const char* env = std::getenv("PRETRAIN_LLAMA_CONFIGS")) roots.emplace_back(env);
+  std::error_code ec;
+  const fs::path exe = fs::weakly_canonical(fs::path(exe_path), ec);
+  if (!ec && exe.has_parent_path()) {
+    const fs::path dir = exe.parent_path();
+    roots.push_back(dir / ".." / "configs");
+    roots.push_back(dir / ".." / ".." / "configs");
+    roots.push_back(dir / ".." / "share" / "pretrain_llama" / "configs");
+  }
+  roots.emplace_back(fs::path(PL_SOURCE_DIR) / "configs");
+  std::string tried;
+  for (const fs::path& r : roots) {
+    const fs::path p = r / kind / (name_or_path + ".json");
+    if (fs::is_regular_file(p)) return fs::path(p).lexically_normal().string();
+    tried += (tried.empty() ? "" : ", ") + p.lexically_normal().string();
+  }
+  fail("no {} named '{}' (looked for {})", kind == "models" ? "model" : "recipe", name_or_path, tried);
+}
+
+}  // namespace pl

@@ -1,0 +1,127 @@
+#include "log/megatron_log.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <ctime>
+
+namespace pl::log {
+
+std::string iteration_line(const IterationFields& f, const std::string& timestamp) {
+  std::string s = fmt::format(" [{}]", timestamp);
+  s += fmt::format(" iteration {:8d}/{:8d} |", f.iteration, f.train_iters);
+  s += fmt::format(" consumed samples: {:12d} |", f.consumed_samples);
+  s += fmt::format(" elapsed time per iteration (ms): {:.1f} |", f.elapsed_ms);
+  s += fmt::format(" learning rate: {:.6E} |", f.learning_rate);
+  s += fmt::format(" global batch size: {:5d} |", f.global_batch_size);
+  if (f.lm_loss) s += fmt::format(" lm loss: {:.6E} |", *f.lm_loss);
+  s += fmt::format(" loss scale: {:.1f} |", f.loss_scale);
+  if (f.grad_norm) s += fmt::format(" grad norm: {:.3f} |", *f.grad_norm);
+  s += fmt::format(" number of skipped iterations: {:3d} |", f.skipped_iterations);
+  s += fmt::format(" number of nan iterations: {:3d} |", f.nan_iterations);
+  return s;
+}
+
+std::string step_time_line(double seconds_per_iteration, double tflops_per_gpu) {
+  return fmt::format("Step Time : {:.2f}s GPU utilization: {:.1f}MODEL_TFLOP/s/GPU", seconds_per_iteration,
+                     tflops_per_gpu);
+}
+
+std::string python_float_repr(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  if (x == 0.0) return std::signbit(x) ? "-0.0" : "0.0";
+  // Shortest round-trip digits, then Python's layout: scientific when exp < -4 or exp >= 16.
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
+  std::string sci(buf, end);  // e.g. "-1.2345e+01"
+  const size_t epos = sci.find('e');
+  const int exp10 = std::stoi(sci.substr(epos + 1));
+  std::string mant = sci.substr(0, epos);
+  const bool neg = mant[0] == '-';
+  if (neg) mant.erase(0, 1);
+  std::string digits;
+  for (char c : mant)
+    if (c != '.') digits += c;
+  std::string out;
+  if (exp10 < -4 || exp10 >= 16) {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    out += fmt::format("e{}{:02d}", exp10 < 0 ? '-' : '+', std::abs(exp10));
+  } else if (exp10 < 0) {
+    out = "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+  } else {
+    const size_t int_len = static_cast<size_t>(exp10) + 1;
+    if (digits.size() <= int_len) {
+      out = digits + std::string(int_len - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, int_len) + "." + digits.substr(int_len);
+    }
+  }
+  return neg ? "-" + out : out;
+}
+
+std::string python_round5_repr(double x) {
+  if (x == 0.0 || !std::isfinite(x)) return python_float_repr(x);
+  const int ndigits = -static_cast<int>(std::floor(std::log10(std::abs(x)))) + 4;
+  // Python's round() is correctly rounded on the decimal value; formatting with that many
+  // fractional digits and reading back gives the same double for these magnitudes.
+  double r;
+  if (ndigits >= 0) {
+    const std::string s = fmt::format("{:.{}f}", x, ndigits);
+    r = std::stod(s);
+  } else {
+    const double p = std::pow(10.0, -ndigits);
+    r = std::nearbyint(x / p) * p;
+  }
+  return python_float_repr(r);
+}
+
+std::string memory_line(int rank, int64_t iteration, const MemoryStats& s) {
+  auto gb = [](size_t bytes) { return python_round5_repr(static_cast<double>(bytes) / 1e9); };
+  // Bridge MEMORY_KEYS order. The CPU backend has no caching allocator: active = allocated,
+  // inactive = 0, reserved = allocated, and nothing is ever retired.
+  std::string m = fmt::format("(after {} iterations) memory (GB)", iteration);
+  m += " | mem-allocated-gigabytes: " + gb(s.allocated);
+  m += " | mem-active-gigabytes: " + gb(s.allocated);
+  m += " | mem-inactive-gigabytes: " + gb(0);
+  m += " | mem-reserved-gigabytes: " + gb(s.reserved);
+  m += " | mem-max-allocated-gigabytes: " + gb(s.max_allocated);
+  m += " | mem-max-active-gigabytes: " + gb(s.max_allocated);
+  m += " | mem-max-inactive-gigabytes: " + gb(0);
+  m += " | mem-max-reserved-gigabytes: " + gb(s.max_reserved);
+  m += fmt::format(" | mem-alloc-retires: {}", 0);
+  m += fmt::format(" | mem-allocated-count: {}", s.alloc_count);
+  return fmt::format("[Rank {}] {}", rank, m);
+}
+
+std::string final_memory_line(const MemoryStats& s) {
+  return fmt::format("FINAL mem-reserved-gigabytes: {:.3f} | mem-max-reserved-gigabytes: {:.3f} | "
+                     "mem-max-allocated-gigabytes: {:.3f}",
+                     s.reserved / 1e9, s.max_reserved / 1e9, s.max_allocated / 1e9);
+}
+
+std::string parameter_lines(double transformer_params, double embedding_params, double bytes_per_param) {
+  const double total = transformer_params + embedding_params;
+  std::string s = fmt::format("Number of parameters in transformer layers in billions: {: .2f}\n",
+                              transformer_params / 1e9);
+  s += fmt::format("Number of parameters in embedding layers in billions: {:.2f}\n", embedding_params / 1e9);
+  s += fmt::format("Total number of parameters in billions: {:.2f}\n", total / 1e9);
+  s += fmt::format("Number of parameters in most loaded shard in billions: {:.4f}\n", total / 1e9);
+  s += fmt::format("Theoretical memory footprints: weight and optimizer={:.2f} MB",
+                   total * bytes_per_param / (1024.0 * 1024.0));
+  return s;
+}
+
+std::string now_timestamp() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+}  // namespace pl::log

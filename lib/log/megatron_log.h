@@ -1,0 +1,45 @@
+#pragma once
+// The Megatron-Bridge log lines, to the character (SPEC-MEGATRON §1a), in one place, so that
+// grep/parse scripts written for Megatron logs work on ours.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace pl::log {
+
+// Everything the per-iteration line shows.
+struct IterationFields {
+  int64_t iteration = 0;
+  int64_t train_iters = 0;
+  int64_t consumed_samples = 0;
+  double elapsed_ms = 0.0;          // per iteration, averaged over the log interval
+  double learning_rate = 0.0;       // the rate the next step will use
+  int64_t global_batch_size = 0;
+  std::optional<double> lm_loss;    // absent when every iteration of the interval was skipped
+  double loss_scale = 1.0;
+  std::optional<double> grad_norm;
+  int64_t skipped_iterations = 0;   // in this interval
+  int64_t nan_iterations = 0;       // in this interval
+};
+
+// " [YYYY-mm-dd HH:MM:SS] iteration        1/      50 | consumed samples: ... |"
+std::string iteration_line(const IterationFields& f, const std::string& timestamp);
+// "Step Time : 5.39s GPU utilization: 2347.0MODEL_TFLOP/s/GPU"
+std::string step_time_line(double seconds_per_iteration, double tflops_per_gpu);
+// "[Rank 0] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 45.123 | ..."
+std::string memory_line(int rank, int64_t iteration, const MemoryStats& s);
+// "FINAL mem-reserved-gigabytes: ... " (the playbook's own closing line)
+std::string final_memory_line(const MemoryStats& s);
+// Megatron's theoretical_memory_utils lines, one string with '\n' between them.
+std::string parameter_lines(double transformer_params, double embedding_params, double bytes_per_param);
+
+// Local time "YYYY-mm-dd HH:MM:SS" (Bridge: no microseconds).
+std::string now_timestamp();
+// Python's repr() of round(x, 4 - floor(log10|x|)): how Bridge prints memory figures.
+std::string python_round5_repr(double x);
+// Python's repr() of a float (shortest round-trip digits, Python's fixed/scientific switch).
+std::string python_float_repr(double x);
+
+}  // namespace pl::log

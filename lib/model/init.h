@@ -1,0 +1,15 @@
+#pragma once
+// Deterministic parameter initialisation. Each element's value depends only on (seed, tensor id,
+// element index) through a counter-based hash, so the result is independent of thread count and
+// of the order tensors are initialised in. (Megatron draws from torch's generator; its exact
+// values are not reproduced, only the distributions.)
+#include <cstdint>
+
+namespace pl {
+
+void fill_normal(float* out, int64_t n, double std, uint64_t seed, uint64_t tensor_id);
+void fill_ones(float* out, int64_t n);
+// The standard normal sample for one counter (exposed for tests).
+double normal_at(uint64_t seed, uint64_t tensor_id, uint64_t index);
+
+}  // namespace pl

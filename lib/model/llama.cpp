@@ -1,0 +1,292 @@
+#include "model/llama.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numbers>
+
+#include "core/error.h"
+#include "model/init.h"
+
+namespace pl {
+
+namespace {
+DType float_storage(const OpContext& ctx) {
+  // The CPU backend stores bf16 tensors as FP32 holding bf16 values (backend/ops.h).
+  return ctx.device == Device::CPU ? DType::F32 : DType::BF16;
+}
+}  // namespace
+
+LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx)
+    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx) {
+  PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
+  build_param_layout();
+  const size_t n = static_cast<size_t>(num_params_);
+  weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_)), ctx_.device);
+  grad_buf_ = Buffer(n * 4, ctx_.device);
+  master_buf_ = Buffer(n * 4, ctx_.device);
+  weights_ = views_of(weight_buf_, float_storage(ctx_));
+  grads_ = views_of(grad_buf_, DType::F32);
+  master_ = views_of(master_buf_, DType::F32);
+  allocate_activations();
+}
+
+void LlamaModel::build_param_layout() {
+  const int64_t h = cfg_.hidden_size, V = cfg_.vocab_size, f = cfg_.ffn_hidden_size;
+  const double std = cfg_.init_method_std;
+  const double out_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.num_layers));  // scaled_init_method_normal
+  auto add = [&](std::string name, int64_t rows, int64_t cols, bool matrix, double init_std) {
+    entries_.push_back({std::move(name), rows, cols, num_params_, matrix, init_std});
+    num_params_ += rows * cols;
+  };
+  add("embedding.word_embeddings.weight", V, h, true, std);
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const std::string p = fmt::format("decoder.layers.{}.", l);
+    add(p + "self_attention.linear_qkv.layer_norm_weight", 1, h, false, 0.0);
+    add(p + "self_attention.linear_qkv.weight", cfg_.qkv_dim(), h, true, std);
+    add(p + "self_attention.linear_proj.weight", h, cfg_.q_dim(), true, out_std);
+    add(p + "mlp.linear_fc1.layer_norm_weight", 1, h, false, 0.0);
+    add(p + "mlp.linear_fc1.weight", 2 * f, h, true, std);
+    add(p + "mlp.linear_fc2.weight", h, f, true, out_std);
+  }
+  add("decoder.final_layernorm.weight", 1, h, false, 0.0);
+  add("output_layer.weight", V, h, true, std);
+  PL_CHECK(num_params_ == cfg_.num_parameters(), "internal: parameter layout {} != {}", num_params_,
+           cfg_.num_parameters());
+}
+
+ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const {
+  const size_t es = dtype_size(t);
+  auto view = [&](const ParamEntry& e) {
+    return e.rows == 1 ? buf.as({e.cols}, t, e.offset * es) : buf.as({e.rows, e.cols}, t, e.offset * es);
+  };
+  ParamViews v;
+  size_t i = 0;
+  v.embedding = view(entries_[i++]);
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    LayerParams lp;
+    lp.ln1 = view(entries_[i++]);
+    lp.qkv = view(entries_[i++]);
+    lp.proj = view(entries_[i++]);
+    lp.ln2 = view(entries_[i++]);
+    lp.fc1 = view(entries_[i++]);
+    lp.fc2 = view(entries_[i++]);
+    v.layers.push_back(lp);
+  }
+  v.final_norm = view(entries_[i++]);
+  v.lm_head = view(entries_[i++]);
+  v.flat = buf.as({num_params_}, t);
+  return v;
+}
+
+void LlamaModel::allocate_activations() {
+  const int64_t T = B_ * S_, h = cfg_.hidden_size, f = cfg_.ffn_hidden_size, V = cfg_.vocab_size;
+  const int64_t nq = cfg_.num_attention_heads, d = cfg_.kv_channels, qkv = cfg_.qkv_dim();
+  const DType act = float_storage(ctx_);
+  // Carve every tensor from one arena: first count, then allocate, then place.
+  struct Slot {
+    Tensor* t;
+    std::vector<int64_t> dims;
+    DType type;
+  };
+  std::vector<Slot> slots;
+  auto want = [&](Tensor& t, std::vector<int64_t> dims, DType type) { slots.push_back({&t, std::move(dims), type}); };
+  acts_.resize(cfg_.num_layers);
+  want(tokens_, {T}, DType::I32);
+  want(labels_, {T}, DType::I32);
+  want(embed_out_, {T, h}, act);
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    LayerActs& a = acts_[l];
+    // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output.
+    if (l > 0) want(a.resid_in, {T, h}, act);
+    want(a.ln1, {T, h}, act);
+    want(a.rstd1, {T}, DType::F32);
+    want(a.qkv, {T, qkv}, act);
+    want(a.attn, {T, nq * d}, act);
+    want(a.lse, {B_, nq, S_}, DType::F32);
+    want(a.resid_mid, {T, h}, act);
+    want(a.ln2, {T, h}, act);
+    want(a.rstd2, {T}, DType::F32);
+    want(a.fc1, {T, 2 * f}, act);
+    want(a.swi, {T, f}, act);
+  }
+  want(resid_out_, {T, h}, act);
+  want(lnf_, {T, h}, act);
+  want(rstdf_, {T}, DType::F32);
+  want(logits_, {T, V}, act);
+  want(losses_, {T}, DType::F32);
+  want(rope_cos_, {S_, d / 2}, DType::F32);
+  want(rope_sin_, {S_, d / 2}, DType::F32);
+  want(d_resid_, {T, h}, act);
+  want(d_ln_, {T, h}, act);
+  want(d_h_, {T, h}, act);
+  want(d_qkv_, {T, qkv}, act);
+  want(d_attn_, {T, nq * d}, act);
+  want(d_fc1_, {T, 2 * f}, act);
+  want(d_swi_, {T, f}, act);
+  auto bytes_of = [](const Slot& s) {
+    int64_t n = 1;
+    for (int64_t x : s.dims) n *= x;
+    return (static_cast<size_t>(n) * dtype_size(s.type) + 255) / 256 * 256;
+  };
+  size_t total = 0;
+  for (const Slot& s : slots) total += bytes_of(s);
+  arena_ = Buffer(total, ctx_.device);
+  size_t off = 0;
+  for (const Slot& s : slots) {
+    Tensor t(static_cast<char*>(arena_.data()) + off, {}, s.type, ctx_.device);
+    t.ndim = static_cast<int>(s.dims.size());
+    for (int i = 0; i < t.ndim; ++i) t.shape[i] = s.dims[i];
+    *s.t = t;
+    off += bytes_of(s);
+  }
+  acts_[0].resid_in = embed_out_;
+
+  std::vector<float> cos(static_cast<size_t>(S_ * d / 2)), sin(cos.size());
+  rope_tables(cfg_, S_, cos.data(), sin.data());
+  copy_from_host(rope_cos_, cos.data());
+  copy_from_host(rope_sin_, sin.data());
+  host_losses_.resize(static_cast<size_t>(T));
+}
+
+void LlamaModel::init_parameters(uint64_t seed) {
+  PL_CHECK(ctx_.device == Device::CPU, "parameter initialisation on {} is not implemented",
+           device_name(ctx_.device));
+  float* m = master_.flat.f32();
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const ParamEntry& e = entries_[i];
+    if (e.init_std == 0.0)
+      fill_ones(m + e.offset, e.numel());
+    else
+      fill_normal(m + e.offset, e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
+  }
+  sync_weights_from_master();
+  zero_grads();
+}
+
+void LlamaModel::sync_weights_from_master() { copy_master_to_param(ctx_, weights_.flat, master_.flat); }
+
+void LlamaModel::zero_grads() { fill_zero(ctx_, grads_.flat); }
+
+void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
+  const int64_t V = cfg_.vocab_size, T = B_ * S_;
+  for (int64_t i = 0; i < T; ++i) {
+    PL_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id {} at position {} is outside the vocabulary [0, {})",
+             tokens[i], i, V);
+    PL_CHECK(labels[i] >= 0 && labels[i] < V, "label id {} at position {} is outside the vocabulary [0, {})",
+             labels[i], i, V);
+  }
+  copy_from_host(tokens_, tokens);
+  copy_from_host(labels_, labels);
+}
+
+double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
+  upload_batch(tokens, labels);
+  return run_forward(0.0f, false);
+}
+
+double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale) {
+  upload_batch(tokens, labels);
+  const double loss_sum = run_forward(grad_scale, true);
+  run_backward();
+  return loss_sum;
+}
+
+double LlamaModel::run_forward(float grad_scale, bool want_grad) {
+  const int64_t T = B_ * S_;
+  const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
+  const float eps = static_cast<float>(cfg_.layernorm_epsilon);
+  const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
+  embedding_forward(ctx_, embed_out_, tokens_, weights_.embedding);
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    LayerActs& a = acts_[l];
+    const LayerParams& w = weights_.layers[l];
+    const Tensor& out = l + 1 < cfg_.num_layers ? acts_[l + 1].resid_in : resid_out_;
+    // attention block: x + proj(attn(rope(qkv(norm(x)))))
+    rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
+    linear_forward(ctx_, a.qkv, a.ln1, w.qkv);
+    rope_forward(ctx_, a.qkv, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
+    attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
+    linear_forward(ctx_, d_h_, a.attn, w.proj);  // d_h_ is free during the forward: use it as scratch
+    add(ctx_, a.resid_mid, a.resid_in, d_h_);
+    // MLP block: x + fc2(swiglu(fc1(norm(x))))
+    rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
+    linear_forward(ctx_, a.fc1, a.ln2, w.fc1);
+    swiglu_forward(ctx_, a.swi, a.fc1);
+    linear_forward(ctx_, d_h_, a.swi, w.fc2);
+    add(ctx_, out, a.resid_mid, d_h_);
+  }
+  rmsnorm_forward(ctx_, lnf_, rstdf_, resid_out_, weights_.final_norm, eps);
+  linear_forward(ctx_, logits_, lnf_, weights_.lm_head);
+  cross_entropy_forward_backward(ctx_, losses_, logits_, labels_, want_grad ? grad_scale : 0.0f);
+  copy_to_host(host_losses_.data(), losses_);
+  double sum = 0.0;
+  for (int64_t i = 0; i < T; ++i) sum += host_losses_[i];
+  return sum;
+}
+
+void LlamaModel::run_backward() {
+  const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
+  const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
+  // logits_ now holds dlogits.
+  linear_backward_weight(ctx_, grads_.lm_head, logits_, lnf_);
+  linear_backward_input(ctx_, d_ln_, logits_, weights_.lm_head);
+  fill_zero(ctx_, d_resid_);
+  rmsnorm_backward(ctx_, d_resid_, grads_.final_norm, d_ln_, resid_out_, weights_.final_norm, rstdf_);
+  for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
+    LayerActs& a = acts_[l];
+    const LayerParams& w = weights_.layers[l];
+    LayerParams& g = grads_.layers[l];
+    // d_resid_ = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
+    linear_backward_weight(ctx_, g.fc2, d_resid_, a.swi);
+    linear_backward_input(ctx_, d_swi_, d_resid_, w.fc2);
+    swiglu_backward(ctx_, d_fc1_, d_swi_, a.fc1);
+    linear_backward_weight(ctx_, g.fc1, d_fc1_, a.ln2);
+    linear_backward_input(ctx_, d_ln_, d_fc1_, w.fc1);
+    rmsnorm_backward(ctx_, d_resid_, g.ln2, d_ln_, a.resid_mid, w.ln2, a.rstd2);
+    // d_resid_ = dL/d(resid_mid); the attention branch.
+    linear_backward_weight(ctx_, g.proj, d_resid_, a.attn);
+    linear_backward_input(ctx_, d_attn_, d_resid_, w.proj);
+    attention_backward(ctx_, d_qkv_, d_attn_, a.attn, a.lse, a.qkv, as);
+    rope_backward(ctx_, d_qkv_, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
+    linear_backward_weight(ctx_, g.qkv, d_qkv_, a.ln1);
+    linear_backward_input(ctx_, d_ln_, d_qkv_, w.qkv);
+    rmsnorm_backward(ctx_, d_resid_, g.ln1, d_ln_, a.resid_in, w.ln1, a.rstd1);
+  }
+  embedding_backward(ctx_, grads_.embedding, d_resid_, tokens_);
+}
+
+void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out) {
+  // MCore RotaryEmbedding: inv_freq_i = 1 / base^(2i/d) in fp32, optional Llama 3.1 _apply_scaling,
+  // angle = float(pos) * inv_freq (fp32 outer product), cos/sin of that fp32 angle. We evaluate
+  // each step in double and round to float at the points where MCore holds an fp32 tensor.
+  const int64_t half = cfg.kv_channels / 2;
+  std::vector<float> inv_freq(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    double f = 1.0 / std::pow(cfg.rotary_base, static_cast<double>(2 * i) / static_cast<double>(cfg.kv_channels));
+    if (cfg.rope_scaling) {
+      const double old_ctx = static_cast<double>(cfg.rope_original_max_position);
+      const double low_wavelen = old_ctx / cfg.rope_low_freq_factor;
+      const double high_wavelen = old_ctx / cfg.rope_high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen < high_wavelen) {
+        // high frequency: unchanged
+      } else if (wavelen > low_wavelen) {
+        f = f / cfg.rope_scaling_factor;
+      } else {
+        const double smooth = (old_ctx / wavelen - cfg.rope_low_freq_factor) /
+                              (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor);
+        f = (1.0 - smooth) * f / cfg.rope_scaling_factor + smooth * f;
+      }
+    }
+    inv_freq[i] = static_cast<float>(f);
+  }
+  for (int64_t p = 0; p < seq_length; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = static_cast<float>(p) * inv_freq[i];
+      cos_out[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_out[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+}
+
+}  // namespace pl

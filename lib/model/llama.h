@@ -1,0 +1,101 @@
+#pragma once
+// The Llama decoder, written once against backend/ops.h.
+//
+// State lives in flat buffers (DESIGN "State in flat buffers"): weights (bf16 values), fp32 grads,
+// fp32 master weights and the two Adam moments each occupy one Buffer with the same layout, so the
+// optimizer and the gradient norm are single passes. Activations for one micro-batch live in one
+// arena sized at construction: nothing is allocated by forward/backward.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "config/model_config.h"
+#include "core/tensor.h"
+
+namespace pl {
+
+// One parameter tensor inside the flat buffers.
+struct ParamEntry {
+  std::string name;              // Megatron-style, e.g. "decoder.layers.3.self_attention.linear_qkv.weight"
+  int64_t rows = 0, cols = 0;    // 2-D [rows, cols]; 1-D tensors have rows = 1
+  int64_t offset = 0;            // in elements
+  bool is_matrix = false;        // 2-D: weight decay applies
+  double init_std = 0.0;         // 0 means "ones" (norm weights)
+  int64_t numel() const { return rows * cols; }
+};
+
+struct LayerParams {
+  Tensor ln1, qkv, proj, ln2, fc1, fc2;  // ln: [h]; qkv: [qkv_dim, h]; proj: [h, q_dim]; fc1: [2f, h]; fc2: [h, f]
+};
+
+// Views of one flat buffer (weights, grads, master or a moment) by parameter.
+struct ParamViews {
+  Tensor embedding;        // [V, h]
+  std::vector<LayerParams> layers;
+  Tensor final_norm;       // [h]
+  Tensor lm_head;          // [V, h]
+  Tensor flat;             // [n]
+};
+
+class LlamaModel {
+ public:
+  // micro_batch x seq_length tokens per forward; device and rounding from ctx.
+  LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx);
+
+  const ModelConfig& config() const { return cfg_; }
+  const OpContext& context() const { return ctx_; }
+  const std::vector<ParamEntry>& param_entries() const { return entries_; }
+  int64_t num_params() const { return num_params_; }
+  int64_t tokens_per_micro_batch() const { return B_ * S_; }
+  size_t activation_bytes() const { return arena_.bytes(); }
+
+  ParamViews& weights() { return weights_; }
+  ParamViews& grads() { return grads_; }
+  ParamViews& master() { return master_; }
+
+  // Megatron initialisation into the fp32 master weights (deterministic in seed), copied to the
+  // bf16 weights. N(0, std) for matrices; linear_proj and linear_fc2 use std/sqrt(2L); norms 1.
+  void init_parameters(uint64_t seed);
+  // Copies master -> weights (rounded to bf16), e.g. after a test edits the master copy.
+  void sync_weights_from_master();
+  void zero_grads();
+
+  // Forward of one micro-batch: tokens/labels are host arrays of B*S ids. Returns the sum of the
+  // per-token losses (fp32 per token, summed in double).
+  double forward(const int32_t* tokens, const int32_t* labels);
+  // forward() then backward, accumulating grads += d(loss_sum * grad_scale)/dθ.
+  double forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale);
+
+ private:
+  void build_param_layout();
+  ParamViews views_of(const Buffer& buf, DType t) const;
+  void allocate_activations();
+  double run_forward(float grad_scale, bool want_grad);
+  void run_backward();
+  void upload_batch(const int32_t* tokens, const int32_t* labels);
+
+  ModelConfig cfg_;
+  int64_t B_, S_;
+  OpContext ctx_;
+  std::vector<ParamEntry> entries_;
+  int64_t num_params_ = 0;
+  Buffer weight_buf_, grad_buf_, master_buf_;
+  ParamViews weights_, grads_, master_;
+
+  // Activations of one micro-batch (saved for backward) and backward scratch, all in arena_.
+  struct LayerActs {
+    Tensor resid_in, ln1, rstd1, qkv, attn, lse, resid_mid, ln2, rstd2, fc1, swi;
+  };
+  Buffer arena_;
+  std::vector<LayerActs> acts_;
+  Tensor tokens_, labels_, embed_out_, resid_out_, lnf_, rstdf_, logits_, losses_;
+  Tensor rope_cos_, rope_sin_;
+  Tensor d_resid_, d_ln_, d_h_, d_qkv_, d_attn_, d_fc1_, d_swi_;
+  std::vector<float> host_losses_;
+};
+
+// cos/sin tables [S, d/2] of Megatron's rotary embedding (Llama 3.1 frequency scaling if enabled).
+void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out);
+
+}  // namespace pl

@@ -1,0 +1,39 @@
+#pragma once
+// AdamW on the fp32 master weights with global-norm clipping, as Megatron's optimizer with
+// bf16_mixed: grad norm over all fp32 grads before clipping, clip_coeff = max_norm/(norm+1e-6)
+// applied when < 1, decoupled weight decay on 2-D tensors only, new bf16 weights from the masters.
+#include <cstdint>
+
+#include "model/llama.h"
+
+namespace pl {
+
+struct OptimizerConfig {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.033;  // Bridge's effective decay (the scheduler's constant 0.033)
+  double clip_grad = 1.0;
+};
+
+class AdamW {
+ public:
+  AdamW(LlamaModel& model, const OptimizerConfig& cfg);
+
+  struct Result {
+    double grad_norm = 0.0;  // before clipping
+    bool skipped = false;    // grad norm not finite: no update
+  };
+  // One step at learning rate lr. A non-finite gradient norm skips the update (nothing changes).
+  Result step(double lr);
+  int64_t steps_taken() const { return step_; }
+  size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+
+ private:
+  LlamaModel& model_;
+  OptimizerConfig cfg_;
+  Buffer m_, v_;
+  int64_t step_ = 0;
+};
+
+}  // namespace pl
