@@ -80,7 +80,8 @@ void add_flags(CLI::App& app, Options& o) {
 Device resolve_device(const TrainConfig& t, const std::shared_ptr<spdlog::logger>& out) {
   if (t.device == "cuda")
     fail("--device cuda: the CUDA backend's ops are not implemented yet; use --device cpu");
-  if (t.device == "auto") out->info("device: auto -> cpu (the CUDA backend's ops are not implemented yet)");
+  if (t.device == "auto")
+    out->info("pretrain_llama | --device auto -> cpu (the CUDA backend's ops are not implemented yet)");
   return Device::CPU;
 }
 
@@ -134,7 +135,12 @@ int run(int argc, char** argv) {
   }
   TrainConfig& t = o.train;
   validate_train_config(t);
-  if (o.disable_fp4) o.recipe = "bf16_mixed";
+  std::string recipe_note;
+  if (o.disable_fp4) {
+    if (app.count("--recipe") && o.recipe != "bf16_mixed")
+      recipe_note = fmt::format(" | --disable-fp4 overrides --recipe {}", o.recipe);
+    o.recipe = "bf16_mixed";
+  }
 
   const std::string model_path = resolve_config("models", o.model, argv[0]);
   const std::string recipe_path = resolve_config("recipes", o.recipe, argv[0]);
@@ -156,7 +162,7 @@ int run(int argc, char** argv) {
             mc.num_query_groups, mc.kv_channels, mc.vocab_size, static_cast<double>(mc.num_parameters()) / 1e6);
   out->info("pretrain_llama | device {} | OpenMP threads {} | BLAS {}", device_name(device), threads,
             openblas_get_config());
-  out->info("pretrain_llama | recipe {} ({}){}", recipe.name, recipe_path,
+  out->info("pretrain_llama | recipe {} ({}){}{}", recipe.name, recipe_path, recipe_note,
             t.fp32_reference ? " | --fp32-reference: activations kept in FP32" : "");
   out->info("pretrain_llama | precision plan:");
   for (const std::string& line : plan.describe()) out->info("pretrain_llama |   {}", line);

@@ -1,5 +1,6 @@
 #include "config/paths.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <vector>
@@ -30,12 +31,16 @@ std::string resolve_config(const std::string& kind, const std::string& name_or_p
   }
   roots.emplace_back(fs::path(PL_SOURCE_DIR) / "configs");
   std::string tried;
+  std::vector<fs::path> seen;
   for (const fs::path& r : roots) {
-    const fs::path p = r / kind / (name_or_path + ".json");
-    if (fs::is_regular_file(p)) return fs::path(p).lexically_normal().string();
-    tried += (tried.empty() ? "" : ", ") + p.lexically_normal().string();
+    const fs::path p = fs::weakly_canonical(r / kind / (name_or_path + ".json"), ec);
+    if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+    seen.push_back(p);
+    if (fs::is_regular_file(p)) return p.string();
+    tried += (tried.empty() ? "" : ", ") + p.string();
   }
-  fail("no {} named '{}' (looked for {})", kind == "models" ? "model" : "recipe", name_or_path, tried);
+  fail("--{}: no {} named '{}' (looked for {})", kind == "models" ? "model" : "recipe",
+       kind == "models" ? "model" : "recipe", name_or_path, tried);
 }
 
 }  // namespace pl

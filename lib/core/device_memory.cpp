@@ -31,6 +31,22 @@ void* cuda_alloc(size_t bytes) {
 void cuda_free(void*) {}
 #endif
 
+int cuda_device_count(std::string* why) {
+#if defined(PL_WITH_CUDA)
+  int n = 0;
+  const cudaError_t st = cudaGetDeviceCount(&n);
+  if (st != cudaSuccess) {
+    if (why) *why = std::string("cudaGetDeviceCount: ") + cudaGetErrorString(st);
+    return 0;
+  }
+  if (n == 0 && why) *why = "cudaGetDeviceCount returned 0 devices";
+  return n;
+#else
+  if (why) *why = "this build has no CUDA support";
+  return 0;
+#endif
+}
+
 void copy_from_host(const Tensor& dst, const void* src) {
   if (dst.device == Device::CPU) {
     std::memcpy(dst.data, src, dst.bytes());

@@ -82,4 +82,6 @@ namespace pl {
 // Copies between a host array and a tensor on any device (cudaMemcpy for CUDA tensors).
 void copy_from_host(const Tensor& dst, const void* src);
 void copy_to_host(void* dst, const Tensor& src);
+// Number of usable CUDA devices (0 without a driver, a device or a CUDA build; *why says which).
+int cuda_device_count(std::string* why = nullptr);
 }  // namespace pl

@@ -1,0 +1,247 @@
+// Model configs: the shipped files load with the values SPEC-MEGATRON §3 names, and every malformed
+// file is a one-line pl::Error naming the file and the field.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "config/model_config.h"
+#include "core/error.h"
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using pl::ModelConfig;
+
+std::string model_path(const std::string& name) { return std::string(PL_CONFIG_DIR) + "/models/" + name + ".json"; }
+
+// A valid small model (llama_tiny's shape) that the error tests mutate.
+nlohmann::json base_model_json() {
+  return nlohmann::json{{"name", "t"},
+                        {"num_layers", 2},
+                        {"hidden_size", 256},
+                        {"ffn_hidden_size", 256},
+                        {"num_attention_heads", 8},
+                        {"num_query_groups", 2},
+                        {"kv_channels", 32},
+                        {"vocab_size", 128},
+                        {"seq_length", 128},
+                        {"rotary_base", 500000.0}};
+}
+
+// Runs `fn`, expects a pl::Error, and checks that its message is one non-empty line containing
+// every string of `needles`.
+void expect_one_line_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a pl::Error";
+  } catch (const pl::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(msg.empty());
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+    EXPECT_EQ(msg.find('\r'), std::string::npos) << "not one line: " << msg;
+    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a pl::Error, got another exception: " << e.what();
+  }
+}
+
+TEST(ConfigModel, EveryShippedModelLoads) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(PL_CONFIG_DIR) / "models")) {
+    if (entry.path().extension() != ".json") continue;
+    SCOPED_TRACE(entry.path().string());
+    ModelConfig m;
+    ASSERT_NO_THROW(m = pl::load_model_config(entry.path().string()));
+    EXPECT_FALSE(m.name.empty());
+    EXPECT_EQ(m.file, entry.path().string());
+    EXPECT_GT(m.num_parameters(), 0);
+    ++count;
+  }
+  // llama3_8b, llama3_1_8b, llama_small, llama_tiny at least.
+  EXPECT_GE(count, 4);
+}
+
+TEST(ConfigModel, Llama3_8bMatchesMegatronBridge) {
+  const ModelConfig m = pl::load_model_config(model_path("llama3_8b"));
+  EXPECT_EQ(m.name, "llama3_8b");
+  EXPECT_EQ(m.num_layers, 32);
+  EXPECT_EQ(m.hidden_size, 4096);
+  EXPECT_EQ(m.ffn_hidden_size, 14336);
+  EXPECT_EQ(m.num_attention_heads, 32);
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.kv_channels, 128);
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(m.padded_vocab_size(), 128256);  // 128256 = 1002 * 128: no padding
+  EXPECT_EQ(m.seq_length, 8192);
+  EXPECT_EQ(m.max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(m.rotary_base, 500000.0);
+  EXPECT_FALSE(m.rope_scaling);  // Meta-Llama-3-8B: rope_scaling null
+  EXPECT_DOUBLE_EQ(m.layernorm_epsilon, 1e-5);
+  EXPECT_DOUBLE_EQ(m.init_method_std, 0.02);
+  EXPECT_EQ(m.q_dim(), 4096);
+  EXPECT_EQ(m.kv_dim(), 1024);
+}
+
+TEST(ConfigModel, Llama3_1_8bHasRopeScalingFactor8) {
+  const ModelConfig a = pl::load_model_config(model_path("llama3_1_8b"));
+  const ModelConfig b = pl::load_model_config(model_path("llama3_8b"));
+  EXPECT_TRUE(a.rope_scaling);
+  EXPECT_DOUBLE_EQ(a.rope_scaling_factor, 8.0);
+  EXPECT_DOUBLE_EQ(a.rope_low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(a.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(a.rope_original_max_position, 8192);
+  // Every other architecture field is the Llama 3 one.
+  EXPECT_EQ(a.num_layers, b.num_layers);
+  EXPECT_EQ(a.hidden_size, b.hidden_size);
+  EXPECT_EQ(a.ffn_hidden_size, b.ffn_hidden_size);
+  EXPECT_EQ(a.num_attention_heads, b.num_attention_heads);
+  EXPECT_EQ(a.num_query_groups, b.num_query_groups);
+  EXPECT_EQ(a.kv_channels, b.kv_channels);
+  EXPECT_EQ(a.vocab_size, b.vocab_size);
+  EXPECT_DOUBLE_EQ(a.rotary_base, b.rotary_base);
+  EXPECT_EQ(a.num_parameters(), b.num_parameters());
+}
+
+TEST(ConfigModel, LlamaTinyIsTinyAndBlockAligned) {
+  const ModelConfig m = pl::load_model_config(model_path("llama_tiny"));
+  EXPECT_LT(m.num_parameters(), 1'000'000);
+  EXPECT_EQ(m.hidden_size % 32, 0) << m.hidden_size;
+  EXPECT_EQ(m.ffn_hidden_size % 32, 0) << m.ffn_hidden_size;
+  EXPECT_EQ(m.q_dim() % 32, 0) << m.q_dim();
+  EXPECT_EQ(m.kv_dim() % 32, 0) << m.kv_dim();
+}
+
+TEST(ConfigModel, LlamaSmallHas15To30MParameters) {
+  const ModelConfig m = pl::load_model_config(model_path("llama_small"));
+  EXPECT_GE(m.num_parameters(), 15'000'000);
+  EXPECT_LE(m.num_parameters(), 30'000'000);
+}
+
+TEST(ConfigModel, NumParametersCountsEveryTensor) {
+  // llama_tiny by hand: per layer 2 norms (2*256) + qkv ((256+2*64)*256) + proj (256*256)
+  // + fc1 (2*256*256) + fc2 (256*256); final norm 256; untied embedding + LM head 2*128*256.
+  const ModelConfig m = pl::load_model_config(model_path("llama_tiny"));
+  const int64_t per_layer = 512 + 384 * 256 + 256 * 256 + 2 * 256 * 256 + 256 * 256;
+  EXPECT_EQ(m.num_parameters(), 2 * per_layer + 256 + 2 * 128 * 256);
+}
+
+TEST(ConfigModel, PaddedVocabRoundsUpToDivisor) {
+  ModelConfig m = pl::load_model_config(model_path("llama_tiny"));
+  m.vocab_size = 32000;
+  EXPECT_EQ(m.padded_vocab_size(), 32000);
+  m.vocab_size = 32001;
+  EXPECT_EQ(m.padded_vocab_size(), 32128);
+}
+
+TEST(ConfigModel, OptionalFieldsDefault) {
+  pl::test::TempDir dir;
+  nlohmann::json j = base_model_json();
+  j.erase("num_query_groups");
+  j.erase("kv_channels");
+  const ModelConfig m = pl::load_model_config(dir.write("defaults.json", j.dump()));
+  EXPECT_EQ(m.num_query_groups, 8);  // = heads (MHA)
+  EXPECT_EQ(m.kv_channels, 32);      // = hidden / heads
+  EXPECT_EQ(m.max_position_embeddings, 128);
+  EXPECT_FALSE(m.rope_scaling);
+}
+
+// ---- errors -----------------------------------------------------------------------------------
+
+class ConfigModelErrors : public ::testing::Test {
+ protected:
+  std::string write(const nlohmann::json& j, const std::string& name = "bad_model.json") {
+    return dir_.write(name, j.dump(2));
+  }
+  pl::test::TempDir dir_;
+};
+
+TEST_F(ConfigModelErrors, ValidBaseLoads) {
+  // The fixture's base document is valid, so each error below is due to its one change.
+  EXPECT_NO_THROW(pl::load_model_config(write(base_model_json())));
+}
+
+TEST_F(ConfigModelErrors, UnknownKey) {
+  nlohmann::json j = base_model_json();
+  j["hiden_size"] = 256;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "hiden_size"});
+}
+
+TEST_F(ConfigModelErrors, StringForInteger) {
+  nlohmann::json j = base_model_json();
+  j["num_layers"] = "2";
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "num_layers"});
+}
+
+TEST_F(ConfigModelErrors, FractionForInteger) {
+  nlohmann::json j = base_model_json();
+  j["hidden_size"] = 1.5;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "hidden_size"});
+}
+
+TEST_F(ConfigModelErrors, StringForNumber) {
+  nlohmann::json j = base_model_json();
+  j["rotary_base"] = "500000";
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "rotary_base"});
+}
+
+TEST_F(ConfigModelErrors, MissingRequiredField) {
+  nlohmann::json j = base_model_json();
+  j.erase("ffn_hidden_size");
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "ffn_hidden_size"});
+}
+
+TEST_F(ConfigModelErrors, MissingFile) {
+  const std::string p = (dir_.path() / "no_such_model.json").string();
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p});
+}
+
+TEST_F(ConfigModelErrors, InvalidJsonIsOneLine) {
+  // A syntax error on the third line of a multi-line file.
+  const std::string p = dir_.write("syntax.json", "{\n  \"name\": \"t\",\n  \"num_layers\": 2,,\n}\n");
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "JSON"});
+}
+
+TEST_F(ConfigModelErrors, TopLevelNotObject) {
+  const std::string p = dir_.write("array.json", "[1, 2, 3]");
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p});
+}
+
+TEST_F(ConfigModelErrors, HeadsMustDivideHidden) {
+  nlohmann::json j = base_model_json();
+  j["num_attention_heads"] = 3;
+  j["num_query_groups"] = 3;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "num_attention_heads"});
+}
+
+TEST_F(ConfigModelErrors, GroupsMustDivideHeads) {
+  nlohmann::json j = base_model_json();
+  j["num_query_groups"] = 3;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "num_query_groups"});
+}
+
+TEST_F(ConfigModelErrors, NonPositiveLayers) {
+  nlohmann::json j = base_model_json();
+  j["num_layers"] = 0;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "num_layers"});
+}
+
+TEST_F(ConfigModelErrors, WrongTypeForBoolean) {
+  nlohmann::json j = base_model_json();
+  j["rope_scaling"] = 1;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "rope_scaling"});
+}
+
+}  // namespace

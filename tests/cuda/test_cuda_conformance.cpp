@@ -1,0 +1,93 @@
+// GPU conformance: each CUDA kernel against the CPU backend on fresh random inputs. Elementwise
+// results come from the shared numerics headers, so equality is exact. Compiled always; every test
+// skips with the reason when this build or this machine has no usable CUDA device.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "numerics/adamw.h"
+#include "numerics/bf16.h"
+
+#if defined(PL_WITH_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/numerics_check.h"
+#endif
+
+namespace pl {
+namespace {
+
+#define PL_REQUIRE_CUDA_DEVICE()                                              \
+  do {                                                                       \
+    std::string why;                                                         \
+    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
+  } while (0)
+
+#if defined(PL_WITH_CUDA)
+// A device copy of a host vector, freed at scope exit.
+template <class T>
+struct DeviceVec {
+  Buffer buf;
+  explicit DeviceVec(const std::vector<T>& host) : buf(host.size() * sizeof(T), Device::CUDA) {
+    copy_from_host(tensor(), host.data());
+  }
+  Tensor tensor() const {
+    return Tensor(buf.data(), {static_cast<int64_t>(buf.bytes())}, DType::I32, Device::CUDA).view(
+        {static_cast<int64_t>(buf.bytes() / 4)});
+  }
+  T* ptr() const { return static_cast<T*>(buf.data()); }
+  std::vector<T> to_host() const {
+    std::vector<T> h(buf.bytes() / sizeof(T));
+    copy_to_host(h.data(), Tensor(buf.data(), {static_cast<int64_t>(buf.bytes() / 4)}, DType::I32, Device::CUDA));
+    return h;
+  }
+};
+#endif
+
+TEST(CudaConformance, Bf16RoundingIsBitExactWithTheHost) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  std::mt19937 rng(3);
+  std::vector<float> x(1 << 20);
+  for (float& v : x) v = num::bits_float(rng());  // every bit pattern, including NaN/Inf/subnormals
+  DeviceVec<float> dx(x);
+  DeviceVec<uint16_t> dbits(std::vector<uint16_t>(x.size() + (x.size() & 1)));
+  DeviceVec<float> drounded(std::vector<float>(x.size()));
+  cuda::bf16_round_on_device(dx.ptr(), dbits.ptr(), drounded.ptr(), static_cast<int64_t>(x.size()));
+  const std::vector<uint16_t> bits = dbits.to_host();
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits[i], num::float_to_bf16_bits(x[i])) << "element " << i;
+#endif
+}
+
+TEST(CudaConformance, AdamWElementIsBitExactWithTheHost) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  const size_t n = 1 << 18;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> master(n), m(n), v(n), g(n);
+  for (size_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    m[i] = 1e-3f * nd(rng);
+    v[i] = 1e-6f * std::abs(nd(rng));
+    g[i] = 1e-2f * nd(rng);
+  }
+  const num::AdamWHyper h{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 1.0f - 0.9f * 0.9f * 0.9f, 1.0f - 0.95f * 0.95f * 0.95f,
+                          0.7f};
+  DeviceVec<float> dmaster(master), dm(m), dv(v), dg(g);
+  cuda::adamw_on_device(dmaster.ptr(), dm.ptr(), dv.ptr(), dg.ptr(), static_cast<int64_t>(n), h);
+  for (size_t i = 0; i < n; ++i) num::adamw_element(master[i], m[i], v[i], g[i], h);
+  const std::vector<float> gm = dmaster.to_host(), gmm = dm.to_host(), gv = dv.to_host();
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(num::float_bits(gm[i]), num::float_bits(master[i])) << "master " << i;
+    ASSERT_EQ(num::float_bits(gmm[i]), num::float_bits(m[i])) << "m " << i;
+    ASSERT_EQ(num::float_bits(gv[i]), num::float_bits(v[i])) << "v " << i;
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace pl

@@ -1,0 +1,124 @@
+#pragma once
+// Small helpers shared by the config, plan, log and CLI tests: a self-deleting temporary directory,
+// running a command with its stdout/stderr/exit code captured, and line counting.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace pl::test {
+
+// A fresh directory under the system temp dir, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "pl_tests_XXXXXX").string();
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Writes `content` to <dir>/<name> and returns the full path.
+  std::string write(const std::string& name, const std::string& content) const {
+    const std::filesystem::path p = path_ / name;
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.close();
+    if (!out) throw std::runtime_error("cannot write " + p.string());
+    return p.string();
+  }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+struct ProcessResult {
+  int exit_code = -1;  // the exit status, or 128 + signal number when killed by a signal
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// Runs `exe` with `args` (no shell), stdout and stderr captured through files (no pipe deadlock).
+// The child is killed after `timeout_s` seconds.
+inline ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args,
+                                 double timeout_s = 60.0) {
+  TempDir dir;
+  const std::string out_path = (dir.path() / "stdout").string();
+  const std::string err_path = (dir.path() / "stderr").string();
+  std::vector<std::string> argv_s;
+  argv_s.push_back(exe);
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const int fo = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fe = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int fi = ::open("/dev/null", O_RDONLY);
+    if (fo < 0 || fe < 0 || fi < 0) ::_exit(126);
+    ::dup2(fi, 0);
+    ::dup2(fo, 1);
+    ::dup2(fe, 2);
+    ::execv(exe.c_str(), argv.data());
+    ::_exit(127);
+  }
+  ProcessResult r;
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0) throw std::runtime_error("waitpid failed");
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      r.timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  else if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
+  r.out = read_text_file(out_path);
+  r.err = read_text_file(err_path);
+  return r;
+}
+
+// The lines of `s` ('\n'-separated; a trailing newline does not start an extra line).
+inline std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> lines;
+  std::istringstream in(s);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+}  // namespace pl::test

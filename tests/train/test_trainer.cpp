@@ -1,0 +1,170 @@
+// The training loop on llama_tiny: no allocation inside the loop, NaN handling, and the whole
+// binary end to end with every line checked against Megatron-Bridge's formats.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "core/error.h"
+#include "data/mock_dataset.h"
+#include "model/llama.h"
+#include "train/trainer.h"
+
+namespace pl {
+namespace {
+
+ModelConfig tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
+
+struct TinyRun {
+  TrainConfig t;
+  ModelConfig m = tiny();
+  std::unique_ptr<data::MockGPTDataset> data;
+  std::unique_ptr<LlamaModel> model;
+  std::vector<std::string> lines;
+
+  explicit TinyRun(int64_t iters) {
+    t.train_iters = iters;
+    t.warmup_iters = 1;
+    t.global_batch_size = 4;
+    t.micro_batch_size = 2;
+    t.seq_length = 32;
+    data = std::make_unique<data::MockGPTDataset>(
+        data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length, iters * t.global_batch_size, 1234});
+    model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{});
+    model->init_parameters(t.seed);
+  }
+  Trainer trainer() {
+    return Trainer(
+        *model, t,
+        [this](int64_t it, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+          data->micro_batch(it, mi, t.global_batch_size, t.micro_batch_size, tok, lab);
+        },
+        [this](const std::string& l) { lines.push_back(l); });
+  }
+};
+
+TEST(TrainLoop, AllocatesNothingAfterTheFirstIteration) {
+  TinyRun run(4);
+  const TrainResult r = run.trainer().run();
+  EXPECT_EQ(r.allocations_in_loop, 0u);
+  ASSERT_EQ(r.loss.size(), 4u);
+  for (double l : r.loss) EXPECT_TRUE(std::isfinite(l));
+}
+
+TEST(TrainLoop, FirstStepUsesLearningRateZeroThenFollowsTheSchedule) {
+  TinyRun run(3);  // warmup 1 iteration of 4 samples, decay over 3 iterations
+  const TrainResult r = run.trainer().run();
+  ASSERT_EQ(r.lr_used.size(), 3u);
+  EXPECT_EQ(r.lr_used[0], 0.0);
+  EXPECT_DOUBLE_EQ(r.lr_used[1], run.t.lr);
+  EXPECT_DOUBLE_EQ(r.lr_used[2], run.t.min_lr + 0.5 * (run.t.lr - run.t.min_lr) * (std::cos(M_PI * 0.5) + 1.0));
+}
+
+TEST(TrainLoop, AStepAtLearningRateZeroLeavesTheMasterWeightsUnchanged) {
+  TinyRun run(1);
+  std::vector<int32_t> tok(64), lab(64);
+  run.data->micro_batch(0, 0, 2, 2, tok, lab);
+  run.model->zero_grads();
+  run.model->forward_backward(tok.data(), lab.data(), 1.0f / 64);
+  const std::vector<float> before(run.model->master().flat.f32(),
+                                  run.model->master().flat.f32() + run.model->num_params());
+  AdamW opt(*run.model, OptimizerConfig{});
+  const AdamW::Result r = opt.step(0.0);
+  EXPECT_FALSE(r.skipped);
+  EXPECT_GT(r.grad_norm, 0.0);
+  const float* after = run.model->master().flat.f32();
+  for (int64_t i = 0; i < run.model->num_params(); ++i) ASSERT_EQ(after[i], before[i]) << i;
+}
+
+TEST(TrainLoop, NonFiniteLossSkipsTheUpdateAndStopsAfterTheLimit) {
+  TinyRun run(5);
+  run.t.max_consecutive_nan_iterations = 3;
+  // A NaN in the final norm weight makes every loss NaN.
+  run.model->master().final_norm.f32()[0] = std::nanf("");
+  run.model->sync_weights_from_master();
+  Trainer tr = run.trainer();
+  try {
+    tr.run();
+    FAIL() << "expected the trainer to stop";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 consecutive iterations"), std::string::npos) << e.what();
+  }
+  ASSERT_EQ(run.lines.size(), 3u * 2 + 1);  // Step Time + iteration per iteration, memory line once
+  EXPECT_NE(run.lines[1].find("number of skipped iterations:   1 | number of nan iterations:   1 |"),
+            std::string::npos)
+      << run.lines[1];
+  EXPECT_EQ(run.lines[1].find("lm loss"), std::string::npos) << "a skipped iteration has no loss to average";
+  // A skipped step does not advance the scheduler: the logged (next) lr stays at lr(0) = 0.
+  EXPECT_NE(run.lines[1].find("learning rate: 0.000000E+00"), std::string::npos) << run.lines[1];
+}
+
+// ---- the binary, end to end ------------------------------------------------------------------
+
+struct Output {
+  int status;
+  std::string out;
+};
+
+Output run_binary(const std::string& args) {
+  const std::string cmd = std::string(PL_APP_PATH) + " " + args + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  return {pclose(p), out};
+}
+
+TEST(EndToEnd, ThirtyIterationsOfLlamaTinyInMegatronFormat) {
+  const Output o = run_binary(
+      "--model " PL_CONFIG_DIR "/models/llama_tiny.json --device cpu --disable-fp4 --train-iters 30 "
+      "--warmup-iters 2 --global-batch-size 8 --micro-batch-size 2 --seq-length 128");
+  ASSERT_EQ(o.status, 0) << o.out;
+  // Megatron-Bridge's formats (SPEC-MEGATRON §1a), as a parser of Megatron logs would read them.
+  const std::regex step_re(R"(^Step Time : \d+\.\d{2}s GPU utilization: \d+\.\dMODEL_TFLOP/s/GPU$)");
+  const std::regex iter_re(
+      R"(^ \[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\] iteration +(\d+)/ +30 \| consumed samples: +(\d+) \| )"
+      R"(elapsed time per iteration \(ms\): \d+\.\d \| learning rate: \d\.\d{6}E[+-]\d{2} \| )"
+      R"(global batch size: +8 \| lm loss: (\d\.\d{6}E[+-]\d{2}) \| loss scale: 1\.0 \| grad norm: \d+\.\d{3} \| )"
+      R"(number of skipped iterations: +0 \| number of nan iterations: +0 \|$)");
+  const std::regex mem_re(
+      R"(^\[Rank 0\] \(after 1 iterations\) memory \(GB\) \| mem-allocated-gigabytes: [\d.e-]+ \| mem-active-gigabytes: )"
+      R"([\d.e-]+ \| mem-inactive-gigabytes: [\d.e-]+ \| mem-reserved-gigabytes: [\d.e-]+ \| )"
+      R"(mem-max-allocated-gigabytes: [\d.e-]+ \| mem-max-active-gigabytes: [\d.e-]+ \| )"
+      R"(mem-max-inactive-gigabytes: [\d.e-]+ \| mem-max-reserved-gigabytes: [\d.e-]+ \| mem-alloc-retires: \d+ \| )"
+      R"(mem-allocated-count: \d+$)");
+  int steps = 0, iters = 0, mems = 0;
+  std::vector<double> losses;
+  std::istringstream in(o.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (line.starts_with("Step Time")) {
+      EXPECT_TRUE(std::regex_match(line, step_re)) << line;
+      ++steps;
+    } else if (line.find("] iteration ") != std::string::npos) {
+      ASSERT_TRUE(std::regex_match(line, m, iter_re)) << line;
+      ++iters;
+      EXPECT_EQ(std::stoi(m[1]), iters);
+      EXPECT_EQ(std::stoll(m[2]), 8LL * iters);
+      losses.push_back(std::stod(m[3]));
+    } else if (line.starts_with("[Rank")) {
+      EXPECT_TRUE(std::regex_match(line, mem_re)) << line;
+      ++mems;
+    }
+  }
+  EXPECT_EQ(steps, 30);
+  EXPECT_EQ(iters, 30);
+  EXPECT_EQ(mems, 1);
+  ASSERT_EQ(losses.size(), 30u);
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << " last " << losses.back();
+}
+
+}  // namespace
+}  // namespace pl
