@@ -1,0 +1,86 @@
+// CPU fused softmax cross-entropy, OpenMP over tokens. Per row: max m, exps in fp32, their sum
+// accumulated in double (vocabularies are large) and used as fp32, loss = log(sum) - (x[target] - m).
+// Then, unless grad_scale == 0, the row is overwritten with grad_scale * (softmax - onehot(target)),
+// rounded to bf16 when ctx.round_bf16 (dlogits is a bf16 activation).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl::cpu {
+
+namespace {
+
+void check_cpu(const char* op, const char* name, const Tensor& t, DType dtype, int ndim) {
+  PL_CHECK(t.device == Device::CPU && t.dtype == dtype && t.ndim == ndim,
+           "{}: {} {} ({}) must be a {}-D {} cpu tensor", op, name, t.shape_str(), device_name(t.device),
+           ndim, dtype_name(dtype));
+}
+
+// Max of a row in eight independent lanes (a max is exact in any order; the lanes let it vectorize).
+float row_max(const float* x, int64_t n) {
+  float lane[8];
+  for (float& l : lane) l = -std::numeric_limits<float>::infinity();
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int k = 0; k < 8; ++k) lane[k] = x[j + k] > lane[k] ? x[j + k] : lane[k];
+  for (int k = 0; j < n; ++j, ++k) lane[k] = x[j] > lane[k] ? x[j] : lane[k];
+  float m = lane[0];
+  for (int k = 1; k < 8; ++k) m = lane[k] > m ? lane[k] : m;
+  return m;
+}
+
+}  // namespace
+
+void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, const Tensor& logits,
+                                    const Tensor& targets, float grad_scale) {
+  constexpr const char* op = "cross_entropy_forward_backward";
+  check_cpu(op, "losses", losses, DType::F32, 1);
+  check_cpu(op, "logits", logits, DType::F32, 2);
+  check_cpu(op, "targets", targets, DType::I32, 1);
+  PL_CHECK(targets.dim(0) == logits.dim(0) && logits.dim(1) > 0, "{}: targets {} does not match logits {}",
+           op, targets.shape_str(), logits.shape_str());
+  PL_CHECK(losses.dim(0) == logits.dim(0), "{}: losses {} does not match logits {} (expected [{}])", op,
+           losses.shape_str(), logits.shape_str(), logits.dim(0));
+  const int64_t T = logits.dim(0), V = logits.dim(1);
+  const int32_t* tgt = targets.i32();
+  for (int64_t t = 0; t < T; ++t)
+    PL_CHECK(tgt[t] >= 0 && tgt[t] < V, "{}: targets[{}] = {} is outside the vocabulary [0, {})", op, t,
+             tgt[t], V);
+  float* x = logits.f32();
+  float* loss = losses.f32();
+  const bool round = ctx.round_bf16;
+  const bool write_grad = grad_scale != 0.0f;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    float* row = x + t * V;
+    const float m = row_max(row, V);
+    const int64_t y = tgt[t];
+    const float zy = row[y] - m;  // exact; read before the row is overwritten
+    // Exps in fp32; when the gradient is wanted they are stored in the row (one exp per logit).
+    double sum_d = 0.0;
+    if (write_grad) {
+      for (int64_t j = 0; j < V; ++j) {
+        const float e = std::exp(row[j] - m);
+        row[j] = e;
+        sum_d += e;
+      }
+    } else {
+      for (int64_t j = 0; j < V; ++j) sum_d += std::exp(row[j] - m);
+    }
+    const float sum = static_cast<float>(sum_d);
+    loss[t] = std::log(sum) - zy;
+    if (!write_grad) continue;
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < V; ++j) {
+      const float p = row[j] * inv;
+      const float g = grad_scale * (j == y ? p - 1.0f : p);
+      row[j] = round ? num::round_bf16(g) : g;
+    }
+  }
+}
+
+}  // namespace pl::cpu

@@ -1,0 +1,85 @@
+// CPU token embedding. Forward gathers rows (OpenMP over tokens). Backward scatters dout into the
+// FP32 accumulator dtable deterministically: threads own disjoint column blocks of the hidden
+// dimension and each walks all tokens in order, so every dtable element receives its contributions
+// in token order, whatever the thread count, with no atomics.
+#include <algorithm>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl::cpu {
+
+namespace {
+
+void check_cpu(const char* op, const char* name, const Tensor& t, DType dtype, int ndim) {
+  PL_CHECK(t.device == Device::CPU && t.dtype == dtype && t.ndim == ndim,
+           "{}: {} {} ({}) must be a {}-D {} cpu tensor", op, name, t.shape_str(), device_name(t.device),
+           ndim, dtype_name(dtype));
+}
+
+// Every token id must index a row of the table; checked before any parallel work.
+void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {
+  const int32_t* tok = tokens.i32();
+  for (int64_t t = 0; t < tokens.dim(0); ++t)
+    PL_CHECK(tok[t] >= 0 && tok[t] < vocab, "{}: tokens[{}] = {} is outside the vocabulary [0, {})", op, t,
+             tok[t], vocab);
+}
+
+constexpr int64_t kColumnBlock = 64;  // columns a thread owns at a time in the backward scatter
+
+}  // namespace
+
+void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& tokens, const Tensor& table) {
+  constexpr const char* op = "embedding_forward";
+  check_cpu(op, "out", out, DType::F32, 2);
+  check_cpu(op, "tokens", tokens, DType::I32, 1);
+  check_cpu(op, "table", table, DType::F32, 2);
+  PL_CHECK(out.dim(0) == tokens.dim(0) && out.dim(1) == table.dim(1),
+           "{}: out {} does not match tokens {} and table {} (expected [{}, {}])", op, out.shape_str(),
+           tokens.shape_str(), table.shape_str(), tokens.dim(0), table.dim(1));
+  check_tokens(op, tokens, table.dim(0));
+  const int64_t T = out.dim(0), h = out.dim(1);
+  const int32_t* tok = tokens.i32();
+  const float* tab = table.f32();
+  float* o = out.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* src = tab + static_cast<int64_t>(tok[t]) * h;
+    float* dst = o + t * h;
+    if (round)
+      for (int64_t c = 0; c < h; ++c) dst[c] = num::round_bf16(src[c]);
+    else
+      std::copy(src, src + h, dst);
+  }
+}
+
+void embedding_backward(const OpContext& ctx, const Tensor& dtable, const Tensor& dout,
+                        const Tensor& tokens) {
+  (void)ctx;  // dtable is an FP32 accumulator: never rounded
+  constexpr const char* op = "embedding_backward";
+  check_cpu(op, "dtable", dtable, DType::F32, 2);
+  check_cpu(op, "dout", dout, DType::F32, 2);
+  check_cpu(op, "tokens", tokens, DType::I32, 1);
+  PL_CHECK(dout.dim(0) == tokens.dim(0) && dout.dim(1) == dtable.dim(1),
+           "{}: dout {} does not match tokens {} and dtable {} (expected [{}, {}])", op, dout.shape_str(),
+           tokens.shape_str(), dtable.shape_str(), tokens.dim(0), dtable.dim(1));
+  check_tokens(op, tokens, dtable.dim(0));
+  const int64_t T = dout.dim(0), h = dout.dim(1);
+  const int32_t* tok = tokens.i32();
+  const float* g = dout.f32();
+  float* dt = dtable.f32();
+  const int64_t blocks = (h + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kColumnBlock, c1 = std::min(h, c0 + kColumnBlock);
+    for (int64_t t = 0; t < T; ++t) {
+      float* dst = dt + static_cast<int64_t>(tok[t]) * h;
+      const float* src = g + t * h;
+      for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+}  // namespace pl::cpu

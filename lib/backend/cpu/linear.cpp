@@ -1,0 +1,98 @@
+// CPU linear layers. The three GEMMs of a linear layer go through OpenBLAS SGEMM: operands are FP32
+// storage holding BF16 values, accumulation is FP32 (BLAS order). The bf16-activation outputs (y, dx)
+// are then rounded with num::round_bf16 when ctx.round_bf16; the weight gradient is an FP32
+// accumulator (beta = 1) and is never rounded.
+#include <cblas.h>
+
+#include <climits>
+#include <cstring>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl::cpu {
+
+namespace {
+
+void check_matrix(const char* op, const char* name, const Tensor& t) {
+  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == 2,
+           "{}: {} {} ({}) must be a 2-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device));
+  PL_CHECK(t.dim(0) < INT_MAX && t.dim(1) < INT_MAX, "{}: {} {} is too large for BLAS", op, name,
+           t.shape_str());
+}
+
+void round_rows(float* p, int64_t rows, int64_t cols) {
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = p + r * cols;
+    for (int64_t c = 0; c < cols; ++c) row[c] = num::round_bf16(row[c]);
+  }
+}
+
+// BLAS dimensions as int (checked < INT_MAX above); they convert to blasint, whatever its width.
+int bi(int64_t v) { return static_cast<int>(v); }
+int ld(int64_t v) { return static_cast<int>(v > 1 ? v : 1); }
+
+}  // namespace
+
+void linear_forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
+  constexpr const char* op = "linear_forward";
+  check_matrix(op, "y", y);
+  check_matrix(op, "x", x);
+  check_matrix(op, "w", w);
+  PL_CHECK(x.dim(1) == w.dim(1), "{}: x {} does not match w {}", op, x.shape_str(), w.shape_str());
+  PL_CHECK(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0),
+           "{}: y {} does not match x {} and w {} (expected [{}, {}])", op, y.shape_str(), x.shape_str(),
+           w.shape_str(), x.dim(0), w.dim(0));
+  const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
+  if (T == 0 || out == 0) return;
+  if (in == 0) {
+    std::memset(y.data, 0, y.bytes());
+    return;
+  }
+  // y[T,out] = x[T,in] · w[out,in]ᵀ
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bi(T), bi(out), bi(in), 1.0f, x.f32(), ld(in), w.f32(),
+              ld(in), 0.0f, y.f32(), ld(out));
+  if (ctx.round_bf16) round_rows(y.f32(), T, out);
+}
+
+void linear_backward_input(const OpContext& ctx, const Tensor& dx, const Tensor& dy, const Tensor& w) {
+  constexpr const char* op = "linear_backward_input";
+  check_matrix(op, "dx", dx);
+  check_matrix(op, "dy", dy);
+  check_matrix(op, "w", w);
+  PL_CHECK(dy.dim(1) == w.dim(0), "{}: dy {} does not match w {}", op, dy.shape_str(), w.shape_str());
+  PL_CHECK(dx.dim(0) == dy.dim(0) && dx.dim(1) == w.dim(1),
+           "{}: dx {} does not match dy {} and w {} (expected [{}, {}])", op, dx.shape_str(), dy.shape_str(),
+           w.shape_str(), dy.dim(0), w.dim(1));
+  const int64_t T = dy.dim(0), out = w.dim(0), in = w.dim(1);
+  if (T == 0 || in == 0) return;
+  if (out == 0) {
+    std::memset(dx.data, 0, dx.bytes());
+    return;
+  }
+  // dx[T,in] = dy[T,out] · w[out,in]
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, bi(T), bi(in), bi(out), 1.0f, dy.f32(), ld(out),
+              w.f32(), ld(in), 0.0f, dx.f32(), ld(in));
+  if (ctx.round_bf16) round_rows(dx.f32(), T, in);
+}
+
+void linear_backward_weight(const OpContext& ctx, const Tensor& dw, const Tensor& dy, const Tensor& x) {
+  (void)ctx;  // dw is an FP32 accumulator: never rounded
+  constexpr const char* op = "linear_backward_weight";
+  check_matrix(op, "dw", dw);
+  check_matrix(op, "dy", dy);
+  check_matrix(op, "x", x);
+  PL_CHECK(dy.dim(0) == x.dim(0), "{}: dy {} does not match x {}", op, dy.shape_str(), x.shape_str());
+  PL_CHECK(dw.dim(0) == dy.dim(1) && dw.dim(1) == x.dim(1),
+           "{}: dw {} does not match dy {} and x {} (expected [{}, {}])", op, dw.shape_str(), dy.shape_str(),
+           x.shape_str(), dy.dim(1), x.dim(1));
+  const int64_t T = x.dim(0), out = dy.dim(1), in = x.dim(1);
+  if (T == 0 || out == 0 || in == 0) return;
+  // dw[out,in] += dy[T,out]ᵀ · x[T,in]
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, bi(out), bi(in), bi(T), 1.0f, dy.f32(), ld(out),
+              x.f32(), ld(in), 1.0f, dw.f32(), ld(in));
+}
+
+}  // namespace pl::cpu

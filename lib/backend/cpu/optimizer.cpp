@@ -1,0 +1,109 @@
+// CPU optimizer ops: the global-norm reduction, the AdamW step over a flat range and the master ->
+// param copy. The per-element AdamW math is num::adamw_element, shared with the CUDA backend.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "numerics/adamw.h"
+#include "numerics/bf16.h"
+
+namespace pl::cpu {
+
+namespace {
+
+void check_f32(const char* op, const char* name, const Tensor& t) {
+  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32, "{}: {} {} ({}) must be an f32 cpu tensor", op,
+           name, t.shape_str(), device_name(t.device));
+}
+
+void check_numel(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
+  check_f32(op, name, t);
+  PL_CHECK(t.numel() == ref.numel(), "{}: {} {} does not match {} {} (element counts differ)", op, name,
+           t.shape_str(), ref_name, ref.shape_str());
+}
+
+// Chunk size of sum_of_squares: part of the definition of its result, do not tune.
+constexpr int64_t kSumChunk = 65536;
+
+}  // namespace
+
+// Σ x²: fixed chunks of kSumChunk elements, each summed in double (in a fixed lane order, below),
+// chunk sums added in chunk order. The result is a function of the data alone, not of the thread count. The
+// chunk sums live in a thread_local vector of the calling thread that only grows.
+double sum_of_squares(const OpContext& ctx, const Tensor& x) {
+  (void)ctx;
+  check_f32("sum_of_squares", "x", x);
+  const int64_t n = x.numel();
+  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  static thread_local std::vector<double> partial;
+  if (partial.size() < static_cast<size_t>(chunks)) partial.resize(static_cast<size_t>(chunks));
+  double* part = partial.data();
+  const float* p = x.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
+    // Eight interleaved lanes (element i goes to lane i % 8), combined in a fixed order: the same
+    // result on every build, and independent dependency chains for speed.
+    double lane[8] = {};
+    int64_t i = i0;
+    for (; i + 8 <= i1; i += 8)
+      for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(p[i + k]) * p[i + k];
+    for (int k = 0; i < i1; ++i, ++k) lane[k] += static_cast<double>(p[i]) * p[i];
+    part[c] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+  }
+  double total = 0.0;
+  for (int64_t c = 0; c < chunks; ++c) total += part[c];
+  return total;
+}
+
+// Bias corrections 1 - beta^step are computed in double (std::pow) and cast to float once, so they do
+// not lose precision for large steps; every backend must build its AdamWHyper the same way.
+void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                  const Tensor& m, const Tensor& v, const AdamWStep& step) {
+  constexpr const char* op = "adamw_update";
+  check_f32(op, "master", master);
+  check_numel(op, "param", param, "master", master);
+  check_numel(op, "grad", grad, "master", master);
+  check_numel(op, "m", m, "master", master);
+  check_numel(op, "v", v, "master", master);
+  PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
+  num::AdamWHyper h{};
+  h.lr = step.lr;
+  h.beta1 = step.beta1;
+  h.beta2 = step.beta2;
+  h.eps = step.eps;
+  h.weight_decay = step.weight_decay;
+  h.bias_correction1 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(step.beta1), static_cast<double>(step.step)));
+  h.bias_correction2 =
+      static_cast<float>(1.0 - std::pow(static_cast<double>(step.beta2), static_cast<double>(step.step)));
+  h.grad_scale = step.grad_scale;
+  const int64_t n = master.numel();
+  float* pp = param.f32();
+  float* mp = master.f32();
+  const float* gp = grad.f32();
+  float* m1 = m.f32();
+  float* m2 = v.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    num::adamw_element(mp[i], m1[i], m2[i], gp[i], h);
+    pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
+  }
+}
+
+void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
+  constexpr const char* op = "copy_master_to_param";
+  check_f32(op, "master", master);
+  check_numel(op, "param", param, "master", master);
+  const int64_t n = master.numel();
+  float* pp = param.f32();
+  const float* mp = master.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
+}
+
+}  // namespace pl::cpu

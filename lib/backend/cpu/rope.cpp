@@ -1,0 +1,84 @@
+// CPU rotary position embedding, rotate-half (non-interleaved, as in HF Llama): for pair i < d/2 of
+// a head, (x_i, x_{i+d/2}) at angle θ = angle(position, i) becomes
+//   (x_i cos θ - x_{i+d/2} sin θ,  x_{i+d/2} cos θ + x_i sin θ).
+// The backward applies the transposed rotation (angle -θ). Both work in place on the first
+// rotated_heads heads of every row of qkv, OpenMP over rows; results are rounded to bf16 when
+// ctx.round_bf16 (qkv and dqkv are bf16 activations).
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl::cpu {
+
+namespace {
+
+void check_f32_2d(const char* op, const char* name, const Tensor& t) {
+  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == 2,
+           "{}: {} {} ({}) must be a 2-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device));
+}
+
+void check_rope(const char* op, const char* name, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
+                int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+  check_f32_2d(op, name, qkv);
+  check_f32_2d(op, "cos", cos);
+  check_f32_2d(op, "sin", sin);
+  PL_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim = {} must be even and positive", op, head_dim);
+  PL_CHECK(seq_len > 0 && qkv.dim(0) % seq_len == 0, "{}: {} {} rows are not a multiple of seq_len = {}", op,
+           name, qkv.shape_str(), seq_len);
+  PL_CHECK(rotated_heads >= 0 && qkv.dim(1) % head_dim == 0 && rotated_heads * head_dim <= qkv.dim(1),
+           "{}: {} {} does not hold {} rotated heads of head_dim {}", op, name, qkv.shape_str(),
+           rotated_heads, head_dim);
+  PL_CHECK(cos.dim(0) >= seq_len && cos.dim(1) == head_dim / 2,
+           "{}: cos {} does not match seq_len = {} and head_dim = {} (expected [{}, {}])", op,
+           cos.shape_str(), seq_len, head_dim, seq_len, head_dim / 2);
+  PL_CHECK(sin.dim(0) == cos.dim(0) && sin.dim(1) == cos.dim(1), "{}: sin {} does not match cos {}", op,
+           sin.shape_str(), cos.shape_str());
+}
+
+// sign = +1: forward rotation by θ; sign = -1: rotation by -θ (the adjoint).
+void rotate(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
+            int64_t rotated_heads, int64_t head_dim, float sign) {
+  const int64_t T = qkv.dim(0), width = qkv.dim(1), half = head_dim / 2;
+  const float* cp = cos.f32();
+  const float* sp = sin.f32();
+  float* base = qkv.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t pos = t % seq_len;
+    const float* c = cp + pos * half;
+    const float* s = sp + pos * half;
+    float* row = base + t * width;
+    for (int64_t hd = 0; hd < rotated_heads; ++hd) {
+      float* x = row + hd * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = x[i], x2 = x[i + half];
+        const float sn = sign * s[i];
+        float y1 = x1 * c[i] - x2 * sn;
+        float y2 = x2 * c[i] + x1 * sn;
+        if (round) {
+          y1 = num::round_bf16(y1);
+          y2 = num::round_bf16(y2);
+        }
+        x[i] = y1;
+        x[i + half] = y2;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
+                  int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+  check_rope("rope_forward", "qkv", qkv, cos, sin, seq_len, rotated_heads, head_dim);
+  rotate(ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim, 1.0f);
+}
+
+void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin,
+                   int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+  check_rope("rope_backward", "dqkv", dqkv, cos, sin, seq_len, rotated_heads, head_dim);
+  rotate(ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim, -1.0f);
+}
+
+}  // namespace pl::cpu

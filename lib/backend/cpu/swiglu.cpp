@@ -1,0 +1,84 @@
+// CPU SwiGLU: fc1[T, 2f] = [gate | up] along the last dimension, out = silu(gate) * up with
+// silu(g) = g / (1 + exp(-g)). All math in fp32, OpenMP over rows; out and dfc1 are bf16 activations
+// (rounded when ctx.round_bf16).
+#include <cmath>
+
+#include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl::cpu {
+
+namespace {
+
+void check_f32_2d(const char* op, const char* name, const Tensor& t) {
+  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == 2,
+           "{}: {} {} ({}) must be a 2-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device));
+}
+
+}  // namespace
+
+void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) {
+  constexpr const char* op = "swiglu_forward";
+  check_f32_2d(op, "out", out);
+  check_f32_2d(op, "fc1", fc1);
+  PL_CHECK(fc1.dim(0) == out.dim(0) && fc1.dim(1) == 2 * out.dim(1),
+           "{}: out {} does not match fc1 {} (expected fc1 [{}, {}])", op, out.shape_str(), fc1.shape_str(),
+           out.dim(0), 2 * out.dim(1));
+  const int64_t T = out.dim(0), f = out.dim(1);
+  const float* in = fc1.f32();
+  float* o = out.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* gate = in + t * 2 * f;
+    const float* up = gate + f;
+    float* orow = o + t * f;
+    for (int64_t i = 0; i < f; ++i) {
+      const float g = gate[i];
+      const float v = g / (1.0f + std::exp(-g)) * up[i];
+      orow[i] = round ? num::round_bf16(v) : v;
+    }
+  }
+}
+
+void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
+  constexpr const char* op = "swiglu_backward";
+  check_f32_2d(op, "dfc1", dfc1);
+  check_f32_2d(op, "dout", dout);
+  check_f32_2d(op, "fc1", fc1);
+  PL_CHECK(fc1.dim(0) == dout.dim(0) && fc1.dim(1) == 2 * dout.dim(1),
+           "{}: dout {} does not match fc1 {} (expected fc1 [{}, {}])", op, dout.shape_str(), fc1.shape_str(),
+           dout.dim(0), 2 * dout.dim(1));
+  PL_CHECK(dfc1.dim(0) == fc1.dim(0) && dfc1.dim(1) == fc1.dim(1), "{}: dfc1 {} does not match fc1 {}", op,
+           dfc1.shape_str(), fc1.shape_str());
+  const int64_t T = dout.dim(0), f = dout.dim(1);
+  const float* in = fc1.f32();
+  const float* go = dout.f32();
+  float* d = dfc1.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) {
+    const float* gate = in + t * 2 * f;
+    const float* up = gate + f;
+    const float* grow = go + t * f;
+    float* dgate = d + t * 2 * f;
+    float* dup = dgate + f;
+    for (int64_t i = 0; i < f; ++i) {
+      const float g = gate[i];
+      const float sig = 1.0f / (1.0f + std::exp(-g));
+      const float silu = g * sig;
+      // d silu / dg = sig * (1 + g * (1 - sig))
+      float vg = grow[i] * up[i] * (sig * (1.0f + g * (1.0f - sig)));
+      float vu = grow[i] * silu;
+      if (round) {
+        vg = num::round_bf16(vg);
+        vu = num::round_bf16(vu);
+      }
+      dgate[i] = vg;
+      dup[i] = vu;
+    }
+  }
+}
+
+}  // namespace pl::cpu

@@ -1,0 +1,192 @@
+#pragma once
+// Shared helpers of the op tests (tests/ops/): host tensors that own their storage, seeded random
+// inputs, comparisons against double-precision references, BF16 checks, central finite
+// differences, and the error-message check. Everything here is test-only.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl::optest {
+
+inline Tensor make_view(void* data, const std::vector<int64_t>& dims, DType dtype) {
+  Tensor t;
+  t.data = data;
+  t.dtype = dtype;
+  t.device = Device::CPU;
+  t.ndim = static_cast<int>(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) t.shape[i] = dims[i];
+  return t;
+}
+
+// An f32 CPU tensor owning its storage.
+struct HostF32 {
+  std::vector<int64_t> dims;
+  std::vector<float> v;
+  HostF32() = default;
+  explicit HostF32(std::vector<int64_t> d, float fill = 0.0f) : dims(std::move(d)) {
+    int64_t n = 1;
+    for (int64_t s : dims) n *= s;
+    v.assign(static_cast<size_t>(n), fill);
+  }
+  Tensor t() { return make_view(v.data(), dims, DType::F32); }
+  size_t size() const { return v.size(); }
+  float& operator[](size_t i) { return v[i]; }
+  float operator[](size_t i) const { return v[i]; }
+  std::vector<double> d() const { return std::vector<double>(v.begin(), v.end()); }
+};
+
+// An i32 CPU tensor owning its storage.
+struct HostI32 {
+  std::vector<int64_t> dims;
+  std::vector<int32_t> v;
+  explicit HostI32(std::vector<int64_t> d, int32_t fill = 0) : dims(std::move(d)) {
+    int64_t n = 1;
+    for (int64_t s : dims) n *= s;
+    v.assign(static_cast<size_t>(n), fill);
+  }
+  Tensor t() { return make_view(v.data(), dims, DType::I32); }
+};
+
+inline OpContext cpu_ctx(bool round_bf16) {
+  OpContext ctx;
+  ctx.device = Device::CPU;
+  ctx.round_bf16 = round_bf16;
+  return ctx;
+}
+
+// Uniform values in [lo, hi); bf16 = true rounds each to a BF16-representable value (what a BF16
+// tensor would hold), as the model's inputs are when ctx.round_bf16.
+inline HostF32 random_f32(std::vector<int64_t> dims, std::mt19937& rng, float lo = -1.0f, float hi = 1.0f,
+                          bool bf16 = false) {
+  HostF32 h(std::move(dims));
+  std::uniform_real_distribution<float> dist(lo, hi);
+  for (float& x : h.v) x = bf16 ? num::round_bf16(dist(rng)) : dist(rng);
+  return h;
+}
+
+inline HostI32 random_i32(std::vector<int64_t> dims, std::mt19937& rng, int32_t lo, int32_t hi_exclusive) {
+  HostI32 h(std::move(dims));
+  std::uniform_int_distribution<int32_t> dist(lo, hi_exclusive - 1);
+  for (int32_t& x : h.v) x = dist(rng);
+  return h;
+}
+
+inline double max_abs(const std::vector<double>& r) {
+  double m = 0.0;
+  for (double x : r) m = std::max(m, std::abs(x));
+  return m;
+}
+
+inline double dot(const std::vector<double>& a, const std::vector<double>& b) {
+  double s = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Norm-wise closeness: max_i |a_i - ref_i| <= rtol * max_i |ref_i| (plus a tiny floor for an
+// all-zero reference). Reports the worst element.
+template <class A>
+void expect_close(const A& actual, const std::vector<double>& ref, double rtol, const std::string& what) {
+  ASSERT_EQ(actual.size(), ref.size()) << what;
+  const double scale = std::max(max_abs(ref), 1e-30);
+  double worst = -1.0;
+  size_t wi = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double e = std::abs(static_cast<double>(actual[i]) - ref[i]);
+    if (!(e <= worst)) {  // also catches NaN
+      worst = e;
+      wi = i;
+      if (std::isnan(e)) break;
+    }
+  }
+  EXPECT_LE(worst, rtol * scale) << what << ": worst element " << wi << " is " << actual[wi] << ", reference "
+                                 << ref[wi] << " (max |ref| " << scale << ", rel err " << worst / scale
+                                 << ")";
+}
+
+// Every element is exactly a BF16 value (round_bf16 leaves it unchanged).
+inline void expect_bf16_representable(const std::vector<float>& a, const std::string& what) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (num::float_bits(num::round_bf16(a[i])) != num::float_bits(a[i])) {
+      ADD_FAILURE() << what << ": element " << i << " = " << a[i] << " is not BF16-representable";
+      return;
+    }
+  }
+}
+
+// BF16-level agreement: each element within rel * |ref| + abs_frac * max|ref| of the reference. The
+// default rel (2^-7) covers the output rounding (<= 2^-9 relative) and fp32 math on bf16 inputs.
+inline void expect_bf16_close(const std::vector<float>& a, const std::vector<double>& ref,
+                              const std::string& what, double rel = 1.0 / 128, double abs_frac = 1e-4) {
+  ASSERT_EQ(a.size(), ref.size()) << what;
+  const double scale = max_abs(ref);
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double tol = rel * std::abs(ref[i]) + abs_frac * scale;
+    if (!(std::abs(a[i] - ref[i]) <= tol)) {
+      ADD_FAILURE() << what << ": element " << i << " = " << a[i] << ", reference " << ref[i] << " (tol "
+                    << tol << ")";
+      return;
+    }
+  }
+}
+
+// Central finite differences of a double function: grad_i = (f(x + h e_i) - f(x - h e_i)) / 2h.
+inline std::vector<double> finite_diff(const std::function<double(const std::vector<double>&)>& f,
+                                       std::vector<double> x, double h = 1e-6) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double x0 = x[i];
+    x[i] = x0 + h;
+    const double fp = f(x);
+    x[i] = x0 - h;
+    const double fm = f(x);
+    x[i] = x0;
+    g[i] = (fp - fm) / (2.0 * h);
+  }
+  return g;
+}
+
+// Runs fn; expects a pl::Error whose message contains `op`.
+template <class Fn>
+void expect_error_naming(const std::string& op, Fn&& fn) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a pl::Error naming " << op;
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(op), std::string::npos) << "message does not name " << op << ": " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
+  }
+}
+
+// Sets the OpenMP thread count for a scope.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedThreads() { omp_set_num_threads(saved_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int saved_;
+};
+
+inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (num::float_bits(a[i]) != num::float_bits(b[i])) return false;
+  return true;
+}
+
+}  // namespace pl::optest

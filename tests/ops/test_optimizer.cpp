@@ -1,0 +1,128 @@
+// sum_of_squares (thread-count invariance), AdamW against a hand-computed double step, and the
+// master -> param copy.
+#include "numerics/adamw.h"
+#include "op_test_util.h"
+
+namespace pl::optest {
+namespace {
+
+TEST(OpsOptimizer, SumOfSquaresMatchesDoubleAndIgnoresThreadCount) {
+  std::mt19937 rng(901);
+  const int64_t n = 3 * 65536 + 1234;  // several chunks and a tail
+  HostF32 x = random_f32({n}, rng, -3, 3);
+  double ref = 0.0;
+  for (float v : x.v) ref += double(v) * v;
+  double one, two, three;
+  {
+    ScopedThreads t(1);
+    one = sum_of_squares(cpu_ctx(false), x.t());
+  }
+  {
+    ScopedThreads t(2);
+    two = sum_of_squares(cpu_ctx(false), x.t());
+  }
+  {
+    ScopedThreads t(3);  // chunks split unevenly over threads
+    three = sum_of_squares(cpu_ctx(false), x.t());
+  }
+  EXPECT_EQ(one, three) << "the result must not depend on the thread count";
+  EXPECT_EQ(one, two) << "the result must not depend on the thread count";
+  EXPECT_NEAR(one, ref, 1e-12 * ref);
+  // Shape does not matter, only the flat element order.
+  EXPECT_EQ(sum_of_squares(cpu_ctx(true), x.t().view({2, n / 2})), one);
+  HostF32 empty({0});
+  EXPECT_EQ(sum_of_squares(cpu_ctx(false), empty.t()), 0.0);
+}
+
+struct Hyper {
+  double lr, b1, b2, eps, wd, scale;
+};
+
+// One AdamW (decoupled weight decay, bias-corrected) step in double, by hand.
+void ref_adamw(std::vector<double>& p, std::vector<double>& m, std::vector<double>& v,
+               const std::vector<double>& g, const Hyper& h, int64_t step) {
+  const double bc1 = 1.0 - std::pow(h.b1, double(step)), bc2 = 1.0 - std::pow(h.b2, double(step));
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double gi = g[i] * h.scale;
+    m[i] = h.b1 * m[i] + (1.0 - h.b1) * gi;
+    v[i] = h.b2 * v[i] + (1.0 - h.b2) * gi * gi;
+    const double update = (m[i] / bc1) / (std::sqrt(v[i] / bc2) + h.eps) + h.wd * p[i];
+    p[i] -= h.lr * update;
+  }
+}
+
+TEST(OpsOptimizer, AdamWMatchesHandComputedStep) {
+  std::mt19937 rng(902);
+  const int64_t n = 1000;
+  const AdamWStep st{0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.5f};
+  // The float hyper-parameters, exactly, in double.
+  const Hyper h{st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_scale};
+  HostF32 master = random_f32({n}, rng, -1, 1), m({n}), v({n}), param({n});
+  std::vector<double> pd = master.d(), md(n, 0.0), vd(n, 0.0);
+  for (int64_t step = 1; step <= 3; ++step) {
+    HostF32 grad = random_f32({n}, rng, -2, 2);
+    const std::vector<double> before = master.d();
+    AdamWStep s = st;
+    s.step = step;
+    adamw_update(cpu_ctx(true), param.t(), master.t(), grad.t(), m.t(), v.t(), s);
+    ref_adamw(pd, md, vd, grad.d(), h, step);
+    // Compare the change of the master weights (not just the weights) so the update is checked tightly.
+    std::vector<double> delta(n), ref_delta(n);
+    for (int64_t i = 0; i < n; ++i) {
+      delta[i] = double(master[i]) - before[i];
+      ref_delta[i] = pd[i] - before[i];
+      pd[i] = master[i];  // continue the reference from the op's state
+    }
+    expect_close(delta, ref_delta, 1e-5, "master update at step " + std::to_string(step));
+    expect_close(m.v, md, 1e-6, "m at step " + std::to_string(step));
+    expect_close(v.v, vd, 1e-6, "v at step " + std::to_string(step));
+    md = m.d();
+    vd = v.d();
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(param[i], num::round_bf16(master[i])) << i;
+  }
+}
+
+TEST(OpsOptimizer, AdamWUsesSharedElementAndLargeStep) {
+  std::mt19937 rng(903);
+  const int64_t n = 257;
+  HostF32 master = random_f32({n}, rng), m = random_f32({n}, rng, -0.1f, 0.1f),
+          v = random_f32({n}, rng, 0, 0.01f);
+  HostF32 grad = random_f32({n}, rng), param({n});
+  const AdamWStep st{3e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 10000, 1.0f};
+  HostF32 em = master, e1 = m, e2 = v;
+  num::AdamWHyper h{st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, 1.0f, 1.0f, st.grad_scale};
+  h.bias_correction1 = float(1.0 - std::pow(double(st.beta1), 10000.0));
+  h.bias_correction2 = float(1.0 - std::pow(double(st.beta2), 10000.0));
+  for (int64_t i = 0; i < n; ++i) num::adamw_element(em[i], e1[i], e2[i], grad[i], h);
+  adamw_update(cpu_ctx(false), param.t(), master.t(), grad.t(), m.t(), v.t(), st);
+  EXPECT_TRUE(bitwise_equal(master.v, em.v));
+  EXPECT_TRUE(bitwise_equal(m.v, e1.v));
+  EXPECT_TRUE(bitwise_equal(v.v, e2.v));
+  EXPECT_TRUE(bitwise_equal(param.v, master.v)) << "param = master when !round_bf16";
+}
+
+TEST(OpsOptimizer, CopyMasterToParam) {
+  std::mt19937 rng(904);
+  HostF32 master = random_f32({333}, rng), param({333});
+  copy_master_to_param(cpu_ctx(true), param.t(), master.t());
+  for (size_t i = 0; i < param.size(); ++i) ASSERT_EQ(param[i], num::round_bf16(master[i]));
+  expect_bf16_representable(param.v, "param");
+  copy_master_to_param(cpu_ctx(false), param.t(), master.t());
+  EXPECT_TRUE(bitwise_equal(param.v, master.v));
+}
+
+TEST(OpsOptimizer, ErrorsNameTheOp) {
+  HostF32 a({10}), b({11});
+  HostI32 ia({10});
+  AdamWStep st{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f};
+  expect_error_naming("adamw_update",
+                      [&] { adamw_update(cpu_ctx(false), a.t(), a.t(), b.t(), a.t(), a.t(), st); });
+  st.step = 0;
+  expect_error_naming("adamw_update",
+                      [&] { adamw_update(cpu_ctx(false), a.t(), a.t(), a.t(), a.t(), a.t(), st); });
+  expect_error_naming("copy_master_to_param", [&] { copy_master_to_param(cpu_ctx(false), b.t(), a.t()); });
+  expect_error_naming("sum_of_squares", [&] { sum_of_squares(cpu_ctx(false), ia.t()); });
+}
+
+}  // namespace
+}  // namespace pl::optest

@@ -1,0 +1,149 @@
+// RMSNorm forward/backward against double references and finite differences.
+#include "op_test_util.h"
+
+namespace pl::optest {
+namespace {
+
+constexpr int64_t kT = 9, kH = 100;
+constexpr float kEps = 1e-5f;
+
+struct RefForward {
+  std::vector<double> out, rstd;
+};
+
+RefForward ref_forward(const std::vector<double>& x, const std::vector<double>& w, int64_t T, int64_t h,
+                       double eps) {
+  RefForward r{std::vector<double>(x.size()), std::vector<double>(static_cast<size_t>(T))};
+  for (int64_t t = 0; t < T; ++t) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < h; ++i) ss += x[t * h + i] * x[t * h + i];
+    const double rs = 1.0 / std::sqrt(ss / double(h) + eps);
+    r.rstd[t] = rs;
+    for (int64_t i = 0; i < h; ++i) r.out[t * h + i] = x[t * h + i] * rs * w[i];
+  }
+  return r;
+}
+
+// Analytic gradients of L = <out, g>: dx = r w g - (r³/h) x Σ g w x ; dw = Σ_t g x r.
+void ref_backward(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& g,
+                  int64_t T, int64_t h, double eps, std::vector<double>& dx, std::vector<double>& dw) {
+  const RefForward f = ref_forward(x, w, T, h, eps);
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  for (int64_t t = 0; t < T; ++t) {
+    const double r = f.rstd[t];
+    double dot = 0.0;
+    for (int64_t i = 0; i < h; ++i) dot += g[t * h + i] * w[i] * x[t * h + i];
+    for (int64_t i = 0; i < h; ++i) {
+      dx[t * h + i] = r * w[i] * g[t * h + i] - r * r * r / double(h) * x[t * h + i] * dot;
+      dw[i] += g[t * h + i] * x[t * h + i] * r;
+    }
+  }
+}
+
+TEST(OpsRmsNorm, ForwardMatchesDouble) {
+  std::mt19937 rng(301);
+  HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, 0.5, 1.5);
+  HostF32 out({kT, kH}), rstd({kT});
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  const RefForward ref = ref_forward(x.d(), w.d(), kT, kH, kEps);
+  expect_close(out.v, ref.out, 1e-5, "out");
+  expect_close(rstd.v, ref.rstd, 1e-6, "rstd");
+}
+
+TEST(OpsRmsNorm, BackwardAccumulatesAndMatchesDouble) {
+  std::mt19937 rng(302);
+  HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, 0.5, 1.5);
+  HostF32 g = random_f32({kT, kH}, rng);
+  HostF32 dx0 = random_f32({kT, kH}, rng), dw0 = random_f32({kH}, rng);
+  HostF32 out({kT, kH}), rstd({kT});
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  HostF32 dx = dx0, dw = dw0;
+  rmsnorm_backward(cpu_ctx(false), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
+  std::vector<double> rdx, rdw;
+  ref_backward(x.d(), w.d(), g.d(), kT, kH, kEps, rdx, rdw);
+  // Compare the increments (the prefill is exact in both).
+  std::vector<double> inc_dx(dx.size()), inc_dw(dw.size());
+  for (size_t i = 0; i < dx.size(); ++i) inc_dx[i] = double(dx[i]) - dx0[i];
+  for (size_t i = 0; i < dw.size(); ++i) inc_dw[i] = double(dw[i]) - dw0[i];
+  expect_close(inc_dx, rdx, 1e-5, "dx increment");
+  expect_close(inc_dw, rdw, 1e-5, "dw increment");
+}
+
+TEST(OpsRmsNorm, GradientsMatchFiniteDifferences) {
+  std::mt19937 rng(303);
+  const int64_t T = 3, h = 17;
+  HostF32 x = random_f32({T, h}, rng, -2, 2), w = random_f32({h}, rng, 0.5, 1.5), g = random_f32({T, h}, rng);
+  const std::vector<double> xd = x.d(), wd = w.d(), gd = g.d();
+  const auto loss_x = [&](const std::vector<double>& xv) {
+    return dot(ref_forward(xv, wd, T, h, kEps).out, gd);
+  };
+  const auto loss_w = [&](const std::vector<double>& wv) {
+    return dot(ref_forward(xd, wv, T, h, kEps).out, gd);
+  };
+  const std::vector<double> fd_dx = finite_diff(loss_x, xd), fd_dw = finite_diff(loss_w, wd);
+  std::vector<double> rdx, rdw;
+  ref_backward(xd, wd, gd, T, h, kEps, rdx, rdw);
+  expect_close(rdx, fd_dx, 1e-7, "reference dx vs finite differences");
+  expect_close(rdw, fd_dw, 1e-7, "reference dw vs finite differences");
+  // And the op itself.
+  HostF32 out({T, h}), rstd({T}), dx({T, h}), dw({h});
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_backward(cpu_ctx(false), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
+  expect_close(dx.v, fd_dx, 1e-5, "op dx vs finite differences");
+  expect_close(dw.v, fd_dw, 1e-5, "op dw vs finite differences");
+}
+
+TEST(OpsRmsNorm, RoundBf16) {
+  std::mt19937 rng(304);
+  HostF32 x = random_f32({kT, kH}, rng, -2, 2, true), w = random_f32({kH}, rng, 0.5, 1.5, true);
+  HostF32 g = random_f32({kT, kH}, rng, -1, 1, true), dx0 = random_f32({kT, kH}, rng, -1, 1, true);
+  HostF32 out({kT, kH}), rstd({kT}), out_plain({kT, kH}), rstd_plain({kT});
+  rmsnorm_forward(cpu_ctx(true), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_forward(cpu_ctx(false), out_plain.t(), rstd_plain.t(), x.t(), w.t(), kEps);
+  expect_bf16_representable(out.v, "out");
+  EXPECT_TRUE(bitwise_equal(rstd.v, rstd_plain.v)) << "rstd is fp32 and must not be rounded";
+  const RefForward ref = ref_forward(x.d(), w.d(), kT, kH, kEps);
+  expect_bf16_close(out.v, ref.out, "out");
+
+  HostF32 dx = dx0, dw({kH}, 0.5f), dx_plain = dx0, dw_plain({kH}, 0.5f);
+  rmsnorm_backward(cpu_ctx(true), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
+  rmsnorm_backward(cpu_ctx(false), dx_plain.t(), dw_plain.t(), g.t(), x.t(), w.t(), rstd.t());
+  expect_bf16_representable(dx.v, "dx");
+  EXPECT_TRUE(bitwise_equal(dw.v, dw_plain.v)) << "dw is an fp32 accumulator and must not be rounded";
+  std::vector<double> rdx, rdw;
+  ref_backward(x.d(), w.d(), g.d(), kT, kH, kEps, rdx, rdw);
+  for (size_t i = 0; i < rdx.size(); ++i) rdx[i] += dx0[i];
+  // dx = round(prefill + increment); the increment is fp32, so bf16 tolerance relative to the sum.
+  expect_bf16_close(dx.v, rdx, "dx", 1.0 / 128, 1e-3);
+  for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(dx[i], num::round_bf16(dx_plain[i])) << i;
+}
+
+TEST(OpsRmsNorm, BackwardIndependentOfThreadCount) {
+  std::mt19937 rng(305);
+  const int64_t T = 33, h = 200;  // several 64-column blocks of dw, with a tail
+  HostF32 x = random_f32({T, h}, rng, -2, 2), w = random_f32({h}, rng, 0.5, 1.5), g = random_f32({T, h}, rng);
+  HostF32 out({T, h}), rstd({T});
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  HostF32 dx[2] = {HostF32({T, h}), HostF32({T, h})}, dw[2] = {HostF32({h}), HostF32({h})};
+  for (int r = 0; r < 2; ++r) {
+    ScopedThreads threads(r + 1);
+    rmsnorm_backward(cpu_ctx(true), dx[r].t(), dw[r].t(), g.t(), x.t(), w.t(), rstd.t());
+  }
+  EXPECT_TRUE(bitwise_equal(dx[0].v, dx[1].v));
+  EXPECT_TRUE(bitwise_equal(dw[0].v, dw[1].v));
+}
+
+TEST(OpsRmsNorm, ErrorsNameTheOp) {
+  HostF32 x({4, 8}), w({8}), w_bad({7}), out({4, 8}), rstd({4}), rstd_bad({5});
+  const OpContext ctx = cpu_ctx(false);
+  expect_error_naming("rmsnorm_forward",
+                      [&] { rmsnorm_forward(ctx, out.t(), rstd.t(), x.t(), w_bad.t(), kEps); });
+  expect_error_naming("rmsnorm_forward",
+                      [&] { rmsnorm_forward(ctx, out.t(), rstd_bad.t(), x.t(), w.t(), kEps); });
+  expect_error_naming("rmsnorm_backward",
+                      [&] { rmsnorm_backward(ctx, out.t(), w_bad.t(), out.t(), x.t(), w.t(), rstd.t()); });
+}
+
+}  // namespace
+}  // namespace pl::optest
