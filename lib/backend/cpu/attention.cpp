@@ -23,6 +23,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -30,12 +31,6 @@
 namespace pl::cpu {
 
 namespace {
-
-void check_f32(const char* op, const char* name, const Tensor& t, int ndim) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == ndim,
-           "{}: {} {} ({}) must be a {}-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device),
-           ndim);
-}
 
 void check_shape(const char* op, const AttentionShape& s) {
   PL_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
@@ -47,14 +42,14 @@ void check_shape(const char* op, const AttentionShape& s) {
 
 void check_2d(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols,
               const AttentionShape& s) {
-  check_f32(op, name, t, 2);
+  check_cpu(op, name, t, DType::F32, 2);
   PL_CHECK(t.dim(0) == rows && t.dim(1) == cols,
            "{}: {} {} does not match batch={} seq={} q_heads={} kv_heads={} head_dim={} (expected [{}, {}])",
            op, name, t.shape_str(), s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, rows, cols);
 }
 
 void check_lse(const char* op, const Tensor& lse, const AttentionShape& s) {
-  check_f32(op, "lse", lse, 3);
+  check_cpu(op, "lse", lse, DType::F32, 3);
   PL_CHECK(lse.dim(0) == s.batch && lse.dim(1) == s.q_heads && lse.dim(2) == s.seq,
            "{}: lse {} does not match batch={} q_heads={} seq={} (expected [{}, {}, {}])", op,
            lse.shape_str(), s.batch, s.q_heads, s.seq, s.batch, s.q_heads, s.seq);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -13,12 +14,6 @@
 namespace pl::cpu {
 
 namespace {
-
-void check_cpu(const char* op, const char* name, const Tensor& t, DType dtype, int ndim) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == dtype && t.ndim == ndim,
-           "{}: {} {} ({}) must be a {}-D {} cpu tensor", op, name, t.shape_str(), device_name(t.device),
-           ndim, dtype_name(dtype));
-}
 
 // Max of a row in eight independent lanes (a max is exact in any order; the lanes let it vectorize).
 float row_max(const float* x, int64_t n) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -18,18 +19,13 @@ bool same_shape(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-void check_f32(const char* op, const char* name, const Tensor& t) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32, "{}: {} {} ({}) must be an f32 cpu tensor", op,
-           name, t.shape_str(), device_name(t.device));
-}
-
 }  // namespace
 
 void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
   constexpr const char* op = "add";
-  check_f32(op, "out", out);
-  check_f32(op, "a", a);
-  check_f32(op, "b", b);
+  check_cpu(op, "out", out);
+  check_cpu(op, "a", a);
+  check_cpu(op, "b", b);
   PL_CHECK(same_shape(a, b), "{}: a {} does not match b {}", op, a.shape_str(), b.shape_str());
   PL_CHECK(same_shape(out, a), "{}: out {} does not match a {}", op, out.shape_str(), a.shape_str());
   const int64_t n = out.numel();

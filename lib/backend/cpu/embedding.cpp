@@ -4,6 +4,7 @@
 // in token order, whatever the thread count, with no atomics.
 #include <algorithm>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -11,12 +12,6 @@
 namespace pl::cpu {
 
 namespace {
-
-void check_cpu(const char* op, const char* name, const Tensor& t, DType dtype, int ndim) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == dtype && t.ndim == ndim,
-           "{}: {} {} ({}) must be a {}-D {} cpu tensor", op, name, t.shape_str(), device_name(t.device),
-           ndim, dtype_name(dtype));
-}
 
 // Every token id must index a row of the table; checked before any parallel work.
 void check_tokens(const char* op, const Tensor& tokens, int64_t vocab) {

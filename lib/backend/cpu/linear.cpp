@@ -7,6 +7,7 @@
 #include <climits>
 #include <cstring>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -16,8 +17,7 @@ namespace pl::cpu {
 namespace {
 
 void check_matrix(const char* op, const char* name, const Tensor& t) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == 2,
-           "{}: {} {} ({}) must be a 2-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device));
+  check_cpu(op, name, t, DType::F32, 2);
   PL_CHECK(t.dim(0) < INT_MAX && t.dim(1) < INT_MAX, "{}: {} {} is too large for BLAS", op, name,
            t.shape_str());
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/adamw.h"
@@ -13,13 +14,8 @@ namespace pl::cpu {
 
 namespace {
 
-void check_f32(const char* op, const char* name, const Tensor& t) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32, "{}: {} {} ({}) must be an f32 cpu tensor", op,
-           name, t.shape_str(), device_name(t.device));
-}
-
 void check_numel(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
-  check_f32(op, name, t);
+  check_cpu(op, name, t);
   PL_CHECK(t.numel() == ref.numel(), "{}: {} {} does not match {} {} (element counts differ)", op, name,
            t.shape_str(), ref_name, ref.shape_str());
 }
@@ -34,7 +30,7 @@ constexpr int64_t kSumChunk = 65536;
 // chunk sums live in a thread_local vector of the calling thread that only grows.
 double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   (void)ctx;
-  check_f32("sum_of_squares", "x", x);
+  check_cpu("sum_of_squares", "x", x);
   const int64_t n = x.numel();
   const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
   static thread_local std::vector<double> partial;
@@ -63,7 +59,7 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {
   constexpr const char* op = "adamw_update";
-  check_f32(op, "master", master);
+  check_cpu(op, "master", master);
   check_numel(op, "param", param, "master", master);
   check_numel(op, "grad", grad, "master", master);
   check_numel(op, "m", m, "master", master);
@@ -96,7 +92,7 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   constexpr const char* op = "copy_master_to_param";
-  check_f32(op, "master", master);
+  check_cpu(op, "master", master);
   check_numel(op, "param", param, "master", master);
   const int64_t n = master.numel();
   float* pp = param.f32();

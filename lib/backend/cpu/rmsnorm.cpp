@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -14,12 +15,6 @@ namespace pl::cpu {
 
 namespace {
 
-void check_f32(const char* op, const char* name, const Tensor& t, int ndim) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == ndim,
-           "{}: {} {} ({}) must be a {}-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device),
-           ndim);
-}
-
 constexpr int64_t kColumnBlock = 64;  // columns of dw one thread owns at a time
 
 }  // namespace
@@ -27,10 +22,10 @@ constexpr int64_t kColumnBlock = 64;  // columns of dw one thread owns at a time
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x,
                      const Tensor& w, float eps) {
   constexpr const char* op = "rmsnorm_forward";
-  check_f32(op, "out", out, 2);
-  check_f32(op, "rstd", rstd, 1);
-  check_f32(op, "x", x, 2);
-  check_f32(op, "w", w, 1);
+  check_cpu(op, "out", out, DType::F32, 2);
+  check_cpu(op, "rstd", rstd, DType::F32, 1);
+  check_cpu(op, "x", x, DType::F32, 2);
+  check_cpu(op, "w", w, DType::F32, 1);
   PL_CHECK(x.dim(1) == w.dim(0) && x.dim(1) > 0, "{}: x {} does not match w {}", op, x.shape_str(),
            w.shape_str());
   PL_CHECK(out.dim(0) == x.dim(0) && out.dim(1) == x.dim(1), "{}: out {} does not match x {}", op,
@@ -63,12 +58,12 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
 void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
                       const Tensor& x, const Tensor& w, const Tensor& rstd) {
   constexpr const char* op = "rmsnorm_backward";
-  check_f32(op, "dx", dx, 2);
-  check_f32(op, "dw", dw, 1);
-  check_f32(op, "dout", dout, 2);
-  check_f32(op, "x", x, 2);
-  check_f32(op, "w", w, 1);
-  check_f32(op, "rstd", rstd, 1);
+  check_cpu(op, "dx", dx, DType::F32, 2);
+  check_cpu(op, "dw", dw, DType::F32, 1);
+  check_cpu(op, "dout", dout, DType::F32, 2);
+  check_cpu(op, "x", x, DType::F32, 2);
+  check_cpu(op, "w", w, DType::F32, 1);
+  check_cpu(op, "rstd", rstd, DType::F32, 1);
   PL_CHECK(x.dim(1) == w.dim(0) && x.dim(1) > 0, "{}: x {} does not match w {}", op, x.shape_str(),
            w.shape_str());
   PL_CHECK(dw.dim(0) == w.dim(0), "{}: dw {} does not match w {}", op, dw.shape_str(), w.shape_str());

@@ -4,6 +4,7 @@
 // The backward applies the transposed rotation (angle -θ). Both work in place on the first
 // rotated_heads heads of every row of qkv, OpenMP over rows; results are rounded to bf16 when
 // ctx.round_bf16 (qkv and dqkv are bf16 activations).
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -12,16 +13,11 @@ namespace pl::cpu {
 
 namespace {
 
-void check_f32_2d(const char* op, const char* name, const Tensor& t) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == 2,
-           "{}: {} {} ({}) must be a 2-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device));
-}
-
 void check_rope(const char* op, const char* name, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
                 int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  check_f32_2d(op, name, qkv);
-  check_f32_2d(op, "cos", cos);
-  check_f32_2d(op, "sin", sin);
+  check_cpu(op, name, qkv, DType::F32, 2);
+  check_cpu(op, "cos", cos, DType::F32, 2);
+  check_cpu(op, "sin", sin, DType::F32, 2);
   PL_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim = {} must be even and positive", op, head_dim);
   PL_CHECK(seq_len > 0 && qkv.dim(0) % seq_len == 0, "{}: {} {} rows are not a multiple of seq_len = {}", op,
            name, qkv.shape_str(), seq_len);

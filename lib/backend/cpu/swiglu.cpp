@@ -3,6 +3,7 @@
 // (rounded when ctx.round_bf16).
 #include <cmath>
 
+#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -11,17 +12,12 @@ namespace pl::cpu {
 
 namespace {
 
-void check_f32_2d(const char* op, const char* name, const Tensor& t) {
-  PL_CHECK(t.device == Device::CPU && t.dtype == DType::F32 && t.ndim == 2,
-           "{}: {} {} ({}) must be a 2-D f32 cpu tensor", op, name, t.shape_str(), device_name(t.device));
-}
-
 }  // namespace
 
 void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) {
   constexpr const char* op = "swiglu_forward";
-  check_f32_2d(op, "out", out);
-  check_f32_2d(op, "fc1", fc1);
+  check_cpu(op, "out", out, DType::F32, 2);
+  check_cpu(op, "fc1", fc1, DType::F32, 2);
   PL_CHECK(fc1.dim(0) == out.dim(0) && fc1.dim(1) == 2 * out.dim(1),
            "{}: out {} does not match fc1 {} (expected fc1 [{}, {}])", op, out.shape_str(), fc1.shape_str(),
            out.dim(0), 2 * out.dim(1));
@@ -44,9 +40,9 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
 
 void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
   constexpr const char* op = "swiglu_backward";
-  check_f32_2d(op, "dfc1", dfc1);
-  check_f32_2d(op, "dout", dout);
-  check_f32_2d(op, "fc1", fc1);
+  check_cpu(op, "dfc1", dfc1, DType::F32, 2);
+  check_cpu(op, "dout", dout, DType::F32, 2);
+  check_cpu(op, "fc1", fc1, DType::F32, 2);
   PL_CHECK(fc1.dim(0) == dout.dim(0) && fc1.dim(1) == 2 * dout.dim(1),
            "{}: dout {} does not match fc1 {} (expected fc1 [{}, {}])", op, dout.shape_str(), fc1.shape_str(),
            dout.dim(0), 2 * dout.dim(1));
