@@ -192,9 +192,9 @@ int run(int argc, char** argv) {
   const auto t_data = std::chrono::steady_clock::now();
   data::MockGPTDataset dataset(data::MockDataConfig{data_vocab, data_vocab - 1, t.seq_length,
                                                     t.train_iters * t.global_batch_size, 1234});
-  out->info("pretrain_llama | data: Megatron MockGPTDataset (vocab {}, eod {}, split 1,1,1, seed 1234): {} samples "
-            "indexed in {:.0f} ms",
-            data_vocab, data_vocab - 1, dataset.size(),
+  out->info("pretrain_llama | data: Megatron MockGPTDataset (vocab {}, eod {}, split 1,1,1, seed 1234): the run reads "
+            "{} samples of the {} indexed, index built in {:.0f} ms",
+            data_vocab, data_vocab - 1, t.train_iters * t.global_batch_size, dataset.size(),
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_data).count());
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx);
