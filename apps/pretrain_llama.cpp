@@ -1,7 +1,7 @@
 // pretrain_llama: pretrain a Llama-shaped decoder with Megatron-Bridge's recipe and log format.
 //
-//   pretrain_llama --model configs/models/llama_tiny.json --device cpu --disable-fp4 --train-iters 30 \
-//       --global-batch-size 8 --micro-batch-size 2 --seq-length 128
+//   pretrain_llama --model configs/models/llama_tiny.json --device cpu --disable-fp4 --train-iters 30
+//                  --global-batch-size 8 --micro-batch-size 2 --seq-length 128
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <omp.h>

@@ -48,10 +48,10 @@ std::string python_float_repr(double x) {
   std::string out;
   if (exp10 < -4 || exp10 >= 16) {
     out = digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) out.append(".").append(digits, 1);
     out += fmt::format("e{}{:02d}", exp10 < 0 ? '-' : '+', std::abs(exp10));
   } else if (exp10 < 0) {
-    out = "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+    out.append("0.").append(static_cast<size_t>(-exp10 - 1), '0').append(digits);
   } else {
     const size_t int_len = static_cast<size_t>(exp10) + 1;
     if (digits.size() <= int_len) {
