@@ -1,12 +1,17 @@
 #pragma once
 // Small helpers shared by the config, plan, log and CLI tests: a self-deleting temporary directory,
-// running a command with its stdout/stderr/exit code captured, and line counting.
+// running a command with its stdout/stderr/exit code captured, line counting, the one-line-error
+// expectation and an index-array fingerprint.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +21,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/error.h"
 
 namespace pl::test {
 
@@ -119,6 +126,34 @@ inline std::vector<std::string> split_lines(const std::string& s) {
   std::string line;
   while (std::getline(in, line)) lines.push_back(line);
   return lines;
+}
+
+// fn() must throw a pl::Error whose message is one non-empty line containing every needle.
+inline void expect_one_line_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected a pl::Error";
+  } catch (const pl::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_FALSE(msg.empty());
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+    EXPECT_EQ(msg.find('\r'), std::string::npos) << "not one line: " << msg;
+    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a pl::Error, got another exception: " << e.what();
+  }
+}
+
+// FNV-1a over the low 32 bits of each element: a compact fingerprint of an index array, as the
+// golden-value script computes it.
+template <class T>
+uint64_t fnv1a(const std::vector<T>& v) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  for (const T x : v) {
+    h ^= static_cast<uint32_t>(static_cast<int64_t>(x));
+    h *= 0x100000001B3ull;
+  }
+  return h;
 }
 
 }  // namespace pl::test

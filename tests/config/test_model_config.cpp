@@ -14,6 +14,7 @@
 namespace {
 
 namespace fs = std::filesystem;
+using pl::test::expect_one_line_error;
 using pl::ModelConfig;
 
 std::string model_path(const std::string& name) { return std::string(PL_CONFIG_DIR) + "/models/" + name + ".json"; }
@@ -34,21 +35,6 @@ nlohmann::json base_model_json() {
 
 // Runs `fn`, expects a pl::Error, and checks that its message is one non-empty line containing
 // every string of `needles`.
-void expect_one_line_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a pl::Error";
-  } catch (const pl::Error& e) {
-    const std::string msg = e.what();
-    EXPECT_FALSE(msg.empty());
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
-    EXPECT_EQ(msg.find('\r'), std::string::npos) << "not one line: " << msg;
-    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a pl::Error, got another exception: " << e.what();
-  }
-}
-
 TEST(ConfigModel, EveryShippedModelLoads) {
   int count = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(PL_CONFIG_DIR) / "models")) {

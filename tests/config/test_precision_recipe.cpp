@@ -14,24 +14,11 @@
 namespace {
 
 namespace fs = std::filesystem;
+using pl::test::expect_one_line_error;
 using pl::PrecisionRecipe;
 
 std::string recipe_path(const std::string& name) {
   return std::string(PL_CONFIG_DIR) + "/recipes/" + name + ".json";
-}
-
-void expect_one_line_error(const std::function<void()>& fn, const std::vector<std::string>& needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected a pl::Error";
-  } catch (const pl::Error& e) {
-    const std::string msg = e.what();
-    EXPECT_FALSE(msg.empty());
-    EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
-    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "'" << n << "' not in: " << msg;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a pl::Error, got another exception: " << e.what();
-  }
 }
 
 TEST(ConfigRecipe, EveryShippedRecipeLoads) {

@@ -20,20 +20,13 @@
 #include "data/mock_dataset.h"
 #include "data/numpy_rng.h"
 
+#include "test_util.h"
+
 namespace {
 
-using namespace pl::data;
+using pl::test::fnv1a;  // the same fingerprint as scripts/mock_data_golden.py
 
-// FNV-1a 64 over values as uint32 words (scripts/mock_data_golden.py fnv1a).
-template <class T>
-uint64_t fnv1a(const std::vector<T>& v) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (const T x : v) {
-    h ^= static_cast<uint32_t>(static_cast<int64_t>(x));
-    h *= 0x100000001B3ull;
-  }
-  return h;
-}
+using namespace pl::data;
 
 template <class T>
 std::vector<T> slice(const std::vector<T>& v, size_t begin, size_t n) {

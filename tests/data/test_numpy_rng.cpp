@@ -11,21 +11,14 @@
 #include "core/error.h"
 #include "data/numpy_rng.h"
 
+#include "test_util.h"
+
 namespace {
+
+using pl::test::fnv1a;  // the same fingerprint as scripts/mock_data_golden.py
 
 using pl::data::Pcg64;
 using pl::data::RandomStateMt;
-
-// FNV-1a 64 over values as uint32 words (scripts/mock_data_golden.py fnv1a).
-template <class T>
-uint64_t fnv1a(const std::vector<T>& v) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (const T x : v) {
-    h ^= static_cast<uint32_t>(static_cast<int64_t>(x));
-    h *= 0x100000001B3ull;
-  }
-  return h;
-}
 
 TEST(DataNumpyRng, SeedSequenceGenerateState) {
   // numpy.random.SeedSequence(seed).generate_state(8, numpy.uint32)
