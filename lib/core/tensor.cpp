@@ -14,6 +14,7 @@ size_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::BF16: return 2;
     case DType::I32: return 4;
+    case DType::U8: return 1;
   }
   return 0;
 }
@@ -23,6 +24,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::BF16: return "bf16";
     case DType::I32: return "i32";
+    case DType::U8: return "u8";
   }
   return "?";
 }
@@ -55,6 +57,11 @@ float* Tensor::f32() const {
 int32_t* Tensor::i32() const {
   PL_CHECK(dtype == DType::I32, "expected an i32 tensor, got {}", shape_str());
   return static_cast<int32_t*>(data);
+}
+
+uint8_t* Tensor::u8() const {
+  PL_CHECK(dtype == DType::U8, "expected a u8 tensor, got {}", shape_str());
+  return static_cast<uint8_t*>(data);
 }
 
 Tensor Tensor::rows(int64_t row0, int64_t nrows) const {

@@ -9,7 +9,7 @@
 
 namespace pl {
 
-enum class DType : uint8_t { F32, BF16, I32 };
+enum class DType : uint8_t { F32, BF16, I32, U8 };  // U8: packed FP4 / FP8 codes and scale bytes
 enum class Device : uint8_t { CPU, CUDA };
 
 size_t dtype_size(DType t);
@@ -35,6 +35,7 @@ struct Tensor {
   T* ptr() const { return static_cast<T*>(data); }
   float* f32() const;    // checks dtype == F32
   int32_t* i32() const;  // checks dtype == I32
+  uint8_t* u8() const;   // checks dtype == U8
   // A view of rows [row0, row0+rows) of the leading dimension.
   Tensor rows(int64_t row0, int64_t nrows) const;
   // The same memory seen with another shape of equal numel.

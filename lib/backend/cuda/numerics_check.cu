@@ -31,6 +31,13 @@ __global__ void adamw_kernel(float* master, float* m, float* v, const float* gra
   num::adamw_element(master[i], m[i], v[i], grad[i], h);
 }
 
+// Every quantization numerics function once per thread (quant_numerics_item, numerics_check.h).
+__global__ void quant_numerics_kernel(const float* in, uint8_t* out, int64_t n, uint64_t seed) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= n) return;
+  quant_numerics_item(in + 16 * i, i, seed, out + kQuantCheckOutBytes * i);
+}
+
 void check(cudaError_t st, const char* what, int64_t n) {
   if (st != cudaSuccess)
     throw std::runtime_error(std::string(what) + " (n=" + std::to_string(n) + ") failed: " + cudaGetErrorString(st));
@@ -53,6 +60,14 @@ void adamw_on_device(float* master, float* m, float* v, const float* grad, int64
   adamw_kernel<<<static_cast<unsigned>(blocks), threads>>>(master, m, v, grad, n, h);
   check(cudaGetLastError(), "adamw_kernel launch", n);
   check(cudaDeviceSynchronize(), "adamw_kernel", n);
+}
+
+void quant_numerics_on_device(const float* in, uint8_t* out, int64_t n, uint64_t seed) {
+  const int threads = 128;
+  const int64_t blocks = (n + threads - 1) / threads;
+  quant_numerics_kernel<<<static_cast<unsigned>(blocks), threads>>>(in, out, n, seed);
+  check(cudaGetLastError(), "quant_numerics_kernel launch", n);
+  check(cudaDeviceSynchronize(), "quant_numerics_kernel", n);
 }
 
 }  // namespace pl::cuda
