@@ -36,6 +36,25 @@ int ld(int64_t v) { return static_cast<int>(v > 1 ? v : 1); }
 
 }  // namespace
 
+void gemm_nt(const OpContext& ctx, const Tensor& y, const Tensor& a, const Tensor& b, float alpha, bool accumulate) {
+  constexpr const char* op = "gemm_nt";
+  check_matrix(op, "y", y);
+  check_matrix(op, "a", a);
+  check_matrix(op, "b", b);
+  PL_CHECK(a.dim(1) == b.dim(1) && y.dim(0) == a.dim(0) && y.dim(1) == b.dim(0),
+           "{}: y {} != a {} · b {}ᵀ", op, y.shape_str(), a.shape_str(), b.shape_str());
+  const int64_t M = a.dim(0), K = a.dim(1), N = b.dim(0);
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    if (!accumulate) std::memset(y.data, 0, y.bytes());
+    return;
+  }
+  // y[M,N] = alpha · a[M,K] · b[N,K]ᵀ (+ y)
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bi(M), bi(N), bi(K), alpha, a.f32(), ld(K), b.f32(), ld(K),
+              accumulate ? 1.0f : 0.0f, y.f32(), ld(N));
+  if (ctx.round_bf16 && !accumulate) round_rows(y.f32(), M, N);
+}
+
 void linear_forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
   constexpr const char* op = "linear_forward";
   check_matrix(op, "y", y);
@@ -45,16 +64,8 @@ void linear_forward(const OpContext& ctx, const Tensor& y, const Tensor& x, cons
   PL_CHECK(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0),
            "{}: y {} does not match x {} and w {} (expected [{}, {}])", op, y.shape_str(), x.shape_str(),
            w.shape_str(), x.dim(0), w.dim(0));
-  const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
-  if (T == 0 || out == 0) return;
-  if (in == 0) {
-    std::memset(y.data, 0, y.bytes());
-    return;
-  }
   // y[T,out] = x[T,in] · w[out,in]ᵀ
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, bi(T), bi(out), bi(in), 1.0f, x.f32(), ld(in), w.f32(),
-              ld(in), 0.0f, y.f32(), ld(out));
-  if (ctx.round_bf16) round_rows(y.f32(), T, out);
+  gemm_nt(ctx, y, x, w, 1.0f, false);
 }
 
 void linear_backward_input(const OpContext& ctx, const Tensor& dx, const Tensor& dy, const Tensor& w) {

@@ -1,0 +1,113 @@
+// Quantized-tensor allocation (device-agnostic) and dispatch of the quantization ops.
+#include "backend/quantize.h"
+
+#include "backend/cpu/cpu_quantize.h"
+#include "core/error.h"
+#include "numerics/swizzle.h"
+
+namespace pl {
+
+const char* quant_format_name(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::NVFP4: return "nvfp4";
+    case QuantFormat::MXFP8: return "mxfp8";
+    case QuantFormat::FP8_E4M3: return "fp8_e4m3";
+    case QuantFormat::FP8_E5M2: return "fp8_e5m2";
+  }
+  return "?";
+}
+
+int64_t quant_block_size(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::NVFP4: return 16;
+    case QuantFormat::MXFP8: return 32;
+    default: return 1;
+  }
+}
+
+namespace {
+
+// One copy's buffers live in one Buffer owned by the registry below, so a QuantizedTensor stays a
+// plain value of views (as Tensor is).
+struct CopyLayout {
+  size_t data, scales, swizzled;
+};
+
+QuantizedCopy allocate_copy(std::vector<Buffer>& owner, Device device, QuantFormat f, int64_t rows, int64_t cols) {
+  const int64_t blk = quant_block_size(f);
+  PL_CHECK(rows > 0 && cols > 0, "quantized tensor of shape [{}, {}]: dimensions must be positive", rows, cols);
+  PL_CHECK(cols % blk == 0, "{}: the quantized dimension {} (of shape [{}, {}]) must be a multiple of {}",
+           quant_format_name(f), cols, rows, cols, blk);
+  QuantizedCopy c;
+  c.format = f;
+  c.rows = rows;
+  c.cols = cols;
+  const int64_t data_cols = f == QuantFormat::NVFP4 ? cols / 2 : cols;
+  const int64_t scale_cols = blk > 1 ? cols / blk : 0;
+  const int64_t swz = blk > 1 ? num::padded_scale_rows(rows) * num::padded_scale_cols(scale_cols) : 0;
+  auto align = [](size_t b) { return (b + 255) / 256 * 256; };
+  const size_t data_b = align(static_cast<size_t>(rows * data_cols));
+  const size_t scales_b = align(static_cast<size_t>(rows * scale_cols));
+  const size_t swz_b = align(static_cast<size_t>(swz));
+  owner.emplace_back(data_b + scales_b + swz_b + 256, device);
+  const Buffer& b = owner.back();
+  c.data = b.as({rows, data_cols}, DType::U8, 0);
+  if (blk > 1) {
+    c.scales = b.as({rows, scale_cols}, DType::U8, data_b);
+    c.scales_swizzled = b.as({swz}, DType::U8, data_b + scales_b);
+  }
+  c.amax = b.as({1}, DType::F32, data_b + scales_b + swz_b);
+  c.scale_inv = b.as({1}, DType::F32, data_b + scales_b + swz_b + 4);
+  return c;
+}
+
+}  // namespace
+
+QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, QuantFormat format, int64_t rows,
+                                   int64_t cols, bool rowwise, bool columnwise) {
+  QuantizedTensor q;
+  q.format = format;
+  if (rowwise) {
+    q.rowwise = allocate_copy(owner, device, format, rows, cols);
+    q.has_rowwise = true;
+  }
+  if (columnwise) {
+    q.columnwise = allocate_copy(owner, device, format, cols, rows);
+    q.has_columnwise = true;
+  }
+  return q;
+}
+
+namespace {
+[[noreturn]] void no_cuda(const char* op) {
+  fail("op {} is not implemented on the CUDA backend yet (run with --device cpu)", op);
+}
+}  // namespace
+
+void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
+  if (ctx.device == Device::CPU) return cpu::quantize(ctx, q, x, opt);
+  no_cuda("quantize");
+}
+
+void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format) {
+  if (ctx.device == Device::CPU) return cpu::dequantize(ctx, out, c, format);
+  no_cuda("dequantize");
+}
+
+void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
+                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b) {
+  if (ctx.device == Device::CPU) return cpu::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
+  no_cuda("quantized_gemm");
+}
+
+QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat format, const Tensor& reference) {
+  if (ctx.device == Device::CPU) return cpu::quant_stats(ctx, c, format, reference);
+  no_cuda("quant_stats");
+}
+
+void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht) {
+  if (ctx.device == Device::CPU) return cpu::columnwise_source(ctx, out, x, rht);
+  no_cuda("columnwise_source");
+}
+
+}  // namespace pl

@@ -1,0 +1,97 @@
+#pragma once
+// Quantized tensors and the ops that make and consume them (NVFP4, MXFP8, FP8 per-tensor).
+// The per-element and per-block math is in lib/numerics/ (shared with the CUDA backend); these ops
+// are the whole-tensor schedules around it. See shared SPEC-NVFP4 §1-§6 for the formats.
+//
+// A matrix X[rows, cols] is quantized into up to two copies, each blocked along its own last dim
+// (the GEMM reduction dim), as cuBLASLt's TN block-scaled GEMMs need:
+//   rowwise    : X itself           [rows, cols], blocks along cols
+//   columnwise : Xᵀ (transposed)   [cols, rows], blocks along rows; optionally RHT'd first
+// Both are made from the high-precision input, never from each other.
+#include <cstdint>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/tensor.h"
+
+namespace pl {
+
+enum class QuantFormat : uint8_t {
+  NVFP4,     // E2M1 codes, E4M3 scale per 16 elements (or per 16x16 tile), FP32 global scale from amax
+  MXFP8,     // E4M3 codes, UE8M0 scale per 32 elements
+  FP8_E4M3,  // E4M3 codes, one FP32 scale per tensor (current scaling: 448/amax)
+  FP8_E5M2,  // E5M2 codes, one FP32 scale per tensor (57344/amax)
+};
+const char* quant_format_name(QuantFormat f);
+int64_t quant_block_size(QuantFormat f);  // 16, 32, or 1 for per-tensor formats
+
+// One copy: a [rows, cols] matrix of codes blocked along cols.
+struct QuantizedCopy {
+  QuantFormat format = QuantFormat::NVFP4;
+  int64_t rows = 0, cols = 0;
+  Tensor data;             // u8: NVFP4 [rows, cols/2] (element 2j in the low nibble); FP8/MXFP8 [rows, cols]
+  Tensor scales;           // u8 compact [rows, cols/block] (E4M3 for NVFP4, UE8M0 for MXFP8); empty for FP8
+  Tensor scales_swizzled;  // u8 [roundup(rows,128) * roundup(cols/block,4)] cuBLASLt 128x4 layout, zero padded
+  Tensor amax;             // f32 [1]: amax of what was quantized (post-RHT for an RHT'd copy)
+  Tensor scale_inv;        // f32 [1]: FP8 per-tensor dequantization scale (1/scale); unused otherwise
+};
+
+struct QuantizedTensor {
+  QuantFormat format = QuantFormat::NVFP4;
+  bool has_rowwise = false, has_columnwise = false;
+  bool columnwise_rht = false;  // the columnwise copy holds RHT(Xᵀ)
+  QuantizedCopy rowwise, columnwise;
+};
+
+struct QuantizeOptions {
+  QuantFormat format = QuantFormat::NVFP4;
+  bool rowwise = true;
+  bool columnwise = false;
+  bool block_2d = false;        // NVFP4 only: 16x16 tiles share one scale (weights)
+  bool rht_columnwise = false;  // NVFP4 only: 16-point RHT on the columnwise copy (wgrad operands)
+  bool stochastic = false;      // NVFP4 only: stochastic rounding of the E2M1 codes (gradients)
+  // Stochastic-rounding stream: bits of element i of a copy come from Philox keyed by
+  // (seed, stream_id, counter, i); the columnwise copy uses stream_id + 1.
+  uint64_t seed = 0;
+  uint32_t stream_id = 0;
+  uint64_t counter = 0;
+};
+
+// Allocates the buffers of a quantized tensor for x[rows, cols] with the given copies (once,
+// outside any step loop) and appends them to `owner`, which must outlive the returned views.
+// Shapes must satisfy the format's block rules (one-line error otherwise).
+QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, QuantFormat format, int64_t rows,
+                                   int64_t cols, bool rowwise, bool columnwise);
+
+// x: [rows, cols] f32 (CPU) holding the values to quantize (BF16 values where the recipe requires
+// BF16; RHT requires it). Writes the copies requested in opt (which must have been allocated).
+void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt);
+
+// The `format` arguments below must equal the copy's own format (checked); a GEMM may mix
+// FP8_E4M3 and FP8_E5M2 copies (Megatron's "hybrid": E4M3 forward, E5M2 gradients).
+// out[rows, cols] f32 = the exact dequantized values of one copy (global scale included).
+void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format);
+
+// y[M, N] = alpha · A[M, K] · B[N, K]ᵀ (+ y when accumulate), alpha from the two copies' global
+// scales as cuBLASLt gets it. Both copies blocked along K; `format` is A's (B may be the other FP8). On the CPU every operand is dequantized
+// exactly (block scale included, global scale in alpha) into the scratch buffers and multiplied by
+// BLAS with FP32 accumulation: an emulation of the block-scaled GEMM, equal up to summation order.
+// y: bf16 activation (rounded when ctx.round_bf16 and !accumulate) or fp32 accumulator.
+void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
+                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b);
+
+// Telemetry of one copy against the values it was quantized from (x: [rows, cols] for rowwise;
+// for columnwise, the [cols, rows] transpose of x, RHT'd if the copy was).
+struct QuantStats {
+  double amax = 0.0;
+  double saturated_fraction = 0.0;   // elements whose code is ±max (E2M1 ±6, E4M3 ±448, E5M2 ±57344)
+  double underflow_fraction = 0.0;   // blocks with a nonzero amax whose scale became zero
+  double relative_error = 0.0;       // ‖x̂ − x‖ / ‖x‖ (0 when x is all zeros)
+};
+QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat format, const Tensor& reference);
+
+// The high-precision values a copy was quantized from: x (rowwise) or xᵀ / RHT(xᵀ) (columnwise),
+// written to out [cols, rows]. Used by telemetry and tests.
+void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht);
+
+}  // namespace pl
