@@ -73,6 +73,10 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--max-nan-iterations", t.max_consecutive_nan_iterations,
                  "Stop after this many consecutive iterations with a non-finite loss or grad norm")
       ->capture_default_str();
+  app.add_option("--log-quant-stats-interval", t.quant_stats_interval,
+                 "Every N iterations, one 'quant stats' line per quantized linear layer and operand: amax, "
+                 "saturated fraction, underflowed-block fraction, relative error (0 = off)")
+      ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
 }
@@ -168,9 +172,9 @@ int run(int argc, char** argv) {
   for (const std::string& line : plan.describe()) out->info("pretrain_llama |   {}", line);
   for (const std::string& note : plan.notes) out->info("pretrain_llama |   note: {}", note);
   if (!plan.all_bf16())
-    fail("recipe '{}' runs linear layers in {}, which is not implemented yet; run the BF16 baseline with "
-         "--disable-fp4 (or --recipe bf16_mixed)",
-         recipe.name, format_name(plan.quantized_format()));
+    out->info("pretrain_llama |   note: {} GEMMs are emulated on the {} (each operand dequantized exactly, FP32 "
+              "BLAS accumulation, global scales as alpha): the recipe's numerics, not its speed",
+              format_name(plan.quantized_format()), device_name(device));
 
   out->info("pretrain_llama | training: {} iterations, global batch {} = {} micro-batches x {} samples x {} tokens, "
             "lr {:.3g} -> {:.3g} (cosine, warmup {}), seed {}, log interval {}",
@@ -197,7 +201,7 @@ int run(int argc, char** argv) {
             data_vocab, data_vocab - 1, t.train_iters * t.global_batch_size, dataset.size(),
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_data).count());
 
-  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx);
+  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan);
   model.init_parameters(t.seed);
   Trainer trainer(
       model, t,

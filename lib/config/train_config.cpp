@@ -23,6 +23,8 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", t.threads);
   PL_CHECK(t.device == "auto" || t.device == "cpu" || t.device == "cuda",
            "--device must be auto, cpu or cuda, got '{}'", t.device);
+  PL_CHECK(t.quant_stats_interval >= 0, "--log-quant-stats-interval must be >= 0 (0 = off), got {}",
+           t.quant_stats_interval);
   PL_CHECK(t.max_consecutive_nan_iterations >= 1, "--max-nan-iterations must be >= 1, got {}",
            t.max_consecutive_nan_iterations);
 }

@@ -11,6 +11,8 @@
 namespace pl {
 
 namespace {
+enum LinearKind { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };
+
 DType float_storage(const OpContext& ctx) {
   // The CPU backend stores bf16 tensors as FP32 holding bf16 values (backend/ops.h).
   return ctx.device == Device::CPU ? DType::F32 : DType::BF16;
@@ -18,8 +20,14 @@ DType float_storage(const OpContext& ctx) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx)
-    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx) {
+    : LlamaModel(cfg, micro_batch, seq_length, ctx, bf16_plan(cfg.num_layers)) {}
+
+LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
+                       const PrecisionPlan& plan)
+    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
+  PL_CHECK(static_cast<int64_t>(plan_.layer_format.size()) == cfg.num_layers,
+           "internal: precision plan for {} layers, model has {}", plan_.layer_format.size(), cfg.num_layers);
   build_param_layout();
   const size_t n = static_cast<size_t>(num_params_);
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_)), ctx_.device);
@@ -83,6 +91,11 @@ void LlamaModel::allocate_activations() {
   const int64_t T = B_ * S_, h = cfg_.hidden_size, f = cfg_.ffn_hidden_size, V = cfg_.vocab_size;
   const int64_t nq = cfg_.num_attention_heads, d = cfg_.kv_channels, qkv = cfg_.qkv_dim();
   const DType act = float_storage(ctx_);
+  // Input and output widths of the four linears: qkv, proj, fc1 (gate|up), fc2.
+  const int64_t lin_in[4] = {h, nq * d, h, f};
+  const int64_t lin_out[4] = {qkv, h, 2 * f, h};
+  auto linear_in = [&](int k) { return lin_in[k]; };
+  auto linear_out = [&](int k) { return lin_out[k]; };
   // Carve every tensor from one arena: first count, then allocate, then place.
   struct Slot {
     Tensor* t;
@@ -124,6 +137,14 @@ void LlamaModel::allocate_activations() {
   want(d_attn_, {T, nq * d}, act);
   want(d_fc1_, {T, 2 * f}, act);
   want(d_swi_, {T, f}, act);
+  int64_t scratch = 0;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    if (plan_.layer_format[l] != LinearFormat::BF16)
+      for (int k = 0; k < 4; ++k) scratch = std::max(scratch, LinearLayer::scratch_elements(T, linear_in(k), linear_out(k)));
+  if (scratch > 0) {
+    want(quant_scratch_a_, {scratch}, DType::F32);
+    want(quant_scratch_b_, {scratch}, DType::F32);
+  }
   auto bytes_of = [](const Slot& s) {
     int64_t n = 1;
     for (int64_t x : s.dims) n *= x;
@@ -141,6 +162,13 @@ void LlamaModel::allocate_activations() {
     off += bytes_of(s);
   }
   acts_[0].resid_in = embed_out_;
+
+  linears_.reserve(static_cast<size_t>(cfg_.num_layers * 4));
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    for (int k = 0; k < 4; ++k)
+      linears_.emplace_back(plan_.layer_format[l], plan_.nvfp4, T, linear_in(k), linear_out(k),
+                            static_cast<uint32_t>((l * 4 + k) * 4), ctx_.device, quant_buffers_, quant_scratch_a_,
+                            quant_scratch_b_);
 
   std::vector<float> cos(static_cast<size_t>(S_ * d / 2)), sin(cos.size());
   rope_tables(cfg_, S_, cos.data(), sin.data());
@@ -164,7 +192,30 @@ void LlamaModel::init_parameters(uint64_t seed) {
   zero_grads();
 }
 
-void LlamaModel::sync_weights_from_master() { copy_master_to_param(ctx_, weights_.flat, master_.flat); }
+void LlamaModel::sync_weights_from_master() {
+  copy_master_to_param(ctx_, weights_.flat, master_.flat);
+  prepare_weights();
+}
+
+void LlamaModel::prepare_weights() {
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const LayerParams& w = weights_.layers[l];
+    const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
+    for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(ctx_, *ws[k]);
+  }
+}
+
+void LlamaModel::set_collect_quant_stats(bool on) {
+  for (LinearLayer& lin : linears_) lin.set_collect_stats(on);
+}
+
+std::vector<LinearStats> LlamaModel::quant_stats() const {
+  std::vector<LinearStats> out;
+  for (size_t i = 0; i < linears_.size(); ++i)
+    if (linears_[i].format() != LinearFormat::BF16 && !linears_[i].stats().empty())
+      out.push_back({static_cast<int64_t>(i / 4), kLinearNames[i % 4], linears_[i].stats()});
+  return out;
+}
 
 void LlamaModel::zero_grads() { fill_zero(ctx_, grads_.flat); }
 
@@ -204,16 +255,16 @@ double LlamaModel::run_forward(float grad_scale, bool want_grad) {
     const Tensor& out = l + 1 < cfg_.num_layers ? acts_[l + 1].resid_in : resid_out_;
     // attention block: x + proj(attn(rope(qkv(norm(x)))))
     rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
-    linear_forward(ctx_, a.qkv, a.ln1, w.qkv);
+    linear(l, kQkv).forward(ctx_, a.qkv, a.ln1, w.qkv);
     rope_forward(ctx_, a.qkv, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
     attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
-    linear_forward(ctx_, d_h_, a.attn, w.proj);  // d_h_ is free during the forward: use it as scratch
+    linear(l, kProj).forward(ctx_, d_h_, a.attn, w.proj);  // d_h_ is free during the forward: scratch
     add(ctx_, a.resid_mid, a.resid_in, d_h_);
     // MLP block: x + fc2(swiglu(fc1(norm(x))))
     rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
-    linear_forward(ctx_, a.fc1, a.ln2, w.fc1);
+    linear(l, kFc1).forward(ctx_, a.fc1, a.ln2, w.fc1);
     swiglu_forward(ctx_, a.swi, a.fc1);
-    linear_forward(ctx_, d_h_, a.swi, w.fc2);
+    linear(l, kFc2).forward(ctx_, d_h_, a.swi, w.fc2);
     add(ctx_, out, a.resid_mid, d_h_);
   }
   rmsnorm_forward(ctx_, lnf_, rstdf_, resid_out_, weights_.final_norm, eps);
@@ -238,19 +289,15 @@ void LlamaModel::run_backward() {
     const LayerParams& w = weights_.layers[l];
     LayerParams& g = grads_.layers[l];
     // d_resid_ = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
-    linear_backward_weight(ctx_, g.fc2, d_resid_, a.swi);
-    linear_backward_input(ctx_, d_swi_, d_resid_, w.fc2);
+    linear(l, kFc2).backward(ctx_, d_swi_, g.fc2, d_resid_, a.swi, w.fc2, micro_counter_);
     swiglu_backward(ctx_, d_fc1_, d_swi_, a.fc1);
-    linear_backward_weight(ctx_, g.fc1, d_fc1_, a.ln2);
-    linear_backward_input(ctx_, d_ln_, d_fc1_, w.fc1);
+    linear(l, kFc1).backward(ctx_, d_ln_, g.fc1, d_fc1_, a.ln2, w.fc1, micro_counter_);
     rmsnorm_backward(ctx_, d_resid_, g.ln2, d_ln_, a.resid_mid, w.ln2, a.rstd2);
     // d_resid_ = dL/d(resid_mid); the attention branch.
-    linear_backward_weight(ctx_, g.proj, d_resid_, a.attn);
-    linear_backward_input(ctx_, d_attn_, d_resid_, w.proj);
+    linear(l, kProj).backward(ctx_, d_attn_, g.proj, d_resid_, a.attn, w.proj, micro_counter_);
     attention_backward(ctx_, d_qkv_, d_attn_, a.attn, a.lse, a.qkv, as);
     rope_backward(ctx_, d_qkv_, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
-    linear_backward_weight(ctx_, g.qkv, d_qkv_, a.ln1);
-    linear_backward_input(ctx_, d_ln_, d_qkv_, w.qkv);
+    linear(l, kQkv).backward(ctx_, d_ln_, g.qkv, d_qkv_, a.ln1, w.qkv, micro_counter_);
     rmsnorm_backward(ctx_, d_resid_, g.ln1, d_ln_, a.resid_in, w.ln1, a.rstd1);
   }
   embedding_backward(ctx_, grads_.embedding, d_resid_, tokens_);

@@ -12,6 +12,8 @@
 #include "backend/ops.h"
 #include "config/model_config.h"
 #include "core/tensor.h"
+#include "model/linear_layer.h"
+#include "model/precision_plan.h"
 
 namespace pl {
 
@@ -38,10 +40,20 @@ struct ParamViews {
   Tensor flat;             // [n]
 };
 
+// Telemetry of one linear layer's quantized operands.
+struct LinearStats {
+  int64_t layer;
+  const char* linear;  // kLinearNames
+  std::vector<OperandStats> operands;
+};
+
 class LlamaModel {
  public:
-  // micro_batch x seq_length tokens per forward; device and rounding from ctx.
+  // micro_batch x seq_length tokens per forward; device and rounding from ctx; the linear layers run
+  // in the formats of `plan` (all BF16 when no plan is given).
   LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx);
+  LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
+             const PrecisionPlan& plan);
 
   const ModelConfig& config() const { return cfg_; }
   const OpContext& context() const { return ctx_; }
@@ -57,9 +69,19 @@ class LlamaModel {
   // Megatron initialisation into the fp32 master weights (deterministic in seed), copied to the
   // bf16 weights. N(0, std) for matrices; linear_proj and linear_fc2 use std/sqrt(2L); norms 1.
   void init_parameters(uint64_t seed);
-  // Copies master -> weights (rounded to bf16), e.g. after a test edits the master copy.
+  // Copies master -> weights (rounded to bf16), e.g. after a test edits the master copy, and
+  // re-quantizes the weights of quantized layers.
   void sync_weights_from_master();
+  // Quantizes the weights of every non-BF16 linear layer from the current bf16 weights: once per
+  // optimizer step, reused by all micro-batches of the next step.
+  void prepare_weights();
   void zero_grads();
+  // Distinct per (iteration, micro-batch): seeds the stochastic rounding of gradient quantization.
+  void set_micro_batch_counter(uint64_t counter) { micro_counter_ = counter; }
+  // Telemetry: when on, the next backward records statistics of every quantized operand.
+  void set_collect_quant_stats(bool on);
+  std::vector<LinearStats> quant_stats() const;
+  const PrecisionPlan& plan() const { return plan_; }
 
   // Forward of one micro-batch: tokens/labels are host arrays of B*S ids. Returns the sum of the
   // per-token losses (fp32 per token, summed in double).
@@ -75,9 +97,16 @@ class LlamaModel {
   void run_backward();
   void upload_batch(const int32_t* tokens, const int32_t* labels);
 
+  LinearLayer& linear(int64_t layer, int kind) { return linears_[static_cast<size_t>(layer * 4 + kind)]; }
+
   ModelConfig cfg_;
   int64_t B_, S_;
   OpContext ctx_;
+  PrecisionPlan plan_;
+  std::vector<Buffer> quant_buffers_;
+  std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
+  Tensor quant_scratch_a_, quant_scratch_b_;
+  uint64_t micro_counter_ = 0;
   std::vector<ParamEntry> entries_;
   int64_t num_params_ = 0;
   Buffer weight_buf_, grad_buf_, master_buf_;

@@ -73,6 +73,13 @@ std::vector<std::string> PrecisionPlan::describe() const {
   return lines;
 }
 
+PrecisionPlan bf16_plan(int64_t num_layers) {
+  PrecisionPlan p;
+  p.recipe_name = "bf16_mixed";
+  p.layer_format.assign(static_cast<size_t>(num_layers), LinearFormat::BF16);
+  return p;
+}
+
 PrecisionPlan make_precision_plan(const ModelConfig& m, const PrecisionRecipe& r) {
   PrecisionPlan plan;
   plan.recipe_name = r.name;

@@ -30,6 +30,8 @@ struct PrecisionPlan {
   std::vector<std::string> describe() const;
 };
 
+// Every linear layer in BF16 (the bf16_mixed recipe).
+PrecisionPlan bf16_plan(int64_t num_layers);
 // Builds the plan and checks the recipe's block rules against the model's linear dimensions; a
 // violation is a one-line error naming the model file, the field and the recipe.
 PrecisionPlan make_precision_plan(const ModelConfig& model, const PrecisionRecipe& recipe);

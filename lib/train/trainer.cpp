@@ -25,6 +25,15 @@ Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, Lin
            cfg.micro_batch_size * cfg.seq_length);
 }
 
+void Trainer::log_quant_stats(int64_t iteration) {
+  for (const LinearStats& ls : model_.quant_stats())
+    for (const OperandStats& o : ls.operands)
+      out_(fmt::format("quant stats | iteration {:8d} | layer {:3d} {:<11} | {:<13} | {:<8} | amax {:.6E} | saturated "
+                       "{:.6f} | underflow blocks {:.6f} | rel error {:.6f}",
+                       iteration, ls.layer, ls.linear, o.operand, quant_format_name(o.format), o.stats.amax,
+                       o.stats.saturated_fraction, o.stats.underflow_fraction, o.stats.relative_error));
+}
+
 TrainResult Trainer::run() {
   using clock = std::chrono::steady_clock;
   const int64_t T = model_.tokens_per_micro_batch();
@@ -53,8 +62,11 @@ TrainResult Trainer::run() {
     const auto t0 = clock::now();
     model_.zero_grads();
     double loss_sum = 0.0;
+    const bool stats_now = cfg_.quant_stats_interval > 0 && (it + 1) % cfg_.quant_stats_interval == 0;
     for (int64_t m = 0; m < M; ++m) {
       batches_(it, m, tokens, labels);
+      model_.set_micro_batch_counter(static_cast<uint64_t>(it * M + m));
+      model_.set_collect_quant_stats(stats_now && m == M - 1);  // the last micro-batch of the iteration
       loss_sum += model_.forward_backward(tokens.data(), labels.data(), grad_scale);
     }
     // Reported loss: the token-weighted mean over the global batch.
@@ -69,7 +81,10 @@ TrainResult Trainer::run() {
       step.skipped = true;
     }
     consumed_samples += cfg_.global_batch_size;
-    if (!step.skipped) scheduler_samples += cfg_.global_batch_size;
+    if (!step.skipped) {
+      scheduler_samples += cfg_.global_batch_size;
+      model_.prepare_weights();  // quantized weight copies for the next step's micro-batches
+    }
     const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
 
     res.loss.push_back(loss_finite ? loss : std::nan(""));
@@ -110,6 +125,7 @@ TrainResult Trainer::run() {
         out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
         memory_reported = true;
       }
+      if (stats_now) log_quant_stats(iteration);
       interval_seconds = interval_loss = 0.0;
       interval_iters = interval_good = interval_skipped = interval_nan = 0;
     }

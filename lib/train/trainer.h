@@ -41,6 +41,7 @@ class Trainer {
   TrainResult run();
 
  private:
+  void log_quant_stats(int64_t iteration);
   LlamaModel& model_;
   TrainConfig cfg_;
   BatchFn batches_;

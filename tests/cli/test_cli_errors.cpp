@@ -94,22 +94,6 @@ TEST(CliErrors, Nvfp4TokensBlockRule) {
                           {"15", "nvfp4"});
 }
 
-// Current state (until NVFP4 lands): the default recipe stops with a pointer to --disable-fp4.
-TEST(CliErrors, DefaultNvfp4RecipeIsNotImplementedYet) {
-  const ProcessResult r = run_app(tiny({"--train-iters", "1", "--global-batch-size", "1", "--micro-batch-size", "1",
-                                        "--seq-length", "16"}));
-  ASSERT_FALSE(r.timed_out);
-  EXPECT_NE(r.exit_code, 0);
-  const auto lines = pl::test::split_lines(r.err);
-  ASSERT_EQ(lines.size(), 1u) << "stderr:\n" << r.err;
-  const std::string& e = lines[0];
-  EXPECT_NE(e.find("nvfp4"), std::string::npos) << e;
-  EXPECT_NE(e.find("not implemented"), std::string::npos) << e;
-  EXPECT_NE(e.find("--disable-fp4"), std::string::npos) << e;
-  // No iteration ran.
-  EXPECT_EQ(r.out.find(" iteration "), std::string::npos) << r.out;
-}
-
 TEST(Cli, HelpListsEveryFlag) {
   const ProcessResult r = run_app({"--help"});
   ASSERT_FALSE(r.timed_out);
@@ -117,7 +101,7 @@ TEST(Cli, HelpListsEveryFlag) {
   EXPECT_TRUE(r.err.empty()) << r.err;
   for (const char* flag : {"--disable-fp4", "--train-iters", "--warmup-iters", "--global-batch-size",
                            "--micro-batch-size", "--seq-length", "--model", "--recipe", "--device", "--seed", "--lr",
-                           "--min-lr", "--log-interval", "--threads"})
+                           "--min-lr", "--log-interval", "--threads", "--log-quant-stats-interval"})
     EXPECT_NE(r.out.find(flag), std::string::npos) << flag << " missing from --help:\n" << r.out;
   // The playbook's defaults are shown.
   EXPECT_NE(r.out.find("bf16_with_nvfp4_mixed"), std::string::npos) << r.out;

@@ -1,0 +1,119 @@
+#include "model/linear_layer.h"
+
+#include <algorithm>
+
+#include "backend/ops.h"
+#include "core/error.h"
+
+namespace pl {
+
+namespace {
+QuantFormat quant_format_of(LinearFormat f) {
+  switch (f) {
+    case LinearFormat::NVFP4: return QuantFormat::NVFP4;
+    case LinearFormat::MXFP8: return QuantFormat::MXFP8;
+    default: return QuantFormat::FP8_E4M3;
+  }
+}
+}  // namespace
+
+int64_t LinearLayer::scratch_elements(int64_t tokens, int64_t in, int64_t out) {
+  return std::max({tokens * in, tokens * out, in * out});
+}
+
+QuantFormat LinearLayer::x_format() const { return quant_format_of(format_); }
+
+QuantFormat LinearLayer::dy_format() const {
+  // Megatron's fp8 "hybrid": E5M2 for gradients. MXFP8 (fp8 "e4m3") and NVFP4 keep their format.
+  return format_ == LinearFormat::FP8_CURRENT_SCALING ? QuantFormat::FP8_E5M2 : quant_format_of(format_);
+}
+
+LinearLayer::LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t tokens, int64_t in, int64_t out,
+                         uint32_t stream_base, Device device, std::vector<Buffer>& owner, Tensor scratch_a,
+                         Tensor scratch_b)
+    : format_(format),
+      nv_(nvfp4),
+      T_(tokens),
+      in_(in),
+      out_(out),
+      stream_base_(stream_base),
+      scratch_a_(scratch_a),
+      scratch_b_(scratch_b) {
+  if (format_ == LinearFormat::BF16) return;
+  PL_CHECK(scratch_a.numel() >= scratch_elements(T_, in_, out_) && scratch_b.numel() >= scratch_elements(T_, in_, out_),
+           "internal: linear layer scratch too small");
+  wq_ = allocate_quantized(owner, device, x_format(), out_, in_, true, true);
+  xq_ = allocate_quantized(owner, device, x_format(), T_, in_, true, true);
+  dyq_ = allocate_quantized(owner, device, dy_format(), T_, out_, true, true);
+}
+
+void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
+  if (format_ == LinearFormat::BF16) return;
+  QuantizeOptions o;
+  o.format = x_format();
+  o.rowwise = o.columnwise = true;
+  o.block_2d = format_ == LinearFormat::NVFP4 && nv_.weight_2d_quantization;
+  quantize(ctx, wq_, w, o);
+}
+
+void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
+  if (format_ == LinearFormat::BF16) return linear_forward(ctx, y, x, w);
+  QuantizeOptions o;
+  o.format = x_format();
+  o.rowwise = true;
+  o.columnwise = false;  // the wgrad copy is made in backward from the saved bf16 x (same bits)
+  quantize(ctx, xq_, x, o);
+  quantized_gemm(ctx, y, xq_.rowwise, wq_.rowwise, xq_.format, false, scratch_a_, scratch_b_);
+}
+
+void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
+                           const Tensor& x, const Tensor& w, uint64_t sr_counter) {
+  if (format_ == LinearFormat::BF16) {
+    linear_backward_weight(ctx, dw, dy, x);
+    linear_backward_input(ctx, dx, dy, w);
+    return;
+  }
+  const bool nvfp4 = format_ == LinearFormat::NVFP4;
+  QuantizeOptions g;
+  g.format = dy_format();
+  g.rowwise = g.columnwise = true;
+  g.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
+  g.stochastic = nvfp4 && nv_.stochastic_rounding;
+  g.seed = 0x5EED;
+  g.stream_id = stream_base_;
+  g.counter = sr_counter;
+  quantize(ctx, dyq_, dy, g);
+  QuantizeOptions xo;
+  xo.format = x_format();
+  xo.rowwise = false;
+  xo.columnwise = true;
+  xo.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
+  quantize(ctx, xq_, x, xo);
+  // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
+  quantized_gemm(ctx, dw, dyq_.columnwise, xq_.columnwise, dyq_.format, true, scratch_a_, scratch_b_);
+  // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
+  quantized_gemm(ctx, dx, dyq_.rowwise, wq_.columnwise, dyq_.format, false, scratch_a_, scratch_b_);
+  if (collect_) {
+    stats_.clear();
+    record(ctx, "w rowwise", wq_.rowwise, w);
+    quantize(ctx, xq_, x, QuantizeOptions{xo.format, true, false});  // rowwise x as fprop saw it
+    record(ctx, "x rowwise", xq_.rowwise, x);
+    record_columnwise(ctx, "x columnwise", xq_.columnwise, x, xo.rht_columnwise);
+    record(ctx, "dy rowwise", dyq_.rowwise, dy);
+    record_columnwise(ctx, "dy columnwise", dyq_.columnwise, dy, g.rht_columnwise);
+  }
+}
+
+void LinearLayer::record(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& reference) {
+  stats_.push_back({operand, c.format, quant_stats(ctx, c, c.format, reference)});
+}
+
+void LinearLayer::record_columnwise(const OpContext& ctx, const char* operand, const QuantizedCopy& c,
+                                    const Tensor& src, bool rht) {
+  // The values this copy was quantized from: (RHT'd) transpose of src, materialised in scratch.
+  const Tensor ref = scratch_a_.view({scratch_a_.numel()}).rows(0, c.rows * c.cols).view({c.rows, c.cols});
+  columnwise_source(ctx, ref, src, rht);
+  stats_.push_back({operand, c.format, quant_stats(ctx, c, c.format, ref)});
+}
+
+}  // namespace pl

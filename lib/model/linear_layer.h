@@ -1,0 +1,65 @@
+#pragma once
+// The three GEMMs of one Transformer linear layer, y = x·Wᵀ, in the format its precision plan gives:
+//   fprop  y[T,out]   = x[T,in] · W[out,in]ᵀ
+//   dgrad  dx[T,in]   = dy[T,out] · W[out,in]
+//   wgrad  dW[out,in] += dy[T,out]ᵀ · x[T,in]
+// BF16 runs the plain ops. NVFP4 (SPEC-NVFP4 §2): W in 16x16 blocks (one copy serves W and Wᵀ), x
+// and dy in 1x16 blocks along each GEMM's reduction dim, dy with stochastic rounding, the wgrad
+// operands through the RHT; W is quantized once per optimizer step (prepare_weight) and reused by
+// every micro-batch. FP8 current scaling: E4M3 x and W, E5M2 dy ("hybrid"). MXFP8: E4M3, 1x32.
+// On the CPU the quantized GEMMs are emulated (exact dequantization + FP32 BLAS).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/quantize.h"
+#include "config/precision_recipe.h"
+#include "model/precision_plan.h"
+
+namespace pl {
+
+// Telemetry of one quantized operand copy (--log-quant-stats-interval).
+struct OperandStats {
+  std::string operand;  // "x rowwise", "x columnwise", "w rowwise", "dy rowwise", "dy columnwise"
+  QuantFormat format;
+  QuantStats stats;
+};
+
+class LinearLayer {
+ public:
+  // Buffers for the quantized copies are appended to `owner`. scratch_a/scratch_b: fp32 buffers of
+  // at least scratch_elements(...) elements each, shared by all layers (used only inside one call).
+  LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t tokens, int64_t in, int64_t out,
+              uint32_t stream_base, Device device, std::vector<Buffer>& owner, Tensor scratch_a, Tensor scratch_b);
+  static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
+
+  LinearFormat format() const { return format_; }
+  // Quantizes W (both copies) from the bf16 weights; call after every optimizer step.
+  void prepare_weight(const OpContext& ctx, const Tensor& w);
+  void forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w);
+  // sr_counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits.
+  void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
+                const Tensor& w, uint64_t sr_counter);
+
+  // When set, the next backward() records telemetry of every quantized operand it made.
+  void set_collect_stats(bool on) { collect_ = on; }
+  const std::vector<OperandStats>& stats() const { return stats_; }
+
+ private:
+  QuantFormat x_format() const;
+  QuantFormat dy_format() const;
+  void record(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& reference);
+  void record_columnwise(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& src,
+                         bool rht);
+
+  LinearFormat format_;
+  Nvfp4Options nv_;
+  int64_t T_, in_, out_;
+  uint32_t stream_base_;
+  QuantizedTensor wq_, xq_, dyq_;
+  Tensor scratch_a_, scratch_b_;
+  bool collect_ = false;
+  std::vector<OperandStats> stats_;
+};
+
+}  // namespace pl

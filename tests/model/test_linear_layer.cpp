@@ -1,0 +1,177 @@
+// A quantized linear layer's three GEMMs against double-precision products of the dequantized
+// operands it must have used, and the RHT's effect on the weight gradient.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/quantize.h"
+#include "model/linear_layer.h"
+#include "numerics/bf16.h"
+
+namespace pl {
+namespace {
+
+struct Mat {
+  int64_t rows, cols;
+  std::vector<float> v;
+  Mat(int64_t r, int64_t c, float fill = 0.0f) : rows(r), cols(c), v(static_cast<size_t>(r * c), fill) {}
+  Tensor t() { return Tensor(v.data(), {rows, cols}, DType::F32); }
+};
+
+Mat random_bf16(int64_t r, int64_t c, uint32_t seed, float scale) {
+  Mat m(r, c);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  for (auto& x : m.v) x = num::round_bf16(nd(rng));
+  return m;
+}
+
+Mat transpose(const Mat& m) {
+  Mat t(m.cols, m.rows);
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c) t.v[c * m.rows + r] = m.v[r * m.cols + c];
+  return t;
+}
+
+// y = a·bᵀ in double
+Mat nt(const Mat& a, const Mat& b) {
+  Mat y(a.rows, b.rows);
+  for (int64_t i = 0; i < a.rows; ++i)
+    for (int64_t j = 0; j < b.rows; ++j) {
+      double s = 0.0;
+      for (int64_t k = 0; k < a.cols; ++k) s += static_cast<double>(a.v[i * a.cols + k]) * b.v[j * b.cols + k];
+      y.v[i * b.rows + j] = static_cast<float>(s);
+    }
+  return y;
+}
+
+double rel_diff(const Mat& got, const Mat& want) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < got.v.size(); ++i) {
+    num += (got.v[i] - want.v[i]) * static_cast<double>(got.v[i] - want.v[i]);
+    den += static_cast<double>(want.v[i]) * want.v[i];
+  }
+  return std::sqrt(num / den);
+}
+
+// Quantizes m the way the layer does for one operand and returns the dequantized copy.
+Mat dq(const Mat& m, QuantFormat f, bool columnwise, bool block_2d, bool rht) {
+  std::vector<Buffer> owner;
+  Mat src = m;
+  QuantizedTensor q = allocate_quantized(owner, Device::CPU, f, m.rows, m.cols, !columnwise, columnwise);
+  QuantizeOptions o{f};
+  o.rowwise = !columnwise;
+  o.columnwise = columnwise;
+  o.block_2d = block_2d;
+  o.rht_columnwise = rht;
+  quantize(OpContext{}, q, src.t(), o);
+  const QuantizedCopy& c = columnwise ? q.columnwise : q.rowwise;
+  Mat out(c.rows, c.cols);
+  dequantize(OpContext{}, out.t(), c, f);
+  return out;
+}
+
+struct Fixture {
+  const int64_t T = 64, in = 64, out = 32;
+  std::vector<Buffer> owner;
+  std::vector<float> sa, sb;
+  Mat x = random_bf16(T, in, 1, 1.0f), w = random_bf16(out, in, 2, 0.05f), dy = random_bf16(T, out, 3, 1e-3f);
+  Fixture() : sa(static_cast<size_t>(LinearLayer::scratch_elements(T, in, out))), sb(sa.size()) {}
+  LinearLayer make(LinearFormat f, Nvfp4Options nv) {
+    return LinearLayer(f, nv, T, in, out, 0, Device::CPU, owner, Tensor(sa.data(), {static_cast<int64_t>(sa.size())}, DType::F32),
+                       Tensor(sb.data(), {static_cast<int64_t>(sb.size())}, DType::F32));
+  }
+};
+
+TEST(ModelLinearLayer, Nvfp4GemmsUseTheRecipeOperands) {
+  Fixture fx;
+  Nvfp4Options nv;
+  nv.stochastic_rounding = false;  // deterministic so the test can rebuild the operands
+  LinearLayer lin = fx.make(LinearFormat::NVFP4, nv);
+  OpContext exact;
+  exact.round_bf16 = false;
+  lin.prepare_weight(exact, fx.w.t());
+  Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in, 0.5f);
+  lin.forward(exact, y.t(), fx.x.t(), fx.w.t());
+  lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 0);
+
+  const QuantFormat F = QuantFormat::NVFP4;
+  // fprop: X rowwise 1x16 · W rowwise 16x16
+  EXPECT_LT(rel_diff(y, nt(dq(fx.x, F, false, false, false), dq(fx.w, F, false, true, false))), 1e-6);
+  // dgrad: dY rowwise · (Wᵀ from the same 2D quantization)ᵀ
+  EXPECT_LT(rel_diff(dx, nt(dq(fx.dy, F, false, false, false), dq(fx.w, F, true, true, false))), 1e-6);
+  // wgrad: RHT(dYᵀ) · RHT(Xᵀ)ᵀ, accumulated onto the 0.5 already in dw
+  Mat ref = nt(dq(fx.dy, F, true, false, true), dq(fx.x, F, true, false, true));
+  for (float& v : ref.v) v += 0.5f;
+  EXPECT_LT(rel_diff(dw, ref), 1e-6);
+  // and all three are near the unquantized products (the recipe's quantization error)
+  EXPECT_LT(rel_diff(y, nt(fx.x, fx.w)), 0.2);
+  EXPECT_LT(rel_diff(dx, nt(fx.dy, transpose(fx.w))), 0.2);
+}
+
+TEST(ModelLinearLayer, WgradWithRhtEqualsWgradWithoutItUpToQuantizationError) {
+  Fixture fx;
+  OpContext exact;
+  exact.round_bf16 = false;
+  const Mat exact_dw = nt(transpose(fx.dy), transpose(fx.x));
+  Mat dw_rht(fx.out, fx.in), dw_plain(fx.out, fx.in);
+  for (bool rht : {true, false}) {
+    Nvfp4Options nv;
+    nv.random_hadamard_transform = rht;
+    LinearLayer lin = fx.make(LinearFormat::NVFP4, nv);
+    lin.prepare_weight(exact, fx.w.t());
+    Mat dx(fx.T, fx.in);
+    lin.backward(exact, dx.t(), (rht ? dw_rht : dw_plain).t(), fx.dy.t(), fx.x.t(), fx.w.t(), 3);
+  }
+  // R·Rᵀ = I: no inverse transform is needed, both estimate dYᵀX.
+  EXPECT_LT(rel_diff(dw_rht, exact_dw), 0.25);
+  EXPECT_LT(rel_diff(dw_plain, exact_dw), 0.25);
+  EXPECT_GT(rel_diff(dw_rht, dw_plain), 0.0) << "the transform must change the quantized operands";
+}
+
+TEST(ModelLinearLayer, Fp8AndMxfp8LayersAreCloseToBf16) {
+  for (LinearFormat f : {LinearFormat::FP8_CURRENT_SCALING, LinearFormat::MXFP8}) {
+    SCOPED_TRACE(format_name(f));
+    Fixture fx;
+    OpContext exact;
+    exact.round_bf16 = false;
+    LinearLayer lin = fx.make(f, Nvfp4Options{});
+    lin.prepare_weight(exact, fx.w.t());
+    Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
+    lin.forward(exact, y.t(), fx.x.t(), fx.w.t());
+    lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 0);
+    EXPECT_LT(rel_diff(y, nt(fx.x, fx.w)), 0.08);
+    EXPECT_LT(rel_diff(dx, nt(fx.dy, transpose(fx.w))), 0.15);  // E5M2 gradients for fp8 hybrid
+    EXPECT_LT(rel_diff(dw, nt(transpose(fx.dy), transpose(fx.x))), 0.15);
+    EXPECT_GT(rel_diff(y, nt(fx.x, fx.w)), 0.0) << "the layer must actually quantize";
+  }
+}
+
+TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
+  Fixture fx;
+  LinearLayer lin = fx.make(LinearFormat::NVFP4, Nvfp4Options{});
+  lin.prepare_weight(OpContext{}, fx.w.t());
+  Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
+  lin.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t());
+  lin.set_collect_stats(true);
+  lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 0);
+  ASSERT_EQ(lin.stats().size(), 5u);
+  for (const OperandStats& s : lin.stats()) {
+    SCOPED_TRACE(s.operand);
+    EXPECT_GT(s.stats.amax, 0.0);
+    EXPECT_GT(s.stats.relative_error, 0.01);
+    EXPECT_LT(s.stats.relative_error, 0.2);
+    EXPECT_GE(s.stats.saturated_fraction, 0.0);
+    // Each nonzero block's largest element lands on the code ±6 (its block scale is chosen so), so
+    // at least one element per block (16, or 256 for the 16x16 weight tiles) sits at ±max;
+    // Gaussian data puts ~11% of 1x16-block elements there.
+    EXPECT_GE(s.stats.saturated_fraction, s.operand == std::string("w rowwise") ? 1.0 / 256 : 1.0 / 16);
+    EXPECT_LE(s.stats.saturated_fraction, 0.25);
+    EXPECT_EQ(s.stats.underflow_fraction, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace pl
