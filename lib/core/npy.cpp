@@ -1,0 +1,309 @@
+#include "core/npy.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+
+#include "core/error.h"
+
+namespace pl {
+
+namespace {
+
+constexpr char kMagic[] = "\x93NUMPY";
+constexpr size_t kMagicLen = 6;
+constexpr size_t kAlign = 64;
+
+std::string shape_tuple(const std::vector<int64_t>& shape) {
+  if (shape.size() == 1) return fmt::format("({},)", shape[0]);
+  return fmt::format("({})", fmt::join(shape, ", "));
+}
+
+// A minimal parser of the header: a Python dict literal with string keys and values that are
+// strings, True/False or tuples of non-negative integers (all numpy ever writes there).
+class HeaderParser {
+ public:
+  HeaderParser(const std::string& path, const std::string& text) : path_(path), s_(text) {}
+
+  struct Value {
+    enum Kind { Str, Bool, Tuple } kind = Str;
+    std::string str;
+    bool b = false;
+    std::vector<int64_t> tuple;
+  };
+
+  // Calls on_item(key, value) for each entry.
+  template <class F>
+  void parse(F&& on_item) {
+    skip_ws();
+    expect('{');
+    for (;;) {
+      skip_ws();
+      if (peek() == '}') break;
+      const std::string key = parse_string();
+      skip_ws();
+      expect(':');
+      skip_ws();
+      const Value v = parse_value();
+      on_item(key, v);
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      skip_ws();
+      if (peek() != '}') bad("expected ',' or '}'");
+    }
+    ++i_;
+    skip_ws();
+    if (i_ != s_.size()) bad("unexpected text after the dict");
+  }
+
+ private:
+  [[noreturn]] void bad(const char* what) const {
+    fail("{}: malformed .npy header ({} at character {}): {}", path_, what, i_, printable());
+  }
+  std::string printable() const {
+    std::string out;
+    for (char c : s_) out += (c == '\n' || c == '\r' || !std::isprint(static_cast<unsigned char>(c))) ? ' ' : c;
+    while (!out.empty() && out.back() == ' ') out.pop_back();
+    return out;
+  }
+  char peek() const { return i_ < s_.size() ? s_[i_] : '\0'; }
+  void skip_ws() {
+    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
+  }
+  void expect(char c) {
+    if (peek() != c) bad(fmt::format("expected '{}'", c).c_str());
+    ++i_;
+  }
+  std::string parse_string() {
+    const char q = peek();
+    if (q != '\'' && q != '"') bad("expected a quoted string");
+    ++i_;
+    std::string out;
+    while (i_ < s_.size() && s_[i_] != q) out += s_[i_++];
+    if (i_ >= s_.size()) bad("unterminated string");
+    ++i_;
+    return out;
+  }
+  Value parse_value() {
+    Value v;
+    const char c = peek();
+    if (c == '\'' || c == '"') {
+      v.kind = Value::Str;
+      v.str = parse_string();
+    } else if (s_.compare(i_, 4, "True") == 0) {
+      v.kind = Value::Bool;
+      v.b = true;
+      i_ += 4;
+    } else if (s_.compare(i_, 5, "False") == 0) {
+      v.kind = Value::Bool;
+      v.b = false;
+      i_ += 5;
+    } else if (c == '(') {
+      v.kind = Value::Tuple;
+      ++i_;
+      for (;;) {
+        skip_ws();
+        if (peek() == ')') break;
+        if (!std::isdigit(static_cast<unsigned char>(peek()))) bad("expected a dimension");
+        int64_t d = 0;
+        while (std::isdigit(static_cast<unsigned char>(peek()))) {
+          const int digit = peek() - '0';
+          if (d > (std::numeric_limits<int64_t>::max() - digit) / 10) bad("dimension too large");
+          d = d * 10 + digit;
+          ++i_;
+        }
+        if (peek() == 'L') ++i_;  // Python 2 longs
+        v.tuple.push_back(d);
+        skip_ws();
+        if (peek() == ',') {
+          ++i_;
+          continue;
+        }
+        skip_ws();
+        if (peek() != ')') bad("expected ',' or ')' in the shape");
+      }
+      ++i_;
+    } else {
+      bad("unsupported value");
+    }
+    return v;
+  }
+
+  const std::string& path_;
+  const std::string& s_;
+  size_t i_ = 0;
+};
+
+uint32_t le32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+
+}  // namespace
+
+size_t NpyArray::npy_itemsize(const std::string& dtype) {
+  if (dtype == "<f4") return 4;
+  if (dtype == "<u2") return 2;
+  if (dtype == "|u1") return 1;
+  return 0;
+}
+
+int64_t NpyArray::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+NpyArray read_npy(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
+  if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a .npy file", path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
+  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) fail("{}: read error", path);
+
+  if (file.size() < kMagicLen + 2 || std::memcmp(file.data(), kMagic, kMagicLen) != 0)
+    fail("{}: not a .npy file (bad magic; expected \\x93NUMPY)", path);
+  const int major = file[6], minor = file[7];
+  size_t header_len = 0, header_start = 0;
+  if (major == 1 && minor == 0) {
+    if (file.size() < 10) fail("{}: truncated .npy header", path);
+    header_len = static_cast<size_t>(file[8]) | static_cast<size_t>(file[9]) << 8;
+    header_start = 10;
+  } else if (major == 2 && minor == 0) {
+    if (file.size() < 12) fail("{}: truncated .npy header", path);
+    header_len = le32(file.data() + 8);
+    header_start = 12;
+  } else {
+    fail("{}: unsupported .npy format version {}.{} (supported: 1.0, 2.0)", path, major, minor);
+  }
+  if (file.size() < header_start + header_len)
+    fail("{}: truncated .npy header ({} header bytes announced, {} present)", path, header_len,
+         file.size() - header_start);
+  const std::string header(reinterpret_cast<const char*>(file.data() + header_start), header_len);
+
+  NpyArray a;
+  bool have_descr = false, have_order = false, have_shape = false, fortran = false;
+  std::string descr;
+  HeaderParser(path, header).parse([&](const std::string& key, const HeaderParser::Value& v) {
+    if (key == "descr") {
+      if (v.kind != HeaderParser::Value::Str) fail("{}: malformed .npy header: 'descr' is not a string", path);
+      descr = v.str;
+      have_descr = true;
+    } else if (key == "fortran_order") {
+      if (v.kind != HeaderParser::Value::Bool)
+        fail("{}: malformed .npy header: 'fortran_order' is not True/False", path);
+      fortran = v.b;
+      have_order = true;
+    } else if (key == "shape") {
+      if (v.kind != HeaderParser::Value::Tuple) fail("{}: malformed .npy header: 'shape' is not a tuple", path);
+      a.shape = v.tuple;
+      have_shape = true;
+    }
+  });
+  if (!have_descr || !have_order || !have_shape)
+    fail("{}: malformed .npy header: missing '{}'", path,
+         !have_descr ? "descr" : (!have_order ? "fortran_order" : "shape"));
+
+  // dtype: little-endian f4/u2 and single-byte u1 only.
+  std::string dtype = descr;
+  if (descr == "<u1" || descr == "=u1" || descr == ">u1") dtype = "|u1";
+  if (NpyArray::npy_itemsize(dtype) == 0) {
+    if (descr.size() >= 2 && descr[0] == '>' && descr != ">u1")
+      fail("{}: big-endian dtype '{}' is not supported (only little-endian '<f4', '<u2', '|u1')", path, descr);
+    fail("{}: unsupported dtype '{}' (supported: '<f4' float32, '<u2' uint16/BF16 bits, '|u1' uint8)", path,
+         descr);
+  }
+  a.dtype = dtype;
+  if (fortran) fail("{}: fortran_order True is not supported (save a C-order array: np.ascontiguousarray)", path);
+  if (a.shape.empty()) fail("{}: 0-D (scalar) arrays are not supported (need 1-D or 2-D)", path);
+  if (a.shape.size() > 2)
+    fail("{}: {}-D array of shape {} is not supported (need 1-D or 2-D)", path, a.shape.size(), shape_tuple(a.shape));
+
+  const size_t item = a.itemsize();
+  uint64_t need = item;
+  for (int64_t d : a.shape) {
+    if (d != 0 && need > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
+      fail("{}: shape {} is too large", path, shape_tuple(a.shape));
+    need *= static_cast<uint64_t>(d);
+  }
+  const size_t data_start = header_start + header_len;
+  const uint64_t have = file.size() - data_start;
+  if (have < need)
+    fail("{}: truncated data: shape {} of '{}' needs {} bytes, the file has {}", path, shape_tuple(a.shape), descr,
+         need, have);
+  if (have > need)
+    fail("{}: shape/data size mismatch: shape {} of '{}' needs {} bytes, the file has {} (extra bytes after the array)",
+         path, shape_tuple(a.shape), descr, need, have);
+  a.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(data_start), file.end());
+  return a;
+}
+
+std::vector<uint8_t> encode_npy(const std::string& dtype, const std::vector<int64_t>& shape, const void* data,
+                                size_t bytes) {
+  const size_t item = NpyArray::npy_itemsize(dtype);
+  PL_CHECK(item != 0, "write_npy: unsupported dtype '{}' (supported: '<f4', '<u2', '|u1')", dtype);
+  PL_CHECK(!shape.empty(), "write_npy: 0-D arrays are not supported");
+  uint64_t need = item;
+  for (int64_t d : shape) {
+    PL_CHECK(d >= 0, "write_npy: negative dimension in shape {}", shape_tuple(shape));
+    need *= static_cast<uint64_t>(d);
+  }
+  PL_CHECK(need == bytes, "write_npy: shape {} of '{}' needs {} bytes, got {}", shape_tuple(shape), dtype, need, bytes);
+
+  std::string header =
+      fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': {}, }}", dtype, shape_tuple(shape));
+  const size_t prefix = kMagicLen + 2 + 2;  // magic, version, 2-byte header length
+  const size_t total = (prefix + header.size() + 1 + kAlign - 1) / kAlign * kAlign;
+  header.append(total - prefix - header.size() - 1, ' ');
+  header.push_back('\n');
+  PL_CHECK(header.size() <= 0xFFFF, "write_npy: header of {} bytes is too long for format 1.0", header.size());
+
+  std::vector<uint8_t> out(prefix + header.size() + bytes);
+  uint8_t* o = out.data();
+  std::memcpy(o, kMagic, kMagicLen);
+  o[6] = 1;  // version 1.0
+  o[7] = 0;
+  o[8] = static_cast<uint8_t>(header.size() & 0xFF);
+  o[9] = static_cast<uint8_t>(header.size() >> 8);
+  std::memcpy(o + prefix, header.data(), header.size());
+  if (bytes > 0) std::memcpy(o + prefix + header.size(), data, bytes);
+  return out;
+}
+
+void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape,
+               const void* data, size_t bytes) {
+  const std::vector<uint8_t> file = encode_npy(dtype, shape, data, bytes);
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) fail("{}: cannot open for writing: {}", tmp, std::strerror(errno));
+  errno = 0;
+  const size_t written = std::fwrite(file.data(), 1, file.size(), f);
+  int err = written != file.size() ? errno : 0;
+  if (std::fflush(f) != 0 && err == 0) err = errno ? errno : EIO;
+  if (std::fclose(f) != 0 && err == 0) err = errno ? errno : EIO;
+  if (written != file.size() && err == 0) err = EIO;
+  if (err != 0) {
+    std::remove(tmp.c_str());
+    fail("{}: write failed ({} of {} bytes written): {}", tmp, written, file.size(), std::strerror(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    std::remove(tmp.c_str());
+    fail("{}: cannot rename {} onto it: {}", path, tmp, std::strerror(e));
+  }
+}
+
+}  // namespace pl
