@@ -89,5 +89,29 @@ TEST(CudaConformance, AdamWElementIsBitExactWithTheHost) {
 #endif
 }
 
+TEST(CudaConformance, RecipeNumericsAreBitExactWithTheHost) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  // Every FP8/FP4/MXFP8/NVFP4/Philox/RHT/swizzle function once per item (numerics_check.h), on
+  // random bit patterns mixed with ordinary Gaussian values.
+  const int64_t n = 1 << 14;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  std::vector<float> x(static_cast<size_t>(16 * n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 5 == 0) ? num::bits_float(rng()) : nd(rng);
+  DeviceVec<float> dx(x);
+  DeviceVec<uint8_t> dout(std::vector<uint8_t>(static_cast<size_t>(n * cuda::kQuantCheckOutBytes + 4)));
+  cuda::quant_numerics_on_device(dx.ptr(), dout.ptr(), n, 1234);
+  const std::vector<uint8_t> got = dout.to_host();
+  std::vector<uint8_t> want(static_cast<size_t>(cuda::kQuantCheckOutBytes));
+  for (int64_t i = 0; i < n; ++i) {
+    cuda::quant_numerics_item(&x[static_cast<size_t>(16 * i)], i, 1234, want.data());
+    for (int64_t k = 0; k < cuda::kQuantCheckOutBytes; ++k)
+      ASSERT_EQ(got[static_cast<size_t>(i * cuda::kQuantCheckOutBytes + k)], want[static_cast<size_t>(k)])
+          << "item " << i << " byte " << k;
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace pl

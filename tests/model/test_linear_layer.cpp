@@ -149,6 +149,23 @@ TEST(ModelLinearLayer, Fp8AndMxfp8LayersAreCloseToBf16) {
   }
 }
 
+TEST(ModelLinearLayer, TheWeightIsQuantizedOncePerStepNotPerMicroBatch) {
+  Fixture fx;
+  LinearLayer lin = fx.make(LinearFormat::NVFP4, Nvfp4Options{});
+  lin.prepare_weight(OpContext{}, fx.w.t());
+  Mat y1(fx.T, fx.out), y2(fx.T, fx.out), y3(fx.T, fx.out);
+  lin.forward(OpContext{}, y1.t(), fx.x.t(), fx.w.t());
+  Mat w2 = fx.w;
+  for (float& v : w2.v) v = num::round_bf16(v * 1.5f);
+  // Until prepare_weight runs again (the trainer does it after each optimizer step), every
+  // micro-batch uses the cached quantized weight, whatever the bf16 tensor now holds.
+  lin.forward(OpContext{}, y2.t(), fx.x.t(), w2.t());
+  EXPECT_EQ(y1.v, y2.v);
+  lin.prepare_weight(OpContext{}, w2.t());
+  lin.forward(OpContext{}, y3.t(), fx.x.t(), w2.t());
+  EXPECT_NE(y1.v, y3.v);
+}
+
 TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
   Fixture fx;
   LinearLayer lin = fx.make(LinearFormat::NVFP4, Nvfp4Options{});
