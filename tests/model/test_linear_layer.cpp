@@ -8,53 +8,17 @@
 
 #include "backend/quantize.h"
 #include "model/linear_layer.h"
+#include "matrix_util.h"
 #include "numerics/bf16.h"
 
 namespace pl {
 namespace {
 
-struct Mat {
-  int64_t rows, cols;
-  std::vector<float> v;
-  Mat(int64_t r, int64_t c, float fill = 0.0f) : rows(r), cols(c), v(static_cast<size_t>(r * c), fill) {}
-  Tensor t() { return Tensor(v.data(), {rows, cols}, DType::F32); }
-};
-
-Mat random_bf16(int64_t r, int64_t c, uint32_t seed, float scale) {
-  Mat m(r, c);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  for (auto& x : m.v) x = num::round_bf16(nd(rng));
-  return m;
-}
-
-Mat transpose(const Mat& m) {
-  Mat t(m.cols, m.rows);
-  for (int64_t r = 0; r < m.rows; ++r)
-    for (int64_t c = 0; c < m.cols; ++c) t.v[c * m.rows + r] = m.v[r * m.cols + c];
-  return t;
-}
-
-// y = a·bᵀ in double
-Mat nt(const Mat& a, const Mat& b) {
-  Mat y(a.rows, b.rows);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < b.rows; ++j) {
-      double s = 0.0;
-      for (int64_t k = 0; k < a.cols; ++k) s += static_cast<double>(a.v[i * a.cols + k]) * b.v[j * b.cols + k];
-      y.v[i * b.rows + j] = static_cast<float>(s);
-    }
-  return y;
-}
-
-double rel_diff(const Mat& got, const Mat& want) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < got.v.size(); ++i) {
-    num += (got.v[i] - want.v[i]) * static_cast<double>(got.v[i] - want.v[i]);
-    den += static_cast<double>(want.v[i]) * want.v[i];
-  }
-  return std::sqrt(num / den);
-}
+using test::Mat;
+using test::random_bf16;
+using test::rel_diff;
+using test::transpose;
+Mat nt(const Mat& a, const Mat& b) { return test::matmul_nt(a, b); }
 
 // Quantizes m the way the layer does for one operand and returns the dequantized copy.
 Mat dq(const Mat& m, QuantFormat f, bool columnwise, bool block_2d, bool rht) {

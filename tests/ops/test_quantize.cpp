@@ -15,34 +15,17 @@
 #include "numerics/hadamard.h"
 #include "numerics/nvfp4.h"
 #include "numerics/swizzle.h"
+#include "matrix_util.h"
 #include "test_util.h"
 
 namespace pl {
 namespace {
 
-struct Mat {
-  int64_t rows, cols;
-  std::vector<float> v;
-  Mat(int64_t r, int64_t c) : rows(r), cols(c), v(static_cast<size_t>(r * c)) {}
-  Tensor t() { return Tensor(v.data(), {rows, cols}, DType::F32); }
-};
+using test::Mat;
+using test::transpose;
 
 // Gaussian BF16 values with a few outliers, as activations look.
-Mat random_bf16(int64_t r, int64_t c, uint32_t seed, float scale = 1.0f) {
-  Mat m(r, c);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  for (auto& x : m.v) x = num::round_bf16(nd(rng));
-  for (int i = 0; i < 5; ++i) m.v[rng() % m.v.size()] = num::round_bf16(nd(rng) * 40.0f);
-  return m;
-}
-
-Mat transpose(const Mat& m) {
-  Mat t(m.cols, m.rows);
-  for (int64_t r = 0; r < m.rows; ++r)
-    for (int64_t c = 0; c < m.cols; ++c) t.v[c * m.rows + r] = m.v[r * m.cols + c];
-  return t;
-}
+Mat random_bf16(int64_t r, int64_t c, uint32_t seed, float scale = 1.0f) { return test::random_bf16(r, c, seed, scale, 5); }
 
 uint8_t code_at(const QuantizedCopy& c, int64_t r, int64_t k) {
   const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
@@ -212,26 +195,8 @@ TEST(OpsQuantize, Fp8CurrentScalingAndMxfp8MatchTheirFormulas) {
   EXPECT_EQ(m.columnwise.scales.u8()[5], num::mxfp8_block_scale(bamax));
 }
 
-// y = A·Bᵀ of dequantized operands, in double.
-Mat gemm_reference(const Mat& a, const Mat& b) {
-  Mat y(a.rows, b.rows);
-  for (int64_t i = 0; i < a.rows; ++i)
-    for (int64_t j = 0; j < b.rows; ++j) {
-      double s = 0.0;
-      for (int64_t k = 0; k < a.cols; ++k) s += static_cast<double>(a.v[i * a.cols + k]) * b.v[j * b.cols + k];
-      y.v[i * b.rows + j] = static_cast<float>(s);
-    }
-  return y;
-}
-
-void expect_close(const Mat& got, const Mat& want, double rel) {
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < got.v.size(); ++i) {
-    num += (got.v[i] - want.v[i]) * static_cast<double>(got.v[i] - want.v[i]);
-    den += static_cast<double>(want.v[i]) * want.v[i];
-  }
-  EXPECT_LT(std::sqrt(num / den), rel);
-}
+Mat gemm_reference(const Mat& a, const Mat& b) { return test::matmul_nt(a, b); }
+void expect_close(const Mat& got, const Mat& want, double rel) { EXPECT_LT(test::rel_diff(got, want), rel); }
 
 TEST(OpsQuantize, EmulatedGemmEqualsTheDoubleProductOfDequantizedOperands) {
   const int64_t M = 32, N = 48, K = 64;
