@@ -206,6 +206,33 @@ float block_value(const QuantizedCopy& c, QuantFormat f, int64_t r, int64_t k) {
   return 0.0f;
 }
 
+// The fully dequantized value of element (r, k), global scale included. NVFP4 follows TE's
+// dequantize kernel: value · (f32(scale · amax) · f32(1/2688)).
+float dequantized_value(const QuantizedCopy& c, int64_t r, int64_t k) {
+  switch (c.format) {
+    case QuantFormat::NVFP4: {
+      const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
+      const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
+      return num::e2m1_to_float(code) *
+             num::nvfp4_dequant_factor(c.scales.u8()[r * (c.cols / 16) + k / 16], c.amax.f32()[0]);
+    }
+    case QuantFormat::MXFP8: return block_value(c, c.format, r, k);
+    default: return block_value(c, c.format, r, k) * c.scale_inv.f32()[0];
+  }
+}
+
+// |code| of element (r, k), and the largest magnitude code of the format (±6, ±448, ±57344).
+uint8_t code_magnitude(const QuantizedCopy& c, int64_t r, int64_t k) {
+  if (c.format == QuantFormat::NVFP4) {
+    const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
+    return ((k & 1) ? (byte >> 4) : byte) & 0x7;
+  }
+  return c.data.u8()[r * c.cols + k] & 0x7F;
+}
+uint8_t max_code_magnitude(QuantFormat f) {
+  return f == QuantFormat::NVFP4 ? 0x7 : (f == QuantFormat::FP8_E5M2 ? 0x7B : 0x7E);
+}
+
 // Every element's block_value, row by row, into out[rows*cols] (the GEMM operand).
 void block_values(const QuantizedCopy& c, float* out) {
   const int64_t R = c.rows, C = c.cols;
@@ -285,23 +312,9 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
   PL_CHECK(out.dim(0) == c.rows && out.dim(1) == c.cols, "dequantize: out {} does not match the copy [{}, {}]",
            out.shape_str(), c.rows, c.cols);
   float* o = out.f32();
-  const float amax = c.amax.f32()[0];
-  const float scale_inv = c.scale_inv.f32()[0];
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < c.rows; ++r)
-    for (int64_t k = 0; k < c.cols; ++k) {
-      if (f == QuantFormat::NVFP4) {
-        // TE's dequantize kernel: value · (f32(scale · amax) · f32(1/2688)).
-        const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
-        const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
-        o[r * c.cols + k] = num::e2m1_to_float(code) *
-                            num::nvfp4_dequant_factor(c.scales.u8()[r * (c.cols / 16) + k / 16], amax);
-      } else if (f == QuantFormat::MXFP8) {
-        o[r * c.cols + k] = block_value(c, f, r, k);
-      } else {
-        o[r * c.cols + k] = block_value(c, f, r, k) * scale_inv;
-      }
-    }
+    for (int64_t k = 0; k < c.cols; ++k) o[r * c.cols + k] = dequantized_value(c, r, k);
 }
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
@@ -339,8 +352,7 @@ QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat
   PL_CHECK(ref.dim(0) == c.rows && ref.dim(1) == c.cols, "quant_stats: reference {} does not match the copy [{}, {}]",
            ref.shape_str(), c.rows, c.cols);
   const int64_t blk = quant_block_size(f);
-  const float amax = c.amax.f32()[0];
-  const float scale_inv = c.scale_inv.f32()[0];
+  const uint8_t max_mag = max_code_magnitude(f);
   const float* x = ref.f32();
   double err2 = 0.0, ref2 = 0.0;
   int64_t saturated = 0, underflow = 0, counted_blocks = 0;
@@ -351,33 +363,8 @@ QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat
       float bamax = 0.0f;
       bool all_zero = true;
       for (int64_t k = k0; k < k1; ++k) {
-        float v;
-        uint8_t mag;
-        switch (f) {
-          case QuantFormat::NVFP4: {
-            const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
-            const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
-            mag = code & 0x7;
-            v = num::e2m1_to_float(code) * num::nvfp4_dequant_factor(c.scales.u8()[r * (c.cols / 16) + k / 16], amax);
-            saturated += mag == 0x7;
-            break;
-          }
-          case QuantFormat::MXFP8:
-            mag = c.data.u8()[r * c.cols + k] & 0x7F;
-            v = block_value(c, f, r, k);
-            saturated += mag == 0x7E;
-            break;
-          case QuantFormat::FP8_E4M3:
-            mag = c.data.u8()[r * c.cols + k] & 0x7F;
-            v = block_value(c, f, r, k) * scale_inv;
-            saturated += mag == 0x7E;
-            break;
-          case QuantFormat::FP8_E5M2:
-            mag = c.data.u8()[r * c.cols + k] & 0x7F;
-            v = block_value(c, f, r, k) * scale_inv;
-            saturated += mag == 0x7B;
-            break;
-        }
+        const float v = dequantized_value(c, r, k);
+        saturated += code_magnitude(c, r, k) == max_mag;
         const double d = static_cast<double>(v) - x[r * c.cols + k];
         err2 += d * d;
         ref2 += static_cast<double>(x[r * c.cols + k]) * x[r * c.cols + k];
@@ -395,7 +382,7 @@ QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat
       }
     }
   QuantStats s;
-  s.amax = amax;
+  s.amax = c.amax.f32()[0];
   s.saturated_fraction = static_cast<double>(saturated) / static_cast<double>(c.rows * c.cols);
   s.underflow_fraction = counted_blocks ? static_cast<double>(underflow) / static_cast<double>(counted_blocks) : 0.0;
   s.relative_error = ref2 > 0.0 ? std::sqrt(err2 / ref2) : 0.0;
