@@ -3,6 +3,10 @@
 
 #include "backend/cpu/cpu_quantize.h"
 #include "core/error.h"
+
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/cuda_ops.h"
+#endif
 #include "numerics/swizzle.h"
 
 namespace pl {
@@ -79,35 +83,55 @@ QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, Qu
 }
 
 namespace {
-[[noreturn]] void no_cuda(const char* op) {
-  fail("op {} is not implemented on the CUDA backend yet (run with --device cpu)", op);
+[[maybe_unused]] [[noreturn]] void no_cuda(const char* op) {
+  fail("op {} needs the CUDA backend, which this build does not have (configure with nvcc present)", op);
 }
 }  // namespace
 
 void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
   if (ctx.device == Device::CPU) return cpu::quantize(ctx, q, x, opt);
+#if defined(PL_WITH_CUDA)
+  return cuda::quantize(ctx, q, x, opt);
+#else
   no_cuda("quantize");
+#endif
 }
 
 void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format) {
   if (ctx.device == Device::CPU) return cpu::dequantize(ctx, out, c, format);
+#if defined(PL_WITH_CUDA)
+  return cuda::dequantize(ctx, out, c, format);
+#else
   no_cuda("dequantize");
+#endif
 }
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
                     QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b) {
   if (ctx.device == Device::CPU) return cpu::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
+#if defined(PL_WITH_CUDA)
+  return cuda::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
+#else
   no_cuda("quantized_gemm");
+#endif
 }
 
 QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat format, const Tensor& reference) {
   if (ctx.device == Device::CPU) return cpu::quant_stats(ctx, c, format, reference);
+#if defined(PL_WITH_CUDA)
+  return cuda::quant_stats(ctx, c, format, reference);
+#else
   no_cuda("quant_stats");
+#endif
 }
 
 void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht) {
   if (ctx.device == Device::CPU) return cpu::columnwise_source(ctx, out, x, rht);
+#if defined(PL_WITH_CUDA)
+  return cuda::columnwise_source(ctx, out, x, rht);
+#else
   no_cuda("columnwise_source");
+#endif
 }
 
 }  // namespace pl

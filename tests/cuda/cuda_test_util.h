@@ -1,0 +1,93 @@
+#pragma once
+// Helpers for the GPU conformance tests: skip without a device, move host data to device tensors of
+// a given dtype (BF16 values rounded RNE with the shared numerics, as the CPU backend rounds) and back.
+// Compiles in every build; the device calls only run after PL_REQUIRE_CUDA_DEVICE() passed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "core/tensor.h"
+#include "numerics/bf16.h"
+
+namespace pl::test {
+
+#define PL_REQUIRE_CUDA_DEVICE()                                                        \
+  do {                                                                                 \
+    std::string why_;                                                                  \
+    if (::pl::cuda_device_count(&why_) == 0) GTEST_SKIP() << "no CUDA device: " << why_; \
+  } while (0)
+
+inline OpContext cuda_ctx() {
+  OpContext c;
+  c.device = Device::CUDA;
+  return c;
+}
+
+// A device tensor that owns its memory.
+struct DeviceTensor {
+  Buffer buf;
+  Tensor t;
+};
+
+inline DeviceTensor device_tensor(std::initializer_list<int64_t> shape, DType dtype) {
+  Tensor probe(nullptr, shape, dtype, Device::CUDA);
+  DeviceTensor d{Buffer(probe.bytes() > 0 ? probe.bytes() : 1, Device::CUDA), probe};
+  d.t.data = d.buf.data();
+  return d;
+}
+
+// host floats -> device tensor of dtype F32 or BF16 (values rounded to BF16 RNE).
+inline DeviceTensor to_device(const std::vector<float>& host, std::initializer_list<int64_t> shape, DType dtype) {
+  DeviceTensor d = device_tensor(shape, dtype);
+  if (dtype == DType::BF16) {
+    std::vector<uint16_t> bits(host.size());
+    for (size_t i = 0; i < host.size(); ++i) bits[i] = num::float_to_bf16_bits(host[i]);
+    copy_from_host(d.t, bits.data());
+  } else {
+    copy_from_host(d.t, host.data());
+  }
+  return d;
+}
+
+inline DeviceTensor to_device_i32(const std::vector<int32_t>& host, std::initializer_list<int64_t> shape) {
+  DeviceTensor d = device_tensor(shape, DType::I32);
+  copy_from_host(d.t, host.data());
+  return d;
+}
+
+inline DeviceTensor to_device_u8(const std::vector<uint8_t>& host, std::initializer_list<int64_t> shape) {
+  DeviceTensor d = device_tensor(shape, DType::U8);
+  copy_from_host(d.t, host.data());
+  return d;
+}
+
+// device tensor (F32 or BF16) -> host floats
+inline std::vector<float> to_host_floats(const Tensor& t) {
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  if (t.dtype == DType::BF16) {
+    std::vector<uint16_t> bits(out.size());
+    copy_to_host(bits.data(), t);
+    for (size_t i = 0; i < out.size(); ++i) out[i] = num::bf16_bits_to_float(bits[i]);
+  } else {
+    copy_to_host(out.data(), t);
+  }
+  return out;
+}
+
+inline std::vector<uint8_t> to_host_bytes(const Tensor& t) {
+  std::vector<uint8_t> out(t.bytes());
+  copy_to_host(out.data(), t);
+  return out;
+}
+
+// A host FP32 tensor view over a vector (the CPU side of a comparison).
+inline Tensor host_view(std::vector<float>& v, std::initializer_list<int64_t> shape) {
+  return Tensor(v.data(), shape, DType::F32, Device::CPU);
+}
+
+}  // namespace pl::test
