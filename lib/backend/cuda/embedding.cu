@@ -1,0 +1,141 @@
+// CUDA token embedding (see backend/ops.h; CPU twin backend/cpu/embedding.cpp).
+//
+// Forward: a gather, one block per token copying its row's bf16 bits (bit-exact with the CPU).
+// Backward: dtable[V,h] fp32 += scatter of dout[T,h]. Deterministic and bit-identical to the CPU
+// without float atomics: the token ids are stably radix-sorted with their positions (CUB), so the
+// positions of each id are contiguous and in token order; for each run of equal ids, one thread per
+// column walks those positions in order, accumulating in a register from the current dtable value.
+// Every dtable element thus receives (((d + g_t1) + g_t2) + ...) in token order, the CPU's exact
+// sequence of fp32 additions.
+// Token ids outside [0, V) are flagged on the device and reported after the kernel (one sync).
+#include <cub/cub.cuh>
+
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/op_util.cuh"
+
+namespace pl::cuda {
+
+namespace {
+
+constexpr int kGatherThreads = 256;
+constexpr int kScatterThreads = 256;
+
+// grid: T blocks (one per token), block: threads over the h columns.
+// out[T,h] bf16 = table[tokens[t], :] (bf16 bits copied); tokens[T] i32; table[V,h] bf16
+__global__ void embedding_forward_kernel(uint16_t* out, const int32_t* tokens, const uint16_t* table, int64_t h,
+                                         int64_t V, unsigned long long* bad) {
+  const int64_t t = blockIdx.x;
+  const int32_t tok = tokens[t];
+  if (tok < 0 || tok >= V) {
+    if (threadIdx.x == 0) flag_bad_row(bad, t);
+    return;
+  }
+  const uint16_t* src = table + static_cast<int64_t>(tok) * h;
+  uint16_t* dst = out + t * h;
+  for (int64_t c = threadIdx.x; c < h; c += blockDim.x) dst[c] = src[c];
+}
+
+// positions[T] = 0..T-1 (the sort's values); flags out-of-range tokens
+__global__ void embedding_positions_kernel(int32_t* positions, const int32_t* tokens, int64_t T, int64_t V,
+                                           unsigned long long* bad) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (t >= T) return;
+  positions[t] = static_cast<int32_t>(t);
+  if (tokens[t] < 0 || tokens[t] >= V) flag_bad_row(bad, t);
+}
+
+// grid: (T, ceil(h / kScatterThreads)): x = sorted slot (only the first slot of each run of equal ids
+// works), y = tile of columns, one column per thread. ids[T] sorted (as unsigned, so invalid negative
+// ids sort after every valid one); positions[T] the token index of each slot, increasing within a
+// run. dtable[V,h] f32 +=, dout[T,h] bf16. Loads are batched kBatch at a time for memory-level
+// parallelism; the additions stay in token order.
+__global__ void embedding_backward_kernel(float* dtable, const uint16_t* dout, const uint32_t* ids,
+                                          const int32_t* positions, int64_t T, int64_t h, int64_t V) {
+  constexpr int kBatch = 8;
+  const int64_t first = blockIdx.x;
+  const uint32_t id = ids[first];
+  if (first > 0 && ids[first - 1] == id) return;
+  if (static_cast<int64_t>(id) >= V) return;  // invalid (flagged by the positions kernel)
+  const int64_t c = blockIdx.y * static_cast<int64_t>(kScatterThreads) + threadIdx.x;
+  if (c >= h) return;
+  int64_t end = first + 1;
+  while (end < T && ids[end] == id) ++end;
+  float* cell = dtable + static_cast<int64_t>(id) * h + c;
+  float acc = *cell;
+  int64_t j = first;
+  for (; j + kBatch <= end; j += kBatch) {
+    float g[kBatch];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) g[k] = load_bf16(dout, static_cast<int64_t>(positions[j + k]) * h + c);
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) acc += g[k];
+  }
+  for (; j < end; ++j) acc += load_bf16(dout, static_cast<int64_t>(positions[j]) * h + c);
+  *cell = acc;
+}
+
+}  // namespace
+
+void embedding_forward(const OpContext&, const Tensor& out, const Tensor& tokens, const Tensor& table) {
+  constexpr const char* op = "embedding_forward";
+  check_arg(op, "out", out, DType::BF16, 2);
+  check_arg(op, "tokens", tokens, DType::I32, 1);
+  check_arg(op, "table", table, DType::BF16, 2);
+  require(out.dim(0) == tokens.dim(0) && out.dim(1) == table.dim(1), op,
+          "out " + describe(out) + " does not match tokens " + describe(tokens) + " and table " + describe(table) +
+              " (expected " + dims(tokens.dim(0), table.dim(1)) + ")");
+  const int64_t T = out.dim(0), h = out.dim(1), V = table.dim(0);
+  require(T < (int64_t{1} << 31), op, "out " + describe(out) + " has more rows than a grid holds");
+  if (T * h == 0) return;
+  const std::string what = "out " + dims(T, h) + " table " + dims(V, h);
+  static BadRowFlag flag;
+  unsigned long long* bad = flag.arm(op, what);
+  embedding_forward_kernel<<<static_cast<unsigned>(T), kGatherThreads>>>(bf16_out(out), i32_in(tokens),
+                                                                          bf16_in(table), h, V, bad);
+  check_launch(op, what);
+  flag.check_after(op, what, "tokens", i32_in(tokens), V);
+}
+
+void embedding_backward(const OpContext&, const Tensor& dtable, const Tensor& dout, const Tensor& tokens) {
+  constexpr const char* op = "embedding_backward";
+  check_arg(op, "dtable", dtable, DType::F32, 2);
+  check_arg(op, "dout", dout, DType::BF16, 2);
+  check_arg(op, "tokens", tokens, DType::I32, 1);
+  require(dout.dim(0) == tokens.dim(0) && dout.dim(1) == dtable.dim(1), op,
+          "dout " + describe(dout) + " does not match tokens " + describe(tokens) + " and dtable " +
+              describe(dtable) + " (expected " + dims(tokens.dim(0), dtable.dim(1)) + ")");
+  const int64_t T = dout.dim(0), h = dout.dim(1), V = dtable.dim(0);
+  require(T < (int64_t{1} << 31), op, "dout " + describe(dout) + " has more tokens than int32 positions hold");
+  if (T == 0 || h == 0) return;
+  const std::string what = "dout " + dims(T, h) + " dtable " + dims(V, h);
+  const int n = static_cast<int>(T);
+
+  // Scratch: [sort temp | positions in | ids out | positions out], each 256-byte aligned.
+  const auto* ids_in = reinterpret_cast<const uint32_t*>(tokens.data);
+  size_t temp_bytes = 0;
+  check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, ids_in, static_cast<uint32_t*>(nullptr),
+                                        static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), n),
+        op, what + " (radix sort size query)");
+  const size_t arr = align_up(sizeof(int32_t) * static_cast<size_t>(T));
+  const size_t temp_aligned = align_up(temp_bytes);
+  static DeviceScratch scratch;
+  char* base = static_cast<char*>(scratch.get(temp_aligned + 3 * arr));
+  auto* pos_in = reinterpret_cast<int32_t*>(base + temp_aligned);
+  auto* ids_out = reinterpret_cast<uint32_t*>(base + temp_aligned + arr);
+  auto* pos_out = reinterpret_cast<int32_t*>(base + temp_aligned + 2 * arr);
+
+  static BadRowFlag flag;
+  unsigned long long* bad = flag.arm(op, what);
+  embedding_positions_kernel<<<grid_for(T, kScatterThreads), kScatterThreads>>>(pos_in, i32_in(tokens), T, V, bad);
+  check_launch(op, what + " (positions)");
+  // Stable LSD radix sort over all 32 bits: equal ids keep token order.
+  check(cub::DeviceRadixSort::SortPairs(base, temp_bytes, ids_in, ids_out, pos_in, pos_out, n, 0, 32, 0), op,
+        what + " (radix sort of token ids)");
+  require(h <= int64_t{65535} * kScatterThreads, op, "dout " + describe(dout) + " is wider than a grid's y dimension holds");
+  const dim3 grid(static_cast<unsigned>(T), grid_for(h, kScatterThreads));
+  embedding_backward_kernel<<<grid, kScatterThreads>>>(f32_out(dtable), bf16_in(dout), ids_out, pos_out, T, h, V);
+  check_launch(op, what);
+  flag.check_after(op, what, "tokens", i32_in(tokens), V);
+}
+
+}  // namespace pl::cuda

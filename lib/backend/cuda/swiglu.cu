@@ -1,0 +1,79 @@
+// CUDA SwiGLU (see backend/ops.h; CPU twin backend/cpu/swiglu.cpp): fc1[T, 2f] = [gate | up],
+// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). One thread per (t, i), the CPU's float
+// expressions in its order (FMA contraction off on both sides), bf16 outputs rounded with the
+// shared numerics. The only difference from the CPU is expf: CUDA's is within 2 ulp, glibc's is
+// (nearly always) correctly rounded, so a result may land on the neighbouring bf16 value.
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/op_util.cuh"
+
+namespace pl::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// out[T,f] bf16, fc1[T,2f] bf16
+__global__ void swiglu_forward_kernel(uint16_t* out, const uint16_t* fc1, int64_t T, int64_t f) {
+  const int64_t n = T * f;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / f, i = idx - t * f;
+    const uint16_t* gate = fc1 + t * 2 * f;
+    const float g = load_bf16(gate, i);
+    store_bf16(out, idx, g / (1.0f + expf(-g)) * load_bf16(gate + f, i));
+  }
+}
+
+// dfc1[T,2f] bf16 (overwritten), dout[T,f] bf16, fc1[T,2f] bf16
+__global__ void swiglu_backward_kernel(uint16_t* dfc1, const uint16_t* dout, const uint16_t* fc1, int64_t T,
+                                       int64_t f) {
+  const int64_t n = T * f;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / f, i = idx - t * f;
+    const uint16_t* gate = fc1 + t * 2 * f;
+    const float g = load_bf16(gate, i);
+    const float up = load_bf16(gate + f, i);
+    const float go = load_bf16(dout, idx);
+    const float sig = 1.0f / (1.0f + expf(-g));
+    const float silu = g * sig;
+    // d silu / dg = sig * (1 + g * (1 - sig))
+    uint16_t* dgate = dfc1 + t * 2 * f;
+    store_bf16(dgate, i, go * up * (sig * (1.0f + g * (1.0f - sig))));
+    store_bf16(dgate + f, i, go * silu);
+  }
+}
+
+}  // namespace
+
+void swiglu_forward(const OpContext&, const Tensor& out, const Tensor& fc1) {
+  constexpr const char* op = "swiglu_forward";
+  check_arg(op, "out", out, DType::BF16, 2);
+  check_arg(op, "fc1", fc1, DType::BF16, 2);
+  require(fc1.dim(0) == out.dim(0) && fc1.dim(1) == 2 * out.dim(1), op,
+          "out " + describe(out) + " does not match fc1 " + describe(fc1) + " (expected fc1 " +
+              dims(out.dim(0), 2 * out.dim(1)) + ")");
+  const int64_t T = out.dim(0), f = out.dim(1);
+  if (T * f == 0) return;
+  swiglu_forward_kernel<<<grid_capped(T * f, kThreads), kThreads>>>(bf16_out(out), bf16_in(fc1), T, f);
+  check_launch(op, "out " + dims(T, f));
+}
+
+void swiglu_backward(const OpContext&, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
+  constexpr const char* op = "swiglu_backward";
+  check_arg(op, "dfc1", dfc1, DType::BF16, 2);
+  check_arg(op, "dout", dout, DType::BF16, 2);
+  check_arg(op, "fc1", fc1, DType::BF16, 2);
+  require(fc1.dim(0) == dout.dim(0) && fc1.dim(1) == 2 * dout.dim(1), op,
+          "dout " + describe(dout) + " does not match fc1 " + describe(fc1) + " (expected fc1 " +
+              dims(dout.dim(0), 2 * dout.dim(1)) + ")");
+  require(dfc1.dim(0) == fc1.dim(0) && dfc1.dim(1) == fc1.dim(1), op,
+          "dfc1 " + describe(dfc1) + " does not match fc1 " + describe(fc1));
+  const int64_t T = dout.dim(0), f = dout.dim(1);
+  if (T * f == 0) return;
+  swiglu_backward_kernel<<<grid_capped(T * f, kThreads), kThreads>>>(bf16_out(dfc1), bf16_in(dout), bf16_in(fc1), T,
+                                                                     f);
+  check_launch(op, "dout " + dims(T, f));
+}
+
+}  // namespace pl::cuda
