@@ -1,0 +1,331 @@
+// cuBLASLt plumbing of the CUDA GEMMs: one checked matmul with a per-shape cached algorithm, the
+// device scalars of device pointer mode, and the description of what runs (gemm.h, gemm_lt.h).
+// Facts followed: SPEC-GPU §2 (types, attributes, pointer modes, alignment, the row-major "TN"
+// trick), SPEC-NVFP4 §6; the practice of passing each operand's actual pointer alignment as the
+// MIN_ALIGNMENT preferences (cuBLASLt's default assumes 256-byte alignment) is the one NVIDIA
+// TransformerEngine (common/gemm/cublaslt_gemm.cu) and PyTorch follow.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/context.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/gemm_lt.h"
+
+namespace pl::cuda {
+
+// ---- descriptions --------------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<bool> g_force_emulated{false};
+
+const char* format_label(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::NVFP4: return "NVFP4";
+    case QuantFormat::MXFP8: return "MXFP8";
+    case QuantFormat::FP8_E4M3:
+    case QuantFormat::FP8_E5M2: return "FP8";
+  }
+  return "?";
+}
+
+const char* execution_label(QuantFormat f, int sm) {
+  return quantized_gemm_execution(f, sm) == GemmExecution::Native ? "native (cuBLASLt"
+                                                                   : "emulated (dequantize to BF16 + BF16 GEMM";
+}
+
+}  // namespace
+
+GemmExecution quantized_gemm_execution(QuantFormat format, int sm) {
+  switch (format) {
+    case QuantFormat::NVFP4:
+    case QuantFormat::MXFP8: {
+      Context c;  // the one rule for block-scaled GEMMs: Context::native_fp4 (sm_100 / sm_103)
+      c.sm = sm;
+      return c.native_fp4() ? GemmExecution::Native : GemmExecution::Emulated;
+    }
+    case QuantFormat::FP8_E4M3:
+    case QuantFormat::FP8_E5M2:
+      // cuBLASLt FP8 needs compute capability 8.9 or newer (SPEC-GPU §2(b)).
+      return sm >= 89 ? GemmExecution::Native : GemmExecution::Emulated;
+  }
+  return GemmExecution::Emulated;
+}
+
+std::string gemm_backend_description(QuantFormat format, int sm) {
+  return fmt::format("{} GEMMs {}, sm_{})", format_label(format), execution_label(format, sm), sm);
+}
+
+std::string gemm_backend_description(int sm) {
+  std::string s = fmt::format("GEMMs on sm_{}: BF16 native (cuBLASLt)", sm);
+  for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::MXFP8, QuantFormat::NVFP4})
+    s += fmt::format("; {} {})", format_label(f), execution_label(f, sm));
+  return s;
+}
+
+std::string gemm_backend_description(Device device) {
+  if (device == Device::CPU)
+    return "GEMMs on the CPU: BF16 as FP32 OpenBLAS SGEMM; FP8, MXFP8 and NVFP4 emulated (exact dequantization "
+           "to FP32 + OpenBLAS SGEMM)";
+  std::string s = gemm_backend_description(context().sm);
+  if (force_emulated_gemm()) s += " [quantized GEMMs forced onto the emulated path]";
+  return s;
+}
+
+void set_force_emulated_gemm(bool on) { g_force_emulated.store(on); }
+bool force_emulated_gemm() { return g_force_emulated.load(); }
+
+// ---- device scalars --------------------------------------------------------------------------------
+
+namespace {
+
+std::atomic<const GemmScalars*> g_scalars{nullptr};
+
+GemmScalars make_scalars() {
+  context();  // the device and its cuBLASLt handle first
+  // [0] alpha slot, [1] 0.0f, [2] 1.0f, [3] unused, then the 8-byte inexact counter at byte 16.
+  void* p = nullptr;
+  check(cudaMalloc(&p, 256), "cudaMalloc", "GEMM device scalars (256 bytes, once per process)");
+  unsigned char init[24] = {};
+  const float f[4] = {0.0f, 0.0f, 1.0f, 0.0f};
+  static_assert(sizeof f == 16);
+  std::memcpy(init, f, sizeof f);  // counter bytes stay 0
+  check(cudaMemcpy(p, init, sizeof init, cudaMemcpyHostToDevice), "cudaMemcpy", "GEMM device scalars init");
+  GemmScalars s;
+  auto* fp = static_cast<float*>(p);
+  s.alpha = fp;
+  s.zero = fp + 1;
+  s.one = fp + 2;
+  s.inexact = reinterpret_cast<unsigned long long*>(static_cast<unsigned char*>(p) + 16);
+  return s;
+}
+
+}  // namespace
+
+const GemmScalars& gemm_scalars() {
+  static const GemmScalars s = make_scalars();
+  g_scalars.store(&s);
+  return s;
+}
+
+uint64_t emulated_gemm_inexact_elements() {
+  const GemmScalars* s = g_scalars.load();
+  if (s == nullptr) return 0;
+  unsigned long long n = 0;
+  check(cudaMemcpy(&n, s->inexact, sizeof n, cudaMemcpyDeviceToHost), "emulated_gemm_inexact_elements",
+        "cudaMemcpy of the counter");
+  return static_cast<uint64_t>(n);
+}
+
+// ---- one cuBLASLt matmul ---------------------------------------------------------------------------
+
+const char* lt_type_name(cudaDataType_t t) {
+  switch (t) {
+    case CUDA_R_16BF: return "bf16";
+    case CUDA_R_32F: return "f32";
+    case CUDA_R_16F: return "f16";
+    case CUDA_R_8F_E4M3: return "e4m3";
+    case CUDA_R_8F_E5M2: return "e5m2";
+    case CUDA_R_4F_E2M1: return "e2m1";
+    default: return "?";
+  }
+}
+
+namespace {
+
+const char* scale_mode_name(cublasLtMatmulMatrixScale_t m) {
+  switch (m) {
+    case CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F: return "SCALAR_32F";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3: return "VEC16_UE4M3";
+    case CUBLASLT_MATMUL_MATRIX_SCALE_VEC32_UE8M0: return "VEC32_UE8M0";
+    default: return "?";
+  }
+}
+
+// The op's shapes plus the cuBLASLt view, for every error message of this matmul.
+std::string describe(const LtMatmul& g) {
+  return fmt::format("{} (cuBLASLt {}{} m={} n={} k={}, A {} ld {}, B {} ld {}, D {} ld {}, {}{}, alpha {}{})", g.what,
+                     g.transa == CUBLAS_OP_T ? 'T' : 'N', g.transb == CUBLAS_OP_T ? 'T' : 'N', g.m, g.n, g.k,
+                     lt_type_name(g.a_type), g.lda, lt_type_name(g.b_type), g.ldb, lt_type_name(g.d_type), g.ldd,
+                     scale_mode_name(g.scale_mode), g.a_scale || g.b_scale ? " scales" : "",
+                     g.alpha_device ? "device" : "host", g.accumulate ? ", beta 1" : "");
+}
+
+// Largest power of two (<= 256) dividing the address: what the algorithm may assume.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a % al) != 0) al /= 2;
+  return al;
+}
+
+struct AlgoKey {
+  int32_t transa, transb;
+  int64_t m, n, k, lda, ldb, ldd;
+  int32_t a_type, b_type, d_type, scale_mode;
+  bool device_pointers, a_scale, b_scale, quantized;
+  uint32_t align_a, align_b, align_d;
+  auto tie() const {
+    return std::tie(transa, transb, m, n, k, lda, ldb, ldd, a_type, b_type, d_type, scale_mode, device_pointers,
+                    a_scale, b_scale, quantized, align_a, align_b, align_d);
+  }
+  bool operator<(const AlgoKey& o) const { return tie() < o.tie(); }
+};
+
+struct AlgoCache {
+  std::mutex mu;
+  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+};
+AlgoCache& algo_cache() {
+  static AlgoCache c;
+  return c;
+}
+
+// RAII owners of the per-call descriptors (host objects; creating them is cheap).
+struct MatmulDesc {
+  cublasLtMatmulDesc_t h = nullptr;
+  ~MatmulDesc() {
+    if (h) cublasLtMatmulDescDestroy(h);
+  }
+};
+struct Layout {
+  cublasLtMatrixLayout_t h = nullptr;
+  ~Layout() {
+    if (h) cublasLtMatrixLayoutDestroy(h);
+  }
+};
+struct Preference {
+  cublasLtMatmulPreference_t h = nullptr;
+  ~Preference() {
+    if (h) cublasLtMatmulPreferenceDestroy(h);
+  }
+};
+
+}  // namespace
+
+void lt_matmul(const LtMatmul& g) {
+  Context& ctx = context();
+  const GemmScalars& scalars = gemm_scalars();
+  const std::string what = describe(g);
+  auto chk = [&](cublasStatus_t st, const char* call) { check(st, g.op, std::string(call) + ": " + what); };
+
+  MatmulDesc desc;
+  chk(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes, const char* name) {
+    chk(cublasLtMatmulDescSetAttribute(desc.h, attr, v, bytes), name);
+  };
+  const int32_t transa = g.transa, transb = g.transb;
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa, "cublasLtMatmulDescSetAttribute(TRANSA)");
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb, "cublasLtMatmulDescSetAttribute(TRANSB)");
+  const int32_t pointer_mode = g.alpha_device ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+  set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &pointer_mode, sizeof pointer_mode,
+      "cublasLtMatmulDescSetAttribute(POINTER_MODE)");
+  if (g.quantized_inputs) {
+    const int8_t fast_accum = 0;  // split accumulation: FP32 promotion as the hardware allows (TE's default for FP8 backward)
+    set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum, "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  }
+  if (g.scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+    const int32_t mode = g.scale_mode;
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+  }
+  if (g.a_scale) {
+    const void* p = g.a_scale;
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p, sizeof p, "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  }
+  if (g.b_scale) {
+    const void* p = g.b_scale;
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p, sizeof p, "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+  }
+
+  // Layouts (column-major): op(A) is m x k, op(B) is k x n, C = D is m x n.
+  Layout la, lb, ld;
+  const bool an = g.transa == CUBLAS_OP_N, bn = g.transb == CUBLAS_OP_N;
+  chk(cublasLtMatrixLayoutCreate(&la.h, g.a_type, static_cast<uint64_t>(an ? g.m : g.k),
+                                 static_cast<uint64_t>(an ? g.k : g.m), g.lda),
+      "cublasLtMatrixLayoutCreate(A)");
+  chk(cublasLtMatrixLayoutCreate(&lb.h, g.b_type, static_cast<uint64_t>(bn ? g.k : g.n),
+                                 static_cast<uint64_t>(bn ? g.n : g.k), g.ldb),
+      "cublasLtMatrixLayoutCreate(B)");
+  chk(cublasLtMatrixLayoutCreate(&ld.h, g.d_type, static_cast<uint64_t>(g.m), static_cast<uint64_t>(g.n), g.ldd),
+      "cublasLtMatrixLayoutCreate(C/D)");
+
+  AlgoKey key{transa,
+              transb,
+              g.m,
+              g.n,
+              g.k,
+              g.lda,
+              g.ldb,
+              g.ldd,
+              static_cast<int32_t>(g.a_type),
+              static_cast<int32_t>(g.b_type),
+              static_cast<int32_t>(g.d_type),
+              static_cast<int32_t>(g.scale_mode),
+              g.alpha_device != nullptr,
+              g.a_scale != nullptr,
+              g.b_scale != nullptr,
+              g.quantized_inputs,
+              alignment_of(g.A),
+              alignment_of(g.B),
+              alignment_of(g.D)};
+  cublasLtMatmulAlgo_t algo{};
+  {
+    AlgoCache& cache = algo_cache();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.algos.find(key);
+    if (it != cache.algos.end()) {
+      algo = it->second;
+    } else {
+      Preference pref;
+      chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
+      const uint64_t ws = ctx.workspace_bytes;
+      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+          "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+      const uint32_t aligns[3] = {key.align_a, key.align_b, key.align_d};
+      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aligns[0],
+                                               sizeof aligns[0]),
+          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
+      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &aligns[1],
+                                               sizeof aligns[1]),
+          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
+      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aligns[2],
+                                               sizeof aligns[2]),
+          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
+      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aligns[2],
+                                               sizeof aligns[2]),
+          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+      cublasLtMatmulHeuristicResult_t result{};
+      int returned = 0;
+      chk(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.h, la.h, lb.h, ld.h, ld.h, pref.h, 1, &result, &returned),
+          "cublasLtMatmulAlgoGetHeuristic");
+      if (returned == 0) check(CUBLAS_STATUS_NOT_SUPPORTED, g.op, "cublasLtMatmulAlgoGetHeuristic returned no algorithm: " + what);
+      chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
+      algo = result.algo;
+      cache.algos.emplace(key, algo);
+    }
+  }
+
+  const float beta_host = g.accumulate ? 1.0f : 0.0f;
+  const void* alpha = g.alpha_device ? static_cast<const void*>(g.alpha_device) : &g.alpha_host;
+  const void* beta = g.alpha_device ? static_cast<const void*>(g.accumulate ? scalars.one : scalars.zero)
+                                    : static_cast<const void*>(&beta_host);
+  chk(cublasLtMatmul(ctx.lt, desc.h, alpha, g.A, la.h, g.B, lb.h, beta, g.D, ld.h, g.D, ld.h, &algo, ctx.workspace,
+                     ctx.workspace_bytes, /*stream=*/0),
+      "cublasLtMatmul");
+}
+
+void prepare_device_state() {
+  (void)context();
+  (void)gemm_scalars();
+}
+
+}  // namespace pl::cuda

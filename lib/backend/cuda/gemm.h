@@ -1,0 +1,52 @@
+#pragma once
+// What runs behind the CUDA backend's GEMMs (linear.cu, gemm.cpp), for the banner and for tests.
+// Plain C++ (no CUDA header), so apps and tests include it; it exists only in CUDA builds
+// (PL_WITH_CUDA).
+//
+//   BF16 linear GEMMs             cuBLASLt BF16 x BF16, FP32 accumulate, every GPU
+//   FP8 per-tensor (E4M3/E5M2)    cuBLASLt FP8 (scalar FP32 scales), native on sm_89 and newer
+//   MXFP8, NVFP4                  cuBLASLt block-scaled GEMMs, native on sm_100 / sm_103
+//                                 (pl::cuda::Context::native_fp4); elsewhere (sm_90) EMULATED: each
+//                                 operand is dequantized exactly into BF16 and multiplied by a BF16
+//                                 cuBLASLt GEMM with the same alpha — the numbers of the native path
+//                                 up to the FP32 summation order, slower.
+#include <cstdint>
+#include <string>
+
+#include "backend/quantize.h"
+#include "core/tensor.h"
+
+namespace pl::cuda {
+
+enum class GemmExecution : uint8_t { Native, Emulated };
+
+// How quantized_gemm runs `format` on a GPU of compute capability `sm` (major*10 + minor, e.g. 90,
+// 100, 103). FP8_E4M3 and FP8_E5M2 share one answer. Pure: no device needed.
+GemmExecution quantized_gemm_execution(QuantFormat format, int sm);
+
+// One line per format, e.g. "NVFP4 GEMMs native (cuBLASLt, sm_100)" or
+// "NVFP4 GEMMs emulated (dequantize to BF16 + BF16 GEMM, sm_90)". Pure.
+std::string gemm_backend_description(QuantFormat format, int sm);
+// All formats in one line: "GEMMs on sm_90: BF16 native (cuBLASLt); FP8 native (cuBLASLt); MXFP8
+// emulated (dequantize to BF16 + BF16 GEMM); NVFP4 emulated (dequantize to BF16 + BF16 GEMM)". Pure.
+std::string gemm_backend_description(int sm);
+// The same for a device: CPU describes the CPU backend's emulation; CUDA asks the current GPU
+// (pl::cuda::context(), so it needs one).
+std::string gemm_backend_description(Device device);
+
+// Creates the CUDA context (cuBLASLt and cuDNN handles, workspace) and the GEMM's device scalars
+// now, before the training loop, so the loop allocates nothing. Needs a GPU.
+void prepare_device_state();
+
+// Test hook: when true, every quantized GEMM (FP8, MXFP8, NVFP4) takes the emulated path even where
+// the native one exists, so one GPU checks both paths. Off by default.
+void set_force_emulated_gemm(bool on);
+bool force_emulated_gemm();
+
+// Elements the emulated path has dequantized into BF16 inexactly since the process started (read
+// from the device; synchronizes). NVFP4 (E2M1 x E4M3) is always exact; MXFP8 (E4M3 x 2^k) is exact
+// unless a nonzero value falls below 2^-130, where BF16 is subnormal (see linear.cu). 0 until the
+// first emulated GEMM.
+uint64_t emulated_gemm_inexact_elements();
+
+}  // namespace pl::cuda

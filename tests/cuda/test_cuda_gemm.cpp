@@ -1,0 +1,477 @@
+// GPU conformance of the GEMMs (backend/cuda/linear.cu): every CUDA GEMM against the CPU backend on
+// fresh random inputs. BF16: the CPU linear ops (round_bf16 true) vs cuBLASLt. Quantized: operands
+// quantized on the CPU, their buffers copied to device copies, CUDA quantized_gemm vs CPU
+// quantized_gemm, for the three GEMMs of a linear layer as LinearLayer issues them, on the path the
+// GPU takes and again forced onto the emulated path (set_force_emulated_gemm), so one GPU checks both.
+// Compiled always; the device tests skip without a CUDA device.
+//
+// Tolerance. The two backends compute the same products (BF16 values, or exactly dequantized block
+// values) and differ in the FP32 summation order, so per output element
+//   |gpu − cpu| <= out_rel · max(|gpu|, |cpu|) + acc_rel · Σ_k |a_k·b_k|  (+ |y0| when accumulating)
+//   out_rel = 2^-7 for BF16 outputs: each side rounds its FP32 sum to BF16 once (<= 2^-8 relative);
+//             2^-22 for FP32 outputs (the final rounding of each side).
+//   acc_rel = 2^-12 for BF16 GEMMs: any FP32 summation order is within K·2^-24·Σ|ab| of the exact
+//             sum, i.e. <= 2^-15 for K <= 512 on each side; 4x slack.
+//           = 2^-8 for the quantized GEMMs: Hopper's FP8 tensor cores keep only ~14 accumulator bits
+//             between FP32 promotions (DeepSeek-V3 §3.3.2), block-scaled kernels scale partial sums;
+//             2^-8 covers that and TE's own NVFP4 GEMM test tolerance (8e-3), yet a wrong layout,
+//             transposition, scale or alpha gives errors of order Σ|ab| itself.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/ops.h"
+#include "backend/quantize.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "cuda/cuda_test_util.h"
+#include "numerics/bf16.h"
+
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/gemm.h"
+#endif
+
+namespace pl {
+namespace {
+
+using test::cuda_ctx;
+using test::DeviceTensor;
+using test::to_device;
+using test::to_host_floats;
+
+constexpr double kBf16OutRel = 0x1p-7;
+constexpr double kF32OutRel = 0x1p-22;
+constexpr double kBf16AccRel = 0x1p-12;
+constexpr double kQuantAccRel = 0x1p-8;
+
+OpContext cpu_ctx() { return OpContext{}; }  // round_bf16 = true
+
+// n normal values of standard deviation `scale`, rounded to BF16 (the values a BF16 tensor holds).
+std::vector<float> randn_bf16(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = num::round_bf16(nd(rng));
+  return v;
+}
+
+std::vector<float> transpose(const std::vector<float>& m, int64_t rows, int64_t cols) {
+  std::vector<float> t(m.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
+  return t;
+}
+
+// mag[i][j] = Σ_k |a[i][k]·b[j][k]| (+ |y0[i][j]|): the scale of each output's rounding error.
+std::vector<double> abs_products(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
+                                 int64_t K, const std::vector<float>* y0 = nullptr) {
+  std::vector<double> mag(static_cast<size_t>(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = y0 ? std::fabs((*y0)[i * N + j]) : 0.0;
+      for (int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(a[i * K + k]) * b[j * K + k]);
+      mag[i * N + j] = s;
+    }
+  return mag;
+}
+
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const std::vector<double>& mag,
+                  double out_rel, double acc_rel, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  ASSERT_EQ(mag.size(), cpu.size()) << what;
+  int bad = 0;
+  double max_mag = 0.0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    max_mag = std::max(max_mag, mag[i]);
+    const double g = gpu[i], c = cpu[i];
+    const double tol = out_rel * std::max(std::fabs(g), std::fabs(c)) + acc_rel * mag[i];
+    if (!(std::fabs(g - c) <= tol)) {
+      if (++bad <= 5)
+        ADD_FAILURE() << what << ": element " << i << " gpu " << g << " cpu " << c << " |diff| " << std::fabs(g - c)
+                      << " > tol " << tol << " (Σ|ab| " << mag[i] << ")";
+    }
+  }
+  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.size() << " elements out of tolerance";
+  EXPECT_GT(max_mag, 0.0) << what << ": degenerate test data (all products zero)";
+}
+
+// ---- BF16 linear GEMMs -----------------------------------------------------------------------------
+
+struct LinearShape {
+  int64_t T, in, out;
+};
+const LinearShape kLinearShapes[] = {{64, 256, 128}, {37, 40, 24}, {7, 19, 5}, {128, 512, 384}};
+
+TEST(CudaGemm, LinearForwardMatchesCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (const LinearShape& s : kLinearShapes) {
+    const std::string what = "linear_forward T=" + std::to_string(s.T) + " in=" + std::to_string(s.in) +
+                             " out=" + std::to_string(s.out);
+    // x lives at row 1 of a [T+1, in] buffer, so its pointer is not 256-byte aligned (exercises the
+    // alignment preferences of the algorithm cache).
+    std::vector<float> xbig = randn_bf16(static_cast<size_t>((s.T + 1) * s.in), 1.0f, 11);
+    std::vector<float> x(xbig.begin() + s.in, xbig.end());
+    std::vector<float> w = randn_bf16(static_cast<size_t>(s.out * s.in), 0.05f, 12);
+    std::vector<float> y(static_cast<size_t>(s.T * s.out));
+    linear_forward(cpu_ctx(), test::host_view(y, {s.T, s.out}), test::host_view(x, {s.T, s.in}),
+                   test::host_view(w, {s.out, s.in}));
+
+    DeviceTensor dxbig = to_device(xbig, {s.T + 1, s.in}, DType::BF16);
+    DeviceTensor dw = to_device(w, {s.out, s.in}, DType::BF16);
+    DeviceTensor dy = test::device_tensor({s.T, s.out}, DType::BF16);
+    linear_forward(cuda_ctx(), dy.t, dxbig.t.rows(1, s.T), dw.t);
+    expect_close(to_host_floats(dy.t), y, abs_products(x, w, s.T, s.out, s.in), kBf16OutRel, kBf16AccRel, what);
+  }
+}
+
+TEST(CudaGemm, LinearBackwardInputMatchesCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (const LinearShape& s : kLinearShapes) {
+    const std::string what = "linear_backward_input T=" + std::to_string(s.T) + " in=" + std::to_string(s.in) +
+                             " out=" + std::to_string(s.out);
+    std::vector<float> dy = randn_bf16(static_cast<size_t>(s.T * s.out), 1.0f, 21);
+    std::vector<float> w = randn_bf16(static_cast<size_t>(s.out * s.in), 0.05f, 22);
+    std::vector<float> dx(static_cast<size_t>(s.T * s.in));
+    linear_backward_input(cpu_ctx(), test::host_view(dx, {s.T, s.in}), test::host_view(dy, {s.T, s.out}),
+                          test::host_view(w, {s.out, s.in}));
+
+    DeviceTensor ddy = to_device(dy, {s.T, s.out}, DType::BF16);
+    DeviceTensor dw = to_device(w, {s.out, s.in}, DType::BF16);
+    DeviceTensor ddx = test::device_tensor({s.T, s.in}, DType::BF16);
+    linear_backward_input(cuda_ctx(), ddx.t, ddy.t, dw.t);
+    // dx[t][i] = Σ_o dy[t][o]·w[o][i]: b = wᵀ [in, out]
+    expect_close(to_host_floats(ddx.t), dx, abs_products(dy, transpose(w, s.out, s.in), s.T, s.in, s.out),
+                 kBf16OutRel, kBf16AccRel, what);
+  }
+}
+
+TEST(CudaGemm, LinearBackwardWeightAccumulatesLikeCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (const LinearShape& s : kLinearShapes) {
+    const std::string what = "linear_backward_weight T=" + std::to_string(s.T) + " in=" + std::to_string(s.in) +
+                             " out=" + std::to_string(s.out);
+    std::vector<float> dy = randn_bf16(static_cast<size_t>(s.T * s.out), 1.0f, 31);
+    std::vector<float> x = randn_bf16(static_cast<size_t>(s.T * s.in), 1.0f, 32);
+    std::vector<float> dy2 = randn_bf16(static_cast<size_t>(s.T * s.out), 1.0f, 33);
+    std::mt19937 rng(34);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> dw0(static_cast<size_t>(s.out * s.in));
+    for (float& v : dw0) v = nd(rng);  // an FP32 accumulator already holding a gradient
+
+    // Two accumulations (two micro-batches) on both backends.
+    std::vector<float> dw = dw0;
+    linear_backward_weight(cpu_ctx(), test::host_view(dw, {s.out, s.in}), test::host_view(dy, {s.T, s.out}),
+                           test::host_view(x, {s.T, s.in}));
+    linear_backward_weight(cpu_ctx(), test::host_view(dw, {s.out, s.in}), test::host_view(dy2, {s.T, s.out}),
+                           test::host_view(x, {s.T, s.in}));
+
+    DeviceTensor ddy = to_device(dy, {s.T, s.out}, DType::BF16);
+    DeviceTensor ddy2 = to_device(dy2, {s.T, s.out}, DType::BF16);
+    DeviceTensor dx = to_device(x, {s.T, s.in}, DType::BF16);
+    DeviceTensor ddw = to_device(dw0, {s.out, s.in}, DType::F32);
+    linear_backward_weight(cuda_ctx(), ddw.t, ddy.t, dx.t);
+    linear_backward_weight(cuda_ctx(), ddw.t, ddy2.t, dx.t);
+
+    // dw[o][i] = dw0 + Σ_t dy[t][o]·x[t][i] + Σ_t dy2[t][o]·x[t][i]: a = [dy | dy2]ᵀ, b = [x | x]ᵀ.
+    std::vector<float> a2 = transpose(dy, s.T, s.out), b2 = transpose(x, s.T, s.in);
+    const std::vector<float> a2b = transpose(dy2, s.T, s.out);
+    std::vector<float> a(static_cast<size_t>(s.out * 2 * s.T)), b(static_cast<size_t>(s.in * 2 * s.T));
+    for (int64_t o = 0; o < s.out; ++o)
+      for (int64_t t = 0; t < s.T; ++t) {
+        a[o * 2 * s.T + t] = a2[o * s.T + t];
+        a[o * 2 * s.T + s.T + t] = a2b[o * s.T + t];
+      }
+    for (int64_t i = 0; i < s.in; ++i)
+      for (int64_t t = 0; t < s.T; ++t) b[i * 2 * s.T + t] = b[i * 2 * s.T + s.T + t] = b2[i * s.T + t];
+    expect_close(to_host_floats(ddw.t), dw, abs_products(a, b, s.out, s.in, 2 * s.T, &dw0), kF32OutRel, kBf16AccRel,
+                 what);
+  }
+}
+
+TEST(CudaGemm, LinearRejectsWrongDtypes) {
+  PL_REQUIRE_CUDA_DEVICE();
+  DeviceTensor x = test::device_tensor({8, 16}, DType::F32);  // must be bf16
+  DeviceTensor w = test::device_tensor({16, 16}, DType::BF16);
+  DeviceTensor y = test::device_tensor({8, 16}, DType::BF16);
+  EXPECT_THROW(linear_forward(cuda_ctx(), y.t, x.t, w.t), Error);
+}
+
+// ---- quantized GEMMs -----------------------------------------------------------------------------------
+
+// A device QuantizedTensor holding the same bytes as a CPU one (codes, compact and swizzled scales,
+// amax, scale_inv of every copy present).
+QuantizedTensor to_device_quantized(std::vector<Buffer>& owner, const QuantizedTensor& h, int64_t rows,
+                                    int64_t cols) {
+  QuantizedTensor d = allocate_quantized(owner, Device::CUDA, h.format, rows, cols, h.has_rowwise, h.has_columnwise);
+  d.columnwise_rht = h.columnwise_rht;
+  auto copy = [](QuantizedCopy& dc, const QuantizedCopy& hc) {
+    copy_from_host(dc.data, hc.data.data);
+    if (quant_block_size(hc.format) > 1) {
+      copy_from_host(dc.scales, hc.scales.data);
+      copy_from_host(dc.scales_swizzled, hc.scales_swizzled.data);
+    }
+    copy_from_host(dc.amax, hc.amax.data);
+    copy_from_host(dc.scale_inv, hc.scale_inv.data);
+  };
+  if (h.has_rowwise) copy(d.rowwise, h.rowwise);
+  if (h.has_columnwise) copy(d.columnwise, h.columnwise);
+  return d;
+}
+
+// The exact dequantized values of a CPU copy (global scale included): for the error scale only.
+std::vector<float> dequantized(const QuantizedCopy& c) {
+  std::vector<float> v(static_cast<size_t>(c.rows * c.cols));
+  dequantize(cpu_ctx(), test::host_view(v, {c.rows, c.cols}), c, c.format);
+  return v;
+}
+
+// One quantized_gemm on both backends: y[M,N] (+)= a · bᵀ with y bf16 (fresh) or f32 (accumulating
+// into random y0), compared within the tolerance above.
+void check_quantized_gemm(const QuantizedCopy& ha, const QuantizedCopy& hb, const QuantizedCopy& da,
+                          const QuantizedCopy& db, bool accumulate, const std::string& what) {
+  const int64_t M = ha.rows, N = hb.rows, K = ha.cols;
+  std::vector<float> y0(static_cast<size_t>(M * N), 0.0f);
+  if (accumulate) {
+    std::mt19937 rng(77);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    for (float& v : y0) v = nd(rng);
+  }
+  std::vector<float> y = y0;
+  std::vector<float> sa(static_cast<size_t>(M * K)), sb(static_cast<size_t>(N * K));
+  quantized_gemm(cpu_ctx(), test::host_view(y, {M, N}), ha, hb, ha.format, accumulate, test::host_view(sa, {M * K}),
+                 test::host_view(sb, {N * K}));
+
+  DeviceTensor dy = to_device(y0, {M, N}, accumulate ? DType::F32 : DType::BF16);
+  DeviceTensor dsa = test::device_tensor({M * K}, DType::F32);
+  DeviceTensor dsb = test::device_tensor({N * K}, DType::F32);
+  quantized_gemm(cuda_ctx(), dy.t, da, db, da.format, accumulate, dsa.t, dsb.t);
+  expect_close(to_host_floats(dy.t), y, abs_products(dequantized(ha), dequantized(hb), M, N, K, accumulate ? &y0 : nullptr),
+               accumulate ? kF32OutRel : kBf16OutRel, kQuantAccRel, what);
+}
+
+struct QuantCase {
+  QuantFormat x_format, dy_format;
+  bool nvfp4_recipe;  // 2D weight blocks, RHT on the wgrad copies, stochastic rounding of dy
+};
+
+// The three GEMMs of a linear layer, as LinearLayer (lib/model/linear_layer.cpp) issues them:
+//   fprop  y[T,out]   = x rowwise · w rowwise ᵀ               bf16, overwrite
+//   dgrad  dx[T,in]   = dy rowwise · w columnwise ᵀ           bf16, overwrite
+//   wgrad  dw[out,in] += dy columnwise · x columnwise ᵀ        f32, accumulate
+void check_linear_layer_gemms(const QuantCase& qc, int64_t T, int64_t in, int64_t out, const std::string& label) {
+  std::vector<float> x = randn_bf16(static_cast<size_t>(T * in), 1.0f, 41);
+  std::vector<float> w = randn_bf16(static_cast<size_t>(out * in), 0.05f, 42);
+  std::vector<float> dy = randn_bf16(static_cast<size_t>(T * out), 1e-3f, 43);
+  // A few outliers, so that block scales differ widely across the tensors.
+  x[5] = 40.0f;
+  dy[static_cast<size_t>(T * out) - 3] = -0.5f;
+
+  std::vector<Buffer> owner;
+  QuantizedTensor wq = allocate_quantized(owner, Device::CPU, qc.x_format, out, in, true, true);
+  QuantizedTensor xq = allocate_quantized(owner, Device::CPU, qc.x_format, T, in, true, true);
+  QuantizedTensor dyq = allocate_quantized(owner, Device::CPU, qc.dy_format, T, out, true, true);
+  QuantizeOptions wo;
+  wo.format = qc.x_format;
+  wo.rowwise = wo.columnwise = true;
+  wo.block_2d = qc.nvfp4_recipe;
+  quantize(cpu_ctx(), wq, test::host_view(w, {out, in}), wo);
+  QuantizeOptions xo;
+  xo.format = qc.x_format;
+  xo.rowwise = true;
+  xo.columnwise = false;
+  quantize(cpu_ctx(), xq, test::host_view(x, {T, in}), xo);
+  xo.rowwise = false;
+  xo.columnwise = true;
+  xo.rht_columnwise = qc.nvfp4_recipe;
+  quantize(cpu_ctx(), xq, test::host_view(x, {T, in}), xo);
+  QuantizeOptions go;
+  go.format = qc.dy_format;
+  go.rowwise = go.columnwise = true;
+  go.rht_columnwise = go.stochastic = qc.nvfp4_recipe;
+  go.seed = 0x5EED;
+  go.stream_id = 7;
+  go.counter = 3;
+  quantize(cpu_ctx(), dyq, test::host_view(dy, {T, out}), go);
+
+  const QuantizedTensor dwq = to_device_quantized(owner, wq, out, in);
+  const QuantizedTensor dxq = to_device_quantized(owner, xq, T, in);
+  const QuantizedTensor ddyq = to_device_quantized(owner, dyq, T, out);
+
+  const std::string shape = " T=" + std::to_string(T) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
+  check_quantized_gemm(xq.rowwise, wq.rowwise, dxq.rowwise, dwq.rowwise, false, label + " fprop" + shape);
+  check_quantized_gemm(dyq.rowwise, wq.columnwise, ddyq.rowwise, dwq.columnwise, false, label + " dgrad" + shape);
+  check_quantized_gemm(dyq.columnwise, xq.columnwise, ddyq.columnwise, dxq.columnwise, true, label + " wgrad" + shape);
+}
+
+#if defined(PL_WITH_CUDA)
+// Runs `body` on the path the GPU takes by default, then once more forced onto the emulated path
+// (the same path on a GPU without the native GEMM).
+struct ForceEmulated {
+  explicit ForceEmulated(bool on) { cuda::set_force_emulated_gemm(on); }
+  ~ForceEmulated() { cuda::set_force_emulated_gemm(false); }
+};
+#endif
+
+template <class Body>
+void on_both_paths(Body body) {
+#if defined(PL_WITH_CUDA)
+  for (bool force : {false, true}) {
+    ForceEmulated guard(force);
+    body(force ? " [forced emulated]" : "");
+  }
+#else
+  body("");
+#endif
+}
+
+const int64_t kQuantShapes[][3] = {{128, 256, 192}, {96, 160, 64}};  // T, in, out: scale tiles padded (192, 96, 160, 64)
+
+TEST(CudaGemm, Nvfp4MatchesCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements();
+#endif
+  on_both_paths([](const std::string& path) {
+    for (const auto& s : kQuantShapes) {
+      check_linear_layer_gemms({QuantFormat::NVFP4, QuantFormat::NVFP4, true}, s[0], s[1], s[2], "nvfp4" + path);
+      check_linear_layer_gemms({QuantFormat::NVFP4, QuantFormat::NVFP4, false}, s[0], s[1], s[2],
+                               "nvfp4 (1D, no RHT/SR)" + path);
+    }
+  });
+#if defined(PL_WITH_CUDA)
+  // E2M1 x E4M3 is always exact in BF16.
+  EXPECT_EQ(cuda::emulated_gemm_inexact_elements(), inexact0);
+#endif
+}
+
+TEST(CudaGemm, Mxfp8MatchesCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements();
+#endif
+  on_both_paths([](const std::string& path) {
+    for (const auto& s : kQuantShapes)
+      check_linear_layer_gemms({QuantFormat::MXFP8, QuantFormat::MXFP8, false}, s[0], s[1], s[2], "mxfp8" + path);
+  });
+#if defined(PL_WITH_CUDA)
+  // Ordinary data keeps every E4M3 x 2^k value far above BF16's subnormal range.
+  EXPECT_EQ(cuda::emulated_gemm_inexact_elements(), inexact0);
+#endif
+}
+
+TEST(CudaGemm, Fp8PerTensorMatchesCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  on_both_paths([](const std::string& path) {
+    for (const auto& s : kQuantShapes) {
+      // Megatron's hybrid (E4M3 x/w, E5M2 dy): fprop E4M3xE4M3, dgrad E5M2xE4M3, wgrad E5M2xE4M3.
+      check_linear_layer_gemms({QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2, false}, s[0], s[1], s[2],
+                               "fp8 hybrid" + path);
+      // All E4M3.
+      check_linear_layer_gemms({QuantFormat::FP8_E4M3, QuantFormat::FP8_E4M3, false}, s[0], s[1], s[2],
+                               "fp8 e4m3" + path);
+    }
+  });
+}
+
+TEST(CudaGemm, Fp8E4M3TimesE5M2MatchesCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const int64_t M = 48, N = 80, K = 96;
+  std::vector<float> a = randn_bf16(static_cast<size_t>(M * K), 1.0f, 51);
+  std::vector<float> b = randn_bf16(static_cast<size_t>(N * K), 1e-2f, 52);
+  std::vector<Buffer> owner;
+  QuantizedTensor qa = allocate_quantized(owner, Device::CPU, QuantFormat::FP8_E4M3, M, K, true, false);
+  QuantizedTensor qb = allocate_quantized(owner, Device::CPU, QuantFormat::FP8_E5M2, N, K, true, false);
+  quantize(cpu_ctx(), qa, test::host_view(a, {M, K}), QuantizeOptions{QuantFormat::FP8_E4M3, true, false});
+  quantize(cpu_ctx(), qb, test::host_view(b, {N, K}), QuantizeOptions{QuantFormat::FP8_E5M2, true, false});
+  const QuantizedTensor da = to_device_quantized(owner, qa, M, K);
+  const QuantizedTensor db = to_device_quantized(owner, qb, N, K);
+  on_both_paths([&](const std::string& path) {
+    check_quantized_gemm(qa.rowwise, qb.rowwise, da.rowwise, db.rowwise, false, "fp8 e4m3 x e5m2, bf16 out" + path);
+    check_quantized_gemm(qa.rowwise, qb.rowwise, da.rowwise, db.rowwise, true,
+                         "fp8 e4m3 x e5m2, f32 accumulate" + path);
+  });
+}
+
+// Device copies of random data for the rejection tests.
+QuantizedTensor device_copy_of_random(std::vector<Buffer>& owner, QuantFormat f, int64_t rows, int64_t cols,
+                                      uint32_t seed) {
+  std::vector<float> v = randn_bf16(static_cast<size_t>(rows * cols), 1.0f, seed);
+  QuantizedTensor q = allocate_quantized(owner, Device::CPU, f, rows, cols, true, false);
+  quantize(cpu_ctx(), q, test::host_view(v, {rows, cols}), QuantizeOptions{f, true, false});
+  return to_device_quantized(owner, q, rows, cols);
+}
+
+void expect_quantized_gemm_error(const QuantizedTensor& a, const QuantizedTensor& b, DType ydtype,
+                                 const std::string& needle) {
+  const int64_t M = a.rowwise.rows, N = b.rowwise.rows, K = a.rowwise.cols;
+  DeviceTensor y = test::device_tensor({M, N}, ydtype);
+  DeviceTensor sa = test::device_tensor({M * K}, DType::F32);
+  DeviceTensor sb = test::device_tensor({N * K}, DType::F32);
+  try {
+    quantized_gemm(cuda_ctx(), y.t, a.rowwise, b.rowwise, a.format, ydtype == DType::F32, sa.t, sb.t);
+    ADD_FAILURE() << "expected an error containing '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "one-line errors: " << e.what();
+  }
+}
+
+TEST(CudaGemm, QuantizedRejectsUnsupportedCombinationsAndShapes) {
+  PL_REQUIRE_CUDA_DEVICE();
+  std::vector<Buffer> owner;
+  // E5M2 x E5M2: no cuBLASLt kernel.
+  expect_quantized_gemm_error(device_copy_of_random(owner, QuantFormat::FP8_E5M2, 32, 64, 61),
+                              device_copy_of_random(owner, QuantFormat::FP8_E5M2, 32, 64, 62), DType::BF16,
+                              "E5M2 x E5M2");
+  // NVFP4 with K = 48: rows of 24 bytes.
+  expect_quantized_gemm_error(device_copy_of_random(owner, QuantFormat::NVFP4, 32, 48, 63),
+                              device_copy_of_random(owner, QuantFormat::NVFP4, 32, 48, 64), DType::BF16, "K % 32");
+  // FP8 with K = 40.
+  expect_quantized_gemm_error(device_copy_of_random(owner, QuantFormat::FP8_E4M3, 32, 40, 65),
+                              device_copy_of_random(owner, QuantFormat::FP8_E4M3, 32, 40, 66), DType::BF16, "K % 16");
+  // BF16 output rows of 12 elements = 24 bytes.
+  expect_quantized_gemm_error(device_copy_of_random(owner, QuantFormat::FP8_E4M3, 32, 64, 67),
+                              device_copy_of_random(owner, QuantFormat::FP8_E4M3, 12, 64, 68), DType::BF16,
+                              "multiple of 16 bytes");
+  // Mixed block formats.
+  expect_quantized_gemm_error(device_copy_of_random(owner, QuantFormat::MXFP8, 32, 64, 69),
+                              device_copy_of_random(owner, QuantFormat::NVFP4, 32, 64, 70), DType::BF16,
+                              "cannot multiply");
+}
+
+// ---- what runs (pure; runs without a device) ----------------------------------------------------------
+
+TEST(CudaGemmDescription, NamesNativeAndEmulatedPaths) {
+#if defined(PL_WITH_CUDA)
+  using cuda::GemmExecution;
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::NVFP4, 100), "NVFP4 GEMMs native (cuBLASLt, sm_100)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::NVFP4, 90),
+            "NVFP4 GEMMs emulated (dequantize to BF16 + BF16 GEMM, sm_90)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::MXFP8, 103), "MXFP8 GEMMs native (cuBLASLt, sm_103)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::FP8_E5M2, 90), "FP8 GEMMs native (cuBLASLt, sm_90)");
+  EXPECT_EQ(cuda::gemm_backend_description(90),
+            "GEMMs on sm_90: BF16 native (cuBLASLt); FP8 native (cuBLASLt); MXFP8 emulated (dequantize to BF16 + "
+            "BF16 GEMM); NVFP4 emulated (dequantize to BF16 + BF16 GEMM)");
+  for (int sm : {100, 103}) {
+    EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::NVFP4, sm), GemmExecution::Native);
+    EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::MXFP8, sm), GemmExecution::Native);
+  }
+  for (int sm : {90, 120}) {
+    EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::NVFP4, sm), GemmExecution::Emulated);
+    EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::MXFP8, sm), GemmExecution::Emulated);
+  }
+  EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, 90), GemmExecution::Native);
+  EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, 80), GemmExecution::Emulated);
+  EXPECT_NE(cuda::gemm_backend_description(Device::CPU).find("emulated"), std::string::npos);
+#else
+  GTEST_SKIP() << "this build has no CUDA backend";
+#endif
+}
+
+}  // namespace
+}  // namespace pl
