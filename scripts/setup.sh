@@ -2,7 +2,45 @@
 # Installs the build dependencies from Debian packages (idempotent; needs root or sudo).
 # The CUDA toolkit (nvcc, cuBLASLt, cuDNN, NCCL) is not installed here: the CUDA backend is built
 # when nvcc is found on PATH or under /usr/local/cuda.
+# When nvcc is present, also the cudnn-frontend C++ headers (CUDA attention) from the PyPI wheel
+# nvidia-cudnn-frontend; without network this step only warns, and the CUDA attention ops then fail
+# at run time saying so.
 set -euo pipefail
+
+# ---- cudnn-frontend headers (header-only; CMake finds <site-packages>/include/cudnn_frontend.h) ----
+# Pinned: backend/cuda/attention.cpp was compiled against this version. --no-deps: only the headers
+# are used, not the Python package's dependencies; --only-binary: never build an sdist.
+CUDNN_FRONTEND_VERSION=1.32.0
+install_cudnn_frontend() {
+  if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+    echo "setup: no nvcc, skipping cudnn-frontend (only the CUDA backend uses it)"
+    return 0
+  fi
+  local py
+  py=$(command -v python3 || true)
+  if [[ -z "$py" ]] || ! "$py" -m pip --version >/dev/null 2>&1; then
+    echo "setup: WARNING: no python3 with pip; cudnn-frontend not installed (CUDA attention will fail at run" \
+         "time; or pass -DCUDNN_FRONTEND_INCLUDE_DIR=<dir with cudnn_frontend.h> to cmake)"
+    return 0
+  fi
+  local have
+  have=$("$py" -m pip show nvidia-cudnn-frontend 2>/dev/null | sed -n 's/^Version: //p' || true)
+  if [[ "$have" == "$CUDNN_FRONTEND_VERSION" ]]; then
+    echo "setup: cudnn-frontend $have present"
+    return 0
+  fi
+  local args=(install --quiet --no-deps --only-binary=:all: "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION")
+  echo "setup: installing cudnn-frontend $CUDNN_FRONTEND_VERSION headers (pip)"
+  # A Debian system python refuses plain pip installs (PEP 668): fall back to the user's site-packages.
+  if "$py" -m pip "${args[@]}" 2>/dev/null ||
+     PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip "${args[@]}" --user; then
+    echo "setup: cudnn-frontend installed"
+  else
+    echo "setup: WARNING: could not install nvidia-cudnn-frontend (no network?); CUDA attention will fail at" \
+         "run time until it is installed and cmake is re-run"
+  fi
+}
+
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
           libopenblas-openmp-dev)
 missing=()
@@ -11,11 +49,12 @@ for p in "${packages[@]}"; do
 done
 if ((${#missing[@]} == 0)); then
   echo "setup: all packages present (${packages[*]})"
-  exit 0
+else
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-sudo=""
-if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
-echo "setup: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_cudnn_frontend
 echo "setup: done"

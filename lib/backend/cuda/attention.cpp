@@ -1,0 +1,395 @@
+// CUDA causal grouped-query attention: cuDNN's fused flash-attention (SDPA) forward and backward,
+// built through the cudnn-frontend C++ graph API.
+//
+// Why the frontend and not the cuDNN backend C API (SPEC-GPU §1.1, §1.7): the frontend is the
+// well-trodden path (karpathy/llm.c llmc/cudnn_att.cpp, PyTorch, TransformerEngine). It expands SDPA
+// into exactly the composite operation graph the fused engines pattern-match, for whichever cuDNN it
+// finds at run time, and it knows the per-version and per-architecture rules (GQA, deterministic
+// backward on Blackwell ≥ 9.18, head-dim limits). Writing that graph by hand with the backend API is
+// 500–800 lines whose only failure mode is an unexplained NOT_SUPPORTED that cannot be investigated
+// without a GPU (its heuristics return no engine at all on a CPU-only machine), so it is the riskier
+// choice for code that is written where it cannot run.
+//
+// Getting the headers: the PyPI wheel nvidia-cudnn-frontend (pinned 1.32.0 in scripts/setup.sh,
+// installed with --no-deps: only the headers are used) ships them as <site-packages>/include/
+// cudnn_frontend.h. The top-level CMakeLists.txt finds them (or -DCUDNN_FRONTEND_INCLUDE_DIR=...) and
+// gives this file, and only this file, the include path and PL_HAVE_CUDNN_FRONTEND. Without the
+// headers this file still compiles and both ops fail at run time, saying how to get them.
+// CUDNN_FRONTEND_SKIP_JSON_LIB keeps the frontend's bundled nlohmann::json (graph serialization, not
+// used here) out of the program, which links the system nlohmann_json. One g++ translation unit
+// (frontend TUs are slow to compile, ≈1 min); it links against libcudnn and cudart only (1.32 reaches
+// the driver through the runtime).
+//
+// Tensors given to cuDNN (logical dims are always (batch, heads, seq, head_dim); the layout is in the
+// strides, in elements; W = (nq + 2 nkv) d is the qkv row width, B batch, S seq):
+//   Q    dims {B, nq,  S, d}  strides {S W, d, W, 1}          at qkv                 (bf16)
+//   K    dims {B, nkv, S, d}  strides {S W, d, W, 1}          at qkv + nq d          (bf16)
+//   V    dims {B, nkv, S, d}  strides {S W, d, W, 1}          at qkv + (nq + nkv) d  (bf16)
+//   O    dims {B, nq,  S, d}  strides {S nq d, d, nq d, 1}    = out[T, nq d]         (bf16)
+//   dO   like O, at dout; dQ/dK/dV like Q/K/V, at dqkv (same offsets)               (bf16)
+//   Stats dims {B, nq, S, 1}  strides {nq S, S, 1, 1}         = lse[B, nq, S]        (fp32)
+// so Q, K and V (and dQ, dK, dV) are strided views into the packed rows: no copies, no pack kernel.
+// The qkv pointers are 16-byte aligned when the buffers are (cudaMalloc: 256) and d % 8 == 0, which
+// cuDNN requires anyway.
+//
+// Semantics against the CPU reference (lib/backend/cpu/attention.cpp):
+//   * causal: diagonal alignment TOP_LEFT with right bound 0 (what set_causal_mask does): query row i
+//     sees keys j <= i, as on the CPU (equal query and key lengths).
+//   * scale 1/sqrt(d) as a graph constant (set_attn_scale(float)); the cache key includes d.
+//   * GQA: K/V have nkv heads; cuDNN maps query head j to kv head j / (nq / nkv), the same grouping as
+//     the CPU; the backward sums dK/dV over the group.
+//   * Stats: cuDNN's Stats is max + ln Σ exp(x − max) over the scaled, masked logits x (natural log;
+//     set_stats_use_log2 is left off), i.e. exactly the CPU's lse = m + log(sum) of the scaled scores.
+//     No conversion is needed, and the backward consumes the CPU's lse unchanged.
+//   * precision: BF16 I/O, FP32 intermediates and compute. Inside the flash kernel P is rounded to
+//     BF16 before P·V (and dS before its GEMMs), unlike the CPU, which keeps them in FP32; results
+//     therefore agree with the CPU to BF16-level tolerances, not bit for bit.
+//   * ctx.round_bf16 has no effect here: the outputs are BF16 tensors, rounded by construction.
+//   * determinism: the backward asks for cuDNN's deterministic algorithm (as llm.c does) so two runs
+//     give the same gradients. On Hopper this uses the dP-workspace path, whose workspace is about
+//     B·nq·S²·2 bytes (1 GiB at B=1, nq=32, S=4096). If cuDNN refuses a deterministic backward for a
+//     configuration, the graph is rebuilt without it and a one-line notice goes to stderr.
+//
+// Graphs are built once per (B, S, nq, nkv, d, direction) and cached for the life of the process
+// (building is the slow part: tens to hundreds of ms). The workspace is one grow-only device Buffer
+// shared by all graphs: it is reallocated only when a newly built graph needs more, never per call.
+// All work runs on the default stream (context.h). The state is never destroyed (its teardown would
+// race the CUDA runtime's at exit).
+//
+// What runs without a GPU: the argument checks, and the frontend's validation of both graphs for a
+// given target architecture (attention_graph.h; tests CudaAttentionArgs, CudaAttentionGraph). With
+// set_sm_version given before the SDPA node is added, frontend 1.32's validate() does not call the
+// CUDA runtime. (SPEC-GPU §1.1 saw validate() call cudaGetDevice after set_sm_version: that is what
+// happens when the version is set after the node is added — the node keeps its own copy of the context.)
+// build_operation_graph, the engine heuristics, plan building and execution need a handle, hence a
+// GPU: they are checked by the CudaAttention tests on a GPU.
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "backend/cuda/attention_graph.h"
+#include "backend/cuda/context.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+#if defined(PL_HAVE_CUDNN_FRONTEND)
+#define CUDNN_FRONTEND_SKIP_JSON_LIB
+#include <cudnn_frontend.h>
+#endif
+
+namespace pl::cuda {
+
+namespace {
+
+std::string shape_text(const AttentionShape& s) {
+  return fmt::format("batch={} seq={} q_heads={} kv_heads={} head_dim={}", s.batch, s.seq, s.q_heads,
+                     s.kv_heads, s.head_dim);
+}
+
+void check_shape(const char* op, const AttentionShape& s) {
+  PL_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
+               s.q_heads % s.kv_heads == 0,
+           "{}: invalid shape {} (q_heads must be a multiple of kv_heads)", op, shape_text(s));
+  // cuDNN SDPA: head dim a multiple of 8 (16-byte aligned rows of bf16), at most 256 on Hopper and
+  // 128 for the Blackwell backward; the finer limits are cuDNN's to report.
+  PL_CHECK(s.head_dim % 8 == 0 && s.head_dim <= 256,
+           "{}: cuDNN attention needs head_dim a multiple of 8 and at most 256, got {}", op, shape_text(s));
+}
+
+void check_tensor(const char* op, const char* name, const Tensor& t, DType dtype,
+                  std::initializer_list<int64_t> shape, const AttentionShape& s) {
+  bool same = t.ndim == static_cast<int>(shape.size());
+  int i = 0;
+  std::string want;
+  for (int64_t n : shape) {
+    same = same && t.dim(i++) == n;
+    want += (want.empty() ? "" : ", ") + std::to_string(n);
+  }
+  PL_CHECK(t.device == Device::CUDA && t.dtype == dtype && same && t.data != nullptr,
+           "{}: {} must be a {} CUDA tensor of shape [{}] for {}, got {} on {}", op, name, dtype_name(dtype),
+           want, shape_text(s), t.shape_str(), device_name(t.device));
+  PL_CHECK(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, "{}: {} must be 16-byte aligned for cuDNN", op, name);
+}
+
+void check_forward_args(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                        const AttentionShape& s) {
+  check_shape(op, s);
+  const int64_t T = s.batch * s.seq, d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
+  check_tensor(op, "qkv", qkv, DType::BF16, {T, (nq + 2 * nkv) * d}, s);
+  check_tensor(op, "out", out, DType::BF16, {T, nq * d}, s);
+  check_tensor(op, "lse", lse, DType::F32, {s.batch, nq, s.seq}, s);
+}
+
+void check_backward_args(const char* op, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
+                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
+  check_shape(op, s);
+  const int64_t T = s.batch * s.seq, d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
+  check_tensor(op, "dqkv", dqkv, DType::BF16, {T, (nq + 2 * nkv) * d}, s);
+  check_tensor(op, "dout", dout, DType::BF16, {T, nq * d}, s);
+  check_tensor(op, "out", out, DType::BF16, {T, nq * d}, s);
+  check_tensor(op, "lse", lse, DType::F32, {s.batch, nq, s.seq}, s);
+  check_tensor(op, "qkv", qkv, DType::BF16, {T, (nq + 2 * nkv) * d}, s);
+}
+
+}  // namespace
+
+#if defined(PL_HAVE_CUDNN_FRONTEND)
+
+namespace {
+
+namespace fe = cudnn_frontend;
+
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
+
+const char* fe_code_name(fe::error_code_t c) {
+  switch (c) {
+    case fe::error_code_t::OK: return "OK";
+    case fe::error_code_t::ATTRIBUTE_NOT_SET: return "ATTRIBUTE_NOT_SET";
+    case fe::error_code_t::SHAPE_DEDUCTION_FAILED: return "SHAPE_DEDUCTION_FAILED";
+    case fe::error_code_t::INVALID_TENSOR_NAME: return "INVALID_TENSOR_NAME";
+    case fe::error_code_t::INVALID_VARIANT_PACK: return "INVALID_VARIANT_PACK";
+    case fe::error_code_t::GRAPH_NOT_SUPPORTED: return "GRAPH_NOT_SUPPORTED";
+    case fe::error_code_t::GRAPH_EXECUTION_PLAN_CREATION_FAILED: return "GRAPH_EXECUTION_PLAN_CREATION_FAILED";
+    case fe::error_code_t::GRAPH_EXECUTION_FAILED: return "GRAPH_EXECUTION_FAILED";
+    case fe::error_code_t::HEURISTIC_QUERY_FAILED: return "HEURISTIC_QUERY_FAILED";
+    case fe::error_code_t::CUDNN_BACKEND_API_FAILED: return "CUDNN_BACKEND_API_FAILED";
+    case fe::error_code_t::CUDA_API_FAILED: return "CUDA_API_FAILED";
+    case fe::error_code_t::INVALID_CUDA_DEVICE: return "INVALID_CUDA_DEVICE";
+    case fe::error_code_t::UNSUPPORTED_GRAPH_FORMAT: return "UNSUPPORTED_GRAPH_FORMAT";
+    case fe::error_code_t::HANDLE_ERROR: return "HANDLE_ERROR";
+    case fe::error_code_t::INVALID_VALUE: return "INVALID_VALUE";
+    case fe::error_code_t::NVRTC_COMPILATION_FAILED: return "NVRTC_COMPILATION_FAILED";
+    default: return "error";
+  }
+}
+
+// The frontend reports through error objects, not cudnnStatus_t: same one-line shape as check().
+std::string fe_error_text(const fe::error_object& e) {
+  return fmt::format("cuDNN frontend error {}: {}", fe_code_name(e.code), e.err_msg);
+}
+
+void fe_check(const fe::error_object& e, const char* op, const std::string& what) {
+  if (e.is_good()) return;
+  throw_error(std::string(op) + " " + what + ": " + fe_error_text(e));
+}
+
+enum class Direction : int { Forward = 0, Backward = 1 };
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>;  // B, S, nq, nkv, d, direction
+
+struct State {
+  std::mutex mu;
+  std::map<Key, std::shared_ptr<fe::graph::Graph>> graphs;
+  Buffer workspace;  // grow-only, shared by every graph (all run on the default stream, in order)
+};
+
+State& state() {
+  static State* s = new State;  // never destroyed (see the file comment)
+  return *s;
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> bhsd(fe::graph::Graph& g, const char* name, int64_t uid, int64_t B,
+                                                   int64_t H, int64_t S, int64_t d, int64_t row_stride) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({B, H, S, d})
+                      .set_stride({S * row_stride, d, row_stride, 1}));
+}
+
+// Runs the frontend's build steps one by one, so an error names the step that failed.
+fe::error_object build_steps(fe::graph::Graph& g, cudnnHandle_t handle, std::string* step) {
+  *step = "validate";
+  if (auto e = g.validate(); e.is_bad()) return e;
+  *step = "build_operation_graph";
+  if (auto e = g.build_operation_graph(handle); e.is_bad()) return e;
+  *step = "create_execution_plans";
+  if (auto e = g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad()) return e;
+  *step = "check_support";
+  if (auto e = g.check_support(handle); e.is_bad()) return e;
+  *step = "build_plans";
+  return g.build_plans(handle);
+}
+
+// sm: the target's compute capability ×10 (the device's, from context()); given before the SDPA node is
+// added, so that node's checks use it instead of asking the CUDA runtime.
+std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction dir, bool deterministic, int sm) {
+  const int64_t B = s.batch, S = s.seq, nq = s.q_heads, nkv = s.kv_heads, d = s.head_dim;
+  const int64_t W = (nq + 2 * nkv) * d;  // qkv / dqkv row width
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT)
+      .set_sm_version(sm);
+  auto Q = bhsd(*g, "Q", kQ, B, nq, S, d, W);
+  auto K = bhsd(*g, "K", kK, B, nkv, S, d, W);
+  auto V = bhsd(*g, "V", kV, B, nkv, S, d, W);
+  if (dir == Direction::Forward) {
+    auto attrs = fe::graph::SDPA_attributes()
+                     .set_name("attention_forward")
+                     .set_generate_stats(true)
+                     .set_attn_scale(scale)
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0);
+    auto [O, Stats] = g->sdpa(Q, K, V, attrs);
+    O->set_output(true).set_uid(kO).set_dim({B, nq, S, d}).set_stride({S * nq * d, d, nq * d, 1});
+    Stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({B, nq, S, 1})
+        .set_stride({nq * S, S, 1, 1});
+  } else {
+    auto O = bhsd(*g, "O", kO, B, nq, S, d, nq * d);
+    auto dO = bhsd(*g, "dO", kdO, B, nq, S, d, nq * d);
+    auto Stats = g->tensor(fe::graph::Tensor_attributes()
+                               .set_name("Stats")
+                               .set_uid(kStats)
+                               .set_data_type(fe::DataType_t::FLOAT)
+                               .set_dim({B, nq, S, 1})
+                               .set_stride({nq * S, S, 1, 1}));
+    auto attrs = fe::graph::SDPA_backward_attributes()
+                     .set_name("attention_backward")
+                     .set_attn_scale(scale)
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0)
+                     .set_deterministic_algorithm(deterministic);
+    auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, attrs);
+    dQ->set_output(true).set_uid(kdQ).set_dim({B, nq, S, d}).set_stride({S * W, d, W, 1});
+    dK->set_output(true).set_uid(kdK).set_dim({B, nkv, S, d}).set_stride({S * W, d, W, 1});
+    dV->set_output(true).set_uid(kdV).set_dim({B, nkv, S, d}).set_stride({S * W, d, W, 1});
+  }
+  return g;
+}
+
+// The cached graph for this shape and direction (built on first use), with the shared workspace
+// grown to cover it. Called with the state's mutex held.
+fe::graph::Graph& graph_for(State& st, const char* op, const AttentionShape& s, Direction dir) {
+  const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir)};
+  if (auto it = st.graphs.find(key); it != st.graphs.end()) return *it->second;
+
+  Context& ctx = context();
+  const std::string what = shape_text(s);
+  std::shared_ptr<fe::graph::Graph> g;
+  std::string step, first;  // first: the deterministic backward's error, when it had one
+  try {
+    g = make_graph(s, dir, /*deterministic=*/true, ctx.sm);
+    fe::error_object e = build_steps(*g, ctx.cudnn, &step);
+    if (e.is_bad() && dir == Direction::Backward) {
+      first = step + ": " + fe_error_text(e);
+      g = make_graph(s, dir, /*deterministic=*/false, ctx.sm);
+      e = build_steps(*g, ctx.cudnn, &step);
+      if (e.is_good())
+        std::fprintf(stderr, "%s %s: cuDNN has no deterministic backward here (%s); using the non-deterministic one\n",
+                     op, what.c_str(), first.c_str());
+      else
+        first = "; deterministic graph: " + first;
+    }
+    fe_check(e, op, what + " (graph " + step + ", sm " + std::to_string(ctx.sm) + ", cuDNN " +
+                        std::to_string(cudnnGetVersion()) + ")" + (e.is_bad() ? first : std::string()));
+  } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers
+    throw_error(std::string(op) + " " + what + ": cuDNN frontend exception while building the graph: " + e.what());
+  }
+
+  int64_t bytes = 0;
+  fe_check(g->get_workspace_size(bytes), op, what + " (get_workspace_size)");
+  if (bytes > 0 && static_cast<size_t>(bytes) > st.workspace.bytes()) {
+    // cudaFree of the old buffer synchronizes the device, so no queued graph still uses it.
+    st.workspace = Buffer();
+    st.workspace = Buffer(static_cast<size_t>(bytes), Device::CUDA);
+  }
+  return *st.graphs.emplace(key, std::move(g)).first->second;
+}
+
+void execute(const char* op, const AttentionShape& s, Direction dir, std::unordered_map<int64_t, void*>& pack) {
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  fe::graph::Graph& g = graph_for(st, op, s, dir);
+  Context& ctx = context();
+  check(cudnnSetStream(ctx.cudnn, nullptr), "cudnnSetStream", std::string(op) + " default stream");
+  try {
+    fe_check(g.execute(ctx.cudnn, pack, st.workspace.data()), op, shape_text(s) + " (graph execute)");
+  } catch (const fe::cudnnException& e) {
+    throw_error(std::string(op) + " " + shape_text(s) + ": cuDNN frontend exception in execute: " + e.what());
+  }
+  check_launch(op, shape_text(s));
+}
+
+}  // namespace
+
+void attention_forward(const OpContext&, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                       const AttentionShape& s) {
+  constexpr const char* op = "attention_forward";
+  check_forward_args(op, out, lse, qkv, s);
+  const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
+  auto* x = static_cast<uint16_t*>(qkv.data);  // bf16 elements
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, x}, {kK, x + nq * d}, {kV, x + (nq + nkv) * d}, {kO, out.data}, {kStats, lse.data}};
+  execute(op, s, Direction::Forward, pack);
+}
+
+void attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
+                        const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
+  constexpr const char* op = "attention_backward";
+  check_backward_args(op, dqkv, dout, out, lse, qkv, s);
+  const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
+  auto* x = static_cast<uint16_t*>(qkv.data);
+  auto* dx = static_cast<uint16_t*>(dqkv.data);
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, x},        {kK, x + nq * d},   {kV, x + (nq + nkv) * d},   {kO, out.data},
+      {kdO, dout.data}, {kStats, lse.data}, {kdQ, dx}, {kdK, dx + nq * d}, {kdV, dx + (nq + nkv) * d}};
+  execute(op, s, Direction::Backward, pack);
+}
+
+bool attention_has_cudnn_frontend() { return true; }
+
+std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm) {
+  auto g = make_graph(s, backward ? Direction::Backward : Direction::Forward, /*deterministic=*/true, sm);
+  const fe::error_object e = g->validate();
+  return e.is_good() ? std::string() : fe_error_text(e);
+}
+
+#else  // !PL_HAVE_CUDNN_FRONTEND
+
+namespace {
+[[noreturn]] void no_frontend(const char* op, const AttentionShape& s) {
+  fail("{} {}: this build has no cudnn-frontend headers, which CUDA attention needs: run scripts/setup.sh "
+       "(pip package nvidia-cudnn-frontend) or pass -DCUDNN_FRONTEND_INCLUDE_DIR=<dir with cudnn_frontend.h>, "
+       "then reconfigure and rebuild",
+       op, shape_text(s));
+}
+}  // namespace
+
+void attention_forward(const OpContext&, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+                       const AttentionShape& s) {
+  constexpr const char* op = "attention_forward";
+  check_forward_args(op, out, lse, qkv, s);
+  no_frontend(op, s);
+}
+
+void attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
+                        const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
+  constexpr const char* op = "attention_backward";
+  check_backward_args(op, dqkv, dout, out, lse, qkv, s);
+  no_frontend(op, s);
+}
+
+bool attention_has_cudnn_frontend() { return false; }
+
+std::string attention_validate_graph(const AttentionShape&, bool, int) {
+  return "this build has no cudnn-frontend headers";
+}
+
+#endif  // PL_HAVE_CUDNN_FRONTEND
+
+}  // namespace pl::cuda
