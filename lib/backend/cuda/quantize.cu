@@ -1,0 +1,517 @@
+// CUDA quantizers (backend/quantize.h: quantize): NVFP4 (1x16 RN or SR, 16x16 tiles, RHT'd
+// columnwise copy), MXFP8 and FP8 per-tensor current scaling, bit-identical with the CPU reference
+// (backend/cpu/quantize.cpp): every scale and code comes from the same lib/numerics/ functions on
+// the same float values, and the only cross-thread reductions are maxima (order-independent).
+//
+// Schedule, all on the default stream with no host round trip:
+//   1. zero the amax slots (and the swizzled scale arrays when they have padding);
+//   2. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
+//      RHT outputs, computed in the same pass over x), reduced per block and combined with an
+//      atomicMax on the float bits straight into the copies' amax slots;
+//   3. encode pass: one block per 64x64 tile of x, staged through shared memory; each thread makes
+//      one 16-block (NVFP4), 32-block (MXFP8) or 16-element run (FP8) of the rowwise copy from a
+//      tile row and one of the columnwise copy from a tile column, reading the global scale from the
+//      amax slot on the device, and writes codes, compact scales and swizzled scales directly.
+//      MXFP8 needs no global scale, so its amax is reduced inside the encode pass (one pass over x).
+// The encode pass makes both copies from one read of x (x is read twice in all for NVFP4 and FP8:
+// amax, then encode). Fusion points for later (shared PERF-NOTES): a producer kernel may compute the
+// amax into the slots itself and leave only the encode pass. Known cost: num::rht16's double[16] is
+// not register-promoted inside nvfp4_encode_kernel (128 B of local memory per thread, L1-resident).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/context.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/quantize_common.cuh"
+#include "numerics/fp4.h"
+#include "numerics/fp8.h"
+#include "numerics/hadamard.h"
+#include "numerics/nvfp4.h"
+#include "numerics/philox.h"
+#include "numerics/swizzle.h"
+
+namespace pl::cuda {
+
+namespace {
+
+using qk::kThreads;
+using qk::kTile;
+using qk::kTileLd;
+
+// ---- amax pass -------------------------------------------------------------------------------------
+// plain0/plain1 (may be null): max |x| over x[R, C]. rht (may be null; then R % 16 == 0): max |y| over
+// the RHT outputs y = rht16(x[16g .. 16g+15][c]) for every 16-row group g and column c, i.e. over
+// RHT(xᵀ) as the columnwise copy sees it. Each slot must hold +0 on entry.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float m = 0.0f, mr = 0.0f;
+  if (rht == nullptr) {
+    const int64_t n = R * C;
+    int64_t done = 0;
+    if (qk::aligned_to(x, 16)) {
+      constexpr int kV = 16 / static_cast<int>(sizeof(T));
+      const int64_t nv = n / kV;
+      for (int64_t i = tid; i < nv; i += stride) {
+        float v[kV];
+        qk::load_vec16(x + i * kV, v);
+        for (int k = 0; k < kV; ++k) m = qk::max_abs(m, v[k]);
+      }
+      done = nv * kV;
+    }
+    for (int64_t i = done + tid; i < n; i += stride) m = qk::max_abs(m, qk::load_elem(x, i));
+  } else {
+    const bool plain = plain0 != nullptr || plain1 != nullptr;
+    const int64_t items = (R / 16) * C;  // (16-row group g, column c), c fastest: coalesced reads
+    for (int64_t i = tid; i < items; i += stride) {
+      const int64_t g = i / C, c = i % C;
+      float v[16];
+      for (int k = 0; k < 16; ++k) v[k] = qk::load_elem(x, (16 * g + k) * C + c);
+      if (plain)
+        for (int k = 0; k < 16; ++k) m = qk::max_abs(m, v[k]);
+      num::rht16(v, v, num::kRhtSignMask);
+      for (int k = 0; k < 16; ++k) mr = qk::max_abs(mr, v[k]);
+    }
+  }
+  m = qk::block_max(m);
+  if (rht != nullptr) mr = qk::block_max(mr);
+  if (threadIdx.x == 0) {
+    if (plain0 != nullptr) qk::atomic_max_nonneg(plain0, m);
+    if (plain1 != nullptr) qk::atomic_max_nonneg(plain1, m);
+    if (rht != nullptr) qk::atomic_max_nonneg(rht, mr);
+  }
+}
+
+// ---- NVFP4 encode pass -----------------------------------------------------------------------------
+struct Nvfp4Out {  // one copy; data == nullptr when the copy is not requested
+  uint8_t* data = nullptr;      // [rows, cols/2]
+  uint8_t* scales = nullptr;    // [rows, cols/16]
+  uint8_t* swizzled = nullptr;  // 128x4 tiles, padding zeroed beforehand
+  const float* amax = nullptr;  // written by the amax pass
+  float* scale_inv = nullptr;
+  int64_t padded_cols = 0;  // roundup(cols/16, 4)
+  uint32_t stream = 0;      // SR stream id of this copy
+};
+
+struct Nvfp4Args {
+  int64_t rows = 0, cols = 0, tiles_c = 0;  // x[rows, cols], tiles per tile row
+  Nvfp4Out row, col;
+  bool block_2d = false, rht = false, sr = false;
+  uint64_t seed = 0, counter = 0;
+};
+
+// Codes and scale of block `blk` of copy row `row` (nb blocks per row) from its 16 source values,
+// exactly as the CPU's quantize_nvfp4_copy: 2D tiles (RN, tile amax given), 1x16 SR, or 1x16 RN.
+__device__ __forceinline__ void nvfp4_encode_block(const Nvfp4Out& o, const float (&v)[16], int64_t row, int64_t blk,
+                                                   int64_t nb, bool block_2d, float tile_amax, bool sr, uint64_t seed,
+                                                   uint64_t counter) {
+  const float s_enc = num::nvfp4_global_encode_scale(*o.amax);
+  uint8_t sc = 0;
+  uint8_t code[16];
+  if (block_2d) {
+    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
+    sc = num::nvfp4_block_scale(tile_amax, s_enc);
+    const float enc = num::nvfp4_block_encode(sc, s_dec);
+    for (int k = 0; k < 16; ++k) code[k] = num::nvfp4_encode(v[k], enc);
+  } else if (sr) {
+    uint8_t rb[16];
+    num::sr_random_bytes16(seed, o.stream, counter, static_cast<uint64_t>(row * nb + blk), rb);
+    num::nvfp4_quantize_block16_sr(v, s_enc, rb, &sc, code);
+  } else {
+    num::nvfp4_quantize_block16(v, s_enc, &sc, code);
+  }
+  uint8_t packed[8];
+  for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
+  qk::store_bytes(o.data + row * (nb * 8) + blk * 8, packed);
+  o.scales[row * nb + blk] = sc;
+  o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = sc;
+}
+
+// One block per 64x64 tile of x. Thread t handles item (q, b) = (t / 4, t % 4): rowwise, block b of
+// tile row q; columnwise, the 16 rows 16b.. of tile column q (RHT'd when asked). For 2D, first the
+// 16 tile amaxes of the 16x16 sub-tiles (16 threads per sub-tile, shuffle max).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restrict__ x, Nvfp4Args a) {
+  __shared__ float s[kTile][kTileLd];
+  __shared__ float tile_amax[kTile / 16][kTile / 16];
+  const int64_t tile = blockIdx.x;
+  const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
+  qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.x);
+  if (a.block_2d) {  // both dims are multiples of 16 here, so a sub-tile is wholly inside x or outside
+    const int sub = t / 16, i = t % 16, tr = sub / 4, tc = sub % 4;
+    float m = 0.0f;
+    for (int k = 0; k < 16; ++k) m = qk::max_abs(m, s[tr * 16 + i][tc * 16 + k]);
+    for (int off = 8; off > 0; off >>= 1) m = qk::max_nonneg(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+    if (i == 0) tile_amax[tr][tc] = m;
+    __syncthreads();
+  }
+  const int q = t / 4, b = t % 4;
+  if (a.row.data != nullptr) {
+    const int64_t r = r0 + q, c = c0 + 16 * b;
+    if (r < a.rows && c < a.cols) {  // cols % 16 == 0: the block is whole
+      float v[16];
+      for (int k = 0; k < 16; ++k) v[k] = s[q][16 * b + k];
+      nvfp4_encode_block(a.row, v, r, c / 16, a.cols / 16, a.block_2d, a.block_2d ? tile_amax[q / 16][b] : 0.0f,
+                         a.sr, a.seed, a.counter);
+    }
+  }
+  if (a.col.data != nullptr) {
+    const int64_t c = c0 + q, r = r0 + 16 * b;  // copy row c, copy block r / 16
+    if (c < a.cols && r < a.rows) {             // rows % 16 == 0: the block is whole
+      float v[16];
+      for (int k = 0; k < 16; ++k) v[k] = s[16 * b + k][q];
+      if (a.rht) num::rht16(v, v, num::kRhtSignMask);
+      nvfp4_encode_block(a.col, v, c, r / 16, a.rows / 16, a.block_2d, a.block_2d ? tile_amax[b][q / 16] : 0.0f,
+                         a.sr, a.seed, a.counter);
+    }
+  }
+  if (tile == 0 && t == 0) {
+    if (a.row.data != nullptr)
+      *a.row.scale_inv = num::nvfp4_global_decode_scale(num::nvfp4_global_encode_scale(*a.row.amax));
+    if (a.col.data != nullptr)
+      *a.col.scale_inv = num::nvfp4_global_decode_scale(num::nvfp4_global_encode_scale(*a.col.amax));
+  }
+}
+
+// ---- MXFP8 encode pass (amax fused) ----------------------------------------------------------------
+struct Mxfp8Out {
+  uint8_t* data = nullptr;  // [rows, cols]; nullptr when not requested
+  uint8_t* scales = nullptr;
+  uint8_t* swizzled = nullptr;
+  float* amax = nullptr;  // +0 on entry, reduced here
+  float* scale_inv = nullptr;
+  int64_t padded_cols = 0;
+};
+
+struct Mxfp8Args {
+  int64_t rows = 0, cols = 0, tiles_c = 0;
+  Mxfp8Out row, col;
+};
+
+// One 32-block as the CPU's quantize_mxfp8_copy; returns the block amax.
+__device__ __forceinline__ float mxfp8_encode_block(const Mxfp8Out& o, const float (&v)[32], int64_t row,
+                                                    int64_t blk, int64_t nb) {
+  float bamax = 0.0f;
+  for (int k = 0; k < 32; ++k) bamax = qk::max_abs(bamax, v[k]);
+  const uint8_t e = num::mxfp8_block_scale(bamax);
+  const float es = num::mxfp8_element_scale(e);
+  uint8_t code[32];
+  for (int k = 0; k < 32; ++k) code[k] = num::float_to_e4m3(v[k] * es);
+  qk::store_bytes(o.data + row * (nb * 32) + blk * 32, code);
+  o.scales[row * nb + blk] = e;
+  o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = e;
+  return bamax;
+}
+
+// One block per 64x64 tile: threads 0..127 make the rowwise blocks (tile row t/2, block t%2), threads
+// 128..255 the columnwise ones (tile column, 32 rows). Either set covers every element of the tile, so
+// the block max of the block amaxes is the tile's max |x|.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restrict__ x, Mxfp8Args a) {
+  __shared__ float s[kTile][kTileLd];
+  const int64_t tile = blockIdx.x;
+  const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
+  qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  __syncthreads();
+  const int t = static_cast<int>(threadIdx.x);
+  const int u = t % (kThreads / 2), q = u / 2, b = u % 2;
+  float m = 0.0f;
+  if (t < kThreads / 2) {
+    const int64_t r = r0 + q, c = c0 + 32 * b;
+    if (a.row.data != nullptr && r < a.rows && c < a.cols) {
+      float v[32];
+      for (int k = 0; k < 32; ++k) v[k] = s[q][32 * b + k];
+      m = mxfp8_encode_block(a.row, v, r, c / 32, a.cols / 32);
+    }
+  } else {
+    const int64_t c = c0 + q, r = r0 + 32 * b;
+    if (a.col.data != nullptr && c < a.cols && r < a.rows) {
+      float v[32];
+      for (int k = 0; k < 32; ++k) v[k] = s[32 * b + k][q];
+      m = mxfp8_encode_block(a.col, v, c, r / 32, a.rows / 32);
+    }
+  }
+  m = qk::block_max(m);
+  if (t == 0) {
+    if (a.row.data != nullptr) qk::atomic_max_nonneg(a.row.amax, m);
+    if (a.col.data != nullptr) qk::atomic_max_nonneg(a.col.amax, m);
+    if (tile == 0) {
+      if (a.row.data != nullptr) *a.row.scale_inv = 1.0f;
+      if (a.col.data != nullptr) *a.col.scale_inv = 1.0f;
+    }
+  }
+}
+
+// ---- FP8 per-tensor encode pass --------------------------------------------------------------------
+struct Fp8Out {
+  uint8_t* data = nullptr;  // [rows, cols]; nullptr when not requested
+  const float* amax = nullptr;
+  float* scale_inv = nullptr;
+};
+
+struct Fp8Args {
+  int64_t rows = 0, cols = 0, tiles_c = 0;
+  Fp8Out row, col;
+  bool e4m3 = true;
+};
+
+__device__ __forceinline__ void fp8_encode_run(const float (&v)[16], int n, float scale, bool e4m3, uint8_t* dst) {
+  uint8_t code[16];
+  for (int k = 0; k < 16; ++k) {
+    const float y = v[k] * scale;
+    code[k] = e4m3 ? num::float_to_e4m3(y) : num::float_to_e5m2(y);
+  }
+  if (n == 16) {
+    qk::store_bytes(dst, code);
+  } else {
+    for (int k = 0; k < n; ++k) dst[k] = code[k];
+  }
+}
+
+// One block per 64x64 tile; thread t: rowwise, 16 columns 16(t%4).. of tile row t/4; columnwise,
+// 16 rows 16(t%4).. of tile column t/4 (clipped at the edges of x).
+template <typename T>
+__global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restrict__ x, Fp8Args a) {
+  __shared__ float s[kTile][kTileLd];
+  const int64_t tile = blockIdx.x;
+  const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
+  qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  __syncthreads();
+  const float fmax = a.e4m3 ? num::kE4M3Max : num::kE5M2Max;
+  const int t = static_cast<int>(threadIdx.x);
+  const int q = t / 4, seg = t % 4;
+  if (a.row.data != nullptr) {
+    const int64_t r = r0 + q, c = c0 + 16 * seg;
+    if (r < a.rows && c < a.cols) {
+      const float scale = num::fp8_current_scale(*a.row.amax, fmax);
+      float v[16];
+      for (int k = 0; k < 16; ++k) v[k] = s[q][16 * seg + k];
+      const int n = a.cols - c < 16 ? static_cast<int>(a.cols - c) : 16;
+      fp8_encode_run(v, n, scale, a.e4m3, a.row.data + r * a.cols + c);
+    }
+  }
+  if (a.col.data != nullptr) {
+    const int64_t c = c0 + q, r = r0 + 16 * seg;
+    if (c < a.cols && r < a.rows) {
+      const float scale = num::fp8_current_scale(*a.col.amax, fmax);
+      float v[16];
+      for (int k = 0; k < 16; ++k) v[k] = s[16 * seg + k][q];
+      const int n = a.rows - r < 16 ? static_cast<int>(a.rows - r) : 16;
+      fp8_encode_run(v, n, scale, a.e4m3, a.col.data + c * a.rows + r);
+    }
+  }
+  if (tile == 0 && t == 0) {
+    if (a.row.data != nullptr) *a.row.scale_inv = 1.0f / num::fp8_current_scale(*a.row.amax, fmax);  // TE: __frcp_rn
+    if (a.col.data != nullptr) *a.col.scale_inv = 1.0f / num::fp8_current_scale(*a.col.amax, fmax);
+  }
+}
+
+// ---- host side -------------------------------------------------------------------------------------
+
+[[noreturn]] void fail_op(const std::string& msg) { throw_error("quantize: " + msg); }
+
+void require(bool ok, const std::string& msg) {
+  if (!ok) fail_op(msg);
+}
+
+std::string copy_shape(const QuantizedCopy& c) { return dims(c.rows, c.cols); }
+
+void require_copy_buffers(const QuantizedCopy& c, const char* which, bool blocked) {
+  const bool on_gpu = c.data.data != nullptr && c.data.device == Device::CUDA && c.amax.data != nullptr &&
+                      c.amax.device == Device::CUDA && c.scale_inv.data != nullptr &&
+                      c.scale_inv.device == Device::CUDA &&
+                      (!blocked || (c.scales.data != nullptr && c.scales.device == Device::CUDA &&
+                                    c.scales_swizzled.data != nullptr && c.scales_swizzled.device == Device::CUDA));
+  require(on_gpu, std::string("the ") + which + " copy " + copy_shape(c) +
+                      " is not allocated on the GPU (allocate_quantized(owner, Device::CUDA, ...))");
+}
+
+void zero(void* p, size_t bytes, const std::string& what) {
+  check(cudaMemsetAsync(p, 0, bytes, 0), "quantize: cudaMemsetAsync", what);
+}
+
+// Zeroes the swizzled scale array when it has padding (rows % 128 or blocks-per-row % 4); the encode
+// pass writes every non-padding byte.
+void zero_swizzle_padding(const QuantizedCopy& c, int64_t block, const std::string& what) {
+  const int64_t nb = c.cols / block;
+  if (num::padded_scale_rows(c.rows) * num::padded_scale_cols(nb) != c.rows * nb)
+    zero(c.scales_swizzled.data, c.scales_swizzled.bytes(), what + " swizzled scale padding");
+}
+
+int num_sms() { return context().num_sms; }
+
+unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c, const std::string& what) {
+  *tiles_c = (cols + kTile - 1) / kTile;
+  const int64_t tiles = (rows + kTile - 1) / kTile * *tiles_c;
+  require(tiles <= 0x7FFFFFFF, what + " needs " + std::to_string(tiles) + " tiles of 64x64, over the grid limit");
+  return static_cast<unsigned>(tiles);
+}
+
+template <typename T>
+void launch_amax(const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht, const std::string& what) {
+  const int64_t items = rht != nullptr ? (R / 16) * C : (R * C + 7) / 8;
+  amax_kernel<T><<<qk::grid_stride_blocks(items, kThreads, num_sms()), kThreads>>>(x, R, C, plain0, plain1, rht);
+  check_launch("quantize: amax_kernel", what + (rht != nullptr ? " (with RHT)" : ""));
+}
+
+template <typename T>
+void quantize_nvfp4(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
+                    const std::string& what) {
+  Nvfp4Args a;
+  a.rows = R;
+  a.cols = C;
+  a.block_2d = opt.block_2d;
+  a.rht = opt.columnwise && opt.rht_columnwise;
+  a.sr = opt.stochastic;
+  a.seed = opt.seed;
+  a.counter = opt.counter;
+  auto out = [](const QuantizedCopy& c, uint32_t stream) {
+    Nvfp4Out o;
+    o.data = c.data.ptr<uint8_t>();
+    o.scales = c.scales.ptr<uint8_t>();
+    o.swizzled = c.scales_swizzled.ptr<uint8_t>();
+    o.amax = c.amax.ptr<float>();
+    o.scale_inv = c.scale_inv.ptr<float>();
+    o.padded_cols = num::padded_scale_cols(c.cols / 16);
+    o.stream = stream;
+    return o;
+  };
+  float* plain0 = nullptr;
+  float* plain1 = nullptr;
+  float* rht = nullptr;
+  if (opt.rowwise) {
+    a.row = out(q.rowwise, opt.stream_id);
+    plain0 = q.rowwise.amax.ptr<float>();
+    zero(plain0, 4, what + " rowwise amax");
+    zero_swizzle_padding(q.rowwise, 16, what + " rowwise");
+  }
+  if (opt.columnwise) {
+    a.col = out(q.columnwise, opt.stream_id + 1);
+    if (a.rht)
+      rht = q.columnwise.amax.ptr<float>();
+    else
+      plain1 = q.columnwise.amax.ptr<float>();
+    zero(q.columnwise.amax.data, 4, what + " columnwise amax");
+    zero_swizzle_padding(q.columnwise, 16, what + " columnwise");
+  }
+  launch_amax(x, R, C, plain0, plain1, rht, what);
+  const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
+  nvfp4_encode_kernel<T><<<grid, kThreads>>>(x, a);
+  check_launch("quantize: nvfp4_encode_kernel", what);
+}
+
+template <typename T>
+void quantize_mxfp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
+                    const std::string& what) {
+  Mxfp8Args a;
+  a.rows = R;
+  a.cols = C;
+  auto out = [&](const QuantizedCopy& c, const char* which) {
+    Mxfp8Out o;
+    o.data = c.data.ptr<uint8_t>();
+    o.scales = c.scales.ptr<uint8_t>();
+    o.swizzled = c.scales_swizzled.ptr<uint8_t>();
+    o.amax = c.amax.ptr<float>();
+    o.scale_inv = c.scale_inv.ptr<float>();
+    o.padded_cols = num::padded_scale_cols(c.cols / 32);
+    zero(o.amax, 4, what + " " + which + " amax");
+    zero_swizzle_padding(c, 32, what + " " + which);
+    return o;
+  };
+  if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
+  if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
+  const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
+  mxfp8_encode_kernel<T><<<grid, kThreads>>>(x, a);
+  check_launch("quantize: mxfp8_encode_kernel", what);
+}
+
+template <typename T>
+void quantize_fp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
+                  const std::string& what) {
+  Fp8Args a;
+  a.rows = R;
+  a.cols = C;
+  a.e4m3 = opt.format == QuantFormat::FP8_E4M3;
+  auto out = [&](const QuantizedCopy& c, const char* which) {
+    Fp8Out o;
+    o.data = c.data.ptr<uint8_t>();
+    o.amax = c.amax.ptr<float>();
+    o.scale_inv = c.scale_inv.ptr<float>();
+    zero(c.amax.data, 4, what + " " + which + " amax");
+    return o;
+  };
+  if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
+  if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
+  launch_amax(x, R, C, opt.rowwise ? q.rowwise.amax.ptr<float>() : nullptr,
+              opt.columnwise ? q.columnwise.amax.ptr<float>() : nullptr, nullptr, what);
+  const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
+  fp8_encode_kernel<T><<<grid, kThreads>>>(x, a);
+  check_launch("quantize: fp8_encode_kernel", what);
+}
+
+template <typename T>
+void quantize_typed(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
+                    const std::string& what) {
+  switch (opt.format) {
+    case QuantFormat::NVFP4: return quantize_nvfp4(q, x, R, C, opt, what);
+    case QuantFormat::MXFP8: return quantize_mxfp8(q, x, R, C, opt, what);
+    case QuantFormat::FP8_E4M3:
+    case QuantFormat::FP8_E5M2: return quantize_fp8(q, x, R, C, opt, what);
+  }
+}
+
+}  // namespace
+
+void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
+  (void)ctx;
+  require(x.device == Device::CUDA && x.data != nullptr, "x " + x.shape_str() + " must be a CUDA tensor");
+  require(x.ndim == 2, "x " + x.shape_str() + " must be 2-D [rows, cols]");
+  require(x.dtype == DType::BF16 || x.dtype == DType::F32, "x " + x.shape_str() + " must be bf16 or f32");
+  const int64_t rows = x.dim(0), cols = x.dim(1);
+  require(opt.format == q.format, std::string("options ask for ") + quant_format_name(opt.format) +
+                                      " but the tensor was allocated for " + quant_format_name(q.format));
+  const bool nvfp4 = opt.format == QuantFormat::NVFP4;
+  require(nvfp4 || (!opt.block_2d && !opt.rht_columnwise && !opt.stochastic),
+          std::string("16x16 blocks, RHT and stochastic rounding are NVFP4 options, not ") +
+              quant_format_name(opt.format));
+  require(!(opt.block_2d && opt.rht_columnwise), "RHT is not applied to 16x16-block (weight) tensors");
+  const int64_t blk = quant_block_size(opt.format);
+  if (opt.rowwise) {
+    require(q.has_rowwise && q.rowwise.rows == rows && q.rowwise.cols == cols && q.rowwise.format == opt.format,
+            "x " + x.shape_str() + " does not match the allocated rowwise copy " + copy_shape(q.rowwise));
+    require_copy_buffers(q.rowwise, "rowwise", blk > 1);
+    require(cols % blk == 0, "rowwise copy: cols " + std::to_string(cols) + " is not a multiple of " +
+                                 std::to_string(blk));
+  }
+  if (opt.columnwise) {
+    require(q.has_columnwise && q.columnwise.rows == cols && q.columnwise.cols == rows &&
+                q.columnwise.format == opt.format,
+            "x " + x.shape_str() + " does not match the allocated columnwise copy " + copy_shape(q.columnwise) +
+                " (the transpose)");
+    require_copy_buffers(q.columnwise, "columnwise", blk > 1);
+    require(rows % blk == 0, "columnwise copy: rows " + std::to_string(rows) + " is not a multiple of " +
+                                 std::to_string(blk));
+  }
+  if (opt.block_2d && (opt.rowwise || opt.columnwise))
+    require(rows % 16 == 0 && cols % 16 == 0,
+            "nvfp4 16x16 blocks: x " + x.shape_str() + " must have rows and cols that are multiples of 16");
+  q.columnwise_rht = opt.columnwise && opt.rht_columnwise;
+  if (!opt.rowwise && !opt.columnwise) return;
+  const std::string what = "x " + x.shape_str() + " -> " + quant_format_name(opt.format) +
+                           (opt.rowwise ? " rowwise" : "") + (opt.columnwise ? " columnwise" : "") +
+                           (opt.block_2d ? " 2d" : "") + (q.columnwise_rht ? " rht" : "") +
+                           (opt.stochastic ? " sr" : "");
+  if (x.dtype == DType::BF16)
+    quantize_typed(q, static_cast<const uint16_t*>(x.data), rows, cols, opt, what);
+  else
+    quantize_typed(q, static_cast<const float*>(x.data), rows, cols, opt, what);
+}
+
+}  // namespace pl::cuda

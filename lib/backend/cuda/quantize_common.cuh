@@ -1,0 +1,134 @@
+#pragma once
+// Device helpers shared by the quantization kernels (quantize.cu, quantize_aux.cu): element loads
+// from BF16 (as uint16 bits) or F32 storage, the 64x64 shared-memory tile every copy is made from,
+// NaN-ignoring max reductions and vectorised byte stores. No numerics here: the per-element and
+// per-block math is the shared lib/numerics/ code, called by the kernels.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/tensor.h"
+#include "numerics/bf16.h"
+
+namespace pl::cuda::qk {
+
+// A thread block makes the codes of one kTile x kTile tile of x, for both copies: the rowwise copy
+// reads the tile's rows, the columnwise copy its columns (the transpose goes through shared memory,
+// so global reads and writes stay coalesced). kTileLd pads the rows against bank conflicts.
+constexpr int kTile = 64;
+constexpr int kTileLd = kTile + 1;
+constexpr int kThreads = 256;
+
+// BF16 storage is read as its 16-bit pattern and widened exactly (num::bf16_bits_to_float).
+__device__ __forceinline__ float load_elem(const uint16_t* x, int64_t i) { return num::bf16_bits_to_float(x[i]); }
+__device__ __forceinline__ float load_elem(const float* x, int64_t i) { return x[i]; }
+
+__device__ __forceinline__ bool aligned_to(const void* p, uintptr_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+// m and a are non-negative and never NaN: the larger one (fmaxf without the NaN case).
+__device__ __forceinline__ float max_nonneg(float m, float a) { return a > m ? a : m; }
+
+// fmaxf(m, |v|) for a non-NaN m: a NaN v is ignored, Inf kept (the CPU reference's max_abs).
+__device__ __forceinline__ float max_abs(float m, float v) {
+  const float a = fabsf(v);
+  return a > m ? a : m;
+}
+
+// 16 bytes of T at p (16-byte aligned) as floats: 8 BF16 values or 4 F32 values.
+template <typename T>
+__device__ __forceinline__ void load_vec16(const T* p, float* out) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+  if constexpr (sizeof(T) == 2) {
+    for (int k = 0; k < 4; ++k) {
+      out[2 * k] = num::bf16_bits_to_float(static_cast<uint16_t>(w[k] & 0xFFFFu));
+      out[2 * k + 1] = num::bf16_bits_to_float(static_cast<uint16_t>(w[k] >> 16));
+    }
+  } else {
+    for (int k = 0; k < 4; ++k) out[k] = num::bits_float(w[k]);
+  }
+}
+
+// s[rr][cc] = x[r0 + rr][c0 + cc] as float (0 outside x[R, C]). Called by all kThreads threads;
+// the caller synchronises before reading s.
+template <typename T>
+__device__ void load_tile(float (*s)[kTileLd], const T* x, int64_t R, int64_t C, int64_t r0, int64_t c0) {
+  constexpr int kV = 16 / static_cast<int>(sizeof(T));
+  constexpr int kVecPerRow = kTile / kV;
+  const bool full = r0 + kTile <= R && c0 + kTile <= C;
+  if (full && C % kV == 0 && aligned_to(x, 16)) {
+    for (int i = threadIdx.x; i < kTile * kVecPerRow; i += blockDim.x) {
+      const int rr = i / kVecPerRow, cv = i % kVecPerRow;
+      float v[kV];
+      load_vec16(x + (r0 + rr) * C + c0 + cv * kV, v);
+      for (int k = 0; k < kV; ++k) s[rr][cv * kV + k] = v[k];
+    }
+  } else {
+    for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
+      const int rr = i / kTile, cc = i % kTile;
+      const int64_t r = r0 + rr, c = c0 + cc;
+      s[rr][cc] = (r < R && c < C) ? load_elem(x, r * C + c) : 0.0f;
+    }
+  }
+}
+
+// Max of non-negative, non-NaN values over the thread block (blockDim.x a multiple of 32, at most
+// 1024); every thread must call it; the result is valid in thread 0.
+__device__ __forceinline__ float block_max(float v) {
+  __shared__ float warp_max[32];
+  for (int off = 16; off > 0; off >>= 1) v = max_nonneg(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  if (lane == 0) warp_max[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < static_cast<int>(blockDim.x >> 5) ? warp_max[lane] : 0.0f;
+    for (int off = 16; off > 0; off >>= 1) v = max_nonneg(v, __shfl_xor_sync(0xFFFFFFFFu, v, off));
+  }
+  __syncthreads();  // warp_max may be reused by a following call
+  return v;
+}
+
+// *slot = max(*slot, v) for non-negative, non-NaN floats (their bit patterns order as unsigned
+// integers, +Inf included). The slot must start at +0 (all-zero bytes). The result is the exact max
+// of every value offered, whatever the order: bit-identical to any sequential max.
+__device__ __forceinline__ void atomic_max_nonneg(float* slot, float v) {
+  atomicMax(reinterpret_cast<unsigned int*>(slot), __float_as_uint(v));
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint8_t* b) {
+  return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) | (static_cast<uint32_t>(b[2]) << 16) |
+         (static_cast<uint32_t>(b[3]) << 24);
+}
+
+// dst[0..N) = b[0..N), with 16- or 8-byte stores when dst allows (N a multiple of 8).
+template <int N>
+__device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t (&b)[N]) {
+  static_assert(N % 8 == 0, "store_bytes: N must be a multiple of 8");
+  if constexpr (N % 16 == 0) {
+    if (aligned_to(dst, 16)) {
+      for (int i = 0; i < N / 16; ++i)
+        reinterpret_cast<uint4*>(dst)[i] =
+            make_uint4(word_of(b + 16 * i), word_of(b + 16 * i + 4), word_of(b + 16 * i + 8), word_of(b + 16 * i + 12));
+      return;
+    }
+  }
+  if (aligned_to(dst, 8)) {
+    for (int i = 0; i < N / 8; ++i) reinterpret_cast<uint2*>(dst)[i] = make_uint2(word_of(b + 8 * i), word_of(b + 8 * i + 4));
+    return;
+  }
+  for (int i = 0; i < N; ++i) dst[i] = b[i];
+}
+
+// Blocks for a grid-stride loop over `items`: enough to fill the device, at least one.
+inline unsigned grid_stride_blocks(int64_t items, int threads, int num_sms) {
+  const int64_t want = (items + threads - 1) / threads;
+  const int64_t cap = static_cast<int64_t>(num_sms > 0 ? num_sms : 132) * 8;
+  return static_cast<unsigned>(want < 1 ? 1 : (want < cap ? want : cap));
+}
+
+
+}  // namespace pl::cuda::qk
