@@ -18,7 +18,11 @@
 #include "config/precision_recipe.h"
 #include "config/train_config.h"
 #include "core/error.h"
+#include "core/step_timer.h"
 #include "data/mock_dataset.h"
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/gemm.h"
+#endif
 #include "log/megatron_log.h"
 #include "model/accounting.h"
 #include "model/llama.h"
@@ -26,6 +30,9 @@
 #include "train/trainer.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
+// Room in the device arena beyond the planned categories, for ops' grow-only scratch (cuDNN and CUB
+// workspaces, reduction buffers).
+constexpr double kArenaSlack = 1.0 * 1024 * 1024 * 1024;
 extern "C" char* openblas_get_config(void);
 
 namespace {
@@ -37,6 +44,8 @@ struct Options {
   std::string model = "llama3_8b";
   std::string recipe = "bf16_with_nvfp4_mixed";  // the playbook's
   bool disable_fp4 = false;
+  std::string recompute = "none";
+  bool dry_run = false;
 };
 
 // Every line of the run goes through one stdout logger with the bare "%v" pattern, so Megatron's
@@ -77,15 +86,25 @@ void add_flags(CLI::App& app, Options& o) {
                  "Every N iterations, one 'quant stats' line per quantized linear layer and operand: amax, "
                  "saturated fraction, underflowed-block fraction, relative error (0 = off)")
       ->capture_default_str();
+  app.add_option("--recompute", o.recompute, "none | full (keep each layer's input, recompute its forward in backward)")
+      ->capture_default_str();
+  app.add_flag("--dry-run", o.dry_run,
+               "Print the memory plan (GB per category and total) and exit; touches no GPU");
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
 }
 
+// --device: cuda needs a usable device; auto takes one if present, else the CPU, and says which.
 Device resolve_device(const TrainConfig& t, const std::shared_ptr<spdlog::logger>& out) {
-  if (t.device == "cuda")
-    fail("--device cuda: the CUDA backend's ops are not implemented yet; use --device cpu");
-  if (t.device == "auto")
-    out->info("pretrain_llama | --device auto -> cpu (the CUDA backend's ops are not implemented yet)");
+  if (t.device == "cpu") return Device::CPU;
+  std::string why;
+  const int n = cuda_device_count(&why);
+  if (t.device == "cuda") {
+    PL_CHECK(n > 0, "--device cuda: no usable CUDA device ({})", why);
+    return Device::CUDA;
+  }
+  if (n > 0) return Device::CUDA;
+  out->info("pretrain_llama | --device auto -> cpu (no usable CUDA device: {})", why);
   return Device::CPU;
 }
 
@@ -107,20 +126,19 @@ double available_host_bytes() {
   return 0.0;
 }
 
-void check_host_memory(const ModelConfig& m, const TrainConfig& t) {
-  // CPU backend: weights, grads, master, Adam m and v are all fp32 = 20 B/param.
-  const double state = static_cast<double>(m.num_parameters()) * 20.0;
-  const double tokens = static_cast<double>(t.micro_batch_size * t.seq_length);
-  const double h = static_cast<double>(m.hidden_size), f = static_cast<double>(m.ffn_hidden_size);
-  const double per_layer = tokens * (5 * h + static_cast<double>(m.qkv_dim() + m.q_dim()) + 3 * f) * 4.0;
-  const double acts = per_layer * static_cast<double>(m.num_layers) +
-                      tokens * (static_cast<double>(m.vocab_size) + 8 * h + 3 * f) * 4.0;
-  const double avail = available_host_bytes();
-  PL_CHECK(avail == 0.0 || state + acts < avail,
-           "{} at micro-batch {} x seq {} needs about {:.1f} GB of host memory on the CPU backend (parameters and "
-           "optimizer state {:.1f} GB, activations {:.1f} GB) but {:.1f} GB are available; use a smaller --model, "
-           "--micro-batch-size or --seq-length",
-           m.name, t.micro_batch_size, t.seq_length, (state + acts) / 1e9, state / 1e9, acts / 1e9, avail / 1e9);
+// The plan must fit the device before anything is allocated; otherwise one line that names the
+// biggest categories and the flags that shrink them.
+void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainConfig& t, Device device,
+                       const std::string& recompute) {
+  const double avail = device == Device::CPU ? available_host_bytes()
+                                             : static_cast<double>(device_memory_info(device).free);
+  if (avail == 0.0 || p.total() < avail) return;
+  std::string hint = "use a smaller --micro-batch-size or --seq-length";
+  if (recompute == "none" && p.activations > 0.25 * p.total()) hint = "--recompute full, or " + hint;
+  fail("{} at micro-batch {} x seq {} needs {:.1f} GB on the {} (weights+grads+master+optimizer {:.1f} GB, activations "
+       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB) but {:.1f} GB are free; {}",
+       m.name, t.micro_batch_size, t.seq_length, p.total() / 1e9, device_name(device), p.weights_and_optimizer() / 1e9,
+       p.activations / 1e9, p.quantized / 1e9, p.workspace / 1e9, avail / 1e9, hint);
 }
 
 int run(int argc, char** argv) {
@@ -139,6 +157,7 @@ int run(int argc, char** argv) {
   }
   TrainConfig& t = o.train;
   validate_train_config(t);
+  PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
   std::string recipe_note;
   if (o.disable_fp4) {
     if (app.count("--recipe") && o.recipe != "bf16_mixed")
@@ -154,7 +173,27 @@ int run(int argc, char** argv) {
   check_tokens_block_rule(plan, t.micro_batch_size, t.seq_length);
 
   auto out = make_output();
+  if (o.dry_run) {
+    // Plan for the GPU unless --device cpu; nothing is allocated and no GPU is touched.
+    const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
+    OpContext pctx;
+    pctx.device = planned;
+    const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, pctx, plan, ModelOptions{o.recompute == "full", true});
+    const MegatronParamCounts pc = megatron_param_counts(mc);
+    out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
+              model_path, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+    out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
+              static_cast<double>(mc.num_parameters()) / 1e9, pc.total() / 1e9);
+    for (const std::string& line : plan.describe()) out->info("pretrain_llama | plan   {}", line);
+    for (const std::string& line : plan_model.memory_plan().describe()) out->info("pretrain_llama | memory {}", line);
+    out->info("pretrain_llama | memory Megatron's theoretical weight and optimizer={:.2f} MB counts {:.0f} more "
+              "parameters (a bias per norm; RMSNorm has none)",
+              pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
+              pc.total() - static_cast<double>(mc.num_parameters()));
+    return 0;
+  }
   const Device device = resolve_device(t, out);
+  PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
   const int threads = configure_threads(t.threads);
   OpContext ctx;
   ctx.device = device;
@@ -171,10 +210,16 @@ int run(int argc, char** argv) {
   out->info("pretrain_llama | precision plan:");
   for (const std::string& line : plan.describe()) out->info("pretrain_llama |   {}", line);
   for (const std::string& note : plan.notes) out->info("pretrain_llama |   note: {}", note);
-  if (!plan.all_bf16())
-    out->info("pretrain_llama |   note: {} GEMMs are emulated on the {} (each operand dequantized exactly, FP32 "
+  if (device == Device::CPU && !plan.all_bf16())
+    out->info("pretrain_llama |   note: {} GEMMs are emulated on the cpu (each operand dequantized exactly, FP32 "
               "BLAS accumulation, global scales as alpha): the recipe's numerics, not its speed",
-              format_name(plan.quantized_format()), device_name(device));
+              format_name(plan.quantized_format()));
+#if defined(PL_WITH_CUDA)
+  if (device == Device::CUDA) {
+    cuda::prepare_device_state();
+    out->info("pretrain_llama |   {}", cuda::gemm_backend_description(device));
+  }
+#endif
 
   out->info("pretrain_llama | training: {} iterations, global batch {} = {} micro-batches x {} samples x {} tokens, "
             "lr {:.3g} -> {:.3g} (cosine, warmup {}), seed {}, log interval {}",
@@ -189,7 +234,15 @@ int run(int argc, char** argv) {
     out->info("{}", lines.substr(a, b - a));
   }
 
-  check_host_memory(mc, t);
+  ModelOptions mopt;
+  mopt.recompute = o.recompute == "full";
+  {
+    ModelOptions p = mopt;
+    p.plan_only = true;
+    const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, ctx, plan, p);
+    check_memory_fits(plan_model.memory_plan(), mc, t, device, o.recompute);
+    if (device == Device::CUDA) reserve_device_arena(device, plan_model.memory_plan().total() + kArenaSlack);
+  }
   // Mock data as Megatron-Bridge builds it: NullTokenizer vocab 32000 (EOD 31999), or the model's
   // own vocab (EOD = vocab-1) when it is smaller.
   const int64_t data_vocab = std::min<int64_t>(mc.vocab_size, 32000);
@@ -201,7 +254,7 @@ int run(int argc, char** argv) {
             data_vocab, data_vocab - 1, t.train_iters * t.global_batch_size, dataset.size(),
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_data).count());
 
-  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan);
+  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
   model.init_parameters(t.seed);
   Trainer trainer(
       model, t,

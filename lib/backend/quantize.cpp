@@ -31,41 +31,53 @@ int64_t quant_block_size(QuantFormat f) {
 
 namespace {
 
-// One copy's buffers live in one Buffer owned by the registry below, so a QuantizedTensor stays a
-// plain value of views (as Tensor is).
+// Byte layout of one copy's single allocation: codes, compact scales, swizzled scales, then the
+// amax and scale_inv floats; each part 256-byte aligned (cuBLASLt wants 16, TE's allocator gives 256).
 struct CopyLayout {
-  size_t data, scales, swizzled;
+  int64_t data_cols, scale_cols, swizzled;
+  size_t data, scales, swz, total;
 };
 
-QuantizedCopy allocate_copy(std::vector<Buffer>& owner, Device device, QuantFormat f, int64_t rows, int64_t cols) {
+CopyLayout copy_layout(QuantFormat f, int64_t rows, int64_t cols) {
   const int64_t blk = quant_block_size(f);
   PL_CHECK(rows > 0 && cols > 0, "quantized tensor of shape [{}, {}]: dimensions must be positive", rows, cols);
   PL_CHECK(cols % blk == 0, "{}: the quantized dimension {} (of shape [{}, {}]) must be a multiple of {}",
            quant_format_name(f), cols, rows, cols, blk);
+  auto align = [](int64_t b) { return static_cast<size_t>((b + 255) / 256 * 256); };
+  CopyLayout l;
+  l.data_cols = f == QuantFormat::NVFP4 ? cols / 2 : cols;
+  l.scale_cols = blk > 1 ? cols / blk : 0;
+  l.swizzled = blk > 1 ? num::padded_scale_rows(rows) * num::padded_scale_cols(l.scale_cols) : 0;
+  l.data = align(rows * l.data_cols);
+  l.scales = align(rows * l.scale_cols);
+  l.swz = align(l.swizzled);
+  l.total = l.data + l.scales + l.swz + 256;
+  return l;
+}
+
+QuantizedCopy allocate_copy(std::vector<Buffer>& owner, Device device, QuantFormat f, int64_t rows, int64_t cols) {
+  const CopyLayout l = copy_layout(f, rows, cols);
   QuantizedCopy c;
   c.format = f;
   c.rows = rows;
   c.cols = cols;
-  const int64_t data_cols = f == QuantFormat::NVFP4 ? cols / 2 : cols;
-  const int64_t scale_cols = blk > 1 ? cols / blk : 0;
-  const int64_t swz = blk > 1 ? num::padded_scale_rows(rows) * num::padded_scale_cols(scale_cols) : 0;
-  auto align = [](size_t b) { return (b + 255) / 256 * 256; };
-  const size_t data_b = align(static_cast<size_t>(rows * data_cols));
-  const size_t scales_b = align(static_cast<size_t>(rows * scale_cols));
-  const size_t swz_b = align(static_cast<size_t>(swz));
-  owner.emplace_back(data_b + scales_b + swz_b + 256, device);
+  owner.emplace_back(l.total, device);
   const Buffer& b = owner.back();
-  c.data = b.as({rows, data_cols}, DType::U8, 0);
-  if (blk > 1) {
-    c.scales = b.as({rows, scale_cols}, DType::U8, data_b);
-    c.scales_swizzled = b.as({swz}, DType::U8, data_b + scales_b);
+  c.data = b.as({rows, l.data_cols}, DType::U8, 0);
+  if (l.scale_cols > 0) {
+    c.scales = b.as({rows, l.scale_cols}, DType::U8, l.data);
+    c.scales_swizzled = b.as({l.swizzled}, DType::U8, l.data + l.scales);
   }
-  c.amax = b.as({1}, DType::F32, data_b + scales_b + swz_b);
-  c.scale_inv = b.as({1}, DType::F32, data_b + scales_b + swz_b + 4);
+  c.amax = b.as({1}, DType::F32, l.data + l.scales + l.swz);
+  c.scale_inv = b.as({1}, DType::F32, l.data + l.scales + l.swz + 4);
   return c;
 }
 
 }  // namespace
+
+size_t quantized_tensor_bytes(QuantFormat format, int64_t rows, int64_t cols, bool rowwise, bool columnwise) {
+  return (rowwise ? copy_layout(format, rows, cols).total : 0) + (columnwise ? copy_layout(format, cols, rows).total : 0);
+}
 
 QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, QuantFormat format, int64_t rows,
                                    int64_t cols, bool rowwise, bool columnwise) {

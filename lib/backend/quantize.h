@@ -63,6 +63,9 @@ struct QuantizeOptions {
 QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, QuantFormat format, int64_t rows,
                                    int64_t cols, bool rowwise, bool columnwise);
 
+// The bytes allocate_quantized would take (for memory planning without allocating).
+size_t quantized_tensor_bytes(QuantFormat format, int64_t rows, int64_t cols, bool rowwise, bool columnwise);
+
 // x: [rows, cols] f32 (CPU) holding the values to quantize (BF16 values where the recipe requires
 // BF16; RHT requires it). Writes the copies requested in opt (which must have been allocated).
 void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt);

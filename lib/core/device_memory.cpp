@@ -20,6 +20,10 @@ void* cuda_alloc(size_t bytes) {
   return p;
 }
 void cuda_free(void* p) { cudaFree(p); }
+void cuda_zero(void* p, size_t bytes) {
+  const cudaError_t st = cudaMemset(p, 0, bytes);
+  PL_CHECK(st == cudaSuccess, "cudaMemset of {} bytes failed: {}", bytes, cudaGetErrorString(st));
+}
 static void cuda_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, const char* what) {
   const cudaError_t st = cudaMemcpy(dst, src, bytes, kind);
   PL_CHECK(st == cudaSuccess, "{} of {} bytes failed: {}", what, bytes, cudaGetErrorString(st));
@@ -29,6 +33,7 @@ void* cuda_alloc(size_t bytes) {
   fail("cannot allocate {} bytes on the GPU: this build has no CUDA support (reconfigure with nvcc present)", bytes);
 }
 void cuda_free(void*) {}
+void cuda_zero(void*, size_t) {}
 #endif
 
 int cuda_device_count(std::string* why) {

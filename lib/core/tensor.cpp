@@ -85,28 +85,70 @@ namespace {
 std::mutex g_stats_mutex;
 MemoryStats g_stats[2];
 
-void record_alloc(Device d, size_t bytes) {
+// from_arena: the bytes were reserved already (by reserve_device_arena), so only "allocated" grows.
+void record_alloc(Device d, size_t bytes, bool from_arena = false) {
   std::lock_guard lock(g_stats_mutex);
   MemoryStats& s = g_stats[static_cast<int>(d)];
   s.allocated += bytes;
-  s.reserved += bytes;
+  if (!from_arena) s.reserved += bytes;
   s.max_allocated = std::max(s.max_allocated, s.allocated);
   s.max_reserved = std::max(s.max_reserved, s.reserved);
   ++s.alloc_count;
   ++s.total_allocs;
 }
 
-void record_free(Device d, size_t bytes) {
+void record_free(Device d, size_t bytes, bool from_arena = false) {
   std::lock_guard lock(g_stats_mutex);
   MemoryStats& s = g_stats[static_cast<int>(d)];
   s.allocated -= bytes;
-  s.reserved -= bytes;
+  if (!from_arena) s.reserved -= bytes;
   --s.alloc_count;
 }
 }  // namespace
 
-void* cuda_alloc(size_t bytes);  // backend/cuda/memory.cu, or a stub that fails
+void* cuda_alloc(size_t bytes);  // core/device_memory.cpp (fails without CUDA)
 void cuda_free(void* p);
+void cuda_zero(void* p, size_t bytes);
+
+namespace {
+struct Arena {
+  char* base = nullptr;
+  size_t size = 0, offset = 0, peak = 0;
+  bool owns(const void* p) const { return base && p >= base && p < base + size; }
+};
+Arena g_arena;
+}  // namespace
+
+void reserve_device_arena(Device device, double bytes) {
+  PL_CHECK(device == Device::CUDA, "a device arena is for CUDA memory");
+  PL_CHECK(g_arena.base == nullptr, "the device arena is already reserved");
+  const size_t n = (static_cast<size_t>(bytes) + 255) / 256 * 256;
+  g_arena.base = static_cast<char*>(cuda_alloc(n));
+  g_arena.size = n;
+  std::lock_guard lock(g_stats_mutex);
+  MemoryStats& s = g_stats[static_cast<int>(Device::CUDA)];
+  s.reserved += n;
+  s.max_reserved = std::max(s.max_reserved, s.reserved);
+}
+
+size_t device_arena_peak() { return g_arena.peak; }
+
+namespace {
+void* device_alloc(size_t bytes) {
+  if (!g_arena.base) return cuda_alloc(bytes);
+  const size_t need = (bytes + 255) / 256 * 256;
+  PL_CHECK(g_arena.offset + need <= g_arena.size,
+           "device arena exhausted: {} bytes requested, {} of {} bytes used (the memory plan missed something)", bytes,
+           g_arena.offset, g_arena.size);
+  void* p = g_arena.base + g_arena.offset;
+  g_arena.offset += need;
+  g_arena.peak = std::max(g_arena.peak, g_arena.offset);
+  return p;
+}
+void device_free(void* p) {
+  if (!g_arena.owns(p)) cuda_free(p);
+}
+}  // namespace
 
 Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
   if (bytes == 0) return;
@@ -116,9 +158,10 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
     PL_CHECK(data_ != nullptr, "out of host memory allocating {:.3f} GB", bytes / 1e9);
     std::memset(data_, 0, bytes);
   } else {
-    data_ = cuda_alloc(bytes);
+    data_ = device_alloc(bytes);
+    cuda_zero(data_, bytes);  // every Buffer starts zeroed, on every device (Adam moments rely on it)
   }
-  record_alloc(device, bytes);
+  record_alloc(device, bytes, device == Device::CUDA && g_arena.owns(data_));
 }
 
 Buffer::~Buffer() { release(); }
@@ -128,8 +171,8 @@ void Buffer::release() {
   if (device_ == Device::CPU)
     std::free(data_);
   else
-    cuda_free(data_);
-  record_free(device_, bytes_);
+    device_free(data_);
+  record_free(device_, bytes_, device_ == Device::CUDA && g_arena.owns(data_));
   data_ = nullptr;
 }
 

@@ -77,6 +77,14 @@ class Buffer {
 
 MemoryStats memory_stats(Device device);
 
+// One device allocation for the whole run (DESIGN "Memory"): after this call, CUDA Buffers are
+// carved from a single cudaMalloc of `bytes` (bump allocation, 256-byte aligned; freeing a Buffer
+// returns nothing to it). A Buffer that does not fit is an error naming the shortfall. Without a
+// reservation each CUDA Buffer is its own cudaMalloc.
+void reserve_device_arena(Device device, double bytes);
+// High-water mark of the arena (0 without one).
+size_t device_arena_peak();
+
 }  // namespace pl
 
 namespace pl {

@@ -21,30 +21,53 @@ int64_t LinearLayer::scratch_elements(int64_t tokens, int64_t in, int64_t out) {
   return std::max({tokens * in, tokens * out, in * out});
 }
 
-QuantFormat LinearLayer::x_format() const { return quant_format_of(format_); }
+namespace {
+// Megatron's fp8 "hybrid": E5M2 for gradients. MXFP8 (fp8 "e4m3") and NVFP4 keep their format.
+QuantFormat grad_format_of(LinearFormat f) {
+  return f == LinearFormat::FP8_CURRENT_SCALING ? QuantFormat::FP8_E5M2 : quant_format_of(f);
+}
+}  // namespace
 
-QuantFormat LinearLayer::dy_format() const {
-  // Megatron's fp8 "hybrid": E5M2 for gradients. MXFP8 (fp8 "e4m3") and NVFP4 keep their format.
-  return format_ == LinearFormat::FP8_CURRENT_SCALING ? QuantFormat::FP8_E5M2 : quant_format_of(format_);
+QuantFormat LinearLayer::x_format() const { return quant_format_of(format_); }
+QuantFormat LinearLayer::dy_format() const { return grad_format_of(format_); }
+
+size_t LinearLayer::weight_bytes(LinearFormat f, int64_t in, int64_t out) {
+  return f == LinearFormat::BF16 ? 0 : quantized_tensor_bytes(quant_format_of(f), out, in, true, true);
+}
+
+size_t LinearWorkspace::bytes(LinearFormat f, int64_t tokens, int64_t in, int64_t out) {
+  if (f == LinearFormat::BF16) return 0;
+  return quantized_tensor_bytes(quant_format_of(f), tokens, in, true, true) +  // x
+         quantized_tensor_bytes(grad_format_of(f), tokens, out, true, true);   // dy
+}
+
+LinearWorkspace LinearWorkspace::allocate(std::vector<Buffer>& owner, Device device, LinearFormat f, int64_t tokens,
+                                          int64_t in, int64_t out) {
+  LinearWorkspace ws;
+  ws.xq = allocate_quantized(owner, device, quant_format_of(f), tokens, in, true, true);
+  ws.dyq = allocate_quantized(owner, device, grad_format_of(f), tokens, out, true, true);
+  return ws;
 }
 
 LinearLayer::LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t tokens, int64_t in, int64_t out,
-                         uint32_t stream_base, Device device, std::vector<Buffer>& owner, Tensor scratch_a,
-                         Tensor scratch_b)
+                         uint32_t stream_base, Device device, std::vector<Buffer>& owner, LinearWorkspace* ws,
+                         Tensor scratch_a, Tensor scratch_b)
     : format_(format),
       nv_(nvfp4),
       T_(tokens),
       in_(in),
       out_(out),
       stream_base_(stream_base),
+      ws_(ws),
       scratch_a_(scratch_a),
       scratch_b_(scratch_b) {
   if (format_ == LinearFormat::BF16) return;
   PL_CHECK(scratch_a.numel() >= scratch_elements(T_, in_, out_) && scratch_b.numel() >= scratch_elements(T_, in_, out_),
            "internal: linear layer scratch too small");
+  PL_CHECK(ws_ && ws_->xq.has_rowwise && ws_->xq.rowwise.rows == T_ && ws_->xq.rowwise.cols == in_ &&
+               ws_->dyq.rowwise.cols == out_ && ws_->xq.format == x_format() && ws_->dyq.format == dy_format(),
+           "internal: linear layer [{}x{}] needs a matching {} workspace", out_, in_, format_name(format_));
   wq_ = allocate_quantized(owner, device, x_format(), out_, in_, true, true);
-  xq_ = allocate_quantized(owner, device, x_format(), T_, in_, true, true);
-  dyq_ = allocate_quantized(owner, device, dy_format(), T_, out_, true, true);
 }
 
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
@@ -62,8 +85,8 @@ void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x
   o.format = x_format();
   o.rowwise = true;
   o.columnwise = false;  // the wgrad copy is made in backward from the saved bf16 x (same bits)
-  quantize(ctx, xq_, x, o);
-  quantized_gemm(ctx, y, xq_.rowwise, wq_.rowwise, xq_.format, false, scratch_a_, scratch_b_);
+  quantize(ctx, ws_->xq, x, o);
+  quantized_gemm(ctx, y, ws_->xq.rowwise, wq_.rowwise, ws_->xq.format, false, scratch_a_, scratch_b_);
 }
 
 void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
@@ -82,25 +105,25 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   g.seed = 0x5EED;
   g.stream_id = stream_base_;
   g.counter = sr_counter;
-  quantize(ctx, dyq_, dy, g);
+  quantize(ctx, ws_->dyq, dy, g);
   QuantizeOptions xo;
   xo.format = x_format();
   xo.rowwise = false;
   xo.columnwise = true;
   xo.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
-  quantize(ctx, xq_, x, xo);
+  quantize(ctx, ws_->xq, x, xo);
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
-  quantized_gemm(ctx, dw, dyq_.columnwise, xq_.columnwise, dyq_.format, true, scratch_a_, scratch_b_);
+  quantized_gemm(ctx, dw, ws_->dyq.columnwise, ws_->xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
-  quantized_gemm(ctx, dx, dyq_.rowwise, wq_.columnwise, dyq_.format, false, scratch_a_, scratch_b_);
+  quantized_gemm(ctx, dx, ws_->dyq.rowwise, wq_.columnwise, ws_->dyq.format, false, scratch_a_, scratch_b_);
   if (collect_) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);
-    quantize(ctx, xq_, x, QuantizeOptions{xo.format, true, false});  // rowwise x as fprop saw it
-    record(ctx, "x rowwise", xq_.rowwise, x);
-    record_columnwise(ctx, "x columnwise", xq_.columnwise, x, xo.rht_columnwise);
-    record(ctx, "dy rowwise", dyq_.rowwise, dy);
-    record_columnwise(ctx, "dy columnwise", dyq_.columnwise, dy, g.rht_columnwise);
+    quantize(ctx, ws_->xq, x, QuantizeOptions{xo.format, true, false});  // rowwise x as fprop saw it
+    record(ctx, "x rowwise", ws_->xq.rowwise, x);
+    record_columnwise(ctx, "x columnwise", ws_->xq.columnwise, x, xo.rht_columnwise);
+    record(ctx, "dy rowwise", ws_->dyq.rowwise, dy);
+    record_columnwise(ctx, "dy columnwise", ws_->dyq.columnwise, dy, g.rht_columnwise);
   }
 }
 

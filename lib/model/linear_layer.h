@@ -25,13 +25,27 @@ struct OperandStats {
   QuantStats stats;
 };
 
+// The transient quantized copies of x and dy that one GEMM triple needs while it runs. Only the
+// weight's copies persist between calls (x is re-quantized in backward from the saved BF16 x, which
+// gives the same bits), so layers of the same shape and format share one workspace.
+struct LinearWorkspace {
+  QuantizedTensor xq, dyq;
+  static LinearWorkspace allocate(std::vector<Buffer>& owner, Device device, LinearFormat format, int64_t tokens,
+                                  int64_t in, int64_t out);
+  static size_t bytes(LinearFormat format, int64_t tokens, int64_t in, int64_t out);
+};
+
 class LinearLayer {
  public:
   // Buffers for the quantized copies are appended to `owner`. scratch_a/scratch_b: fp32 buffers of
   // at least scratch_elements(...) elements each, shared by all layers (used only inside one call).
+  // ws: the shared transient copies for this (format, tokens, in, out); null for BF16.
   LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t tokens, int64_t in, int64_t out,
-              uint32_t stream_base, Device device, std::vector<Buffer>& owner, Tensor scratch_a, Tensor scratch_b);
+              uint32_t stream_base, Device device, std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a,
+              Tensor scratch_b);
   static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
+  // Device bytes of the weight's quantized copies such a layer allocates (0 for BF16).
+  static size_t weight_bytes(LinearFormat format, int64_t in, int64_t out);
 
   LinearFormat format() const { return format_; }
   // Quantizes W (both copies) from the bf16 weights; call after every optimizer step.
@@ -56,7 +70,8 @@ class LinearLayer {
   Nvfp4Options nv_;
   int64_t T_, in_, out_;
   uint32_t stream_base_;
-  QuantizedTensor wq_, xq_, dyq_;
+  QuantizedTensor wq_;
+  LinearWorkspace* ws_ = nullptr;
   Tensor scratch_a_, scratch_b_;
   bool collect_ = false;
   std::vector<OperandStats> stats_;

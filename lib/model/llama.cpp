@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -23,19 +24,24 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
     : LlamaModel(cfg, micro_batch, seq_length, ctx, bf16_plan(cfg.num_layers)) {}
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
-                       const PrecisionPlan& plan)
-    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan) {
+                       const PrecisionPlan& plan, const ModelOptions& options)
+    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), opt_(options) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
   PL_CHECK(static_cast<int64_t>(plan_.layer_format.size()) == cfg.num_layers,
            "internal: precision plan for {} layers, model has {}", plan_.layer_format.size(), cfg.num_layers);
   build_param_layout();
   const size_t n = static_cast<size_t>(num_params_);
-  weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_)), ctx_.device);
-  grad_buf_ = Buffer(n * 4, ctx_.device);
-  master_buf_ = Buffer(n * 4, ctx_.device);
-  weights_ = views_of(weight_buf_, float_storage(ctx_));
-  grads_ = views_of(grad_buf_, DType::F32);
-  master_ = views_of(master_buf_, DType::F32);
+  mem_.weights = static_cast<double>(n * dtype_size(float_storage(ctx_)));
+  mem_.grads = mem_.master = static_cast<double>(n * 4);
+  mem_.optimizer = static_cast<double>(n * 8);  // AdamW m and v, fp32 (allocated by AdamW)
+  if (!opt_.plan_only) {
+    weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_)), ctx_.device);
+    grad_buf_ = Buffer(n * 4, ctx_.device);
+    master_buf_ = Buffer(n * 4, ctx_.device);
+    weights_ = views_of(weight_buf_, float_storage(ctx_));
+    grads_ = views_of(grad_buf_, DType::F32);
+    master_ = views_of(master_buf_, DType::F32);
+  }
   allocate_activations();
 }
 
@@ -108,10 +114,12 @@ void LlamaModel::allocate_activations() {
   want(tokens_, {T}, DType::I32);
   want(labels_, {T}, DType::I32);
   want(embed_out_, {T, h}, act);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+  // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. With full
+  // recomputation only these inputs are kept per layer; the rest is one set shared by all layers
+  // and refilled by re-running the layer's forward in the backward pass.
+  for (int64_t l = 1; l < cfg_.num_layers; ++l) want(acts_[l].resid_in, {T, h}, act);
+  for (int64_t l = 0; l < (opt_.recompute ? 1 : cfg_.num_layers); ++l) {
     LayerActs& a = acts_[l];
-    // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output.
-    if (l > 0) want(a.resid_in, {T, h}, act);
     want(a.ln1, {T, h}, act);
     want(a.rstd1, {T}, DType::F32);
     want(a.qkv, {T, qkv}, act);
@@ -152,6 +160,27 @@ void LlamaModel::allocate_activations() {
   };
   size_t total = 0;
   for (const Slot& s : slots) total += bytes_of(s);
+  mem_.activations = static_cast<double>(total);
+  // Quantized weight copies per layer, plus one transient x/dy workspace per distinct (format, linear).
+  std::vector<std::pair<LinearFormat, int>> workspace_keys;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    for (int k = 0; k < 4; ++k) {
+      const LinearFormat f = plan_.layer_format[l];
+      mem_.quantized += static_cast<double>(LinearLayer::weight_bytes(f, linear_in(k), linear_out(k)));
+      if (f != LinearFormat::BF16 &&
+          std::find(workspace_keys.begin(), workspace_keys.end(), std::pair{f, k}) == workspace_keys.end()) {
+        workspace_keys.emplace_back(f, k);
+        mem_.quantized += static_cast<double>(LinearWorkspace::bytes(f, T, linear_in(k), linear_out(k)));
+      }
+    }
+  if (ctx_.device == Device::CUDA) {
+    // cuBLASLt 32 MiB (SPEC-GPU §2) plus cuDNN's SDPA backward: its deterministic algorithm on Hopper
+    // needs about B·heads·S²·2 bytes (an upper estimate; Blackwell needs less).
+    mem_.workspace = 32.0 * 1024 * 1024 +
+                     2.0 * static_cast<double>(B_) * static_cast<double>(cfg_.num_attention_heads) *
+                         static_cast<double>(S_) * static_cast<double>(S_);
+  }
+  if (opt_.plan_only) return;
   arena_ = Buffer(total, ctx_.device);
   size_t off = 0;
   for (const Slot& s : slots) {
@@ -162,13 +191,30 @@ void LlamaModel::allocate_activations() {
     off += bytes_of(s);
   }
   acts_[0].resid_in = embed_out_;
+  if (opt_.recompute)
+    for (int64_t l = 1; l < cfg_.num_layers; ++l) {
+      const Tensor in = acts_[l].resid_in;
+      acts_[l] = acts_[0];
+      acts_[l].resid_in = in;
+    }
 
   linears_.reserve(static_cast<size_t>(cfg_.num_layers * 4));
+  std::vector<LinearWorkspace*> workspace_of(workspace_keys.size());
+  for (size_t i = 0; i < workspace_keys.size(); ++i) {
+    const auto [f, k] = workspace_keys[i];
+    linear_workspaces_.push_back(std::make_unique<LinearWorkspace>(
+        LinearWorkspace::allocate(quant_buffers_, ctx_.device, f, T, linear_in(k), linear_out(k))));
+    workspace_of[i] = linear_workspaces_.back().get();
+  }
   for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    for (int k = 0; k < 4; ++k)
-      linears_.emplace_back(plan_.layer_format[l], plan_.nvfp4, T, linear_in(k), linear_out(k),
-                            static_cast<uint32_t>((l * 4 + k) * 4), ctx_.device, quant_buffers_, quant_scratch_a_,
-                            quant_scratch_b_);
+    for (int k = 0; k < 4; ++k) {
+      const LinearFormat f = plan_.layer_format[l];
+      LinearWorkspace* ws = nullptr;
+      for (size_t i = 0; i < workspace_keys.size(); ++i)
+        if (workspace_keys[i] == std::pair{f, k}) ws = workspace_of[i];
+      linears_.emplace_back(f, plan_.nvfp4, T, linear_in(k), linear_out(k), static_cast<uint32_t>((l * 4 + k) * 4),
+                            ctx_.device, quant_buffers_, ws, quant_scratch_a_, quant_scratch_b_);
+    }
 
   std::vector<float> cos(static_cast<size_t>(S_ * d / 2)), sin(cos.size());
   rope_tables(cfg_, S_, cos.data(), sin.data());
@@ -178,15 +224,18 @@ void LlamaModel::allocate_activations() {
 }
 
 void LlamaModel::init_parameters(uint64_t seed) {
-  PL_CHECK(ctx_.device == Device::CPU, "parameter initialisation on {} is not implemented",
-           device_name(ctx_.device));
-  float* m = master_.flat.f32();
+  // Values are generated on the host (counter-based, so identical for every device) tensor by
+  // tensor and copied into the fp32 master buffer wherever it lives.
+  std::vector<float> staging;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const ParamEntry& e = entries_[i];
+    const Tensor dst = master_.flat.rows(e.offset, e.numel());
+    float* m = ctx_.device == Device::CPU ? dst.f32() : (staging.resize(static_cast<size_t>(e.numel())), staging.data());
     if (e.init_std == 0.0)
-      fill_ones(m + e.offset, e.numel());
+      fill_ones(m, e.numel());
     else
-      fill_normal(m + e.offset, e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
+      fill_normal(m, e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
+    if (ctx_.device != Device::CPU) copy_from_host(dst, m);
   }
   sync_weights_from_master();
   zero_grads();
@@ -207,6 +256,21 @@ void LlamaModel::prepare_weights() {
 
 void LlamaModel::set_collect_quant_stats(bool on) {
   for (LinearLayer& lin : linears_) lin.set_collect_stats(on);
+}
+
+std::vector<std::string> MemoryPlan::describe() const {
+  const std::pair<const char*, double> rows[] = {
+      {"weights (bf16)", weights},          {"gradients (fp32)", grads},
+      {"master weights (fp32)", master},    {"optimizer state (Adam m, v fp32)", optimizer},
+      {"activations and scratch", activations}, {"quantized copies", quantized},
+      {"library workspaces", workspace}};
+  std::vector<std::string> out;
+  for (const auto& [name, bytes] : rows)
+    out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", name, bytes / 1e9, bytes / 1048576.0));
+  out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "weights and optimizer (Megatron's figure)",
+                            weights_and_optimizer() / 1e9, weights_and_optimizer() / 1048576.0));
+  out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "total", total() / 1e9, total() / 1048576.0));
+  return out;
 }
 
 std::vector<LinearStats> LlamaModel::quant_stats() const {
@@ -243,30 +307,32 @@ double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels
   return loss_sum;
 }
 
-double LlamaModel::run_forward(float grad_scale, bool want_grad) {
-  const int64_t T = B_ * S_;
+// One decoder layer: out = h + MLP(norm(h)) with h = x + Attn(norm(x)), x = acts_[l].resid_in.
+void LlamaModel::layer_forward(int64_t l, const Tensor& out) {
   const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
+  LayerActs& a = acts_[l];
+  const LayerParams& w = weights_.layers[l];
+  rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
+  linear(l, kQkv).forward(ctx_, a.qkv, a.ln1, w.qkv);
+  rope_forward(ctx_, a.qkv, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
+  attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
+  linear(l, kProj).forward(ctx_, d_h_, a.attn, w.proj);  // d_h_ is free during the forward: scratch
+  add(ctx_, a.resid_mid, a.resid_in, d_h_);
+  rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
+  linear(l, kFc1).forward(ctx_, a.fc1, a.ln2, w.fc1);
+  swiglu_forward(ctx_, a.swi, a.fc1);
+  linear(l, kFc2).forward(ctx_, d_h_, a.swi, w.fc2);
+  add(ctx_, out, a.resid_mid, d_h_);
+}
+
+double LlamaModel::run_forward(float grad_scale, bool want_grad) {
+  const int64_t T = B_ * S_;
+  const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   embedding_forward(ctx_, embed_out_, tokens_, weights_.embedding);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    LayerActs& a = acts_[l];
-    const LayerParams& w = weights_.layers[l];
-    const Tensor& out = l + 1 < cfg_.num_layers ? acts_[l + 1].resid_in : resid_out_;
-    // attention block: x + proj(attn(rope(qkv(norm(x)))))
-    rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
-    linear(l, kQkv).forward(ctx_, a.qkv, a.ln1, w.qkv);
-    rope_forward(ctx_, a.qkv, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
-    attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
-    linear(l, kProj).forward(ctx_, d_h_, a.attn, w.proj);  // d_h_ is free during the forward: scratch
-    add(ctx_, a.resid_mid, a.resid_in, d_h_);
-    // MLP block: x + fc2(swiglu(fc1(norm(x))))
-    rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
-    linear(l, kFc1).forward(ctx_, a.fc1, a.ln2, w.fc1);
-    swiglu_forward(ctx_, a.swi, a.fc1);
-    linear(l, kFc2).forward(ctx_, d_h_, a.swi, w.fc2);
-    add(ctx_, out, a.resid_mid, d_h_);
-  }
+  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+    layer_forward(l, l + 1 < cfg_.num_layers ? acts_[l + 1].resid_in : resid_out_);
   rmsnorm_forward(ctx_, lnf_, rstdf_, resid_out_, weights_.final_norm, eps);
   linear_forward(ctx_, logits_, lnf_, weights_.lm_head);
   cross_entropy_forward_backward(ctx_, losses_, logits_, labels_, want_grad ? grad_scale : 0.0f);
@@ -285,6 +351,9 @@ void LlamaModel::run_backward() {
   fill_zero(ctx_, d_resid_);
   rmsnorm_backward(ctx_, d_resid_, grads_.final_norm, d_ln_, resid_out_, weights_.final_norm, rstdf_);
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
+    // Full recomputation: refill the shared activations from the kept layer input (the layer
+    // output goes to scratch; the stored outputs are never needed again).
+    if (opt_.recompute) layer_forward(l, d_h_);
     LayerActs& a = acts_[l];
     const LayerParams& w = weights_.layers[l];
     LayerParams& g = grads_.layers[l];

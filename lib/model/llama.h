@@ -6,6 +6,7 @@
 // optimizer and the gradient norm are single passes. Activations for one micro-batch live in one
 // arena sized at construction: nothing is allocated by forward/backward.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -47,13 +48,29 @@ struct LinearStats {
   std::vector<OperandStats> operands;
 };
 
+// Options that change what is kept for the backward pass, or whether memory is allocated at all.
+struct ModelOptions {
+  bool recompute = false;  // --recompute full: keep each layer's input only, recompute its forward in backward
+  bool plan_only = false;  // size everything (memory_plan()) but allocate nothing: --dry-run
+};
+
+// Bytes the model needs on its device, by category, known before anything is allocated.
+struct MemoryPlan {
+  double weights = 0, grads = 0, master = 0, optimizer = 0, activations = 0, quantized = 0, workspace = 0;
+  double total() const { return weights + grads + master + optimizer + activations + quantized + workspace; }
+  double weights_and_optimizer() const { return weights + grads + master + optimizer; }
+  std::vector<std::string> describe() const;  // one line per category, GB (1e9) and MB (2^20)
+};
+
 class LlamaModel {
  public:
   // micro_batch x seq_length tokens per forward; device and rounding from ctx; the linear layers run
   // in the formats of `plan` (all BF16 when no plan is given).
   LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx);
   LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
-             const PrecisionPlan& plan);
+             const PrecisionPlan& plan, const ModelOptions& options = {});
+  // The memory this model (with the AdamW state) takes; for plan_only models nothing was allocated.
+  const MemoryPlan& memory_plan() const { return mem_; }
 
   const ModelConfig& config() const { return cfg_; }
   const OpContext& context() const { return ctx_; }
@@ -93,6 +110,7 @@ class LlamaModel {
   void build_param_layout();
   ParamViews views_of(const Buffer& buf, DType t) const;
   void allocate_activations();
+  void layer_forward(int64_t l, const Tensor& out);
   double run_forward(float grad_scale, bool want_grad);
   void run_backward();
   void upload_batch(const int32_t* tokens, const int32_t* labels);
@@ -103,8 +121,11 @@ class LlamaModel {
   int64_t B_, S_;
   OpContext ctx_;
   PrecisionPlan plan_;
+  ModelOptions opt_;
+  MemoryPlan mem_;
   std::vector<Buffer> quant_buffers_;
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
+  std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
   Tensor quant_scratch_a_, quant_scratch_b_;
   uint64_t micro_counter_ = 0;
   std::vector<ParamEntry> entries_;

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/step_timer.h"
 #include "log/megatron_log.h"
 #include "model/accounting.h"
 
@@ -35,7 +36,7 @@ void Trainer::log_quant_stats(int64_t iteration) {
 }
 
 TrainResult Trainer::run() {
-  using clock = std::chrono::steady_clock;
+  StepTimer timer(model_.context().device);
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches();
   const double iter_flops = flops_per_iteration(model_.config(), cfg_.global_batch_size, cfg_.seq_length);
@@ -59,7 +60,7 @@ TrainResult Trainer::run() {
   bool memory_reported = false;
 
   for (int64_t it = 0; it < cfg_.train_iters; ++it) {
-    const auto t0 = clock::now();
+    timer.start();
     model_.zero_grads();
     double loss_sum = 0.0;
     const bool stats_now = cfg_.quant_stats_interval > 0 && (it + 1) % cfg_.quant_stats_interval == 0;
@@ -85,7 +86,7 @@ TrainResult Trainer::run() {
       scheduler_samples += cfg_.global_batch_size;
       model_.prepare_weights();  // quantized weight copies for the next step's micro-batches
     }
-    const double seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    const double seconds = timer.stop_seconds();
 
     res.loss.push_back(loss_finite ? loss : std::nan(""));
     res.grad_norm.push_back(step.grad_norm);

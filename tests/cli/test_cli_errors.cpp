@@ -109,3 +109,30 @@ TEST(Cli, HelpListsEveryFlag) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, DryRunPrintsTheMemoryPlanWithoutTouchingTheDevice) {
+  for (const char* fp4 : {"", "--disable-fp4"}) {
+    std::vector<std::string> args = {"--dry-run", "--model", PL_CONFIG_DIR "/models/llama3_8b.json", "--micro-batch-size",
+                                     "4", "--seq-length", "4096"};
+    if (*fp4) args.push_back(fp4);
+    const ProcessResult r = run_app(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("parameters: 8.03 B"), std::string::npos) << r.out;
+    // Megatron's theoretical weight+optimizer figure for the BF16 setting (SPEC-MEGATRON §1a).
+    EXPECT_NE(r.out.find("weight and optimizer=137853.14 MB"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("memory total"), std::string::npos) << r.out;
+    const bool nvfp4 = *fp4 == '\0';
+    EXPECT_EQ(r.out.find("layers 0-27  : linear_qkv linear_proj linear_fc1 linear_fc2 in nvfp4") != std::string::npos,
+              nvfp4)
+        << r.out;
+    EXPECT_EQ(r.out.find(" iteration "), std::string::npos);
+  }
+}
+
+TEST(CliErrors, BadRecomputeValue) {
+  expect_one_line_failure(tiny({"--recompute", "selective"}), {"--recompute", "selective"});
+}
+
+}  // namespace

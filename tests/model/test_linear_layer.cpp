@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -43,8 +44,11 @@ struct Fixture {
   std::vector<float> sa, sb;
   Mat x = random_bf16(T, in, 1, 1.0f), w = random_bf16(out, in, 2, 0.05f), dy = random_bf16(T, out, 3, 1e-3f);
   Fixture() : sa(static_cast<size_t>(LinearLayer::scratch_elements(T, in, out))), sb(sa.size()) {}
+  std::vector<std::unique_ptr<LinearWorkspace>> workspaces;
   LinearLayer make(LinearFormat f, Nvfp4Options nv) {
-    return LinearLayer(f, nv, T, in, out, 0, Device::CPU, owner, Tensor(sa.data(), {static_cast<int64_t>(sa.size())}, DType::F32),
+    workspaces.push_back(std::make_unique<LinearWorkspace>(LinearWorkspace::allocate(owner, Device::CPU, f, T, in, out)));
+    return LinearLayer(f, nv, T, in, out, 0, Device::CPU, owner, workspaces.back().get(),
+                       Tensor(sa.data(), {static_cast<int64_t>(sa.size())}, DType::F32),
                        Tensor(sb.data(), {static_cast<int64_t>(sb.size())}, DType::F32));
   }
 };
