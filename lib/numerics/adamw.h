@@ -3,6 +3,7 @@
 // and bias correction, on an FP32 master weight. Operation order is fixed here so CPU and GPU agree
 // bit for bit (compiled with FMA contraction off on both sides).
 #include <cmath>
+#include <cstdint>
 
 #include "numerics/hd.h"
 
@@ -18,6 +19,23 @@ struct AdamWHyper {
   float bias_correction2;  // 1 - beta2^step
   float grad_scale;    // clip coefficient applied to the gradient (1 when not clipping)
 };
+
+// Host only. The hyper-parameters of one step, built on the host the same way for every backend (so their
+// bits agree): bias corrections 1 - beta^step in double, rounded to float once (precise for large
+// steps).
+inline AdamWHyper adamw_hyper(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
+                              float grad_scale) {
+  AdamWHyper h{};
+  h.lr = lr;
+  h.beta1 = beta1;
+  h.beta2 = beta2;
+  h.eps = eps;
+  h.weight_decay = weight_decay;
+  h.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step)));
+  h.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step)));
+  h.grad_scale = grad_scale;
+  return h;
+}
 
 // Updates master, m, v in place. TE's multi_tensor_adam (ADAM_MODE_1 = AdamW) order:
 //   g = grad*scale; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g*g

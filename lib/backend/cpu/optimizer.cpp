@@ -54,8 +54,7 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   return total;
 }
 
-// Bias corrections 1 - beta^step are computed in double (std::pow) and cast to float once, so they do
-// not lose precision for large steps; every backend must build its AdamWHyper the same way.
+// The step's hyper-parameters come from num::adamw_hyper, shared with the CUDA backend.
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {
   constexpr const char* op = "adamw_update";
@@ -65,17 +64,8 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
   check_numel(op, "m", m, "master", master);
   check_numel(op, "v", v, "master", master);
   PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
-  num::AdamWHyper h{};
-  h.lr = step.lr;
-  h.beta1 = step.beta1;
-  h.beta2 = step.beta2;
-  h.eps = step.eps;
-  h.weight_decay = step.weight_decay;
-  h.bias_correction1 =
-      static_cast<float>(1.0 - std::pow(static_cast<double>(step.beta1), static_cast<double>(step.step)));
-  h.bias_correction2 =
-      static_cast<float>(1.0 - std::pow(static_cast<double>(step.beta2), static_cast<double>(step.step)));
-  h.grad_scale = step.grad_scale;
+  const num::AdamWHyper h =
+      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const int64_t n = master.numel();
   float* pp = param.f32();
   float* mp = master.f32();

@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
+#include "numerics/swiglu.h"
 
 namespace pl::cpu {
 
@@ -31,8 +32,7 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
     const float* up = gate + f;
     float* orow = o + t * f;
     for (int64_t i = 0; i < f; ++i) {
-      const float g = gate[i];
-      const float v = g / (1.0f + std::exp(-g)) * up[i];
+      const float v = num::swiglu(gate[i], up[i]);
       orow[i] = round ? num::round_bf16(v) : v;
     }
   }
@@ -61,12 +61,8 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dou
     float* dgate = d + t * 2 * f;
     float* dup = dgate + f;
     for (int64_t i = 0; i < f; ++i) {
-      const float g = gate[i];
-      const float sig = 1.0f / (1.0f + std::exp(-g));
-      const float silu = g * sig;
-      // d silu / dg = sig * (1 + g * (1 - sig))
-      float vg = grow[i] * up[i] * (sig * (1.0f + g * (1.0f - sig)));
-      float vu = grow[i] * silu;
+      float vg, vu;
+      num::swiglu_backward(gate[i], up[i], grow[i], vg, vu);
       if (round) {
         vg = num::round_bf16(vg);
         vu = num::round_bf16(vu);

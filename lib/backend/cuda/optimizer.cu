@@ -121,18 +121,8 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
   check_numel(op, "m", m, master);
   check_numel(op, "v", v, master);
   require(step.step >= 1, op, "step = " + std::to_string(step.step) + " must be >= 1 (1-based)");
-  // Exactly as backend/cpu/optimizer.cpp builds it.
-  num::AdamWHyper h{};
-  h.lr = step.lr;
-  h.beta1 = step.beta1;
-  h.beta2 = step.beta2;
-  h.eps = step.eps;
-  h.weight_decay = step.weight_decay;
-  h.bias_correction1 =
-      static_cast<float>(1.0 - std::pow(static_cast<double>(step.beta1), static_cast<double>(step.step)));
-  h.bias_correction2 =
-      static_cast<float>(1.0 - std::pow(static_cast<double>(step.beta2), static_cast<double>(step.step)));
-  h.grad_scale = step.grad_scale;
+  const num::AdamWHyper h =
+      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const int64_t n = master.numel();
   if (n == 0) return;
   const unsigned grid = grid_capped(n, kThreads);

@@ -5,6 +5,7 @@
 // (nearly always) correctly rounded, so a result may land on the neighbouring bf16 value.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
+#include "numerics/swiglu.h"
 
 namespace pl::cuda {
 
@@ -19,8 +20,7 @@ __global__ void swiglu_forward_kernel(uint16_t* out, const uint16_t* fc1, int64_
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / f, i = idx - t * f;
     const uint16_t* gate = fc1 + t * 2 * f;
-    const float g = load_bf16(gate, i);
-    store_bf16(out, idx, g / (1.0f + expf(-g)) * load_bf16(gate + f, i));
+    store_bf16(out, idx, num::swiglu(load_bf16(gate, i), load_bf16(gate + f, i)));
   }
 }
 
@@ -32,15 +32,11 @@ __global__ void swiglu_backward_kernel(uint16_t* dfc1, const uint16_t* dout, con
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / f, i = idx - t * f;
     const uint16_t* gate = fc1 + t * 2 * f;
-    const float g = load_bf16(gate, i);
-    const float up = load_bf16(gate + f, i);
-    const float go = load_bf16(dout, idx);
-    const float sig = 1.0f / (1.0f + expf(-g));
-    const float silu = g * sig;
-    // d silu / dg = sig * (1 + g * (1 - sig))
+    float dg, du;
+    num::swiglu_backward(load_bf16(gate, i), load_bf16(gate + f, i), load_bf16(dout, idx), dg, du);
     uint16_t* dgate = dfc1 + t * 2 * f;
-    store_bf16(dgate, i, go * up * (sig * (1.0f + g * (1.0f - sig))));
-    store_bf16(dgate + f, i, go * silu);
+    store_bf16(dgate, i, dg);
+    store_bf16(dgate + f, i, du);
   }
 }
 
