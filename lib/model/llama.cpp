@@ -267,7 +267,7 @@ std::vector<std::string> MemoryPlan::describe() const {
   std::vector<std::string> out;
   for (const auto& [name, bytes] : rows)
     out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", name, bytes / 1e9, bytes / 1048576.0));
-  out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "weights and optimizer (Megatron's figure)",
+  out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "weights and optimizer (Megatron's category)",
                             weights_and_optimizer() / 1e9, weights_and_optimizer() / 1048576.0));
   out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "total", total() / 1e9, total() / 1048576.0));
   return out;
