@@ -1,7 +1,7 @@
 // Quantized-tensor allocation (device-agnostic) and dispatch of the quantization ops.
 #include "backend/quantize.h"
 
-#include "backend/cpu/cpu_quantize.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 
 #if defined(PL_WITH_CUDA)

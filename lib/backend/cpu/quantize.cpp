@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/check.h"
-#include "backend/cpu/cpu_quantize.h"
+#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/fp4.h"
 #include "numerics/fp8.h"
