@@ -21,6 +21,7 @@
 #include "core/step_timer.h"
 #include "data/mock_dataset.h"
 #if defined(PL_WITH_CUDA)
+#include "backend/cuda/attention_graph.h"
 #include "backend/cuda/gemm.h"
 #endif
 #include "log/megatron_log.h"
@@ -132,13 +133,15 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
                        const std::string& recompute) {
   const double avail = device == Device::CPU ? available_host_bytes()
                                              : static_cast<double>(device_memory_info(device).free);
-  if (avail == 0.0 || p.total() < avail) return;
+  const double slack = device == Device::CUDA ? kArenaSlack : 0.0;
+  if (avail == 0.0 || p.total() + slack < avail) return;
   std::string hint = "use a smaller --micro-batch-size or --seq-length";
   if (recompute == "none" && p.activations > 0.25 * p.total()) hint = "--recompute full, or " + hint;
   fail("{} at micro-batch {} x seq {} needs {:.1f} GB on the {} (weights+grads+master+optimizer {:.1f} GB, activations "
-       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB) but {:.1f} GB are free; {}",
-       m.name, t.micro_batch_size, t.seq_length, p.total() / 1e9, device_name(device), p.weights_and_optimizer() / 1e9,
-       p.activations / 1e9, p.quantized / 1e9, p.workspace / 1e9, avail / 1e9, hint);
+       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB, op scratch {:.1f} GB) but {:.1f} GB are free; {}",
+       m.name, t.micro_batch_size, t.seq_length, (p.total() + slack) / 1e9, device_name(device),
+       p.weights_and_optimizer() / 1e9, p.activations / 1e9, p.quantized / 1e9, p.workspace / 1e9, slack / 1e9,
+       avail / 1e9, hint);
 }
 
 int run(int argc, char** argv) {
@@ -216,6 +219,10 @@ int run(int argc, char** argv) {
               format_name(plan.quantized_format()));
 #if defined(PL_WITH_CUDA)
   if (device == Device::CUDA) {
+    check_gpu_gemm_rules(plan, mc, t.micro_batch_size, t.seq_length);
+    PL_CHECK(cuda::attention_has_cudnn_frontend(),
+             "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
+             "nvidia-cudnn-frontend, then reconfigure), so it cannot train on the GPU; use --device cpu");
     cuda::prepare_device_state();
     out->info("pretrain_llama |   {}", cuda::gemm_backend_description(device));
   }
@@ -241,7 +248,9 @@ int run(int argc, char** argv) {
     p.plan_only = true;
     const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, ctx, plan, p);
     check_memory_fits(plan_model.memory_plan(), mc, t, device, o.recompute);
-    if (device == Device::CUDA) reserve_device_arena(device, plan_model.memory_plan().total() + kArenaSlack);
+    // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the context.
+    if (device == Device::CUDA)
+      reserve_device_arena(device, plan_model.memory_plan().total() - 32.0 * 1024 * 1024 + kArenaSlack);
   }
   // Mock data as Megatron-Bridge builds it: NullTokenizer vocab 32000 (EOD 31999), or the model's
   // own vocab (EOD = vocab-1) when it is smaller.

@@ -43,6 +43,9 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
     master_ = views_of(master_buf_, DType::F32);
   }
   allocate_activations();
+  // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
+  // happen now rather than in the training loop.
+  if (!opt_.plan_only && ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
 }
 
 void LlamaModel::build_param_layout() {
@@ -297,14 +300,15 @@ void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
 
 double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
   upload_batch(tokens, labels);
-  return run_forward(0.0f, false);
+  run_forward(0.0f, false);
+  return loss_sum();
 }
 
 double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale) {
   upload_batch(tokens, labels);
-  const double loss_sum = run_forward(grad_scale, true);
+  run_forward(grad_scale, true);
   run_backward();
-  return loss_sum;
+  return loss_sum();
 }
 
 // One decoder layer: out = h + MLP(norm(h)) with h = x + Attn(norm(x)), x = acts_[l].resid_in.
@@ -327,8 +331,7 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out) {
   add(ctx_, out, a.resid_mid, d_h_);
 }
 
-double LlamaModel::run_forward(float grad_scale, bool want_grad) {
-  const int64_t T = B_ * S_;
+void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   embedding_forward(ctx_, embed_out_, tokens_, weights_.embedding);
   for (int64_t l = 0; l < cfg_.num_layers; ++l)
@@ -336,9 +339,13 @@ double LlamaModel::run_forward(float grad_scale, bool want_grad) {
   rmsnorm_forward(ctx_, lnf_, rstdf_, resid_out_, weights_.final_norm, eps);
   linear_forward(ctx_, logits_, lnf_, weights_.lm_head);
   cross_entropy_forward_backward(ctx_, losses_, logits_, labels_, want_grad ? grad_scale : 0.0f);
+}
+
+double LlamaModel::loss_sum() {
+  // Read after the backward has been queued too, so the device is not drained between the two.
   copy_to_host(host_losses_.data(), losses_);
   double sum = 0.0;
-  for (int64_t i = 0; i < T; ++i) sum += host_losses_[i];
+  for (float l : host_losses_) sum += l;
   return sum;
 }
 

@@ -111,7 +111,8 @@ class LlamaModel {
   ParamViews views_of(const Buffer& buf, DType t) const;
   void allocate_activations();
   void layer_forward(int64_t l, const Tensor& out);
-  double run_forward(float grad_scale, bool want_grad);
+  void run_forward(float grad_scale, bool want_grad);
+  double loss_sum();
   void run_backward();
   void upload_batch(const int32_t* tokens, const int32_t* labels);
 

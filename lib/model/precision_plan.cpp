@@ -127,4 +127,17 @@ void check_tokens_block_rule(const PrecisionPlan& plan, int64_t micro_batch, int
            micro_batch, seq_length, micro_batch * seq_length, blk, format_name(plan.quantized_format()));
 }
 
+void check_gpu_gemm_rules(const PrecisionPlan& plan, const ModelConfig& m, int64_t micro_batch, int64_t seq_length) {
+  if (plan.quantized_format() != LinearFormat::NVFP4) return;
+  auto rule = [&](const char* what, int64_t value) {
+    PL_CHECK(value % 32 == 0, "{} = {} must be a multiple of 32 for NVFP4 GEMMs on the GPU (cuBLASLt FP4 rows are "
+             "16 bytes); {} fits the CPU's 16-element blocks only", what, value, m.file);
+  };
+  rule("hidden_size", m.hidden_size);
+  rule("ffn_hidden_size", m.ffn_hidden_size);
+  rule("num_attention_heads*kv_channels", m.q_dim());
+  rule("num_query_groups*kv_channels", m.kv_dim());
+  rule("micro-batch-size x seq-length", micro_batch * seq_length);
+}
+
 }  // namespace pl

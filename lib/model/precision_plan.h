@@ -37,5 +37,9 @@ PrecisionPlan bf16_plan(int64_t num_layers);
 PrecisionPlan make_precision_plan(const ModelConfig& model, const PrecisionRecipe& recipe);
 // The wgrad GEMM reduces over the tokens of a micro-batch, so they must fill whole blocks too.
 void check_tokens_block_rule(const PrecisionPlan& plan, int64_t micro_batch, int64_t seq_length);
+// cuBLASLt's FP4 GEMM needs 16-byte rows, so on the GPU every NVFP4 reduction dim (hidden, ffn,
+// heads*kv_channels, tokens per micro-batch) must be a multiple of 32, not only 16.
+void check_gpu_gemm_rules(const PrecisionPlan& plan, const ModelConfig& model, int64_t micro_batch,
+                          int64_t seq_length);
 
 }  // namespace pl

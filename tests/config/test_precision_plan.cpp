@@ -159,3 +159,24 @@ TEST(Plan, TokensBlockRule) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Plan, GpuNvfp4GemmsNeedMultiplesOf32) {
+  const ModelConfig m = pl::load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
+  const PrecisionPlan nvfp4 =
+      pl::make_precision_plan(m, pl::load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  EXPECT_NO_THROW(pl::check_gpu_gemm_rules(nvfp4, m, 4, 4096));
+  // 1 x 48 tokens fill 16-element blocks (fine on the CPU) but not cuBLASLt's 32-element FP4 rows.
+  EXPECT_NO_THROW(pl::check_tokens_block_rule(nvfp4, 1, 48));
+  try {
+    pl::check_gpu_gemm_rules(nvfp4, m, 1, 48);
+    FAIL() << "expected an error";
+  } catch (const pl::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("micro-batch-size x seq-length = 48"), std::string::npos) << e.what();
+  }
+  // Other formats are unaffected.
+  EXPECT_NO_THROW(pl::check_gpu_gemm_rules(pl::bf16_plan(m.num_layers), m, 1, 48));
+}
+
+}  // namespace

@@ -302,7 +302,7 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
     quantize_copy(q.columnwise, opt.format, Source{x.f32(), cols, true, opt.rht_columnwise}, opt,
                   opt.stream_id + 1);
   }
-  q.columnwise_rht = opt.columnwise && opt.rht_columnwise;
+  if (opt.columnwise) q.columnwise_rht = opt.rht_columnwise;  // a rowwise-only call leaves the flag alone
 }
 
 void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat f) {

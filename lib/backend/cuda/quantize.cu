@@ -502,7 +502,7 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
   if (opt.block_2d && (opt.rowwise || opt.columnwise))
     require(rows % 16 == 0 && cols % 16 == 0,
             "nvfp4 16x16 blocks: x " + x.shape_str() + " must have rows and cols that are multiples of 16");
-  q.columnwise_rht = opt.columnwise && opt.rht_columnwise;
+  if (opt.columnwise) q.columnwise_rht = opt.rht_columnwise;  // a rowwise-only call leaves the flag alone
   if (!opt.rowwise && !opt.columnwise) return;
   const std::string what = "x " + x.shape_str() + " -> " + quant_format_name(opt.format) +
                            (opt.rowwise ? " rowwise" : "") + (opt.columnwise ? " columnwise" : "") +
