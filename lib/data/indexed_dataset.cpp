@@ -1,0 +1,316 @@
+#include "data/indexed_dataset.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "core/error.h"
+
+static_assert(std::endian::native == std::endian::little, "the .bin/.idx format is little-endian");
+
+namespace pl::data {
+namespace {
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+template <class T>
+T load(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+template <class T>
+void store(std::vector<unsigned char>& out, T v) {
+  const size_t at = out.size();
+  out.resize(at + sizeof(T));
+  std::memcpy(out.data() + at, &v, sizeof(T));
+}
+
+// Reads a whole file; fails with a one-line error naming it.
+std::vector<unsigned char> read_file_bytes(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) pl::fail("{}: cannot open: no such file", path);
+  PL_CHECK(std::filesystem::is_regular_file(st), "{}: cannot open: not a regular file", path);
+  std::ifstream in(path, std::ios::binary);
+  PL_CHECK(in.good(), "{}: cannot open: {}", path, errno_text(errno));
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  PL_CHECK(size >= 0, "{}: cannot read its size", path);
+  in.seekg(0, std::ios::beg);
+  std::vector<unsigned char> bytes(static_cast<size_t>(size));
+  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
+  PL_CHECK(in.good() || (size == 0), "{}: read error after {} of {} bytes", path, in.gcount(), size);
+  return bytes;
+}
+
+void write_file_atomic(const std::string& path, const std::vector<unsigned char>& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    PL_CHECK(out.good(), "{}: cannot create: {}", tmp, errno_text(errno));
+    if (!bytes.empty()) out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.flush();
+    PL_CHECK(out.good(), "{}: write error ({} bytes)", tmp, bytes.size());
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    pl::fail("{}: cannot rename {} onto it", path, tmp);
+  }
+}
+
+}  // namespace
+
+size_t indexed_dtype_size(uint8_t code) {
+  switch (code) {
+    case 1: case 2: return 1;
+    case 3: case 8: return 2;
+    case 4: case 7: return 4;
+    case 5: case 6: return 8;
+    default: return 0;
+  }
+}
+
+const char* indexed_dtype_name(uint8_t code) {
+  switch (code) {
+    case 1: return "uint8";
+    case 2: return "int8";
+    case 3: return "int16";
+    case 4: return "int32";
+    case 5: return "int64";
+    case 6: return "float64";
+    case 7: return "float32";
+    case 8: return "uint16";
+    default: return "unknown";
+  }
+}
+
+IndexedDType optimal_indexed_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? IndexedDType::uint16 : IndexedDType::int32;
+}
+
+std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<const int32_t> lengths,
+                                                std::span<const int64_t> document_indices) {
+  const size_t item = indexed_dtype_size(static_cast<uint8_t>(dtype));
+  PL_CHECK(item != 0, "indexed dataset: unknown dtype code {}", static_cast<int>(dtype));
+  std::vector<unsigned char> out;
+  out.reserve(kIndexedHeaderBytes + lengths.size() * 12 + document_indices.size() * 8);
+  out.resize(sizeof(kIndexedMagic));
+  std::memcpy(out.data(), kIndexedMagic, sizeof(kIndexedMagic));
+  store<uint64_t>(out, kIndexedVersion);
+  store<uint8_t>(out, static_cast<uint8_t>(dtype));
+  store<uint64_t>(out, lengths.size());
+  store<uint64_t>(out, document_indices.size());
+  for (int32_t n : lengths) store<int32_t>(out, n);
+  int64_t pointer = 0;
+  for (int32_t n : lengths) {
+    store<int64_t>(out, pointer);
+    pointer += static_cast<int64_t>(n) * static_cast<int64_t>(item);
+  }
+  for (int64_t d : document_indices) store<int64_t>(out, d);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// IndexedDataset
+
+IndexedDataset::IndexedDataset(const std::string& path_prefix)
+    : idx_path_(path_prefix + ".idx"), bin_path_(path_prefix + ".bin") {
+  const std::string& ip = idx_path_;
+  const std::vector<unsigned char> idx = read_file_bytes(ip);
+  const uint64_t fsize = idx.size();
+  PL_CHECK(fsize >= kIndexedHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header", ip, fsize,
+           kIndexedHeaderBytes);
+  PL_CHECK(std::memcmp(idx.data(), kIndexedMagic, sizeof(kIndexedMagic)) == 0,
+           "{}: bad magic: not a Megatron indexed dataset index (expected \"MMIDIDX\\x00\\x00\")", ip);
+  const uint64_t version = load<uint64_t>(idx.data() + 9);
+  PL_CHECK(version == kIndexedVersion, "{}: unsupported version {} (expected 1)", ip, version);
+  const uint8_t code = idx[17];
+  PL_CHECK(code != 6 && code != 7, "{}: dtype code {} ({}) is a float type; token ids must be integers", ip,
+           static_cast<int>(code), indexed_dtype_name(code));
+  item_size_ = indexed_dtype_size(code);
+  PL_CHECK(item_size_ != 0, "{}: unknown dtype code {} (expected 1-5 or 8)", ip, static_cast<int>(code));
+  dtype_ = static_cast<IndexedDType>(code);
+  const uint64_t S = load<uint64_t>(idx.data() + 18);
+  const uint64_t D = load<uint64_t>(idx.data() + 26);
+
+  // Exact size: 34 + 12*S + 8*D (+ S bytes of sequence modes). Bound S and D by the file size
+  // first so nothing below can overflow.
+  const uint64_t body = fsize - kIndexedHeaderBytes;
+  PL_CHECK(S <= body / 12, "{}: truncated: header says {} sequences but the file has {} bytes", ip, S, fsize);
+  PL_CHECK(D <= body / 8, "{}: truncated: header says {} documents but the file has {} bytes", ip, D, fsize);
+  const uint64_t expected = kIndexedHeaderBytes + 12 * S + 8 * D;
+  PL_CHECK(fsize >= expected,
+           "{}: truncated: header says {} sequences and {} documents ({} bytes) but the file has {} bytes", ip, S, D,
+           expected, fsize);
+  const bool with_modes = fsize == expected + S && S > 0;
+  PL_CHECK(fsize == expected || with_modes,
+           "{}: size mismatch: header says {} sequences and {} documents ({} bytes, or {} with sequence modes) "
+           "but the file has {} bytes",
+           ip, S, D, expected, expected + S, fsize);
+  PL_CHECK(S <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()),
+           "{}: {} sequences is more than this reader supports (2^31-1)", ip, S);
+  PL_CHECK(D >= 1, "{}: document count is 0 (document indices must start with 0 and end with {})", ip, S);
+
+  const unsigned char* p = idx.data() + kIndexedHeaderBytes;
+  lengths_.resize(S);
+  for (uint64_t i = 0; i < S; ++i, p += 4) {
+    lengths_[i] = load<int32_t>(p);
+    PL_CHECK(lengths_[i] >= 0, "{}: sequence {} has negative length {}", ip, i, lengths_[i]);
+  }
+  pointers_.resize(S);
+  int64_t expect_ptr = 0;
+  const auto item = static_cast<int64_t>(item_size_);
+  for (uint64_t i = 0; i < S; ++i, p += 8) {
+    pointers_[i] = load<int64_t>(p);
+    PL_CHECK(pointers_[i] == expect_ptr,
+             "{}: bad pointer: sequence {} points at byte {} but the lengths before it give {}", ip, i, pointers_[i],
+             expect_ptr);
+    // lengths <= 2^31-1, item <= 8, S <= 2^31-1: the sum stays below 2^65... check each step.
+    const int64_t add = static_cast<int64_t>(lengths_[i]) * item;
+    PL_CHECK(expect_ptr <= std::numeric_limits<int64_t>::max() - add, "{}: sequence {} ends past 2^63 bytes", ip,
+             i);
+    expect_ptr += add;
+  }
+  const int64_t data_end = expect_ptr;  // last pointer + last length * itemsize
+  document_indices_.resize(D);
+  for (uint64_t i = 0; i < D; ++i, p += 8) {
+    document_indices_[i] = load<int64_t>(p);
+    if (i == 0) {
+      PL_CHECK(document_indices_[0] == 0, "{}: document indices must start at 0, found {}", ip, document_indices_[0]);
+    } else {
+      PL_CHECK(document_indices_[i] >= document_indices_[i - 1],
+               "{}: document indices decrease at {} ({} after {})", ip, i, document_indices_[i],
+               document_indices_[i - 1]);
+    }
+  }
+  PL_CHECK(document_indices_.back() == static_cast<int64_t>(S),
+           "{}: last document index is {} but there are {} sequences", ip, document_indices_.back(), S);
+  if (with_modes) {
+    modes_.resize(S);
+    std::memcpy(modes_.data(), p, S);
+  }
+
+  // The .bin: map it read-only.
+  const std::string& bp = bin_path_;
+  const int fd = ::open(bp.c_str(), O_RDONLY | O_CLOEXEC);
+  PL_CHECK(fd >= 0, "{}: cannot open: {}", bp, errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    pl::fail("{}: cannot stat: {}", bp, errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    pl::fail("{}: not a regular file", bp);
+  }
+  const auto bsize = static_cast<uint64_t>(st.st_size);
+  if (bsize < static_cast<uint64_t>(data_end)) {
+    ::close(fd);
+    pl::fail("{}: too short: the index ({}) needs {} bytes but the file has {}", bp, ip, data_end, bsize);
+  }
+  bin_size_ = static_cast<size_t>(bsize);
+  if (bin_size_ > 0) {
+    void* m = ::mmap(nullptr, bin_size_, PROT_READ, MAP_SHARED, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    PL_CHECK(m != MAP_FAILED, "{}: cannot mmap {} bytes: {}", bp, bin_size_, errno_text(err));
+    bin_ = static_cast<const unsigned char*>(m);
+  } else {
+    ::close(fd);
+  }
+}
+
+IndexedDataset::~IndexedDataset() {
+  if (bin_ != nullptr) ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
+}
+
+namespace {
+template <class T>
+void convert(const unsigned char* src, int64_t n, int32_t* out, const std::string& bin, int64_t seq) {
+  for (int64_t k = 0; k < n; ++k) {
+    const T v = load<T>(src + k * static_cast<int64_t>(sizeof(T)));
+    if constexpr (sizeof(T) >= sizeof(int32_t) && !std::is_same_v<T, int32_t>) {
+      PL_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
+               "{}: token {} in sequence {} does not fit int32", bin, static_cast<int64_t>(v), seq);
+    }
+    out[k] = static_cast<int32_t>(v);
+  }
+}
+}  // namespace
+
+void IndexedDataset::get(int64_t seq, int64_t offset, int64_t length, int32_t* out) const {
+  PL_CHECK(seq >= 0 && seq < num_sequences(), "{}: sequence {} out of range [0, {})", bin_path_, seq,
+           num_sequences());
+  const int64_t n = lengths_[static_cast<size_t>(seq)];
+  PL_CHECK(offset >= 0 && length >= 0 && offset <= n && length <= n - offset,
+           "{}: tokens [{}, {}) of sequence {} out of range (length {})", bin_path_, offset, offset + length, seq, n);
+  if (length == 0) return;
+  const unsigned char* src = bin_ + pointers_[static_cast<size_t>(seq)] + offset * static_cast<int64_t>(item_size_);
+  switch (dtype_) {
+    case IndexedDType::uint8: convert<uint8_t>(src, length, out, bin_path_, seq); break;
+    case IndexedDType::int8: convert<int8_t>(src, length, out, bin_path_, seq); break;
+    case IndexedDType::int16: convert<int16_t>(src, length, out, bin_path_, seq); break;
+    case IndexedDType::uint16: convert<uint16_t>(src, length, out, bin_path_, seq); break;
+    case IndexedDType::int32: convert<int32_t>(src, length, out, bin_path_, seq); break;
+    case IndexedDType::int64: convert<int64_t>(src, length, out, bin_path_, seq); break;
+    default: pl::fail("{}: unsupported dtype {}", bin_path_, indexed_dtype_name(static_cast<uint8_t>(dtype_)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// IndexedDatasetWriter
+
+IndexedDatasetWriter::IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size)
+    : prefix_(std::move(path_prefix)), vocab_size_(vocab_size), dtype_(optimal_indexed_dtype(vocab_size)) {
+  PL_CHECK(vocab_size >= 1 && vocab_size <= static_cast<int64_t>(std::numeric_limits<int32_t>::max()) + 1,
+           "{}.idx: vocab size {} out of range", prefix_, vocab_size);
+}
+
+void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
+  PL_CHECK(!finalized_, "{}.idx: add_document after finalize", prefix_);
+  PL_CHECK(tokens.size() <= static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+           "{}.idx: document {} has {} tokens, more than 2^31-1", prefix_, lengths_.size(), tokens.size());
+  PL_CHECK(lengths_.size() < static_cast<size_t>(std::numeric_limits<int32_t>::max()),
+           "{}.idx: too many documents", prefix_);
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const int32_t t = tokens[k];
+    PL_CHECK(t >= 0 && t < vocab_size_, "{}.idx: document {} token {} is {}, outside the vocabulary [0, {})",
+             prefix_, lengths_.size(), k, t, vocab_size_);
+    if (dtype_ == IndexedDType::uint16)
+      store<uint16_t>(bin_, static_cast<uint16_t>(t));
+    else
+      store<int32_t>(bin_, t);
+  }
+  lengths_.push_back(static_cast<int32_t>(tokens.size()));
+}
+
+void IndexedDatasetWriter::finalize() {
+  PL_CHECK(!finalized_, "{}.idx: finalize called twice", prefix_);
+  std::vector<int64_t> docs(lengths_.size() + 1);
+  for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int64_t>(i);
+  const auto idx = encode_indexed_index(dtype_, lengths_, docs);
+  write_file_atomic(prefix_ + ".bin", bin_);
+  write_file_atomic(prefix_ + ".idx", idx);
+  finalized_ = true;
+  bin_.clear();
+  bin_.shrink_to_fit();
+}
+
+}  // namespace pl::data

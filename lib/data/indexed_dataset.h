@@ -1,0 +1,100 @@
+#pragma once
+// Megatron's indexed dataset (SPEC-MEGATRON §5): "<prefix>.idx" (header, sequence lengths,
+// byte pointers, document indices) + "<prefix>.bin" (raw token ids). Little-endian throughout.
+// Followed: Megatron-LM megatron/core/datasets/indexed_dataset.py (_IndexWriter, _IndexReader,
+// IndexedDataset.get, DType.optimal_dtype) as described by the spec.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "data/gpt_dataset.h"
+
+namespace pl::data {
+
+// DType codes of the .idx header.
+enum class IndexedDType : uint8_t {
+  uint8 = 1,
+  int8 = 2,
+  int16 = 3,
+  int32 = 4,
+  int64 = 5,
+  float64 = 6,
+  float32 = 7,
+  uint16 = 8,
+};
+
+// Bytes per item of a dtype code; 0 for an unknown code.
+size_t indexed_dtype_size(uint8_t code);
+const char* indexed_dtype_name(uint8_t code);
+// DType.optimal_dtype: uint16 if vocab_size < 65500, else int32.
+IndexedDType optimal_indexed_dtype(int64_t vocab_size);
+
+inline constexpr char kIndexedMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0', '\0'};
+inline constexpr uint64_t kIndexedVersion = 1;
+inline constexpr size_t kIndexedHeaderBytes = 34;
+
+// A read-only view of "<prefix>.bin/.idx". The .idx is read and fully validated in the
+// constructor; the .bin is memory-mapped read-only (unmapped in the destructor). Every problem
+// is a one-line pl::Error naming the file.
+class IndexedDataset final : public LowLevelDataset {
+ public:
+  explicit IndexedDataset(const std::string& path_prefix);
+  ~IndexedDataset() override;
+  IndexedDataset(const IndexedDataset&) = delete;
+  IndexedDataset& operator=(const IndexedDataset&) = delete;
+
+  std::span<const int32_t> sequence_lengths() const override { return lengths_; }
+  // Tokens [offset, offset + length) of sequence `seq`, converted to int32 (bounds-checked).
+  void get(int64_t seq, int64_t offset, int64_t length, int32_t* out) const override;
+
+  const std::vector<int64_t>& sequence_pointers() const { return pointers_; }
+  const std::vector<int64_t>& document_indices() const { return document_indices_; }
+  IndexedDType dtype() const { return dtype_; }
+  size_t item_size() const { return item_size_; }
+  bool has_sequence_modes() const { return !modes_.empty(); }
+  const std::vector<int8_t>& sequence_modes() const { return modes_; }
+  const std::string& idx_path() const { return idx_path_; }
+  const std::string& bin_path() const { return bin_path_; }
+
+ private:
+  std::string idx_path_, bin_path_;
+  IndexedDType dtype_ = IndexedDType::int32;
+  size_t item_size_ = 4;
+  std::vector<int32_t> lengths_;
+  std::vector<int64_t> pointers_;
+  std::vector<int64_t> document_indices_;
+  std::vector<int8_t> modes_;
+  const unsigned char* bin_ = nullptr;  // mmap of the .bin (nullptr when it is empty)
+  size_t bin_size_ = 0;
+};
+
+// Writes "<prefix>.bin/.idx" as preprocess_data.py does without --split-sentences: each document
+// is one sequence, document_indices = [0, 1, ..., N]. finalize() writes both files atomically
+// ("<file>.tmp" renamed onto "<file>").
+class IndexedDatasetWriter {
+ public:
+  IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size);
+
+  // Tokens must lie in [0, vocab_size).
+  void add_document(std::span<const int32_t> tokens);
+  void finalize();
+
+  IndexedDType dtype() const { return dtype_; }
+  int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
+
+ private:
+  std::string prefix_;
+  int64_t vocab_size_;
+  IndexedDType dtype_;
+  bool finalized_ = false;
+  std::vector<int32_t> lengths_;
+  std::vector<unsigned char> bin_;
+};
+
+// The exact .idx bytes for the given sequences (one per document) and dtype; exposed for tests.
+std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<const int32_t> lengths,
+                                                std::span<const int64_t> document_indices);
+
+}  // namespace pl::data
