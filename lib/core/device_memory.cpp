@@ -1,5 +1,6 @@
 // Device allocations behind Buffer. Without the CUDA build a CUDA buffer is a clear error.
 
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -19,7 +20,11 @@ void* cuda_alloc(size_t bytes) {
            cudaGetErrorString(st));
   return p;
 }
-void cuda_free(void* p) { cudaFree(p); }
+// Runs from destructors, which must not throw: a failure is reported on stderr, one line.
+void cuda_free(void* p) {
+  const cudaError_t st = cudaFree(p);
+  if (st != cudaSuccess) std::fprintf(stderr, "pretrain_llama: warning: cudaFree failed: %s\n", cudaGetErrorString(st));
+}
 void cuda_zero(void* p, size_t bytes) {
   const cudaError_t st = cudaMemset(p, 0, bytes);
   PL_CHECK(st == cudaSuccess, "cudaMemset of {} bytes failed: {}", bytes, cudaGetErrorString(st));

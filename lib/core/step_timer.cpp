@@ -1,5 +1,7 @@
 #include "core/step_timer.h"
 
+#include <cstdio>
+
 #include "core/error.h"
 
 #if defined(PL_WITH_CUDA)
@@ -30,8 +32,13 @@ StepTimer::StepTimer(Device device) : device_(device) {
 
 StepTimer::~StepTimer() {
 #if defined(PL_WITH_CUDA)
-  if (start_event_) cudaEventDestroy(static_cast<cudaEvent_t>(start_event_));
-  if (stop_event_) cudaEventDestroy(static_cast<cudaEvent_t>(stop_event_));
+  // A destructor must not throw: a failure is reported on stderr, one line.
+  for (void* e : {start_event_, stop_event_})
+    if (e) {
+      const cudaError_t st = cudaEventDestroy(static_cast<cudaEvent_t>(e));
+      if (st != cudaSuccess)
+        std::fprintf(stderr, "pretrain_llama: warning: cudaEventDestroy failed: %s\n", cudaGetErrorString(st));
+    }
 #endif
 }
 

@@ -304,7 +304,8 @@ fe::graph::Graph& graph_for(State& st, const char* op, const AttentionShape& s, 
   int64_t bytes = 0;
   fe_check(g->get_workspace_size(bytes), op, what + " (get_workspace_size)");
   if (bytes > 0 && static_cast<size_t>(bytes) > st.workspace.bytes()) {
-    // cudaFree of the old buffer synchronizes the device, so no queued graph still uses it.
+    // Safe while graphs are queued: inside the device arena the old space is never handed out again;
+    // without an arena, cudaFree of the old buffer synchronizes the device first.
     st.workspace = Buffer();
     st.workspace = Buffer(static_cast<size_t>(bytes), Device::CUDA);
   }
