@@ -42,7 +42,7 @@ install_cudnn_frontend() {
 }
 
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
-          libopenblas-openmp-dev)
+          libopenblas-openmp-dev libpcre2-dev pkg-config)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
