@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <optional>
 #include <fstream>
 #include <memory>
 
@@ -28,6 +30,7 @@
 #include "model/accounting.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -47,6 +50,11 @@ struct Options {
   bool disable_fp4 = false;
   std::string recompute = "none";
   bool dry_run = false;
+  // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
+  // lives in TrainConfig because the trainer stops there.
+  std::string save, load;
+  int64_t save_interval = 0;
+  int64_t keep_last = 0;
 };
 
 // Every line of the run goes through one stdout logger with the bare "%v" pattern, so Megatron's
@@ -91,6 +99,16 @@ void add_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_flag("--dry-run", o.dry_run,
                "Print the memory plan (GB per category and total) and exit; touches no GPU");
+  app.add_option("--save", o.save, "Directory to save checkpoints in (DIR/iter_0000010/, "
+                 "DIR/latest_checkpointed_iteration.txt); the last iteration run is always saved");
+  app.add_option("--save-interval", o.save_interval, "Also save every N iterations (needs --save)");
+  app.add_option("--load", o.load, "Resume from a checkpoint: a --save directory (its latest checkpoint) or one "
+                 "iter_ directory; verified before use");
+  app.add_option("--exit-interval", t.exit_interval,
+                 "Stop after the first iteration divisible by N, saving first when --save is given (0 = off)")
+      ->capture_default_str();
+  app.add_option("--keep-last", o.keep_last, "Keep only the newest K checkpoints in --save (0 = keep all)")
+      ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
 }
@@ -144,6 +162,36 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
        avail / 1e9, hint);
 }
 
+void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
+  PL_CHECK(!app.count("--save-interval") || o.save_interval >= 1, "--save-interval must be >= 1, got {}",
+           o.save_interval);
+  PL_CHECK(!app.count("--save-interval") || !o.save.empty(), "--save-interval {} needs --save DIR", o.save_interval);
+  PL_CHECK(o.keep_last >= 0, "--keep-last must be >= 0 (0 = keep all), got {}", o.keep_last);
+  PL_CHECK(o.keep_last == 0 || !o.save.empty(), "--keep-last {} needs --save DIR", o.keep_last);
+  PL_CHECK(!app.count("--save") || !o.save.empty(), "--save needs a directory");
+  PL_CHECK(!app.count("--load") || !o.load.empty(), "--load needs a directory");
+}
+
+// --load: the verified checkpoint, or none when --load names the --save directory and it holds no
+// checkpoint yet. Megatron then warns and starts from random (megatron/training/checkpointing.py,
+// _load_base_checkpoint); we do so only in that resume-or-start case, because a --load that points
+// at the wrong directory should not silently train from scratch.
+std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelConfig& mc, const std::string& recipe,
+                                                  const std::shared_ptr<spdlog::logger>& out) {
+  if (o.load.empty()) return std::nullopt;
+  std::error_code ec;
+  if (!o.save.empty() && std::filesystem::weakly_canonical(o.load, ec) == std::filesystem::weakly_canonical(o.save, ec) &&
+      checkpoint_dir_is_empty(o.load)) {
+    out->info("WARNING: could not find the metadata file {}/{}", o.load, kCheckpointTracker);
+    out->info("    will not load any checkpoints and will start from random");
+    return std::nullopt;
+  }
+  VerifiedCheckpoint c = verify_checkpoint(o.load);
+  for (const std::string& note : compare_checkpoint_with_run(c, mc, recipe, o.train))
+    out->info("pretrain_llama | checkpoint: {}", note);
+  return c;
+}
+
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
@@ -160,6 +208,7 @@ int run(int argc, char** argv) {
   }
   TrainConfig& t = o.train;
   validate_train_config(t);
+  validate_checkpoint_flags(o, app);
   PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
   std::string recipe_note;
   if (o.disable_fp4) {
@@ -252,32 +301,83 @@ int run(int argc, char** argv) {
     if (device == Device::CUDA)
       reserve_device_arena(device, plan_model.memory_plan().total() - 32.0 * 1024 * 1024 + kArenaSlack);
   }
+  // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
+  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, recipe.name, out);
+  const TrainState start = ckpt ? ckpt->state : TrainState{};
+  if (ckpt)
+    out->info(" loading checkpoint from {} at iteration {}", o.load, ckpt->iteration);  // Megatron's wording
+
   // Mock data as Megatron-Bridge builds it: NullTokenizer vocab 32000 (EOD 31999), or the model's
-  // own vocab (EOD = vocab-1) when it is smaller.
+  // own vocab (EOD = vocab-1) when it is smaller. A resumed run reads from its consumed samples on.
   const int64_t data_vocab = std::min<int64_t>(mc.vocab_size, 32000);
+  const int64_t samples_needed = std::max(t.train_iters * t.global_batch_size,
+                                          start.consumed_samples +
+                                              std::max<int64_t>(0, t.train_iters - start.iteration) * t.global_batch_size);
   const auto t_data = std::chrono::steady_clock::now();
-  data::MockGPTDataset dataset(data::MockDataConfig{data_vocab, data_vocab - 1, t.seq_length,
-                                                    t.train_iters * t.global_batch_size, 1234});
+  data::MockGPTDataset dataset(data::MockDataConfig{data_vocab, data_vocab - 1, t.seq_length, samples_needed, 1234});
   out->info("pretrain_llama | data: Megatron MockGPTDataset (vocab {}, eod {}, split 1,1,1, seed 1234): the run reads "
             "{} samples of the {} indexed, index built in {:.0f} ms",
-            data_vocab, data_vocab - 1, t.train_iters * t.global_batch_size, dataset.size(),
+            data_vocab, data_vocab - 1, samples_needed, dataset.size(),
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_data).count());
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
   model.init_parameters(t.seed);
-  Trainer trainer(
+
+  RunDescription desc;
+  desc.model = mc;
+  desc.recipe_name = recipe.name;
+  desc.recipe_file = recipe_path;
+  desc.plan = plan.describe();
+  desc.train = t;
+  desc.command_line.assign(argv, argv + argc);
+  desc.data = fmt::format("Megatron MockGPTDataset (vocab {}, eod {}, seed 1234)", data_vocab, data_vocab - 1);
+  int64_t last_saved = -1;
+  std::unique_ptr<Trainer> trainer;
+  // Megatron's save points (megatron/training/training.py): every --save-interval iterations, and
+  // when the run ends or exits (--exit-interval) unless that iteration was just saved.
+  auto checkpoint = [&](const TrainState& st, bool last) {
+    if (o.save.empty()) return;
+    const bool interval = o.save_interval > 0 && st.iteration % o.save_interval == 0;
+    if (!(interval || last) || st.iteration == last_saved) return;
+    out->info("saving checkpoint at iteration {:7d} to {} in pl_flat format", st.iteration, o.save);
+    const SaveReport rep = save_checkpoint(o.save, o.keep_last, model, trainer->optimizer(), st, desc);
+    last_saved = st.iteration;
+    // Megatron's line (checkpointing.py, save_checkpoint) with the size and speed appended.
+    out->info("  successfully saved checkpoint from iteration {:7d} to {} ({}: {:.3f} GB in {:.2f} s, {:.2f} GB/s)",
+              st.iteration, o.save, rep.path, rep.bytes / 1e9, rep.seconds, rep.bytes / 1e9 / std::max(rep.seconds, 1e-9));
+    for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);
+  };
+  trainer = std::make_unique<Trainer>(
       model, t,
-      [&](int64_t it, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
-        dataset.micro_batch(it, micro, t.global_batch_size, t.micro_batch_size, tok, lab);
+      [&](int64_t first_sample, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+        dataset.micro_batch_at(first_sample, micro, t.micro_batch_size, tok, lab);
       },
-      [&](const std::string& line) { out->info("{}", line); });
-  const TrainResult r = trainer.run();
+      [&](const std::string& line) { out->info("{}", line); }, checkpoint);
+  if (ckpt) {
+    const auto t_load = std::chrono::steady_clock::now();
+    restore_checkpoint(*ckpt, model, trainer->optimizer());
+    const double secs = ckpt->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    // Megatron's line (checkpointing.py, load_checkpoint) with the size and speed appended.
+    out->info("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {} ({}: {:.3f} GB verified and "
+              "read in {:.2f} s, {:.2f} GB/s)",
+              o.load, ckpt->iteration, ckpt->path, 2.0 * ckpt->bytes / 1e9, secs,
+              2.0 * ckpt->bytes / 1e9 / std::max(secs, 1e-9));
+    last_saved = ckpt->iteration;
+  }
+  const TrainResult r = trainer->run(start);
   out->info("{}", log::final_memory_line(memory_stats(device)));
+  if (r.loss.empty()) {
+    out->info("pretrain_llama | summary: no iterations run (the checkpoint is at iteration {} of {})", start.iteration,
+              t.train_iters);
+    return 0;
+  }
+  if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
+    out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
   const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
-  out->info("pretrain_llama | summary: iterations {}-{} of {}: mean step time {:.3f} s, {:.3f} MODEL_TFLOP/s/GPU, "
-            "{:.0f} tokens/s | final lm loss {:.6E} | nan iterations {}",
-            r.summary_first, r.summary_last, t.train_iters, r.mean_seconds, r.mean_tflops,
-            tokens_per_iter / r.mean_seconds, r.loss.back(), r.nan_iterations);
+  out->info("pretrain_llama | summary: iterations {}-{} of {} (run by this process: {}-{}): mean step time {:.3f} s, "
+            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s | final lm loss {:.6E} | nan iterations {}",
+            r.summary_first, r.summary_last, t.train_iters, r.first_iteration, r.state.iteration, r.mean_seconds,
+            r.mean_tflops, tokens_per_iter / r.mean_seconds, r.loss.back(), r.nan_iterations);
   return 0;
 }
 

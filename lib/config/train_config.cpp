@@ -25,6 +25,7 @@ void validate_train_config(const TrainConfig& t) {
            "--device must be auto, cpu or cuda, got '{}'", t.device);
   PL_CHECK(t.quant_stats_interval >= 0, "--log-quant-stats-interval must be >= 0 (0 = off), got {}",
            t.quant_stats_interval);
+  PL_CHECK(t.exit_interval >= 0, "--exit-interval must be >= 0 (0 = off), got {}", t.exit_interval);
   PL_CHECK(t.max_consecutive_nan_iterations >= 1, "--max-nan-iterations must be >= 1, got {}",
            t.max_consecutive_nan_iterations);
 }

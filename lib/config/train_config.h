@@ -20,6 +20,7 @@ struct TrainConfig {
   std::string device = "auto";        // auto | cpu | cuda
   int64_t max_consecutive_nan_iterations = 10;
   bool fp32_reference = false;
+  int64_t exit_interval = 0;          // --exit-interval: stop after an iteration divisible by it; 0 = off
   int64_t quant_stats_interval = 0;   // --log-quant-stats-interval; 0 = off        // no bf16 rounding anywhere (numerics studies, gradient tests)
 
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }

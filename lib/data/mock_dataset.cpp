@@ -55,15 +55,21 @@ void MockGPTDataset::micro_batch(int64_t iteration, int64_t micro_index, int64_t
   PL_CHECK(iteration >= 0 && micro_index >= 0 && micro_index < global_batch / micro_batch,
            "mock data: micro-batch {} of iteration {} out of range ({} micro-batches per iteration)", micro_index,
            iteration, global_batch / micro_batch);
+  micro_batch_at(iteration * global_batch, micro_index, micro_batch, tokens, labels);
+}
+
+void MockGPTDataset::micro_batch_at(int64_t first_sample, int64_t micro_index, int64_t micro_batch,
+                                    std::span<int32_t> tokens, std::span<int32_t> labels) const {
   const int64_t seq = config_.seq_length;
+  PL_CHECK(micro_batch >= 1 && first_sample >= 0 && micro_index >= 0,
+           "mock data: micro-batch {} of {} samples at sample {} out of range", micro_index, micro_batch, first_sample);
   PL_CHECK(static_cast<int64_t>(tokens.size()) == micro_batch * seq &&
                static_cast<int64_t>(labels.size()) == micro_batch * seq,
            "mock data: micro-batch buffers hold {} and {} tokens, need {}", tokens.size(), labels.size(),
            micro_batch * seq);
-  const int64_t first = iteration * global_batch + micro_index * micro_batch;
-  PL_CHECK(first + micro_batch <= size(),
-           "mock data: iteration {} needs samples up to {} but the dataset has {}", iteration,
-           first + micro_batch, size());
+  const int64_t first = first_sample + micro_index * micro_batch;
+  PL_CHECK(first + micro_batch <= size(), "mock data: the iteration at sample {} needs samples up to {} but the "
+           "dataset has {}", first_sample, first + micro_batch, size());
   const int32_t pad = gpt_->config().pad_token_id;
   std::vector<int32_t> text(static_cast<size_t>(seq + 1));
   for (int64_t b = 0; b < micro_batch; ++b) {

@@ -56,6 +56,11 @@ class MockGPTDataset {
   // (Pad ids would become 0 as in Megatron; the train split is never padded.)
   void micro_batch(int64_t iteration, int64_t micro_index, int64_t global_batch, int64_t micro_batch,
                    std::span<int32_t> tokens, std::span<int32_t> labels) const;
+  // The same by data position: micro-batch `micro_index` of the iteration whose first sample is
+  // `first_sample` (the samples consumed before it), i.e. dataset indices
+  // first_sample + micro_index*micro_batch + [0, micro_batch). What the trainer's BatchFn passes.
+  void micro_batch_at(int64_t first_sample, int64_t micro_index, int64_t micro_batch, std::span<int32_t> tokens,
+                      std::span<int32_t> labels) const;
 
   const GPTDataset& gpt() const { return *gpt_; }
   const MockGPTLowLevelDataset& low_level() const { return *low_; }

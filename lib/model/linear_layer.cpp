@@ -102,7 +102,7 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   g.rowwise = g.columnwise = true;
   g.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
   g.stochastic = nvfp4 && nv_.stochastic_rounding;
-  g.seed = 0x5EED;
+  g.seed = kStochasticRoundingSeed;
   g.stream_id = stream_base_;
   g.counter = sr_counter;
   quantize(ctx, ws_->dyq, dy, g);

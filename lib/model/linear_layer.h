@@ -51,6 +51,8 @@ class LinearLayer {
   // Quantizes W (both copies) from the bf16 weights; call after every optimizer step.
   void prepare_weight(const OpContext& ctx, const Tensor& w);
   void forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w);
+  // Philox seed of the gradients' stochastic rounding (a checkpoint records it with the counter).
+  static constexpr uint64_t kStochasticRoundingSeed = 0x5EED;
   // sr_counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits.
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
                 const Tensor& w, uint64_t sr_counter);

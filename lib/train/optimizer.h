@@ -27,6 +27,10 @@ class AdamW {
   // One step at learning rate lr. A non-finite gradient norm skips the update (nothing changes).
   Result step(double lr);
   int64_t steps_taken() const { return step_; }
+  // Checkpoint access: the moments (flat fp32, the layout of the master weights) and the step count.
+  const Buffer& moment1() const { return m_; }
+  const Buffer& moment2() const { return v_; }
+  void restore_steps_taken(int64_t steps) { step_ = steps; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -12,11 +13,12 @@
 
 namespace pl {
 
-Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out)
+Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, CheckpointFn checkpoint)
     : model_(model),
       cfg_(cfg),
       batches_(std::move(batches)),
       out_(std::move(out)),
+      checkpoint_(std::move(checkpoint)),
       opt_(model, OptimizerConfig{}),
       schedule_(LrSchedule::from_iterations(cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
                                             cfg.global_batch_size)) {
@@ -35,7 +37,7 @@ void Trainer::log_quant_stats(int64_t iteration) {
                        o.stats.saturated_fraction, o.stats.underflow_fraction, o.stats.relative_error));
 }
 
-TrainResult Trainer::run() {
+TrainResult Trainer::run(const TrainState& start) {
   StepTimer timer(model_.context().device);
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches();
@@ -45,34 +47,37 @@ TrainResult Trainer::run() {
   const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M)));
 
   TrainResult res;
-  res.loss.reserve(cfg_.train_iters);
-  res.grad_norm.reserve(cfg_.train_iters);
-  res.seconds.reserve(cfg_.train_iters);
-  res.lr_used.reserve(cfg_.train_iters);
+  TrainState st = start;
+  const int64_t to_run = std::max<int64_t>(0, cfg_.train_iters - st.iteration);
+  res.first_iteration = st.iteration + 1;
+  res.loss.reserve(to_run);
+  res.grad_norm.reserve(to_run);
+  res.seconds.reserve(to_run);
+  res.lr_used.reserve(to_run);
 
-  int64_t consumed_samples = 0;   // the log's "consumed samples"
-  int64_t scheduler_samples = 0;  // advances only on successful steps
-  int64_t consecutive_nan = 0;
-  // Interval accumulators (reset at each log line, as Megatron's training_log does).
-  double interval_seconds = 0.0, interval_loss = 0.0;
-  int64_t interval_iters = 0, interval_good = 0, interval_skipped = 0, interval_nan = 0;
+  // Timings are not state: the first interval after a resume times only this process's iterations.
+  double interval_seconds = 0.0;
+  int64_t interval_timed = 0;
   size_t allocs_after_first = 0;
   bool memory_reported = false;
 
-  for (int64_t it = 0; it < cfg_.train_iters; ++it) {
+  for (int64_t it = st.iteration; it < cfg_.train_iters; ++it) {
     timer.start();
     model_.zero_grads();
     double loss_sum = 0.0;
     const bool stats_now = cfg_.quant_stats_interval > 0 && (it + 1) % cfg_.quant_stats_interval == 0;
     for (int64_t m = 0; m < M; ++m) {
-      batches_(it, m, tokens, labels);
-      model_.set_micro_batch_counter(static_cast<uint64_t>(it * M + m));
+      batches_(st.consumed_samples, m, tokens, labels);
+      // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
+      // resumed run draws the same stochastic-rounding bits as one that never stopped.
+      model_.set_micro_batch_counter(static_cast<uint64_t>(st.micro_batches_done + m));
       model_.set_collect_quant_stats(stats_now && m == M - 1);  // the last micro-batch of the iteration
       loss_sum += model_.forward_backward(tokens.data(), labels.data(), grad_scale);
     }
+    st.micro_batches_done += M;
     // Reported loss: the token-weighted mean over the global batch.
     const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M));
-    const double lr = schedule_.lr_at(scheduler_samples);
+    const double lr = schedule_.lr_at(st.scheduler_samples);
     AdamW::Result step{};
     const bool loss_finite = std::isfinite(loss);
     if (loss_finite) {
@@ -81,9 +86,9 @@ TrainResult Trainer::run() {
       step.grad_norm = std::nan("");
       step.skipped = true;
     }
-    consumed_samples += cfg_.global_batch_size;
+    st.consumed_samples += cfg_.global_batch_size;
     if (!step.skipped) {
-      scheduler_samples += cfg_.global_batch_size;
+      st.scheduler_samples += cfg_.global_batch_size;
       model_.prepare_weights();  // quantized weight copies for the next step's micro-batches
     }
     const double seconds = timer.stop_seconds();
@@ -93,58 +98,72 @@ TrainResult Trainer::run() {
     res.seconds.push_back(seconds);
     res.lr_used.push_back(lr);
     interval_seconds += seconds;
-    ++interval_iters;
+    ++interval_timed;
+    ++st.interval_iters;
     if (step.skipped) {
-      ++interval_skipped;
-      ++interval_nan;
-      ++res.nan_iterations;
-      ++consecutive_nan;
+      ++st.interval_skipped;
+      ++st.interval_nan;
+      ++st.nan_iterations;
+      ++st.consecutive_nan;
     } else {
-      interval_loss += loss;
-      ++interval_good;
-      consecutive_nan = 0;
+      st.interval_loss += loss;
+      ++st.interval_good;
+      st.consecutive_nan = 0;
     }
 
     const int64_t iteration = it + 1;
-    if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) {
-      const double per_iter = interval_seconds / static_cast<double>(interval_iters);
+    st.iteration = iteration;
+    const bool exiting = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0;
+    const bool last = iteration == cfg_.train_iters || exiting;
+    if (iteration % cfg_.log_interval == 0 || last) {
+      const double per_iter = interval_seconds / static_cast<double>(interval_timed);
       const double tflops = iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
       out_(log::step_time_line(per_iter, tflops));
       log::IterationFields f;
       f.iteration = iteration;
       f.train_iters = cfg_.train_iters;
-      f.consumed_samples = consumed_samples;
+      f.consumed_samples = st.consumed_samples;
       f.elapsed_ms = per_iter * 1000.0;
-      f.learning_rate = schedule_.lr_at(scheduler_samples);
+      f.learning_rate = schedule_.lr_at(st.scheduler_samples);
       f.global_batch_size = cfg_.global_batch_size;
-      if (interval_good > 0) f.lm_loss = interval_loss / static_cast<double>(interval_good);
+      if (st.interval_good > 0) f.lm_loss = st.interval_loss / static_cast<double>(st.interval_good);
       f.grad_norm = step.grad_norm;
-      f.skipped_iterations = interval_skipped;
-      f.nan_iterations = interval_nan;
+      f.skipped_iterations = st.interval_skipped;
+      f.nan_iterations = st.interval_nan;
       out_(log::iteration_line(f, log::now_timestamp()));
       if (!memory_reported) {
         out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
         memory_reported = true;
       }
       if (stats_now) log_quant_stats(iteration);
-      interval_seconds = interval_loss = 0.0;
-      interval_iters = interval_good = interval_skipped = interval_nan = 0;
+      interval_seconds = st.interval_loss = 0.0;
+      interval_timed = 0;
+      st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;
     }
-    if (it == 0) allocs_after_first = memory_stats(model_.context().device).total_allocs;
-    if (consecutive_nan >= cfg_.max_consecutive_nan_iterations)
+    if (it == start.iteration) allocs_after_first = memory_stats(model_.context().device).total_allocs;
+    if (st.consecutive_nan >= cfg_.max_consecutive_nan_iterations)
       fail("stopping: {} consecutive iterations had a non-finite loss or gradient norm (last at iteration {}); "
            "lower --lr or check the data",
-           consecutive_nan, iteration);
+           st.consecutive_nan, iteration);
+    if (checkpoint_) checkpoint_(st, last);
+    if (exiting) break;
   }
-  res.allocations_in_loop = memory_stats(model_.context().device).total_allocs - allocs_after_first;
+  res.allocations_in_loop =
+      res.seconds.empty() ? 0 : memory_stats(model_.context().device).total_allocs - allocs_after_first;
+  res.nan_iterations = st.nan_iterations;
+  res.state = st;
 
-  // Summary over iterations 40%..100% of the run (the playbook reports iterations 20-50 of 50).
-  const int64_t N = cfg_.train_iters;
-  res.summary_first = std::max<int64_t>(1, static_cast<int64_t>(std::llround(0.4 * static_cast<double>(N))));
-  res.summary_last = N;
+  // Summary over the last 60% of the iterations this process ran (the playbook reports iterations
+  // 20-50 of 50); a resumed run times only its own iterations.
+  const auto ran = static_cast<int64_t>(res.seconds.size());
+  if (ran == 0) return res;
+  const int64_t skip = std::llround(0.4 * static_cast<double>(ran)) - 1;
+  const int64_t first_idx = std::clamp<int64_t>(skip, 0, ran - 1);
+  res.summary_first = res.first_iteration + first_idx;
+  res.summary_last = res.first_iteration + ran - 1;
   double sum = 0.0;
-  for (int64_t i = res.summary_first; i <= N; ++i) sum += res.seconds[i - 1];
-  res.mean_seconds = sum / static_cast<double>(N - res.summary_first + 1);
+  for (int64_t i = first_idx; i < ran; ++i) sum += res.seconds[static_cast<size_t>(i)];
+  res.mean_seconds = sum / static_cast<double>(ran - first_idx);
   res.mean_tflops = iter_flops / res.mean_seconds / 1e12;
   return res;
 }

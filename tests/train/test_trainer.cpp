@@ -43,8 +43,8 @@ struct TinyRun {
   Trainer trainer() {
     return Trainer(
         *model, t,
-        [this](int64_t it, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
-          data->micro_batch(it, mi, t.global_batch_size, t.micro_batch_size, tok, lab);
+        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+          data->micro_batch_at(first, mi, t.micro_batch_size, tok, lab);
         },
         [this](const std::string& l) { lines.push_back(l); });
   }

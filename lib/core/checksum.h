@@ -1,0 +1,32 @@
+#pragma once
+// A fast, deterministic 64-bit checksum for checkpoint files (not cryptographic: it detects torn
+// writes, truncation and flipped bytes). An 8B model's master weights are 32 GB, so the sum must run
+// at memory speed: the bytes are cut into fixed 1 MiB chunks hashed in parallel (OpenMP), each
+// chunk as four interleaved FNV-1a-64 lanes over little-endian 8-byte words, and the chunk digests
+// are folded in file order. The result depends only on the bytes, never on the thread count or on
+// how the caller splits its updates (any split into whole chunks, the last piece possibly short).
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace pl {
+
+class Checksum64 {
+ public:
+  static constexpr size_t kChunkBytes = size_t{1} << 20;
+
+  // Adds the next `bytes` bytes. Every update but the last must be a whole number of chunks.
+  void update(const void* data, size_t bytes);
+  uint64_t digest() const;  // of everything added so far (does not finish the stream)
+
+ private:
+  uint64_t fold_ = 0xCBF29CE484222325ull;  // FNV-1a offset basis
+  uint64_t total_ = 0;
+  bool short_seen_ = false;  // a piece that was not whole chunks has been added (it must be the last)
+  std::vector<uint64_t> digests_;
+};
+
+// The checksum of one contiguous byte range.
+uint64_t checksum64(const void* data, size_t bytes);
+
+}  // namespace pl

@@ -1,0 +1,651 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/checksum.h"
+#include "core/error.h"
+#include "model/linear_layer.h"
+#include "numerics/bf16.h"
+
+namespace pl {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Host staging for device<->file copies: bounded memory for any model size, and a whole number of
+// checksum chunks so one streaming checksum covers the file.
+constexpr size_t kPieceBytes = size_t{64} << 20;
+static_assert(kPieceBytes % Checksum64::kChunkBytes == 0);
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kMetadata = "metadata.json";
+
+std::string iter_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
+std::string hex64(uint64_t v) { return fmt::format("0x{:016x}", v); }
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- POSIX file writing with fsync -------------------------------------------------------------
+
+// Test-only (see checkpoint.h): stop forever in the middle of writing `name`.
+bool stall_requested(const std::string& name) {
+  const char* s = std::getenv("PL_CHECKPOINT_TEST_STALL");
+  return s != nullptr && name == s;
+}
+[[noreturn]] void stall_forever() {
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+}
+
+class OutFile {
+ public:
+  explicit OutFile(const fs::path& path) : path_(path), name_(path.filename().string()) {
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    PL_CHECK(fd_ >= 0, "cannot create {}: {}", path.string(), std::strerror(errno));
+  }
+  ~OutFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  OutFile(const OutFile&) = delete;
+  OutFile& operator=(const OutFile&) = delete;
+
+  void write(const void* data, size_t bytes) {
+    const auto* p = static_cast<const char*>(data);
+    if (first_ && stall_requested(name_)) {
+      write_all(p, bytes / 2);
+      stall_forever();
+    }
+    first_ = false;
+    write_all(p, bytes);
+    checksum_.update(data, bytes);
+    bytes_ += bytes;
+  }
+  // fsync and close: after this the bytes are on disk.
+  void commit() {
+    PL_CHECK(::fsync(fd_) == 0, "cannot fsync {}: {}", path_.string(), std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    PL_CHECK(::close(fd) == 0, "cannot close {}: {}", path_.string(), std::strerror(errno));
+  }
+  uint64_t bytes() const { return bytes_; }
+  uint64_t checksum() const { return checksum_.digest(); }
+
+ private:
+  void write_all(const char* p, size_t n) {
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      PL_CHECK(w > 0, "cannot write {}: {}", path_.string(), std::strerror(errno));
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  fs::path path_;
+  std::string name_;
+  int fd_ = -1;
+  bool first_ = true;
+  uint64_t bytes_ = 0;
+  Checksum64 checksum_;
+};
+
+void fsync_dir(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  PL_CHECK(fd >= 0, "cannot open directory {}: {}", dir.string(), std::strerror(errno));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  PL_CHECK(rc == 0, "cannot fsync directory {}: {}", dir.string(), std::strerror(errno));
+}
+
+void rename_or_fail(const fs::path& from, const fs::path& to) {
+  PL_CHECK(::rename(from.c_str(), to.c_str()) == 0, "cannot rename {} to {}: {}", from.string(), to.string(),
+           std::strerror(errno));
+}
+
+CheckpointFile write_text_file(const fs::path& path, const std::string& text) {
+  OutFile f(path);
+  f.write(text.data(), text.size());
+  f.commit();
+  return CheckpointFile{path.filename().string(), "json", 0, f.bytes(), f.checksum()};
+}
+
+// ---- state buffers <-> files -------------------------------------------------------------------
+
+// One flat state buffer and how it is stored.
+struct StateBuffer {
+  std::string name;
+  Tensor tensor;  // flat [n] on the model's device (f32; the weights are bf16 on CUDA)
+  DType file_dtype;
+};
+
+// The bf16 weights file holds 2-byte bf16; under --fp32-reference the weights are not bf16 values
+// and are stored as f32.
+std::vector<StateBuffer> state_buffers(const LlamaModel& model, const AdamW& opt) {
+  auto& m = const_cast<LlamaModel&>(model);  // views only; nothing is modified through them
+  const int64_t n = model.num_params();
+  const bool bf16_weights = model.context().round_bf16;
+  return {
+      {"master_fp32.bin", m.master().flat, DType::F32},
+      {bf16_weights ? "weights_bf16.bin" : "weights_fp32.bin", m.weights().flat,
+       bf16_weights ? DType::BF16 : DType::F32},
+      {"adam_m_fp32.bin", opt.moment1().as({n}, DType::F32), DType::F32},
+      {"adam_v_fp32.bin", opt.moment2().as({n}, DType::F32), DType::F32},
+  };
+}
+
+// Converts `count` elements of the tensor's dtype in `src` to the file's dtype in `dst` (in place
+// allowed when the sizes match). Weights are bf16 values, so f32 -> bf16 is exact.
+void tensor_to_file_dtype(const void* src, DType from, void* dst, DType to, size_t count) {
+  if (from == to) {
+    if (src != dst) std::memcpy(dst, src, count * dtype_size(to));
+    return;
+  }
+  PL_CHECK(from == DType::F32 && to == DType::BF16, "internal: no conversion {} -> {}", dtype_name(from),
+           dtype_name(to));
+  const auto* s = static_cast<const float*>(src);
+  auto* d = static_cast<uint16_t*>(dst);
+  for (size_t i = 0; i < count; ++i) d[i] = num::float_to_bf16_bits(s[i]);
+}
+
+void file_to_tensor_dtype(const void* src, DType from, void* dst, DType to, size_t count) {
+  if (from == to) {
+    if (src != dst) std::memcpy(dst, src, count * dtype_size(to));
+    return;
+  }
+  PL_CHECK(from == DType::BF16 && to == DType::F32, "internal: no conversion {} -> {}", dtype_name(from),
+           dtype_name(to));
+  const auto* s = static_cast<const uint16_t*>(src);
+  auto* d = static_cast<float*>(dst);
+  for (size_t i = count; i-- > 0;) d[i] = num::bf16_bits_to_float(s[i]);  // backwards: in place is safe
+}
+
+CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std::vector<char>& staging) {
+  OutFile f(dir / b.name);
+  const size_t file_elem = dtype_size(b.file_dtype), tensor_elem = dtype_size(b.tensor.dtype);
+  const int64_t n = b.tensor.numel();
+  const auto per_piece = static_cast<int64_t>(kPieceBytes / file_elem);
+  staging.resize(static_cast<size_t>(per_piece) * std::max(file_elem, tensor_elem));
+  for (int64_t off = 0; off < n; off += per_piece) {
+    const int64_t cnt = std::min(per_piece, n - off);
+    copy_to_host(staging.data(), b.tensor.rows(off, cnt));
+    tensor_to_file_dtype(staging.data(), b.tensor.dtype, staging.data(), b.file_dtype, static_cast<size_t>(cnt));
+    f.write(staging.data(), static_cast<size_t>(cnt) * file_elem);
+  }
+  f.commit();
+  return CheckpointFile{b.name, dtype_name(b.file_dtype), n, f.bytes(), f.checksum()};
+}
+
+// ---- metadata ----------------------------------------------------------------------------------
+
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json model_json(const ModelConfig& m) {
+  return json{{"name", m.name},
+              {"file", m.file},
+              {"num_layers", m.num_layers},
+              {"hidden_size", m.hidden_size},
+              {"ffn_hidden_size", m.ffn_hidden_size},
+              {"num_attention_heads", m.num_attention_heads},
+              {"num_query_groups", m.num_query_groups},
+              {"kv_channels", m.kv_channels},
+              {"vocab_size", m.vocab_size},
+              {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+              {"seq_length", m.seq_length},
+              {"max_position_embeddings", m.max_position_embeddings},
+              {"rotary_base", m.rotary_base},
+              {"rope_scaling", m.rope_scaling},
+              {"rope_scaling_factor", m.rope_scaling_factor},
+              {"rope_low_freq_factor", m.rope_low_freq_factor},
+              {"rope_high_freq_factor", m.rope_high_freq_factor},
+              {"rope_original_max_position", m.rope_original_max_position},
+              {"layernorm_epsilon", m.layernorm_epsilon},
+              {"init_method_std", m.init_method_std}};
+}
+
+json state_json(const TrainState& s) {
+  return json{{"iteration", s.iteration},
+              {"consumed_samples", s.consumed_samples},
+              {"scheduler_samples", s.scheduler_samples},
+              {"micro_batches_done", s.micro_batches_done},
+              {"nan_iterations", s.nan_iterations},
+              {"consecutive_nan_iterations", s.consecutive_nan},
+              {"interval_loss_sum", s.interval_loss},
+              {"interval_iterations", s.interval_iters},
+              {"interval_good_iterations", s.interval_good},
+              {"interval_skipped_iterations", s.interval_skipped},
+              {"interval_nan_iterations", s.interval_nan}};
+}
+
+std::string metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run) {
+  const TrainConfig& t = run.train;
+  json j;
+  j["format_version"] = kCheckpointFormatVersion;
+  j["iteration"] = st.iteration;
+  j["timestamp"] = utc_timestamp();
+  j["command_line"] = run.command_line;
+  j["model"] = model_json(run.model);
+  j["recipe"] = json{{"name", run.recipe_name}, {"file", run.recipe_file}, {"plan", run.plan}};
+  j["train"] = json{{"train_iters", t.train_iters},   {"warmup_iters", t.warmup_iters},
+                    {"global_batch_size", t.global_batch_size}, {"micro_batch_size", t.micro_batch_size},
+                    {"seq_length", t.seq_length},     {"lr", t.lr},
+                    {"min_lr", t.min_lr},             {"seed", t.seed},
+                    {"fp32_reference", t.fp32_reference}};
+  j["train_state"] = state_json(st);
+  j["optimizer"] = json{{"steps_taken", optimizer_steps}};
+  j["data"] = json{{"description", run.data}, {"consumed_samples", st.consumed_samples}};
+  // The only RNG consumed during training is the counter-based Philox of the gradients' stochastic
+  // rounding: (seed, counter = micro-batches done) determines every bit it draws next.
+  j["rng"] = json{{"stochastic_rounding_seed", LinearLayer::kStochasticRoundingSeed},
+                  {"stochastic_rounding_next_counter", st.micro_batches_done},
+                  {"init_seed", t.seed}};
+  return j.dump(2) + "\n";
+}
+
+std::string manifest_text(int64_t iteration, const std::vector<CheckpointFile>& files) {
+  json list = json::array();
+  for (const CheckpointFile& f : files) {
+    json e{{"name", f.name}, {"dtype", f.dtype}, {"bytes", f.bytes}, {"checksum", hex64(f.checksum)}};
+    if (f.dtype != "json") {
+      e["shape"] = json::array({f.numel});
+      e["numel"] = f.numel;
+    }
+    list.push_back(e);
+  }
+  json j{{"format", "pretrain_llama checkpoint"},
+         {"format_version", kCheckpointFormatVersion},
+         {"iteration", iteration},
+         {"checksum", "fnv1a64 x4 lanes per 1 MiB chunk, chunk digests folded in order (lib/core/checksum.h)"},
+         {"files", list}};
+  return j.dump(2) + "\n";
+}
+
+// ---- directory housekeeping --------------------------------------------------------------------
+
+bool is_tmp_name(const std::string& name) { return name.find(".tmp-") != std::string::npos; }
+
+// iter_NNNNNNN (digits only) -> iteration; -1 otherwise.
+int64_t iteration_of_dir_name(const std::string& name) {
+  if (name.rfind("iter_", 0) != 0 || name.size() <= 5) return -1;
+  const std::string digits = name.substr(5);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  return std::stoll(digits);
+}
+
+std::vector<std::pair<int64_t, fs::path>> iteration_dirs(const fs::path& dir) {
+  std::vector<std::pair<int64_t, fs::path>> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const int64_t it = iteration_of_dir_name(e.path().filename().string());
+    if (it >= 0 && e.is_directory()) out.emplace_back(it, e.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Leftovers of interrupted saves (ours are all complete by now).
+void remove_tmp_entries(const fs::path& dir) {
+  std::error_code ec;
+  std::vector<fs::path> tmp;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+    if (is_tmp_name(e.path().filename().string())) tmp.push_back(e.path());
+  for (const fs::path& p : tmp) fs::remove_all(p, ec);
+}
+
+// Deletes all but the newest keep_last iter_ directories; each is renamed to a *.tmp-* name first so a
+// crash in the middle of a deletion never leaves a half-deleted directory under a valid name.
+std::vector<std::string> prune(const fs::path& dir, int64_t keep_last, int64_t current) {
+  std::vector<std::string> removed;
+  auto dirs = iteration_dirs(dir);
+  if (keep_last <= 0 || static_cast<int64_t>(dirs.size()) <= keep_last) return removed;
+  dirs.resize(dirs.size() - static_cast<size_t>(keep_last));
+  for (const auto& [it, path] : dirs) {
+    if (it == current) continue;
+    const fs::path doomed = path.string() + fmt::format(".tmp-prune-{}", ::getpid());
+    rename_or_fail(path, doomed);
+    std::error_code ec;
+    fs::remove_all(doomed, ec);
+    removed.push_back(path.filename().string());
+  }
+  fsync_dir(dir);
+  return removed;
+}
+
+// Puts the complete `tmp` directory at `final_path` atomically; an existing directory there (a
+// re-save of the same iteration) is swapped out in the same step and then removed.
+void publish_directory(const fs::path& tmp, const fs::path& final_path) {
+  if (!fs::exists(final_path)) {
+    rename_or_fail(tmp, final_path);
+    return;
+  }
+  PL_CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
+           "cannot replace {} atomically: {}", final_path.string(), std::strerror(errno));
+  std::error_code ec;
+  fs::remove_all(tmp, ec);  // now holds the old checkpoint
+}
+
+// ---- reading -----------------------------------------------------------------------------------
+
+std::string read_small_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  PL_CHECK(in.good(), "cannot read {}", path.string());
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+json parse_json_file(const fs::path& path) {
+  try {
+    return json::parse(read_small_file(path));
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON ({})", path.string(), e.what());
+  }
+}
+
+template <class T>
+T field(const json& j, const char* key, const fs::path& file) {
+  PL_CHECK(j.is_object() && j.contains(key), "{}: missing field '{}'", file.string(), key);
+  try {
+    return j.at(key).get<T>();
+  } catch (const json::exception& e) {
+    fail("{}: field '{}' has the wrong type ({})", file.string(), key, e.what());
+  }
+}
+
+uint64_t parse_hex64(const std::string& s, const fs::path& file) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 16);
+  PL_CHECK(s.rfind("0x", 0) == 0 && errno == 0 && end != nullptr && *end == '\0', "{}: bad checksum '{}'",
+           file.string(), s);
+  return v;
+}
+
+// Streams a file through `staging`, piece by piece, calling on_piece(data, bytes, offset) for each and
+// returning the checksum of the bytes read. Reads exactly `expected_bytes`.
+template <class OnPiece>
+uint64_t stream_file(const fs::path& path, uint64_t expected_bytes, std::vector<char>& staging, OnPiece on_piece) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  PL_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
+  Checksum64 sum;
+  staging.resize(std::max(staging.size(), kPieceBytes));
+  uint64_t done = 0;
+  while (done < expected_bytes) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, expected_bytes - done));
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t r = ::read(fd, staging.data() + got, want - got);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) {
+        ::close(fd);
+        fail("{}: read {} of {} bytes (truncated?)", path.string(), done + got, expected_bytes);
+      }
+      got += static_cast<size_t>(r);
+    }
+    sum.update(staging.data(), want);
+    on_piece(staging.data(), want, done);
+    done += want;
+  }
+  ::close(fd);
+  return sum.digest();
+}
+
+void verify_file(const fs::path& dir, const CheckpointFile& f, std::vector<char>& staging) {
+  const fs::path path = dir / f.name;
+  std::error_code ec;
+  PL_CHECK(fs::exists(path, ec), "{}: missing (listed in {})", path.string(), kManifest);
+  const uint64_t size = fs::file_size(path, ec);
+  PL_CHECK(!ec, "{}: cannot stat: {}", path.string(), ec.message());
+  PL_CHECK(size == f.bytes, "{}: {} bytes but the manifest says {} ({})", path.string(), size, f.bytes,
+           size < f.bytes ? "truncated" : "longer than written");
+  const uint64_t sum = stream_file(path, f.bytes, staging, [](const char*, size_t, uint64_t) {});
+  PL_CHECK(sum == f.checksum, "{}: checksum {} but the manifest says {} (the file is corrupted)", path.string(),
+           hex64(sum), hex64(f.checksum));
+}
+
+TrainState state_from_json(const json& j, const fs::path& file) {
+  TrainState s;
+  s.iteration = field<int64_t>(j, "iteration", file);
+  s.consumed_samples = field<int64_t>(j, "consumed_samples", file);
+  s.scheduler_samples = field<int64_t>(j, "scheduler_samples", file);
+  s.micro_batches_done = field<int64_t>(j, "micro_batches_done", file);
+  s.nan_iterations = field<int64_t>(j, "nan_iterations", file);
+  s.consecutive_nan = field<int64_t>(j, "consecutive_nan_iterations", file);
+  s.interval_loss = field<double>(j, "interval_loss_sum", file);
+  s.interval_iters = field<int64_t>(j, "interval_iterations", file);
+  s.interval_good = field<int64_t>(j, "interval_good_iterations", file);
+  s.interval_skipped = field<int64_t>(j, "interval_skipped_iterations", file);
+  s.interval_nan = field<int64_t>(j, "interval_nan_iterations", file);
+  return s;
+}
+
+// The iter_ directory `load` designates: itself, or the one its tracker names.
+fs::path resolve_iteration_dir(fs::path load) {
+  if (load.filename().empty()) load = load.parent_path();  // "D/iter_0000010/"
+  std::error_code ec;
+  PL_CHECK(fs::is_directory(load, ec), "--load {}: no such directory", load.string());
+  if (iteration_of_dir_name(load.filename().string()) >= 0 || fs::exists(load / kManifest, ec)) return load;
+  const fs::path tracker = load / kCheckpointTracker;
+  PL_CHECK(fs::exists(tracker, ec), "--load {}: missing tracker {} (no complete checkpoint to resume from)",
+           load.string(), tracker.string());
+  std::string text = read_small_file(tracker);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  PL_CHECK(digits && text.size() < 18, "{}: holds '{}', not an iteration number", tracker.string(), text);
+  const fs::path dir = load / iter_dir_name(std::stoll(text));
+  PL_CHECK(fs::is_directory(dir, ec), "{} names iteration {} but {} is missing", tracker.string(), text,
+           dir.string());
+  return dir;
+}
+
+}  // namespace
+
+// ---- public ------------------------------------------------------------------------------------
+
+SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
+                           const TrainState& state, const RunDescription& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir(dir_s);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir_s, ec.message());
+  const std::string name = iter_dir_name(state.iteration);
+  const fs::path final_path = dir / name;
+  const fs::path tmp = dir / fmt::format("{}.tmp-{}", name, ::getpid());
+  fs::remove_all(tmp, ec);
+  PL_CHECK(fs::create_directory(tmp, ec) && !ec, "cannot create {}: {}", tmp.string(), ec.message());
+
+  std::vector<CheckpointFile> files;
+  std::vector<char> staging;
+  for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging));
+  files.push_back(write_text_file(tmp / kMetadata, metadata_text(state, opt.steps_taken(), run)));
+  const CheckpointFile manifest = write_text_file(tmp / kManifest, manifest_text(state.iteration, files));
+  fsync_dir(tmp);
+  publish_directory(tmp, final_path);
+  fsync_dir(dir);
+
+  // The tracker last (Megatron: iter_finalize_fn writes it after the checkpoint), replaced atomically.
+  const fs::path tracker = dir / kCheckpointTracker;
+  const fs::path tracker_tmp = dir / fmt::format("{}.tmp-{}", kCheckpointTracker, ::getpid());
+  write_text_file(tracker_tmp, fmt::format("{}\n", state.iteration));
+  rename_or_fail(tracker_tmp, tracker);
+  fsync_dir(dir);
+
+  SaveReport r;
+  r.path = final_path.string();
+  r.bytes = static_cast<double>(manifest.bytes);
+  for (const CheckpointFile& f : files) r.bytes += static_cast<double>(f.bytes);
+  r.seconds = seconds_since(t0);
+  remove_tmp_entries(dir);
+  r.pruned = prune(dir, keep_last, state.iteration);
+  return r;
+}
+
+bool checkpoint_dir_is_empty(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return true;
+  if (fs::exists(fs::path(dir) / kCheckpointTracker, ec)) return false;
+  return iteration_dirs(dir).empty();
+}
+
+VerifiedCheckpoint verify_checkpoint(const std::string& load) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const fs::path dir = resolve_iteration_dir(fs::path(load));
+  const fs::path manifest_path = dir / kManifest;
+  std::error_code ec;
+  PL_CHECK(fs::exists(manifest_path, ec), "{}: missing (the checkpoint is incomplete)", manifest_path.string());
+  const json manifest = parse_json_file(manifest_path);
+  const int version = field<int>(manifest, "format_version", manifest_path);
+  PL_CHECK(version == kCheckpointFormatVersion, "{}: format version {}, this build reads {}", manifest_path.string(),
+           version, kCheckpointFormatVersion);
+
+  VerifiedCheckpoint v;
+  v.path = dir.string();
+  v.iteration = field<int64_t>(manifest, "iteration", manifest_path);
+  const json list = field<json>(manifest, "files", manifest_path);
+  PL_CHECK(list.is_array(), "{}: 'files' is not a list", manifest_path.string());
+  std::vector<char> staging;
+  for (const json& e : list) {
+    CheckpointFile f;
+    f.name = field<std::string>(e, "name", manifest_path);
+    f.dtype = field<std::string>(e, "dtype", manifest_path);
+    f.bytes = field<uint64_t>(e, "bytes", manifest_path);
+    f.checksum = parse_hex64(field<std::string>(e, "checksum", manifest_path), manifest_path);
+    if (f.dtype != "json") f.numel = field<int64_t>(e, "numel", manifest_path);
+    PL_CHECK(f.name.find('/') == std::string::npos && !f.name.empty(), "{}: bad file name '{}'",
+             manifest_path.string(), f.name);
+    verify_file(dir, f, staging);
+    v.bytes += static_cast<double>(f.bytes);
+    v.files.push_back(f);
+  }
+  const bool has_meta = std::any_of(v.files.begin(), v.files.end(), [](const CheckpointFile& f) { return f.name == kMetadata; });
+  PL_CHECK(has_meta, "{}: lists no {}", manifest_path.string(), kMetadata);
+
+  const fs::path meta_path = dir / kMetadata;
+  const json meta = parse_json_file(meta_path);
+  const json m = field<json>(meta, "model", meta_path);
+  v.model.name = field<std::string>(m, "name", meta_path);
+  v.model.num_layers = field<int64_t>(m, "num_layers", meta_path);
+  v.model.hidden_size = field<int64_t>(m, "hidden_size", meta_path);
+  v.model.ffn_hidden_size = field<int64_t>(m, "ffn_hidden_size", meta_path);
+  v.model.num_attention_heads = field<int64_t>(m, "num_attention_heads", meta_path);
+  v.model.num_query_groups = field<int64_t>(m, "num_query_groups", meta_path);
+  v.model.kv_channels = field<int64_t>(m, "kv_channels", meta_path);
+  v.model.vocab_size = field<int64_t>(m, "vocab_size", meta_path);
+  v.recipe_name = field<std::string>(field<json>(meta, "recipe", meta_path), "name", meta_path);
+  const json t = field<json>(meta, "train", meta_path);
+  v.train.train_iters = field<int64_t>(t, "train_iters", meta_path);
+  v.train.warmup_iters = field<int64_t>(t, "warmup_iters", meta_path);
+  v.train.global_batch_size = field<int64_t>(t, "global_batch_size", meta_path);
+  v.train.micro_batch_size = field<int64_t>(t, "micro_batch_size", meta_path);
+  v.train.seq_length = field<int64_t>(t, "seq_length", meta_path);
+  v.train.lr = field<double>(t, "lr", meta_path);
+  v.train.min_lr = field<double>(t, "min_lr", meta_path);
+  v.state = state_from_json(field<json>(meta, "train_state", meta_path), meta_path);
+  v.optimizer_steps = field<int64_t>(field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
+  PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path.string(),
+           v.state.iteration, manifest_path.string(), v.iteration);
+  v.seconds = seconds_since(t0);
+  return v;
+}
+
+std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c, const ModelConfig& m,
+                                                     const std::string& recipe_name, const TrainConfig& t) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> shape[] = {
+      {"num_layers", {c.model.num_layers, m.num_layers}},
+      {"hidden_size", {c.model.hidden_size, m.hidden_size}},
+      {"ffn_hidden_size", {c.model.ffn_hidden_size, m.ffn_hidden_size}},
+      {"num_attention_heads", {c.model.num_attention_heads, m.num_attention_heads}},
+      {"num_query_groups", {c.model.num_query_groups, m.num_query_groups}},
+      {"kv_channels", {c.model.kv_channels, m.kv_channels}},
+      {"vocab_size", {c.model.vocab_size, m.vocab_size}},
+  };
+  for (const auto& [name, v] : shape)
+    PL_CHECK(v.first == v.second, "--load {}: the checkpoint's model has {} {} but --model {} has {}", c.path, name,
+             v.first, m.name, v.second);
+
+  std::vector<std::string> notes;
+  if (c.recipe_name != recipe_name)
+    notes.push_back(fmt::format("checkpoint saved with recipe {}, resuming with recipe {}", c.recipe_name, recipe_name));
+  const std::pair<const char*, std::pair<int64_t, int64_t>> flags[] = {
+      {"--global-batch-size", {c.train.global_batch_size, t.global_batch_size}},
+      {"--micro-batch-size", {c.train.micro_batch_size, t.micro_batch_size}},
+      {"--seq-length", {c.train.seq_length, t.seq_length}},
+      {"--train-iters", {c.train.train_iters, t.train_iters}},
+      {"--warmup-iters", {c.train.warmup_iters, t.warmup_iters}},
+  };
+  for (const auto& [flag, v] : flags)
+    if (v.first != v.second)
+      notes.push_back(fmt::format("checkpoint saved with {} {}, resuming with {} (data continues at consumed sample {})",
+                                  flag, v.first, v.second, c.state.consumed_samples));
+  if (c.train.lr != t.lr || c.train.min_lr != t.min_lr)
+    notes.push_back(fmt::format("checkpoint saved with --lr {} --min-lr {}, resuming with --lr {} --min-lr {}",
+                                c.train.lr, c.train.min_lr, t.lr, t.min_lr));
+  return notes;
+}
+
+TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
+  const fs::path dir(c.path);
+  const int64_t n = model.num_params();
+  std::vector<StateBuffer> buffers = state_buffers(model, opt);
+  // The weights may have been saved under the other weight mode (bf16 vs --fp32-reference).
+  auto find = [&](const std::string& name) -> const CheckpointFile* {
+    for (const CheckpointFile& f : c.files)
+      if (f.name == name) return &f;
+    return nullptr;
+  };
+  std::vector<std::pair<StateBuffer, CheckpointFile>> plan;
+  for (StateBuffer b : buffers) {
+    const CheckpointFile* f = find(b.name);
+    if (f == nullptr && b.name.rfind("weights_", 0) == 0) {
+      f = find(b.name == "weights_bf16.bin" ? "weights_fp32.bin" : "weights_bf16.bin");
+      if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
+    }
+    PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
+    PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
+    PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
+             dtype_name(b.file_dtype));
+    PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32),
+             "{}: a {} file cannot be loaded into {} weights", (dir / f->name).string(), f->dtype,
+             dtype_name(b.tensor.dtype));
+    plan.emplace_back(b, *f);
+  }
+  // Everything checked: now the model is overwritten.
+  std::vector<char> staging, converted;
+  for (const auto& [b, f] : plan) {
+    const size_t file_elem = dtype_size(b.file_dtype), tensor_elem = dtype_size(b.tensor.dtype);
+    converted.resize(kPieceBytes / file_elem * tensor_elem);
+    const uint64_t sum = stream_file(dir / f.name, f.bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {
+      const auto first = static_cast<int64_t>(off / file_elem), cnt = static_cast<int64_t>(bytes / file_elem);
+      file_to_tensor_dtype(data, b.file_dtype, converted.data(), b.tensor.dtype, static_cast<size_t>(cnt));
+      copy_from_host(b.tensor.rows(first, cnt), converted.data());
+    });
+    PL_CHECK(sum == f.checksum, "{}: changed while loading (checksum {} vs {}); the model is now partly loaded",
+             (dir / f.name).string(), hex64(sum), hex64(f.checksum));
+  }
+  opt.restore_steps_taken(c.optimizer_steps);
+  model.prepare_weights();  // quantized copies of the restored bf16 weights
+  return c.state;
+}
+
+}  // namespace pl

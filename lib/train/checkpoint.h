@@ -1,0 +1,100 @@
+#pragma once
+// Checkpoints: save and resume bit-identically, atomically.
+//
+// Layout (Megatron's names, megatron/training/checkpointing.py: get_checkpoint_name,
+// get_checkpoint_tracker_filename):
+//   DIR/latest_checkpointed_iteration.txt   the iteration of the newest complete checkpoint
+//   DIR/iter_0000010/master_fp32.bin         one file per flat state buffer (DESIGN "State in flat
+//                    weights_bf16.bin        buffers"): raw little-endian, the flat layout of
+//                    adam_m_fp32.bin         LlamaModel::param_entries()
+//                    adam_v_fp32.bin
+//                    metadata.json           model config, recipe, train state, data position, RNG,
+//                                            command line, timestamp
+//                    manifest.json           format version; per file name, dtype, shape, bytes, checksum
+// A checkpoint is written into DIR/iter_0000010.tmp-<pid>/, every file and the directory fsynced,
+// then renamed to iter_0000010 and DIR fsynced; only then is the tracker replaced (tmp + rename +
+// fsync). A crash at any moment leaves the previous checkpoint loadable; leftover *.tmp-* entries are
+// ignored by load and removed by the next successful save.
+//
+// Test-only hook: PL_CHECKPOINT_TEST_STALL=<file name> (e.g. "adam_m_fp32.bin" or
+// "latest_checkpointed_iteration.txt") makes the writer sleep forever after writing half of that
+// file's first piece, so a test can kill -9 the process in the middle of a save.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "config/train_config.h"
+#include "model/llama.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+
+namespace pl {
+
+inline constexpr const char* kCheckpointTracker = "latest_checkpointed_iteration.txt";
+inline constexpr int kCheckpointFormatVersion = 1;
+
+// What the run is, recorded in metadata.json and compared on load.
+struct RunDescription {
+  ModelConfig model;
+  std::string recipe_name, recipe_file;
+  std::vector<std::string> plan;          // the precision plan, one line per layer group
+  TrainConfig train;
+  std::vector<std::string> command_line;  // argv
+  std::string data;                       // e.g. "mock (seed 1234, vocab 512)"
+};
+
+struct SaveReport {
+  std::string path;   // DIR/iter_0000010
+  double bytes = 0;   // state files + metadata + manifest
+  double seconds = 0; // from the first byte to the tracker update (pruning excluded)
+  std::vector<std::string> pruned;  // iter_ directories removed by keep_last
+};
+
+// Writes the checkpoint of `state` (the state after iteration state.iteration) into `dir` as
+// described above, then, when keep_last > 0, removes all but the newest keep_last iter_ directories.
+SaveReport save_checkpoint(const std::string& dir, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
+                           const TrainState& state, const RunDescription& run);
+
+// One state file as the manifest lists it.
+struct CheckpointFile {
+  std::string name, dtype;  // dtype: f32 | bf16 | json
+  int64_t numel = 0;
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;
+};
+
+// A checkpoint found and verified on disk: every listed file exists with its size and checksum.
+// Nothing has been loaded into a model.
+struct VerifiedCheckpoint {
+  std::string path;  // the iter_ directory
+  int64_t iteration = 0;
+  std::vector<CheckpointFile> files;
+  ModelConfig model;  // shape fields as saved
+  std::string recipe_name;
+  TrainConfig train;  // the batch and schedule settings as saved
+  TrainState state;
+  int64_t optimizer_steps = 0;
+  double bytes = 0, seconds = 0;  // verified bytes and the time it took
+};
+
+// True when `dir` holds neither a tracker nor an iter_ directory (leftover *.tmp-* ignored): Megatron
+// then starts from random (checkpointing.py, _load_base_checkpoint: "could not find the metadata file").
+bool checkpoint_dir_is_empty(const std::string& dir);
+
+// `load` is a --save directory (the tracker names the iteration) or one iter_ directory. Reads the
+// manifest and metadata and verifies every file's size and checksum. Any problem: a one-line
+// pl::Error naming the file and the mismatch.
+VerifiedCheckpoint verify_checkpoint(const std::string& load);
+
+// Refuses (one line naming the field) a checkpoint of another model shape; returns one log line per
+// allowed difference (recipe, batch sizes, sequence length, schedule).
+std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& ckpt, const ModelConfig& model,
+                                                     const std::string& recipe_name, const TrainConfig& train);
+
+// Reads the state files into the model's master weights and bf16 weights and the optimizer's
+// moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and
+// returns the train state to continue from.
+TrainState restore_checkpoint(const VerifiedCheckpoint& ckpt, LlamaModel& model, AdamW& opt);
+
+}  // namespace pl
