@@ -45,18 +45,28 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 // ---- POSIX file writing with fsync -------------------------------------------------------------
 
-// Test-only (see checkpoint.h): stop forever in the middle of writing `name`.
+// The iteration being saved, for the test hook's "@N".
+int64_t g_saving_iteration = -1;
+
+// Test-only (see checkpoint.h): stop forever in the middle of writing `name` ("name" or
+// "name@iteration").
 bool stall_requested(const std::string& name) {
-  const char* s = std::getenv("PL_CHECKPOINT_TEST_STALL");
-  return s != nullptr && name == s;
+  const char* env = std::getenv("PL_CHECKPOINT_TEST_STALL");
+  if (env == nullptr) return false;
+  const std::string spec = env;
+  const size_t at = spec.find('@');
+  if (at == std::string::npos) return name == spec;
+  return name == spec.substr(0, at) && std::to_string(g_saving_iteration) == spec.substr(at + 1);
 }
 [[noreturn]] void stall_forever() {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 }
 
+std::string name_without_tmp_suffix(const std::string& name) { return name.substr(0, name.find(".tmp-")); }
+
 class OutFile {
  public:
-  explicit OutFile(const fs::path& path) : path_(path), name_(path.filename().string()) {
+  explicit OutFile(const fs::path& path) : path_(path), name_(name_without_tmp_suffix(path.filename().string())) {
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     PL_CHECK(fd_ >= 0, "cannot create {}: {}", path.string(), std::strerror(errno));
   }
@@ -469,6 +479,7 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
   std::error_code ec;
   fs::create_directories(dir, ec);
   PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir_s, ec.message());
+  g_saving_iteration = state.iteration;
   const std::string name = iter_dir_name(state.iteration);
   const fs::path final_path = dir / name;
   const fs::path tmp = dir / fmt::format("{}.tmp-{}", name, ::getpid());

@@ -16,9 +16,10 @@
 // fsync). A crash at any moment leaves the previous checkpoint loadable; leftover *.tmp-* entries are
 // ignored by load and removed by the next successful save.
 //
-// Test-only hook: PL_CHECKPOINT_TEST_STALL=<file name> (e.g. "adam_m_fp32.bin" or
+// Test-only hook: PL_CHECKPOINT_TEST_STALL=<file name>[@<iteration>] (e.g. "adam_m_fp32.bin@20" or
 // "latest_checkpointed_iteration.txt") makes the writer sleep forever after writing half of that
-// file's first piece, so a test can kill -9 the process in the middle of a save.
+// file's first piece (in the save of that iteration only, when given), so a test can kill -9 the
+// process in the middle of a save.
 #include <cstdint>
 #include <string>
 #include <vector>

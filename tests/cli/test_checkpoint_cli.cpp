@@ -1,0 +1,270 @@
+// pretrain_llama --save/--load/--exit-interval/--keep-last end to end on llama_tiny: a resumed run
+// prints the uninterrupted run's iteration lines (timings aside), a kill -9 in the middle of a save
+// leaves the previous checkpoint loadable, and every damaged checkpoint is refused with one line.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using pl::test::ProcessResult;
+
+const std::string kApp = PL_APP_PATH;
+const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
+
+std::vector<std::string> tiny(const std::vector<std::string>& extra, const std::string& iters = "20") {
+  std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "2", "--train-iters", iters,
+                                "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "64"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+ProcessResult run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 300.0); }
+
+ProcessResult run_ok(const std::vector<std::string>& args) {
+  ProcessResult r = run_app(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r;
+}
+
+// The iteration lines from `first` on with the timestamp and the timing fields removed: what must
+// be identical between a resumed and an uninterrupted run (loss, grad norm, lr, consumed samples).
+std::vector<std::string> iteration_lines(const std::string& out, int first) {
+  static const std::regex iter(R"(^ \[[^\]]*\] iteration +(\d+)/)");
+  static const std::regex timing(R"(elapsed time per iteration \(ms\): [0-9.]+ \|)");
+  std::vector<std::string> lines;
+  for (const std::string& l : pl::test::split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_search(l, m, iter) || std::stoi(m[1]) < first) continue;
+    lines.push_back(std::regex_replace(l.substr(l.find(']') + 1), timing, ""));
+  }
+  return lines;
+}
+
+void expect_resume_matches(const std::vector<std::string>& recipe_flags) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), recipe_flags.begin(), recipe_flags.end());
+    return tiny(extra);
+  };
+  const ProcessResult straight = run_ok(with({}));
+  const ProcessResult part1 = run_ok(with({"--save", d, "--save-interval", "10", "--exit-interval", "10"}));
+  EXPECT_NE(part1.out.find("successfully saved checkpoint from iteration      10 to " + d), std::string::npos);
+  EXPECT_NE(part1.out.find("exiting program at iteration 10"), std::string::npos);
+  EXPECT_TRUE(iteration_lines(part1.out, 11).empty());
+  EXPECT_EQ(pl::test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "10\n");
+  const ProcessResult part2 = run_ok(with({"--load", d}));
+  EXPECT_NE(part2.out.find("successfully loaded checkpoint from " + d + " [ t 1/1, p 1/1 ] at iteration 10"),
+            std::string::npos);
+  const auto expected = iteration_lines(straight.out, 11);
+  ASSERT_EQ(expected.size(), 10u);
+  EXPECT_EQ(iteration_lines(part2.out, 1), expected);
+  EXPECT_NE(part2.out.find("run by this process: 11-20"), std::string::npos);
+}
+
+TEST(CheckpointCli, ResumeReproducesTheStraightRunBf16) { expect_resume_matches({"--disable-fp4"}); }
+TEST(CheckpointCli, ResumeReproducesTheStraightRunNvfp4) { expect_resume_matches({}); }
+
+// Runs the app with PL_CHECKPOINT_TEST_STALL=`stall`, waits until `marker` exists (the writer has
+// reached the stall), then kills it with SIGKILL. Returns true when the marker appeared.
+bool run_and_kill_when(const std::vector<std::string>& args, const std::string& stall,
+                       const std::function<bool()>& marker) {
+  std::vector<std::string> argv_s = {kApp};
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int null = ::open("/dev/null", O_RDWR);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    ::setenv("PL_CHECKPOINT_TEST_STALL", stall.c_str(), 1);
+    ::execv(kApp.c_str(), argv.data());
+    ::_exit(127);
+  }
+  bool seen = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return false;  // exited without stalling
+    if (marker()) {
+      seen = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let it reach the stall
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ::kill(pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return seen;
+}
+
+bool has_entry_containing(const fs::path& dir, const std::string& needle) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().find(needle) != std::string::npos) return true;
+  return false;
+}
+
+TEST(CheckpointCli, KillDuringTheSecondSaveLeavesTheFirstLoadable) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  const auto args = tiny({"--disable-fp4", "--save", d, "--save-interval", "4"}, "8");
+  // Killed while writing the Adam moments of iteration 8: a half-written iter_0000008.tmp-<pid>.
+  ASSERT_TRUE(run_and_kill_when(args, "adam_m_fp32.bin@8", [&] { return has_entry_containing(d, "iter_0000008.tmp-"); }));
+  EXPECT_FALSE(fs::exists(d + "/iter_0000008"));
+  EXPECT_EQ(pl::test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "4\n");
+  const ProcessResult resumed = run_ok(tiny({"--disable-fp4", "--load", d}, "8"));
+  EXPECT_NE(resumed.out.find("at iteration 4"), std::string::npos);
+  const ProcessResult straight = run_ok(tiny({"--disable-fp4"}, "8"));
+  EXPECT_EQ(iteration_lines(resumed.out, 1), iteration_lines(straight.out, 5));
+  EXPECT_EQ(iteration_lines(resumed.out, 1).size(), 4u);
+
+  // Killed while replacing the tracker after iteration 8 was renamed into place: the tracker still
+  // says 4 and that checkpoint loads; the next successful save removes the leftovers.
+  ASSERT_TRUE(run_and_kill_when(args, "latest_checkpointed_iteration.txt@8", [&] {
+    return fs::exists(d + "/iter_0000008") && has_entry_containing(d, "latest_checkpointed_iteration.txt.tmp-");
+  }));
+  EXPECT_TRUE(fs::exists(d + "/iter_0000008/manifest.json"));
+  EXPECT_EQ(pl::test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "4\n");
+  const ProcessResult again = run_ok(tiny({"--disable-fp4", "--load", d, "--save", d}, "8"));
+  EXPECT_NE(again.out.find("at iteration 4"), std::string::npos);
+  EXPECT_EQ(iteration_lines(again.out, 1), iteration_lines(straight.out, 5));
+  EXPECT_EQ(pl::test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "8\n");
+  EXPECT_FALSE(has_entry_containing(d, ".tmp-"));
+}
+
+// A checkpoint at iteration 10 in <dir>/ckpt, for damaging.
+std::string make_checkpoint(const pl::test::TempDir& dir) {
+  const std::string d = (dir.path() / "ckpt").string();
+  run_ok(tiny({"--disable-fp4", "--save", d, "--exit-interval", "10"}));
+  return d;
+}
+
+void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+  const ProcessResult r = run_app(args);
+  EXPECT_NE(r.exit_code, 0);
+  const auto lines = pl::test::split_lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  for (const std::string& n : needles) EXPECT_NE(lines[0].find(n), std::string::npos) << "'" << n << "' not in " << lines[0];
+  EXPECT_EQ(iteration_lines(r.out, 1).size(), 0u) << "trained although the checkpoint was refused";
+}
+
+TEST(CheckpointCli, OneCorruptedByteIsRefusedNamingTheFile) {
+  pl::test::TempDir dir;
+  const std::string d = make_checkpoint(dir);
+  const std::string f = d + "/iter_0000010/adam_v_fp32.bin";
+  {
+    std::fstream s(f, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekg(12345);
+    char c = 0;
+    s.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    s.seekp(12345);
+    s.write(&c, 1);
+  }
+  expect_refused(tiny({"--disable-fp4", "--load", d}), {f, "checksum", "corrupted"});
+}
+
+TEST(CheckpointCli, ATruncatedFileIsRefusedNamingTheFile) {
+  pl::test::TempDir dir;
+  const std::string d = make_checkpoint(dir);
+  const std::string f = d + "/iter_0000010/master_fp32.bin";
+  fs::resize_file(f, fs::file_size(f) - 4096);
+  expect_refused(tiny({"--disable-fp4", "--load", d}), {f, "truncated"});
+}
+
+TEST(CheckpointCli, AMissingManifestIsRefused) {
+  pl::test::TempDir dir;
+  const std::string d = make_checkpoint(dir);
+  fs::remove(d + "/iter_0000010/manifest.json");
+  expect_refused(tiny({"--disable-fp4", "--load", d}), {d + "/iter_0000010/manifest.json", "missing"});
+}
+
+TEST(CheckpointCli, AMissingTrackerIsRefused) {
+  pl::test::TempDir dir;
+  const std::string d = make_checkpoint(dir);
+  fs::remove(d + "/latest_checkpointed_iteration.txt");
+  expect_refused(tiny({"--disable-fp4", "--load", d}), {"latest_checkpointed_iteration.txt", "missing"});
+  // Naming the iter_ directory itself still works.
+  const ProcessResult r = run_ok(tiny({"--disable-fp4", "--load", d + "/iter_0000010"}));
+  EXPECT_NE(r.out.find("at iteration 10"), std::string::npos);
+}
+
+TEST(CheckpointCli, AnotherModelShapeIsRefusedNamingTheField) {
+  pl::test::TempDir dir;
+  const std::string d = make_checkpoint(dir);
+  std::string text = pl::test::read_text_file(kTiny);
+  text = std::regex_replace(text, std::regex(R"("ffn_hidden_size": 256)"), R"("ffn_hidden_size": 512)");
+  const std::string other = dir.write("wider.json", text);
+  expect_refused({"--model", other, "--device", "cpu", "--train-iters", "20", "--global-batch-size", "4",
+                  "--micro-batch-size", "2", "--seq-length", "64", "--disable-fp4", "--load", d},
+                 {"ffn_hidden_size", "256", "512"});
+}
+
+TEST(CheckpointCli, AnotherBatchSizeOrRecipeIsAllowedAndStated) {
+  pl::test::TempDir dir;
+  const std::string d = make_checkpoint(dir);
+  auto args = tiny({"--load", d});  // the default (NVFP4) recipe
+  args[std::find(args.begin(), args.end(), "--global-batch-size") - args.begin() + 1] = "8";
+  const ProcessResult r = run_ok(args);
+  EXPECT_NE(r.out.find("checkpoint saved with --global-batch-size 4, resuming with 8 (data continues at consumed "
+                       "sample 40)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("checkpoint saved with recipe bf16_mixed, resuming with recipe bf16_with_nvfp4_mixed"),
+            std::string::npos);
+  const auto lines = iteration_lines(r.out, 1);
+  ASSERT_EQ(lines.size(), 10u);
+  EXPECT_NE(lines[0].find("iteration       11/      20 | consumed samples:           48"), std::string::npos) << lines[0];
+}
+
+TEST(CheckpointCli, KeepLastLeavesTheNewestCheckpoints) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  run_ok(tiny({"--disable-fp4", "--save", d, "--save-interval", "2", "--keep-last", "2"}, "8"));
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"iter_0000006", "iter_0000008", "latest_checkpointed_iteration.txt"}));
+}
+
+TEST(CheckpointCli, LoadingTheEmptySaveDirectoryStartsFromScratchWithMegatronsWarning) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  const ProcessResult r = run_ok(tiny({"--disable-fp4", "--load", d, "--save", d}, "2"));
+  EXPECT_NE(r.out.find("WARNING: could not find the metadata file " + d + "/latest_checkpointed_iteration.txt"),
+            std::string::npos);
+  EXPECT_NE(r.out.find("will not load any checkpoints and will start from random"), std::string::npos);
+  EXPECT_EQ(pl::test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "2\n");
+  // Without --save pointing there, an empty --load is an error.
+  expect_refused(tiny({"--disable-fp4", "--load", (dir.path() / "nothing").string()}), {"--load", "nothing"});
+}
+
+TEST(CheckpointCli, FlagCombinationsAreChecked) {
+  expect_refused(tiny({"--save-interval", "10"}), {"--save-interval", "--save"});
+  expect_refused(tiny({"--keep-last", "2"}), {"--keep-last", "--save"});
+  expect_refused(tiny({"--save", "/tmp/x", "--save-interval", "0"}), {"--save-interval", ">= 1"});
+  expect_refused(tiny({"--exit-interval", "-1"}), {"--exit-interval"});
+}
+
+}  // namespace

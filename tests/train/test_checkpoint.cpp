@@ -1,0 +1,196 @@
+// Checkpoints in process: the checksum, and save -> fresh model -> verify -> restore -> continue
+// reproducing an uninterrupted run's losses and grad norms bit for bit (BF16 and NVFP4 recipes).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "config/precision_recipe.h"
+#include "core/checksum.h"
+#include "data/mock_dataset.h"
+#include "model/llama.h"
+#include "model/precision_plan.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace pl {
+namespace {
+
+std::vector<unsigned char> random_bytes(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<unsigned char> v(n);
+  for (auto& b : v) b = static_cast<unsigned char>(rng());
+  return v;
+}
+
+TEST(CheckpointChecksum, IndependentOfHowTheBytesAreFed) {
+  const size_t chunk = Checksum64::kChunkBytes;
+  const auto bytes = random_bytes(5 * chunk + 12345, 7);
+  const uint64_t whole = checksum64(bytes.data(), bytes.size());
+  Checksum64 pieces;
+  pieces.update(bytes.data(), 2 * chunk);
+  pieces.update(bytes.data() + 2 * chunk, chunk);
+  pieces.update(bytes.data() + 3 * chunk, bytes.size() - 3 * chunk);
+  EXPECT_EQ(pieces.digest(), whole);
+}
+
+TEST(CheckpointChecksum, EveryByteAndTheLengthMatter) {
+  auto bytes = random_bytes(3 * Checksum64::kChunkBytes + 5, 11);
+  const uint64_t ref = checksum64(bytes.data(), bytes.size());
+  for (size_t pos : {size_t{0}, size_t{7}, Checksum64::kChunkBytes + 3, bytes.size() - 1}) {
+    bytes[pos] ^= 0x01;
+    EXPECT_NE(checksum64(bytes.data(), bytes.size()), ref) << "flip at " << pos;
+    bytes[pos] ^= 0x01;
+  }
+  EXPECT_NE(checksum64(bytes.data(), bytes.size() - 1), ref);
+  // Zero bytes appended to a tail are not invisible (the length is folded in).
+  std::vector<unsigned char> a(9, 0), b(10, 0);
+  EXPECT_NE(checksum64(a.data(), a.size()), checksum64(b.data(), b.size()));
+}
+
+TEST(CheckpointChecksum, UpdatesAfterAShortPieceAreRefused) {
+  const auto bytes = random_bytes(100, 3);
+  Checksum64 c;
+  c.update(bytes.data(), 50);
+  EXPECT_THROW(c.update(bytes.data() + 50, 50), Error);
+}
+
+// A tiny run with its own model and data; `exit_at` > 0 stops there and saves into `save_dir`.
+struct TinyCkptRun {
+  TrainConfig t;
+  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  PrecisionPlan plan;
+  std::string recipe;
+  std::unique_ptr<data::MockGPTDataset> data;
+  std::unique_ptr<LlamaModel> model;
+
+  TinyCkptRun(const std::string& recipe_name, uint64_t init_seed) : recipe(recipe_name) {
+    t.train_iters = 8;
+    t.warmup_iters = 2;
+    t.global_batch_size = 4;
+    t.micro_batch_size = 2;
+    t.seq_length = 32;
+    plan = make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
+    data = std::make_unique<data::MockGPTDataset>(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length,
+                                                                       t.train_iters * t.global_batch_size, 1234});
+    model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{}, plan);
+    model->init_parameters(init_seed);
+  }
+  RunDescription describe() const {
+    RunDescription d;
+    d.model = m;
+    d.recipe_name = recipe;
+    d.train = t;
+    d.command_line = {"test"};
+    d.data = "mock";
+    return d;
+  }
+  Trainer trainer(CheckpointFn ckpt = {}) {
+    return Trainer(
+        *model, t,
+        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+          data->micro_batch_at(first, mi, t.micro_batch_size, tok, lab);
+        },
+        [](const std::string&) {}, std::move(ckpt));
+  }
+};
+
+void expect_resume_is_bit_identical(const std::string& recipe) {
+  SCOPED_TRACE(recipe);
+  test::TempDir dir;
+  const std::string save = (dir.path() / "ckpt").string();
+
+  TinyCkptRun straight(recipe, 1234);
+  const TrainResult full = straight.trainer().run();
+
+  TinyCkptRun first(recipe, 1234);
+  first.t.exit_interval = 4;
+  bool saved = false;
+  std::unique_ptr<Trainer> tr1;
+  tr1 = std::make_unique<Trainer>(first.trainer([&](const TrainState& st, bool last) {
+    if (!last) return;
+    save_checkpoint(save, 0, *first.model, tr1->optimizer(), st, first.describe());
+    saved = true;
+  }));
+  const TrainResult part1 = tr1->run();
+  ASSERT_TRUE(saved);
+  ASSERT_EQ(part1.state.iteration, 4);
+
+  TinyCkptRun second(recipe, 999);  // other initial weights: everything must come from the checkpoint
+  const VerifiedCheckpoint c = verify_checkpoint(save);
+  EXPECT_EQ(c.iteration, 4);
+  EXPECT_TRUE(compare_checkpoint_with_run(c, second.m, recipe, second.t).empty());
+  Trainer tr2 = second.trainer();
+  const TrainState st = restore_checkpoint(c, *second.model, tr2.optimizer());
+  EXPECT_EQ(st.consumed_samples, 4 * second.t.global_batch_size);
+  const TrainResult part2 = tr2.run(st);
+  ASSERT_EQ(part2.loss.size(), 4u);
+  EXPECT_EQ(part2.first_iteration, 5);
+  EXPECT_EQ(part2.allocations_in_loop, 0u);
+  for (size_t i = 0; i < 4; ++i) {
+    // Exact equality: same bits, not merely close.
+    EXPECT_EQ(std::memcmp(&part2.loss[i], &full.loss[i + 4], sizeof(double)), 0)
+        << "iteration " << i + 5 << ": " << part2.loss[i] << " vs " << full.loss[i + 4];
+    EXPECT_EQ(std::memcmp(&part2.grad_norm[i], &full.grad_norm[i + 4], sizeof(double)), 0)
+        << "iteration " << i + 5 << ": " << part2.grad_norm[i] << " vs " << full.grad_norm[i + 4];
+    EXPECT_EQ(part2.lr_used[i], full.lr_used[i + 4]);
+  }
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(part1.loss[i], full.loss[i]);
+  // And the final master weights are the same bits.
+  const int64_t n = straight.model->num_params();
+  EXPECT_EQ(std::memcmp(straight.model->master().flat.data, second.model->master().flat.data,
+                        static_cast<size_t>(n) * 4),
+            0);
+}
+
+TEST(CheckpointResume, Bf16IsBitIdentical) { expect_resume_is_bit_identical("bf16_mixed"); }
+TEST(CheckpointResume, Nvfp4IsBitIdentical) { expect_resume_is_bit_identical("bf16_with_nvfp4_mixed"); }
+
+TEST(CheckpointResume, AnotherModelShapeIsRefusedNamingTheField) {
+  test::TempDir dir;
+  TinyCkptRun run("bf16_mixed", 1);
+  Trainer tr = run.trainer();
+  TrainState st;
+  save_checkpoint(dir.path().string(), 0, *run.model, tr.optimizer(), st, run.describe());
+  const VerifiedCheckpoint c = verify_checkpoint(dir.path().string());
+  ModelConfig other = run.m;
+  other.ffn_hidden_size *= 2;
+  test::expect_one_line_error([&] { compare_checkpoint_with_run(c, other, "bf16_mixed", run.t); },
+                              {"ffn_hidden_size", "256", "512"});
+  TrainConfig t2 = run.t;
+  t2.global_batch_size = 8;
+  const auto notes = compare_checkpoint_with_run(c, run.m, "bf16_with_nvfp4_mixed", t2);
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[0].find("recipe bf16_mixed, resuming with recipe bf16_with_nvfp4_mixed"), std::string::npos);
+  EXPECT_NE(notes[1].find("--global-batch-size 4, resuming with 8"), std::string::npos);
+}
+
+TEST(CheckpointSave, KeepLastPrunesOnlyAfterTheNewOneIsComplete) {
+  test::TempDir dir;
+  TinyCkptRun run("bf16_mixed", 1);
+  Trainer tr = run.trainer();
+  TrainState st;
+  for (int64_t it : {10, 20, 30, 40}) {
+    st.iteration = it;
+    save_checkpoint(dir.path().string(), 2, *run.model, tr.optimizer(), st, run.describe());
+  }
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"iter_0000030", "iter_0000040", "latest_checkpointed_iteration.txt"}));
+  EXPECT_EQ(test::read_text_file((dir.path() / "latest_checkpointed_iteration.txt").string()), "40\n");
+  // A re-save of the newest iteration swaps it atomically and stays loadable.
+  save_checkpoint(dir.path().string(), 2, *run.model, tr.optimizer(), st, run.describe());
+  EXPECT_EQ(verify_checkpoint(dir.path().string()).iteration, 40);
+}
+
+}  // namespace
+}  // namespace pl
