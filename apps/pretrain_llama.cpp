@@ -267,8 +267,8 @@ int run(int argc, char** argv) {
   model.init_parameters(t.seed);
   Trainer trainer(
       model, t,
-      [&](int64_t it, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
-        dataset.micro_batch(it, micro, t.global_batch_size, t.micro_batch_size, tok, lab);
+      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+        dataset.micro_batch(first, micro, t.micro_batch_size, tok, lab);
       },
       [&](const std::string& line) { out->info("{}", line); });
   const TrainResult r = trainer.run();
