@@ -161,18 +161,13 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
 
 // The run's data (mock unless --data-path), sized for training and validation, with one summary line
 // per dataset and split.
-data::TrainingData build_data(data::DataConfig dc, const ModelConfig& mc, const TrainConfig& t,
+data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& mc, const TrainConfig& t,
                               const std::shared_ptr<spdlog::logger>& out) {
-  // Mock data as Megatron-Bridge builds it: NullTokenizer vocab 32000 (EOD 31999), or the model's
-  // own vocab (EOD = vocab-1) when it is smaller.
-  dc.mock_vocab_size = std::min<int64_t>(mc.vocab_size, 32000);
-  dc.mock_eod = dc.mock_vocab_size - 1;
-  dc.seq_length = t.seq_length;
-  dc.num_samples = {t.train_samples(), t.eval_iters > 0 ? t.valid_samples() : 0, t.eval_iters > 0 ? t.test_samples() : 0};
   const auto t0 = std::chrono::steady_clock::now();
-  data::TrainingData d(dc);
+  data::TrainingData d(data::data_config_for_run(flags, mc.vocab_size, t.seq_length,
+                                                 {t.train_samples(), t.valid_samples(), t.test_samples()}));
   for (const std::string& line : d.summary()) out->info("pretrain_llama | data: {}", line);
-  out->info("pretrain_llama | data: indices ready in {:.0f} ms; validation {}", 
+  out->info("pretrain_llama | data: indices ready in {:.0f} ms; validation {}",
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
             t.eval_iters > 0 ? fmt::format("every {} iterations, {} batches of {} samples", t.eval_interval, t.eval_iters,
                                            t.global_batch_size)

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
 #include <optional>
@@ -53,6 +54,15 @@ std::string split_line(const std::string& what, const GPTDataset& d, int64_t nee
 }
 
 }  // namespace
+
+DataConfig data_config_for_run(DataConfig flags, int64_t model_vocab_size, int64_t seq_length,
+                               const std::array<int64_t, 3>& num_samples) {
+  flags.mock_vocab_size = std::min<int64_t>(model_vocab_size, 32000);
+  flags.mock_eod = flags.mock_vocab_size - 1;
+  flags.seq_length = seq_length;
+  flags.num_samples = num_samples;
+  return flags;
+}
 
 DataBlend parse_data_path(const std::vector<std::string>& args) {
   PL_CHECK(!args.empty(), "--data-path: no dataset given");
@@ -128,6 +138,14 @@ void TrainingData::build_indexed() {
       const auto& r = ranges[static_cast<size_t>(s)];
       if (!r) break;  // a 0 weight in --split: no such split for any dataset
       if (r->first == r->second) {
+        // An empty test split (common: 969,30,1 of a few hundred documents) only skips the final test
+        // evaluation; an empty split the run must read from is an error.
+        if (s == Split::test) {
+          summary_.push_back(fmt::format("dataset {}: the test split of --split {} is empty: no test evaluation", d + 1,
+                                         c.split));
+          parts.clear();
+          break;
+        }
         PL_CHECK(target == 0,
                  "{}: --split {} leaves the {} split none of its {} sequences, but the run reads {} {} samples; "
                  "change --split or bring more documents",

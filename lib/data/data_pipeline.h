@@ -26,6 +26,12 @@ struct DataConfig {
   int64_t mock_eod = 0;
 };
 
+// The data of a run: `flags` (paths, split, cache, seed) completed with the sequence length, the
+// samples each split must provide, and the mock vocabulary as Megatron-Bridge sets it up (its
+// NullTokenizer: vocab 32000, eod 31999; the model's own vocab, eod = vocab - 1, when smaller).
+DataConfig data_config_for_run(DataConfig flags, int64_t model_vocab_size, int64_t seq_length,
+                               const std::array<int64_t, 3>& num_samples);
+
 // A --data-path list: prefixes and their normalized weights (a single prefix has weight 1).
 struct DataBlend {
   std::vector<std::string> prefixes;
