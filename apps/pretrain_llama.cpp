@@ -175,9 +175,20 @@ data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& 
   return d;
 }
 
-BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_batch) {
-  return [&d, s, micro_batch](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+// Micro-batches of split `s`; an id the model cannot embed is reported with the sample it came from
+// (data tokenized for a larger vocabulary than the model's).
+BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_batch, int64_t vocab_size) {
+  return [&d, s, micro_batch, vocab_size](int64_t first, int64_t micro, std::span<int32_t> tok,
+                                          std::span<int32_t> lab) {
     d.micro_batch(s, first, micro, micro_batch, tok, lab);
+    const int64_t seq = static_cast<int64_t>(tok.size()) / micro_batch;
+    for (size_t k = 0; k < tok.size(); ++k) {
+      const int32_t bad = tok[k] < 0 || tok[k] >= vocab_size ? tok[k] : (lab[k] < 0 || lab[k] >= vocab_size ? lab[k] : 0);
+      PL_CHECK(bad == 0, "data: sample {} of the {} split holds token id {}, outside the model's vocabulary [0, {}): "
+               "the data was tokenized for another vocabulary (see its .tokenizer.json, or use a model config with "
+               "a larger vocab_size)",
+               first + micro * micro_batch + static_cast<int64_t>(k) / seq, data::split_name(s), bad, vocab_size);
+    }
   };
 }
 
@@ -300,9 +311,12 @@ int run(int argc, char** argv) {
   model.init_parameters(t.seed);
   Trainer trainer(
       model, t,
-      batches_of(dataset, data::Split::train, t.micro_batch_size), [&](const std::string& line) { out->info("{}", line); },
-      EvalData{dataset.split(data::Split::valid) ? batches_of(dataset, data::Split::valid, t.micro_batch_size) : BatchFn{},
-               dataset.split(data::Split::test) ? batches_of(dataset, data::Split::test, t.micro_batch_size) : BatchFn{}});
+      batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
+      [&](const std::string& line) { out->info("{}", line); },
+      EvalData{dataset.split(data::Split::valid) ? batches_of(dataset, data::Split::valid, t.micro_batch_size, mc.vocab_size)
+                                                 : BatchFn{},
+               dataset.split(data::Split::test) ? batches_of(dataset, data::Split::test, t.micro_batch_size, mc.vocab_size)
+                                                : BatchFn{}});
   const TrainResult r = trainer.run();
   out->info("{}", log::final_memory_line(memory_stats(device)));
   const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
