@@ -240,6 +240,7 @@ json state_json(const TrainState& s) {
               {"consumed_samples", s.consumed_samples},
               {"scheduler_samples", s.scheduler_samples},
               {"micro_batches_done", s.micro_batches_done},
+              {"valid_consumed_samples", s.valid_consumed_samples},
               {"nan_iterations", s.nan_iterations},
               {"consecutive_nan_iterations", s.consecutive_nan},
               {"interval_loss_sum", s.interval_loss},
@@ -262,10 +263,13 @@ std::string metadata_text(const TrainState& st, int64_t optimizer_steps, const R
                     {"global_batch_size", t.global_batch_size}, {"micro_batch_size", t.micro_batch_size},
                     {"seq_length", t.seq_length},     {"lr", t.lr},
                     {"min_lr", t.min_lr},             {"seed", t.seed},
-                    {"fp32_reference", t.fp32_reference}};
+                    {"fp32_reference", t.fp32_reference}, {"eval_interval", t.eval_interval},
+                    {"eval_iters", t.eval_iters}};
   j["train_state"] = state_json(st);
   j["optimizer"] = json{{"steps_taken", optimizer_steps}};
-  j["data"] = json{{"description", run.data}, {"consumed_samples", st.consumed_samples}};
+  j["data"] = json{{"description", run.data},
+                   {"consumed_samples", st.consumed_samples},
+                   {"consumed_valid_samples", st.valid_consumed_samples}};
   // The only RNG consumed during training is the counter-based Philox of the gradients' stochastic
   // rounding: (seed, counter = micro-batches done) determines every bit it draws next.
   j["rng"] = json{{"stochastic_rounding_seed", LinearLayer::kStochasticRoundingSeed},
@@ -439,6 +443,7 @@ TrainState state_from_json(const json& j, const fs::path& file) {
   s.consumed_samples = field<int64_t>(j, "consumed_samples", file);
   s.scheduler_samples = field<int64_t>(j, "scheduler_samples", file);
   s.micro_batches_done = field<int64_t>(j, "micro_batches_done", file);
+  s.valid_consumed_samples = field<int64_t>(j, "valid_consumed_samples", file);
   s.nan_iterations = field<int64_t>(j, "nan_iterations", file);
   s.consecutive_nan = field<int64_t>(j, "consecutive_nan_iterations", file);
   s.interval_loss = field<double>(j, "interval_loss_sum", file);

@@ -13,11 +13,13 @@
 
 namespace pl {
 
-Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, CheckpointFn checkpoint)
+Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, EvalData eval,
+                 CheckpointFn checkpoint)
     : model_(model),
       cfg_(cfg),
       batches_(std::move(batches)),
       out_(std::move(out)),
+      eval_(std::move(eval)),
       checkpoint_(std::move(checkpoint)),
       opt_(model, OptimizerConfig{}),
       schedule_(LrSchedule::from_iterations(cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
@@ -37,6 +39,23 @@ void Trainer::log_quant_stats(int64_t iteration) {
                        o.stats.saturated_fraction, o.stats.underflow_fraction, o.stats.relative_error));
 }
 
+double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t first_sample) {
+  const int64_t T = model_.tokens_per_micro_batch();
+  const int64_t M = cfg_.num_micro_batches();
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
+  // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
+  // reports sum / count.
+  double loss_sum = 0.0;
+  for (int64_t e = 0; e < cfg_.eval_iters; ++e)
+    for (int64_t m = 0; m < M; ++m) {
+      data(first_sample + e * cfg_.global_batch_size, m, tokens, labels);
+      loss_sum += model_.forward(tokens.data(), labels.data());
+    }
+  const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * cfg_.eval_iters));
+  for (const std::string& line : log::validation_lines(prefix, loss)) out_(line);
+  return loss;
+}
+
 TrainResult Trainer::run(const TrainState& start) {
   StepTimer timer(model_.context().device);
   const int64_t T = model_.tokens_per_micro_batch();
@@ -47,7 +66,8 @@ TrainResult Trainer::run(const TrainState& start) {
   const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M)));
 
   TrainResult res;
-  TrainState st = start;
+  TrainState st = start;  // all the loop's state; the validation sampler continues at
+                          // st.valid_consumed_samples (Megatron's consumed_valid_samples)
   const int64_t to_run = std::max<int64_t>(0, cfg_.train_iters - st.iteration);
   res.first_iteration = st.iteration + 1;
   res.loss.reserve(to_run);
@@ -60,6 +80,7 @@ TrainResult Trainer::run(const TrainState& start) {
   int64_t interval_timed = 0;
   size_t allocs_after_first = 0;
   bool memory_reported = false;
+  bool exited = false;
 
   for (int64_t it = st.iteration; it < cfg_.train_iters; ++it) {
     timer.start();
@@ -113,8 +134,8 @@ TrainResult Trainer::run(const TrainState& start) {
 
     const int64_t iteration = it + 1;
     st.iteration = iteration;
-    const bool exiting = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0;
-    const bool last = iteration == cfg_.train_iters || exiting;
+    exited = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0 && iteration < cfg_.train_iters;
+    const bool last = iteration == cfg_.train_iters || exited;
     if (iteration % cfg_.log_interval == 0 || last) {
       const double per_iter = interval_seconds / static_cast<double>(interval_timed);
       const double tflops = iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
@@ -140,25 +161,37 @@ TrainResult Trainer::run(const TrainState& start) {
       interval_timed = 0;
       st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;
     }
+    if (validation_on() && iteration % cfg_.eval_interval == 0) {
+      res.valid_loss.emplace_back(iteration, evaluate(fmt::format("iteration {}", iteration), eval_.valid,
+                                                      st.valid_consumed_samples));
+      st.valid_consumed_samples += cfg_.eval_iters * cfg_.global_batch_size;
+    }
     if (it == start.iteration) allocs_after_first = memory_stats(model_.context().device).total_allocs;
     if (st.consecutive_nan >= cfg_.max_consecutive_nan_iterations)
       fail("stopping: {} consecutive iterations had a non-finite loss or gradient norm (last at iteration {}); "
            "lower --lr or check the data",
            st.consecutive_nan, iteration);
+    // Megatron's order (training.py, train()): log line, evaluation, then the checkpoint.
     if (checkpoint_) checkpoint_(st, last);
-    if (exiting) break;
+    if (exited) break;
   }
   res.allocations_in_loop =
       res.seconds.empty() ? 0 : memory_stats(model_.context().device).total_allocs - allocs_after_first;
   res.nan_iterations = st.nan_iterations;
   res.state = st;
+  // After training, as Megatron's pretrain(): the validation split (continuing) and the test split.
+  // A run stopped by --exit-interval exits before them, as Megatron's train() does.
+  if (!exited && validation_on())
+    res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", cfg_.train_iters), eval_.valid,
+                                    st.valid_consumed_samples);
+  if (!exited && cfg_.eval_iters > 0 && eval_.test)
+    res.final_test_loss = evaluate(fmt::format("iteration {} on test set", cfg_.train_iters), eval_.test, 0);
 
   // Summary over the last 60% of the iterations this process ran (the playbook reports iterations
   // 20-50 of 50); a resumed run times only its own iterations.
   const auto ran = static_cast<int64_t>(res.seconds.size());
   if (ran == 0) return res;
-  const int64_t skip = std::llround(0.4 * static_cast<double>(ran)) - 1;
-  const int64_t first_idx = std::clamp<int64_t>(skip, 0, ran - 1);
+  const int64_t first_idx = std::clamp<int64_t>(std::llround(0.4 * static_cast<double>(ran)) - 1, 0, ran - 1);
   res.summary_first = res.first_iteration + first_idx;
   res.summary_last = res.first_iteration + ran - 1;
   double sum = 0.0;

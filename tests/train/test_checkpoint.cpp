@@ -97,9 +97,9 @@ struct TinyCkptRun {
     return Trainer(
         *model, t,
         [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
-          data->micro_batch_at(first, mi, t.micro_batch_size, tok, lab);
+          data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
         },
-        [](const std::string&) {}, std::move(ckpt));
+        [](const std::string&) {}, EvalData{}, std::move(ckpt));
   }
 };
 

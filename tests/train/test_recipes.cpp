@@ -39,7 +39,7 @@ double final_loss(const std::string& recipe_name) {
   Trainer tr(
       model, t,
       [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
-        data.micro_batch_at(first, mi, t.micro_batch_size, tok, lab);
+        data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
       },
       [](const std::string&) {});
   const TrainResult res = tr.run();
