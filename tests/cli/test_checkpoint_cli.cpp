@@ -81,6 +81,35 @@ void expect_resume_matches(const std::vector<std::string>& recipe_flags) {
 TEST(CheckpointCli, ResumeReproducesTheStraightRunBf16) { expect_resume_matches({"--disable-fp4"}); }
 TEST(CheckpointCli, ResumeReproducesTheStraightRunNvfp4) { expect_resume_matches({}); }
 
+// The validation lines (in-loop, final validation and test) after iteration `after`.
+std::vector<std::string> validation_lines(const std::string& out, int after) {
+  static const std::regex valid(R"(^ validation loss at iteration (\d+))");
+  std::vector<std::string> lines;
+  for (const std::string& l : pl::test::split_lines(out)) {
+    std::smatch m;
+    if (std::regex_search(l, m, valid) && std::stoi(m[1]) > after) lines.push_back(l);
+  }
+  return lines;
+}
+
+TEST(CheckpointCli, ResumeContinuesTheValidationSampler) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  const std::vector<std::string> eval = {"--disable-fp4", "--eval-interval", "5", "--eval-iters", "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), eval.begin(), eval.end());
+    return tiny(extra);
+  };
+  const ProcessResult straight = run_ok(with({}));
+  const ProcessResult part1 = run_ok(with({"--save", d, "--exit-interval", "10"}));
+  EXPECT_TRUE(validation_lines(part1.out, 10).empty()) << "an --exit-interval stop skips the final evaluation";
+  const ProcessResult part2 = run_ok(with({"--load", d}));
+  const auto expected = validation_lines(straight.out, 10);
+  ASSERT_EQ(expected.size(), 4u);  // iterations 15 and 20, then on the validation and test sets
+  EXPECT_EQ(validation_lines(part2.out, 10), expected);
+  EXPECT_EQ(iteration_lines(part2.out, 1), iteration_lines(straight.out, 11));
+}
+
 // Runs the app with PL_CHECKPOINT_TEST_STALL=`stall`, waits until `marker` exists (the writer has
 // reached the stall), then kills it with SIGKILL. Returns true when the marker appeared.
 bool run_and_kill_when(const std::vector<std::string>& args, const std::string& stall,
