@@ -123,6 +123,7 @@ void expect_resume_is_bit_identical(const std::string& recipe) {
   const TrainResult part1 = tr1->run();
   ASSERT_TRUE(saved);
   ASSERT_EQ(part1.state.iteration, 4);
+  EXPECT_EQ(part1.allocations_in_loop, 0u) << "saving allocated a Buffer inside the loop";
 
   TinyCkptRun second(recipe, 999);  // other initial weights: everything must come from the checkpoint
   const VerifiedCheckpoint c = verify_checkpoint(save);
