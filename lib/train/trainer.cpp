@@ -136,7 +136,9 @@ TrainResult Trainer::run(const TrainState& start) {
     st.iteration = iteration;
     exited = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0 && iteration < cfg_.train_iters;
     const bool last = iteration == cfg_.train_iters || exited;
-    if (iteration % cfg_.log_interval == 0 || last) {
+    // An --exit-interval stop prints no extra line (as Megatron's training_log): the open interval's
+    // sums go into the checkpoint, so a resumed run prints the straight run's next line.
+    if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) {
       const double per_iter = interval_seconds / static_cast<double>(interval_timed);
       const double tflops = iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
       out_(log::step_time_line(per_iter, tflops));

@@ -81,6 +81,19 @@ void expect_resume_matches(const std::vector<std::string>& recipe_flags) {
 TEST(CheckpointCli, ResumeReproducesTheStraightRunBf16) { expect_resume_matches({"--disable-fp4"}); }
 TEST(CheckpointCli, ResumeReproducesTheStraightRunNvfp4) { expect_resume_matches({}); }
 
+TEST(CheckpointCli, ResumeInsideALogIntervalPrintsTheStraightRunsLines) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  const ProcessResult straight = run_ok(tiny({"--disable-fp4", "--log-interval", "3"}));
+  // Iteration 10 is not a log iteration: the open interval (iteration 10) travels in the checkpoint.
+  const ProcessResult part1 = run_ok(tiny({"--disable-fp4", "--log-interval", "3", "--save", d, "--exit-interval", "10"}));
+  EXPECT_TRUE(iteration_lines(part1.out, 10).empty());
+  const ProcessResult part2 = run_ok(tiny({"--disable-fp4", "--log-interval", "3", "--load", d}));
+  const auto expected = iteration_lines(straight.out, 11);
+  ASSERT_EQ(expected.size(), 4u);  // 12 (averaging 10..12), 15, 18, 20
+  EXPECT_EQ(iteration_lines(part2.out, 1), expected);
+}
+
 // The validation lines (in-loop, final validation and test) after iteration `after`.
 std::vector<std::string> validation_lines(const std::string& out, int after) {
   static const std::regex valid(R"(^ validation loss at iteration (\d+))");
