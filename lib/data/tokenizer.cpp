@@ -27,9 +27,17 @@ namespace pl::data {
 
 namespace {
 
-// Llama 3's pre-tokenizer (llama-models `Tokenizer.pat_str`, identical in meta-llama/llama3).
+// Llama 3's pre-tokenizer, llama-models `Tokenizer.pat_str` (identical in meta-llama/llama3):
+//   (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// with \s and \S spelled out as the Unicode White_Space set (U+0009..U+000D, U+0085 and \p{Z}),
+// which is what \s means to tiktoken's Rust regex engine. PCRE2's \s with PCRE2_UCP also matches
+// U+180E (whitespace before Unicode 6.3); a check against Python's `regex` module on random text
+// found U+180E to be the only difference.
+#define PL_WS "\\t\\n\\x0B\\f\\r\\x{85}\\p{Z}"
 constexpr const char* kLlama3Pattern =
-    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^" PL_WS "\\p{L}\\p{N}]+[\\r\\n]*|[" PL_WS
+    "]*[\\r\\n]+|[" PL_WS "]+(?![^" PL_WS "])|[" PL_WS "]+";
+#undef PL_WS
 
 constexpr int kNumLlama3Specials = 256;
 constexpr const char* kBeginOfText = "<|begin_of_text|>";
