@@ -6,6 +6,9 @@
 //     ignored) and the merge rule (lowest-rank adjacent pair first, leftmost on ties; a piece that
 //     is a whole token maps straight to its rank); encode() with allowed_special="all" matches
 //     special-token strings first and runs regex + BPE on the text between them.
+// Not reproduced: llama-models' encode() also cuts its input into 400k-character chunks and runs of
+// at most 25k consecutive (non-)whitespace characters to dodge a tiktoken crash; that changes the
+// tokens only inside such pathological runs. Hugging Face's Llama 3 tokenizer does not cut either.
 #include "data/tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
