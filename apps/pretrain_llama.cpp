@@ -167,6 +167,10 @@ data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& 
   data::TrainingData d(data::data_config_for_run(flags, mc.vocab_size, t.seq_length,
                                                  {t.train_samples(), t.valid_samples(), t.test_samples()}));
   for (const std::string& line : d.summary()) out->info("pretrain_llama | data: {}", line);
+  PL_CHECK(d.recorded_vocab_size() <= mc.vocab_size,
+           "{} says the data was tokenized with a vocabulary of {}, but model {} has vocab_size {}: use a model config "
+           "whose vocab_size covers it (e.g. llama_tiny_bytes for the byte tokenizer)",
+           d.recorded_vocab_source(), d.recorded_vocab_size(), mc.name, mc.vocab_size);
   out->info("pretrain_llama | data: indices ready in {:.0f} ms; validation {}",
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
             t.eval_iters > 0 ? fmt::format("every {} iterations, {} batches of {} samples", t.eval_interval, t.eval_iters,

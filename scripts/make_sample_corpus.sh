@@ -8,7 +8,7 @@
 #   data/sample/license_byte_text_document.tokenizer.json the tokenizer record
 # Usage: scripts/make_sample_corpus.sh [PREPROCESS_DATA_BINARY]   (default build/apps/preprocess_data)
 # Env: LICENSE_DIR (default /usr/share/common-licenses), MAX_BYTES (default 2097152: files are added
-#      while the corpus stays under it).
+#      while the corpus stays under it), OUT_DIR (default data/sample; the tests write elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build/apps/preprocess_data}
@@ -17,7 +17,7 @@ MAX_BYTES=${MAX_BYTES:-2097152}
 [[ -x "$bin" ]] || { echo "make_sample_corpus: $bin not found; build first (cmake -S . -B build && cmake --build build --target preprocess_data)" >&2; exit 1; }
 [[ -d "$LICENSE_DIR" ]] || { echo "make_sample_corpus: $LICENSE_DIR not found (Debian's base-files provides it; set LICENSE_DIR)" >&2; exit 1; }
 
-out=data/sample
+out=${OUT_DIR:-data/sample}
 mkdir -p "$out"
 corpus="$out/license_corpus.txt"
 tmp=$(mktemp "$out/.license_corpus.XXXXXX")
