@@ -19,7 +19,7 @@
 #include "config/train_config.h"
 #include "core/error.h"
 #include "core/step_timer.h"
-#include "data/mock_dataset.h"
+#include "data/data_pipeline.h"
 #if defined(PL_WITH_CUDA)
 #include "backend/cuda/attention_graph.h"
 #include "backend/cuda/gemm.h"
@@ -49,6 +49,7 @@ struct Options {
   std::string recompute = "none";
   bool dry_run = false;
   std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
+  data::DataConfig data;
 };
 
 // Every line of the run goes through one stdout logger with the bare "%v" pattern, so Megatron's
@@ -97,6 +98,20 @@ void add_flags(CLI::App& app, Options& o) {
                  "replace the random initialisation");
   app.add_flag("--dry-run", o.dry_run,
                "Print the memory plan (GB per category and total) and exit; touches no GPU");
+  app.add_option("--data-path", o.data.data_path,
+                 "Megatron indexed dataset(s): PREFIX (PREFIX.bin/.idx, e.g. corpus_text_document) or a blend "
+                 "'W1 PREFIX1 W2 PREFIX2 ...'; without it, Megatron's mock data")
+      ->expected(1, -1);
+  app.add_option("--split", o.data.split, "Train/validation/test proportions of the documents (real data only)")
+      ->capture_default_str();
+  app.add_option("--data-cache-path", o.data.cache_path,
+                 "Where GPTDataset index files are cached (default: <prefix>/cache/GPTDataset_indices)");
+  app.add_option("--data-seed", o.data.seed, "Seed of the dataset shuffles (Bridge's dataset.random_seed)")
+      ->capture_default_str();
+  app.add_option("--eval-interval", t.eval_interval, "Iterations between validation runs")->capture_default_str();
+  app.add_option("--eval-iters", t.eval_iters,
+                 "Global batches per validation run (0 = no validation, the playbook's setting)")
+      ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
 }
@@ -150,6 +165,39 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
        avail / 1e9, hint);
 }
 
+// The run's data (mock unless --data-path), sized for training and validation, with one summary line
+// per dataset and split.
+data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& mc, const TrainConfig& t,
+                              const std::shared_ptr<spdlog::logger>& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  data::TrainingData d(data::data_config_for_run(flags, mc.vocab_size, t.seq_length,
+                                                 {t.train_samples(), t.valid_samples(), t.test_samples()}));
+  for (const std::string& line : d.summary()) out->info("pretrain_llama | data: {}", line);
+  out->info("pretrain_llama | data: indices ready in {:.0f} ms; validation {}",
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+            t.eval_iters > 0 ? fmt::format("every {} iterations, {} batches of {} samples", t.eval_interval, t.eval_iters,
+                                           t.global_batch_size)
+                             : std::string("off (--eval-iters 0)"));
+  return d;
+}
+
+// Micro-batches of split `s`; an id the model cannot embed is reported with the sample it came from
+// (data tokenized for a larger vocabulary than the model's).
+BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_batch, int64_t vocab_size) {
+  return [&d, s, micro_batch, vocab_size](int64_t first, int64_t micro, std::span<int32_t> tok,
+                                          std::span<int32_t> lab) {
+    d.micro_batch(s, first, micro, micro_batch, tok, lab);
+    const int64_t seq = static_cast<int64_t>(tok.size()) / micro_batch;
+    for (size_t k = 0; k < tok.size(); ++k) {
+      const int32_t bad = tok[k] < 0 || tok[k] >= vocab_size ? tok[k] : (lab[k] < 0 || lab[k] >= vocab_size ? lab[k] : 0);
+      PL_CHECK(bad == 0, "data: sample {} of the {} split holds token id {}, outside the model's vocabulary [0, {}): "
+               "the data was tokenized for another vocabulary (see its .tokenizer.json, or use a model config with "
+               "a larger vocab_size)",
+               first + micro * micro_batch + static_cast<int64_t>(k) / seq, data::split_name(s), bad, vocab_size);
+    }
+  };
+}
+
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
@@ -166,6 +214,11 @@ int run(int argc, char** argv) {
   }
   TrainConfig& t = o.train;
   validate_train_config(t);
+  PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
+           "--eval-interval {} needs --eval-iters N > 0 (validation is off by default, as in the playbook)",
+           t.eval_interval);
+  PL_CHECK(o.data.data_path.empty() ? !app.count("--split") && !app.count("--data-cache-path") : true,
+           "--split and --data-cache-path apply to --data-path data (mock data always uses split 1,1,1)");
   PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
   std::string recipe_note;
   if (o.disable_fp4) {
@@ -262,16 +315,7 @@ int run(int argc, char** argv) {
     if (device == Device::CUDA)
       reserve_device_arena(device, plan_model.memory_plan().total() - 32.0 * 1024 * 1024 + kArenaSlack);
   }
-  // Mock data as Megatron-Bridge builds it: NullTokenizer vocab 32000 (EOD 31999), or the model's
-  // own vocab (EOD = vocab-1) when it is smaller.
-  const int64_t data_vocab = std::min<int64_t>(mc.vocab_size, 32000);
-  const auto t_data = std::chrono::steady_clock::now();
-  data::MockGPTDataset dataset(data::MockDataConfig{data_vocab, data_vocab - 1, t.seq_length,
-                                                    t.train_iters * t.global_batch_size, 1234});
-  out->info("pretrain_llama | data: Megatron MockGPTDataset (vocab {}, eod {}, split 1,1,1, seed 1234): the run reads "
-            "{} samples of the {} indexed, index built in {:.0f} ms",
-            data_vocab, data_vocab - 1, t.train_iters * t.global_batch_size, dataset.size(),
-            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t_data).count());
+  const data::TrainingData dataset = build_data(o.data, mc, t, out);
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
   if (from_hf)
@@ -280,10 +324,12 @@ int run(int argc, char** argv) {
     model.init_parameters(t.seed);
   Trainer trainer(
       model, t,
-      [&](int64_t it, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
-        dataset.micro_batch(it, micro, t.global_batch_size, t.micro_batch_size, tok, lab);
-      },
-      [&](const std::string& line) { out->info("{}", line); });
+      batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
+      [&](const std::string& line) { out->info("{}", line); },
+      EvalData{dataset.split(data::Split::valid) ? batches_of(dataset, data::Split::valid, t.micro_batch_size, mc.vocab_size)
+                                                 : BatchFn{},
+               dataset.split(data::Split::test) ? batches_of(dataset, data::Split::test, t.micro_batch_size, mc.vocab_size)
+                                                : BatchFn{}});
   const TrainResult r = trainer.run();
   out->info("{}", log::final_memory_line(memory_stats(device)));
   const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);

@@ -25,6 +25,8 @@ void validate_train_config(const TrainConfig& t) {
            "--device must be auto, cpu or cuda, got '{}'", t.device);
   PL_CHECK(t.quant_stats_interval >= 0, "--log-quant-stats-interval must be >= 0 (0 = off), got {}",
            t.quant_stats_interval);
+  PL_CHECK(t.eval_interval >= 1, "--eval-interval must be >= 1, got {}", t.eval_interval);
+  PL_CHECK(t.eval_iters >= 0, "--eval-iters must be >= 0 (0 = no validation), got {}", t.eval_iters);
   PL_CHECK(t.max_consecutive_nan_iterations >= 1, "--max-nan-iterations must be >= 1, got {}",
            t.max_consecutive_nan_iterations);
 }

@@ -19,10 +19,21 @@ struct TrainConfig {
   int threads = 0;                    // 0: all cores
   std::string device = "auto";        // auto | cpu | cuda
   int64_t max_consecutive_nan_iterations = 10;
-  bool fp32_reference = false;
-  int64_t quant_stats_interval = 0;   // --log-quant-stats-interval; 0 = off        // no bf16 rounding anywhere (numerics studies, gradient tests)
+  bool fp32_reference = false;       // no bf16 rounding anywhere (numerics studies, gradient tests)
+  int64_t quant_stats_interval = 0;   // --log-quant-stats-interval; 0 = off
+  // Validation (Megatron's --eval-interval / --eval-iters): every eval_interval iterations, eval_iters
+  // global batches of the validation split, forward only. The playbook sets eval_iters = 0 (off);
+  // the recipe's interval is 2000.
+  int64_t eval_interval = 2000;
+  int64_t eval_iters = 0;
 
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
+  // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global
+  // batches; (train_iters / eval_interval + 1) * eval_iters for validation (one evaluation every
+  // interval plus the final one); eval_iters for the test split.
+  int64_t train_samples() const { return train_iters * global_batch_size; }
+  int64_t valid_samples() const { return (train_iters / eval_interval + 1) * eval_iters * global_batch_size; }
+  int64_t test_samples() const { return eval_iters * global_batch_size; }
 };
 
 // Checks ranges and divisibility; one-line error naming the flag.

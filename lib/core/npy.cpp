@@ -155,6 +155,8 @@ uint32_t le32(const uint8_t* p) {
 size_t NpyArray::npy_itemsize(const std::string& dtype) {
   if (dtype == "<f4") return 4;
   if (dtype == "<u2") return 2;
+  if (dtype == "<i4") return 4;
+  if (dtype == "<i8") return 8;
   if (dtype == "|u1") return 1;
   return 0;
 }
@@ -217,13 +219,13 @@ NpyArray read_npy(const std::string& path) {
     fail("{}: malformed .npy header: missing '{}'", path,
          !have_descr ? "descr" : (!have_order ? "fortran_order" : "shape"));
 
-  // dtype: little-endian f4/u2 and single-byte u1 only.
+  // dtype: little-endian f4/u2/i4/i8 and single-byte u1 only.
   std::string dtype = descr;
   if (descr == "<u1" || descr == "=u1" || descr == ">u1") dtype = "|u1";
   if (NpyArray::npy_itemsize(dtype) == 0) {
     if (descr.size() >= 2 && descr[0] == '>' && descr != ">u1")
-      fail("{}: big-endian dtype '{}' is not supported (only little-endian '<f4', '<u2', '|u1')", path, descr);
-    fail("{}: unsupported dtype '{}' (supported: '<f4' float32, '<u2' uint16/BF16 bits, '|u1' uint8)", path,
+      fail("{}: big-endian dtype '{}' is not supported (only little-endian '<f4', '<u2', '<i4', '<i8', '|u1')", path, descr);
+    fail("{}: unsupported dtype '{}' (supported: '<f4' float32, '<u2' uint16/BF16 bits, '<i4' int32, '<i8' int64, '|u1' uint8)", path,
          descr);
   }
   a.dtype = dtype;
@@ -254,7 +256,7 @@ NpyArray read_npy(const std::string& path) {
 std::vector<uint8_t> encode_npy(const std::string& dtype, const std::vector<int64_t>& shape, const void* data,
                                 size_t bytes) {
   const size_t item = NpyArray::npy_itemsize(dtype);
-  PL_CHECK(item != 0, "write_npy: unsupported dtype '{}' (supported: '<f4', '<u2', '|u1')", dtype);
+  PL_CHECK(item != 0, "write_npy: unsupported dtype '{}' (supported: '<f4', '<u2', '<i4', '<i8', '|u1')", dtype);
   PL_CHECK(!shape.empty(), "write_npy: 0-D arrays are not supported");
   uint64_t need = item;
   for (int64_t d : shape) {

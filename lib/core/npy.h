@@ -1,7 +1,8 @@
 #pragma once
 // NumPy .npy files (format versions 1.0 and 2.0, little-endian, C order), for tools that exchange
 // tensors with Python: reading 1-D or 2-D arrays of dtype '<f4' (float32), '<u2' (uint16; BF16 bit
-// patterns by convention) and '|u1' (uint8), and writing the same dtypes as version 1.0 files.
+// patterns by convention), '<i4'/'<i8' (int32/int64: dataset index caches) and '|u1' (uint8), and
+// writing the same dtypes as version 1.0 files.
 // Every error is a one-line pl::Error naming the file and what is wrong with it.
 #include <cstddef>
 #include <cstdint>

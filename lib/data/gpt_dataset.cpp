@@ -1,14 +1,43 @@
 #include "data/gpt_dataset.h"
 
+#include <fmt/format.h>
+
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <cstdlib>
 #include <limits>
 #include <string>
 
 #include "core/error.h"
+#include "core/npy.h"
 #include "data/numpy_rng.h"
 
 namespace pl::data {
+
+void fill_micro_batch(const SampleSource& source, int32_t pad_token_id, int64_t first_sample, int64_t micro,
+                      int64_t micro_batch, std::span<int32_t> tokens, std::span<int32_t> labels) {
+  const int64_t seq = source.sample_length() - 1;
+  PL_CHECK(micro_batch >= 1 && micro >= 0 && first_sample >= 0, "data: bad micro-batch request ({} x {} at sample {})",
+           micro, micro_batch, first_sample);
+  PL_CHECK(static_cast<int64_t>(tokens.size()) == micro_batch * seq && static_cast<int64_t>(labels.size()) == micro_batch * seq,
+           "data: micro-batch buffers hold {} and {} tokens, need {}", tokens.size(), labels.size(), micro_batch * seq);
+  const int64_t first = first_sample + micro * micro_batch;
+  PL_CHECK(first + micro_batch <= source.size(), "data: the run needs samples up to {} but the dataset has {}",
+           first + micro_batch, source.size());
+  std::vector<int32_t> text(static_cast<size_t>(seq + 1));
+  for (int64_t b = 0; b < micro_batch; ++b) {
+    source.get(first + b, text);
+    int32_t* tk = tokens.data() + b * seq;
+    int32_t* lb = labels.data() + b * seq;
+    for (int64_t t = 0; t < seq; ++t) {
+      tk[t] = text[static_cast<size_t>(t)] == pad_token_id ? 0 : text[static_cast<size_t>(t)];
+      lb[t] = text[static_cast<size_t>(t + 1)] == pad_token_id ? 0 : text[static_cast<size_t>(t + 1)];
+    }
+  }
+}
 
 const char* split_name(Split s) {
   switch (s) {
@@ -126,10 +155,136 @@ void append_shuffled_range(std::vector<int64_t>& out, int64_t first, int64_t las
 }
 }  // namespace
 
+namespace {
+// FNV-1a 64 of the description: names the cache entry (Megatron uses md5 of its own description,
+// which we cannot reproduce byte for byte, so there is no point in matching the hash function).
+uint64_t fnv1a64(std::string_view text) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// Everything the three index arrays depend on, one "key: value" per line.
+std::string index_description(const std::string& dataset_id, const std::vector<int32_t>& indices,
+                              std::optional<int64_t> num_samples, Split split, const GPTDatasetConfig& c) {
+  uint64_t h = 14695981039346656037ull;  // of the sequence indices themselves
+  for (const int32_t i : indices) {
+    h ^= static_cast<uint32_t>(i);
+    h *= 1099511628211ull;
+  }
+  return fmt::format(
+      "class: GPTDataset\nformat: 1\ndataset: {}\nsplit: {}\nsequences: {} [{}, {}] fnv {:016x}\nnum_samples: {}\n"
+      "sequence_length: {}\nrandom_seed: {}\nadd_extra_token_to_sequence: {}\n"
+      "drop_last_partial_validation_sequence: {}\n",
+      dataset_id, split_name(split), indices.size(), indices.empty() ? -1 : indices.front(),
+      indices.empty() ? -1 : indices.back(), h, num_samples ? std::to_string(*num_samples) : "one epoch",
+      c.sequence_length, c.random_seed, c.add_extra_token_to_sequence, c.drop_last_partial_validation_sequence);
+}
+
+std::optional<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+template <typename T>
+std::vector<T> npy_values(const NpyArray& a) {
+  std::vector<T> v(static_cast<size_t>(a.numel()));
+  std::memcpy(v.data(), a.bytes.data(), a.bytes.size());
+  return v;
+}
+}  // namespace
+
+// A cached entry is used only when its description matches exactly and the arrays are consistent
+// with it (sizes, value ranges); anything else means rebuild.
+bool GPTDataset::load_cached(const std::string& base, const std::string& description, int64_t docs) {
+  const std::optional<std::string> have = read_text_file(base + "description.txt");
+  if (!have || *have != description) return false;
+  try {
+    const NpyArray doc = read_npy(base + "document_index.npy");
+    const NpyArray smp = read_npy(base + "sample_index.npy");
+    const NpyArray shf = read_npy(base + "shuffle_index.npy");
+    if (doc.dtype != "<i4" || doc.shape.size() != 1 || smp.dtype != "<i8" || smp.shape.size() != 2 ||
+        smp.shape[1] != 2 || smp.shape[0] < 1 || shf.dtype != "<i8" || shf.shape.size() != 1 ||
+        shf.shape[0] != smp.shape[0] - 1 || docs == 0 || doc.shape[0] % docs != 0)
+      return false;
+    std::vector<int32_t> d = npy_values<int32_t>(doc);
+    std::vector<int64_t> si = npy_values<int64_t>(smp), sh = npy_values<int64_t>(shf);
+    const int64_t n = dataset_->num_sequences(), total = shf.shape[0];
+    for (const int32_t x : d)
+      if (x < 0 || x >= n) return false;
+    for (size_t r = 0; r < si.size(); r += 2)
+      if (si[r] < 0 || si[r] >= static_cast<int64_t>(d.size()) || si[r + 1] < 0) return false;
+    for (const int64_t x : sh)
+      if (x < 0 || x >= total) return false;
+    tokens_per_epoch_ = 0;
+    for (int64_t p = 0; p < docs; ++p) tokens_per_epoch_ += dataset_->sequence_lengths()[static_cast<size_t>(d[p])];
+    num_epochs_ = doc.shape[0] / docs;
+    separate_final_epoch_ = false;  // not needed once the indices exist; not recorded
+    document_index_ = std::move(d);
+    sample_index_ = std::move(si);
+    shuffle_index_ = std::move(sh);
+    return true;
+  } catch (const Error&) {
+    return false;  // unreadable or corrupt: rebuild
+  }
+}
+
+// Arrays first, the description last: an entry without its description is never used, so a crash
+// mid-save leaves nothing that a later run would trust.
+void GPTDataset::save_cached(const std::string& base, const std::string& description) {
+  try {
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(base).parent_path(), ec);
+    if (ec) throw Error(fmt::format("cannot create {}: {}", std::filesystem::path(base).parent_path().string(), ec.message()));
+    const int64_t rows = size() + 1;
+    write_npy(base + "document_index.npy", "<i4", {static_cast<int64_t>(document_index_.size())},
+              document_index_.data(), document_index_.size() * sizeof(int32_t));
+    write_npy(base + "sample_index.npy", "<i8", {rows, 2}, sample_index_.data(), sample_index_.size() * sizeof(int64_t));
+    write_npy(base + "shuffle_index.npy", "<i8", {static_cast<int64_t>(shuffle_index_.size())}, shuffle_index_.data(),
+              shuffle_index_.size() * sizeof(int64_t));
+    const std::string tmp = base + "description.txt.tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      out << description;
+      out.close();
+      if (!out) throw Error(fmt::format("cannot write {}", tmp));
+    }
+    std::filesystem::rename(tmp, base + "description.txt", ec);
+    if (ec) throw Error(fmt::format("cannot rename {}: {}", tmp, ec.message()));
+    cache_status_ = CacheStatus::built_and_saved;
+    cache_note_ = base + "*";
+  } catch (const Error& e) {
+    cache_status_ = CacheStatus::built_not_saved;  // a read-only data directory is not an error
+    cache_note_ = e.what();
+  }
+}
+
 GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vector<int32_t> indices,
-                       std::optional<int64_t> num_samples, Split split, const GPTDatasetConfig& config)
-    : dataset_(std::move(dataset)), config_(config) {
+                       std::optional<int64_t> num_samples, Split split, const GPTDatasetConfig& config,
+                       const GPTIndexCache& cache)
+    : dataset_(std::move(dataset)), config_(config), split_(split) {
   PL_CHECK(dataset_ != nullptr, "GPT dataset: no low-level dataset");
+  num_sequences_ = static_cast<int64_t>(indices.size());
+  if (cache.dir.empty()) {
+    build_indices(indices, num_samples);
+    return;
+  }
+  const std::string description = index_description(cache.dataset_id, indices, num_samples, split, config_);
+  const std::string base = fmt::format("{}/{:016x}-GPTDataset-{}-", cache.dir, fnv1a64(description), split_name(split));
+  if (load_cached(base, description, static_cast<int64_t>(indices.size()))) {
+    cache_status_ = CacheStatus::loaded;
+    cache_note_ = base + "*";
+    return;
+  }
+  build_indices(indices, num_samples);
+  save_cached(base, description);
+}
+
+void GPTDataset::build_indices(const std::vector<int32_t>& indices, std::optional<int64_t> num_samples) {
   const int64_t seq = config_.sequence_length;
   const int add = config_.add_extra_token_to_sequence ? 1 : 0;
   PL_CHECK(seq >= 1, "GPT dataset: sequence length must be >= 1, got {}", seq);
@@ -143,7 +298,7 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
     PL_CHECK(i >= 0 && i < n, "GPT dataset: sequence index {} out of range [0, {})", i, n);
     tokens_per_epoch_ += lengths[static_cast<size_t>(i)];
   }
-  PL_CHECK(tokens_per_epoch_ >= 1, "GPT dataset {} split: no tokens in {} sequences", split_name(split),
+  PL_CHECK(tokens_per_epoch_ >= 1, "GPT dataset {} split: no tokens in {} sequences", split_name(split_),
            indices.size());
 
   // _get_num_epochs: the smallest e with e * tokens_per_epoch >= num_samples * seq + add.
@@ -183,7 +338,7 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
   }
 
   // Sample index.
-  const bool drop_last = split == Split::valid ? config_.drop_last_partial_validation_sequence : true;
+  const bool drop_last = split_ == Split::valid ? config_.drop_last_partial_validation_sequence : true;
   sample_index_ = build_sample_index(lengths, document_index_, seq, num_epochs_, tokens_per_epoch_,
                                      drop_last, add);
 

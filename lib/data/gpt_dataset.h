@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -27,6 +28,23 @@ class LowLevelDataset {
   virtual void get(int64_t seq, int64_t offset, int64_t length, int32_t* out) const = 0;
   int64_t num_sequences() const { return static_cast<int64_t>(sequence_lengths().size()); }
 };
+
+// What a sampler reads: size() samples of sample_length() tokens each (GPTDataset, BlendedDataset).
+class SampleSource {
+ public:
+  virtual ~SampleSource() = default;
+  virtual int64_t size() const = 0;
+  virtual int64_t sample_length() const = 0;
+  virtual void get(int64_t idx, std::span<int32_t> out) const = 0;
+};
+
+// Micro-batch `micro` of the global batch whose first sample is `first_sample`, in the order of
+// Megatron's MegatronPretrainingSampler (DP = 1): samples first_sample + micro*micro_batch + [0,
+// micro_batch). tokens[b*seq + t] = text_b[t], labels[b*seq + t] = text_b[t+1] (seq =
+// sample_length() - 1); pad ids become 0 as in GPTDataset.__getitem__ (with the default configs no
+// sample is ever padded). Fails with one line when the source has too few samples.
+void fill_micro_batch(const SampleSource& source, int32_t pad_token_id, int64_t first_sample, int64_t micro,
+                      int64_t micro_batch, std::span<int32_t> tokens, std::span<int32_t> labels);
 
 enum class Split { train = 0, valid = 1, test = 2 };
 const char* split_name(Split s);
@@ -56,20 +74,32 @@ std::vector<int64_t> build_sample_index(std::span<const int32_t> sizes,
                                         int64_t tokens_per_epoch, bool drop_last_partial_sequence,
                                         int add_extra_token);
 
-class GPTDataset {
+// Where GPTDataset keeps its three index arrays between runs (Megatron's
+// <path_prefix>/cache/GPTDataset_indices). `dataset_id` names the low-level data (its path prefix and
+// size); the description built from it and the split, sample count, sequence length and seed decides
+// whether a cached entry is reused. Empty dir: no cache.
+struct GPTIndexCache {
+  std::string dir;
+  std::string dataset_id;
+};
+enum class CacheStatus { off, loaded, built_and_saved, built_not_saved };
+
+class GPTDataset final : public SampleSource {
  public:
   // indices: the sequences this split exposes (Megatron `indexed_indices`); num_samples: samples
-  // requested (nullopt: one epoch). Builds the document, sample and shuffle indices.
+  // requested (nullopt: one epoch). Builds the document, sample and shuffle indices, or loads them
+  // from `cache` when a cached entry has the same description (and saves them there otherwise).
   GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vector<int32_t> indices,
-             std::optional<int64_t> num_samples, Split split, const GPTDatasetConfig& config);
+             std::optional<int64_t> num_samples, Split split, const GPTDatasetConfig& config,
+             const GPTIndexCache& cache = {});
 
   // len(dataset): samples in the sample index (>= num_samples).
-  int64_t size() const { return static_cast<int64_t>(sample_index_.size() / 2) - 1; }
+  int64_t size() const override { return static_cast<int64_t>(sample_index_.size() / 2) - 1; }
   // Tokens of one sample: sequence_length + add_extra_token.
-  int64_t sample_length() const;
+  int64_t sample_length() const override;
   // __getitem__(idx) before the tokens/labels split: the sample's text through the shuffle index,
   // padded with pad_token_id if short (only a valid split kept partial can be short).
-  void get(int64_t idx, std::span<int32_t> out) const;
+  void get(int64_t idx, std::span<int32_t> out) const override;
 
   const GPTDatasetConfig& config() const { return config_; }
   const LowLevelDataset& dataset() const { return *dataset_; }
@@ -79,8 +109,15 @@ class GPTDataset {
   const std::vector<int32_t>& document_index() const { return document_index_; }
   const std::vector<int64_t>& sample_index() const { return sample_index_; }  // [size()+1][2]
   const std::vector<int64_t>& shuffle_index() const { return shuffle_index_; }
+  Split split() const { return split_; }
+  int64_t num_sequences() const { return num_sequences_; }  // in this split
+  CacheStatus cache_status() const { return cache_status_; }
+  const std::string& cache_note() const { return cache_note_; }  // where, or why not saved
 
  private:
+  void build_indices(const std::vector<int32_t>& indices, std::optional<int64_t> num_samples);
+  bool load_cached(const std::string& base, const std::string& description, int64_t docs);
+  void save_cached(const std::string& base, const std::string& description);
   std::shared_ptr<const LowLevelDataset> dataset_;
   GPTDatasetConfig config_;
   int64_t tokens_per_epoch_ = 0;
@@ -89,6 +126,10 @@ class GPTDataset {
   std::vector<int32_t> document_index_;
   std::vector<int64_t> sample_index_;
   std::vector<int64_t> shuffle_index_;
+  Split split_ = Split::train;
+  int64_t num_sequences_ = 0;
+  CacheStatus cache_status_ = CacheStatus::off;
+  std::string cache_note_;
 };
 
 }  // namespace pl::data

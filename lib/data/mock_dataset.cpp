@@ -31,7 +31,7 @@ MockGPTDataset::MockGPTDataset(const MockDataConfig& config) : config_(config) {
   low_ = std::make_shared<const MockGPTLowLevelDataset>(config.vocab_size, config.eod);
   // Mock data ignores the configured split and uses "1,1,1" (blended_megatron_dataset_config.py).
   const auto ranges = split_ranges("1,1,1", low_->num_sequences());
-  const auto [begin, end] = *ranges[static_cast<int>(Split::train)];
+  const auto [begin, end] = *ranges[static_cast<int>(config.split)];
   std::vector<int32_t> indices;
   indices.reserve(static_cast<size_t>(end - begin));
   for (int64_t i = begin; i < end; ++i) indices.push_back(static_cast<int32_t>(i));
@@ -39,7 +39,7 @@ MockGPTDataset::MockGPTDataset(const MockDataConfig& config) : config_(config) {
   gc.sequence_length = config.seq_length;
   gc.random_seed = config.random_seed;
   gc.add_extra_token_to_sequence = true;
-  gpt_ = std::make_unique<GPTDataset>(low_, std::move(indices), config.num_samples, Split::train, gc);
+  gpt_ = std::make_unique<GPTDataset>(low_, std::move(indices), config.num_samples, config.split, gc);
 }
 
 void MockGPTDataset::sample(int64_t index, std::span<int32_t> tokens_out) const {
@@ -47,34 +47,9 @@ void MockGPTDataset::sample(int64_t index, std::span<int32_t> tokens_out) const 
   gpt_->get(index, tokens_out);
 }
 
-void MockGPTDataset::micro_batch(int64_t iteration, int64_t micro_index, int64_t global_batch,
-                                 int64_t micro_batch, std::span<int32_t> tokens,
-                                 std::span<int32_t> labels) const {
-  PL_CHECK(micro_batch >= 1 && global_batch >= micro_batch && global_batch % micro_batch == 0,
-           "mock data: global batch {} is not a positive multiple of micro batch {}", global_batch, micro_batch);
-  PL_CHECK(iteration >= 0 && micro_index >= 0 && micro_index < global_batch / micro_batch,
-           "mock data: micro-batch {} of iteration {} out of range ({} micro-batches per iteration)", micro_index,
-           iteration, global_batch / micro_batch);
-  const int64_t seq = config_.seq_length;
-  PL_CHECK(static_cast<int64_t>(tokens.size()) == micro_batch * seq &&
-               static_cast<int64_t>(labels.size()) == micro_batch * seq,
-           "mock data: micro-batch buffers hold {} and {} tokens, need {}", tokens.size(), labels.size(),
-           micro_batch * seq);
-  const int64_t first = iteration * global_batch + micro_index * micro_batch;
-  PL_CHECK(first + micro_batch <= size(),
-           "mock data: iteration {} needs samples up to {} but the dataset has {}", iteration,
-           first + micro_batch, size());
-  const int32_t pad = gpt_->config().pad_token_id;
-  std::vector<int32_t> text(static_cast<size_t>(seq + 1));
-  for (int64_t b = 0; b < micro_batch; ++b) {
-    gpt_->get(first + b, text);
-    int32_t* tk = tokens.data() + b * seq;
-    int32_t* lb = labels.data() + b * seq;
-    for (int64_t t = 0; t < seq; ++t) {
-      tk[t] = text[static_cast<size_t>(t)] == pad ? 0 : text[static_cast<size_t>(t)];
-      lb[t] = text[static_cast<size_t>(t + 1)] == pad ? 0 : text[static_cast<size_t>(t + 1)];
-    }
-  }
+void MockGPTDataset::micro_batch(int64_t first_sample, int64_t micro_index, int64_t micro_batch,
+                                 std::span<int32_t> tokens, std::span<int32_t> labels) const {
+  fill_micro_batch(*gpt_, gpt_->config().pad_token_id, first_sample, micro_index, micro_batch, tokens, labels);
 }
 
 }  // namespace pl::data

@@ -37,25 +37,24 @@ struct MockDataConfig {
   int64_t vocab_size;
   int64_t eod;
   int64_t seq_length;
-  int64_t num_samples;  // train_iters * global batch
+  int64_t num_samples;  // train_iters * global batch for the train split
   uint32_t random_seed = 1234;
+  Split split = Split::train;  // of "1,1,1" (Megatron forces that split for mock data)
 };
 
 class MockGPTDataset {
  public:
   explicit MockGPTDataset(const MockDataConfig& config);
 
-  // Samples in the train split index (>= num_samples; 16648 at seq 4096).
+  // Samples in the split's index (>= num_samples; 16648 for train at seq 4096).
   int64_t size() const { return gpt_->size(); }
   int64_t seq_length() const { return config_.seq_length; }
   // seq_length + 1 tokens of dataset index `index` (through the shuffle index).
   void sample(int64_t index, std::span<int32_t> tokens_out) const;
-  // Micro-batch `micro_index` of iteration `iteration` (0-based), Megatron's sampler order: the
-  // samples at dataset indices iteration*global_batch + micro_index*micro_batch + [0, micro_batch).
-  // tokens[b*seq + t] = text_b[t], labels[b*seq + t] = text_b[t+1]; both are [micro_batch*seq].
-  // (Pad ids would become 0 as in Megatron; the train split is never padded.)
-  void micro_batch(int64_t iteration, int64_t micro_index, int64_t global_batch, int64_t micro_batch,
-                   std::span<int32_t> tokens, std::span<int32_t> labels) const;
+  // Micro-batch `micro_index` of the global batch starting at dataset index first_sample, in
+  // Megatron's sampler order (see fill_micro_batch); tokens and labels are [micro_batch*seq].
+  void micro_batch(int64_t first_sample, int64_t micro_index, int64_t micro_batch, std::span<int32_t> tokens,
+                   std::span<int32_t> labels) const;
 
   const GPTDataset& gpt() const { return *gpt_; }
   const MockGPTLowLevelDataset& low_level() const { return *low_; }

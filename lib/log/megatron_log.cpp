@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -122,6 +123,14 @@ std::string now_timestamp() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
+}
+
+std::array<std::string, 3> validation_lines(const std::string& prefix, double lm_loss) {
+  // Followed: Megatron-LM megatron/training/training.py evaluate_and_print_results.
+  const std::string line = fmt::format(" validation loss at {} | lm loss value: {:.6E} | lm loss PPL: {:.6E} | ", prefix,
+                                       lm_loss, std::exp(std::min(20.0, lm_loss)));
+  const std::string rule(line.size() + 1, '-');
+  return {rule, line, rule};
 }
 
 }  // namespace pl::log

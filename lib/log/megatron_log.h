@@ -1,6 +1,7 @@
 #pragma once
 // The Megatron-Bridge log lines, to the character (SPEC-MEGATRON §1a), in one place, so that
 // grep/parse scripts written for Megatron logs work on ours.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,6 +33,12 @@ std::string step_time_line(double seconds_per_iteration, double tflops_per_gpu);
 std::string memory_line(int rank, int64_t iteration, const MemoryStats& s);
 // "FINAL mem-reserved-gigabytes: ... " (the playbook's own closing line)
 std::string final_memory_line(const MemoryStats& s);
+// Megatron's evaluate_and_print_results: a rule of '-', the line, the rule again (the rule is one
+// longer than the line). prefix is "iteration 25", or "iteration 50 on validation set" / "... on
+// test set" after training:
+//   " validation loss at iteration 25 | lm loss value: 4.123456E+00 | lm loss PPL: 6.173456E+01 | "
+// PPL = exp(min(20, loss)).
+std::array<std::string, 3> validation_lines(const std::string& prefix, double lm_loss);
 // Megatron's theoretical_memory_utils lines, one string with '\n' between them.
 std::string parameter_lines(double transformer_params, double embedding_params, double bytes_per_param);
 

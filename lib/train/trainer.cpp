@@ -12,11 +12,12 @@
 
 namespace pl {
 
-Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out)
+Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, EvalData eval)
     : model_(model),
       cfg_(cfg),
       batches_(std::move(batches)),
       out_(std::move(out)),
+      eval_(std::move(eval)),
       opt_(model, OptimizerConfig{}),
       schedule_(LrSchedule::from_iterations(cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
                                             cfg.global_batch_size)) {
@@ -33,6 +34,23 @@ void Trainer::log_quant_stats(int64_t iteration) {
                        "{:.6f} | underflow blocks {:.6f} | rel error {:.6f}",
                        iteration, ls.layer, ls.linear, o.operand, quant_format_name(o.format), o.stats.amax,
                        o.stats.saturated_fraction, o.stats.underflow_fraction, o.stats.relative_error));
+}
+
+double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t first_sample) {
+  const int64_t T = model_.tokens_per_micro_batch();
+  const int64_t M = cfg_.num_micro_batches();
+  std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
+  // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
+  // reports sum / count.
+  double loss_sum = 0.0;
+  for (int64_t e = 0; e < cfg_.eval_iters; ++e)
+    for (int64_t m = 0; m < M; ++m) {
+      data(first_sample + e * cfg_.global_batch_size, m, tokens, labels);
+      loss_sum += model_.forward(tokens.data(), labels.data());
+    }
+  const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * cfg_.eval_iters));
+  for (const std::string& line : log::validation_lines(prefix, loss)) out_(line);
+  return loss;
 }
 
 TrainResult Trainer::run() {
@@ -53,6 +71,9 @@ TrainResult Trainer::run() {
   int64_t consumed_samples = 0;   // the log's "consumed samples"
   int64_t scheduler_samples = 0;  // advances only on successful steps
   int64_t consecutive_nan = 0;
+  // The validation sampler continues where the last evaluation stopped (Megatron's
+  // consumed_valid_samples = (iteration / eval_interval) * eval_iters * global batch).
+  int64_t valid_consumed = 0;
   // Interval accumulators (reset at each log line, as Megatron's training_log does).
   double interval_seconds = 0.0, interval_loss = 0.0;
   int64_t interval_iters = 0, interval_good = 0, interval_skipped = 0, interval_nan = 0;
@@ -65,7 +86,7 @@ TrainResult Trainer::run() {
     double loss_sum = 0.0;
     const bool stats_now = cfg_.quant_stats_interval > 0 && (it + 1) % cfg_.quant_stats_interval == 0;
     for (int64_t m = 0; m < M; ++m) {
-      batches_(it, m, tokens, labels);
+      batches_(consumed_samples, m, tokens, labels);
       model_.set_micro_batch_counter(static_cast<uint64_t>(it * M + m));
       model_.set_collect_quant_stats(stats_now && m == M - 1);  // the last micro-batch of the iteration
       loss_sum += model_.forward_backward(tokens.data(), labels.data(), grad_scale);
@@ -130,6 +151,11 @@ TrainResult Trainer::run() {
       interval_seconds = interval_loss = 0.0;
       interval_iters = interval_good = interval_skipped = interval_nan = 0;
     }
+    if (validation_on() && iteration % cfg_.eval_interval == 0) {
+      res.valid_loss.emplace_back(iteration, evaluate(fmt::format("iteration {}", iteration), eval_.valid,
+                                                      valid_consumed));
+      valid_consumed += cfg_.eval_iters * cfg_.global_batch_size;
+    }
     if (it == 0) allocs_after_first = memory_stats(model_.context().device).total_allocs;
     if (consecutive_nan >= cfg_.max_consecutive_nan_iterations)
       fail("stopping: {} consecutive iterations had a non-finite loss or gradient norm (last at iteration {}); "
@@ -137,6 +163,12 @@ TrainResult Trainer::run() {
            consecutive_nan, iteration);
   }
   res.allocations_in_loop = memory_stats(model_.context().device).total_allocs - allocs_after_first;
+  // After training, as Megatron's pretrain(): the validation split (continuing) and the test split.
+  if (validation_on())
+    res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", cfg_.train_iters), eval_.valid,
+                                    valid_consumed);
+  if (cfg_.eval_iters > 0 && eval_.test)
+    res.final_test_loss = evaluate(fmt::format("iteration {} on test set", cfg_.train_iters), eval_.test, 0);
 
   // Summary over iterations 40%..100% of the run (the playbook reports iterations 20-50 of 50).
   const int64_t N = cfg_.train_iters;

@@ -171,8 +171,8 @@ TEST(NpyIo, ErrorUnsupportedDtype) {
       dir.write("d.npy", npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", zeros(16))),
       {"unsupported dtype", "'<f8'"});
   expect_read_error(
-      dir.write("i.npy", npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", zeros(8))),
-      {"unsupported dtype", "'<i4'"});
+      dir.write("i.npy", npy_file("{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", zeros(4))),
+      {"unsupported dtype", "'<i2'"});
 }
 
 TEST(NpyIo, ErrorBigEndian) {

@@ -249,7 +249,7 @@ TEST(DataMockDataset, MicroBatchSamplerOrder) {
   const MockGPTDataset mock({32000, 31999, seq, 50 * gbs});
   std::vector<int32_t> tokens(mbs * seq), labels(mbs * seq), text(seq + 1);
   for (const auto& [it, m] : {std::pair<int64_t, int64_t>{0, 0}, {0, 15}, {49, 15}, {7, 3}}) {
-    mock.micro_batch(it, m, gbs, mbs, tokens, labels);
+    mock.micro_batch(it * gbs, m, mbs, tokens, labels);
     for (int64_t b = 0; b < mbs; ++b) {
       mock.sample(it * gbs + m * mbs + b, text);
       for (int64_t t = 0; t < seq; ++t) {
@@ -259,7 +259,7 @@ TEST(DataMockDataset, MicroBatchSamplerOrder) {
     }
   }
   // Iteration 0, micro-batch 0 is dataset indices 0..3 (golden sample 0 starts 611, 612, ...).
-  mock.micro_batch(0, 0, gbs, mbs, tokens, labels);
+  mock.micro_batch(0, 0, mbs, tokens, labels);
   EXPECT_EQ(tokens[0], 611);
   EXPECT_EQ(labels[0], 612);
   EXPECT_EQ(tokens[seq], 3437);  // sample 1
@@ -277,10 +277,11 @@ TEST(DataMockDataset, Errors) {
   EXPECT_THROW(mock.sample(-1, text), pl::Error);
   std::vector<int32_t> short_text(4096);
   EXPECT_THROW(mock.sample(0, short_text), pl::Error);
-  EXPECT_THROW(mock.micro_batch(0, 16, 64, 4, tokens, labels), pl::Error);   // only 16 micro-batches
-  EXPECT_THROW(mock.micro_batch(0, 0, 64, 5, tokens, labels), pl::Error);    // 64 % 5 != 0
-  EXPECT_THROW(mock.micro_batch(261, 0, 64, 4, tokens, labels), pl::Error);  // past 16648 samples
-  mock.micro_batch(260, 0, 64, 4, tokens, labels);                          // 16640..16643 exist
+  EXPECT_THROW(mock.micro_batch(0, 0, 5, tokens, labels), pl::Error);            // buffers hold 4 samples
+  EXPECT_THROW(mock.micro_batch(-1, 0, 4, tokens, labels), pl::Error);
+  EXPECT_THROW(mock.micro_batch(261 * 64, 0, 4, tokens, labels), pl::Error);     // past 16648 samples
+  EXPECT_THROW(mock.micro_batch(260 * 64, 2, 4, tokens, labels), pl::Error);     // 16648..16651
+  mock.micro_batch(260 * 64, 1, 4, tokens, labels);                              // 16644..16647 exist
 }
 
 TEST(DataMockDataset, BuildTime) {

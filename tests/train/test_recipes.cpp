@@ -38,8 +38,8 @@ double final_loss(const std::string& recipe_name) {
   model.init_parameters(t.seed);
   Trainer tr(
       model, t,
-      [&](int64_t it, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
-        data.micro_batch(it, mi, t.global_batch_size, t.micro_batch_size, tok, lab);
+      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+        data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
       },
       [](const std::string&) {});
   const TrainResult res = tr.run();

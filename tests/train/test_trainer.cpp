@@ -43,8 +43,8 @@ struct TinyRun {
   Trainer trainer() {
     return Trainer(
         *model, t,
-        [this](int64_t it, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
-          data->micro_batch(it, mi, t.global_batch_size, t.micro_batch_size, tok, lab);
+        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+          data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
         },
         [this](const std::string& l) { lines.push_back(l); });
   }
@@ -70,7 +70,7 @@ TEST(TrainLoop, FirstStepUsesLearningRateZeroThenFollowsTheSchedule) {
 TEST(TrainLoop, AStepAtLearningRateZeroLeavesTheMasterWeightsUnchanged) {
   TinyRun run(1);
   std::vector<int32_t> tok(64), lab(64);
-  run.data->micro_batch(0, 0, 2, 2, tok, lab);
+  run.data->micro_batch(0, 0, 2, tok, lab);
   run.model->zero_grads();
   run.model->forward_backward(tok.data(), lab.data(), 1.0f / 64);
   const std::vector<float> before(run.model->master().flat.f32(),

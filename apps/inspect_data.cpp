@@ -1,0 +1,138 @@
+// inspect_data: the data a pretrain_llama run would read, without training: the summary of every
+// dataset and split, and the token ids of chosen samples exactly as the trainer feeds them. The way
+// to check a data pipeline by eye, or against Megatron sample by sample.
+//
+//   inspect_data --mock --seq-length 4096 --sample 0
+//   inspect_data --data-path data/sample/license_byte_text_document --model llama_tiny_bytes
+//                --seq-length 128 --sample 0:4 --from valid --eval-iters 2
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "config/paths.h"
+#include "config/train_config.h"
+#include "core/error.h"
+#include "data/data_pipeline.h"
+
+namespace {
+
+using namespace pl;
+
+struct Options {
+  bool mock = false;
+  data::DataConfig data;
+  TrainConfig train;
+  std::string model = "llama3_8b";
+  std::string samples;       // "i" or "i:j" (half-open)
+  std::string from = "train";
+};
+
+data::Split parse_split_name(const std::string& s) {
+  if (s == "train") return data::Split::train;
+  if (s == "valid") return data::Split::valid;
+  if (s == "test") return data::Split::test;
+  fail("--from must be train, valid or test, got '{}'", s);
+}
+
+int64_t parse_index(const std::string& s, const std::string& whole) {
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  PL_CHECK(ec == std::errc() && end == s.data() + s.size() && v >= 0,
+           "--sample must be an index i or a range i:j of indices >= 0, got '{}'", whole);
+  return v;
+}
+
+// "7" -> [7, 8); "3:6" -> [3, 6).
+std::pair<int64_t, int64_t> parse_sample_range(const std::string& s) {
+  const size_t colon = s.find(':');
+  if (colon == std::string::npos) {
+    const int64_t i = parse_index(s, s);
+    return {i, i + 1};
+  }
+  const int64_t a = parse_index(s.substr(0, colon), s), b = parse_index(s.substr(colon + 1), s);
+  PL_CHECK(a < b, "--sample range '{}' is empty", s);
+  return {a, b};
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{"inspect_data: the datasets, splits and samples a pretrain_llama run would read (same flags, same "
+               "order, same token ids)"};
+  TrainConfig& t = o.train;
+  app.add_flag("--mock", o.mock, "Megatron's mock data (what pretrain_llama reads without --data-path)");
+  app.add_option("--data-path", o.data.data_path, "PREFIX, or a blend 'W1 PREFIX1 W2 PREFIX2 ...' (as pretrain_llama)")
+      ->expected(1, -1);
+  app.add_option("--split", o.data.split, "Train/validation/test proportions")->capture_default_str();
+  app.add_option("--data-cache-path", o.data.cache_path, "GPTDataset index cache (default <prefix>/cache/...)");
+  app.add_option("--data-seed", o.data.seed, "Seed of the dataset shuffles")->capture_default_str();
+  app.add_option("--model", o.model, "Model config (mock data takes its vocabulary from it)")->capture_default_str();
+  app.add_option("--seq-length", t.seq_length, "Tokens per sample")->capture_default_str();
+  app.add_option("--train-iters", t.train_iters, "Training iterations (sizes the train split)")->capture_default_str();
+  app.add_option("--global-batch-size", t.global_batch_size, "Samples per iteration")->capture_default_str();
+  app.add_option("--eval-interval", t.eval_interval, "Iterations between validation runs")->capture_default_str();
+  app.add_option("--eval-iters", t.eval_iters, "Global batches per validation run")->capture_default_str();
+  app.add_option("--sample", o.samples, "Print sample i, or samples i:j (half-open), of the --from split");
+  app.add_option("--from", o.from, "Split the samples come from: train, valid or test")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "inspect_data: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  PL_CHECK(o.mock != !o.data.data_path.empty(), "give exactly one of --mock and --data-path");
+  t.micro_batch_size = 1;  // the sample order does not depend on it
+  validate_train_config(t);
+  const data::Split from = parse_split_name(o.from);
+  const ModelConfig mc = load_model_config(resolve_config("models", o.model, argv[0]));
+
+  const data::TrainingData d(data::data_config_for_run(o.data, mc.vocab_size, t.seq_length,
+                                                       {t.train_samples(), t.valid_samples(), t.test_samples()}));
+  std::printf("inspect_data | seq length %lld, %lld iterations x global batch %lld, validation %s\n",
+              static_cast<long long>(t.seq_length), static_cast<long long>(t.train_iters),
+              static_cast<long long>(t.global_batch_size),
+              t.eval_iters > 0 ? fmt::format("every {} iterations x {} batches", t.eval_interval, t.eval_iters).c_str()
+                               : "off (--eval-iters 0)");
+  for (const std::string& line : d.summary()) std::printf("inspect_data | %s\n", line.c_str());
+  if (o.samples.empty()) return 0;
+
+  const data::SampleSource* src = d.split(from);
+  PL_CHECK(src != nullptr, "the {} split has no data", o.from);
+  const auto [first, last] = parse_sample_range(o.samples);
+  PL_CHECK(last <= src->size(), "--sample {}: the {} split has {} samples", o.samples, o.from, src->size());
+  std::vector<int32_t> text(static_cast<size_t>(src->sample_length()));
+  for (int64_t i = first; i < last; ++i) {
+    src->get(i, text);
+    // Where the trainer meets it: the sampler reads train samples in order, global batch by global batch.
+    const std::string where = from == data::Split::train
+                                  ? fmt::format(" (iteration {}, position {} of its global batch)",
+                                                i / t.global_batch_size + 1, i % t.global_batch_size)
+                                  : "";
+    std::printf("sample %lld of %s%s: %lld ids (tokens = ids[0:%lld], labels = ids[1:%lld])\n",
+                static_cast<long long>(i), o.from.c_str(), where.c_str(), static_cast<long long>(text.size()),
+                static_cast<long long>(t.seq_length), static_cast<long long>(t.seq_length + 1));
+    std::string ids;
+    for (size_t k = 0; k < text.size(); ++k) ids += fmt::format("{}{}", k ? " " : "", text[k]);
+    std::printf("%s\n", ids.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "inspect_data: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,186 @@
+#include "data/data_pipeline.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <optional>
+
+#include "core/error.h"
+#include "data/blended_dataset.h"
+#include "data/indexed_dataset.h"
+#include "data/mock_dataset.h"
+
+namespace pl::data {
+namespace {
+
+std::optional<double> parse_weight(const std::string& s) {
+  double v = 0.0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::vector<int32_t> sequence_range(int64_t begin, int64_t end) {
+  std::vector<int32_t> v;
+  v.reserve(static_cast<size_t>(end - begin));
+  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<int32_t>(i));
+  return v;
+}
+
+GPTDatasetConfig gpt_config(const DataConfig& c) {
+  GPTDatasetConfig g;
+  g.sequence_length = c.seq_length;
+  g.random_seed = c.seed;
+  return g;
+}
+
+std::string cache_note(const GPTDataset& d) {
+  switch (d.cache_status()) {
+    case CacheStatus::off: return "not cached";
+    case CacheStatus::loaded: return "indices loaded from " + d.cache_note();
+    case CacheStatus::built_and_saved: return "indices built, cached in " + d.cache_note();
+    case CacheStatus::built_not_saved: return "indices built, not cached (" + d.cache_note() + ")";
+  }
+  return "";
+}
+
+std::string split_line(const std::string& what, const GPTDataset& d, int64_t needed) {
+  return fmt::format("{} {}: {} sequences, {} tokens per epoch, {} epoch{}{}, {} samples (the run reads {}), {}", what,
+                     split_name(d.split()), d.num_sequences(), d.tokens_per_epoch(), d.num_epochs(),
+                     d.num_epochs() == 1 ? "" : "s", d.separate_final_epoch() ? " (final epoch shuffled apart)" : "",
+                     d.size(), needed, cache_note(d));
+}
+
+}  // namespace
+
+DataConfig data_config_for_run(DataConfig flags, int64_t model_vocab_size, int64_t seq_length,
+                               const std::array<int64_t, 3>& num_samples) {
+  flags.mock_vocab_size = std::min<int64_t>(model_vocab_size, 32000);
+  flags.mock_eod = flags.mock_vocab_size - 1;
+  flags.seq_length = seq_length;
+  flags.num_samples = num_samples;
+  return flags;
+}
+
+DataBlend parse_data_path(const std::vector<std::string>& args) {
+  PL_CHECK(!args.empty(), "--data-path: no dataset given");
+  DataBlend b;
+  if (args.size() == 1) {
+    PL_CHECK(!parse_weight(args[0]), "--data-path: '{}' is a weight without a dataset prefix after it", args[0]);
+    b.prefixes = args;
+    b.weights = {1.0};
+    return b;
+  }
+  PL_CHECK(args.size() % 2 == 0 && parse_weight(args[0]),
+           "--data-path: several datasets need a weight before each prefix ('0.3 PREFIX_A 0.7 PREFIX_B'), got {} "
+           "values starting with '{}'",
+           args.size(), args[0]);
+  std::vector<double> w;
+  for (size_t i = 0; i < args.size(); i += 2) {
+    const std::optional<double> v = parse_weight(args[i]);
+    PL_CHECK(v.has_value(), "--data-path: '{}' (value {}) should be the weight of '{}'", args[i], i + 1, args[i + 1]);
+    PL_CHECK(!parse_weight(args[i + 1]), "--data-path: '{}' (value {}) should be a dataset prefix, not a number",
+             args[i + 1], i + 2);
+    w.push_back(*v);
+    b.prefixes.push_back(args[i + 1]);
+  }
+  b.weights = normalize_blend_weights(w);
+  return b;
+}
+
+TrainingData::TrainingData(const DataConfig& config) : config_(config) {
+  PL_CHECK(config_.seq_length >= 1, "data: sequence length must be >= 1, got {}", config_.seq_length);
+  for (const int64_t n : config_.num_samples) PL_CHECK(n >= 0, "data: sample counts must be >= 0, got {}", n);
+  if (mock())
+    build_mock();
+  else
+    build_indexed();
+}
+
+void TrainingData::build_mock() {
+  const DataConfig& c = config_;
+  summary_.push_back(fmt::format("Megatron MockGPTDataset: vocab {}, eod {}, split 1,1,1 (mock data ignores --split), "
+                                 "seed {}",
+                                 c.mock_vocab_size, c.mock_eod, c.seed));
+  auto low = std::make_shared<const MockGPTLowLevelDataset>(c.mock_vocab_size, c.mock_eod);
+  const auto ranges = split_ranges("1,1,1", low->num_sequences());
+  for (const Split s : {Split::train, Split::valid, Split::test}) {
+    const auto& r = ranges[static_cast<size_t>(s)];
+    if (!r) continue;
+    auto d = std::make_shared<const GPTDataset>(low, sequence_range(r->first, r->second),
+                                                c.num_samples[static_cast<size_t>(s)], s, gpt_config(c));
+    summary_.push_back(split_line("mock", *d, c.num_samples[static_cast<size_t>(s)]));
+    splits_[static_cast<size_t>(s)] = std::move(d);
+  }
+}
+
+void TrainingData::build_indexed() {
+  const DataConfig& c = config_;
+  const DataBlend blend = parse_data_path(c.data_path);
+  const bool blended = blend.prefixes.size() > 1;
+  std::vector<std::shared_ptr<const IndexedDataset>> low;
+  for (size_t d = 0; d < blend.prefixes.size(); ++d) {
+    auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[d]);
+    int64_t tokens = 0;
+    for (const int32_t n : ds->sequence_lengths()) tokens += n;
+    summary_.push_back(fmt::format("dataset {}: {} ({} sequences, {} tokens, {}){}", d + 1, blend.prefixes[d],
+                                   ds->num_sequences(), tokens, indexed_dtype_name(static_cast<uint8_t>(ds->dtype())),
+                                   blended ? fmt::format(", weight {:.4f}", blend.weights[d]) : ""));
+    low.push_back(std::move(ds));
+  }
+  for (const Split s : {Split::train, Split::valid, Split::test}) {
+    const int64_t target = c.num_samples[static_cast<size_t>(s)];
+    std::vector<std::shared_ptr<const SampleSource>> parts;
+    for (size_t d = 0; d < low.size(); ++d) {
+      const auto ranges = split_ranges(c.split, low[d]->num_sequences());
+      const auto& r = ranges[static_cast<size_t>(s)];
+      if (!r) break;  // a 0 weight in --split: no such split for any dataset
+      if (r->first == r->second) {
+        // An empty test split (common: 969,30,1 of a few hundred documents) only skips the final test
+        // evaluation; an empty split the run must read from is an error.
+        if (s == Split::test) {
+          summary_.push_back(fmt::format("dataset {}: the test split of --split {} is empty: no test evaluation", d + 1,
+                                         c.split));
+          parts.clear();
+          break;
+        }
+        PL_CHECK(target == 0,
+                 "{}: --split {} leaves the {} split none of its {} sequences, but the run reads {} {} samples; "
+                 "change --split or bring more documents",
+                 blend.prefixes[d], c.split, split_name(s), low[d]->num_sequences(), target, split_name(s));
+        parts.clear();
+        break;
+      }
+      const int64_t wanted = blended ? blended_dataset_samples(target, blend.weights[d]) : target;
+      const std::string cache_dir = c.cache_path.empty()
+                                        ? (std::filesystem::path(blend.prefixes[d]) / "cache" / "GPTDataset_indices").string()
+                                        : c.cache_path;
+      std::string id = fmt::format("{} ({} sequences, {} bytes of .bin)",
+                                   std::filesystem::absolute(blend.prefixes[d]).lexically_normal().string(),
+                                   low[d]->num_sequences(), std::filesystem::file_size(low[d]->bin_path()));
+      auto g = std::make_shared<const GPTDataset>(low[d], sequence_range(r->first, r->second), wanted, s, gpt_config(c),
+                                                  GPTIndexCache{cache_dir, std::move(id)});
+      summary_.push_back(split_line(fmt::format("dataset {}", d + 1), *g, wanted));
+      parts.push_back(std::move(g));
+    }
+    if (parts.empty()) continue;
+    if (!blended) {
+      splits_[static_cast<size_t>(s)] = std::move(parts.front());
+    } else {
+      splits_[static_cast<size_t>(s)] = std::make_shared<const BlendedDataset>(std::move(parts), blend.weights, target);
+      summary_.push_back(fmt::format("blend {}: {} samples from {} datasets", split_name(s), target, low.size()));
+    }
+  }
+  PL_CHECK(splits_[0] != nullptr, "--split {} gives the train split no data", c.split);
+}
+
+void TrainingData::micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch,
+                               std::span<int32_t> tokens, std::span<int32_t> labels) const {
+  const SampleSource* src = split(s);
+  PL_CHECK(src != nullptr, "data: the {} split has no data", split_name(s));
+  fill_micro_batch(*src, pad_token_id(), first_sample, micro, micro_batch, tokens, labels);
+}
+
+}  // namespace pl::data

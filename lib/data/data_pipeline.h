@@ -1,0 +1,70 @@
+#pragma once
+// The three splits a run reads, built as Megatron's BlendedMegatronDatasetBuilder builds them: mock
+// data (no --data-path), one indexed dataset, or a weighted blend of several, each split by the
+// --split string and sampled by GPTDataset (whose indices are cached next to the data).
+// Followed: Megatron-LM megatron/core/datasets/blended_megatron_dataset_builder.py and
+// megatron/training/utils.py get_blend_from_list.
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/gpt_dataset.h"
+
+namespace pl::data {
+
+struct DataConfig {
+  // --data-path as given: "PREFIX", or "W1 PREFIX1 W2 PREFIX2 ..."; empty means mock data.
+  std::vector<std::string> data_path;
+  std::string split = "969,30,1";   // Megatron's default; mock data always uses "1,1,1"
+  std::string cache_path;           // --data-cache-path; empty: <prefix>/cache/GPTDataset_indices
+  uint32_t seed = 1234;             // --data-seed: every GPTDataset's RandomState
+  int64_t seq_length = 0;
+  std::array<int64_t, 3> num_samples{};  // train, valid, test (TrainConfig::*_samples)
+  int64_t mock_vocab_size = 0;      // mock data only
+  int64_t mock_eod = 0;
+};
+
+// The data of a run: `flags` (paths, split, cache, seed) completed with the sequence length, the
+// samples each split must provide, and the mock vocabulary as Megatron-Bridge sets it up (its
+// NullTokenizer: vocab 32000, eod 31999; the model's own vocab, eod = vocab - 1, when smaller).
+DataConfig data_config_for_run(DataConfig flags, int64_t model_vocab_size, int64_t seq_length,
+                               const std::array<int64_t, 3>& num_samples);
+
+// A --data-path list: prefixes and their normalized weights (a single prefix has weight 1).
+struct DataBlend {
+  std::vector<std::string> prefixes;
+  std::vector<double> weights;
+};
+// "PREFIX" or "W1 P1 W2 P2 ...": one-line error for anything else (a weight that is not a positive
+// number, an odd count, several prefixes without weights).
+DataBlend parse_data_path(const std::vector<std::string>& args);
+
+class TrainingData {
+ public:
+  explicit TrainingData(const DataConfig& config);
+
+  bool mock() const { return config_.data_path.empty(); }
+  // The split's samples; nullptr when the split has no sequences (e.g. a 0 weight in --split).
+  const SampleSource* split(Split s) const { return splits_[static_cast<size_t>(s)].get(); }
+  int32_t pad_token_id() const { return -1; }  // GPTDataset's _PAD_TOKEN_ID
+  // Human-readable lines: each dataset (documents, tokens, dtype, weight) and each split (sequences,
+  // tokens per epoch, epochs, samples, index cache).
+  const std::vector<std::string>& summary() const { return summary_; }
+  const DataConfig& config() const { return config_; }
+
+  // Micro-batch `micro` of the global batch starting at `first_sample` of split `s`.
+  void micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch, std::span<int32_t> tokens,
+                   std::span<int32_t> labels) const;
+
+ private:
+  void build_mock();
+  void build_indexed();
+
+  DataConfig config_;
+  std::array<std::shared_ptr<const SampleSource>, 3> splits_;
+  std::vector<std::string> summary_;
+};
+
+}  // namespace pl::data
