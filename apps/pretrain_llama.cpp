@@ -26,6 +26,7 @@
 #endif
 #include "log/megatron_log.h"
 #include "model/accounting.h"
+#include "model/hf_llama.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
 #include "train/trainer.h"
@@ -47,6 +48,7 @@ struct Options {
   bool disable_fp4 = false;
   std::string recompute = "none";
   bool dry_run = false;
+  std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
   data::DataConfig data;
 };
 
@@ -90,6 +92,10 @@ void add_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--recompute", o.recompute, "none | full (keep each layer's input, recompute its forward in backward)")
       ->capture_default_str();
+  app.add_option("--init-from-hf", o.init_from_hf,
+                 "Start from a Hugging Face Llama directory (config.json + safetensors): the model config comes "
+                 "from its config.json (--model, if also given, must agree on every shape field) and its weights "
+                 "replace the random initialisation");
   app.add_flag("--dry-run", o.dry_run,
                "Print the memory plan (GB per category and total) and exit; touches no GPU");
   app.add_option("--data-path", o.data.data_path,
@@ -225,9 +231,13 @@ int run(int argc, char** argv) {
     o.recipe = "bf16_mixed";
   }
 
-  const std::string model_path = resolve_config("models", o.model, argv[0]);
+  const bool from_hf = !o.init_from_hf.empty();
+  const std::string model_path = from_hf ? o.init_from_hf + "/config.json, Hugging Face"
+                                         : resolve_config("models", o.model, argv[0]);
   const std::string recipe_path = resolve_config("recipes", o.recipe, argv[0]);
-  const ModelConfig mc = load_model_config(model_path);
+  const ModelConfig mc =
+      from_hf ? hf_model_config_for_run(o.init_from_hf, app.count("--model") ? resolve_config("models", o.model, argv[0]) : "")
+              : load_model_config(model_path);
   const PrecisionRecipe recipe = load_precision_recipe(recipe_path);
   const PrecisionPlan plan = make_precision_plan(mc, recipe);
   check_tokens_block_rule(plan, t.micro_batch_size, t.seq_length);
@@ -312,7 +322,10 @@ int run(int argc, char** argv) {
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
-  model.init_parameters(t.seed);
+  if (from_hf)
+    out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
+  else
+    model.init_parameters(t.seed);
   Trainer trainer(
       model, t,
       batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
