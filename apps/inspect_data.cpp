@@ -10,6 +10,8 @@
 
 #include <charconv>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,8 @@
 #include "config/train_config.h"
 #include "core/error.h"
 #include "data/data_pipeline.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_record.h"
 
 namespace {
 
@@ -30,7 +34,30 @@ struct Options {
   std::string model = "llama3_8b";
   std::string samples;       // "i" or "i:j" (half-open)
   std::string from = "train";
+  bool decode = false;
 };
+
+// The tokenizer that made the data, from the first dataset's .tokenizer.json (preprocess_data's).
+std::unique_ptr<data::Tokenizer> recorded_tokenizer(const Options& o) {
+  const data::DataBlend blend = data::parse_data_path(o.data.data_path);
+  const std::optional<data::TokenizerRecord> rec = data::read_tokenizer_record(blend.prefixes.front());
+  PL_CHECK(rec.has_value(), "--decode: {} has no tokenizer record (only data made by preprocess_data has one)",
+           data::tokenizer_record_path(blend.prefixes.front()));
+  return data::make_tokenizer(rec->type, rec->model_path);
+}
+
+// Decoded text on one line: control characters escaped as \n, \t, \xNN.
+std::string escaped(const std::string& text) {
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\\') out += "\\\\";
+    else if (c < 0x20 || c == 0x7f) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
 
 data::Split parse_split_name(const std::string& s) {
   if (s == "train") return data::Split::train;
@@ -78,6 +105,8 @@ int run(int argc, char** argv) {
   app.add_option("--eval-iters", t.eval_iters, "Global batches per validation run")->capture_default_str();
   app.add_option("--sample", o.samples, "Print sample i, or samples i:j (half-open), of the --from split");
   app.add_option("--from", o.from, "Split the samples come from: train, valid or test")->capture_default_str();
+  app.add_flag("--decode", o.decode,
+               "Also print each sample as text, with the tokenizer named in the data's .tokenizer.json");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
@@ -88,6 +117,7 @@ int run(int argc, char** argv) {
     return 2;
   }
   PL_CHECK(o.mock != !o.data.data_path.empty(), "give exactly one of --mock and --data-path");
+  PL_CHECK(!(o.decode && o.mock), "--decode needs --data-path data made by preprocess_data (mock ids are not text)");
   t.micro_batch_size = 1;  // the sample order does not depend on it
   validate_train_config(t);
   const data::Split from = parse_split_name(o.from);
@@ -107,6 +137,7 @@ int run(int argc, char** argv) {
   PL_CHECK(src != nullptr, "the {} split has no data", o.from);
   const auto [first, last] = parse_sample_range(o.samples);
   PL_CHECK(last <= src->size(), "--sample {}: the {} split has {} samples", o.samples, o.from, src->size());
+  const std::unique_ptr<data::Tokenizer> tokenizer = o.decode ? recorded_tokenizer(o) : nullptr;
   std::vector<int32_t> text(static_cast<size_t>(src->sample_length()));
   for (int64_t i = first; i < last; ++i) {
     src->get(i, text);
@@ -121,6 +152,7 @@ int run(int argc, char** argv) {
     std::string ids;
     for (size_t k = 0; k < text.size(); ++k) ids += fmt::format("{}{}", k ? " " : "", text[k]);
     std::printf("%s\n", ids.c_str());
+    if (tokenizer) std::printf("text: %s\n", escaped(tokenizer->decode(text)).c_str());
   }
   return 0;
 }

@@ -29,6 +29,7 @@
 #endif
 #include "log/megatron_log.h"
 #include "model/accounting.h"
+#include "model/hf_llama.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
 #include "train/checkpoint.h"
@@ -56,6 +57,7 @@ struct Options {
   std::string save, load;
   int64_t save_interval = 0;
   int64_t keep_last = 0;
+  std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
   data::DataConfig data;
 };
 
@@ -99,6 +101,10 @@ void add_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--recompute", o.recompute, "none | full (keep each layer's input, recompute its forward in backward)")
       ->capture_default_str();
+  app.add_option("--init-from-hf", o.init_from_hf,
+                 "Start from a Hugging Face Llama directory (config.json + safetensors): the model config comes "
+                 "from its config.json (--model, if also given, must agree on every shape field) and its weights "
+                 "replace the random initialisation");
   app.add_flag("--dry-run", o.dry_run,
                "Print the memory plan (GB per category and total) and exit; touches no GPU");
   app.add_option("--save", o.save, "Directory to save checkpoints in (DIR/iter_0000010/, "
@@ -216,6 +222,10 @@ data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& 
   data::TrainingData d(data::data_config_for_run(flags, mc.vocab_size, t.seq_length,
                                                  {t.train_samples(), t.valid_samples(), t.test_samples()}));
   for (const std::string& line : d.summary()) out->info("pretrain_llama | data: {}", line);
+  PL_CHECK(d.recorded_vocab_size() <= mc.vocab_size,
+           "{} says the data was tokenized with a vocabulary of {}, but model {} has vocab_size {}: use a model config "
+           "whose vocab_size covers it (e.g. llama_tiny_bytes for the byte tokenizer)",
+           d.recorded_vocab_source(), d.recorded_vocab_size(), mc.name, mc.vocab_size);
   out->info("pretrain_llama | data: indices ready in {:.0f} ms; validation {}",
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
             t.eval_iters > 0 ? fmt::format("every {} iterations, {} batches of {} samples", t.eval_interval, t.eval_iters,
@@ -271,9 +281,13 @@ int run(int argc, char** argv) {
     o.recipe = "bf16_mixed";
   }
 
-  const std::string model_path = resolve_config("models", o.model, argv[0]);
+  const bool from_hf = !o.init_from_hf.empty();
+  const std::string model_path = from_hf ? o.init_from_hf + "/config.json, Hugging Face"
+                                         : resolve_config("models", o.model, argv[0]);
   const std::string recipe_path = resolve_config("recipes", o.recipe, argv[0]);
-  const ModelConfig mc = load_model_config(model_path);
+  const ModelConfig mc =
+      from_hf ? hf_model_config_for_run(o.init_from_hf, app.count("--model") ? resolve_config("models", o.model, argv[0]) : "")
+              : load_model_config(model_path);
   const PrecisionRecipe recipe = load_precision_recipe(recipe_path);
   const PrecisionPlan plan = make_precision_plan(mc, recipe);
   check_tokens_block_rule(plan, t.micro_batch_size, t.seq_length);
@@ -363,7 +377,10 @@ int run(int argc, char** argv) {
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
-  model.init_parameters(t.seed);
+  if (from_hf)
+    out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
+  else
+    model.init_parameters(t.seed);
 
   RunDescription desc;
   desc.model = mc;

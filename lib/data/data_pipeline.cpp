@@ -11,6 +11,7 @@
 #include "data/blended_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_dataset.h"
+#include "data/tokenizer_record.h"
 
 namespace pl::data {
 namespace {
@@ -125,9 +126,17 @@ void TrainingData::build_indexed() {
     auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[d]);
     int64_t tokens = 0;
     for (const int32_t n : ds->sequence_lengths()) tokens += n;
-    summary_.push_back(fmt::format("dataset {}: {} ({} sequences, {} tokens, {}){}", d + 1, blend.prefixes[d],
-                                   ds->num_sequences(), tokens, indexed_dtype_name(static_cast<uint8_t>(ds->dtype())),
-                                   blended ? fmt::format(", weight {:.4f}", blend.weights[d]) : ""));
+    const std::optional<TokenizerRecord> rec = read_tokenizer_record(blend.prefixes[d]);
+    summary_.push_back(fmt::format(
+        "dataset {}: {} ({} sequences, {} tokens, {}, {}){}", d + 1, blend.prefixes[d], ds->num_sequences(), tokens,
+        indexed_dtype_name(static_cast<uint8_t>(ds->dtype())),
+        rec ? fmt::format("tokenizer {} vocab {} eod {}", rec->type, rec->vocab_size, rec->eod)
+            : std::string("no tokenizer record"),
+        blended ? fmt::format(", weight {:.4f}", blend.weights[d]) : ""));
+    if (rec && rec->vocab_size > recorded_vocab_size_) {
+      recorded_vocab_size_ = rec->vocab_size;
+      recorded_vocab_source_ = tokenizer_record_path(blend.prefixes[d]);
+    }
     low.push_back(std::move(ds));
   }
   for (const Split s : {Split::train, Split::valid, Split::test}) {

@@ -53,6 +53,10 @@ class TrainingData {
   // tokens per epoch, epochs, samples, index cache).
   const std::vector<std::string>& summary() const { return summary_; }
   const DataConfig& config() const { return config_; }
+  // The largest vocabulary any dataset's tokenizer record (preprocess_data's .tokenizer.json) names;
+  // 0 when no dataset has a record (Megatron-made data, mock data).
+  int64_t recorded_vocab_size() const { return recorded_vocab_size_; }
+  const std::string& recorded_vocab_source() const { return recorded_vocab_source_; }
 
   // Micro-batch `micro` of the global batch starting at `first_sample` of split `s`.
   void micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch, std::span<int32_t> tokens,
@@ -65,6 +69,8 @@ class TrainingData {
   DataConfig config_;
   std::array<std::shared_ptr<const SampleSource>, 3> splits_;
   std::vector<std::string> summary_;
+  int64_t recorded_vocab_size_ = 0;
+  std::string recorded_vocab_source_;
 };
 
 }  // namespace pl::data

@@ -299,13 +299,17 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
       store<int32_t>(bin_, t);
   }
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
+  document_indices_.push_back(static_cast<int64_t>(lengths_.size()));
+}
+
+void IndexedDatasetWriter::add_empty_document() {
+  PL_CHECK(!finalized_, "{}.idx: add_empty_document after finalize", prefix_);
+  document_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }
 
 void IndexedDatasetWriter::finalize() {
   PL_CHECK(!finalized_, "{}.idx: finalize called twice", prefix_);
-  std::vector<int64_t> docs(lengths_.size() + 1);
-  for (size_t i = 0; i < docs.size(); ++i) docs[i] = static_cast<int64_t>(i);
-  const auto idx = encode_indexed_index(dtype_, lengths_, docs);
+  const auto idx = encode_indexed_index(dtype_, lengths_, document_indices_);
   write_file_atomic(prefix_ + ".bin", bin_);
   write_file_atomic(prefix_ + ".idx", idx);
   finalized_ = true;

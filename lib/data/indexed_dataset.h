@@ -71,17 +71,22 @@ class IndexedDataset final : public LowLevelDataset {
 };
 
 // Writes "<prefix>.bin/.idx" as preprocess_data.py does without --split-sentences: each document
-// is one sequence, document_indices = [0, 1, ..., N]. finalize() writes both files atomically
-// ("<file>.tmp" renamed onto "<file>").
+// is one sequence, document_indices = [0, 1, ..., N] (an empty document repeats the last index).
+// finalize() writes both files atomically ("<file>.tmp" renamed onto "<file>").
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size);
 
-  // Tokens must lie in [0, vocab_size).
+  // Tokens must lie in [0, vocab_size). One document = one sequence (also when `tokens` is empty).
   void add_document(std::span<const int32_t> tokens);
+  // A document boundary with no sequence: what preprocess_data.py records for a document that
+  // tokenized to nothing (IndexedDatasetBuilder.add_document(tensor=[], lengths=[]) appends a
+  // document index equal to the previous one and no sequence).
+  void add_empty_document();
   void finalize();
 
   IndexedDType dtype() const { return dtype_; }
+  // Sequences written so far (empty documents add none).
   int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
 
  private:
@@ -90,6 +95,7 @@ class IndexedDatasetWriter {
   IndexedDType dtype_;
   bool finalized_ = false;
   std::vector<int32_t> lengths_;
+  std::vector<int64_t> document_indices_{0};
   std::vector<unsigned char> bin_;
 };
 

@@ -118,6 +118,26 @@ TEST(DataIndexedRoundTrip, Int32ForLlama3Vocab) {
   EXPECT_EQ(ds.sequence_pointers(), (std::vector<int64_t>{0, 16}));
 }
 
+TEST(DataIndexedRoundTrip, AnEmptyDocumentIsABoundaryWithoutASequence) {
+  // preprocess_data.py hands IndexedDatasetBuilder.add_document an empty tensor with no lengths
+  // for a document that tokenized to nothing: the document index repeats, no sequence is added.
+  pl::test::TempDir dir;
+  const std::string prefix = (dir.path() / "e").string();
+  IndexedDatasetWriter w(prefix, 258);
+  const std::vector<int32_t> a{1, 2, 257}, b{3, 257};
+  w.add_empty_document();
+  w.add_document(a);
+  w.add_empty_document();
+  w.add_document(b);
+  w.finalize();
+  const std::vector<int32_t> lengths{3, 2};
+  const std::vector<int64_t> docs{0, 0, 1, 1, 2};
+  EXPECT_EQ(read_bytes(prefix + ".idx"), encode_indexed_index(IndexedDType::uint16, lengths, docs));
+  IndexedDataset ds(prefix);
+  EXPECT_EQ(ds.document_indices(), docs);
+  EXPECT_EQ(get_all(ds, 1), b);
+}
+
 TEST(DataIndexedRoundTrip, LengthsTokensDocumentIndices) {
   pl::test::TempDir dir;
   const std::string prefix = (dir.path() / "rt_text_document").string();

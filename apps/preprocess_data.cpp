@@ -1,0 +1,419 @@
+// preprocess_data: tokenize JSON-lines or plain-text documents into a Megatron indexed dataset
+// ("<prefix>_<key>_document.bin/.idx") plus a sidecar "<prefix>_<key>_document.tokenizer.json".
+// Followed: Megatron-LM tools/preprocess_data.py at the pinned commit d7288711 (flag names, output
+// names, Encoder.encode: a document whose text tokenizes to nothing gets no eod and no sequence,
+// only a document boundary; --append-eod adds eod to every other document; the progress line).
+//
+//   preprocess_data --input corpus.jsonl --output-prefix data/my --tokenizer-type tiktoken
+//                   --tokenizer-model tokenizer.model --append-eod --workers 8
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "data/indexed_dataset.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_record.h"
+
+namespace {
+
+using namespace pl;
+using pl::data::Tokenizer;
+
+constexpr const char* kDescription =
+    "preprocess_data: tokenize documents into a Megatron indexed dataset (.bin/.idx), as Megatron-LM's\n"
+    "tools/preprocess_data.py does, without Python.\n"
+    "\n"
+    "  preprocess_data --input FILE [FILE...] --output-prefix PREFIX --tokenizer-type byte|tiktoken\n"
+    "                  [--tokenizer-model tokenizer.model] [--append-eod] [--workers N]\n";
+
+constexpr const char* kFooter =
+    "Input: JSON lines (one object per line; the text is the string under each --json-keys key; blank\n"
+    "lines are skipped) or plain text (--text-document paragraph: blank-line separated paragraphs are\n"
+    "documents; line: every line; file: the whole file; whitespace-only documents are skipped). Files\n"
+    "are read in the order given; --input-format auto takes .json/.jsonl as JSON lines, else text.\n"
+    "Text must be UTF-8. Tokenizers:\n"
+    "  byte      ids 0..255 = the UTF-8 bytes, <|begin_of_text|> = 256, <|end_of_text|> = 257 (eod)\n"
+    "  tiktoken  a Llama 3 tokenizer.model (base64 token + rank per line), Llama 3's regex and BPE,\n"
+    "            then 256 Llama 3.1 special tokens (<|begin_of_text|> = N, <|end_of_text|> = N+1 = eod)\n"
+    "Special-token strings in the text become their ids. A document that tokenizes to nothing adds no\n"
+    "sequence (Megatron records only a document boundary for it) and gets no eod.\n"
+    "--prepend-bos puts <|begin_of_text|> first in every document: Megatron with a Hugging Face Llama 3\n"
+    "tokenizer (HuggingFaceTokenizer, special tokens included, its default) does that.\n"
+    "\n"
+    "Outputs, for each key K (K = text for plain text), written only when everything succeeded:\n"
+    "  PREFIX_K_document.bin/.idx        token ids, dtype uint16 if the vocabulary is < 65500, else int32\n"
+    "  PREFIX_K_document.tokenizer.json  the tokenizer (type, model file path, size and FNV-1a 64,\n"
+    "                                    vocab_size, eod, bos, append_eod, prepend_bos)\n"
+    "Pass PREFIX_K_document as the data path. Progress goes to stderr every --log-interval documents;\n"
+    "one summary line per key goes to stdout. The output is the same for any --workers.\n"
+    "Exit status: 0 success; 1 error (one line on stderr, naming FILE:LINE for a bad document);\n"
+    "2 bad command line.";
+
+struct Options {
+  std::vector<std::string> inputs;
+  std::string output_prefix;
+  std::string tokenizer_type;
+  std::string tokenizer_model;
+  std::vector<std::string> json_keys{"text"};
+  std::string input_format = "auto";
+  std::string text_document = "paragraph";
+  bool append_eod = false;
+  bool prepend_bos = false;
+  int workers = 1;
+  int64_t log_interval = 1000;
+};
+
+enum class Format { jsonl, text };
+
+Format format_of(const std::string& path, const std::string& input_format) {
+  if (input_format == "jsonl") return Format::jsonl;
+  if (input_format == "text") return Format::text;
+  const std::string ext = std::filesystem::path(path).extension().string();
+  return ext == ".json" || ext == ".jsonl" ? Format::jsonl : Format::text;
+}
+
+// One document as read: its raw text (a JSON line, or the plain text itself) and where it starts.
+struct RawDocument {
+  const std::string* file = nullptr;
+  int64_t line = 0;
+  Format format = Format::text;
+  std::string raw;
+};
+
+bool is_blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
+                                                             c == '\f' || c == '\v'; });
+}
+
+// Streams documents from the input files in order, a batch at a time.
+class DocumentReader {
+ public:
+  DocumentReader(const std::vector<std::string>& files, const Options& o) : files_(files), o_(o) {}
+
+  // Appends up to `max_docs` documents (or about `max_bytes`); false when the inputs are exhausted.
+  bool next_batch(std::vector<RawDocument>& batch, size_t max_docs, size_t max_bytes) {
+    batch.clear();
+    size_t bytes = 0;
+    while (batch.size() < max_docs && bytes < max_bytes) {
+      if (!in_.is_open() && !open_next()) break;
+      RawDocument d;
+      if (!read_document(d)) {
+        in_.close();
+        continue;
+      }
+      bytes += d.raw.size();
+      batch.push_back(std::move(d));
+    }
+    return !batch.empty();
+  }
+
+ private:
+  bool open_next() {
+    if (next_file_ >= files_.size()) return false;
+    file_ = &files_[next_file_++];
+    in_.open(*file_, std::ios::binary);
+    PL_CHECK(in_.is_open(), "{}: cannot open input", *file_);
+    format_ = format_of(*file_, o_.input_format);
+    line_ = 0;
+    return true;
+  }
+
+  bool getline(std::string& line) {
+    if (!std::getline(in_, line)) {
+      PL_CHECK(!in_.bad(), "{}: read error", *file_);
+      return false;
+    }
+    ++line_;
+    return true;
+  }
+
+  bool read_document(RawDocument& d) {
+    d.file = file_;
+    d.format = format_;
+    std::string line;
+    if (format_ == Format::jsonl || o_.text_document == "line") {
+      while (getline(line)) {
+        if (is_blank(line)) continue;
+        d.line = line_;
+        d.raw = std::move(line);
+        return true;
+      }
+      return false;
+    }
+    if (o_.text_document == "file") {
+      if (line_ != 0) return false;
+      d.line = 1;
+      d.raw.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
+      PL_CHECK(!in_.bad(), "{}: read error", *file_);
+      line_ = 1;
+      return !is_blank(d.raw);
+    }
+    // paragraph: the lines up to the next blank line, joined with '\n'
+    while (getline(line)) {
+      if (is_blank(line)) {
+        if (d.raw.empty()) continue;
+        return true;
+      }
+      if (d.raw.empty()) d.line = line_;
+      else d.raw.push_back('\n');
+      d.raw += line;
+    }
+    return !d.raw.empty();
+  }
+
+  const std::vector<std::string>& files_;
+  const Options& o_;
+  size_t next_file_ = 0;
+  const std::string* file_ = nullptr;
+  std::ifstream in_;
+  Format format_ = Format::text;
+  int64_t line_ = 0;
+};
+
+// The text under `key` of a JSON line; errors name FILE:LINE.
+std::string json_text(const RawDocument& d, const std::string& key, const nlohmann::json& j) {
+  const auto it = j.find(key);
+  PL_CHECK(it != j.end(), "{}:{}: key '{}' is missing", *d.file, d.line, key);
+  PL_CHECK(it->is_string(), "{}:{}: key '{}' is a {}, expected a string", *d.file, d.line, key, it->type_name());
+  return it->get<std::string>();
+}
+
+// Token ids of one document for each key (Encoder.encode): [bos] + encode(text) [+ eod if non-empty].
+std::vector<std::vector<int32_t>> encode_document(const RawDocument& d, const Options& o, const Tokenizer& tok) {
+  std::vector<std::string> texts;
+  if (d.format == Format::jsonl) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(d.raw);
+    } catch (const nlohmann::json::parse_error& e) {
+      fail("{}:{}: not valid JSON: {}", *d.file, d.line, e.what());
+    }
+    PL_CHECK(j.is_object(), "{}:{}: expected a JSON object, found a {}", *d.file, d.line, j.type_name());
+    for (const std::string& key : o.json_keys) texts.push_back(json_text(d, key, j));
+  } else {
+    texts.push_back(d.raw);
+  }
+  std::vector<std::vector<int32_t>> out;
+  for (const std::string& text : texts) {
+    std::vector<int32_t> ids;
+    if (o.prepend_bos) ids.push_back(tok.bos());
+    try {
+      const std::vector<int32_t> body = tok.encode(text);
+      ids.insert(ids.end(), body.begin(), body.end());
+    } catch (const pl::Error& e) {
+      fail("{}:{}: {}", *d.file, d.line, e.what());
+    }
+    if (!ids.empty() && o.append_eod) ids.push_back(tok.eod());
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+struct Encoded {
+  std::vector<std::vector<int32_t>> ids;  // per key
+  std::string error;                      // non-empty when the document failed
+};
+
+// Encodes a batch on `workers` threads; results land in input order, so the output is the same for
+// any number of workers.
+void encode_batch(const std::vector<RawDocument>& batch, const Options& o, const Tokenizer& tok,
+                  std::vector<Encoded>& out) {
+  out.assign(batch.size(), Encoded{});
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < batch.size(); i = next.fetch_add(1)) {
+      try {
+        out[i].ids = encode_document(batch[i], o, tok);
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    }
+  };
+  const size_t helpers = std::min<size_t>(static_cast<size_t>(o.workers) - 1, batch.size());
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
+std::string output_prefix_for(const Options& o, const std::string& key) {
+  return fmt::format("{}_{}_document", o.output_prefix, key);
+}
+
+// Every file an output key can leave behind (finals and their temporaries).
+std::vector<std::string> output_files(const std::string& prefix) {
+  std::vector<std::string> files;
+  for (const std::string& f : {prefix + ".bin", prefix + ".idx", data::tokenizer_record_path(prefix)}) {
+    files.push_back(f);
+    files.push_back(f + ".tmp");
+  }
+  return files;
+}
+
+void check_options(const Options& o) {
+  PL_CHECK(o.workers >= 1, "--workers {} must be at least 1", o.workers);
+  PL_CHECK(o.log_interval >= 1, "--log-interval {} must be at least 1", o.log_interval);
+  PL_CHECK(!o.json_keys.empty(), "--json-keys needs at least one key");
+  for (size_t i = 0; i < o.json_keys.size(); ++i)
+    for (size_t k = 0; k < i; ++k)
+      PL_CHECK(o.json_keys[i] != o.json_keys[k], "--json-keys: '{}' is given twice", o.json_keys[i]);
+  for (const std::string& in : o.inputs) {
+    std::error_code ec;
+    PL_CHECK(std::filesystem::is_regular_file(in, ec), "--input {}: no such file", in);
+    PL_CHECK(format_of(in, o.input_format) == Format::jsonl || o.json_keys == std::vector<std::string>{"text"},
+             "--input {}: plain text has only the key 'text'; --json-keys applies to JSON lines", in);
+  }
+  const std::filesystem::path dir = std::filesystem::path(o.output_prefix).parent_path();
+  std::error_code ec;
+  PL_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec), "--output-prefix {}: directory {} does not exist",
+           o.output_prefix, dir.string());
+}
+
+data::TokenizerRecord make_record(const Options& o, const Tokenizer& tok) {
+  data::TokenizerRecord r;
+  r.type = o.tokenizer_type;
+  if (!o.tokenizer_model.empty()) {
+    r.model_path = std::filesystem::absolute(o.tokenizer_model).lexically_normal().string();
+    r.model_fnv1a64 = data::fnv1a64_file_hex(o.tokenizer_model, &r.model_size);
+  }
+  r.vocab_size = tok.vocab_size();
+  r.eod = tok.eod();
+  r.bos = tok.bos();
+  r.append_eod = o.append_eod;
+  r.prepend_bos = o.prepend_bos;
+  return r;
+}
+
+struct KeyStats {
+  int64_t documents = 0, empty = 0, tokens = 0;
+};
+
+// Megatron's progress line (Partition.print_processing_stats), to stderr.
+void print_progress(int64_t count, double elapsed_s, int64_t bytes) {
+  const double e = std::max(elapsed_s, 1e-9);
+  std::fprintf(stderr, "%s\n",
+               fmt::format("Processed {} documents ({} docs/s, {} MB/s).", count, static_cast<double>(count) / e,
+                           static_cast<double>(bytes) / e / 1024.0 / 1024.0)
+                   .c_str());
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{kDescription, "preprocess_data"};
+  app.footer(kFooter);
+  app.add_option("--input", o.inputs, "Input file(s): JSON lines or plain text (repeatable)")->required();
+  app.add_option("--output-prefix", o.output_prefix, "Output prefix: writes PREFIX_<key>_document.bin/.idx")
+      ->required();
+  app.add_option("--tokenizer-type", o.tokenizer_type, "byte | tiktoken")
+      ->required()
+      ->check(CLI::IsMember({"byte", "tiktoken"}));
+  app.add_option("--tokenizer-model", o.tokenizer_model, "tiktoken: Llama 3 tokenizer.model");
+  app.add_option("--json-keys", o.json_keys, "Keys to extract from each JSON line")->capture_default_str();
+  app.add_option("--input-format", o.input_format, "auto | jsonl | text (auto: .json/.jsonl are JSON lines)")
+      ->check(CLI::IsMember({"auto", "jsonl", "text"}))
+      ->capture_default_str();
+  app.add_option("--text-document", o.text_document, "Plain text documents: paragraph | line | file")
+      ->check(CLI::IsMember({"paragraph", "line", "file"}))
+      ->capture_default_str();
+  app.add_flag("--append-eod", o.append_eod, "Append the eod token (<|end_of_text|>) to each non-empty document");
+  app.add_flag("--prepend-bos", o.prepend_bos, "Start each document with <|begin_of_text|>");
+  app.add_option("--workers", o.workers, "Tokenizer threads")->capture_default_str();
+  app.add_option("--log-interval", o.log_interval, "Documents between progress lines")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n' || c == '\r') c = ' ';
+    std::fprintf(stderr, "preprocess_data: error: %s (see --help)\n", msg.c_str());
+    return 2;
+  }
+  check_options(o);
+  const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
+  const data::TokenizerRecord record = make_record(o, *tok);
+
+  std::vector<data::IndexedDatasetWriter> writers;
+  for (const std::string& key : o.json_keys) writers.emplace_back(output_prefix_for(o, key), tok->vocab_size());
+  std::vector<KeyStats> stats(o.json_keys.size());
+
+  DocumentReader reader(o.inputs, o);
+  std::vector<RawDocument> batch;
+  std::vector<Encoded> encoded;
+  int64_t count = 0, bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (reader.next_batch(batch, 4096, size_t{64} << 20)) {
+    encode_batch(batch, o, *tok, encoded);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!encoded[i].error.empty()) throw pl::Error(encoded[i].error);
+      for (size_t k = 0; k < writers.size(); ++k) {
+        const std::vector<int32_t>& ids = encoded[i].ids[k];
+        if (ids.empty()) {
+          writers[k].add_empty_document();
+          ++stats[k].empty;
+        } else {
+          writers[k].add_document(ids);
+        }
+        ++stats[k].documents;
+        stats[k].tokens += static_cast<int64_t>(ids.size());
+      }
+      ++count;
+      bytes += static_cast<int64_t>(batch[i].raw.size());
+      if (count % o.log_interval == 0)
+        print_progress(count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes);
+    }
+  }
+
+  // Commit: every output or none (a failure here removes whatever was already renamed into place).
+  try {
+    for (size_t k = 0; k < writers.size(); ++k) {
+      writers[k].finalize();
+      data::write_tokenizer_record(output_prefix_for(o, o.json_keys[k]), record);
+    }
+  } catch (...) {
+    for (const std::string& key : o.json_keys)
+      for (const std::string& f : output_files(output_prefix_for(o, key))) std::remove(f.c_str());
+    throw;
+  }
+
+  for (size_t k = 0; k < writers.size(); ++k) {
+    const std::string p = output_prefix_for(o, o.json_keys[k]);
+    std::printf("%s\n", fmt::format("preprocess_data: {} documents ({} empty), {} tokens, dtype {}, {}; wrote {}.bin, "
+                                    "{}.idx, {}",
+                                    stats[k].documents, stats[k].empty, stats[k].tokens,
+                                    data::indexed_dtype_name(static_cast<uint8_t>(writers[k].dtype())),
+                                    tok->description(), p, p, data::tokenizer_record_path(p))
+                            .c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::string msg = e.what();
+    for (char& c : msg)
+      if (c == '\n' || c == '\r') c = ' ';
+    std::fprintf(stderr, "preprocess_data: error: %s\n", msg.c_str());
+    return 1;
+  }
+}

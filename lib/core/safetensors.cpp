@@ -1,0 +1,617 @@
+#include "core/safetensors.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+
+#include "core/error.h"
+#include "numerics/bf16.h"
+
+namespace pl {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors data is little-endian; this reader copies it as host-order values");
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// The reference reader refuses larger headers (MAX_HEADER_SIZE in safetensors/src/tensor.rs).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// Exact binary16 -> binary32 (every half value is a float value).
+float half_bits_to_float(uint16_t h) {
+  const bool neg = (h & 0x8000u) != 0;
+  const int exp = (h >> 10) & 0x1F;
+  const int mant = h & 0x3FF;
+  float v;
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(mant), -24);  // zero or subnormal: mant * 2^-24
+  else if (exp == 31)
+    v = mant == 0 ? std::numeric_limits<float>::infinity() : std::numeric_limits<float>::quiet_NaN();
+  else
+    v = std::ldexp(static_cast<float>(1024 + mant), exp - 25);  // (1 + mant/1024) * 2^(exp-15)
+  return neg ? -v : v;
+}
+
+uint64_t le64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
+  return v;
+}
+
+// numel * itemsize, or false on overflow of uint64.
+bool byte_size(const std::vector<int64_t>& shape, size_t itemsize, uint64_t& out) {
+  uint64_t n = itemsize;
+  for (int64_t d : shape) {
+    const auto ud = static_cast<uint64_t>(d);
+    if (ud != 0 && n > std::numeric_limits<uint64_t>::max() / ud) return false;
+    n *= ud;
+  }
+  out = n;
+  return true;
+}
+
+// Parses the header JSON, refusing duplicate keys in any object (the format disallows them; plain
+// nlohmann would keep the last one silently).
+nlohmann::json parse_json_object(const std::string& path, const char* what, const char* first, const char* last) {
+  std::vector<std::set<std::string>> open_objects;
+  std::string duplicate;
+  auto cb = [&](int, nlohmann::json::parse_event_t ev, nlohmann::json& parsed) {
+    using E = nlohmann::json::parse_event_t;
+    if (ev == E::object_start) {
+      open_objects.emplace_back();
+    } else if (ev == E::object_end) {
+      if (!open_objects.empty()) open_objects.pop_back();
+    } else if (ev == E::key && !open_objects.empty()) {
+      const std::string k = parsed.get<std::string>();
+      if (!open_objects.back().insert(k).second && duplicate.empty()) duplicate = k;
+    }
+    return true;
+  };
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(first, last, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: {} is not valid JSON: {}", path, what, e.what());
+  }
+  if (!duplicate.empty()) fail("{}: {} has the key '{}' twice (duplicate keys are not allowed)", path, what, duplicate);
+  if (!j.is_object()) fail("{}: {} must be a JSON object, got {}", path, what, j.type_name());
+  return j;
+}
+
+int64_t non_negative_integer(const nlohmann::json& v, bool& ok) {
+  ok = v.is_number_unsigned() ||
+       (v.is_number_integer() && v.get<int64_t>() >= 0);
+  if (!ok) return 0;
+  const uint64_t u = v.get<uint64_t>();
+  if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    ok = false;
+    return 0;
+  }
+  return static_cast<int64_t>(u);
+}
+
+SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e) {
+  auto bad = [&](const std::string& what) { fail("{}: tensor '{}': {}", path, name, what); };
+  if (!e.is_object()) bad(fmt::format("header entry must be an object, got {}", e.dump()));
+  SafetensorsTensorInfo t;
+  t.name = name;
+  if (!e.contains("dtype") || !e["dtype"].is_string()) bad("header entry needs a string 'dtype'");
+  t.dtype = e["dtype"].get<std::string>();
+  if (safetensors_itemsize(t.dtype) == 0)
+    bad(fmt::format("unknown or unsupported dtype '{}' (known: BOOL, U8, I8, F8_E4M3, F8_E5M2, F8_E8M0, I16, U16, "
+                    "F16, BF16, I32, U32, F32, F64, I64, U64, C64)",
+                    t.dtype));
+  if (!e.contains("shape") || !e["shape"].is_array()) bad("header entry needs a 'shape' array");
+  for (const auto& d : e["shape"]) {
+    bool ok = false;
+    const int64_t v = non_negative_integer(d, ok);
+    if (!ok) bad(fmt::format("shape {} must hold non-negative integers", e["shape"].dump()));
+    t.shape.push_back(v);
+  }
+  if (!e.contains("data_offsets") || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
+    bad("header entry needs 'data_offsets' [begin, end]");
+  bool ok_b = false, ok_e = false;
+  t.begin = static_cast<uint64_t>(non_negative_integer(e["data_offsets"][0], ok_b));
+  t.end = static_cast<uint64_t>(non_negative_integer(e["data_offsets"][1], ok_e));
+  if (!ok_b || !ok_e) bad(fmt::format("data_offsets {} must be two non-negative integers", e["data_offsets"].dump()));
+  if (t.end < t.begin) bad(fmt::format("data_offsets [{}, {}] end before they begin", t.begin, t.end));
+  uint64_t need = 0;
+  if (!byte_size(t.shape, safetensors_itemsize(t.dtype), need)) bad(fmt::format("shape {} is too large", t.shape_str()));
+  if (t.end - t.begin != need)
+    bad(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", t.shape_str(), t.dtype, need,
+                    t.begin, t.end, t.end - t.begin));
+  return t;
+}
+
+// The tensors, sorted by offset as the reference reader sorts them, must tile [0, data_bytes).
+void check_tiling(const std::string& path, std::vector<SafetensorsTensorInfo>& tensors, uint64_t data_bytes) {
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t cursor = 0;
+  const SafetensorsTensorInfo* prev = nullptr;
+  for (const SafetensorsTensorInfo& t : tensors) {
+    if (t.begin < cursor)
+      fail("{}: tensor '{}': data_offsets [{}, {}] overlap tensor '{}' (which ends at {})", path, t.name, t.begin,
+           t.end, prev->name, cursor);
+    if (t.begin > cursor)
+      fail("{}: tensor '{}': data_offsets [{}, {}] leave a gap of {} bytes after {} (tensors must be contiguous)", path,
+           t.name, t.begin, t.end, t.begin - cursor, prev ? "tensor '" + prev->name + "'" : "the data start");
+    if (t.end > data_bytes)
+      fail("{}: tensor '{}': data_offsets [{}, {}] run past the end of the data section ({} bytes; truncated file?)",
+           path, t.name, t.begin, t.end, data_bytes);
+    cursor = t.end;
+    prev = &t;
+  }
+  if (cursor != data_bytes)
+    fail("{}: the tensors cover {} bytes of the {}-byte data section ({} unindexed bytes at the end)", path, cursor,
+         data_bytes, data_bytes - cursor);
+}
+
+void convert_to_float(const SafetensorsTensorInfo& t, const uint8_t* src, float* out, const std::string& path) {
+  const int64_t n = t.numel();
+  if (t.dtype == "F32") {
+    if (n > 0) std::memcpy(out, src, static_cast<size_t>(n) * 4);
+  } else if (t.dtype == "BF16") {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, src + 2 * i, 2);
+      out[i] = num::bf16_bits_to_float(b);
+    }
+  } else if (t.dtype == "F16") {
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t b;
+      std::memcpy(&b, src + 2 * i, 2);
+      out[i] = half_bits_to_float(b);
+    }
+  } else {
+    fail("{}: tensor '{}' is stored as {}; only BF16, F16 and F32 can be read as floats", path, t.name, t.dtype);
+  }
+}
+
+// A file written under "<final>.tmp": flushed, fsync'ed and renamed onto the final name only when
+// complete; removed if anything fails first (the destructor), so no half-written file is ever
+// visible under the final name.
+class TmpFile {
+ public:
+  explicit TmpFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
+    f_ = std::fopen(tmp_.c_str(), "wb");
+    if (f_ == nullptr) fail("{}: cannot open for writing: {}", tmp_, std::strerror(errno));
+  }
+  ~TmpFile() {
+    if (f_ != nullptr) std::fclose(f_);
+    if (!renamed_) std::remove(tmp_.c_str());
+  }
+  TmpFile(const TmpFile&) = delete;
+  TmpFile& operator=(const TmpFile&) = delete;
+
+  void write(const void* p, size_t n) {
+    if (n == 0) return;
+    errno = 0;
+    if (std::fwrite(p, 1, n, f_) != n)
+      fail("{}: write failed after {} bytes: {}", tmp_, written_, std::strerror(errno ? errno : EIO));
+    written_ += n;
+  }
+  void finish() {
+    int err = 0;
+    if (std::fflush(f_) != 0) err = errno ? errno : EIO;
+    if (err == 0 && ::fsync(::fileno(f_)) != 0) err = errno;
+    if (std::fclose(f_) != 0 && err == 0) err = errno ? errno : EIO;
+    f_ = nullptr;
+    if (err != 0) fail("{}: write failed ({} bytes written): {}", tmp_, written_, std::strerror(err));
+  }
+  void rename_into_place() {
+    if (std::rename(tmp_.c_str(), final_.c_str()) != 0)
+      fail("{}: cannot rename {} onto it: {}", final_, tmp_, std::strerror(errno));
+    renamed_ = true;
+  }
+
+ private:
+  std::string final_, tmp_;
+  std::FILE* f_ = nullptr;
+  size_t written_ = 0;
+  bool renamed_ = false;
+};
+
+void check_tensors_to_write(const std::vector<SafetensorsTensorOut>& tensors) {
+  std::set<std::string> names;
+  for (const SafetensorsTensorOut& t : tensors) {
+    PL_CHECK(!t.name.empty() && t.name != "__metadata__", "write_safetensors: invalid tensor name '{}'", t.name);
+    PL_CHECK(names.insert(t.name).second, "write_safetensors: tensor '{}' given twice", t.name);
+    PL_CHECK(t.dtype == "BF16" || t.dtype == "F32", "write_safetensors: tensor '{}': dtype '{}' (writable: BF16, F32)",
+             t.name, t.dtype);
+    int64_t n = 1;
+    for (int64_t d : t.shape) {
+      PL_CHECK(d >= 0, "write_safetensors: tensor '{}' has a negative dimension", t.name);
+      n *= d;
+    }
+    PL_CHECK(n == 0 || t.data != nullptr, "write_safetensors: tensor '{}' has no data", t.name);
+  }
+}
+
+uint64_t stored_bytes(const SafetensorsTensorOut& t) {
+  uint64_t n = 0;
+  byte_size(t.shape, safetensors_itemsize(t.dtype), n);
+  return n;
+}
+
+// Header (padded to 8 bytes with spaces, like the reference serializer) and data of one file.
+void write_file_body(TmpFile& f, const std::vector<const SafetensorsTensorOut*>& tensors,
+                     const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const SafetensorsTensorOut* t : tensors) {
+    const uint64_t n = stored_bytes(*t);
+    header[t->name] = {{"dtype", t->dtype}, {"shape", t->shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  f.write(len, 8);
+  f.write(text.data(), text.size());
+  constexpr int64_t kChunk = 1 << 20;
+  std::vector<uint16_t> bf16;
+  for (const SafetensorsTensorOut* t : tensors) {
+    const int64_t n = static_cast<int64_t>(stored_bytes(*t) / safetensors_itemsize(t->dtype));
+    if (t->dtype == "F32") {
+      f.write(t->data, static_cast<size_t>(n) * 4);
+      continue;
+    }
+    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+      const int64_t m = std::min(kChunk, n - i0);
+      bf16.resize(static_cast<size_t>(m));
+#pragma omp parallel for schedule(static) if (m > (1 << 16))
+      for (int64_t i = 0; i < m; ++i) bf16[static_cast<size_t>(i)] = num::float_to_bf16_bits(t->data[i0 + i]);
+      f.write(bf16.data(), static_cast<size_t>(m) * 2);
+    }
+  }
+}
+
+void fsync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
+bool is_weight_file_name(const std::string& name) {
+  static const std::regex shard(R"(model-\d{5}-of-\d{5}\.safetensors)");
+  return name == kSingleFile || name == kIndexFile || std::regex_match(name, shard);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+// Reading
+
+int64_t SafetensorsTensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string SafetensorsTensorInfo::shape_str() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+size_t safetensors_itemsize(const std::string& d) {
+  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") return 1;
+  if (d == "I16" || d == "U16" || d == "F16" || d == "BF16") return 2;
+  if (d == "I32" || d == "U32" || d == "F32") return 4;
+  if (d == "I64" || d == "U64" || d == "F64" || d == "C64") return 8;
+  return 0;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) fail("{}: no such file", path);
+  if (fs::is_directory(path, ec)) fail("{}: is a directory, not a .safetensors file", path);
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    fail("{}: cannot stat: {}", path, std::strerror(e));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    fail("{}: {} bytes is too short for a safetensors file (the header length alone takes 8)", path, size_);
+  }
+  void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) fail("{}: cannot map the file: {}", path, std::strerror(map_errno));
+  map_ = static_cast<const uint8_t*>(m);
+  try {
+    const uint64_t n = le64(map_);
+    if (n > kMaxHeaderBytes)
+      fail("{}: header length {} exceeds the format's limit of {} bytes (not a safetensors file?)", path, n,
+           kMaxHeaderBytes);
+    if (n > size_ - 8)
+      fail("{}: header length {} runs past the end of the {}-byte file (truncated, or not a safetensors file)", path, n,
+           size_);
+    data_start_ = 8 + static_cast<size_t>(n);
+    const char* h = reinterpret_cast<const char*>(map_ + 8);
+    const nlohmann::json header = parse_json_object(path, "safetensors header", h, h + n);
+    for (const auto& [key, value] : header.items()) {
+      if (key == "__metadata__") {
+        if (!value.is_object()) fail("{}: '__metadata__' must be an object of strings, got {}", path, value.dump());
+        for (const auto& [mk, mv] : value.items()) {
+          if (!mv.is_string()) fail("{}: '__metadata__' value of '{}' must be a string, got {}", path, mk, mv.dump());
+          metadata_[mk] = mv.get<std::string>();
+        }
+        continue;
+      }
+      tensors_.push_back(parse_entry(path, key, value));
+    }
+    check_tiling(path, tensors_, size_ - data_start_);
+    for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() {
+  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), size_);
+  map_ = nullptr;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
+    : path_(std::move(o.path_)), map_(o.map_), size_(o.size_), data_start_(o.data_start_),
+      tensors_(std::move(o.tensors_)), index_(std::move(o.index_)), metadata_(std::move(o.metadata_)) {
+  o.map_ = nullptr;
+}
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
+  if (this != &o) {
+    release();
+    path_ = std::move(o.path_);
+    map_ = o.map_;
+    size_ = o.size_;
+    data_start_ = o.data_start_;
+    tensors_ = std::move(o.tensors_);
+    index_ = std::move(o.index_);
+    metadata_ = std::move(o.metadata_);
+    o.map_ = nullptr;
+  }
+  return *this;
+}
+
+const SafetensorsTensorInfo* SafetensorsFile::find(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) const {
+  const SafetensorsTensorInfo* t = find(name);
+  if (t == nullptr) fail("{}: no tensor '{}' in this file", path_, name);
+  return *t;
+}
+
+std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
+  const SafetensorsTensorInfo& t = info(name);
+  return {map_ + data_start_ + t.begin, static_cast<size_t>(t.end - t.begin)};
+}
+
+std::vector<float> SafetensorsFile::read_float(const std::string& name) const {
+  std::vector<float> out(static_cast<size_t>(info(name).numel()));
+  read_float(name, out.data());
+  return out;
+}
+
+void SafetensorsFile::read_float(const std::string& name, float* out) const {
+  const SafetensorsTensorInfo& t = info(name);
+  convert_to_float(t, map_ + data_start_ + t.begin, out, path_);
+}
+
+SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("{}: no such directory", dir);
+  const fs::path single = fs::path(dir) / kSingleFile;
+  const fs::path index = fs::path(dir) / kIndexFile;
+  if (fs::is_regular_file(single, ec)) {
+    files_.emplace_back(single.string());
+    for (const SafetensorsTensorInfo& t : files_[0].tensors()) where_[t.name] = 0;
+    return;
+  }
+  if (!fs::is_regular_file(index, ec))
+    fail("{}: holds neither {} nor {} (not a Hugging Face safetensors checkpoint)", dir, kSingleFile, kIndexFile);
+  sharded_ = true;
+  const std::string ip = index.string();
+  nlohmann::json j;
+  {
+    std::ifstream in(ip, std::ios::binary);
+    if (!in) fail("{}: cannot open for reading", ip);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    j = parse_json_object(ip, "index", text.data(), text.data() + text.size());
+  }
+  if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail("{}: needs a 'weight_map' object", ip);
+  std::map<std::string, std::string> shard_of;  // tensor -> shard file
+  std::map<std::string, size_t> file_index;     // shard file -> files_ index
+  for (const auto& [name, file] : j["weight_map"].items()) {
+    if (!file.is_string()) fail("{}: weight_map value of '{}' must be a file name, got {}", ip, name, file.dump());
+    const std::string f = file.get<std::string>();
+    if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\\') != std::string::npos)
+      fail("{}: weight_map value of '{}' must be a file name in the directory, got '{}'", ip, name, f);
+    shard_of[name] = f;
+    file_index.emplace(f, 0);
+  }
+  for (auto& [f, idx] : file_index) {
+    idx = files_.size();
+    const fs::path p = fs::path(dir) / f;
+    if (!fs::is_regular_file(p, ec)) fail("{}: shard '{}' listed in the weight_map is missing", ip, f);
+    files_.emplace_back(p.string());
+  }
+  for (const auto& [name, f] : shard_of) {
+    const size_t idx = file_index.at(f);
+    if (files_[idx].find(name) == nullptr)
+      fail("{}: tensor '{}' is listed in shard '{}', which does not hold it", ip, name, f);
+    where_[name] = idx;
+  }
+  for (const auto& [f, idx] : file_index)
+    for (const SafetensorsTensorInfo& t : files_[idx].tensors()) {
+      const auto it = shard_of.find(t.name);
+      if (it == shard_of.end())
+        fail("{}: shard '{}' holds tensor '{}', which the weight_map does not list", ip, f, t.name);
+      if (it->second != f)
+        fail("{}: shard '{}' holds tensor '{}', which the weight_map places in '{}'", ip, f, t.name, it->second);
+    }
+}
+
+std::vector<std::string> SafetensorsCheckpoint::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, idx] : where_) out.push_back(name);
+  return out;
+}
+
+const SafetensorsFile& SafetensorsCheckpoint::file_of(const std::string& name) const {
+  const auto it = where_.find(name);
+  if (it == where_.end()) fail("{}: no tensor '{}' in this checkpoint", dir_, name);
+  return files_[it->second];
+}
+
+const SafetensorsTensorInfo& SafetensorsCheckpoint::info(const std::string& name) const {
+  return file_of(name).info(name);
+}
+
+uint64_t SafetensorsCheckpoint::data_bytes() const {
+  uint64_t n = 0;
+  for (const auto& [name, idx] : where_) {
+    const SafetensorsTensorInfo& t = files_[idx].info(name);
+    n += t.end - t.begin;
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Writing
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  check_tensors_to_write(tensors);
+  std::vector<const SafetensorsTensorOut*> all;
+  for (const SafetensorsTensorOut& t : tensors) all.push_back(&t);
+  TmpFile f(path);
+  write_file_body(f, all, metadata);
+  f.finish();
+  f.rename_into_place();
+}
+
+std::vector<std::string> safetensors_shard_names(size_t num_shards) {
+  if (num_shards == 1) return {kSingleFile};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < num_shards; ++i) out.push_back(fmt::format("model-{:05d}-of-{:05d}.safetensors", i + 1, num_shards));
+  return out;
+}
+
+std::vector<size_t> plan_safetensors_shards(const std::vector<SafetensorsTensorOut>& tensors, uint64_t max_shard_bytes) {
+  PL_CHECK(max_shard_bytes > 0, "safetensors shard limit must be positive");
+  // huggingface_hub's split_state_dict_into_shards_factory: a tensor over the limit is appended as a
+  // shard of its own at once (the shard being filled carries on after it); otherwise the shard being
+  // filled is closed when the next tensor would take it over the limit.
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const uint64_t n = stored_bytes(tensors[i]);
+    if (n > max_shard_bytes) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + n > max_shard_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += n;
+  }
+  if (!current.empty()) shards.push_back(std::move(current));
+  std::vector<size_t> shard_of(tensors.size());
+  for (size_t s = 0; s < shards.size(); ++s)
+    for (size_t i : shards[s]) shard_of[i] = s;
+  return shard_of;
+}
+
+std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
+                                                      const std::vector<SafetensorsTensorOut>& tensors,
+                                                      uint64_t max_shard_bytes) {
+  check_tensors_to_write(tensors);
+  PL_CHECK(!tensors.empty(), "{}: no tensors to write", dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!fs::is_directory(dir, ec)) fail("{}: cannot create the directory", dir);
+  const std::vector<size_t> shard = plan_safetensors_shards(tensors, max_shard_bytes);
+  const size_t num_shards = *std::max_element(shard.begin(), shard.end()) + 1;
+  const std::vector<std::string> names = safetensors_shard_names(num_shards);
+
+  // 1. Every file complete under its temporary name.
+  std::vector<std::unique_ptr<TmpFile>> files;
+  for (size_t s = 0; s < num_shards; ++s) {
+    std::vector<const SafetensorsTensorOut*> part;
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (shard[i] == s) part.push_back(&tensors[i]);
+    files.push_back(std::make_unique<TmpFile>((fs::path(dir) / names[s]).string()));
+    write_file_body(*files.back(), part, {{"format", "pt"}});
+    files.back()->finish();
+  }
+  std::unique_ptr<TmpFile> index;
+  if (num_shards > 1) {
+    // transformers writes the index with sorted keys and two-space indentation.
+    nlohmann::json j;
+    uint64_t total = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      total += stored_bytes(tensors[i]);
+      j["weight_map"][tensors[i].name] = names[shard[i]];
+    }
+    j["metadata"]["total_size"] = total;
+    const std::string text = j.dump(2) + "\n";
+    index = std::make_unique<TmpFile>((fs::path(dir) / kIndexFile).string());
+    index->write(text.data(), text.size());
+    index->finish();
+  }
+  // 2. Into place: the shards, then away with an earlier export's weight files, then the index.
+  for (auto& f : files) f->rename_into_place();
+  std::set<std::string> keep(names.begin(), names.end());
+  if (index) keep.insert(kIndexFile);
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (is_weight_file_name(name) && !keep.count(name)) fs::remove(entry.path(), ec);
+  }
+  if (index) index->rename_into_place();
+  fsync_dir(dir);
+  std::vector<std::string> written = names;
+  if (index) written.push_back(kIndexFile);
+  return written;
+}
+
+}  // namespace pl

@@ -1,0 +1,121 @@
+#include "data/tokenizer_record.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace pl::data {
+
+namespace {
+
+constexpr int kRecordVersion = 1;
+
+nlohmann::ordered_json record_to_json(const TokenizerRecord& r) {
+  nlohmann::ordered_json j;
+  j["version"] = kRecordVersion;
+  j["type"] = r.type;
+  j["model_path"] = r.model_path;
+  j["model_size"] = r.model_size;
+  j["model_fnv1a64"] = r.model_fnv1a64;
+  j["vocab_size"] = r.vocab_size;
+  j["eod"] = r.eod;
+  j["bos"] = r.bos;
+  j["append_eod"] = r.append_eod;
+  j["prepend_bos"] = r.prepend_bos;
+  return j;
+}
+
+template <class T>
+T field(const nlohmann::json& j, const char* key, const std::string& path) {
+  PL_CHECK(j.contains(key), "{}: missing field '{}'", path, key);
+  try {
+    return j.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail("{}: field '{}' has the wrong type ({})", path, key, j.at(key).type_name());
+  }
+}
+
+}  // namespace
+
+std::string tokenizer_record_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
+
+std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
+  std::ifstream in(path, std::ios::binary);
+  PL_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
+  uint64_t h = 0xCBF29CE484222325ull;
+  int64_t total = 0;
+  std::array<char, 1 << 16> buf{};
+  while (in) {
+    in.read(buf.data(), buf.size());
+    const std::streamsize got = in.gcount();
+    for (std::streamsize i = 0; i < got; ++i) {
+      h ^= static_cast<unsigned char>(buf[static_cast<size_t>(i)]);
+      h *= 0x100000001B3ull;
+    }
+    total += got;
+  }
+  PL_CHECK(!in.bad(), "{}: read error", path);
+  if (size != nullptr) *size = total;
+  return fmt::format("{:016x}", h);
+}
+
+void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record) {
+  const std::string path = tokenizer_record_path(prefix);
+  const std::string tmp = path + ".tmp";
+  const std::string text = record_to_json(record).dump(2) + "\n";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    PL_CHECK(out.good(), "{}: cannot create: {}", tmp, std::strerror(errno));
+    out << text;
+    out.flush();
+    PL_CHECK(out.good(), "{}: write error", tmp);
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    fail("{}: cannot rename {} onto it", path, tmp);
+  }
+}
+
+std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) {
+  const std::string path = tokenizer_record_path(prefix);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  PL_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: not valid JSON (byte {})", path, e.byte);
+  }
+  PL_CHECK(j.is_object(), "{}: expected a JSON object", path);
+  const int version = field<int>(j, "version", path);
+  PL_CHECK(version == kRecordVersion, "{}: version {} is not supported (expected {})", path, version, kRecordVersion);
+  TokenizerRecord r;
+  r.type = field<std::string>(j, "type", path);
+  r.model_path = field<std::string>(j, "model_path", path);
+  r.model_size = field<int64_t>(j, "model_size", path);
+  r.model_fnv1a64 = field<std::string>(j, "model_fnv1a64", path);
+  r.vocab_size = field<int64_t>(j, "vocab_size", path);
+  r.eod = field<int32_t>(j, "eod", path);
+  r.bos = field<int32_t>(j, "bos", path);
+  r.append_eod = field<bool>(j, "append_eod", path);
+  r.prepend_bos = field<bool>(j, "prepend_bos", path);
+  PL_CHECK(r.vocab_size > 0, "{}: vocab_size {} must be positive", path, r.vocab_size);
+  PL_CHECK(r.eod >= 0 && r.eod < r.vocab_size, "{}: eod {} outside the vocabulary [0, {})", path, r.eod, r.vocab_size);
+  PL_CHECK(r.bos >= 0 && r.bos < r.vocab_size, "{}: bos {} outside the vocabulary [0, {})", path, r.bos, r.vocab_size);
+  return r;
+}
+
+}  // namespace pl::data

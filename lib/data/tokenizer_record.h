@@ -1,0 +1,34 @@
+#pragma once
+// The sidecar preprocess_data writes next to "<prefix>.bin/.idx": "<prefix>.tokenizer.json", saying
+// which tokenizer made the token ids (so the trainer can take eod and the vocabulary size from the
+// data instead of trusting a flag). Megatron has no such file; a Megatron-made dataset has none.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace pl::data {
+
+struct TokenizerRecord {
+  std::string type;        // "byte" or "tiktoken"
+  std::string model_path;  // absolute path of the tokenizer model file ("" for byte)
+  int64_t model_size = 0;  // its size in bytes
+  std::string model_fnv1a64;  // FNV-1a 64 of its bytes, 16 lowercase hex digits ("" for byte)
+  int64_t vocab_size = 0;
+  int32_t eod = 0;
+  int32_t bos = 0;
+  bool append_eod = false;   // each non-empty document ends with eod
+  bool prepend_bos = false;  // each document starts with bos
+};
+
+std::string tokenizer_record_path(const std::string& prefix);  // "<prefix>.tokenizer.json"
+
+// FNV-1a 64 of a file's bytes as 16 lowercase hex digits; its size goes to *size.
+std::string fnv1a64_file_hex(const std::string& path, int64_t* size);
+
+// Written atomically ("<file>.tmp" renamed onto it).
+void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record);
+
+// std::nullopt when "<prefix>.tokenizer.json" does not exist; a malformed file is a one-line error.
+std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix);
+
+}  // namespace pl::data
