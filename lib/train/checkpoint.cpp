@@ -1,8 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <stdio.h>
-#include <sys/stat.h>
+#include <stdio.h>  // renameat2 (glibc, _GNU_SOURCE)
 #include <unistd.h>
 
 #include <fmt/format.h>
