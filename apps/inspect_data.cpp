@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "app_main.h"
 #include "config/model_config.h"
 #include "config/paths.h"
 #include "config/train_config.h"
@@ -107,15 +108,7 @@ int run(int argc, char** argv) {
   app.add_option("--from", o.from, "Split the samples come from: train, valid or test")->capture_default_str();
   app.add_flag("--decode", o.decode,
                "Also print each sample as text, with the tokenizer named in the data's .tokenizer.json");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "inspect_data: error: %s (see --help)\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "inspect_data")) return *rc;
   PL_CHECK(o.mock != !o.data.data_path.empty(), "give exactly one of --mock and --data-path");
   PL_CHECK(!(o.decode && o.mock), "--decode needs --data-path data made by preprocess_data (mock ids are not text)");
   t.micro_batch_size = 1;  // the sample order does not depend on it
@@ -159,12 +152,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "inspect_data: error: %s\n", e.what());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return pl::app::guarded_main("inspect_data", run, argc, argv); }

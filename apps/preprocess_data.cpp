@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "app_main.h"
 #include "core/error.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -332,18 +334,7 @@ int run(int argc, char** argv) {
   app.add_flag("--prepend-bos", o.prepend_bos, "Start each document with <|begin_of_text|>");
   app.add_option("--workers", o.workers, "Tokenizer threads")->capture_default_str();
   app.add_option("--log-interval", o.log_interval, "Documents between progress lines")->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n' || c == '\r') c = ' ';
-    std::fprintf(stderr, "preprocess_data: error: %s (see --help)\n", msg.c_str());
-    return 2;
-  }
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "preprocess_data")) return *rc;
   check_options(o);
   const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
   const data::TokenizerRecord record = make_record(o, *tok);
@@ -405,15 +396,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n' || c == '\r') c = ' ';
-    std::fprintf(stderr, "preprocess_data: error: %s\n", msg.c_str());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return pl::app::guarded_main("preprocess_data", run, argc, argv); }

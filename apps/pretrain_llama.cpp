@@ -12,10 +12,11 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <fstream>
 #include <memory>
+#include <optional>
 
+#include "app_main.h"
 #include "config/model_config.h"
 #include "config/paths.h"
 #include "config/precision_recipe.h"
@@ -256,15 +257,7 @@ int run(int argc, char** argv) {
   CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
                "Megatron-Bridge's format"};
   add_flags(app, o);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& e) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "pretrain_llama: error: %s (see --help)\n", e.what());
-    return 2;
-  }
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "pretrain_llama")) return *rc;
   TrainConfig& t = o.train;
   validate_train_config(t);
   validate_checkpoint_flags(o, app);
@@ -448,16 +441,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const pl::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "pretrain_llama: error: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "pretrain_llama: internal error: %s\n", e.what());
-    return 3;
-  }
-}
+int main(int argc, char** argv) { return pl::app::guarded_main("pretrain_llama", run, argc, argv); }

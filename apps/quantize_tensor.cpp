@@ -9,11 +9,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "app_main.h"
 #include "backend/ops.h"
 #include "backend/quantize.h"
 #include "core/error.h"
@@ -211,18 +213,7 @@ int run(int argc, char** argv) {
   app.add_flag("--stochastic", o.stochastic, "nvfp4: stochastic rounding (needs --seed)");
   app.add_option("--seed", o.seed, "Seed of the stochastic-rounding stream");
   app.add_flag("-q,--quiet", o.quiet, "Print only the telemetry line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp&) {
-    std::fputs(app.help().c_str(), stdout);
-    return 0;
-  } catch (const CLI::ParseError& e) {
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n' || c == '\r') c = ' ';
-    std::fprintf(stderr, "quantize_tensor: error: %s (see --help)\n", msg.c_str());
-    return 2;
-  }
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "quantize_tensor")) return *rc;
 
   const QuantFormat f = parse_format(o.format);
   validate_flags(o, f, app);
@@ -313,15 +304,4 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::string msg = e.what();
-    for (char& c : msg)
-      if (c == '\n' || c == '\r') c = ' ';
-    std::fprintf(stderr, "quantize_tensor: error: %s\n", msg.c_str());
-    return 1;
-  }
-}
+int main(int argc, char** argv) { return pl::app::guarded_main("quantize_tensor", run, argc, argv); }

@@ -1,0 +1,51 @@
+#pragma once
+// The outermost layer every app shares, so that all of them fail the same way: one stderr line
+// "<app>: error: <message>" (newlines flattened) and exit 1 for a user error (pl::Error); "<app>:
+// internal error: ..." and exit 3 for anything else; "(see --help)" and exit 2 for a bad command line.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+
+namespace pl::app {
+
+inline void print_error_line(const char* app, const char* kind, std::string msg, const char* suffix = "") {
+  for (char& c : msg)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::fflush(stdout);
+  std::fprintf(stderr, "%s: %s: %s%s\n", app, kind, msg.c_str(), suffix);
+}
+
+// Parses argv into `cli`: nullopt to go on, or the exit code (0 after --help, 2 after a parse error).
+inline std::optional<int> parse_command_line(CLI::App& cli, int argc, char** argv, const char* app) {
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::fputs(cli.help().c_str(), stdout);
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    print_error_line(app, "error", e.what(), " (see --help)");
+    return 2;
+  }
+  return std::nullopt;
+}
+
+// Runs run(argc, argv) and turns an escaping exception into the one-line error and exit code above.
+template <class Run>
+int guarded_main(const char* app, Run&& run, int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const pl::Error& e) {
+    print_error_line(app, "error", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    print_error_line(app, "internal error", e.what());
+    return 3;
+  }
+}
+
+}  // namespace pl::app
