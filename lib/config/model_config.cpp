@@ -20,8 +20,9 @@ int64_t ModelConfig::num_parameters() const {
   return num_layers * per_layer + h /* final norm */ + 2 * vocab_size * h /* untied embedding + LM head */;
 }
 
-ModelConfig load_model_config(const std::string& path) {
-  const nlohmann::json j = read_json_file(path);
+ModelConfig load_model_config(const std::string& path) { return model_config_from_json(read_json_file(path), path); }
+
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& path) {
   JsonReader r(j, path);
   ModelConfig m;
   m.file = path;

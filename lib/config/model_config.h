@@ -1,6 +1,8 @@
 #pragma once
 // The architecture of a Llama-shaped decoder, loaded from configs/models/*.json. Field names follow
 // Megatron's TransformerConfig / GPTModelProvider so a Megatron user recognises them.
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstdint>
 #include <string>
 
@@ -39,6 +41,9 @@ struct ModelConfig {
 
 // Loads and validates; any problem is a one-line pl::Error naming the file and the field.
 ModelConfig load_model_config(const std::string& path);
+// The same from JSON already parsed (e.g. the "model" object of a checkpoint's metadata.json); `path`
+// names it in errors.
+ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& path);
 // Checks the relations between fields (heads divide hidden, groups divide heads, ...).
 void validate_model_config(const ModelConfig& m);
 

@@ -558,15 +558,12 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load) {
 
   const fs::path meta_path = dir / kMetadata;
   const json meta = parse_json_file(meta_path);
-  const json m = field<json>(meta, "model", meta_path);
-  v.model.name = field<std::string>(m, "name", meta_path);
-  v.model.num_layers = field<int64_t>(m, "num_layers", meta_path);
-  v.model.hidden_size = field<int64_t>(m, "hidden_size", meta_path);
-  v.model.ffn_hidden_size = field<int64_t>(m, "ffn_hidden_size", meta_path);
-  v.model.num_attention_heads = field<int64_t>(m, "num_attention_heads", meta_path);
-  v.model.num_query_groups = field<int64_t>(m, "num_query_groups", meta_path);
-  v.model.kv_channels = field<int64_t>(m, "kv_channels", meta_path);
-  v.model.vocab_size = field<int64_t>(m, "vocab_size", meta_path);
+  // The whole model config as saved (validated like a configs/models file; "file" names where the
+  // run loaded it from).
+  json m = field<json>(meta, "model", meta_path);
+  PL_CHECK(m.is_object(), "{}: 'model' is not an object", meta_path.string());
+  m.erase("file");
+  v.model = model_config_from_json(m, meta_path.string() + " (model)");
   v.recipe_name = field<std::string>(field<json>(meta, "recipe", meta_path), "name", meta_path);
   const json t = field<json>(meta, "train", meta_path);
   v.train.train_iters = field<int64_t>(t, "train_iters", meta_path);
@@ -617,6 +614,26 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
     notes.push_back(fmt::format("checkpoint saved with --lr {} --min-lr {}, resuming with --lr {} --min-lr {}",
                                 c.train.lr, c.train.min_lr, t.lr, t.min_lr));
   return notes;
+}
+
+std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
+  const fs::path dir(c.path);
+  const CheckpointFile* master = nullptr;
+  for (const CheckpointFile& f : c.files)
+    if (f.name == "master_fp32.bin") master = &f;
+  PL_CHECK(master != nullptr, "{}: lists no master_fp32.bin", (dir / kManifest).string());
+  PL_CHECK(master->dtype == "f32" && master->numel == c.model.num_parameters() &&
+               master->bytes == static_cast<uint64_t>(master->numel) * sizeof(float),
+           "{}: {} elements of {} ({} bytes), but model {} has {} parameters", (dir / master->name).string(),
+           master->numel, master->dtype, master->bytes, c.model.name, c.model.num_parameters());
+  std::vector<float> out(static_cast<size_t>(master->numel));
+  std::vector<char> staging;
+  const uint64_t sum = stream_file(dir / master->name, master->bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {
+    std::memcpy(reinterpret_cast<char*>(out.data()) + off, data, bytes);
+  });
+  PL_CHECK(sum == master->checksum, "{}: checksum {} but the manifest says {} (the file is corrupted)",
+           (dir / master->name).string(), hex64(sum), hex64(master->checksum));
+  return out;
 }
 
 TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {

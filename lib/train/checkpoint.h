@@ -93,6 +93,11 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load);
 std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& ckpt, const ModelConfig& model,
                                                      const std::string& recipe_name, const TrainConfig& train);
 
+// The FP32 master weights of a verified checkpoint, in the flat layout of LlamaModel::param_entries()
+// for ckpt.model (re-checking the checksum as it reads): what an export needs, without building a
+// model or its optimizer state.
+std::vector<float> read_master_weights(const VerifiedCheckpoint& ckpt);
+
 // Reads the state files into the model's master weights and bf16 weights and the optimizer's
 // moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and
 // returns the train state to continue from.

@@ -1,0 +1,82 @@
+// convert_checkpoint: a pretrain_llama checkpoint as a Hugging Face Llama directory (config.json +
+// BF16 safetensors from the FP32 master weights), for evaluation tools and transformers.
+//
+//   convert_checkpoint --load checkpoints/run1 --to-hf hf/run1                  # the latest iteration
+//   convert_checkpoint --load checkpoints/run1/iter_0000500 --to-hf hf/it500 --max-shard-size 2GB
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "app_main.h"
+#include "core/error.h"
+#include "model/hf_llama.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+using namespace pl;
+
+struct Options {
+  std::string load, to_hf, max_shard_size = "5GB";
+  std::optional<int64_t> bos;
+  std::vector<int64_t> eos;
+};
+
+// "5GB", "500MB", "100KB" (powers of 1000, as save_pretrained's max_shard_size) or plain bytes.
+uint64_t parse_size(const std::string& s) {
+  uint64_t v = 0;
+  const char* end = s.data() + s.size();
+  const auto [p, ec] = std::from_chars(s.data(), end, v);
+  PL_CHECK(ec == std::errc() && p != s.data(), "--max-shard-size must be a byte count or N[KB|MB|GB], got '{}'", s);
+  const std::string unit(p, end);
+  uint64_t mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  if (unit == "KB") mult = 1000;
+  if (unit == "MB") mult = 1000 * 1000;
+  if (unit == "GB") mult = 1000ull * 1000 * 1000;
+  PL_CHECK(mult != 0 && v > 0, "--max-shard-size must be a byte count or N[KB|MB|GB], got '{}'", s);
+  return v * mult;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{"convert_checkpoint: a pretrain_llama checkpoint -> a Hugging Face LlamaForCausalLM directory"};
+  app.add_option("--load", o.load, "Checkpoint: a --save directory (its latest iteration) or one iter_ directory")
+      ->required();
+  app.add_option("--to-hf", o.to_hf, "Output directory (config.json, model*.safetensors)")->required();
+  app.add_option("--max-shard-size", o.max_shard_size, "Largest safetensors file before sharding")
+      ->capture_default_str();
+  app.add_option("--bos-token-id", o.bos, "bos_token_id for config.json (e.g. 128000 for Llama 3)");
+  app.add_option("--eos-token-id", o.eos, "eos_token_id(s) for config.json (e.g. 128001)");
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "convert_checkpoint")) return *rc;
+
+  HfExportOptions opts;
+  opts.max_shard_bytes = parse_size(o.max_shard_size);
+  opts.bos_token_id = o.bos;
+  opts.eos_token_ids = o.eos;
+  const auto t0 = std::chrono::steady_clock::now();
+  const VerifiedCheckpoint ckpt = verify_checkpoint(o.load);
+  check_hf_expressible(ckpt.model);
+  const std::vector<float> master = read_master_weights(ckpt);
+  const std::vector<std::string> files = export_hf(ckpt.model, master, o.to_hf, opts);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string names;
+  for (const std::string& f : files) names += (names.empty() ? "" : ", ") + f;
+  std::printf("%s\n", fmt::format("convert_checkpoint: {} (iteration {}, model {}, {} parameters, recipe {}) -> {}: "
+                                  "{} ({:.2f} GB of BF16 weights, {:.1f} s)",
+                                  ckpt.path, ckpt.iteration, ckpt.model.name, ckpt.model.num_parameters(),
+                                  ckpt.recipe_name, o.to_hf, names,
+                                  2.0 * static_cast<double>(ckpt.model.num_parameters()) / 1e9, seconds)
+                          .c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return pl::app::guarded_main("convert_checkpoint", run, argc, argv); }
