@@ -20,6 +20,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -246,7 +247,13 @@ void encode_batch(const std::vector<RawDocument>& batch, const Options& o, const
   };
   const size_t helpers = std::min<size_t>(static_cast<size_t>(o.workers) - 1, batch.size());
   std::vector<std::thread> threads;
-  for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
+  try {
+    for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
+  } catch (const std::system_error& e) {
+    // Out of threads: let the started ones finish (a joinable thread must not be destroyed).
+    for (std::thread& t : threads) t.join();
+    fail("--workers {}: could only start {} threads ({})", o.workers, threads.size() + 1, e.what());
+  }
   work();
   for (std::thread& t : threads) t.join();
 }

@@ -166,9 +166,16 @@ void TrainingData::build_indexed() {
       const std::string cache_dir = c.cache_path.empty()
                                         ? (std::filesystem::path(blend.prefixes[d]) / "cache" / "GPTDataset_indices").string()
                                         : c.cache_path;
-      std::string id = fmt::format("{} ({} sequences, {} bytes of .bin)",
+      // The indices depend on the sequence lengths: their fingerprint keeps a rewritten dataset (same
+      // path, count and size, other documents or order) from reusing another one's cache.
+      uint64_t lengths_fnv = 14695981039346656037ull;
+      for (const int32_t n : low[d]->sequence_lengths()) {
+        lengths_fnv ^= static_cast<uint32_t>(n);
+        lengths_fnv *= 1099511628211ull;
+      }
+      std::string id = fmt::format("{} ({} sequences, {} bytes of .bin, lengths fnv {:016x})",
                                    std::filesystem::absolute(blend.prefixes[d]).lexically_normal().string(),
-                                   low[d]->num_sequences(), std::filesystem::file_size(low[d]->bin_path()));
+                                   low[d]->num_sequences(), std::filesystem::file_size(low[d]->bin_path()), lengths_fnv);
       auto g = std::make_shared<const GPTDataset>(low[d], sequence_range(r->first, r->second), wanted, s, gpt_config(c),
                                                   GPTIndexCache{cache_dir, std::move(id)});
       summary_.push_back(split_line(fmt::format("dataset {}", d + 1), *g, wanted));

@@ -209,7 +209,7 @@ bool GPTDataset::load_cached(const std::string& base, const std::string& descrip
     const NpyArray shf = read_npy(base + "shuffle_index.npy");
     if (doc.dtype != "<i4" || doc.shape.size() != 1 || smp.dtype != "<i8" || smp.shape.size() != 2 ||
         smp.shape[1] != 2 || smp.shape[0] < 1 || shf.dtype != "<i8" || shf.shape.size() != 1 ||
-        shf.shape[0] != smp.shape[0] - 1 || docs == 0 || doc.shape[0] % docs != 0)
+        shf.shape[0] != smp.shape[0] - 1 || doc.shape[0] != num_epochs_ * docs)
       return false;
     std::vector<int32_t> d = npy_values<int32_t>(doc);
     std::vector<int64_t> si = npy_values<int64_t>(smp), sh = npy_values<int64_t>(shf);
@@ -220,10 +220,6 @@ bool GPTDataset::load_cached(const std::string& base, const std::string& descrip
       if (si[r] < 0 || si[r] >= static_cast<int64_t>(d.size()) || si[r + 1] < 0) return false;
     for (const int64_t x : sh)
       if (x < 0 || x >= total) return false;
-    tokens_per_epoch_ = 0;
-    for (int64_t p = 0; p < docs; ++p) tokens_per_epoch_ += dataset_->sequence_lengths()[static_cast<size_t>(d[p])];
-    num_epochs_ = doc.shape[0] / docs;
-    separate_final_epoch_ = false;  // not needed once the indices exist; not recorded
     document_index_ = std::move(d);
     sample_index_ = std::move(si);
     shuffle_index_ = std::move(sh);
@@ -269,8 +265,9 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
     : dataset_(std::move(dataset)), config_(config), split_(split) {
   PL_CHECK(dataset_ != nullptr, "GPT dataset: no low-level dataset");
   num_sequences_ = static_cast<int64_t>(indices.size());
+  const int64_t samples_sans_final_epoch = plan_epochs(indices, num_samples);
   if (cache.dir.empty()) {
-    build_indices(indices, num_samples);
+    build_indices(indices, samples_sans_final_epoch);
     return;
   }
   const std::string description = index_description(cache.dataset_id, indices, num_samples, split, config_);
@@ -280,11 +277,14 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
     cache_note_ = base + "*";
     return;
   }
-  build_indices(indices, num_samples);
+  build_indices(indices, samples_sans_final_epoch);
   save_cached(base, description);
 }
 
-void GPTDataset::build_indices(const std::vector<int32_t>& indices, std::optional<int64_t> num_samples) {
+// Tokens per epoch, epochs and whether the final epoch is shuffled apart (what the indices are built
+// from, and what the summary shows whether they are built or loaded); returns the samples before
+// the final epoch.
+int64_t GPTDataset::plan_epochs(const std::vector<int32_t>& indices, std::optional<int64_t> num_samples) {
   const int64_t seq = config_.sequence_length;
   const int add = config_.add_extra_token_to_sequence ? 1 : 0;
   PL_CHECK(seq >= 1, "GPT dataset: sequence length must be >= 1, got {}", seq);
@@ -325,7 +325,14 @@ void GPTDataset::build_indices(const std::vector<int32_t>& indices, std::optiona
              from_final, per_epoch);
     separate_final_epoch_ = from_final < static_cast<int64_t>(0.80 * static_cast<double>(per_epoch));
   }
+  return samples_sans_final_epoch;
+}
 
+void GPTDataset::build_indices(const std::vector<int32_t>& indices, int64_t samples_sans_final_epoch) {
+  const int64_t seq = config_.sequence_length;
+  const int add = config_.add_extra_token_to_sequence ? 1 : 0;
+  const int64_t docs = static_cast<int64_t>(indices.size());
+  const std::span<const int32_t> lengths = dataset_->sequence_lengths();
   RandomStateMt rs(config_.random_seed);
 
   // Document index: e epochs tiled and shuffled together, or e-1 together then the last alone.

@@ -303,7 +303,8 @@ bool is_tmp_name(const std::string& name) { return name.find(".tmp-") != std::st
 int64_t iteration_of_dir_name(const std::string& name) {
   if (name.rfind("iter_", 0) != 0 || name.size() <= 5) return -1;
   const std::string digits = name.substr(5);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  if (digits.size() > 18 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;  // not one of ours (and past int64)
   return std::stoll(digits);
 }
 
@@ -460,8 +461,15 @@ fs::path resolve_iteration_dir(fs::path load) {
   PL_CHECK(fs::is_directory(load, ec), "--load {}: no such directory", load.string());
   if (iteration_of_dir_name(load.filename().string()) >= 0 || fs::exists(load / kManifest, ec)) return load;
   const fs::path tracker = load / kCheckpointTracker;
-  PL_CHECK(fs::exists(tracker, ec), "--load {}: missing tracker {} (no complete checkpoint to resume from)",
-           load.string(), tracker.string());
+  if (!fs::exists(tracker, ec)) {
+    // An iter_ directory is complete once renamed into place; a crash before the tracker update of the
+    // first save leaves one without a tracker. The newest is the one the tracker would have named
+    // (verify_checkpoint still checks every file).
+    const auto dirs = iteration_dirs(load);
+    PL_CHECK(!dirs.empty(), "--load {}: missing tracker {} (no complete checkpoint to resume from)", load.string(),
+             tracker.string());
+    return dirs.back().second;
+  }
   std::string text = read_small_file(tracker);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
   const bool digits = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -655,6 +663,9 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
     }
     PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
     PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
+    PL_CHECK(f->bytes == static_cast<uint64_t>(n) * dtype_size(b.file_dtype),
+             "{}: the manifest says {} bytes for {} elements of {}", (dir / f->name).string(), f->bytes, n,
+             dtype_name(b.file_dtype));
     PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
              dtype_name(b.file_dtype));
     PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32),

@@ -184,10 +184,10 @@ TrainResult Trainer::run(const TrainState& start) {
   // After training, as Megatron's pretrain(): the validation split (continuing) and the test split.
   // A run stopped by --exit-interval exits before them, as Megatron's train() does.
   if (!exited && validation_on())
-    res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", cfg_.train_iters), eval_.valid,
+    res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", st.iteration), eval_.valid,
                                     st.valid_consumed_samples);
   if (!exited && cfg_.eval_iters > 0 && eval_.test)
-    res.final_test_loss = evaluate(fmt::format("iteration {} on test set", cfg_.train_iters), eval_.test, 0);
+    res.final_test_loss = evaluate(fmt::format("iteration {} on test set", st.iteration), eval_.test, 0);
 
   // Summary over the last 60% of the iterations this process ran (the playbook reports iterations
   // 20-50 of 50); a resumed run times only its own iterations.

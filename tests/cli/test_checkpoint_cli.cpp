@@ -242,14 +242,21 @@ TEST(CheckpointCli, AMissingManifestIsRefused) {
   expect_refused(tiny({"--disable-fp4", "--load", d}), {d + "/iter_0000010/manifest.json", "missing"});
 }
 
-TEST(CheckpointCli, AMissingTrackerIsRefused) {
+TEST(CheckpointCli, AMissingTrackerMeansTheNewestCompleteCheckpointOrARefusal) {
   pl::test::TempDir dir;
   const std::string d = make_checkpoint(dir);
+  // A crash between renaming the first iter_ directory into place and writing the tracker: the
+  // directory is complete, so it is what the tracker would have named.
   fs::remove(d + "/latest_checkpointed_iteration.txt");
-  expect_refused(tiny({"--disable-fp4", "--load", d}), {"latest_checkpointed_iteration.txt", "missing"});
-  // Naming the iter_ directory itself still works.
-  const ProcessResult r = run_ok(tiny({"--disable-fp4", "--load", d + "/iter_0000010"}));
-  EXPECT_NE(r.out.find("at iteration 10"), std::string::npos);
+  const ProcessResult r = run_ok(tiny({"--disable-fp4", "--load", d}));
+  EXPECT_NE(r.out.find("at iteration 10"), std::string::npos) << r.out;
+  // Naming the iter_ directory itself works too.
+  const ProcessResult named = run_ok(tiny({"--disable-fp4", "--load", d + "/iter_0000010"}));
+  EXPECT_NE(named.out.find("at iteration 10"), std::string::npos);
+  // Neither a tracker nor an iter_ directory (and not the --save directory): refused.
+  const std::string empty = (dir.path() / "empty").string();
+  fs::create_directories(empty);
+  expect_refused(tiny({"--disable-fp4", "--load", empty}), {"latest_checkpointed_iteration.txt", "missing"});
 }
 
 TEST(CheckpointCli, AnotherModelShapeIsRefusedNamingTheField) {

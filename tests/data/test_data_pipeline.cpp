@@ -123,6 +123,8 @@ TEST(DataIndexCache, BuildsSavesLoadsAndRebuildsWhenTheDescriptionChanges) {
   EXPECT_EQ(loaded.shuffle_index(), built.shuffle_index());
   EXPECT_EQ(loaded.num_epochs(), built.num_epochs());
   EXPECT_EQ(loaded.tokens_per_epoch(), built.tokens_per_epoch());
+  EXPECT_EQ(loaded.separate_final_epoch(), built.separate_final_epoch());
+  EXPECT_EQ(built.num_epochs(), 2);  // the epoch plan is what a loaded entry must reproduce
 
   // Another seed is another description: a second entry, different order.
   GPTDatasetConfig other = gc;
@@ -194,6 +196,33 @@ TEST(DataTrainingData, SingleDatasetSplitsAndSamplesMatchGPTDataset) {
   EXPECT_NE(all.find("train: 180 sequences"), std::string::npos) << all;
   EXPECT_NE(all.find("valid: 16 sequences"), std::string::npos) << all;
   EXPECT_NE(all.find("test: 4 sequences"), std::string::npos) << all;
+}
+
+TEST(DataTrainingData, ARewrittenDatasetDoesNotReuseTheOldCache) {
+  pl::test::TempDir dir;
+  const std::string prefix = (dir.path() / "r_text_document").string();
+  const auto write = [&](bool reversed) {  // the same documents (same count, same .bin size), two orders
+    IndexedDatasetWriter w(prefix, 100);
+    for (int k = 0; k < 60; ++k) {
+      const int d = reversed ? 59 - k : k;
+      w.add_document(std::vector<int32_t>(static_cast<size_t>(1 + d % 11), d % 99));
+    }
+    w.finalize();
+  };
+  DataConfig c;
+  c.data_path = {prefix};
+  c.split = "1,0,0";
+  c.seq_length = 8;
+  c.num_samples = {20, 0, 0};
+  const auto note = [&] {
+    const TrainingData d(c);
+    return d.summary().at(1);
+  };
+  write(false);
+  EXPECT_NE(note().find("indices built, cached"), std::string::npos);
+  EXPECT_NE(note().find("indices loaded"), std::string::npos);
+  write(true);
+  EXPECT_NE(note().find("indices built, cached"), std::string::npos) << "stale cache reused after a rewrite";
 }
 
 TEST(DataTrainingData, BlendTakesSamplesByTheGreedyIndex) {
