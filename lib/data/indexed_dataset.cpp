@@ -57,6 +57,9 @@ std::vector<unsigned char> read_file_bytes(const std::string& path) {
   return bytes;
 }
 
+// Tokens are written to the .bin in pieces of this size.
+constexpr size_t kBinFlushBytes = 64u << 20;
+
 void write_file_atomic(const std::string& path, const std::vector<unsigned char>& bytes) {
   const std::string tmp = path + ".tmp";
   {
@@ -298,6 +301,7 @@ void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
     else
       store<int32_t>(bin_, t);
   }
+  if (bin_.size() >= kBinFlushBytes) flush_bin();
   lengths_.push_back(static_cast<int32_t>(tokens.size()));
   document_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }
@@ -307,12 +311,37 @@ void IndexedDatasetWriter::add_empty_document() {
   document_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }
 
+IndexedDatasetWriter::~IndexedDatasetWriter() {
+  if (bin_out_ && !finalized_) {
+    bin_out_.reset();
+    std::error_code ec;
+    std::filesystem::remove(prefix_ + ".bin.tmp", ec);
+  }
+}
+
+void IndexedDatasetWriter::flush_bin() {
+  const std::string tmp = prefix_ + ".bin.tmp";
+  if (!bin_out_) {
+    bin_out_ = std::make_unique<std::ofstream>(tmp, std::ios::binary | std::ios::trunc);
+    PL_CHECK(bin_out_->good(), "{}: cannot create: {}", tmp, errno_text(errno));
+  }
+  if (!bin_.empty()) bin_out_->write(reinterpret_cast<const char*>(bin_.data()), static_cast<std::streamsize>(bin_.size()));
+  PL_CHECK(bin_out_->good(), "{}: write error ({} bytes)", tmp, bin_.size());
+  bin_.clear();
+}
+
 void IndexedDatasetWriter::finalize() {
   PL_CHECK(!finalized_, "{}.idx: finalize called twice", prefix_);
   const auto idx = encode_indexed_index(dtype_, lengths_, document_indices_);
-  write_file_atomic(prefix_ + ".bin", bin_);
+  flush_bin();
+  bin_out_->close();
+  PL_CHECK(!bin_out_->fail(), "{}.bin.tmp: write error on close", prefix_);
+  std::error_code ec;
+  std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin", ec);
+  PL_CHECK(!ec, "{}.bin: cannot rename {}.bin.tmp onto it: {}", prefix_, prefix_, ec.message());
   write_file_atomic(prefix_ + ".idx", idx);
   finalized_ = true;
+  bin_out_.reset();
   bin_.clear();
   bin_.shrink_to_fit();
 }

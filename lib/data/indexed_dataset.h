@@ -5,6 +5,8 @@
 // IndexedDataset.get, DType.optimal_dtype) as described by the spec.
 #include <cstddef>
 #include <cstdint>
+#include <fstream>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -72,10 +74,15 @@ class IndexedDataset final : public LowLevelDataset {
 
 // Writes "<prefix>.bin/.idx" as preprocess_data.py does without --split-sentences: each document
 // is one sequence, document_indices = [0, 1, ..., N] (an empty document repeats the last index).
-// finalize() writes both files atomically ("<file>.tmp" renamed onto "<file>").
+// Tokens stream into "<prefix>.bin.tmp" in 64 MiB pieces (a corpus need not fit in memory; only the
+// per-document lengths are kept); finalize() renames it onto "<prefix>.bin" and writes the .idx the
+// same way ("<file>.tmp" renamed onto "<file>"). A writer destroyed unfinalized removes its .tmp.
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size);
+  ~IndexedDatasetWriter();
+  IndexedDatasetWriter(IndexedDatasetWriter&&) noexcept = default;
+  IndexedDatasetWriter& operator=(IndexedDatasetWriter&&) noexcept = default;
 
   // Tokens must lie in [0, vocab_size). One document = one sequence (also when `tokens` is empty).
   void add_document(std::span<const int32_t> tokens);
@@ -96,7 +103,9 @@ class IndexedDatasetWriter {
   bool finalized_ = false;
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_indices_{0};
-  std::vector<unsigned char> bin_;
+  void flush_bin();
+  std::vector<unsigned char> bin_;          // tokens not yet written to the .bin.tmp
+  std::unique_ptr<std::ofstream> bin_out_;  // "<prefix>.bin.tmp", opened on the first flush
 };
 
 // The exact .idx bytes for the given sequences (one per document) and dtype; exposed for tests.

@@ -408,3 +408,23 @@ TEST(DataIndexedGPT, GPTDatasetOverIndexedDataset) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(DataIndexedWriter, AnUnfinalizedWriterLeavesNoFiles) {
+  pl::test::TempDir dir;
+  const std::string prefix = (dir.path() / "gone").string();
+  {
+    IndexedDatasetWriter w(prefix, 100);
+    const std::vector<int32_t> doc(1000, 7);
+    for (int d = 0; d < 10; ++d) w.add_document(doc);
+  }  // e.g. an exception while tokenizing: no .bin, .idx or .tmp remains
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+  IndexedDatasetWriter w(prefix, 100);
+  w.add_document(std::vector<int32_t>{1, 2, 3});
+  w.finalize();
+  EXPECT_EQ(std::filesystem::file_size(prefix + ".bin"), 6u);
+  EXPECT_FALSE(std::filesystem::exists(prefix + ".bin.tmp"));
+}
+
+}  // namespace
