@@ -1,12 +1,16 @@
 // convert_checkpoint: a pretrain_llama checkpoint as a Hugging Face Llama directory (config.json +
-// BF16 safetensors from the FP32 master weights), for evaluation tools and transformers.
+// BF16 safetensors from the FP32 master weights), for evaluation tools and transformers. The
+// directory appears (or replaces the previous one, with --overwrite) only once complete.
 //
 //   convert_checkpoint --load checkpoints/run1 --to-hf hf/run1                  # the latest iteration
 //   convert_checkpoint --load checkpoints/run1/iter_0000500 --to-hf hf/it500 --max-shard-size 2GB
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <charconv>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -24,6 +28,7 @@ using namespace pl;
 
 struct Options {
   std::string load, to_hf, max_shard_size = "5GB";
+  bool overwrite = false;
   std::optional<int64_t> bos;
   std::vector<int64_t> eos;
 };
@@ -44,6 +49,24 @@ uint64_t parse_size(const std::string& s) {
   return v * mult;
 }
 
+namespace fs = std::filesystem;
+
+// The export goes to a fresh sibling directory that replaces `out` only when complete, so `out` is
+// always either the old export or the new one, never a mix of shards (a crash leaves a *.tmp-<pid>
+// sibling behind, which is never read).
+void publish_export(const fs::path& tmp, const fs::path& out) {
+  std::error_code ec;
+  const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
+  const bool had_out = fs::exists(out, ec);
+  if (had_out) {
+    fs::rename(out, old, ec);
+    PL_CHECK(!ec, "--to-hf {}: cannot move the previous export aside: {}", out.string(), ec.message());
+  }
+  fs::rename(tmp, out, ec);
+  PL_CHECK(!ec, "--to-hf {}: cannot rename {} onto it: {}", out.string(), tmp.string(), ec.message());
+  if (had_out) fs::remove_all(old, ec);
+}
+
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"convert_checkpoint: a pretrain_llama checkpoint -> a Hugging Face LlamaForCausalLM directory"};
@@ -54,17 +77,33 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--bos-token-id", o.bos, "bos_token_id for config.json (e.g. 128000 for Llama 3)");
   app.add_option("--eos-token-id", o.eos, "eos_token_id(s) for config.json (e.g. 128001)");
+  app.add_flag("--overwrite", o.overwrite, "Replace an existing, non-empty --to-hf directory (as a whole, once the new "
+                                           "export is complete)");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "convert_checkpoint")) return *rc;
 
   HfExportOptions opts;
   opts.max_shard_bytes = parse_size(o.max_shard_size);
   opts.bos_token_id = o.bos;
   opts.eos_token_ids = o.eos;
+  const fs::path out = fs::path(o.to_hf).lexically_normal();
+  std::error_code ec;
+  PL_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && (fs::is_empty(out, ec) || o.overwrite)),
+           "--to-hf {}: {} (pass --overwrite to replace it)", out.string(),
+           fs::is_directory(out, ec) ? "the directory is not empty" : "exists and is not a directory");
   const auto t0 = std::chrono::steady_clock::now();
   const VerifiedCheckpoint ckpt = verify_checkpoint(o.load);
   check_hf_expressible(ckpt.model);
   const std::vector<float> master = read_master_weights(ckpt);
-  const std::vector<std::string> files = export_hf(ckpt.model, master, o.to_hf, opts);
+  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
+  fs::remove_all(tmp, ec);
+  std::vector<std::string> files;
+  try {
+    files = export_hf(ckpt.model, master, tmp.string(), opts);
+    publish_export(tmp, out);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string names;
   for (const std::string& f : files) names += (names.empty() ? "" : ", ") + f;

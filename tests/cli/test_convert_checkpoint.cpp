@@ -2,6 +2,7 @@
 // checkpoint's FP32 masters rounded to BF16, and which pretrain_llama --init-from-hf reads back.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -64,6 +65,27 @@ TEST(ConvertCheckpoint, HfWeightsAreTheMastersInBf16AndLoadBack) {
       120.0);
   EXPECT_EQ(run.exit_code, 0) << run.err;
   EXPECT_NE(run.out.find("initialized from Hugging Face checkpoint " + hf), std::string::npos) << run.out;
+}
+
+TEST(ConvertCheckpoint, AnExistingExportIsReplacedWholeOnlyWithOverwrite) {
+  pl::test::TempDir dir;
+  const std::string ckpt = train_and_save(dir);
+  const std::string hf = (dir.path() / "hf").string();
+  ASSERT_EQ(pl::test::run_process(kConvert, {"--load", ckpt, "--to-hf", hf, "--max-shard-size", "500KB"}).exit_code, 0);
+  const pl::test::ProcessResult again = pl::test::run_process(kConvert, {"--load", ckpt, "--to-hf", hf});
+  EXPECT_NE(again.exit_code, 0);
+  EXPECT_NE(again.err.find("--overwrite"), std::string::npos) << again.err;
+  EXPECT_TRUE(std::filesystem::exists(hf + "/model.safetensors.index.json"));  // untouched
+  const pl::test::ProcessResult over = pl::test::run_process(kConvert, {"--load", ckpt, "--to-hf", hf, "--overwrite"});
+  ASSERT_EQ(over.exit_code, 0) << over.err;
+  // The new export alone: one unsharded file, none of the old shards, no temporaries beside it.
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(hf)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.json", "model.safetensors"}));
+  int siblings = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) siblings += e.path().filename().string() != "ckpt";
+  EXPECT_EQ(siblings, 1);  // hf only
 }
 
 TEST(ConvertCheckpoint, ErrorsAreOneLine) {
