@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "data/blended_dataset.h"
 #include "data/indexed_dataset.h"
@@ -122,6 +123,7 @@ void TrainingData::build_indexed() {
   const DataBlend blend = parse_data_path(c.data_path);
   const bool blended = blend.prefixes.size() > 1;
   std::vector<std::shared_ptr<const IndexedDataset>> low;
+  std::vector<GPTIndexCache> caches;  // per dataset: where and under which id its indices are cached
   for (size_t d = 0; d < blend.prefixes.size(); ++d) {
     auto ds = std::make_shared<const IndexedDataset>(blend.prefixes[d]);
     int64_t tokens = 0;
@@ -137,6 +139,15 @@ void TrainingData::build_indexed() {
       recorded_vocab_size_ = rec->vocab_size;
       recorded_vocab_source_ = tokenizer_record_path(blend.prefixes[d]);
     }
+    // The indices depend on the sequence lengths: their checksum keeps a rewritten dataset (same path,
+    // count and size, other documents or order) from reusing another one's cache.
+    const std::span<const int32_t> lengths = ds->sequence_lengths();
+    caches.push_back(GPTIndexCache{
+        c.cache_path.empty() ? (std::filesystem::path(blend.prefixes[d]) / "cache" / "GPTDataset_indices").string()
+                             : c.cache_path,
+        fmt::format("{} ({} sequences, {} bytes of .bin, lengths checksum {:016x})",
+                    std::filesystem::absolute(blend.prefixes[d]).lexically_normal().string(), ds->num_sequences(),
+                    std::filesystem::file_size(ds->bin_path()), checksum64(lengths.data(), lengths.size_bytes()))});
     low.push_back(std::move(ds));
   }
   for (const Split s : {Split::train, Split::valid, Split::test}) {
@@ -163,21 +174,8 @@ void TrainingData::build_indexed() {
         break;
       }
       const int64_t wanted = blended ? blended_dataset_samples(target, blend.weights[d]) : target;
-      const std::string cache_dir = c.cache_path.empty()
-                                        ? (std::filesystem::path(blend.prefixes[d]) / "cache" / "GPTDataset_indices").string()
-                                        : c.cache_path;
-      // The indices depend on the sequence lengths: their fingerprint keeps a rewritten dataset (same
-      // path, count and size, other documents or order) from reusing another one's cache.
-      uint64_t lengths_fnv = 14695981039346656037ull;
-      for (const int32_t n : low[d]->sequence_lengths()) {
-        lengths_fnv ^= static_cast<uint32_t>(n);
-        lengths_fnv *= 1099511628211ull;
-      }
-      std::string id = fmt::format("{} ({} sequences, {} bytes of .bin, lengths fnv {:016x})",
-                                   std::filesystem::absolute(blend.prefixes[d]).lexically_normal().string(),
-                                   low[d]->num_sequences(), std::filesystem::file_size(low[d]->bin_path()), lengths_fnv);
       auto g = std::make_shared<const GPTDataset>(low[d], sequence_range(r->first, r->second), wanted, s, gpt_config(c),
-                                                  GPTIndexCache{cache_dir, std::move(id)});
+                                                  caches[d]);
       summary_.push_back(split_line(fmt::format("dataset {}", d + 1), *g, wanted));
       parts.push_back(std::move(g));
     }

@@ -11,6 +11,7 @@
 #include <limits>
 #include <string>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "core/npy.h"
 #include "data/numpy_rng.h"
@@ -156,31 +157,17 @@ void append_shuffled_range(std::vector<int64_t>& out, int64_t first, int64_t las
 }  // namespace
 
 namespace {
-// FNV-1a 64 of the description: names the cache entry (Megatron uses md5 of its own description,
-// which we cannot reproduce byte for byte, so there is no point in matching the hash function).
-uint64_t fnv1a64(std::string_view text) {
-  uint64_t h = 14695981039346656037ull;
-  for (const unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-// Everything the three index arrays depend on, one "key: value" per line.
+// Everything the three index arrays depend on, one "key: value" per line. Its checksum64 names the
+// cache entry (Megatron uses md5 of its own description, which we cannot reproduce byte for byte, so
+// there is no point in matching the hash function).
 std::string index_description(const std::string& dataset_id, const std::vector<int32_t>& indices,
                               std::optional<int64_t> num_samples, Split split, const GPTDatasetConfig& c) {
-  uint64_t h = 14695981039346656037ull;  // of the sequence indices themselves
-  for (const int32_t i : indices) {
-    h ^= static_cast<uint32_t>(i);
-    h *= 1099511628211ull;
-  }
   return fmt::format(
-      "class: GPTDataset\nformat: 1\ndataset: {}\nsplit: {}\nsequences: {} [{}, {}] fnv {:016x}\nnum_samples: {}\n"
+      "class: GPTDataset\nformat: 2\ndataset: {}\nsplit: {}\nsequences: {} [{}, {}] checksum {:016x}\nnum_samples: {}\n"
       "sequence_length: {}\nrandom_seed: {}\nadd_extra_token_to_sequence: {}\n"
       "drop_last_partial_validation_sequence: {}\n",
       dataset_id, split_name(split), indices.size(), indices.empty() ? -1 : indices.front(),
-      indices.empty() ? -1 : indices.back(), h, num_samples ? std::to_string(*num_samples) : "one epoch",
+      indices.empty() ? -1 : indices.back(), checksum64(indices.data(), indices.size() * sizeof(int32_t)), num_samples ? std::to_string(*num_samples) : "one epoch",
       c.sequence_length, c.random_seed, c.add_extra_token_to_sequence, c.drop_last_partial_validation_sequence);
 }
 
@@ -271,7 +258,8 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
     return;
   }
   const std::string description = index_description(cache.dataset_id, indices, num_samples, split, config_);
-  const std::string base = fmt::format("{}/{:016x}-GPTDataset-{}-", cache.dir, fnv1a64(description), split_name(split));
+  const std::string base = fmt::format("{}/{:016x}-GPTDataset-{}-", cache.dir, checksum64(description.data(), description.size()),
+                                       split_name(split));
   if (load_cached(base, description, static_cast<int64_t>(indices.size()))) {
     cache_status_ = CacheStatus::loaded;
     cache_note_ = base + "*";
