@@ -59,6 +59,7 @@ struct Options {
   int64_t save_interval = 0;
   int64_t keep_last = 0;
   std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
+  ModelShapeOverrides shape;  // Megatron's --num-layers, --hidden-size, ... over the --model config
   data::DataConfig data;
 };
 
@@ -84,6 +85,14 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--seq-length", t.seq_length, "Tokens per sample")->capture_default_str();
   app.add_option("--model", o.model, "Model config: a name in configs/models/ or a path to a .json")
       ->capture_default_str();
+  app.add_option("--num-layers", o.shape.num_layers, "Override the model config's num_layers (Megatron's flag)");
+  app.add_option("--hidden-size", o.shape.hidden_size, "Override the model config's hidden_size");
+  app.add_option("--ffn-hidden-size", o.shape.ffn_hidden_size, "Override the model config's ffn_hidden_size");
+  app.add_option("--num-attention-heads", o.shape.num_attention_heads,
+                 "Override the model config's num_attention_heads (kv_channels becomes hidden/heads unless "
+                 "--kv-channels is given)");
+  app.add_option("--num-query-groups", o.shape.num_query_groups, "Override the model config's num_query_groups (KV heads)");
+  app.add_option("--kv-channels", o.shape.kv_channels, "Override the model config's kv_channels (head dim)");
   app.add_option("--recipe", o.recipe, "Precision recipe: a name in configs/recipes/ or a path to a .json")
       ->capture_default_str();
   app.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
@@ -266,6 +275,13 @@ int run(int argc, char** argv) {
            t.eval_interval);
   PL_CHECK(o.data.data_path.empty() ? !app.count("--split") && !app.count("--data-cache-path") : true,
            "--split and --data-cache-path apply to --data-path data (mock data always uses split 1,1,1)");
+  for (const char* flag : {"--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+                           "--num-query-groups", "--kv-channels"})
+    PL_CHECK(!app.count(flag) || app.get_option(flag)->as<int64_t>() >= 1, "{} must be >= 1, got {}", flag,
+             app.get_option(flag)->as<std::string>());
+  PL_CHECK(!(o.shape.any() && !o.init_from_hf.empty()),
+           "{} cannot be combined with --init-from-hf (the Hugging Face weights fix the model's shape)",
+           o.shape.describe());
   PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
   std::string recipe_note;
   if (o.disable_fp4) {
@@ -280,7 +296,9 @@ int run(int argc, char** argv) {
   const std::string recipe_path = resolve_config("recipes", o.recipe, argv[0]);
   const ModelConfig mc =
       from_hf ? hf_model_config_for_run(o.init_from_hf, app.count("--model") ? resolve_config("models", o.model, argv[0]) : "")
-              : load_model_config(model_path);
+              : apply_shape_overrides(load_model_config(model_path), o.shape);
+  // Where the shape came from, for the banner: the file, plus the shape flags when given.
+  const std::string model_source = from_hf ? model_path : mc.file;
   const PrecisionRecipe recipe = load_precision_recipe(recipe_path);
   const PrecisionPlan plan = make_precision_plan(mc, recipe);
   check_tokens_block_rule(plan, t.micro_batch_size, t.seq_length);
@@ -294,7 +312,7 @@ int run(int argc, char** argv) {
     const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, pctx, plan, ModelOptions{o.recompute == "full", true});
     const MegatronParamCounts pc = megatron_param_counts(mc);
     out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
-              model_path, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+              model_source, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
     out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
               static_cast<double>(mc.num_parameters()) / 1e9, pc.total() / 1e9);
     for (const std::string& line : plan.describe()) out->info("pretrain_llama | plan   {}", line);
@@ -314,7 +332,7 @@ int run(int argc, char** argv) {
 
   out->info("pretrain_llama | model {} ({}): {} layers, hidden {}, ffn {}, heads {} ({} kv groups, head dim {}), "
             "vocab {}, {:.3f} M parameters",
-            mc.name, model_path, mc.num_layers, mc.hidden_size, mc.ffn_hidden_size, mc.num_attention_heads,
+            mc.name, model_source, mc.num_layers, mc.hidden_size, mc.ffn_hidden_size, mc.num_attention_heads,
             mc.num_query_groups, mc.kv_channels, mc.vocab_size, static_cast<double>(mc.num_parameters()) / 1e6);
   out->info("pretrain_llama | device {} | OpenMP threads {} | BLAS {}", device_name(device), threads,
             openblas_get_config());

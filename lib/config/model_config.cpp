@@ -1,5 +1,7 @@
 #include "config/model_config.h"
 
+#include <fmt/format.h>
+
 #include "config/json_reader.h"
 #include "core/error.h"
 
@@ -82,6 +84,43 @@ void validate_model_config(const ModelConfig& m) {
              "{}: field 'rope_high_freq_factor' must exceed rope_low_freq_factor", f);
     positive("rope_original_max_position", m.rope_original_max_position);
   }
+}
+
+bool ModelShapeOverrides::any() const {
+  return num_layers || hidden_size || ffn_hidden_size || num_attention_heads || num_query_groups || kv_channels;
+}
+
+std::string ModelShapeOverrides::describe() const {
+  std::string s;
+  auto add = [&](const char* flag, int64_t v) {
+    if (v != 0) s += fmt::format("{}{} {}", s.empty() ? "" : " ", flag, v);
+  };
+  add("--num-layers", num_layers);
+  add("--hidden-size", hidden_size);
+  add("--ffn-hidden-size", ffn_hidden_size);
+  add("--num-attention-heads", num_attention_heads);
+  add("--num-query-groups", num_query_groups);
+  add("--kv-channels", kv_channels);
+  return s;
+}
+
+ModelConfig apply_shape_overrides(ModelConfig m, const ModelShapeOverrides& o) {
+  if (!o.any()) return m;
+  auto take = [](int64_t& field, int64_t v, const char* flag) {
+    PL_CHECK(v >= 0, "{} must be positive, got {}", flag, v);
+    if (v > 0) field = v;
+  };
+  take(m.num_layers, o.num_layers, "--num-layers");
+  take(m.hidden_size, o.hidden_size, "--hidden-size");
+  take(m.ffn_hidden_size, o.ffn_hidden_size, "--ffn-hidden-size");
+  take(m.num_attention_heads, o.num_attention_heads, "--num-attention-heads");
+  take(m.num_query_groups, o.num_query_groups, "--num-query-groups");
+  take(m.kv_channels, o.kv_channels, "--kv-channels");
+  if (o.kv_channels == 0 && (o.hidden_size > 0 || o.num_attention_heads > 0))
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  m.file = fmt::format("{} with {}", m.file, o.describe());
+  validate_model_config(m);
+  return m;
 }
 
 }  // namespace pl

@@ -47,4 +47,18 @@ ModelConfig model_config_from_json(const nlohmann::json& j, const std::string& p
 // Checks the relations between fields (heads divide hidden, groups divide heads, ...).
 void validate_model_config(const ModelConfig& m);
 
+// Megatron's model-shape flags (--num-layers, --hidden-size, --ffn-hidden-size, --num-attention-heads,
+// --num-query-groups, --kv-channels) over a loaded config, e.g. the real Llama-3-8B layer shapes with
+// fewer layers so that they fit one GPU. 0 = flag not given.
+struct ModelShapeOverrides {
+  int64_t num_layers = 0, hidden_size = 0, ffn_hidden_size = 0, num_attention_heads = 0, num_query_groups = 0,
+          kv_channels = 0;
+  bool any() const;
+  std::string describe() const;  // "--num-layers 4 --hidden-size 2048", in flag order
+};
+// The config with the given fields replaced and validated; errors name the flags. As Megatron derives
+// kv_channels = hidden_size / num_attention_heads when --kv-channels is not given, a new hidden size or
+// head count recomputes it (unless --kv-channels is given).
+ModelConfig apply_shape_overrides(ModelConfig m, const ModelShapeOverrides& o);
+
 }  // namespace pl

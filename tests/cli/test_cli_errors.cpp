@@ -136,3 +136,33 @@ TEST(CliErrors, BadRecomputeValue) {
 }
 
 }  // namespace
+
+namespace {
+
+// --num-layers 4 over llama3_8b: the real 8B layer shapes, an eighth of the layers.
+TEST(Cli, DryRunWithFewerLayersPlansTheRealLayerShapes) {
+  const ProcessResult r = run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--micro-batch-size", "1",
+                                   "--seq-length", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("with --num-layers 4"), std::string::npos) << r.out;
+  // 4 layers of 218.1 M + embedding and LM head 2 x 128256 x 4096 + final norm = 1.923 B.
+  EXPECT_NE(r.out.find("parameters: 1.92 B"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("memory total"), std::string::npos) << r.out;
+  // The BF16 edge layers of the recipe still apply to the shortened model, and the plan says what it did.
+  EXPECT_NE(r.out.find("plan"), std::string::npos) << r.out;
+}
+
+TEST(CliErrors, ShapeFlagMustBePositive) {
+  expect_one_line_failure(tiny({"--num-layers", "0"}), {"--num-layers", "0"});
+  expect_one_line_failure(tiny({"--hidden-size", "-8"}), {"--hidden-size"});
+}
+
+TEST(CliErrors, ShapeFlagThatBreaksTheModel) {
+  expect_one_line_failure(tiny({"--num-attention-heads", "7"}), {"--num-attention-heads 7"});
+}
+
+TEST(CliErrors, ShapeFlagWithHuggingFaceInit) {
+  expect_one_line_failure(tiny({"--num-layers", "1", "--init-from-hf", "/nonexistent"}), {"--num-layers 1", "--init-from-hf"});
+}
+
+}  // namespace

@@ -231,3 +231,48 @@ TEST_F(ConfigModelErrors, WrongTypeForBoolean) {
 }
 
 }  // namespace
+
+namespace {
+
+// Megatron's shape flags over a shipped config: only the given fields change, kv_channels follows
+// hidden/heads unless given, and an impossible result names the flags.
+TEST(ConfigModel, ShapeOverridesReplaceOnlyTheGivenFields) {
+  const ModelConfig base = pl::load_model_config(model_path("llama3_8b"));
+  pl::ModelShapeOverrides o;
+  EXPECT_FALSE(o.any());
+  EXPECT_EQ(pl::apply_shape_overrides(base, o).file, base.file);  // nothing given: unchanged
+  o.num_layers = 4;
+  const ModelConfig four = pl::apply_shape_overrides(base, o);
+  EXPECT_EQ(four.num_layers, 4);
+  EXPECT_EQ(four.hidden_size, base.hidden_size);
+  EXPECT_EQ(four.ffn_hidden_size, base.ffn_hidden_size);
+  EXPECT_EQ(four.kv_channels, 128);
+  EXPECT_EQ(four.num_query_groups, 8);
+  EXPECT_EQ(four.vocab_size, base.vocab_size);
+  EXPECT_EQ(four.num_parameters() - 2 * four.vocab_size * four.hidden_size - four.hidden_size,
+            (base.num_parameters() - 2 * base.vocab_size * base.hidden_size - base.hidden_size) / 8);
+  EXPECT_NE(four.file.find("--num-layers 4"), std::string::npos) << four.file;
+
+  pl::ModelShapeOverrides w;
+  w.hidden_size = 2048;
+  w.num_attention_heads = 16;
+  w.ffn_hidden_size = 7168;
+  const ModelConfig narrow = pl::apply_shape_overrides(base, w);
+  EXPECT_EQ(narrow.kv_channels, 128);  // 2048 / 16, derived as Megatron does
+  EXPECT_EQ(narrow.ffn_hidden_size, 7168);
+  w.kv_channels = 64;
+  EXPECT_EQ(pl::apply_shape_overrides(base, w).kv_channels, 64);  // given: kept
+  EXPECT_EQ(w.describe(), "--hidden-size 2048 --ffn-hidden-size 7168 --num-attention-heads 16 --kv-channels 64");
+}
+
+TEST(ConfigModel, ShapeOverridesThatBreakTheModelNameTheFlags) {
+  const ModelConfig base = pl::load_model_config(model_path("llama3_8b"));
+  pl::ModelShapeOverrides o;
+  o.num_attention_heads = 24;  // does not divide by the 8 query groups... and 4096 % 24 != 0
+  expect_one_line_error([&] { (void)pl::apply_shape_overrides(base, o); }, {"--num-attention-heads 24", "llama3_8b"});
+  pl::ModelShapeOverrides g;
+  g.num_query_groups = 3;
+  expect_one_line_error([&] { (void)pl::apply_shape_overrides(base, g); }, {"--num-query-groups 3", "num_query_groups"});
+}
+
+}  // namespace
