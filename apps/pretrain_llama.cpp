@@ -15,6 +15,7 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include "app_main.h"
 #include "config/model_config.h"
@@ -60,6 +61,8 @@ struct Options {
   int64_t keep_last = 0;
   std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
   ModelShapeOverrides shape;  // Megatron's --num-layers, --hidden-size, ... over the --model config
+  // Megatron's --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 over the recipe (-1 = not given).
+  int64_t bf16_layers_at_start = -1, bf16_layers_at_end = -1;
   data::DataConfig data;
 };
 
@@ -93,6 +96,11 @@ void add_flags(CLI::App& app, Options& o) {
                  "--kv-channels is given)");
   app.add_option("--num-query-groups", o.shape.num_query_groups, "Override the model config's num_query_groups (KV heads)");
   app.add_option("--kv-channels", o.shape.kv_channels, "Override the model config's kv_channels (head dim)");
+  app.add_option("--num-layers-at-start-in-bf16", o.bf16_layers_at_start,
+                 "Override the recipe's num_layers_at_start_in_bf16 (turns first_last_layers_bf16 on)");
+  app.add_option("--num-layers-at-end-in-bf16", o.bf16_layers_at_end,
+                 "Override the recipe's num_layers_at_end_in_bf16 (turns first_last_layers_bf16 on; 0 quantizes "
+                 "the last layers too)");
   app.add_option("--recipe", o.recipe, "Precision recipe: a name in configs/recipes/ or a path to a .json")
       ->capture_default_str();
   app.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
@@ -299,7 +307,20 @@ int run(int argc, char** argv) {
               : apply_shape_overrides(load_model_config(model_path), o.shape);
   // Where the shape came from, for the banner: the file, plus the shape flags when given.
   const std::string model_source = from_hf ? model_path : mc.file;
-  const PrecisionRecipe recipe = load_precision_recipe(recipe_path);
+  PrecisionRecipe recipe = load_precision_recipe(recipe_path);
+  for (auto [flag, value, field] : {std::tuple{"--num-layers-at-start-in-bf16", o.bf16_layers_at_start,
+                                               &recipe.num_layers_at_start_in_bf16},
+                                    std::tuple{"--num-layers-at-end-in-bf16", o.bf16_layers_at_end,
+                                               &recipe.num_layers_at_end_in_bf16}}) {
+    if (!app.count(flag)) continue;
+    PL_CHECK(value >= 0, "{} must be >= 0, got {}", flag, value);
+    if (!recipe.first_last_layers_bf16) {
+      recipe.first_last_layers_bf16 = true;
+      recipe.num_layers_at_start_in_bf16 = recipe.num_layers_at_end_in_bf16 = 0;
+    }
+    *field = value;
+    recipe_note += fmt::format(" | {} {}", flag, value);
+  }
   const PrecisionPlan plan = make_precision_plan(mc, recipe);
   check_tokens_block_rule(plan, t.micro_batch_size, t.seq_length);
 

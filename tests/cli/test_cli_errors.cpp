@@ -152,6 +152,19 @@ TEST(Cli, DryRunWithFewerLayersPlansTheRealLayerShapes) {
   EXPECT_NE(r.out.find("plan"), std::string::npos) << r.out;
 }
 
+// Megatron's --num-layers-at-end-in-bf16 over the recipe: 0 quantizes every layer of the short model.
+TEST(Cli, BF16EdgeLayerFlagsOverrideTheRecipe) {
+  const ProcessResult r = run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--num-layers-at-end-in-bf16",
+                                   "0", "--micro-batch-size", "1", "--seq-length", "4096"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("layers 0-3   : linear_qkv linear_proj linear_fc1 linear_fc2 in nvfp4"), std::string::npos) << r.out;
+  const ProcessResult s = run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--num-layers-at-start-in-bf16",
+                                   "1", "--num-layers-at-end-in-bf16", "1", "--micro-batch-size", "1", "--seq-length", "4096"});
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  EXPECT_NE(s.out.find("layers 1-2   : linear_qkv linear_proj linear_fc1 linear_fc2 in nvfp4"), std::string::npos) << s.out;
+  expect_one_line_failure(tiny({"--num-layers-at-end-in-bf16", "-1"}), {"--num-layers-at-end-in-bf16"});
+}
+
 TEST(CliErrors, ShapeFlagMustBePositive) {
   expect_one_line_failure(tiny({"--num-layers", "0"}), {"--num-layers", "0"});
   expect_one_line_failure(tiny({"--hidden-size", "-8"}), {"--hidden-size"});
