@@ -149,6 +149,15 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--eval-iters", t.eval_iters,
                  "Global batches per validation run (0 = no validation, the playbook's setting)")
       ->capture_default_str();
+  app.add_option("--timing-log-level", t.timing_log_level,
+                 "Megatron's timers, printed after the iteration line of each log interval in ms per iteration: "
+                 "0 = none; 1 = forward-backward and the optimizer's phases; 2 = also forward-compute, "
+                 "backward-compute, batch-generator and the time inside each op category (GEMMs by format, "
+                 "attention, quantization, norms, ...)")
+      ->capture_default_str();
+  app.add_option("--timing-log-option", t.timing_log_option,
+                 "How the timers are reported across ranks: max | minmax | all (one process: all equal)")
+      ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
 }

@@ -1,8 +1,11 @@
 // Dispatch of every op to its backend. A backend that lacks an op fails loudly, naming it.
+// Each op is bracketed by an OpTimer of its category (core/timers.h: --timing-log-level); with
+// timing off that is one load and one branch per op.
 #include "backend/ops.h"
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "core/timers.h"
 
 #if defined(PL_WITH_CUDA)
 #include "backend/cuda/cuda_ops.h"
@@ -17,6 +20,7 @@ namespace {
 }  // namespace
 
 void linear_forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
+  OpTimer timer(TimerId::GemmBf16);
   if (ctx.device == Device::CPU) return cpu::linear_forward(ctx, y, x, w);
 #if defined(PL_WITH_CUDA)
   return cuda::linear_forward(ctx, y, x, w);
@@ -26,6 +30,7 @@ void linear_forward(const OpContext& ctx, const Tensor& y, const Tensor& x, cons
 }
 
 void linear_backward_input(const OpContext& ctx, const Tensor& dx, const Tensor& dy, const Tensor& w) {
+  OpTimer timer(TimerId::GemmBf16);
   if (ctx.device == Device::CPU) return cpu::linear_backward_input(ctx, dx, dy, w);
 #if defined(PL_WITH_CUDA)
   return cuda::linear_backward_input(ctx, dx, dy, w);
@@ -35,6 +40,7 @@ void linear_backward_input(const OpContext& ctx, const Tensor& dx, const Tensor&
 }
 
 void linear_backward_weight(const OpContext& ctx, const Tensor& dw, const Tensor& dy, const Tensor& x) {
+  OpTimer timer(TimerId::GemmBf16);
   if (ctx.device == Device::CPU) return cpu::linear_backward_weight(ctx, dw, dy, x);
 #if defined(PL_WITH_CUDA)
   return cuda::linear_backward_weight(ctx, dw, dy, x);
@@ -44,6 +50,7 @@ void linear_backward_weight(const OpContext& ctx, const Tensor& dw, const Tensor
 }
 
 void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& tokens, const Tensor& table) {
+  OpTimer timer(TimerId::Embedding);
   if (ctx.device == Device::CPU) return cpu::embedding_forward(ctx, out, tokens, table);
 #if defined(PL_WITH_CUDA)
   return cuda::embedding_forward(ctx, out, tokens, table);
@@ -53,6 +60,7 @@ void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& to
 }
 
 void embedding_backward(const OpContext& ctx, const Tensor& dtable, const Tensor& dout, const Tensor& tokens) {
+  OpTimer timer(TimerId::Embedding);
   if (ctx.device == Device::CPU) return cpu::embedding_backward(ctx, dtable, dout, tokens);
 #if defined(PL_WITH_CUDA)
   return cuda::embedding_backward(ctx, dtable, dout, tokens);
@@ -63,6 +71,7 @@ void embedding_backward(const OpContext& ctx, const Tensor& dtable, const Tensor
 
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x,
                      const Tensor& w, float eps) {
+  OpTimer timer(TimerId::RmsNorm);
   if (ctx.device == Device::CPU) return cpu::rmsnorm_forward(ctx, out, rstd, x, w, eps);
 #if defined(PL_WITH_CUDA)
   return cuda::rmsnorm_forward(ctx, out, rstd, x, w, eps);
@@ -73,6 +82,7 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
 
 void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
                       const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  OpTimer timer(TimerId::RmsNorm);
   if (ctx.device == Device::CPU) return cpu::rmsnorm_backward(ctx, dx, dw, dout, x, w, rstd);
 #if defined(PL_WITH_CUDA)
   return cuda::rmsnorm_backward(ctx, dx, dw, dout, x, w, rstd);
@@ -83,6 +93,7 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
 
 void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
                   int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+  OpTimer timer(TimerId::Rope);
   if (ctx.device == Device::CPU) return cpu::rope_forward(ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim);
 #if defined(PL_WITH_CUDA)
   return cuda::rope_forward(ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim);
@@ -93,6 +104,7 @@ void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, co
 
 void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin,
                    int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+  OpTimer timer(TimerId::Rope);
   if (ctx.device == Device::CPU) return cpu::rope_backward(ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim);
 #if defined(PL_WITH_CUDA)
   return cuda::rope_backward(ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim);
@@ -103,6 +115,7 @@ void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, 
 
 void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                        const AttentionShape& s) {
+  OpTimer timer(TimerId::Attention);
   if (ctx.device == Device::CPU) return cpu::attention_forward(ctx, out, lse, qkv, s);
 #if defined(PL_WITH_CUDA)
   return cuda::attention_forward(ctx, out, lse, qkv, s);
@@ -113,6 +126,7 @@ void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& ls
 
 void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
+  OpTimer timer(TimerId::Attention);
   if (ctx.device == Device::CPU) return cpu::attention_backward(ctx, dqkv, dout, out, lse, qkv, s);
 #if defined(PL_WITH_CUDA)
   return cuda::attention_backward(ctx, dqkv, dout, out, lse, qkv, s);
@@ -122,6 +136,7 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
 }
 
 void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) {
+  OpTimer timer(TimerId::Swiglu);
   if (ctx.device == Device::CPU) return cpu::swiglu_forward(ctx, out, fc1);
 #if defined(PL_WITH_CUDA)
   return cuda::swiglu_forward(ctx, out, fc1);
@@ -131,6 +146,7 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
 }
 
 void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
+  OpTimer timer(TimerId::Swiglu);
   if (ctx.device == Device::CPU) return cpu::swiglu_backward(ctx, dfc1, dout, fc1);
 #if defined(PL_WITH_CUDA)
   return cuda::swiglu_backward(ctx, dfc1, dout, fc1);
@@ -140,6 +156,7 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dou
 }
 
 void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor& b) {
+  OpTimer timer(TimerId::Elementwise);
   if (ctx.device == Device::CPU) return cpu::add(ctx, out, a, b);
 #if defined(PL_WITH_CUDA)
   return cuda::add(ctx, out, a, b);
@@ -149,6 +166,7 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
 }
 
 void fill_zero(const OpContext& ctx, const Tensor& x) {
+  OpTimer timer(TimerId::Elementwise);
   if (ctx.device == Device::CPU) return cpu::fill_zero(ctx, x);
 #if defined(PL_WITH_CUDA)
   return cuda::fill_zero(ctx, x);
@@ -159,15 +177,24 @@ void fill_zero(const OpContext& ctx, const Tensor& x) {
 
 void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, const Tensor& logits,
                                     const Tensor& targets, float grad_scale) {
-  if (ctx.device == Device::CPU) return cpu::cross_entropy_forward_backward(ctx, losses, logits, targets, grad_scale);
+  {
+    OpTimer timer(TimerId::CrossEntropy);
+    if (ctx.device == Device::CPU) {
+      cpu::cross_entropy_forward_backward(ctx, losses, logits, targets, grad_scale);
+    } else {
 #if defined(PL_WITH_CUDA)
-  return cuda::cross_entropy_forward_backward(ctx, losses, logits, targets, grad_scale);
+      cuda::cross_entropy_forward_backward(ctx, losses, logits, targets, grad_scale);
 #else
-  no_cuda_op("cross_entropy_forward_backward");
+      no_cuda_op("cross_entropy_forward_backward");
 #endif
+    }
+  }
+  // The loss ends the micro-batch's forward (forward-compute -> backward-compute at level 2).
+  if (Timers* t = active_timers()) t->mark_loss_computed();
 }
 
 double sum_of_squares(const OpContext& ctx, const Tensor& x) {
+  OpTimer timer(TimerId::OptimizerClipMainGrad);
   if (ctx.device == Device::CPU) return cpu::sum_of_squares(ctx, x);
 #if defined(PL_WITH_CUDA)
   return cuda::sum_of_squares(ctx, x);
@@ -178,6 +205,7 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {
+  OpTimer timer(TimerId::OptimizerInnerStep);
   if (ctx.device == Device::CPU) return cpu::adamw_update(ctx, param, master, grad, m, v, step);
 #if defined(PL_WITH_CUDA)
   return cuda::adamw_update(ctx, param, master, grad, m, v, step);
@@ -187,6 +215,7 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
+  OpTimer timer(TimerId::Elementwise);
   if (ctx.device == Device::CPU) return cpu::copy_master_to_param(ctx, param, master);
 #if defined(PL_WITH_CUDA)
   return cuda::copy_master_to_param(ctx, param, master);

@@ -1,8 +1,10 @@
-// Quantized-tensor allocation (device-agnostic) and dispatch of the quantization ops.
+// Quantized-tensor allocation (device-agnostic) and dispatch of the quantization ops, each
+// bracketed by an OpTimer of its category (core/timers.h).
 #include "backend/quantize.h"
 
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
+#include "core/timers.h"
 
 #if defined(PL_WITH_CUDA)
 #include "backend/cuda/cuda_ops.h"
@@ -98,9 +100,21 @@ namespace {
 [[maybe_unused]] [[noreturn]] void no_cuda(const char* op) {
   fail("op {} needs the CUDA backend, which this build does not have (configure with nvcc present)", op);
 }
+// The timer category of a quantized GEMM (--timing-log-level 2): by A's format; FP8 E4M3 and E5M2
+// (Megatron's "hybrid") are one category.
+TimerId gemm_timer(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::NVFP4: return TimerId::GemmNvfp4;
+    case QuantFormat::MXFP8: return TimerId::GemmMxfp8;
+    case QuantFormat::FP8_E4M3:
+    case QuantFormat::FP8_E5M2: return TimerId::GemmFp8;
+  }
+  return TimerId::GemmFp8;
+}
 }  // namespace
 
 void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
+  OpTimer timer(TimerId::Quantization);
   if (ctx.device == Device::CPU) return cpu::quantize(ctx, q, x, opt);
 #if defined(PL_WITH_CUDA)
   return cuda::quantize(ctx, q, x, opt);
@@ -110,6 +124,7 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
 }
 
 void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format) {
+  OpTimer timer(TimerId::QuantStats);
   if (ctx.device == Device::CPU) return cpu::dequantize(ctx, out, c, format);
 #if defined(PL_WITH_CUDA)
   return cuda::dequantize(ctx, out, c, format);
@@ -120,6 +135,7 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
                     QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b) {
+  OpTimer timer(gemm_timer(format));
   if (ctx.device == Device::CPU) return cpu::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
 #if defined(PL_WITH_CUDA)
   return cuda::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
@@ -129,6 +145,7 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
 }
 
 QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat format, const Tensor& reference) {
+  OpTimer timer(TimerId::QuantStats);
   if (ctx.device == Device::CPU) return cpu::quant_stats(ctx, c, format, reference);
 #if defined(PL_WITH_CUDA)
   return cuda::quant_stats(ctx, c, format, reference);
@@ -138,6 +155,7 @@ QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat
 }
 
 void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht) {
+  OpTimer timer(TimerId::QuantStats);
   if (ctx.device == Device::CPU) return cpu::columnwise_source(ctx, out, x, rht);
 #if defined(PL_WITH_CUDA)
   return cuda::columnwise_source(ctx, out, x, rht);

@@ -28,6 +28,10 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.exit_interval >= 0, "--exit-interval must be >= 0 (0 = off), got {}", t.exit_interval);
   PL_CHECK(t.eval_interval >= 1, "--eval-interval must be >= 1, got {}", t.eval_interval);
   PL_CHECK(t.eval_iters >= 0, "--eval-iters must be >= 0 (0 = no validation), got {}", t.eval_iters);
+  PL_CHECK(t.timing_log_level >= 0 && t.timing_log_level <= 2, "--timing-log-level must be 0, 1 or 2, got {}",
+           t.timing_log_level);
+  PL_CHECK(t.timing_log_option == "minmax" || t.timing_log_option == "max" || t.timing_log_option == "all",
+           "--timing-log-option must be max, minmax or all, got '{}'", t.timing_log_option);
   PL_CHECK(t.max_consecutive_nan_iterations >= 1, "--max-nan-iterations must be >= 1, got {}",
            t.max_consecutive_nan_iterations);
 }

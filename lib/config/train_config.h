@@ -27,6 +27,11 @@ struct TrainConfig {
   // the recipe's interval is 2000.
   int64_t eval_interval = 2000;
   int64_t eval_iters = 0;
+  // Megatron's --timing-log-level (0: none, Megatron's default; 1: forward-backward, optimizer;
+  // 2: adds forward/backward compute, batch generation and the per-op categories) and
+  // --timing-log-option (max | minmax | all; Megatron's default minmax). See core/timers.h.
+  int timing_log_level = 0;
+  std::string timing_log_option = "minmax";
 
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global

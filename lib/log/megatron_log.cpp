@@ -133,4 +133,25 @@ std::array<std::string, 3> validation_lines(const std::string& prefix, double lm
   return {rule, line, rule};
 }
 
+std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option) {
+  // Followed: Megatron-LM megatron/core/timers.py, Timers._get_global_min_max_time_string and
+  // Timers._get_all_ranks_time_string (the header, the 48-character '.' padding, {:.2f} ms).
+  std::vector<std::string> out;
+  if (timers.empty()) return out;
+  const bool all = option == "all", max_only = option == "max";
+  out.push_back(all ? "times across ranks (ms):" : max_only ? "max time across ranks (ms):"
+                                                            : "(min, max) time across ranks (ms):");
+  for (const TimerReading& t : timers) {
+    if (all) {
+      out.push_back(fmt::format("  {}:", t.name));
+      out.push_back(fmt::format("     rank {:2d}: {:.2f}", 0, t.ms));
+      continue;
+    }
+    const std::string padded = fmt::format("{:.<48}", std::string(t.name) + " ");
+    out.push_back(max_only ? fmt::format("    {}: {:.2f}", padded, t.ms)
+                           : fmt::format("    {}: ({:.2f}, {:.2f})", padded, t.ms, t.ms));
+  }
+  return out;
+}
+
 }  // namespace pl::log

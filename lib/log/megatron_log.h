@@ -4,9 +4,12 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
+#include "core/timers.h"
 
 namespace pl::log {
 
@@ -41,6 +44,15 @@ std::string final_memory_line(const MemoryStats& s);
 std::array<std::string, 3> validation_lines(const std::string& prefix, double lm_loss);
 // Megatron's theoretical_memory_utils lines, one string with '\n' between them.
 std::string parameter_lines(double transformer_params, double embedding_params, double bytes_per_param);
+
+// Megatron's timers.log block (--timing-log-level 1|2), one string per line, printed after the
+// iteration line of each log interval; empty when no timer ran. option is --timing-log-option:
+//   minmax (Megatron's default)  "(min, max) time across ranks (ms):"
+//                                "    forward-backward ...............................: (123.45, 123.45)"
+//   max                          "max time across ranks (ms):" / "    <name ...>: 123.45"
+//   all                          "times across ranks (ms):" / "  <name>:" / "     rank  0: 123.45"
+// The name and a space are padded with '.' to 48 characters. One process: min = max = the value.
+std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option);
 
 // Local time "YYYY-mm-dd HH:MM:SS" (Bridge: no microseconds).
 std::string now_timestamp();

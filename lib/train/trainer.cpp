@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/step_timer.h"
+#include "core/timers.h"
 #include "log/megatron_log.h"
 #include "model/accounting.h"
 
@@ -43,6 +44,7 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches();
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
+  const ActiveTimers untimed(nullptr);  // the evaluation's ops are not in the training timers
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
   // reports sum / count.
   double loss_sum = 0.0;
@@ -58,6 +60,10 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
 
 TrainResult Trainer::run(const TrainState& start) {
   StepTimer timer(model_.context().device);
+  // --timing-log-level: Megatron's timers (core/timers.h); the CUDA event pool is made here, before
+  // the loop. The op dispatch layer reports each op's category to them.
+  Timers timers(model_.context().device, cfg_.timing_log_level);
+  const ActiveTimers timed_ops(cfg_.timing_log_level > 0 ? &timers : nullptr);
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches();
   const double iter_flops = flops_per_iteration(model_.config(), cfg_.global_batch_size, cfg_.seq_length);
@@ -87,18 +93,25 @@ TrainResult Trainer::run(const TrainState& start) {
     model_.zero_grads();
     double loss_sum = 0.0;
     const bool stats_now = cfg_.quant_stats_interval > 0 && (it + 1) % cfg_.quant_stats_interval == 0;
+    timers.start(TimerId::ForwardBackward);
     for (int64_t m = 0; m < M; ++m) {
+      timers.start(TimerId::ForwardCompute);
+      timers.start(TimerId::BatchGenerator);
       batches_(st.consumed_samples, m, tokens, labels);
+      timers.stop(TimerId::BatchGenerator);
       // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
       // resumed run draws the same stochastic-rounding bits as one that never stopped.
       model_.set_micro_batch_counter(static_cast<uint64_t>(st.micro_batches_done + m));
       model_.set_collect_quant_stats(stats_now && m == M - 1);  // the last micro-batch of the iteration
       loss_sum += model_.forward_backward(tokens.data(), labels.data(), grad_scale);
+      timers.stop(TimerId::BackwardCompute);  // the loss op switched forward-compute to backward-compute
     }
+    timers.stop(TimerId::ForwardBackward);
     st.micro_batches_done += M;
     // Reported loss: the token-weighted mean over the global batch.
     const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M));
     const double lr = schedule_.lr_at(st.scheduler_samples);
+    timers.start(TimerId::Optimizer);
     AdamW::Result step{};
     const bool loss_finite = std::isfinite(loss);
     if (loss_finite) {
@@ -110,8 +123,11 @@ TrainResult Trainer::run(const TrainState& start) {
     st.consumed_samples += cfg_.global_batch_size;
     if (!step.skipped) {
       st.scheduler_samples += cfg_.global_batch_size;
+      timers.start(TimerId::OptimizerCopyMainToModelParams);
       model_.prepare_weights();  // quantized weight copies for the next step's micro-batches
+      timers.stop(TimerId::OptimizerCopyMainToModelParams);
     }
+    timers.stop(TimerId::Optimizer);
     const double seconds = timer.stop_seconds();
 
     res.loss.push_back(loss_finite ? loss : std::nan(""));
@@ -158,6 +174,12 @@ TrainResult Trainer::run(const TrainState& start) {
         out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
         memory_reported = true;
       }
+      // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
+      // normalized by the iterations this interval timed (= log_interval but for a last short one).
+      if (timers.level() > 0)
+        for (const std::string& line : log::timer_lines(timers.read(static_cast<double>(interval_timed)),
+                                                        cfg_.timing_log_option))
+          out_(line);
       if (stats_now) log_quant_stats(iteration);
       interval_seconds = st.interval_loss = 0.0;
       interval_timed = 0;
