@@ -53,14 +53,14 @@ apps=(pretrain_llama quantize_tensor inspect_data preprocess_data convert_checkp
 if ((do_build)); then
   command -v nvcc >/dev/null || die "nvcc not found (PATH or /usr/local/cuda/bin): the bundle needs the CUDA backend"
   echo "gpu_bundle: configuring $build (Release, CUDA architectures $arch)"
+  mkdir -p "$build"
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPL_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$arch" \
-    >"$build.configure.log" 2>&1 || die "configure failed, see $build.configure.log"
-  grep -q '^PL_HAVE_CUDNN_FRONTEND:INTERNAL=ON' "$build/CMakeCache.txt" 2>/dev/null ||
-    grep -q 'cudnn-frontend /' "$build.configure.log" ||
+    >"$build/gpu_bundle.configure.log" 2>&1 || die "configure failed, see $build/gpu_bundle.configure.log"
+  grep -q '✓ cudnn-frontend' "$build/gpu_bundle.configure.log" ||
     die "the build has no cudnn-frontend headers, so it could not train on a GPU (run scripts/setup.sh first)"
-  echo "gpu_bundle: building (log: $build.build.log)"
-  cmake --build "$build" -j "$jobs" --target pl_tests "${apps[@]}" >"$build.build.log" 2>&1 ||
-    die "build failed, see $build.build.log"
+  echo "gpu_bundle: building (log: $build/gpu_bundle.build.log)"
+  cmake --build "$build" -j "$jobs" --target pl_tests "${apps[@]}" >"$build/gpu_bundle.build.log" 2>&1 ||
+    die "build failed, see $build/gpu_bundle.build.log"
 fi
 [[ -x $build/apps/pretrain_llama && -x $build/tests/pl_tests ]] ||
   die "$build has no apps/pretrain_llama or tests/pl_tests"
@@ -123,5 +123,5 @@ if ((bytes >= max_mib * 1048576)); then
   echo "gpu_bundle: $out is $mib MiB, not under the $max_mib MiB limit" >&2
   exit 3
 fi
-if [[ $out == /* ]]; then echo "gpu_bundle: on the GPU machine run $out/scripts/gpu_check.sh"
-else echo "gpu_bundle: on the GPU machine run $out/scripts/gpu_check.sh (the device tool: carry [\"$out\"])"; fi
+if [[ $out == /* ]]; then echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh"
+else echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh (the device tool: carry [\"$out\"])"; fi

@@ -95,7 +95,8 @@ if [[ -n $bundle ]]; then
   else
     rt=$(mktemp -d "${TMPDIR:-/tmp}/pl_device.XXXXXX")
   fi
-  if ! cp -R "$bundle/bin" "$bundle/lib" "$rt/" || ! find "$rt" -name '*.gz' -exec gunzip -f {} +; then
+  # (chmod: a copy that lost the modes on its way still runs.)
+  if ! cp -R "$bundle/bin" "$bundle/lib" "$rt/" || ! find "$rt" -name '*.gz' -exec gunzip -f {} + || ! chmod +x "$rt"/bin/*; then
     echo "gpu_check: cannot unpack $bundle into $rt" >&2; exit 2
   fi
   ln -s "$bundle/configs" "$rt/configs"  # pretrain_llama looks in <exe>/../configs
