@@ -120,12 +120,14 @@ finish() {
   # The end of the output is what a remote call shows first: the summary again, in a few lines.
   say "== summary"
   for l in "${summary[@]}"; do say "$l"; done
-  [[ -f ${table:-} ]] && while IFS= read -r l; do say "$l"; done <"$table"
+  [[ -n ${table:-} && -f ${table:-} ]] && while IFS= read -r l; do say "$l"; done <"$table"
   for l in "${failures[@]}"; do say "FAILED: $l"; done
-  say "gpu_check: $( ((status == 0)) && echo "all checks passed" || echo "FAILED (see above)") in $(( $(date +%s) - start )) s; logs in $logs"
+  local where=$logs
+  [[ -n ${OUT:-} && -d ${OUT:-} ]] && where="$OUT/gpu_check.txt, $OUT/gpu_check_logs.tar.gz"
+  say "gpu_check: $( ((status == 0)) && echo "all checks passed" || echo "FAILED (see above)") in $(( $(date +%s) - start )) s; logs in $where"
   if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then
-    cp "$report" "$OUT/gpu_check.txt"
-    tar -C "$(dirname "$logs")" -czf "$OUT/gpu_check_logs.tar.gz" "$(basename "$logs")" 2>/dev/null
+    cp "$report" "$OUT/gpu_check.txt" &&
+      tar -C "$(dirname "$logs")" -czf "$OUT/gpu_check_logs.tar.gz" "$(basename "$logs")" 2>/dev/null && rm -rf "$logs"
   fi
   exit $status
 }
@@ -213,7 +215,7 @@ if [[ $cc =~ ^[0-9]+$ && -n $archs ]]; then
     fi
     [[ $a != *-real && $v =~ ^[0-9]+$ ]] && ((n <= cc)) && covered=1
   done
-  ((covered)) || fail "the build has no code for this GPU (sm_$cc; built for $archs): scripts/gpu_bundle.sh --arch ${cc}a"
+  ((covered)) || fail "the build has no code for this GPU (sm_$cc; built for $archs): scripts/gpu_bundle.sh --arch $cc$( ((cc >= 90)) && echo a)"
 fi
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 for l in "${lib_report[@]}"; do say "  $l"; done
@@ -288,8 +290,7 @@ if [[ $only != training ]]; then
 fi
 
 # ---- training table -------------------------------------------------------------------------------
-table=$logs/training_table.txt
-printf '%-28s %-7s %-9s %9s %9s %10s %9s %11s  %s\n' model precision GEMMs "step (s)" TFLOP/s tokens/s "peak (GB)" "final loss" note >"$table"
+table=""
 row=0
 train_row() {  # model-label precision limit flags...
   local label=$1 prec=$2 limit=$3; shift 3
@@ -298,7 +299,7 @@ train_row() {  # model-label precision limit flags...
   local -a env_extra=()
   ((row == 1)) && env_extra=(LD_DEBUG=libs "LD_DEBUG_OUTPUT=$logs/ld_debug")  # which files were loaded
   if ((limit < 15)); then
-    printf '%-28s %-7s %s\n' "$label" "$prec" "not run (time budget)" >>"$table"; failures+=("$label $prec: not run (time budget)"); status=1; return
+    printf '%-28s %-9s %s\n' "$label" "$prec" "not run (time budget)" >>"$table"; failures+=("$label $prec: not run (time budget)"); status=1; return
   fi
   env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 "$@" >"$log" 2>&1
   rc=$?
@@ -307,7 +308,7 @@ train_row() {  # model-label precision limit flags...
   local mode; mode=$(grep -oE "(^|[ ;:(])$fmt (native|emulated)" "$log" | head -n 1 | awk '{print $NF}')
   if ((rc != 0)); then
     note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
-    printf '%-28s %-7s %-9s %s\n' "$label" "$prec" "${mode:-?}" "$note" >>"$table"; status=1; return
+    printf '%-28s %-9s %-9s %s\n' "$label" "$prec" "${mode:-?}" "$note" >>"$table"; status=1; return
   fi
   local s; s=$(grep 'summary: iterations' "$log" | tail -n 1)
   local step tf tok loss nan peak
@@ -319,7 +320,7 @@ train_row() {  # model-label precision limit flags...
   peak=$(grep -oE 'mem-max-allocated-gigabytes: [0-9.]+' "$log" | tail -n 1 | awk '{print $2}')
   if [[ -z $s || -z $step ]]; then note="FAILED: no summary line"; status=1
   elif [[ ${nan:-0} != 0 || ! $loss =~ ^[0-9.]+E[-+][0-9]+$ ]]; then note="FAILED: final loss $loss, $nan nan iterations"; status=1; fi
-  printf '%-28s %-7s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "${mode:-?}" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
+  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "${mode:-?}" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
 }
 precisions=(BF16 FP8cs MXFP8 NVFP4)
 train_device=${GPU_CHECK_TRAIN_DEVICE:-cuda}  # cpu: only to try this script's parsing without a GPU
@@ -332,6 +333,8 @@ recipe_flags() {
   esac
 }
 if [[ $only != conformance ]]; then
+  table=$logs/training_table.txt
+  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' model precision GEMMs "step (s)" TFLOP/s tokens/s "peak (GB)" "final loss" note >"$table"
   say "== training ($(( $(left) - $(reserve_extras) )) s of budget left for it)"
   # Rows: model label, per-row limit, iterations, shape. 8 iterations: the summary averages the last
   # 60% (iteration 1 builds cuDNN graphs and picks cuBLASLt algorithms). A 4-layer slice of llama3_8b
