@@ -192,7 +192,7 @@ if [[ -n $unpack_to ]]; then
   exit 0
 fi
 
-say "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname)"
+say "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on ${HOSTNAME:-$(uname -n)}"
 if command -v nvidia-smi >/dev/null 2>&1; then
   say "GPU: $(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
