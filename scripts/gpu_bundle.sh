@@ -76,7 +76,7 @@ fi
 mkdir -p "$out/bin" "$out/lib/compat" "$out/scripts"
 
 for a in "${apps[@]}"; do
-  [[ -x $build/apps/$a ]] && strip --strip-unneeded -o "$out/bin/$a" "$build/apps/$a"
+  if [[ -x $build/apps/$a ]]; then strip --strip-unneeded -o "$out/bin/$a" "$build/apps/$a"; fi
 done
 strip --strip-unneeded -o "$out/bin/pl_tests" "$build/tests/pl_tests"
 cp -r configs "$out/configs"
@@ -92,8 +92,8 @@ while read -r name path; do
   if [[ $name =~ $nvidia_re || $name =~ $glibc_re ]]; then continue; fi
   [[ $path == /* && -f $path ]] || { missing+=("$name"); continue; }
   dest="$out/lib"
-  [[ $name =~ $compat_re ]] && dest="$out/lib/compat"
-  [[ -e $dest/$name ]] || cp -L "$path" "$dest/$name"
+  if [[ $name =~ $compat_re ]]; then dest="$out/lib/compat"; fi
+  if [[ ! -e $dest/$name ]]; then cp -L "$path" "$dest/$name"; fi
 done < <(for b in "$out"/bin/*; do ldd "$b" 2>/dev/null; done | awk '$2 == "=>" {print $1, $3}' | sort -u)
 ((${#missing[@]} == 0)) || die "ldd could not resolve here: ${missing[*]}"
 # The copies keep their symbols for nothing: strip them too (Debian's are already stripped).
