@@ -26,6 +26,11 @@
 #include "core/step_timer.h"
 #include "data/data_pipeline.h"
 #if defined(PL_WITH_CUDA)
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <cudnn.h>
+#include <dlfcn.h>
+
 #include "backend/cuda/attention_graph.h"
 #include "backend/cuda/gemm.h"
 #endif
@@ -54,6 +59,7 @@ struct Options {
   bool disable_fp4 = false;
   std::string recompute = "none";
   bool dry_run = false;
+  bool print_library_versions = false;
   // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
   // lives in TrainConfig because the trainer stops there.
   std::string save, load;
@@ -160,6 +166,63 @@ void add_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
+  app.add_flag("--print-library-versions", o.print_library_versions,
+               "Print the versions of the CUDA driver and of the CUDA libraries this process loads, and exit");
+}
+
+// --print-library-versions (scripts/gpu_check.sh): what the loaded libraries report, which is what ran,
+// whatever their file names say. Needs no GPU. NCCL and NVRTC are looked up with dlopen (this program
+// does not link them); "not loadable" when the library path lacks them. Exit 0, or 1 without CUDA.
+int print_library_versions() {
+#if defined(PL_WITH_CUDA)
+  const auto dotted = [](long long v, int major_div, int minor_div, int minor_mod) {
+    return fmt::format("{}.{}", v / major_div, v / minor_div % minor_mod);
+  };
+  int rt = 0, drv = 0;
+  const cudaError_t rt_err = cudaRuntimeGetVersion(&rt), drv_err = cudaDriverGetVersion(&drv);
+  std::printf("pretrain_llama | CUDA runtime %s | CUDA driver API %s\n",
+              rt_err == cudaSuccess ? dotted(rt, 1000, 10, 100).c_str() : cudaGetErrorString(rt_err),
+              drv_err == cudaSuccess ? (drv ? dotted(drv, 1000, 10, 100).c_str() : "none (no driver)")
+                                     : cudaGetErrorString(drv_err));
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
+    std::printf("pretrain_llama | devices: none (%s)\n", cudaGetErrorString(e));
+  } else {
+    for (int d = 0; d < devices; ++d) {
+      cudaDeviceProp p{};
+      if (cudaGetDeviceProperties(&p, d) == cudaSuccess)
+        std::printf("pretrain_llama | device %d: %s, sm_%d%d, %.1f GiB\n", d, p.name, p.major, p.minor,
+                    static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    }
+  }
+  const size_t lt = cublasLtGetVersion();  // major*10000 + minor*100 + patch
+  std::printf("pretrain_llama | cuBLASLt %zu.%zu.%zu\n", lt / 10000, lt / 100 % 100, lt % 100);
+  const size_t dnn = cudnnGetVersion();  // cuDNN 9: major*10000 + minor*100 + patch
+  std::printf("pretrain_llama | cuDNN %zu.%zu.%zu (built against %d.%d.%d)\n", dnn / 10000, dnn / 100 % 100,
+              dnn % 100, CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+  if (void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL)) {
+    int v = 0;
+    using Fn = int (*)(int*);
+    if (auto fn = reinterpret_cast<Fn>(dlsym(h, "ncclGetVersion")); fn && fn(&v) == 0)  // major*10000+minor*100+patch
+      std::printf("pretrain_llama | NCCL %d.%d.%d\n", v / 10000, v / 100 % 100, v % 100);
+  } else {
+    std::printf("pretrain_llama | NCCL not loadable (libnccl.so.2)\n");
+  }
+  void* nvrtc = nullptr;
+  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+    if ((nvrtc = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+  int nv_major = 0, nv_minor = 0;
+  using NvrtcVersion = int (*)(int*, int*);
+  const auto nvrtc_fn = nvrtc ? reinterpret_cast<NvrtcVersion>(dlsym(nvrtc, "nvrtcVersion")) : nullptr;
+  if (nvrtc_fn && nvrtc_fn(&nv_major, &nv_minor) == 0)
+    std::printf("pretrain_llama | NVRTC %d.%d\n", nv_major, nv_minor);
+  else
+    std::printf("pretrain_llama | NVRTC not loadable (libnvrtc.so.13)\n");
+  return 0;
+#else
+  std::printf("pretrain_llama | this build has no CUDA backend: no CUDA libraries to report\n");
+  return 1;
+#endif
 }
 
 // --device: cuda needs a usable device; auto takes one if present, else the CPU, and says which.
@@ -284,6 +347,7 @@ int run(int argc, char** argv) {
                "Megatron-Bridge's format"};
   add_flags(app, o);
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "pretrain_llama")) return *rc;
+  if (o.print_library_versions) return print_library_versions();
   TrainConfig& t = o.train;
   validate_train_config(t);
   validate_checkpoint_flags(o, app);

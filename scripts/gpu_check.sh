@@ -1,63 +1,393 @@
 #!/usr/bin/env bash
-# The first thing to run on a new GPU machine: build with CUDA, run the GPU conformance suite (every
-# CUDA op against the CPU backend, a whole-model step), then 10 training iterations of llama_tiny and
-# (when its memory plan fits) llama3_8b with the NVFP4 recipe and with --disable-fp4, and print one
-# table. Exit status non-zero when a conformance test failed or a run failed.
+# The first thing to run on a GPU machine, offline: from the bundle that scripts/gpu_bundle.sh made
+# (.device/) or from a CUDA build directory. Installs nothing and builds nothing. It
+#   1. finds NVIDIA's libraries (cudart, cuBLASLt, cuDNN, NVRTC, NCCL) wherever the machine has them:
+#      $PL_CUDA_LIBS, the CUDA toolkit's lib64, the nvidia-* Python wheels' lib folders, ldconfig;
+#   2. prints the GPU, the driver, the bundle's commit and architectures, and the library versions
+#      (as the libraries report them, and the files the process actually loaded);
+#   3. runs the conformance suite (pl_tests --gtest_filter='Cuda*'), one line per test;
+#   4. trains llama_tiny, llama_small and 4 layers of llama3_8b (seq 4096, MBS 1) in BF16, FP8 current
+#      scaling, MXFP8 and NVFP4, one table row each (native or emulated GEMMs as the banner says);
+#   5. with --sync (or SYNC=1): the conformance suite again with CUDA_LAUNCH_BLOCKING=1;
+#   6. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite.
+# The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
+# and a step that no longer fits is reported as not run (a failure); --sync and --sanitize take their
+# time from the training table (`--only conformance --sync --sanitize` runs them without it). On an H100
+# the conformance suite and the 12 training rows fit in well under the budget when the GPU path is
+# healthy (estimate: not yet measured on a GPU). With $OUT set (the device tool),
+# the report goes to $OUT/gpu_check.txt and every log into $OUT/gpu_check_logs.tar.gz.
+#
+#   scripts/gpu_check.sh [--bundle DIR | --build-dir DIR] [--sync] [--sanitize] [--budget S]
+#                        [--only conformance|training] [--iters N]
+#   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
+#                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
+#
+# Exit status: 0 every check passed; 1 a check failed or did not run; 2 bad arguments, or no bundle
+# or build to run; 3 no GPU is present (one line on stderr, nothing else is done).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-export PATH="/usr/local/cuda/bin:${PATH}"
-BUILD=${BUILD:-build-gpu}
-ITERS=${ITERS:-10}
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
-bash scripts/setup.sh >/dev/null || echo "gpu_check: setup.sh failed (continuing with what is installed)" >&2
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPL_CUDA=ON | grep -E "✓|✗"
-cmake --build "$BUILD" -j "$(nproc)" >"$BUILD.build.log" 2>&1 || { echo "gpu_check: build failed, see $BUILD.build.log" >&2; exit 1; }
-bin="$BUILD/apps/pretrain_llama"
+self_dir=$(cd "$(dirname "$0")" && pwd)
+start=$(date +%s)
 
-echo "== conformance (pl_tests --gtest_filter='Cuda*')"
-xml="$BUILD/gpu_check.xml"
-"$BUILD/tests/pl_tests" --gtest_filter='Cuda*' --gtest_output="xml:$xml" >"$BUILD/gpu_check.log" 2>&1
-status=$?
-python3 - "$xml" <<'PY' || grep -E "^\[ +(OK|FAILED|SKIPPED) +\]" "$BUILD/gpu_check.log"
-import sys, xml.etree.ElementTree as ET
-counts = {}
-for case in ET.parse(sys.argv[1]).getroot().iter("testcase"):
-    name = f'{case.get("classname")}.{case.get("name")}'
-    res = "FAILED" if case.find("failure") is not None else ("SKIPPED" if case.find("skipped") is not None else "ok")
-    counts[res] = counts.get(res, 0) + 1
-    print(f"  {name:<70} {res}")
-print("  " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
-PY
-
-echo "== training, $ITERS iterations each"
-printf '%-12s %-8s %10s %10s %12s %12s %12s  %s\n' model recipe "step (s)" "TFLOP/s" "tokens/s" "peak (GB)" "final loss" "GEMMs"
-run() {  # model, flags...
-  local model=$1; shift
-  local log="$BUILD/gpu_check_${model}_$(echo "$*" | tr -dc 'a-z0-9').log"
-  if ! "$bin" --device cuda --model "$model" --train-iters "$ITERS" "$@" >"$log" 2>&1; then
-    printf '%-12s %-8s %s\n' "$model" "$recipe" "FAILED: $(tail -n 1 "$log")"
-    status=1
-    return
-  fi
-  local s=$(grep "summary:" "$log")
-  local step=$(sed -E 's/.*mean step time ([0-9.]+) s.*/\1/' <<<"$s")
-  local tf=$(sed -E 's/.*s, ([0-9.]+) MODEL_TFLOP.*/\1/' <<<"$s")
-  local tok=$(sed -E 's/.* ([0-9]+) tokens\/s.*/\1/' <<<"$s")
-  local loss=$(sed -E 's/.*final lm loss ([0-9.E+-]+).*/\1/' <<<"$s")
-  local peak=$(grep -oE "mem-max-allocated-gigabytes: [0-9.]+" "$log" | tail -n 1 | awk '{print $2}')
-  local gemm=$(grep -oE "(NVFP4|BF16) GEMMs [a-z]+" "$log" | head -n 1)
-  printf '%-12s %-8s %10s %10s %12s %12s %12s  %s\n' "$model" "$recipe" "$step" "$tf" "$tok" "$peak" "$loss" "${gemm:-bf16}"
-}
-for model in llama_tiny llama3_8b; do
-  if [[ $model == llama_tiny ]]; then shape=(--global-batch-size 8 --micro-batch-size 2 --seq-length 128)
-  else shape=(--global-batch-size 64 --micro-batch-size 1 --seq-length 4096); fi
-  for recipe in nvfp4 bf16; do
-    flags=("${shape[@]}")
-    [[ $recipe == bf16 ]] && flags+=(--disable-fp4)
-    # A plan that does not fit the GPU stops at start-up with one line naming the categories; the
-    # table shows that line.
-    run "$model" "${flags[@]}"
-  done
+bundle="" build="" unpack_to="" sync=${SYNC:-0} sanitize=${SANITIZE:-0} budget=${GPU_CHECK_BUDGET:-530} only="" iters=""
+usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
+while (($#)); do
+  case $1 in
+    --bundle) bundle=${2:?}; shift 2 ;;
+    --build-dir) build=${2:?}; shift 2 ;;
+    --unpack) unpack_to=${2:?}; shift 2 ;;
+    --sync) sync=1; shift ;;
+    --sanitize) sanitize=1; shift ;;
+    --budget) budget=${2:?}; shift 2 ;;
+    --only) only=${2:?}; shift 2 ;;
+    --iters) iters=${2:?}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
 done
-echo "gpu_check: logs in $BUILD/"
-exit $status
+[[ $budget =~ ^[0-9]+$ ]] && [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] ||
+  { echo "gpu_check: --budget and --iters take a number" >&2; exit 2; }
+[[ -z $only || $only == conformance || $only == training ]] || { echo "gpu_check: --only conformance|training" >&2; exit 2; }
+
+# ---- is there a GPU at all? One line and exit 3 when not. -------------------------------------
+if [[ -n $unpack_to ]]; then :
+elif command -v nvidia-smi >/dev/null 2>&1; then
+  if ! smi_list=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU [0-9]' <<<"$smi_list"; then
+    echo "gpu_check: no GPU is present (nvidia-smi lists none: $(head -n 1 <<<"$smi_list" | cut -c1-120)): nothing to check" >&2
+    exit 3
+  fi
+elif ! compgen -G '/dev/nvidia[0-9]*' >/dev/null; then
+  echo "gpu_check: no GPU is present (nvidia-smi not found, no /dev/nvidia*): nothing to check" >&2
+  exit 3
+fi
+
+# ---- what to run: a bundle (bin/, lib/, BUILD_INFO) or a build directory ----------------------
+if [[ -z $bundle && -z $build ]]; then
+  if [[ -f $self_dir/../BUILD_INFO ]]; then bundle=$self_dir/..                 # .device/scripts/gpu_check.sh
+  elif [[ -f $self_dir/../.device/BUILD_INFO ]]; then bundle=$self_dir/../.device  # scripts/gpu_check.sh in a checkout
+  else
+    for d in "$self_dir"/../build-device "$self_dir"/../build-gpu "$self_dir"/../build; do
+      [[ -x $d/apps/pretrain_llama && -x $d/tests/pl_tests ]] && { build=$d; break; }
+    done
+  fi
+fi
+if [[ -n $bundle ]]; then
+  bundle=$(cd "$bundle" && pwd) || exit 2
+  app=$bundle/bin/pretrain_llama tests=$bundle/bin/pl_tests
+  archs=$(sed -n 's/^cuda_architectures: //p' "$bundle/BUILD_INFO")
+  export PRETRAIN_LLAMA_CONFIGS=$bundle/configs
+elif [[ -n $build ]]; then
+  build=$(cd "$build" && pwd) || exit 2
+  app=$build/apps/pretrain_llama tests=$build/tests/pl_tests
+  archs=$(grep '^CMAKE_CUDA_ARCHITECTURES:' "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2)
+else
+  echo "gpu_check: nothing to run: no .device/ bundle (scripts/gpu_bundle.sh makes it) and no build directory" >&2
+  exit 2
+fi
+[[ -n $unpack_to && -z $bundle ]] && { echo "gpu_check: --unpack needs a bundle (--bundle DIR or .device/)" >&2; exit 2; }
+
+# A bundle stores its large files gzip-compressed: bin/ and lib/ are unpacked into a folder of their
+# own (removed at exit, except with --unpack); configs/ stays in the bundle.
+rt="" libdir=""
+if [[ -n $bundle ]]; then
+  if [[ -n $unpack_to ]]; then
+    mkdir -p "$unpack_to" && [[ -z $(ls -A "$unpack_to") ]] || { echo "gpu_check: --unpack $unpack_to: not an empty folder" >&2; exit 2; }
+    rt=$(cd "$unpack_to" && pwd)
+  else
+    rt=$(mktemp -d "${TMPDIR:-/tmp}/pl_device.XXXXXX")
+  fi
+  # (chmod: a copy that lost the modes on its way still runs.)
+  if ! cp -R "$bundle/bin" "$bundle/lib" "$rt/" || ! find "$rt" -name '*.gz' -exec gunzip -f {} + || ! chmod +x "$rt"/bin/*; then
+    echo "gpu_check: cannot unpack $bundle into $rt" >&2; exit 2
+  fi
+  ln -s "$bundle/configs" "$rt/configs"  # pretrain_llama looks in <exe>/../configs
+  app=$rt/bin/pretrain_llama tests=$rt/bin/pl_tests libdir=$rt/lib
+fi
+[[ -x $app && -x $tests ]] || { echo "gpu_check: $app or $tests is missing" >&2; exit 2; }
+
+logs=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
+report=$logs/gpu_check.txt
+status=0
+say() { printf '%s\n' "$*" | tee -a "$report"; }
+failures=() summary=()
+fail() { say "FAILED: $*"; failures+=("$*"); status=1; }
+left() { echo $((budget - ($(date +%s) - start))); }
+# step_limit WANTED [RESERVE]: seconds a step may take, given what is left and what later steps need.
+step_limit() { local l=$(( $(left) - ${2:-0} - 5 )); ((l > $1)) && l=$1; echo $((l < 0 ? 0 : l)); }
+made_links=()
+finish() {
+  for l in "${made_links[@]}"; do rm -f "$l"; done
+  [[ -n $rt && -z $unpack_to ]] && rm -rf "$rt"
+  # The end of the output is what a remote call shows first: the summary again, in a few lines.
+  say "== summary"
+  for l in "${summary[@]}"; do say "$l"; done
+  [[ -n ${table:-} && -f ${table:-} ]] && while IFS= read -r l; do say "$l"; done <"$table"
+  for l in "${failures[@]}"; do say "FAILED: $l"; done
+  local where=$logs
+  [[ -n ${OUT:-} && -d ${OUT:-} ]] && where="$OUT/gpu_check.txt, $OUT/gpu_check_logs.tar.gz"
+  say "gpu_check: $( ((status == 0)) && echo "all checks passed" || echo "FAILED (see above)") in $(( $(date +%s) - start )) s; logs in $where"
+  if [[ -n ${OUT:-} && -d ${OUT:-} ]]; then
+    cp "$report" "$OUT/gpu_check.txt" &&
+      tar -C "$(dirname "$logs")" -czf "$OUT/gpu_check_logs.tar.gz" "$(basename "$logs")" 2>/dev/null && rm -rf "$logs"
+  fi
+  exit $status
+}
+
+# ---- NVIDIA's libraries -------------------------------------------------------------------------
+nvidia_re='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc[a-z_-]*|libnvJitLink|libnvidia-[a-z-]+|libcufft|libcurand|libcusolver|libcusparse|libcupti|libnvToolsExt)\.so'
+candidates=()
+[[ -n ${PL_CUDA_LIBS:-} ]] && IFS=: read -r -a candidates <<<"$PL_CUDA_LIBS"
+nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
+for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" "$nvcc_dir/.." /usr/local/cuda; do
+  [[ -n $d ]] && candidates+=("$d/lib64" "$d/lib" "$d/targets/x86_64-linux/lib")
+done
+# The nvidia-* wheels (nvidia/cu13/lib, nvidia/cudnn/lib, nvidia/nccl/lib, ...): ask python3 where its
+# site-packages are when there is one, and look in the usual places too.
+sites=()
+for py in python3 /opt/*/.venv/bin/python3; do
+  command -v "$py" >/dev/null 2>&1 || continue
+  while IFS= read -r s; do sites+=("$s"); done < <("$py" -c 'import site, sys
+print("\n".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null)
+done
+for s in "${sites[@]}" /opt/*/.venv/lib/python3*/site-packages /usr/local/lib/python3*/dist-packages \
+         /usr/lib/python3/dist-packages "$HOME"/.local/lib/python3*/site-packages; do
+  [[ -d $s/nvidia ]] || continue
+  while IFS= read -r f; do candidates+=("$(dirname "$f")"); done < <(find "$s/nvidia" -maxdepth 3 -name 'lib*.so*' 2>/dev/null)
+done
+while IFS= read -r f; do candidates+=("$(dirname "$f")"); done < <(ldconfig -p 2>/dev/null | awk '$NF ~ /^\// {print $NF}' | grep -E '/lib(cuda|cudart|cublas|cudnn|nccl|nvrtc)')
+candidates+=(/usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64)
+ldpath=()
+[[ -n $libdir ]] && ldpath+=("$libdir")
+nv_sonames=$( { ldd "$app"; ldd "$tests"; } 2>/dev/null | awk '{print $1}' | grep -E "$nvidia_re" | sort -u)
+lib_report=()
+# What the binaries need (ldd), what this build always needs (in case ldd is missing), NCCL, the driver.
+for so in $(printf '%s\n' $nv_sonames libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnvrtc.so.13 | awk '!seen[$0]++') \
+          libnccl.so.2 libcuda.so.1; do
+  # The driver's library is normally in the ld.so cache: leave it there.
+  if [[ $so == libcuda.so.1 ]] && cached=$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ {print $NF; exit}') &&
+     [[ -n $cached ]]; then
+    lib_report+=("$so: $cached (ld.so cache)"); continue
+  fi
+  found=""
+  for d in "${candidates[@]}"; do [[ -e $d/$so ]] && { found=$d; break; }; done
+  if [[ -z $found ]]; then
+    [[ $so == libnccl.so.2 ]] && { lib_report+=("$so: not found (not needed by one GPU)"); continue; }
+    lib_report+=("$so: NOT FOUND"); continue
+  fi
+  found=$(cd "$found" && pwd -P)
+  lib_report+=("$so: $found")
+  [[ " ${ldpath[*]} " == *" $found "* ]] || ldpath+=("$found")
+done
+LD_LIBRARY_PATH=$(IFS=:; echo "${ldpath[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH
+# libstdc++/libgcc_s: the machine's when it is at least as new as the build's, else the bundle's copy.
+if [[ -n $libdir && -d $libdir/compat ]] && { ldd "$app"; ldd "$tests"; } 2>&1 | grep -qE "(GLIBCXX|CXXABI|GCC)_[0-9.]+' not found"; then
+  export LD_LIBRARY_PATH=$libdir/compat:$LD_LIBRARY_PATH
+  lib_report+=("libstdc++: the machine's is older than the build's; using the bundle's copy")
+fi
+
+if [[ -n $unpack_to ]]; then
+  printf 'export LD_LIBRARY_PATH=%q\nexport PRETRAIN_LLAMA_CONFIGS=%q\n' "$LD_LIBRARY_PATH" "$bundle/configs" >"$rt/env.sh"
+  rm -rf "$logs"
+  echo "gpu_check: unpacked $bundle into $rt: source $rt/env.sh, then run $rt/bin/pretrain_llama"
+  exit 0
+fi
+
+say "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) on ${HOSTNAME:-$(uname -n)}"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  say "GPU: $(nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader 2>&1 | head -n 1)"
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')
+else
+  say "GPU: $(ls /dev/nvidia[0-9]* | tr '\n' ' ') (no nvidia-smi)"; cc=""
+fi
+[[ -n $bundle ]] && say "bundle: $bundle: $(grep -E '^(commit|bundled|cuda_toolkit):' "$bundle/BUILD_INFO" | tr '\n' ' ')"
+[[ -n $build ]] && say "build: $build"
+say "CUDA architectures of the build: ${archs:-unknown}"
+# Code this GPU runs: sm_XYa machine code on XY only; sm_XY (and XYf) on the same major, minor >= Y;
+# compute_XY PTX (no suffix or -virtual) JIT-compiled on any newer GPU.
+if [[ $cc =~ ^[0-9]+$ && -n $archs ]]; then
+  covered=0
+  for a in ${archs//;/ }; do
+    v=${a%%-*} n=${a%%-*}; n=${n%[af]}
+    [[ $n =~ ^[0-9]+$ ]] || continue
+    if [[ $a != *-virtual ]]; then
+      if [[ $v == *a ]]; then ((n == cc)) && covered=1
+      elif ((n / 10 == cc / 10 && n <= cc)); then covered=1; fi
+    fi
+    [[ $a != *-real && $v =~ ^[0-9]+$ ]] && ((n <= cc)) && covered=1
+  done
+  ((covered)) || fail "the build has no code for this GPU (sm_$cc; built for $archs): scripts/gpu_bundle.sh --arch $cc$( ((cc >= 90)) && echo a)"
+fi
+say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+for l in "${lib_report[@]}"; do say "  $l"; done
+unresolved=$( { ldd "$app"; ldd "$tests"; } 2>&1 | grep -E 'not found' | sort -u)
+if [[ -n $unresolved ]]; then
+  fail "libraries not resolved: $(tr -s ' \t\n' ' ' <<<"$unresolved")"
+  finish
+fi
+versions=$("$app" --print-library-versions 2>&1)
+if [[ $? -eq 0 ]]; then sed 's/^pretrain_llama | /  /' <<<"$versions" | while IFS= read -r l; do say "$l"; done
+else say "  library versions: pretrain_llama --print-library-versions failed: $(tail -n 1 <<<"$versions")"; fi
+grep -q 'devices: none' <<<"$versions" && fail "the CUDA runtime sees no GPU ($(sed -n 's/.*devices: none (\(.*\))/\1/p' <<<"$versions"))"
+
+# pl_tests reads configs from the source tree it was built in: make that path the bundle's configs
+# when this machine lacks it (removed at exit).
+if [[ -n $bundle ]]; then
+  cfg=$(sed -n 's/^test_config_dir: //p' "$bundle/BUILD_INFO")
+  if [[ -n $cfg && ! -e $cfg ]]; then
+    if mkdir -p "$(dirname "$cfg")" 2>/dev/null && ln -s "$bundle/configs" "$cfg" 2>/dev/null; then made_links+=("$cfg")
+    else say "  note: cannot create $cfg -> $bundle/configs: the CudaModel tests will not find their configs"; fi
+  fi
+fi
+
+# ---- conformance ----------------------------------------------------------------------------------
+# conformance NAME LIMIT all|problems [env...]: runs pl_tests --gtest_filter='Cuda*', prints one line
+# per test (all), or per test that did not pass or skip (problems), and the totals.
+conformance() {
+  local name=$1 limit=$2 which=$3; shift 3
+  local log=$logs/$name.log t0=$(date +%s) rc
+  if ((limit < 20)); then fail "$name: not run (time budget: ${limit} s for it)"; return; fi
+  say "== $name: pl_tests --gtest_filter='Cuda*' $* (limit ${limit} s)"
+  env "$@" timeout -k 10 "$limit" "$tests" --gtest_filter='Cuda*' --gtest_output="xml:$logs/$name.xml" >"$log" 2>&1
+  rc=$?
+  # gtest's lines: "[       OK ] Suite.Test (12 ms)", "[  FAILED  ] ...", "[  SKIPPED ] ..."; a test
+  # that began ("[ RUN      ]") and has no result line crashed or hit the time limit.
+  awk -v rc="$rc" -v which="$which" '
+    /: Skipped$/ { grab = 1; next }
+    grab { reason = $0; grab = 0 }
+    $1 == "[" && $2 == "RUN" { run = $4; reason = ""; next }
+    $1 == "[" && ($2 == "OK" || $2 == "FAILED" || $2 == "SKIPPED") && $NF ~ /ms\)$/ {
+      n = $4; sub(/,$/, "", n); res = ($2 == "OK") ? "ok" : $2
+      if (which == "all" || res == "FAILED")
+        printf "  %-72s %s%s\n", n, res, (res == "SKIPPED" && reason != "") ? "  (" substr(reason, 1, 80) ")" : ""
+      count[res]++; run = ""; next }
+    END {
+      if (run != "") { printf "  %-72s %s\n", run, (rc == 124 || rc == 137) ? "TIMEOUT" : "CRASHED (rc " rc ")"; count["CRASHED/TIMEOUT"]++ }
+      s = ""; for (k in count) s = s (s == "" ? "" : ", ") count[k] " " k
+      printf "  total: %s\n", (s == "" ? "no test ran" : s) }' "$log" | tee -a "$report" >"$logs/$name.table"
+  cat "$logs/$name.table"
+  summary+=("$name${*:+ ($*)}:$(tail -n 1 "$logs/$name.table" | sed 's/^ *total://')")
+  # A test that needs a device skips with "no CUDA device: <why>": on a GPU machine that is a failure.
+  local nodev; nodev=$(grep -c '^no CUDA device' "$log")
+  if ((rc != 0)); then fail "$name: pl_tests exit status $rc ($(( $(date +%s) - t0 )) s; log $log)"
+  elif ((nodev > 0)); then fail "$name: $nodev conformance tests did not run on the GPU: $(grep -m1 '^no CUDA device' "$log")"
+  else say "  $name: passed in $(( $(date +%s) - t0 )) s"; fi
+}
+
+sanitize_limit=${SANITIZE_LIMIT:-150}
+reserve_extras() {  # seconds the requested --sync / --sanitize passes still need
+  local r=0
+  ((sync)) && r=$((r + ${conf_secs:-120} + 20))
+  ((sanitize)) && r=$((r + sanitize_limit))
+  echo $r
+}
+conf_secs=""
+if [[ $only != training ]]; then
+  t0=$(date +%s)
+  # Keep time for the training table and the requested passes, but never more than half of what is left.
+  reserve=$((120 + $(reserve_extras))); (( reserve > $(left) / 2 )) && reserve=$(( $(left) / 2 ))
+  conformance conformance "$(step_limit 200 "$reserve")" all
+  conf_secs=$(( $(date +%s) - t0 ))
+fi
+
+# ---- training table -------------------------------------------------------------------------------
+table=""
+row=0
+train_row() {  # model-label precision limit flags...
+  local label=$1 prec=$2 limit=$3; shift 3
+  row=$((row + 1))
+  local log=$logs/train_$(printf '%02d' $row)_${label//[^a-z0-9_]/_}_${prec}.log note="" rc
+  local -a env_extra=()
+  ((row == 1)) && env_extra=(LD_DEBUG=libs "LD_DEBUG_OUTPUT=$logs/ld_debug")  # which files were loaded
+  if ((limit < 15)); then
+    printf '%-28s %-9s %s\n' "$label" "$prec" "not run (time budget)" >>"$table"; failures+=("$label $prec: not run (time budget)"); status=1; return
+  fi
+  env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 "$@" >"$log" 2>&1
+  rc=$?
+  local fmt=$prec; [[ $prec == FP8cs ]] && fmt=FP8
+  # The banner's GEMM line says "<FORMAT> native" or "<FORMAT> emulated" per format.
+  local mode; mode=$(grep -oE "(^|[ ;:(])$fmt (native|emulated)" "$log" | head -n 1 | awk '{print $NF}')
+  if ((rc != 0)); then
+    note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
+    printf '%-28s %-9s %-9s %s\n' "$label" "$prec" "${mode:-?}" "$note" >>"$table"; status=1; return
+  fi
+  local s; s=$(grep 'summary: iterations' "$log" | tail -n 1)
+  local step tf tok loss nan peak
+  step=$(sed -nE 's/.*mean step time ([0-9.]+) s.*/\1/p' <<<"$s")
+  tf=$(sed -nE 's/.* s, ([0-9.]+) MODEL_TFLOP.*/\1/p' <<<"$s")
+  tok=$(sed -nE 's/.* ([0-9]+) tokens\/s.*/\1/p' <<<"$s")
+  loss=$(sed -nE 's/.*final lm loss ([-0-9.EeNnAaIiFf+]+).*/\1/p' <<<"$s")
+  nan=$(sed -nE 's/.*nan iterations ([0-9]+).*/\1/p' <<<"$s")
+  peak=$(grep -oE 'mem-max-allocated-gigabytes: [0-9.]+' "$log" | tail -n 1 | awk '{print $2}')
+  if [[ -z $s || -z $step ]]; then note="FAILED: no summary line"; status=1
+  elif [[ ${nan:-0} != 0 || ! $loss =~ ^[0-9.]+E[-+][0-9]+$ ]]; then note="FAILED: final loss $loss, $nan nan iterations"; status=1; fi
+  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "${mode:-?}" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
+}
+precisions=(BF16 FP8cs MXFP8 NVFP4)
+train_device=${GPU_CHECK_TRAIN_DEVICE:-cuda}  # cpu: only to try this script's parsing without a GPU
+recipe_flags() {
+  case $1 in
+    BF16) echo --disable-fp4 ;;
+    FP8cs) echo --recipe bf16_with_fp8_current_scaling_mixed ;;
+    MXFP8) echo --recipe bf16_with_mxfp8_mixed ;;
+    NVFP4) echo --recipe bf16_with_nvfp4_mixed ;;
+  esac
+}
+if [[ $only != conformance ]]; then
+  table=$logs/training_table.txt
+  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' model precision GEMMs "step (s)" TFLOP/s tokens/s "peak (GB)" "final loss" note >"$table"
+  say "== training ($(( $(left) - $(reserve_extras) )) s of budget left for it)"
+  # Rows: model label, per-row limit, iterations, shape. 8 iterations: the summary averages the last
+  # 60% (iteration 1 builds cuDNN graphs and picks cuBLASLt algorithms). A 4-layer slice of llama3_8b
+  # keeps its embedding and LM head (2 x 525 M parameters), so it is about 5x, not 8x, lighter than
+  # the 32 layers: at 13k tokens/s for the whole 8B in BF16, ~65k tokens/s, so 16k tokens per
+  # iteration take well under a second each when the path is healthy; the limit leaves room for an
+  # emulated or slow path and for the start (initialising 1.9 B parameters).
+  for spec in "llama_tiny|llama_tiny|45|${iters:-10}|--global-batch-size 8 --micro-batch-size 2 --seq-length 128" \
+              "llama_small|llama_small|60|${iters:-10}|--global-batch-size 8 --micro-batch-size 2 --seq-length 512" \
+              "llama3_8b --num-layers 4|llama3_8b_4l|110|${iters:-8}|--num-layers 4 --global-batch-size 4 --micro-batch-size 1 --seq-length 4096"; do
+    IFS='|' read -r label model lim n shape <<<"$spec"
+    [[ $model == llama3_8b_4l ]] && model=llama3_8b
+    [[ $train_device == cpu && $model != llama_tiny ]] && continue  # a CPU try of the parsing: tiny only
+    for p in "${precisions[@]}"; do
+      # shellcheck disable=SC2046,SC2086
+      train_row "$label" "$p" "$(step_limit "$lim" "$(reserve_extras)")" --model "$model" --train-iters "$n" $shape $(recipe_flags "$p")
+    done
+  done
+  while IFS= read -r l; do say "$l"; done <"$table"
+  loaded=$(cat "$logs"/ld_debug.* 2>/dev/null | sed -nE 's/.*calling init: (.*)/\1/p' | sort -u)
+  if [[ -n $loaded ]]; then
+    say "libraries loaded by the first training run (file -> its real name):"
+    while IFS= read -r f; do
+      b=$(basename "$f")
+      [[ $b =~ $nvidia_re || ( -n $rt && $f == "$rt"/* ) ]] && say "  $f -> $(basename "$(readlink -f "$f")")"
+    done <<<"$loaded"
+  fi
+fi
+
+# ---- optional passes ------------------------------------------------------------------------------
+if ((sync)) && [[ $only != training ]]; then
+  conformance conformance_sync "$(step_limit 200 "$( ((sanitize)) && echo "$sanitize_limit" || echo 0)")" problems CUDA_LAUNCH_BLOCKING=1
+fi
+if ((sanitize)); then
+  cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null | head -n 1)
+  if [[ -z $cs ]]; then
+    say "== sanitize: compute-sanitizer not installed: skipped"
+  else
+    # The small-shape suites only: compute-sanitizer slows every launch by 10-100x.
+    filter=${SANITIZE_FILTER:-'CudaOps.*:CudaQuantize*:CudaConformance.*:CudaGemm.*'}
+    lim=$(step_limit "$sanitize_limit")
+    if ((lim < 20)); then fail "sanitize: not run (time budget)"
+    else
+      say "== sanitize: $cs --tool memcheck, filter $filter (limit $lim s)"
+      timeout -k 10 "$lim" "$cs" --tool memcheck --error-exitcode 99 --print-limit 20 "$tests" --gtest_filter="$filter" \
+        >"$logs/sanitize.log" 2>&1
+      rc=$?
+      errs=$(grep -oE 'ERROR SUMMARY: [0-9]+ error' "$logs/sanitize.log" | tail -n 1)
+      summary+=("compute-sanitizer memcheck ($filter): rc $rc, ${errs:-no summary}")
+      if ((rc == 0)); then say "  sanitize: clean (${errs:-no summary})"
+      elif ((rc == 124 || rc == 137)); then fail "sanitize: did not finish in $lim s (${errs:-no summary yet}; log sanitize.log)"
+      else fail "sanitize: exit status $rc, ${errs:-no summary}; first report: $(grep -m1 -E '^========= (Invalid|Program hit|Error)' "$logs/sanitize.log")"; fi
+    fi
+  fi
+fi
+finish

@@ -1,0 +1,221 @@
+// scripts/gpu_bundle.sh and scripts/gpu_check.sh on the build machine (no GPU needed):
+//   - the bundle, assembled with --no-build from this test binary's own build directory, holds the
+//     apps, pl_tests, configs and gpu_check.sh, is under 48 MiB, and every bundled binary's `ldd`
+//     under the bundle's library path resolves every library inside the bundle, except NVIDIA's and
+//     glibc's;
+//   - gpu_check.sh without a GPU prints one line and exits 3; with a GPU that a fake nvidia-smi
+//     claims, it runs the bundle's conformance suite, which skips, and fails saying so.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using pl::test::ProcessResult;
+using pl::test::run_process;
+using pl::test::split_lines;
+using pl::test::TempDir;
+
+const fs::path kSourceDir = fs::path(PL_CONFIG_DIR).parent_path();
+const fs::path kBuildDir = fs::path(PL_APP_PATH).parent_path().parent_path();  // <build>/apps/pretrain_llama
+
+// Runs a bash command line in the source directory.
+ProcessResult bash(const std::string& cmd, double timeout_s = 300.0) {
+  return run_process("/bin/bash", {"-c", "cd '" + kSourceDir.string() + "' && " + cmd}, timeout_s);
+}
+
+bool have_tool(const std::string& name) { return bash("command -v " + name + " >/dev/null").exit_code == 0; }
+
+bool gpu_present() {
+  return bash("nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]' || compgen -G '/dev/nvidia[0-9]*' >/dev/null")
+             .exit_code == 0;
+}
+
+uint64_t tree_bytes(const fs::path& dir) {
+  uint64_t n = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file() && !e.is_symlink()) n += e.file_size();
+  return n;
+}
+
+// NVIDIA's libraries come from the GPU machine; glibc's from its system. Everything else must be in
+// the bundle. (The same lists as scripts/gpu_bundle.sh, written out again so that a change there
+// must be a change here too.)
+const std::regex kNvidia(
+    R"(^(libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc[a-z_-]*|libnvJitLink|libnvidia-[a-z-]+|libcufft|libcurand|libcusolver|libcusparse|libcupti|libnvToolsExt)\.so.*)");
+const std::regex kGlibc(R"(^(linux-vdso|ld-linux[a-z0-9_-]*|libc|libm|libdl|libpthread|librt|libresolv|libutil|libmvec)\.so.*)");
+
+// One bundle for the whole suite: assembling it strips pl_tests (tens of MB), which takes a while.
+class GpuBundle : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+#if !defined(PL_WITH_CUDA)
+    skip_reason_ = "this build has no CUDA backend: there is nothing to bundle";
+    return;
+#endif
+    for (const char* tool : {"ldd", "strip", "du", "awk", "gzip", "gunzip", "readelf", "find", "xargs"})
+      if (!have_tool(tool)) {
+        skip_reason_ = std::string("no '") + tool + "' on this machine";
+        return;
+      }
+    dir_ = new TempDir();
+    bundle_ = dir_->path() / "bundle";
+    // --max-mib 1024: the test checks the size itself, and says what it measured.
+    result_ = new ProcessResult(bash("scripts/gpu_bundle.sh --no-build --build-dir '" + kBuildDir.string() +
+                                     "' --out '" + bundle_.string() + "' --max-mib 1024"));
+  }
+  static void TearDownTestSuite() {
+    delete result_;
+    delete dir_;
+    result_ = nullptr;
+    dir_ = nullptr;
+  }
+  void SetUp() override {
+    if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;
+    ASSERT_EQ(result_->exit_code, 0) << result_->out << result_->err;
+  }
+
+  static inline std::string skip_reason_;
+  static inline TempDir* dir_ = nullptr;
+  static inline fs::path bundle_;
+  static inline ProcessResult* result_ = nullptr;
+};
+
+// What the bundle holds, what its programs load, and its size. The size limit (48 MiB: what the device
+// tool carries beside the working tree) is for the bundle gpu_bundle.sh makes by default, for sm_90a
+// only. The bundle checked here is assembled from this test's own build, with whatever architectures
+// it was configured for (CI: the default list, six architectures and PTX), so it holds the same files
+// with more device code: under 48 MiB here means under 48 MiB for sm_90a alone. The test names the
+// architectures it measured.
+TEST_F(GpuBundle, HoldsEverythingItsProgramsLoadExceptNvidiasLibrariesAndIsUnder48MiB) {
+  for (const char* f : {"bin/pretrain_llama", "bin/pl_tests", "bin/quantize_tensor", "bin/inspect_data",
+                        "bin/preprocess_data", "bin/convert_checkpoint"})
+    EXPECT_TRUE(fs::is_regular_file(bundle_ / f) || fs::is_regular_file(bundle_ / (std::string(f) + ".gz")))
+        << f << " (or " << f << ".gz) missing";
+  for (const char* f : {"scripts/gpu_check.sh", "configs/models/llama3_8b.json", "configs/recipes/bf16_with_nvfp4_mixed.json"})
+    EXPECT_TRUE(fs::is_regular_file(bundle_ / f)) << f;
+  const std::string info = pl::test::read_text_file((bundle_ / "BUILD_INFO").string());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(info, m, std::regex("cuda_architectures: (.*)"))) << info;
+  const std::string archs = m[1];
+  EXPECT_NE(info.find("test_config_dir: " + (kSourceDir / "configs").string()), std::string::npos) << info;
+
+  // Size: what the script printed is what is on disk, and it is under the limit.
+  const double mib = static_cast<double>(tree_bytes(bundle_)) / 1048576.0;
+  ASSERT_TRUE(std::regex_search(result_->out, m, std::regex(R"(: ([0-9.]+) MiB \(CUDA architectures ([^)]*)\))")))
+      << result_->out;
+  EXPECT_NEAR(std::stod(m[1]), mib, 0.06);
+  EXPECT_EQ(m[2], archs);
+  EXPECT_LT(mib, 48.0) << "the bundle of this build (CUDA architectures " << archs << ") is " << mib << " MiB";
+  std::printf("bundle of this build (CUDA architectures %s): %.1f MiB\n", archs.c_str(), mib);
+
+  // Unpacked (gpu_check.sh --unpack: no GPU needed), every program resolves every library inside the
+  // bundle, NVIDIA's (from the GPU machine) and glibc's (its system) aside, with nothing but the
+  // bundle's folders on LD_LIBRARY_PATH.
+  TempDir rt_dir;
+  const fs::path rt = rt_dir.path() / "rt";
+  const ProcessResult u = bash("scripts/gpu_check.sh --bundle '" + bundle_.string() + "' --unpack '" + rt.string() + "'", 120);
+  ASSERT_EQ(u.exit_code, 0) << u.out << u.err;
+  EXPECT_TRUE(fs::is_regular_file(rt / "env.sh"));
+  const std::string libpath = (rt / "lib").string() + ":" + (rt / "lib" / "compat").string();
+  int in_bundle = 0, binaries = 0;
+  for (const auto& e : fs::directory_iterator(rt / "bin")) {
+    ++binaries;
+    // Stripped: no symbol table left.
+    const ProcessResult sym = bash("LC_ALL=C readelf -SW '" + e.path().string() + "' | grep -c '\\.symtab'");
+    EXPECT_EQ(sym.out, "0\n") << e.path().filename() << " still has a .symtab";
+    const ProcessResult r = bash("LD_LIBRARY_PATH='" + libpath + "' ldd '" + e.path().string() + "'", 60);
+    ASSERT_EQ(r.exit_code, 0) << e.path() << ": " << r.err;
+    for (const std::string& line : split_lines(r.out)) {
+      static const std::regex kLine(R"(^\s*(\S+)\s+=>\s+(.*?)(\s+\(0x[0-9a-f]+\))?\s*$)");
+      if (!std::regex_match(line, m, kLine)) continue;  // linux-vdso, the loader itself
+      const std::string name = m[1], where = m[2];
+      if (std::regex_match(name, kNvidia)) continue;  // found or not: the GPU machine provides it
+      ASSERT_NE(where, "not found") << e.path().filename() << " needs " << name << ", which is not in the bundle";
+      if (std::regex_match(name, kGlibc)) continue;
+      EXPECT_TRUE(where.starts_with((rt / "lib").string() + "/"))
+          << e.path().filename() << ": " << name << " resolves to " << where << ", outside the bundle";
+      ++in_bundle;
+    }
+  }
+  EXPECT_EQ(binaries, 6);
+  // spdlog, fmt, OpenBLAS, gfortran, gomp, libstdc++, ... for six programs: the check above saw them.
+  EXPECT_GE(in_bundle, 6 * 3);
+}
+
+// A fake nvidia-smi in a fresh directory: `mode` none prints "No devices were found" and fails (a
+// driver without a GPU); gpu claims one H100.
+std::string fake_nvidia_smi(const TempDir& dir, const std::string& mode) {
+  const std::string path = dir.write(
+      "nvidia-smi", mode == "none" ? "#!/bin/sh\necho 'No devices were found'\nexit 6\n"
+                                   : "#!/bin/sh\ncase \"$*\" in\n"
+                                     "  *-L*) echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-fake)' ;;\n"
+                                     "  *--query-gpu=compute_cap\\ *) echo 9.0 ;;\n"
+                                     "  *) echo 'NVIDIA H100 80GB HBM3, 9.0, 580.00.00, 81559 MiB' ;;\n"
+                                     "esac\n");
+  ::chmod(path.c_str(), 0755);
+  return dir.path().string();
+}
+
+TEST(GpuCheck, WithoutAGpuPrintsOneLineAndExits3) {
+  if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: gpu_check.sh would run for real";
+  // Neither nvidia-smi nor /dev/nvidia*: PATH without any nvidia-smi.
+  TempDir empty;
+  ProcessResult r = bash("PATH='" + empty.path().string() + ":/usr/bin:/bin' scripts/gpu_check.sh", 60);
+  std::vector<std::string> lines = split_lines(r.out + r.err);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  ASSERT_EQ(lines.size(), 1u) << r.out << r.err;
+  EXPECT_EQ(lines[0], "gpu_check: no GPU is present (nvidia-smi not found, no /dev/nvidia*): nothing to check");
+  // A driver without a device: nvidia-smi fails with "No devices were found".
+  TempDir bin;
+  r = bash("PATH='" + fake_nvidia_smi(bin, "none") + ":/usr/bin:/bin' scripts/gpu_check.sh --sync", 60);
+  lines = split_lines(r.out + r.err);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  ASSERT_EQ(lines.size(), 1u) << r.out << r.err;
+  EXPECT_EQ(lines[0], "gpu_check: no GPU is present (nvidia-smi lists none: No devices were found): nothing to check");
+  // Bad arguments come first, with exit status 2.
+  r = bash("scripts/gpu_check.sh --frobnicate", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+}
+
+// With a GPU that is not there (a fake nvidia-smi), the bundle's gpu_check.sh gets as far as the
+// conformance suite: libraries resolved, versions printed, one line per Cuda* test (all skipped: no
+// device), and a failure saying that no test ran on the GPU; the report and the logs land in $OUT.
+TEST_F(GpuBundle, GpuCheckFromTheBundleRunsTheConformanceSuiteAndFailsWhenEveryTestSkips) {
+  if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: gpu_check.sh would run for real";
+  TempDir bin, out;
+  const ProcessResult r = bash("PATH='" + fake_nvidia_smi(bin, "gpu") + ":/usr/bin:/bin' OUT='" + out.path().string() +
+                                   "' '" + (bundle_ / "scripts/gpu_check.sh").string() + "' --only conformance",
+                               240);
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(r.exit_code, 1) << all;
+  EXPECT_NE(all.find("GPU: NVIDIA H100 80GB HBM3, 9.0"), std::string::npos) << all;
+  EXPECT_NE(all.find("bundle: " + bundle_.string()), std::string::npos) << all;
+  EXPECT_NE(all.find("cuBLASLt 13."), std::string::npos) << "library versions missing:\n" << all;
+  EXPECT_NE(all.find("cuDNN 9."), std::string::npos) << all;
+  EXPECT_NE(all.find("CudaOps.AdamwUpdate"), std::string::npos) << all;
+  EXPECT_NE(all.find("devices: none"), std::string::npos) << all;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(FAILED: conformance: (\d+) conformance tests did not run on the GPU: no CUDA device)")))
+      << all;
+  EXPECT_GE(std::stoi(m[1]), 20);
+  ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(total: .*\b(\d+) SKIPPED)"))) << all;
+  EXPECT_GE(std::stoi(m[1]), 20);
+  EXPECT_NE(all.find("SKIPPED  (no CUDA device: "), std::string::npos) << all;
+  const std::string report = pl::test::read_text_file((out.path() / "gpu_check.txt").string());
+  EXPECT_NE(report.find("conformance tests did not run on the GPU"), std::string::npos) << report;
+  EXPECT_TRUE(fs::is_regular_file(out.path() / "gpu_check_logs.tar.gz"));
+}
+
+}  // namespace
