@@ -341,10 +341,11 @@ if [[ $only != conformance ]]; then
   # keeps its embedding and LM head (2 x 525 M parameters), so it is about 5x, not 8x, lighter than
   # the 32 layers: at 13k tokens/s for the whole 8B in BF16, ~65k tokens/s, so 16k tokens per
   # iteration take well under a second each when the path is healthy; the limit leaves room for an
-  # emulated or slow path and for the start (initialising 1.9 B parameters).
+  # emulated or slow path and for the start (initialising 1.9 B parameters). --num-layers-at-end-in-bf16 0:
+  # all four layers in the row's format (the playbook's 4 BF16 edge layers would leave one quantized).
   for spec in "llama_tiny|llama_tiny|45|${iters:-10}|--global-batch-size 8 --micro-batch-size 2 --seq-length 128" \
               "llama_small|llama_small|60|${iters:-10}|--global-batch-size 8 --micro-batch-size 2 --seq-length 512" \
-              "llama3_8b --num-layers 4|llama3_8b_4l|110|${iters:-8}|--num-layers 4 --global-batch-size 4 --micro-batch-size 1 --seq-length 4096"; do
+              "llama3_8b --num-layers 4|llama3_8b_4l|110|${iters:-8}|--num-layers 4 --num-layers-at-end-in-bf16 0 --global-batch-size 4 --micro-batch-size 1 --seq-length 4096"; do
     IFS='|' read -r label model lim n shape <<<"$spec"
     [[ $model == llama3_8b_4l ]] && model=llama3_8b
     [[ $train_device == cpu && $model != llama_tiny ]] && continue  # a CPU try of the parsing: tiny only
