@@ -142,29 +142,43 @@ enum class RhtPath : int { kFp32 = 0, kInt64 = 1, kWide = 2, kNonFinite = 3 };
 // For BF16 inputs (8 significant bits, l_i >= e_i - 7) the condition holds whenever the chunk spans
 // e_max - e_min <= 12 binades. Under --fp32-reference (full 24-bit significands) it rarely holds and
 // the int64 path serves: W <= 63 keeps every |N| < 2^63 by the same argument.
+// The FP32 test is cheap (the common case): one max over the magnitudes gives e_max (and flags any
+// Inf/NaN: their bit patterns are the largest), then each input only has to be a multiple of
+// 2^(e_max - 19), i.e. its significand's bits below that position must be zero (W <= 24 <=> lsb_min >=
+// e_max - 19). Only chunks that fail it compute lsb_min to choose between the integer paths.
 PL_HD RhtPath rht16_path(const float in[16]) {
-  int e_max = -1000, lsb_min = 1000;  // no nonzero input: W < 0, the FP32 path (exact: all zeros)
-  bool nonfinite = false;
+  uint32_t amax = 0;
   for (int i = 0; i < 16; ++i) {
     const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
-    if (a >= 0x7F800000u) {
-      nonfinite = true;
-      continue;
+    amax = a > amax ? a : amax;
+  }
+  if (amax >= 0x7F800000u) return RhtPath::kNonFinite;
+  if (amax == 0) return RhtPath::kFp32;  // all zeros: exact
+  uint32_t sig;
+  int pos;
+  rht_detail::split(amax, sig, pos);
+  const int e_max = pos - 149 + 31 - rht_detail::clz32(sig);
+  if (e_max + 5 <= 128) {
+    const int need = e_max - 19;  // every input must be a multiple of 2^need
+    uint32_t low = 0;
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
+      rht_detail::split(a, sig, pos);           // a == 0: sig == 0, nothing to test
+      const int k = need - (pos - 149);           // bits of sig that must be zero
+      const uint32_t mask = k <= 0 ? 0u : (k >= 32 ? 0xFFFFFFFFu : (1u << k) - 1u);
+      low |= sig & mask;
     }
+    if (low == 0) return RhtPath::kFp32;
+  }
+  int lsb_min = 1000;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
     if (a == 0) continue;
-    uint32_t sig;
-    int pos;
     rht_detail::split(a, sig, pos);
-    const int e = pos - 149 + 31 - rht_detail::clz32(sig);
     const int l = pos - 149 + rht_detail::ctz32(sig);
-    e_max = e > e_max ? e : e_max;
     lsb_min = l < lsb_min ? l : lsb_min;
   }
-  if (nonfinite) return RhtPath::kNonFinite;
-  const int width = e_max + 5 - lsb_min;
-  if (width <= 24 && e_max + 5 <= 128) return RhtPath::kFp32;
-  if (width <= 63) return RhtPath::kInt64;
-  return RhtPath::kWide;
+  return e_max + 5 - lsb_min <= 63 ? RhtPath::kInt64 : RhtPath::kWide;
 }
 
 // True when the chunk takes the FP32 butterfly (finite, and the exactness bound above holds).
