@@ -4,7 +4,9 @@
 # when nvcc is found on PATH or under /usr/local/cuda.
 # When nvcc is present, also the cudnn-frontend C++ headers (CUDA attention) from the PyPI wheel
 # nvidia-cudnn-frontend; without network this step only warns, and the CUDA attention ops then fail
-# at run time saying so.
+# at run time saying so. And cuobjdump + nvdisasm (the wheels nvidia-cuda-cuobjdump and
+# nvidia-cuda-nvdisasm; CUDA toolkits installed without them are common) for scripts/check_no_fp64.sh,
+# which CI runs after the build; without them that check says so and is skipped.
 set -euo pipefail
 
 # ---- cudnn-frontend headers (header-only; CMake finds <site-packages>/include/cudnn_frontend.h) ----
@@ -41,6 +43,44 @@ install_cudnn_frontend() {
   fi
 }
 
+# ---- cuobjdump / nvdisasm (scripts/check_no_fp64.sh disassembles the device code) ----
+# Pinned to the version checked here (13.5 reads CUDA 13.0 binaries); the tools land in
+# <site-packages>/nvidia/cu13/bin, where the check script looks for them.
+CUDA_BINUTILS_VERSION=13.5.37
+install_cuda_binutils() {
+  if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+    echo "setup: no nvcc, skipping cuobjdump/nvdisasm (only the FP64 check of the device code uses them)"
+    return 0
+  fi
+  if command -v cuobjdump >/dev/null 2>&1 && command -v nvdisasm >/dev/null 2>&1; then
+    echo "setup: cuobjdump and nvdisasm present"
+    return 0
+  fi
+  local py
+  py=$(command -v python3 || true)
+  if [[ -z "$py" ]] || ! "$py" -m pip --version >/dev/null 2>&1; then
+    echo "setup: WARNING: no python3 with pip; cuobjdump not installed (scripts/check_no_fp64.sh will be skipped)"
+    return 0
+  fi
+  local need=() pkg have
+  for pkg in nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; do
+    have=$("$py" -m pip show "$pkg" 2>/dev/null | sed -n 's/^Version: //p' || true)
+    [[ "$have" == "$CUDA_BINUTILS_VERSION" ]] || need+=("$pkg==$CUDA_BINUTILS_VERSION")
+  done
+  if ((${#need[@]} == 0)); then
+    echo "setup: cuobjdump/nvdisasm $CUDA_BINUTILS_VERSION present (pip)"
+    return 0
+  fi
+  local args=(install --quiet --no-deps --only-binary=:all: "${need[@]}")
+  echo "setup: installing ${need[*]} (pip)"
+  if "$py" -m pip "${args[@]}" 2>/dev/null ||
+     PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip "${args[@]}" --user; then
+    echo "setup: cuobjdump/nvdisasm installed"
+  else
+    echo "setup: WARNING: could not install cuobjdump/nvdisasm (no network?); scripts/check_no_fp64.sh will be skipped"
+  fi
+}
+
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
           libopenblas-openmp-dev libpcre2-dev pkg-config)
 missing=()
@@ -57,4 +97,5 @@ else
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 install_cudnn_frontend
+install_cuda_binutils
 echo "setup: done"

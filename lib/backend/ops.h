@@ -85,8 +85,10 @@ void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, 
                                     const Tensor& targets, float grad_scale);
 
 // ---- optimizer -----------------------------------------------------------------------------------
-// Σ x² over an fp32 tensor, accumulated in double over fixed-size chunks, so the
-// result does not depend on the thread count.
+// Σ x² over an fp32 tensor, accumulated in fp32 in a fixed schedule (numerics/reduce.h: chunks of
+// lane sums, a fixed pairwise tree over the chunk partials), so the result does not depend on the
+// thread count and is bit-identical between the CPU and CUDA backends; returned as double. No FP64 on
+// the device. (x² overflows fp32 past |x| ~ 1.8e19: the norm is then +Inf.)
 double sum_of_squares(const OpContext& ctx, const Tensor& x);
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;

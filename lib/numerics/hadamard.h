@@ -6,6 +6,25 @@
 // MMA is modelled as the correctly rounded FP32 sum, then cvt.rn.bf16.f32 (TE
 // hadamard_transform_utils.cuh, hadamard_transform_cast_fusion.cu). Do not round the sum straight to
 // BF16 (double rounding differs in rare cases, §3).
+//
+// No FP64 anywhere (GPU kernels call this; GB300-class GPUs have almost no FP64). The exact sum is
+// formed by one of three paths, chosen per 16-element chunk by rht16_path():
+//   kFp32:  a 4-stage FP32 butterfly on the unscaled signed inputs, then one multiply by 0.25f, when
+//           every partial sum is provably exact in FP32 (the proof is at rht16_path). Typical data
+//           (BF16 chunks spanning <= 12 binades) always takes it.
+//   kInt64: the same butterfly on exact int64 fixed-point values (units of the chunk's smallest
+//           significant bit) when the partial sums fit in 63 bits, then one RN to FP32.
+//   kWide:  otherwise (a chunk spanning more than ~35 binades, e.g. 1e-30 next to 1): the same
+//           butterfly on exact 288-bit two's complement integers with bit k worth 2^(k-149) (covers
+//           2^-149 .. 2^138 > 16 * FLT_MAX), then one RN to FP32 per output.
+// The two integer paths round with rht_round_fp32 (round to nearest even, subnormal results and
+// overflow to Inf included) and give an exactly zero output the sign IEEE arithmetic gives it in the
+// butterfly (negzero_stage). All three give RN_fp32(exact sum * 0.25), which is what the former
+// double-precision implementation gave wherever its double sum was exact (every chunk of BF16 values
+// spanning < ~41 binades; tests/numerics/test_hadamard.cpp keeps it as a reference).
+// Non-finite inputs (path kNonFinite): a NaN anywhere makes every output NaN; otherwise output j is the
+// sum of only its infinite signed terms (+Inf and -Inf together give NaN), as IEEE addition in the
+// butterfly gives. Then RN to BF16 (every NaN becomes BF16 0x7FFF, CUDA's canonical NaN).
 #include <cstdint>
 
 #include "numerics/bf16.h"
@@ -26,32 +45,360 @@ PL_HD int rht_sign(int i, int j, uint16_t sign_mask) {
   return neg ? -1 : 1;
 }
 
-// out may alias in. The sum is accumulated in double: every term 0.25 * (+-in_i) is exact in double
-// (a BF16 value has 8 significant bits, a float 24), and the 16-term sum is exact as long as the
-// terms' exponents span less than about 53 - 24 - 4 = 25 binades for full-float inputs, or
-// 53 - 8 - 4 = 41 binades for BF16 inputs (the case of the recipe); beyond that the double sum is
-// rounded once before the float rounding, which can differ from the exact model only in double-rounding
-// corner cases of chunks mixing values ~2^41 apart (the tensor cores' own accumulation order is
-// unspecified there too, §3 "UNCERTAIN"). Then RN to FP32 (a plain cast) and RN to BF16.
-// NaN/Inf inputs propagate (NaN -> BF16 0x7FFF's value).
-PL_HD void rht16(const float in[16], float out[16], uint16_t sign_mask) {
-  // Fast Walsh-Hadamard transform (4 butterfly stages) on 0.25*s_i*in_i in double: it forms the same
-  // sums Σ_i H[i][j]·v_i as the direct definition, and every partial sum is exact in the regime
-  // described above, so the result is the same bits (checked against an exact integer reference in
-  // tests/numerics/test_hadamard.cpp). 64 additions instead of 256.
-  double v[16];
-  for (int i = 0; i < 16; ++i) {
-    const double t = 0.25 * static_cast<double>(in[i]);
-    v[i] = ((sign_mask >> i) & 1u) ? -t : t;
+namespace rht_detail {
+
+// Bit counts of nonzero words (host: GCC/Clang builtins, as this header is also compiled as CUDA C++17).
+PL_HD int clz32(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+  return __clz(static_cast<int>(x));
+#else
+  return __builtin_clz(x);
+#endif
+}
+PL_HD int ctz32(uint32_t x) {
+#if defined(__CUDA_ARCH__)
+  return __ffs(static_cast<int>(x)) - 1;
+#else
+  return __builtin_ctz(x);
+#endif
+}
+PL_HD int clz64(uint64_t x) {
+#if defined(__CUDA_ARCH__)
+  return __clzll(static_cast<long long>(x));
+#else
+  return __builtin_clzll(x);
+#endif
+}
+
+// A finite nonzero float |x| as sig * 2^(pos - 149): sig the 24-bit significand (hidden bit included
+// for normals), pos = max(biased exponent, 1) - 1, so pos >= 0 and subnormals need no special case.
+PL_HD void split(uint32_t abs_bits, uint32_t& sig, int& pos) {
+  const uint32_t e = abs_bits >> 23;
+  sig = e != 0 ? ((abs_bits & 0x7FFFFFu) | 0x800000u) : abs_bits;
+  pos = e != 0 ? static_cast<int>(e) - 1 : 0;
+}
+
+constexpr int kWideWords = 9;  // 288 bits, bit k worth 2^(k-149)
+
+// acc += sig * 2^pos (sig < 2^24, 0 <= pos < 254): at most two words plus a carry.
+PL_HD void wide_add(uint32_t acc[kWideWords], uint32_t sig, int pos) {
+  int w = pos >> 5;
+  uint64_t v = static_cast<uint64_t>(sig) << (pos & 31);  // < 2^55
+  while (v != 0 && w < kWideWords) {
+    const uint64_t s = static_cast<uint64_t>(acc[w]) + (v & 0xFFFFFFFFu);
+    acc[w] = static_cast<uint32_t>(s);
+    v = (v >> 32) + (s >> 32);
+    ++w;
   }
+}
+
+}  // namespace rht_detail
+
+// RN_fp32(mag * 2^scale_exp), negated when `neg`: round to nearest, ties to even, with subnormal results
+// (quantum 2^-149) and overflow to Inf. `mag` may carry a sticky bit in bit 0 as long as bit 0 lies below
+// the rounding position (callers guarantee it). mag == 0 gives +0.
+PL_HD float rht_round_fp32(uint64_t mag, int scale_exp, bool neg) {
+  if (mag == 0) return 0.0f;
+  const int top = 63 - rht_detail::clz64(mag);   // mag in [2^top, 2^(top+1))
+  int q = top + scale_exp - 23;                  // exponent of the result's last significand bit
+  if (q < -149) q = -149;                        // subnormal range: fixed quantum 2^-149
+  const int shift = q - scale_exp;               // low bits of mag below the quantum
+  uint64_t m;                                    // the rounded significand, <= 2^24
+  if (shift <= 0) {
+    m = mag << -shift;  // exact: at most 24 significant bits (top - shift <= 23)
+  } else if (shift >= 64) {
+    m = (shift == 64 && mag > (uint64_t{1} << 63)) ? 1u : 0u;  // below half a quantum (or a tie) -> 0
+  } else {
+    m = mag >> shift;
+    const uint64_t rem = mag & ((uint64_t{1} << shift) - 1u);
+    const uint64_t half = uint64_t{1} << (shift - 1);
+    if (rem > half || (rem == half && (m & 1u) != 0)) ++m;
+  }
+  const uint32_t sign = neg ? 0x80000000u : 0u;
+  if (m == 0) return bits_float(sign);  // underflow to a zero of the value's sign
+  // m in [2^23, 2^24] for normals (the hidden bit adds one to the exponent field, and m == 2^24 after a
+  // rounding carry adds two: the next binade), m < 2^23 only for subnormals (q == -149, field 0).
+  if (q + 149 >= 255) return bits_float(sign | 0x7F800000u);
+  const uint32_t bits = (static_cast<uint32_t>(q + 149) << 23) + static_cast<uint32_t>(m);
+  return bits_float(sign | (bits >= 0x7F800000u ? 0x7F800000u : bits));
+}
+
+enum class RhtPath : int { kFp32 = 0, kInt64 = 1, kWide = 2, kNonFinite = 3 };
+
+// Which path computes this chunk exactly (see the top of the file). For the nonzero finite inputs x_i
+// let e_i = floor(log2|x_i|), l_i the exponent of the lowest set bit of x_i's significand (x_i is an odd
+// integer times 2^l_i), e_max = max e_i, lsb_min = min l_i.
+// Proof that the FP32 butterfly is exact when W := e_max + 5 - lsb_min <= 24 and e_max + 5 <= 128:
+// every value the butterfly forms (the signed inputs, and after stage k the sums of 2^k of them with
+// signs +-1) is a signed sum of at most 16 inputs. Each |x_i| < 2^(e_max+1), so |partial| <
+// 16 * 2^(e_max+1) = 2^(e_max+5); each x_i is an integer multiple of 2^lsb_min, so every partial is an
+// integer N times 2^lsb_min with |N| < 2^(e_max+5-lsb_min) <= 2^24. An integer of at most 24 bits times
+// 2^lsb_min is an FP32 number (24-bit significand; lsb_min >= -149 as the inputs are floats, and the
+// magnitude is below 2^(e_max+5) <= 2^128, so no overflow). Hence every FP32 addition and subtraction
+// in the butterfly returns its exact result, the final sums are exact, and the one multiply by 0.25f
+// is a single correctly rounded operation: RN_fp32(exact * 0.25) (exact unless it lands among the
+// subnormals, where it rounds once, as required). Signed zeros come out as the exact double butterfly
+// made them, since every operation on both is exact and x -> 0.25 x preserves signs.
+// For BF16 inputs (8 significant bits, l_i >= e_i - 7) the condition holds whenever the chunk spans
+// e_max - e_min <= 12 binades. Under --fp32-reference (full 24-bit significands) it rarely holds and
+// the int64 path serves: W <= 63 keeps every |N| < 2^63 by the same argument.
+// The FP32 test is cheap (the common case): one max over the magnitudes gives e_max (and flags any
+// Inf/NaN: their bit patterns are the largest), then each input only has to be a multiple of
+// 2^(e_max - 19), i.e. its significand's bits below that position must be zero (W <= 24 <=> lsb_min >=
+// e_max - 19). Only chunks that fail it compute lsb_min to choose between the integer paths.
+PL_HD RhtPath rht16_path(const float in[16]) {
+  uint32_t amax = 0;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
+    amax = a > amax ? a : amax;
+  }
+  if (amax >= 0x7F800000u) return RhtPath::kNonFinite;
+  if (amax == 0) return RhtPath::kFp32;  // all zeros: exact
+  uint32_t sig;
+  int pos;
+  rht_detail::split(amax, sig, pos);
+  const int e_max = pos - 149 + 31 - rht_detail::clz32(sig);
+  if (e_max + 5 <= 128) {
+    const int need = e_max - 19;  // every input must be a multiple of 2^need
+    uint32_t low = 0;
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
+      rht_detail::split(a, sig, pos);           // a == 0: sig == 0, nothing to test
+      const int k = need - (pos - 149);           // bits of sig that must be zero
+      const uint32_t mask = k <= 0 ? 0u : (k >= 32 ? 0xFFFFFFFFu : (1u << k) - 1u);
+      low |= sig & mask;
+    }
+    if (low == 0) return RhtPath::kFp32;
+  }
+  int lsb_min = 1000;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
+    if (a == 0) continue;
+    rht_detail::split(a, sig, pos);
+    const int l = pos - 149 + rht_detail::ctz32(sig);
+    lsb_min = l < lsb_min ? l : lsb_min;
+  }
+  return e_max + 5 - lsb_min <= 63 ? RhtPath::kInt64 : RhtPath::kWide;
+}
+
+// True when the chunk takes the FP32 butterfly (finite, and the exactness bound above holds).
+PL_HD bool rht16_is_fp32_exact(const float in[16]) { return rht16_path(in) == RhtPath::kFp32; }
+
+namespace rht_detail {
+
+// The butterfly (4 stages, 64 additions instead of 256): it forms the same sums Σ_i H[i][j]·v_i as the
+// direct definition.
+template <class T>
+PL_HD void butterfly16(T v[16]) {
   for (int len = 1; len < 16; len <<= 1)
     for (int i = 0; i < 16; i += 2 * len)
       for (int k = i; k < i + len; ++k) {
-        const double a = v[k], b = v[k + len];
+        const T a = v[k], b = v[k + len];
         v[k] = a + b;
         v[k + len] = a - b;
       }
-  for (int j = 0; j < 16; ++j) out[j] = round_bf16(static_cast<float>(v[j]));
+}
+
+// Signs of zero in the integer paths. The FP32 butterfly and the former double one are exact, so each
+// of their values is exact and its sign of zero follows IEEE's rule for an exact zero result: a + b is
+// -0 only when a and b are both -0 (a + (-a) != 0 gives +0), a - b only when a is -0 and b is +0. The
+// integer paths run the same butterfly and carry the same rule in a bit mask (bit k: v[k] is -0, read
+// only where v[k] == 0), so an output that is exactly zero gets the sign the double code gave it.
+// `zero` has bit k set where v[k] == 0, taken before the stage.
+PL_HD uint32_t negzero_stage(uint32_t nz, uint32_t zero, int len) {
+  uint32_t out = 0;
+  for (int i = 0; i < 16; i += 2 * len)
+    for (int k = i; k < i + len; ++k) {
+      const uint32_t both = (zero >> k) & (zero >> (k + len)) & 1u;
+      const uint32_t a = (nz >> k) & 1u, b = (nz >> (k + len)) & 1u;
+      out |= (both & a & b) << k;                // a + b
+      out |= (both & a & (b ^ 1u)) << (k + len);  // a - b
+    }
+  return out;
+}
+
+// Sign tests below are written as ((u >> 31) ^ bit) != 0: GCC 12.2 at -O1 (tree-forwprop) miscompiles
+// the equivalent ((u >> 31) != 0) != (((sign_mask >> i) & 1u) != 0) in these loops (seen here: the
+// negation of a negative input was skipped).
+
+// -0 where the signed input s_i * in_i is a negative zero.
+PL_HD uint32_t input_negzero(const float in[16], uint16_t sign_mask) {
+  uint32_t nz = 0;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t u = float_bits(in[i]);
+    if ((u & 0x7FFFFFFFu) == 0 && ((u >> 31) ^ ((sign_mask >> i) & 1u)) != 0) nz |= 1u << i;
+  }
+  return nz;
+}
+
+PL_HD void rht16_fp32(const float in[16], float out[16], uint16_t sign_mask) {
+  float v[16];
+  for (int i = 0; i < 16; ++i) v[i] = ((sign_mask >> i) & 1u) ? -in[i] : in[i];
+  butterfly16(v);
+  for (int j = 0; j < 16; ++j) out[j] = round_bf16(v[j] * 0.25f);
+}
+
+// Exact: every value is an integer multiple of 2^lsb_min below 2^63 (rht16_path).
+PL_HD void rht16_int64(const float in[16], float out[16], uint16_t sign_mask) {
+  int lsb_min = 1000;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
+    if (a == 0) continue;
+    uint32_t sig;
+    int pos;
+    split(a, sig, pos);
+    const int l = pos - 149 + ctz32(sig);
+    lsb_min = l < lsb_min ? l : lsb_min;
+  }
+  uint32_t nz = input_negzero(in, sign_mask);
+  int64_t v[16];
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t u = float_bits(in[i]);
+    const uint32_t a = u & 0x7FFFFFFFu;
+    uint64_t mag = 0;
+    if (a != 0) {
+      uint32_t sig;
+      int pos;
+      split(a, sig, pos);
+      const int sh = pos - 149 - lsb_min;  // >= -ctz(sig): a right shift drops only zero bits
+      mag = sh >= 0 ? static_cast<uint64_t>(sig) << sh : static_cast<uint64_t>(sig >> -sh);
+    }
+    const bool neg = ((u >> 31) ^ ((sign_mask >> i) & 1u)) != 0;
+    v[i] = neg ? -static_cast<int64_t>(mag) : static_cast<int64_t>(mag);
+  }
+  for (int len = 1; len < 16; len <<= 1) {
+    uint32_t zero = 0;
+    for (int k = 0; k < 16; ++k) zero |= (v[k] == 0 ? 1u : 0u) << k;
+    nz = negzero_stage(nz, zero, len);
+    for (int i = 0; i < 16; i += 2 * len)
+      for (int k = i; k < i + len; ++k) {
+        const int64_t a = v[k], b = v[k + len];
+        v[k] = a + b;
+        v[k + len] = a - b;
+      }
+  }
+  for (int j = 0; j < 16; ++j) {
+    const bool neg = v[j] < 0;
+    const uint64_t mag = neg ? uint64_t{0} - static_cast<uint64_t>(v[j]) : static_cast<uint64_t>(v[j]);
+    const float f = mag == 0 ? bits_float(((nz >> j) & 1u) << 31) : rht_round_fp32(mag, lsb_min - 2, neg);
+    out[j] = round_bf16(f);
+  }
+}
+
+// Exact for any finite chunk: the butterfly on 288-bit two's complement integers (bit k worth
+// 2^(k-149); every |partial| < 16 * 2^128 = 2^132 needs bits up to 281 with the sign), then per
+// output its leading 64 bits (with a sticky bit for what lies below) rounded once.
+PL_HD void rht16_wide(const float in[16], float out[16], uint16_t sign_mask) {
+  constexpr int W = kWideWords;
+  uint32_t v[16][W];
+  uint32_t nz = input_negzero(in, sign_mask);
+  for (int i = 0; i < 16; ++i) {
+    for (int w = 0; w < W; ++w) v[i][w] = 0;
+    const uint32_t u = float_bits(in[i]);
+    const uint32_t a = u & 0x7FFFFFFFu;
+    if (a == 0) continue;
+    uint32_t sig;
+    int pos;
+    split(a, sig, pos);
+    wide_add(v[i], sig, pos);
+    if (((u >> 31) ^ ((sign_mask >> i) & 1u)) != 0) {  // negate: ~x + 1
+      uint32_t carry = 1;
+      for (int w = 0; w < W; ++w) {
+        const uint64_t s = static_cast<uint64_t>(~v[i][w]) + carry;
+        v[i][w] = static_cast<uint32_t>(s);
+        carry = static_cast<uint32_t>(s >> 32);
+      }
+    }
+  }
+  for (int len = 1; len < 16; len <<= 1) {
+    uint32_t zero = 0;
+    for (int k = 0; k < 16; ++k) {
+      uint32_t any = 0;
+      for (int w = 0; w < W; ++w) any |= v[k][w];
+      zero |= (any == 0 ? 1u : 0u) << k;
+    }
+    nz = negzero_stage(nz, zero, len);
+    for (int i = 0; i < 16; i += 2 * len)
+      for (int k = i; k < i + len; ++k) {
+        uint32_t carry = 0, borrow = 0;
+        for (int w = 0; w < W; ++w) {
+          const uint32_t a = v[k][w], b = v[k + len][w];
+          const uint64_t s = static_cast<uint64_t>(a) + b + carry;
+          const uint64_t d = static_cast<uint64_t>(a) - b - borrow;
+          v[k][w] = static_cast<uint32_t>(s);
+          v[k + len][w] = static_cast<uint32_t>(d);
+          carry = static_cast<uint32_t>(s >> 32);
+          borrow = static_cast<uint32_t>(d >> 63);
+        }
+      }
+  }
+  for (int j = 0; j < 16; ++j) {
+    uint32_t* d = v[j];
+    const bool neg = (d[W - 1] >> 31) != 0;
+    if (neg) {
+      uint32_t carry = 1;
+      for (int w = 0; w < W; ++w) {
+        const uint64_t s = static_cast<uint64_t>(~d[w]) + carry;
+        d[w] = static_cast<uint32_t>(s);
+        carry = static_cast<uint32_t>(s >> 32);
+      }
+    }
+    int t = W - 1;
+    while (t >= 0 && d[t] == 0) --t;
+    float f;
+    if (t < 0) {
+      f = bits_float(((nz >> j) & 1u) << 31);
+    } else if (t == 0) {
+      f = rht_round_fp32(d[0], -151, neg);  // bit 0 worth 2^-149, times 0.25
+    } else {
+      // Leading word nonzero: the 64-bit window holds >= 33 significant bits, so its bit 0 lies below
+      // the rounding position and may carry the sticky bit.
+      uint64_t mag = (static_cast<uint64_t>(d[t]) << 32) | d[t - 1];
+      uint32_t sticky = 0;
+      for (int w = 0; w < t - 1; ++w) sticky |= d[w];
+      if (sticky != 0) mag |= 1u;
+      f = rht_round_fp32(mag, 32 * (t - 1) - 151, neg);
+    }
+    out[j] = round_bf16(f);  // after the butterfly: out may alias in
+  }
+}
+
+// NaN anywhere -> NaN everywhere; else output j = the sum of its infinite signed terms.
+PL_HD void rht16_nonfinite(const float in[16], float out[16], uint16_t sign_mask) {
+  bool nan = false;
+  for (int i = 0; i < 16; ++i) nan = nan || (float_bits(in[i]) & 0x7FFFFFFFu) > 0x7F800000u;
+  float res[16];
+  for (int j = 0; j < 16; ++j) {
+    bool pinf = false, ninf = false;
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t u = float_bits(in[i]);
+      if ((u & 0x7FFFFFFFu) != 0x7F800000u) continue;
+      const bool neg = ((u >> 31) ^ (rht_sign(i, j, sign_mask) < 0 ? 1u : 0u)) != 0;
+      (neg ? ninf : pinf) = true;
+    }
+    res[j] = bits_float(nan || (pinf && ninf) ? 0x7FC00000u : (pinf ? 0x7F800000u : 0xFF800000u));
+  }
+  for (int j = 0; j < 16; ++j) out[j] = round_bf16(res[j]);
+}
+
+}  // namespace rht_detail
+
+// out may alias in.
+PL_HD void rht16(const float in[16], float out[16], uint16_t sign_mask) {
+  switch (rht16_path(in)) {
+    case RhtPath::kFp32:
+      rht_detail::rht16_fp32(in, out, sign_mask);
+      return;
+    case RhtPath::kInt64:
+      rht_detail::rht16_int64(in, out, sign_mask);
+      return;
+    case RhtPath::kWide:
+      rht_detail::rht16_wide(in, out, sign_mask);
+      return;
+    case RhtPath::kNonFinite:
+      rht_detail::rht16_nonfinite(in, out, sign_mask);
+      return;
+  }
 }
 
 }  // namespace pl::num

@@ -1,8 +1,11 @@
 // GPU conformance: each CUDA kernel against the CPU backend on fresh random inputs. Elementwise
-// results come from the shared numerics headers, so equality is exact. Compiled always; every test
-// skips with the reason when this build or this machine has no usable CUDA device.
+// results come from the shared numerics headers, so equality is exact, except that NaN results are
+// compared as "any NaN equals any NaN": NaN payloads differ between x86 (which propagates an operand's
+// payload) and the GPU (which returns its canonical NaN). Compiled always; every test skips with the
+// reason when this build or this machine has no usable CUDA device.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,7 +29,27 @@ namespace {
     if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
   } while (0)
 
+// Float bits equal, or both NaN (whatever their payloads).
+bool same_float(uint32_t a, uint32_t b) {
+  const bool a_nan = (a & 0x7FFFFFFFu) > 0x7F800000u, b_nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+  return a == b || (a_nan && b_nan);
+}
+
+TEST(CudaConformance, NanCanonicalizingComparison) {  // runs without a device: the comparison itself
+  EXPECT_TRUE(same_float(0x7FC00000u, 0x7FFFFFFFu));   // quiet NaNs, different payloads
+  EXPECT_TRUE(same_float(0xFFC00001u, 0x7F800001u));   // signs and signalling bits do not matter
+  EXPECT_FALSE(same_float(0x7F800000u, 0x7FC00000u));  // Inf is not NaN
+  EXPECT_FALSE(same_float(0x00000000u, 0x80000000u));  // +0 and -0 differ
+  EXPECT_FALSE(same_float(0x3F800000u, 0x3F800001u));
+  EXPECT_TRUE(same_float(0x3F800000u, 0x3F800000u));
+}
+
 #if defined(PL_WITH_CUDA)
+uint32_t le_u32(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
+         static_cast<uint32_t>(p[3]) << 24;
+}
+
 // A device copy of a host vector, freed at scope exit.
 template <class T>
 struct DeviceVec {
@@ -59,6 +82,10 @@ TEST(CudaConformance, Bf16RoundingIsBitExactWithTheHost) {
   cuda::bf16_round_on_device(dx.ptr(), dbits.ptr(), drounded.ptr(), static_cast<int64_t>(x.size()));
   const std::vector<uint16_t> bits = dbits.to_host();
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits[i], num::float_to_bf16_bits(x[i])) << "element " << i;
+  // The rounded floats: bit-exact, NaN canonicalized (BF16 NaN is 0x7FFF on both, but compare as values).
+  const std::vector<float> rounded = drounded.to_host();
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_TRUE(same_float(num::float_bits(rounded[i]), num::float_bits(num::round_bf16(x[i])))) << "element " << i;
 #endif
 }
 
@@ -82,9 +109,9 @@ TEST(CudaConformance, AdamWElementIsBitExactWithTheHost) {
   for (size_t i = 0; i < n; ++i) num::adamw_element(master[i], m[i], v[i], g[i], h);
   const std::vector<float> gm = dmaster.to_host(), gmm = dm.to_host(), gv = dv.to_host();
   for (size_t i = 0; i < n; ++i) {
-    ASSERT_EQ(num::float_bits(gm[i]), num::float_bits(master[i])) << "master " << i;
-    ASSERT_EQ(num::float_bits(gmm[i]), num::float_bits(m[i])) << "m " << i;
-    ASSERT_EQ(num::float_bits(gv[i]), num::float_bits(v[i])) << "v " << i;
+    ASSERT_TRUE(same_float(num::float_bits(gm[i]), num::float_bits(master[i]))) << "master " << i;
+    ASSERT_TRUE(same_float(num::float_bits(gmm[i]), num::float_bits(m[i]))) << "m " << i;
+    ASSERT_TRUE(same_float(num::float_bits(gv[i]), num::float_bits(v[i]))) << "v " << i;
   }
 #endif
 }
@@ -103,13 +130,30 @@ TEST(CudaConformance, RecipeNumericsAreBitExactWithTheHost) {
   DeviceVec<uint8_t> dout(std::vector<uint8_t>(static_cast<size_t>(n * cuda::kQuantCheckOutBytes + 4)));
   cuda::quant_numerics_on_device(dx.ptr(), dout.ptr(), n, 1234);
   const std::vector<uint8_t> got = dout.to_host();
+  // The float fields of an item (numerics_check.h's layout): 8..40 (nine floats) and the 16 RHT outputs
+  // at 82..145 are compared as floats with NaN canonicalized; every other byte (codes, scales, the
+  // Philox words at 146..161, which are integers) exactly.
+  std::vector<bool> float_field(static_cast<size_t>(cuda::kQuantCheckOutBytes), false);
+  for (int64_t k = 8; k < 44; k += 4) float_field[static_cast<size_t>(k)] = true;
+  for (int64_t k = 82; k < 146; k += 4) float_field[static_cast<size_t>(k)] = true;
   std::vector<uint8_t> want(static_cast<size_t>(cuda::kQuantCheckOutBytes));
+  int64_t nan_fields = 0;
   for (int64_t i = 0; i < n; ++i) {
     cuda::quant_numerics_item(&x[static_cast<size_t>(16 * i)], i, 1234, want.data());
-    for (int64_t k = 0; k < cuda::kQuantCheckOutBytes; ++k)
-      ASSERT_EQ(got[static_cast<size_t>(i * cuda::kQuantCheckOutBytes + k)], want[static_cast<size_t>(k)])
-          << "item " << i << " byte " << k;
+    const uint8_t* g = &got[static_cast<size_t>(i * cuda::kQuantCheckOutBytes)];
+    for (int64_t k = 0; k < cuda::kQuantCheckOutBytes; ++k) {
+      if (float_field[static_cast<size_t>(k)]) {
+        const uint32_t a = le_u32(g + k), b = le_u32(&want[static_cast<size_t>(k)]);
+        ASSERT_TRUE(same_float(a, b)) << "item " << i << " float at byte " << k << ": gpu 0x" << std::hex << a
+                                      << " host 0x" << b;
+        nan_fields += (b & 0x7FFFFFFFu) > 0x7F800000u ? 1 : 0;
+        k += 3;
+        continue;
+      }
+      ASSERT_EQ(g[k], want[static_cast<size_t>(k)]) << "item " << i << " byte " << k;
+    }
   }
+  EXPECT_GT(nan_fields, 0) << "the random bit patterns should produce NaN results somewhere";
 #endif
 }
 

@@ -1,4 +1,5 @@
-// Fused softmax cross-entropy: losses and the in-place logits gradient.
+// Fused softmax cross-entropy: losses and the in-place logits gradient, and the fp32 summation schedule
+// of numerics/reduce.h written out (the CUDA backend sums in the same order; only its expf differs).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -89,6 +90,28 @@ TEST(OpsCrossEntropy, RoundBf16AndLargeVocab) {
   expect_bf16_representable(logits.v, "dlogits");
   expect_close(losses.v, ref_losses(x, tgt.v, T, V), 1e-5, "losses (fp32, not rounded)");
   expect_bf16_close(logits.v, ref_grad(x, tgt.v, T, V, scale), "dlogits");
+}
+
+// Σ exp(x - m) in 512 lanes (logit j -> lane j % 512, in order, from +0), combined by the stride tree
+// (s = 256..1: lane[k] += lane[k + s]); loss = log(Σ) - (x[y] - m).
+TEST(OpsCrossEntropy, FollowsTheDocumentedFp32Schedule) {
+  std::mt19937 rng(805);
+  const int64_t T = 3, V = 5003;  // V not a multiple of 512
+  HostF32 logits = random_f32({T, V}, rng, -12, 12, true), losses({T});
+  HostI32 tgt = random_i32({T}, rng, 0, V);
+  const std::vector<float> x = logits.v;
+  cross_entropy_forward_backward(cpu_ctx(true), losses.t(), logits.t(), tgt.t(), 0.0f);
+  for (int64_t t = 0; t < T; ++t) {
+    const float* row = &x[static_cast<size_t>(t * V)];
+    float m = row[0];
+    for (int64_t j = 1; j < V; ++j) m = row[j] > m ? row[j] : m;
+    float lane[512] = {};
+    for (int64_t j = 0; j < V; ++j) lane[j % 512] = lane[j % 512] + std::exp(row[j] - m);
+    for (int s = 256; s >= 1; s /= 2)
+      for (int k = 0; k < s; ++k) lane[k] = lane[k] + lane[k + s];
+    const float want = std::log(lane[0]) - (row[tgt.v[static_cast<size_t>(t)]] - m);
+    EXPECT_EQ(num::float_bits(losses[static_cast<size_t>(t)]), num::float_bits(want)) << "row " << t;
+  }
 }
 
 TEST(OpsCrossEntropy, ErrorsNameTheOp) {

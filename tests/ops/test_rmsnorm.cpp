@@ -1,4 +1,5 @@
-// RMSNorm forward/backward against double references and finite differences.
+// RMSNorm forward/backward against double references and finite differences, and the fp32 summation
+// schedule of numerics/reduce.h written out (the CUDA backend follows the same one, bit for bit).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -132,6 +133,47 @@ TEST(OpsRmsNorm, BackwardIndependentOfThreadCount) {
   }
   EXPECT_TRUE(bitwise_equal(dx[0].v, dx[1].v));
   EXPECT_TRUE(bitwise_equal(dw[0].v, dw[1].v));
+}
+
+// The documented schedule, written out with plain loops: row sums in 256 lanes (element i -> lane
+// i % 256, in order, from +0) combined by the stride tree (s = 128..1: lane[k] += lane[k + s]); dw:
+// sequential fp32 sums over chunks of 128 tokens, the chunk partials by the stride tree over the
+// chunk count (s from the largest power of two below it: a[k] += a[k + s] where k + s < n).
+float lanes256(const std::vector<float>& terms) {
+  float lane[256] = {};
+  for (size_t i = 0; i < terms.size(); ++i) lane[i % 256] = lane[i % 256] + terms[i];
+  for (int s = 128; s >= 1; s /= 2)
+    for (int k = 0; k < s; ++k) lane[k] = lane[k] + lane[k + s];
+  return lane[0];
+}
+
+TEST(OpsRmsNorm, FollowsTheDocumentedFp32Schedule) {
+  std::mt19937 rng(306);
+  const int64_t T = 301, h = 1000;  // 3 dw chunks (the last partial), rows longer than the 256 lanes
+  HostF32 x = random_f32({T, h}, rng, -2, 2, true), w = random_f32({h}, rng, 0.5, 1.5, true);
+  HostF32 g = random_f32({T, h}, rng, -1, 1, true);
+  for (int64_t i = 0; i < T * h; i += 7) x[static_cast<size_t>(i)] *= 1000.0f;  // make the order matter
+  HostF32 out({T, h}), rstd({T}), dx({T, h}), dw({h});
+  rmsnorm_forward(cpu_ctx(true), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_backward(cpu_ctx(true), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
+  std::vector<float> terms(static_cast<size_t>(h));
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < h; ++i) terms[i] = x[t * h + i] * x[t * h + i];
+    const float r = 1.0f / std::sqrt(lanes256(terms) / static_cast<float>(h) + kEps);
+    ASSERT_EQ(num::float_bits(rstd[t]), num::float_bits(r)) << "rstd row " << t;
+    for (int64_t i = 0; i < h; ++i) terms[i] = (g[t * h + i] * w[i]) * x[t * h + i];
+    const float coef = lanes256(terms) * (r * r * r) / static_cast<float>(h);
+    for (int64_t i = 0; i < h; ++i) {
+      const float v = num::round_bf16(0.0f + (r * (w[i] * g[t * h + i]) - coef * x[t * h + i]));
+      ASSERT_EQ(num::float_bits(dx[t * h + i]), num::float_bits(v)) << "dx " << t << "," << i;
+    }
+  }
+  for (int64_t c = 0; c < h; ++c) {
+    float part[3] = {};
+    for (int64_t t = 0; t < T; ++t) part[t / 128] = part[t / 128] + g[t * h + c] * (x[t * h + c] * rstd[t]);
+    const float total = (part[0] + part[2]) + part[1];  // n = 3: s = 2 (a0 += a2), s = 1 (a0 += a1)
+    ASSERT_EQ(num::float_bits(dw[c]), num::float_bits(0.0f + total)) << "dw " << c;
+  }
 }
 
 TEST(OpsRmsNorm, ErrorsNameTheOp) {

@@ -1,5 +1,6 @@
-// CPU fused softmax cross-entropy, OpenMP over tokens. Per row: max m, exps in fp32, their sum
-// accumulated in double (vocabularies are large) and used as fp32, loss = log(sum) - (x[target] - m).
+// CPU fused softmax cross-entropy, OpenMP over tokens. Per row: max m, exps in fp32, their sum in fp32
+// by num::lane_sum with kCrossEntropyLanes lanes (numerics/reduce.h: the CUDA backend's schedule, so
+// the sums differ only by the exps, CUDA's expf not being correctly rounded), loss = log(sum) - (x[target] - m).
 // Then, unless grad_scale == 0, the row is overwritten with grad_scale * (softmax - onehot(target)),
 // rounded to bf16 when ctx.round_bf16 (dlogits is a bf16 activation).
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
+#include "numerics/reduce.h"
 
 namespace pl::cpu {
 
@@ -56,17 +58,14 @@ void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, 
     const int64_t y = tgt[t];
     const float zy = row[y] - m;  // exact; read before the row is overwritten
     // Exps in fp32; when the gradient is wanted they are stored in the row (one exp per logit).
-    double sum_d = 0.0;
-    if (write_grad) {
-      for (int64_t j = 0; j < V; ++j) {
-        const float e = std::exp(row[j] - m);
-        row[j] = e;
-        sum_d += e;
-      }
-    } else {
-      for (int64_t j = 0; j < V; ++j) sum_d += std::exp(row[j] - m);
-    }
-    const float sum = static_cast<float>(sum_d);
+    const auto exp_store = [row, m](int64_t j) {
+      const float e = std::exp(row[j] - m);
+      row[j] = e;
+      return e;
+    };
+    const auto exp_only = [row, m](int64_t j) { return std::exp(row[j] - m); };
+    const float sum = write_grad ? num::lane_sum<num::kCrossEntropyLanes>(V, exp_store)
+                                 : num::lane_sum<num::kCrossEntropyLanes>(V, exp_only);
     loss[t] = std::log(sum) - zy;
     if (!write_grad) continue;
     const float inv = 1.0f / sum;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "numerics/adamw.h"
 #include "numerics/bf16.h"
+#include "numerics/reduce.h"
 
 namespace pl::cpu {
 
@@ -20,38 +21,29 @@ void check_numel(const char* op, const char* name, const Tensor& t, const char* 
            t.shape_str(), ref_name, ref.shape_str());
 }
 
-// Chunk size of sum_of_squares: part of the definition of its result, do not tune.
-constexpr int64_t kSumChunk = 65536;
-
 }  // namespace
 
-// Σ x²: fixed chunks of kSumChunk elements, each summed in double (in a fixed lane order, below),
-// chunk sums added in chunk order. The result is a function of the data alone, not of the thread count. The
-// chunk sums live in a thread_local vector of the calling thread that only grows.
+// Σ x² in fp32 with the schedule of numerics/reduce.h, shared with the CUDA backend (bit-identical):
+// fixed chunks of kSumSquaresChunk elements, each a num::lane_sum of x² with kTreeGroup lanes; the chunk
+// partials combined by num::group_tree_sum. The result is a function of the data alone, not of the
+// thread count. The chunk partials live in a thread_local vector of the calling thread that only grows.
 double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   (void)ctx;
   check_cpu("sum_of_squares", "x", x);
   const int64_t n = x.numel();
-  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
-  static thread_local std::vector<double> partial;
+  if (n == 0) return 0.0;
+  const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
+  static thread_local std::vector<float> partial;
   if (partial.size() < static_cast<size_t>(chunks)) partial.resize(static_cast<size_t>(chunks));
-  double* part = partial.data();
+  float* part = partial.data();
   const float* p = x.f32();
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * kSumChunk, i1 = std::min(n, i0 + kSumChunk);
-    // Eight interleaved lanes (element i goes to lane i % 8), combined in a fixed order: the same
-    // result on every build, and independent dependency chains for speed.
-    double lane[8] = {};
-    int64_t i = i0;
-    for (; i + 8 <= i1; i += 8)
-      for (int k = 0; k < 8; ++k) lane[k] += static_cast<double>(p[i + k]) * p[i + k];
-    for (int k = 0; i < i1; ++i, ++k) lane[k] += static_cast<double>(p[i]) * p[i];
-    part[c] = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    const int64_t i0 = c * num::kSumSquaresChunk, len = std::min(n - i0, num::kSumSquaresChunk);
+    const float* q = p + i0;
+    part[c] = num::lane_sum<num::kTreeGroup>(len, [q](int64_t i) { return q[i] * q[i]; });
   }
-  double total = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) total += part[c];
-  return total;
+  return static_cast<double>(num::group_tree_sum(part, chunks));
 }
 
 // The step's hyper-parameters come from num::adamw_hyper, shared with the CUDA backend.

@@ -1,15 +1,20 @@
 // CPU RMSNorm (Llama): out = (x * rstd) * w, rstd = 1/sqrt(mean(x²) + eps).
-// Precision: the per-row sums (Σx² in the forward, Σ dout·w·x in the backward) and the per-column
-// weight-gradient sums over tokens are accumulated in double, then used in fp32; all elementwise math
-// is fp32. Forward and the dx part of the backward run OpenMP over rows; dw runs OpenMP over column
-// blocks with tokens in order, so it is deterministic and independent of the thread count.
+// Precision: everything is fp32. The per-row sums (Σx² in the forward, Σ (dout·w)·x in the backward)
+// are num::lane_sum with kRmsNormLanes lanes; the per-column weight-gradient sums over tokens are
+// sequential fp32 sums over chunks of kRmsNormDwChunk tokens, the chunk partials combined by
+// num::tree_sum (numerics/reduce.h). The CUDA backend runs the same schedule, so rstd, out, dx and dw
+// are bit-identical across the backends. Forward and the dx part of the backward run OpenMP over rows;
+// dw runs OpenMP over (chunk, column block) and then over columns: deterministic and independent of
+// the thread count.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
+#include "numerics/reduce.h"
 
 namespace pl::cpu {
 
@@ -42,9 +47,8 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = xp + t * h;
-    double ss = 0.0;
-    for (int64_t i = 0; i < h; ++i) ss += static_cast<double>(xr[i]) * xr[i];
-    const float ms = static_cast<float>(ss / static_cast<double>(h));
+    const float ss = num::lane_sum<num::kRmsNormLanes>(h, [xr](int64_t i) { return xr[i] * xr[i]; });
+    const float ms = ss / static_cast<float>(h);
     const float r = 1.0f / std::sqrt(ms + eps);
     rp[t] = r;
     float* o = op_ + t * h;
@@ -87,10 +91,9 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
   for (int64_t t = 0; t < T; ++t) {
     const float* xr = xp + t * h;
     const float* gr = gp + t * h;
-    double dot = 0.0;
-    for (int64_t i = 0; i < h; ++i) dot += static_cast<double>(gr[i] * wp[i]) * xr[i];
+    const float dot = num::lane_sum<num::kRmsNormLanes>(h, [xr, gr, wp](int64_t i) { return (gr[i] * wp[i]) * xr[i]; });
     const float r = rp[t];
-    const float coef = static_cast<float>(dot) * (r * r * r) / static_cast<float>(h);
+    const float coef = dot * (r * r * r) / static_cast<float>(h);
     float* d = dxp + t * h;
     for (int64_t i = 0; i < h; ++i) {
       const float v = d[i] + (r * (wp[i] * gr[i]) - coef * xr[i]);
@@ -98,20 +101,32 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
     }
   }
 
-  // dw_i += Σ_t g_ti x_ti r_t   (fp32 accumulator, never rounded)
+  // dw_i += Σ_t g_ti x_ti r_t   (fp32 accumulator, never rounded): partial[k][c] = the sequential fp32
+  // sum over chunk k's tokens, then tree_sum over the chunks of each column. The partials live in a
+  // thread_local vector of the calling thread that only grows.
+  const int64_t chunks = (T + num::kRmsNormDwChunk - 1) / num::kRmsNormDwChunk;
+  if (chunks == 0) return;
+  static thread_local std::vector<float> partial;
+  if (partial.size() < static_cast<size_t>(chunks * h)) partial.resize(static_cast<size_t>(chunks * h));
+  float* part = partial.data();
   const int64_t blocks = (h + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
+  for (int64_t kb = 0; kb < chunks * blocks; ++kb) {
+    const int64_t k = kb / blocks, b = kb % blocks;
     const int64_t c0 = b * kColumnBlock, c1 = std::min(h, c0 + kColumnBlock);
-    double acc[kColumnBlock] = {};
-    for (int64_t t = 0; t < T; ++t) {
+    const int64_t t0 = k * num::kRmsNormDwChunk, t1 = std::min(T, t0 + num::kRmsNormDwChunk);
+    float acc[kColumnBlock];
+    for (int64_t c = c0; c < c1; ++c) acc[c - c0] = 0.0f;
+    for (int64_t t = t0; t < t1; ++t) {
       const float* xr = xp + t * h;
       const float* gr = gp + t * h;
       const float r = rp[t];
-      for (int64_t c = c0; c < c1; ++c) acc[c - c0] += static_cast<double>(gr[c] * (xr[c] * r));
+      for (int64_t c = c0; c < c1; ++c) acc[c - c0] = acc[c - c0] + gr[c] * (xr[c] * r);
     }
-    for (int64_t c = c0; c < c1; ++c) dwp[c] += static_cast<float>(acc[c - c0]);
+    for (int64_t c = c0; c < c1; ++c) part[k * h + c] = acc[c - c0];
   }
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < h; ++c) dwp[c] += num::tree_sum(part + c, chunks, h);
 }
 
 }  // namespace pl::cpu

@@ -1,53 +1,47 @@
 // CUDA optimizer ops (see backend/ops.h; CPU twin backend/cpu/optimizer.cpp).
 //
-// sum_of_squares: the CPU's exact summation schedule, so the double result is bit-identical: fixed
-// chunks of kSumChunk elements; within a chunk, element i goes to lane i % 8, each lane summed in
-// element order in double, lanes combined as ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7)); chunk sums added in
-// chunk order. Pass 1: one thread per (chunk, lane), the 8 lanes of a chunk adjacent in a warp and
-// combined by xor-shuffles 1, 2, 4 (IEEE addition is commutative, so lane k gets exactly the
-// CPU's pair sums); pass 2: one thread adds the chunk sums in order (sequential by definition of the
-// result; ~1e5 adds for a 8B-parameter model). Partials live in a grow-only function-static scratch.
+// sum_of_squares: the CPU's fp32 summation schedule (numerics/reduce.h), so the result is bit-identical
+// and no FP64 is used on the device: chunks of kSumSquaresChunk elements, one block of kTreeGroup
+// threads per chunk, thread k summing x_i² for i = k, k + 256, ... of the chunk in order (lane k of
+// num::lane_sum), the lanes combined by num::block_tree_sum; then the chunk partials combined by
+// num::group_tree_sum: one launch per level, one block per group of kTreeGroup partials (a 8B-parameter
+// model: ~122k chunks, 3 levels). The single float result is read back (the one blocking host read of
+// the norm per iteration) and returned as double. Partials live in a grow-only function-static scratch.
 // adamw_update / copy_master_to_param: one element per thread calling the shared num::adamw_element
 // and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
 // them (bias corrections in double, then float), so master, m, v and param are bit-identical.
 #include <cmath>
+#include <utility>
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
 #include "numerics/adamw.h"
+#include "numerics/reduce.h"
 
 namespace pl::cuda {
 
 namespace {
 
-constexpr int64_t kSumChunk = 65536;  // as backend/cpu/optimizer.cpp: part of the result's definition
-constexpr int kLanes = 8;
-constexpr int kSumThreads = 256;      // 32 chunks per block
+constexpr int kSumThreads = num::kTreeGroup;  // one thread per lane of a chunk / slot of a tree group
 constexpr int kThreads = 256;
 
-// partial[chunks] f64 = sum of squares of each chunk of x[n] f32 (the CPU's lane schedule)
-__global__ void sum_of_squares_chunks_kernel(double* partial, const float* x, int64_t n, int64_t chunks) {
-  const int64_t gid = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  const int64_t chunk = gid / kLanes;
-  const int lane = static_cast<int>(gid % kLanes);
-  double acc = 0.0;
-  if (chunk < chunks) {
-    const int64_t i0 = chunk * kSumChunk;
-    const int64_t i1 = i0 + kSumChunk < n ? i0 + kSumChunk : n;
-    for (int64_t i = i0 + lane; i < i1; i += kLanes) acc += static_cast<double>(x[i]) * x[i];
-  }
-  // All 32 threads of the warp take part (kSumThreads is a multiple of 32; groups of 8 never straddle).
-  acc = acc + __shfl_xor_sync(0xFFFFFFFFu, acc, 1);  // (l0+l1), (l2+l3), ...
-  acc = acc + __shfl_xor_sync(0xFFFFFFFFu, acc, 2);  // (l0+l1)+(l2+l3), ...
-  acc = acc + __shfl_xor_sync(0xFFFFFFFFu, acc, 4);  // (...) + (...)
-  if (chunk < chunks && lane == 0) partial[chunk] = acc;
+// partial[chunk] f32 = lane sum of x² over chunk `blockIdx.x` of x[n] f32 (the CPU's schedule)
+__global__ void sum_of_squares_chunks_kernel(float* partial, const float* x, int64_t n) {
+  __shared__ float lanes[kSumThreads];
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * num::kSumSquaresChunk;
+  const int64_t i1 = i0 + num::kSumSquaresChunk < n ? i0 + num::kSumSquaresChunk : n;
+  float acc = 0.0f;
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += kSumThreads) acc = acc + x[i] * x[i];
+  acc = num::block_tree_sum<kSumThreads>(acc, lanes);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
-// *total = Σ partial[c] in chunk order (one thread)
-__global__ void sum_of_squares_total_kernel(double* total, const double* partial, int64_t chunks) {
-  double s = 0.0;
-  for (int64_t c = 0; c < chunks; ++c) s += partial[c];
-  *total = s;
+// One level of num::group_tree_sum: out[g] = tree sum of in[g*256 .. g*256+255] (+0.0f past m)
+__global__ void sum_of_squares_level_kernel(float* out, const float* in, int64_t m) {
+  __shared__ float slots[kSumThreads];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x;
+  const float v = num::block_tree_sum<kSumThreads>(i < m ? in[i] : 0.0f, slots);
+  if (threadIdx.x == 0) out[blockIdx.x] = v;
 }
 
 // One AdamW element per thread; param is bf16 bits (PARAM = uint16_t) or f32 (PARAM = float).
@@ -93,19 +87,25 @@ double sum_of_squares(const OpContext&, const Tensor& x) {
   check_arg(op, "x", x, DType::F32);
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
-  const int64_t chunks = (n + kSumChunk - 1) / kSumChunk;
+  const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
   const std::string what = "x " + x.shape_str() + " (" + std::to_string(chunks) + " chunks)";
-  static DeviceScratch scratch;  // [total | partial[chunks]]
-  auto* total = static_cast<double*>(scratch.get(sizeof(double) * static_cast<size_t>(chunks + 1)));
-  double* partial = total + 1;
-  sum_of_squares_chunks_kernel<<<grid_for(chunks * kLanes, kSumThreads), kSumThreads>>>(partial, f32_in(x), n,
-                                                                                        chunks);
+  require(chunks < (int64_t{1} << 31), op, what + ": more chunks than a grid holds");
+  // [chunk partials | level buffer]: the levels ping-pong between the two regions.
+  const int64_t level_slots = (chunks + kSumThreads - 1) / kSumThreads;
+  static DeviceScratch scratch;
+  auto* a = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks + level_slots)));
+  float* b = a + chunks;
+  sum_of_squares_chunks_kernel<<<static_cast<unsigned>(chunks), kSumThreads>>>(a, f32_in(x), n);
   check_launch(op, what);
-  sum_of_squares_total_kernel<<<1, 1>>>(total, partial, chunks);
-  check_launch(op, what + " (chunk total)");
-  double result = 0.0;
-  check(cudaMemcpy(&result, total, sizeof result, cudaMemcpyDeviceToHost), op, what + " (read result)");
-  return result;
+  for (int64_t m = chunks; m > 1; m = (m + kSumThreads - 1) / kSumThreads) {
+    const int64_t groups = (m + kSumThreads - 1) / kSumThreads;
+    sum_of_squares_level_kernel<<<static_cast<unsigned>(groups), kSumThreads>>>(b, a, m);
+    check_launch(op, what + " (tree level of " + std::to_string(m) + " partials)");
+    std::swap(a, b);
+  }
+  float result = 0.0f;
+  check(cudaMemcpy(&result, a, sizeof result, cudaMemcpyDeviceToHost), op, what + " (read result)");
+  return static_cast<double>(result);
 }
 
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,

@@ -15,8 +15,8 @@
 //      MXFP8 needs no global scale, so its amax is reduced inside the encode pass (one pass over x).
 // The encode pass makes both copies from one read of x (x is read twice in all for NVFP4 and FP8:
 // amax, then encode). Fusion points for later (shared PERF-NOTES): a producer kernel may compute the
-// amax into the slots itself and leave only the encode pass. Known cost: num::rht16's double[16] is
-// not register-promoted inside nvfp4_encode_kernel (128 B of local memory per thread, L1-resident).
+// amax into the slots itself and leave only the encode pass. num::rht16 uses no FP64: an FP32
+// butterfly for typical chunks, exact integer paths (int64, rarely 288-bit in local memory) otherwise.
 #include <cuda_runtime.h>
 
 #include <cstdint>

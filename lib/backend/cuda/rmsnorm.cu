@@ -1,52 +1,45 @@
-// CUDA RMSNorm (see backend/ops.h; CPU twin backend/cpu/rmsnorm.cpp, whose expressions are used
-// here operation for operation; FMA contraction is off on both sides).
+// CUDA RMSNorm (see backend/ops.h; CPU twin backend/cpu/rmsnorm.cpp, whose expressions and FP32
+// summation schedules (numerics/reduce.h) are used here operation for operation; FMA contraction is
+// off on both sides, and there is no FP64). Results are bit-identical with the CPU backend: rstd, out,
+// dx and dw.
 //
-// Forward: one block per row. Σx² in double (CUB BlockReduce), then ms = float(Σ/h),
-// rstd = 1/sqrt(ms + eps) and out = bf16((x * rstd) * w). Only the order of the double sum differs
-// from the CPU's, so rstd and out agree with it except when float(Σ/h) lands on the other side of
-// a rounding boundary (rare; 1 ulp of rstd, then at most 1 bf16 ulp of out).
-// Backward, dx: one block per row, Σ (g·w)·x in double (BlockReduce), then the CPU's expression,
+// Forward: one block of kRmsNormLanes threads per row; thread k sums x_i² for i = k, k + L, ... in
+// order (lane k of num::lane_sum), the lanes are combined by num::block_tree_sum (fixed order), then
+// ms = Σ / h, rstd = 1/sqrt(ms + eps) (IEEE division and sqrt, correctly rounded on both sides) and
+// out = bf16((x * rstd) * w).
+// Backward, dx: one block per row, Σ (g·w)·x the same way, then the CPU's expression,
 // dx = bf16(dx + (r (w g) - coef x)).
 // Backward, dw[h] fp32 += Σ_t g (x r): deterministic two-pass reduction without atomics. Pass 1:
-// grid (column tiles, token chunks of kDwRows), each thread one column, summing its chunk's tokens in
-// order in double into partial[chunk][c]; pass 2: one thread per column adds the chunk partials in
-// chunk order and does dw[c] += float(sum). The result depends on the data only.
-#include <cub/cub.cuh>
-
+// grid (column tiles, token chunks of kRmsNormDwChunk), each thread one column, summing its chunk's
+// tokens in order in fp32 into partial[chunk][c]; pass 2: one thread per column combines its chunk
+// partials with num::tree_sum (in place, strided) and does dw[c] += sum.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
+#include "numerics/reduce.h"
 
 namespace pl::cuda {
 
 namespace {
 
-constexpr int kRowThreads = 256;   // threads of a row block (forward, dx)
-constexpr int kDwThreads = 256;    // columns of a dw pass-1 block
-constexpr int64_t kDwRows = 128;   // tokens of a dw pass-1 block
-
-using RowReduce = cub::BlockReduce<double, kRowThreads>;
+constexpr int kRowThreads = num::kRmsNormLanes;  // threads of a row block (forward, dx): one per lane
+constexpr int kDwThreads = 256;                  // columns of a dw pass-1 block
+constexpr int64_t kDwRows = num::kRmsNormDwChunk;  // tokens of a dw pass-1 block
 
 // grid: T blocks (rows); out[T,h] bf16, rstd[T] f32, x[T,h] bf16, w[h] bf16
 __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_t* x, const uint16_t* w, int64_t h,
                                        float eps) {
-  __shared__ typename RowReduce::TempStorage temp;
-  __shared__ float r_shared;
+  __shared__ float lanes[kRowThreads];
   const int64_t t = blockIdx.x;
   const uint16_t* xr = x + t * h;
-  double ss = 0.0;
+  float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < h; i += kRowThreads) {
     const float xi = load_bf16(xr, i);
-    ss += static_cast<double>(xi) * xi;
+    ss = ss + xi * xi;
   }
-  ss = RowReduce(temp).Sum(ss);
-  if (threadIdx.x == 0) {
-    const float ms = static_cast<float>(ss / static_cast<double>(h));
-    const float r = 1.0f / sqrtf(ms + eps);
-    rstd[t] = r;
-    r_shared = r;
-  }
-  __syncthreads();
-  const float r = r_shared;
+  ss = num::block_tree_sum<kRowThreads>(ss, lanes);
+  const float ms = ss / static_cast<float>(h);
+  const float r = 1.0f / sqrtf(ms + eps);
+  if (threadIdx.x == 0) rstd[t] = r;
   uint16_t* o = out + t * h;
   for (int64_t i = threadIdx.x; i < h; i += kRowThreads) store_bf16(o, i, (load_bf16(xr, i) * r) * load_bf16(w, i));
 }
@@ -54,19 +47,16 @@ __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_
 // grid: T blocks (rows); dx[T,h] bf16 (+=, rounded), dout/x [T,h] bf16, w[h] bf16, rstd[T] f32
 __global__ void rmsnorm_backward_dx_kernel(uint16_t* dx, const uint16_t* dout, const uint16_t* x, const uint16_t* w,
                                            const float* rstd, int64_t h) {
-  __shared__ typename RowReduce::TempStorage temp;
-  __shared__ float coef_shared;
+  __shared__ float lanes[kRowThreads];
   const int64_t t = blockIdx.x;
   const uint16_t* xr = x + t * h;
   const uint16_t* gr = dout + t * h;
-  double dot = 0.0;
+  float dot = 0.0f;
   for (int64_t i = threadIdx.x; i < h; i += kRowThreads)
-    dot += static_cast<double>(load_bf16(gr, i) * load_bf16(w, i)) * load_bf16(xr, i);
-  dot = RowReduce(temp).Sum(dot);
+    dot = dot + (load_bf16(gr, i) * load_bf16(w, i)) * load_bf16(xr, i);
+  dot = num::block_tree_sum<kRowThreads>(dot, lanes);
   const float r = rstd[t];
-  if (threadIdx.x == 0) coef_shared = static_cast<float>(dot) * (r * r * r) / static_cast<float>(h);
-  __syncthreads();
-  const float coef = coef_shared;
+  const float coef = dot * (r * r * r) / static_cast<float>(h);
   uint16_t* d = dx + t * h;
   for (int64_t i = threadIdx.x; i < h; i += kRowThreads) {
     const float wi = load_bf16(w, i), gi = load_bf16(gr, i), xi = load_bf16(xr, i);
@@ -74,26 +64,23 @@ __global__ void rmsnorm_backward_dx_kernel(uint16_t* dx, const uint16_t* dout, c
   }
 }
 
-// grid: (ceil(h/kDwThreads), chunks); partial[chunks, h] f64 = Σ over the chunk's tokens of g (x r)
-__global__ void rmsnorm_backward_dw_partial_kernel(double* partial, const uint16_t* dout, const uint16_t* x,
+// grid: (ceil(h/kDwThreads), chunks); partial[chunks, h] f32 = Σ over the chunk's tokens of g (x r), in order
+__global__ void rmsnorm_backward_dw_partial_kernel(float* partial, const uint16_t* dout, const uint16_t* x,
                                                    const float* rstd, int64_t T, int64_t h) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(kDwThreads) + threadIdx.x;
   if (c >= h) return;
   const int64_t t0 = blockIdx.y * kDwRows;
   const int64_t t1 = t0 + kDwRows < T ? t0 + kDwRows : T;
-  double acc = 0.0;
-  for (int64_t t = t0; t < t1; ++t)
-    acc += static_cast<double>(load_bf16(dout, t * h + c) * (load_bf16(x, t * h + c) * rstd[t]));
+  float acc = 0.0f;
+  for (int64_t t = t0; t < t1; ++t) acc = acc + load_bf16(dout, t * h + c) * (load_bf16(x, t * h + c) * rstd[t]);
   partial[blockIdx.y * h + c] = acc;
 }
 
-// one thread per column: dw[c] += float(Σ_chunk partial[chunk][c]) in chunk order
-__global__ void rmsnorm_backward_dw_final_kernel(float* dw, const double* partial, int64_t chunks, int64_t h) {
+// one thread per column: dw[c] += tree_sum over the chunk partials of column c (in place)
+__global__ void rmsnorm_backward_dw_final_kernel(float* dw, float* partial, int64_t chunks, int64_t h) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= h) return;
-  double acc = 0.0;
-  for (int64_t k = 0; k < chunks; ++k) acc += partial[k * h + c];
-  dw[c] += static_cast<float>(acc);
+  dw[c] += num::tree_sum(partial + c, chunks, h);
 }
 
 }  // namespace
@@ -146,7 +133,7 @@ void rmsnorm_backward(const OpContext&, const Tensor& dx, const Tensor& dw, cons
   const int64_t chunks = (T + kDwRows - 1) / kDwRows;
   require(chunks <= 65535, op, what + " has more token chunks than a grid's y dimension holds");
   static DeviceScratch scratch;
-  auto* partial = static_cast<double*>(scratch.get(sizeof(double) * static_cast<size_t>(chunks * h)));
+  auto* partial = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks * h)));
   const dim3 grid(grid_for(h, kDwThreads), static_cast<unsigned>(chunks));
   rmsnorm_backward_dw_partial_kernel<<<grid, kDwThreads>>>(partial, bf16_in(dout), bf16_in(x), f32_in(rstd), T, h);
   check_launch(op, what + " (dw partial sums)");
