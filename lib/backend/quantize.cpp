@@ -114,6 +114,14 @@ int opened_gpu_sm() {
 #endif
 }
 
+int current_gpu_sm() {
+#if defined(PL_WITH_CUDA)
+  return cuda::current_context_sm();
+#else
+  fail("current_gpu_sm: this build has no CUDA backend (configure with nvcc present)");
+#endif
+}
+
 namespace {
 [[maybe_unused]] [[noreturn]] void no_cuda(const char* op) {
   fail("op {} needs the CUDA backend, which this build does not have (configure with nvcc present)", op);

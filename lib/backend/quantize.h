@@ -123,6 +123,9 @@ constexpr int kPlanDefaultSm = 90;
 // The compute capability of the GPU this process has opened (the CUDA backend's context), or 0 when
 // none has been opened yet or the build has no CUDA backend. Never opens one.
 int opened_gpu_sm();
+// The same, opening the GPU (the CUDA context) first if needed: for code about to allocate on it.
+// A one-line error without a CUDA backend or device.
+int current_gpu_sm();
 
 // Telemetry of one copy against the values it was quantized from (x: [rows, cols] for rowwise;
 // for columnwise, the [cols, rows] transpose of x, RHT'd if the copy was).

@@ -154,7 +154,10 @@ void LlamaModel::allocate_activations() {
   LinearExecution exec;
   exec.device = ctx_.device;
   exec.telemetry = opt_.quant_telemetry;
-  const int opened = opened_gpu_sm();
+  // A model about to allocate on the GPU opens it (so the plan is the GPU's); a plan-only one never
+  // does, and falls back to the default unless a GPU is already open or one is named.
+  const int opened = ctx_.device == Device::CUDA && !opt_.plan_only && opt_.gpu_sm == 0 ? current_gpu_sm()
+                                                                                         : opened_gpu_sm();
   exec.gpu_sm = opt_.gpu_sm > 0 ? opt_.gpu_sm : (opened > 0 ? opened : kPlanDefaultSm);
   int64_t scratch_a = 0, scratch_b = 0;
   std::vector<LinearFormat> quantized_formats;
@@ -176,8 +179,9 @@ void LlamaModel::allocate_activations() {
     for (LinearFormat f : quantized_formats)
       how += fmt::format("{}{} {}", how.empty() ? "" : ", ", format_name(f), exec.native(f) ? "native" : "emulated");
     const char* source = opt_.gpu_sm > 0 ? "" : (opened > 0 ? " (this GPU)" : " (no GPU opened: the default)");
-    mem_.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; GEMM scratch {:.2f} MB{}", exec.gpu_sm,
-                                 source, how, static_cast<double>(scratch_a + scratch_b) * 4 / 1048576.0,
+    mem_.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; their scratch {:.2f} MB{} is in "
+                                 "activations and scratch",
+                                 exec.gpu_sm, source, how, static_cast<double>(scratch_a + scratch_b) * 4 / 1048576.0,
                                  exec.telemetry ? " (with the quantization-statistics reference)" : "");
   }
   auto bytes_of = [](const Slot& s) {

@@ -41,4 +41,6 @@ Context& context() {
 
 int opened_context_sm() { return g_opened_sm.load(); }
 
+int current_context_sm() { return context().sm; }
+
 }  // namespace pl::cuda

@@ -53,6 +53,8 @@ void check_kernel_image();
 // The compute capability of the GPU whose context this process has created, or 0 before that (never
 // creates one; backend/quantize.h opened_gpu_sm).
 int opened_context_sm();
+// The same, creating the context first if needed (needs a GPU).
+int current_context_sm();
 
 // Test hook: the cuBLASLt plans (descriptor, layouts, algorithm) made so far; a GEMM whose key was
 // seen before adds none (gemm_lt.h).

@@ -196,8 +196,8 @@ void dequantize_to_bf16(const char* op, const QuantizedCopy& c, void* out) {
 
 // ---- the build's device code against the GPU -----------------------------------------------------
 
-#define PL_STRINGIFY2(x) #x
-#define PL_STRINGIFY(x) PL_STRINGIFY2(x)
+#define PL_STRINGIFY2(...) #__VA_ARGS__
+#define PL_STRINGIFY(...) PL_STRINGIFY2(__VA_ARGS__)
 
 void check_kernel_image() {
   const Context& dev = context();
