@@ -9,6 +9,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -403,7 +404,9 @@ int run(int argc, char** argv) {
     const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
     OpContext pctx;
     pctx.device = planned;
-    const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, pctx, plan, ModelOptions{o.recompute == "full", true});
+    ModelOptions popt{o.recompute == "full", true};
+    popt.quant_telemetry = t.quant_stats_interval > 0;
+    const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, pctx, plan, popt);
     const MegatronParamCounts pc = megatron_param_counts(mc);
     out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
               model_source, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
@@ -446,7 +449,11 @@ int run(int argc, char** argv) {
              "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
              "nvidia-cudnn-frontend, then reconfigure), so it cannot train on the GPU; use --device cpu");
     cuda::prepare_device_state();
-    out->info("pretrain_llama |   {}", cuda::gemm_backend_description(device));
+    std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
+    for (LinearFormat f : plan.layer_format)
+      if (f != LinearFormat::BF16 && std::find(used.begin(), used.end(), linear_quant_format(f)) == used.end())
+        used.push_back(linear_quant_format(f));
+    for (const std::string& line : cuda::gemm_backend_lines(used)) out->info("pretrain_llama |   {}", line);
   }
 #endif
 
@@ -465,6 +472,7 @@ int run(int argc, char** argv) {
 
   ModelOptions mopt;
   mopt.recompute = o.recompute == "full";
+  mopt.quant_telemetry = t.quant_stats_interval > 0;
   {
     ModelOptions p = mopt;
     p.plan_only = true;

@@ -8,6 +8,7 @@
 
 #if defined(PL_WITH_CUDA)
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/gemm.h"
 #endif
 #include "numerics/swizzle.h"
 
@@ -72,6 +73,7 @@ QuantizedCopy allocate_copy(std::vector<Buffer>& owner, Device device, QuantForm
   }
   c.amax = b.as({1}, DType::F32, l.data + l.scales + l.swz);
   c.scale_inv = b.as({1}, DType::F32, l.data + l.scales + l.swz + 4);
+  c.spare = b.as({2}, DType::F32, l.data + l.scales + l.swz + 8);
   return c;
 }
 
@@ -94,6 +96,32 @@ QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, Qu
     q.has_columnwise = true;
   }
   return q;
+}
+
+bool quantized_gemm_native(QuantFormat format, int sm) {
+  switch (format) {
+    case QuantFormat::NVFP4:
+    case QuantFormat::MXFP8: return sm == 100 || sm == 103;
+    case QuantFormat::FP8_E4M3:
+    case QuantFormat::FP8_E5M2: return sm >= 89;
+  }
+  return false;
+}
+
+int opened_gpu_sm() {
+#if defined(PL_WITH_CUDA)
+  return cuda::opened_context_sm();
+#else
+  return 0;
+#endif
+}
+
+int current_gpu_sm() {
+#if defined(PL_WITH_CUDA)
+  return cuda::current_context_sm();
+#else
+  fail("current_gpu_sm: this build has no CUDA backend (configure with nvcc present)");
+#endif
 }
 
 namespace {
@@ -134,11 +162,13 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
 }
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b) {
+                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
+                    bool fast_accumulation) {
   OpTimer timer(gemm_timer(format));
-  if (ctx.device == Device::CPU) return cpu::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
+  if (ctx.device == Device::CPU)
+    return cpu::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b, fast_accumulation);
 #if defined(PL_WITH_CUDA)
-  return cuda::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b);
+  return cuda::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b, fast_accumulation);
 #else
   no_cuda("quantized_gemm");
 #endif

@@ -34,6 +34,8 @@ struct QuantizedCopy {
   Tensor scales_swizzled;  // u8 [roundup(rows,128) * roundup(cols/block,4)] cuBLASLt 128x4 layout, zero padded
   Tensor amax;             // f32 [1]: amax of what was quantized (post-RHT for an RHT'd copy)
   Tensor scale_inv;        // f32 [1]: FP8 per-tensor dequantization scale (1/scale); unused otherwise
+  Tensor spare;            // f32 [2] in the same allocation (its 256-byte tail), for the copy's owner:
+                           // a linear layer keeps x's two amaxes in its weight's rowwise copy
 };
 
 struct QuantizedTensor {
@@ -55,6 +57,20 @@ struct QuantizeOptions {
   uint64_t seed = 0;
   uint32_t stream_id = 0;
   uint64_t counter = 0;
+  // amax_given: the amax slots of the requested copies already hold what this call would compute
+  // (max |x|, or max |RHT(xᵀ)| for an RHT'd columnwise copy, of this same x), e.g. from an earlier
+  // call with columnwise_amax: skip computing it. The codes are then bit-identical to a call without
+  // it. NVFP4 and FP8 per tensor (MXFP8's amax is a by-product of its encode pass, recomputed).
+  bool amax_given = false;
+  // columnwise_amax: with columnwise == false, still compute the columnwise copy's amax into its slot
+  // (of RHT(xᵀ) when rht_columnwise) in the same pass as the rowwise one, without making the copy: a
+  // linear layer's forward keeps it for the backward's wgrad copy of the same x.
+  bool columnwise_amax = false;
+  // compact_scales: write the compact [rows, cols/block] scales. Every consumer on the CUDA backend
+  // (the GEMMs, native or emulated, dequantize, quant_stats) reads the swizzled scales, so the CUDA
+  // quantizer skips the compact ones when this is false (the copy's `scales` bytes are then stale).
+  // The CPU backend reads the compact scales and always writes both.
+  bool compact_scales = true;
 };
 
 // Allocates the buffers of a quantized tensor for x[rows, cols] with the given copies (once,
@@ -76,12 +92,40 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
 void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format);
 
 // y[M, N] = alpha · A[M, K] · B[N, K]ᵀ (+ y when accumulate), alpha from the two copies' global
-// scales as cuBLASLt gets it. Both copies blocked along K; `format` is A's (B may be the other FP8). On the CPU every operand is dequantized
+// scales as cuBLASLt gets it. fast_accumulation: a native FP8 (per-tensor or MXFP8) GEMM may use
+// cuBLASLt's FAST_ACCUM (TE does for the forward GEMM only); ignored elsewhere and on the CPU.
+// Scratch: the CPU needs scratch_a/scratch_b of >= M·K / N·K f32 elements; the CUDA backend needs
+// them only on its emulated path, and there only M·K / N·K BF16 values (half the bytes). Both copies blocked along K; `format` is A's (B may be the other FP8). On the CPU every operand is dequantized
 // exactly (block scale included, global scale in alpha) into the scratch buffers and multiplied by
 // BLAS with FP32 accumulation: an emulation of the block-scaled GEMM, equal up to summation order.
 // y: bf16 activation (rounded when ctx.round_bf16 and !accumulate) or fp32 accumulator.
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b);
+                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
+                    bool fast_accumulation = false);
+
+// ---- where the quantized GEMMs run natively (the one rule; pure, no device needed) ------------------
+// A GPU of compute capability `sm` (major·10 + minor: 80, 89, 90, 100, 103, 120, ...) runs `format`'s
+// GEMM natively in cuBLASLt, or else the CUDA backend emulates it (exact dequantization to BF16 + a
+// BF16 cuBLASLt GEMM, the same numbers up to FP32 summation order):
+//   FP8 per tensor (E4M3/E5M2)   sm_89 and newer (Ada, Hopper, Blackwell; cuBLASLt FP8 needs 8.9).
+//   NVFP4, MXFP8 (block-scaled)  sm_100 and sm_103 (datacenter Blackwell). Not sm_120/121: cuBLAS
+//                                documents the VEC16_UE4M3 / VEC32_UE8M0 scale modes for "Blackwell"
+//                                without an architecture table, and Transformer Engine's support matrix
+//                                (nvidia.github.io/TransformerEngine/support_matrix.html) lists MXFP8
+//                                as "No" and NVFP4 as "Partial" on compute capability 12.0. Uncertain,
+//                                so gated off (emulated) there until a GPU run shows otherwise.
+// BF16 GEMMs are native on every supported GPU (sm_80 and newer); older GPUs are rejected.
+bool quantized_gemm_native(QuantFormat format, int sm);
+constexpr int kMinCudaSm = 80;
+// The GPU the memory plan assumes when no GPU has been opened (--dry-run): Hopper (H100/H200), where
+// NVFP4/MXFP8 are emulated, the larger plan of the two.
+constexpr int kPlanDefaultSm = 90;
+// The compute capability of the GPU this process has opened (the CUDA backend's context), or 0 when
+// none has been opened yet or the build has no CUDA backend. Never opens one.
+int opened_gpu_sm();
+// The same, opening the GPU (the CUDA context) first if needed: for code about to allocate on it.
+// A one-line error without a CUDA backend or device.
+int current_gpu_sm();
 
 // Telemetry of one copy against the values it was quantized from (x: [rows, cols] for rowwise;
 // for columnwise, the [cols, rows] transpose of x, RHT'd if the copy was).

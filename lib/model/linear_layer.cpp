@@ -7,18 +7,38 @@
 
 namespace pl {
 
-namespace {
-QuantFormat quant_format_of(LinearFormat f) {
+QuantFormat linear_quant_format(LinearFormat f) {
   switch (f) {
     case LinearFormat::NVFP4: return QuantFormat::NVFP4;
     case LinearFormat::MXFP8: return QuantFormat::MXFP8;
     default: return QuantFormat::FP8_E4M3;
   }
 }
+
+namespace {
+QuantFormat quant_format_of(LinearFormat f) { return linear_quant_format(f); }
 }  // namespace
+
+bool LinearExecution::native(LinearFormat f) const {
+  if (device != Device::CUDA || f == LinearFormat::BF16) return false;
+  // FP8 current scaling also multiplies E5M2 gradients: the same rule as E4M3.
+  return quantized_gemm_native(quant_format_of(f), gpu_sm);
+}
 
 int64_t LinearLayer::scratch_elements(int64_t tokens, int64_t in, int64_t out) {
   return std::max({tokens * in, tokens * out, in * out});
+}
+
+LinearLayer::ScratchNeed LinearLayer::scratch_need(LinearFormat f, const LinearExecution& e, int64_t tokens,
+                                                   int64_t in, int64_t out) {
+  if (f == LinearFormat::BF16) return {};
+  const int64_t full = scratch_elements(tokens, in, out);
+  if (e.device == Device::CPU) return {full, full};
+  const int64_t bf16 = (full + 1) / 2;  // BF16 operand values in f32-typed scratch
+  ScratchNeed n;
+  if (!e.native(f)) n.a = n.b = bf16;
+  if (e.telemetry) n.a = full;  // record_columnwise's FP32 reference
+  return n;
 }
 
 namespace {
@@ -62,12 +82,32 @@ LinearLayer::LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t
       scratch_a_(scratch_a),
       scratch_b_(scratch_b) {
   if (format_ == LinearFormat::BF16) return;
-  PL_CHECK(scratch_a.numel() >= scratch_elements(T_, in_, out_) && scratch_b.numel() >= scratch_elements(T_, in_, out_),
+  // On the CPU the emulation needs the full FP32 scratch; on a GPU what it needs depends on the path
+  // (scratch_need), checked by quantized_gemm itself when it emulates and by set_collect_stats.
+  PL_CHECK(device != Device::CPU || (scratch_a.numel() >= scratch_elements(T_, in_, out_) &&
+                                     scratch_b.numel() >= scratch_elements(T_, in_, out_)),
            "internal: linear layer scratch too small");
   PL_CHECK(ws_ && ws_->xq.has_rowwise && ws_->xq.rowwise.rows == T_ && ws_->xq.rowwise.cols == in_ &&
                ws_->dyq.rowwise.cols == out_ && ws_->xq.format == x_format() && ws_->dyq.format == dy_format(),
            "internal: linear layer [{}x{}] needs a matching {} workspace", out_, in_, format_name(format_));
   wq_ = allocate_quantized(owner, device, x_format(), out_, in_, true, true);
+  x_amax_ = wq_.rowwise.spare;  // no allocation of its own
+}
+
+void LinearLayer::set_collect_stats(bool on) {
+  if (on && format_ != LinearFormat::BF16)
+    PL_CHECK(scratch_a_.numel() >= scratch_elements(T_, in_, out_),
+             "quantization statistics of a {} linear layer [{}x{}] need {} f32 elements of scratch, the model "
+             "planned {} (plan it with telemetry on)",
+             format_name(format_), out_, in_, scratch_elements(T_, in_, out_), scratch_a_.numel());
+  collect_ = on;
+}
+
+QuantizedTensor LinearLayer::x_copies() const {
+  QuantizedTensor q = ws_->xq;
+  q.rowwise.amax = x_amax_.rows(0, 1);
+  q.columnwise.amax = x_amax_.rows(1, 1);
+  return q;
 }
 
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
@@ -76,6 +116,7 @@ void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
   o.format = x_format();
   o.rowwise = o.columnwise = true;
   o.block_2d = format_ == LinearFormat::NVFP4 && nv_.weight_2d_quantization;
+  o.compact_scales = false;
   quantize(ctx, wq_, w, o);
 }
 
@@ -85,8 +126,15 @@ void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x
   o.format = x_format();
   o.rowwise = true;
   o.columnwise = false;  // the wgrad copy is made in backward from the saved bf16 x (same bits)
-  quantize(ctx, ws_->xq, x, o);
-  quantized_gemm(ctx, y, ws_->xq.rowwise, wq_.rowwise, ws_->xq.format, false, scratch_a_, scratch_b_);
+  // ... with the amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
+  o.columnwise_amax = true;
+  o.rht_columnwise = format_ == LinearFormat::NVFP4 && nv_.random_hadamard_transform;
+  o.compact_scales = false;
+  QuantizedTensor xq = x_copies();
+  quantize(ctx, xq, x, o);
+  // fprop: FAST_ACCUM where TE uses it (native FP8 forward GEMMs; see backend/cuda/linear.cu).
+  quantized_gemm(ctx, y, xq.rowwise, wq_.rowwise, xq.format, false, scratch_a_, scratch_b_,
+                 /*fast_accumulation=*/true);
 }
 
 void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
@@ -105,23 +153,31 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   g.seed = kStochasticRoundingSeed;
   g.stream_id = stream_base_;
   g.counter = sr_counter;
+  g.compact_scales = false;
   quantize(ctx, ws_->dyq, dy, g);
   QuantizeOptions xo;
   xo.format = x_format();
   xo.rowwise = false;
   xo.columnwise = true;
   xo.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
-  quantize(ctx, ws_->xq, x, xo);
+  xo.amax_given = true;  // x_amax_[1], from this x's forward
+  xo.compact_scales = false;
+  QuantizedTensor xq = x_copies();
+  quantize(ctx, xq, x, xo);
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
-  quantized_gemm(ctx, dw, ws_->dyq.columnwise, ws_->xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
+  quantized_gemm(ctx, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
   quantized_gemm(ctx, dx, ws_->dyq.rowwise, wq_.columnwise, ws_->dyq.format, false, scratch_a_, scratch_b_);
   if (collect_) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);
-    quantize(ctx, ws_->xq, x, QuantizeOptions{xo.format, true, false});  // rowwise x as fprop saw it
-    record(ctx, "x rowwise", ws_->xq.rowwise, x);
-    record_columnwise(ctx, "x columnwise", ws_->xq.columnwise, x, xo.rht_columnwise);
+    QuantizeOptions ro;  // rowwise x as fprop saw it
+    ro.format = xo.format;
+    ro.amax_given = true;
+    ro.compact_scales = false;
+    quantize(ctx, xq, x, ro);
+    record(ctx, "x rowwise", xq.rowwise, x);
+    record_columnwise(ctx, "x columnwise", xq.columnwise, x, xo.rht_columnwise);
     record(ctx, "dy rowwise", ws_->dyq.rowwise, dy);
     record_columnwise(ctx, "dy columnwise", ws_->dyq.columnwise, dy, g.rht_columnwise);
   }

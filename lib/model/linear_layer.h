@@ -7,7 +7,15 @@
 // and dy in 1x16 blocks along each GEMM's reduction dim, dy with stochastic rounding, the wgrad
 // operands through the RHT; W is quantized once per optimizer step (prepare_weight) and reused by
 // every micro-batch. FP8 current scaling: E4M3 x and W, E5M2 dy ("hybrid"). MXFP8: E4M3, 1x32.
-// On the CPU the quantized GEMMs are emulated (exact dequantization + FP32 BLAS).
+// On the CPU the quantized GEMMs are emulated (exact dequantization + FP32 BLAS); on a GPU they run
+// natively where backend/quantize.h quantized_gemm_native says so, emulated (exact dequantization
+// to BF16 + BF16 cuBLASLt) elsewhere.
+//
+// x's amaxes (plain, and of RHT(xᵀ) for the NVFP4 wgrad copy) are computed once, by the forward's
+// quantization pass, into two floats the layer owns, and reused by the backward's re-quantization of
+// x (QuantizeOptions::amax_given): the same bits as recomputing them. The GPU quantizer skips the
+// compact block scales (QuantizeOptions::compact_scales = false): every GPU consumer reads the
+// swizzled ones; the CPU writes both.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +33,9 @@ struct OperandStats {
   QuantStats stats;
 };
 
+// The quantized format of a linear layer's x and W copies (FP8 current scaling: E4M3).
+QuantFormat linear_quant_format(LinearFormat f);
+
 // The transient quantized copies of x and dy that one GEMM triple needs while it runs. Only the
 // weight's copies persist between calls (x is re-quantized in backward from the saved BF16 x, which
 // gives the same bits), so layers of the same shape and format share one workspace.
@@ -33,6 +44,17 @@ struct LinearWorkspace {
   static LinearWorkspace allocate(std::vector<Buffer>& owner, Device device, LinearFormat format, int64_t tokens,
                                   int64_t in, int64_t out);
   static size_t bytes(LinearFormat format, int64_t tokens, int64_t in, int64_t out);
+};
+
+// How the quantized GEMMs of a model run, for sizing what they need besides the copies: the CPU
+// emulates every format (FP32 block values in the scratch); a GPU of compute capability gpu_sm runs
+// a format natively (no scratch) or emulated (BF16 block values: half the CPU's scratch bytes).
+// Telemetry (--log-quant-stats-interval) needs scratch_a as an FP32 [rows, cols] reference.
+struct LinearExecution {
+  Device device = Device::CPU;
+  int gpu_sm = 0;          // used when device == CUDA
+  bool telemetry = true;   // quantization statistics may be collected (set_collect_stats)
+  bool native(LinearFormat f) const;  // the quantized GEMMs of f run natively (never on the CPU)
 };
 
 class LinearLayer {
@@ -44,6 +66,14 @@ class LinearLayer {
               uint32_t stream_base, Device device, std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a,
               Tensor scratch_b);
   static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
+  // The f32 elements scratch_a / scratch_b need for a layer of format f under execution e: the CPU's
+  // scratch_elements for both on the CPU; on a GPU, half of it per operand where f is emulated
+  // (BF16 values), none where it is native, and scratch_a the full FP32 size when telemetry is on.
+  // {0, 0} for BF16.
+  struct ScratchNeed {
+    int64_t a = 0, b = 0;
+  };
+  static ScratchNeed scratch_need(LinearFormat f, const LinearExecution& e, int64_t tokens, int64_t in, int64_t out);
   // Device bytes of the weight's quantized copies such a layer allocates (0 for BF16).
   static size_t weight_bytes(LinearFormat format, int64_t in, int64_t out);
 
@@ -54,16 +84,21 @@ class LinearLayer {
   // Philox seed of the gradients' stochastic rounding (a checkpoint records it with the counter).
   static constexpr uint64_t kStochasticRoundingSeed = 0x5EED;
   // sr_counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits.
+  // Must follow this layer's forward() of the same x (it reuses the amaxes that forward computed),
+  // as every training step (and full recomputation) does.
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
                 const Tensor& w, uint64_t sr_counter);
 
-  // When set, the next backward() records telemetry of every quantized operand it made.
-  void set_collect_stats(bool on) { collect_ = on; }
+  // When set, the next backward() records telemetry of every quantized operand it made. Needs
+  // scratch_a of scratch_elements(...) f32 elements (checked here).
+  void set_collect_stats(bool on);
   const std::vector<OperandStats>& stats() const { return stats_; }
 
  private:
   QuantFormat x_format() const;
   QuantFormat dy_format() const;
+  // The workspace's x copies with this layer's own amax slots (x_amax_[0] rowwise, [1] columnwise).
+  QuantizedTensor x_copies() const;
   void record(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& reference);
   void record_columnwise(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& src,
                          bool rht);
@@ -73,6 +108,7 @@ class LinearLayer {
   int64_t T_, in_, out_;
   uint32_t stream_base_;
   QuantizedTensor wq_;
+  Tensor x_amax_;  // f32 [2] (wq_.rowwise.spare): amax of x and of its columnwise copy's source, from forward
   LinearWorkspace* ws_ = nullptr;
   Tensor scratch_a_, scratch_b_;
   bool collect_ = false;

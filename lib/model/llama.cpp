@@ -148,13 +148,41 @@ void LlamaModel::allocate_activations() {
   want(d_attn_, {T, nq * d}, act);
   want(d_fc1_, {T, 2 * f}, act);
   want(d_swi_, {T, f}, act);
-  int64_t scratch = 0;
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    if (plan_.layer_format[l] != LinearFormat::BF16)
-      for (int k = 0; k < 4; ++k) scratch = std::max(scratch, LinearLayer::scratch_elements(T, linear_in(k), linear_out(k)));
-  if (scratch > 0) {
-    want(quant_scratch_a_, {scratch}, DType::F32);
-    want(quant_scratch_b_, {scratch}, DType::F32);
+  // Scratch of the quantized GEMMs, by how they run (LinearLayer::scratch_need): the CPU's FP32
+  // emulation; on a GPU BF16 operands where a format is emulated, nothing where it is native, plus
+  // the FP32 telemetry reference when statistics may be collected.
+  LinearExecution exec;
+  exec.device = ctx_.device;
+  exec.telemetry = opt_.quant_telemetry;
+  // A model about to allocate on the GPU opens it (so the plan is the GPU's); a plan-only one never
+  // does, and falls back to the default unless a GPU is already open or one is named.
+  const int opened = ctx_.device == Device::CUDA && !opt_.plan_only && opt_.gpu_sm == 0 ? current_gpu_sm()
+                                                                                         : opened_gpu_sm();
+  exec.gpu_sm = opt_.gpu_sm > 0 ? opt_.gpu_sm : (opened > 0 ? opened : kPlanDefaultSm);
+  int64_t scratch_a = 0, scratch_b = 0;
+  std::vector<LinearFormat> quantized_formats;
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const LinearFormat f = plan_.layer_format[l];
+    if (f == LinearFormat::BF16) continue;
+    if (std::find(quantized_formats.begin(), quantized_formats.end(), f) == quantized_formats.end())
+      quantized_formats.push_back(f);
+    for (int k = 0; k < 4; ++k) {
+      const LinearLayer::ScratchNeed need = LinearLayer::scratch_need(f, exec, T, linear_in(k), linear_out(k));
+      scratch_a = std::max(scratch_a, need.a);
+      scratch_b = std::max(scratch_b, need.b);
+    }
+  }
+  if (scratch_a > 0) want(quant_scratch_a_, {scratch_a}, DType::F32);
+  if (scratch_b > 0) want(quant_scratch_b_, {scratch_b}, DType::F32);
+  if (ctx_.device == Device::CUDA && !quantized_formats.empty()) {
+    std::string how;
+    for (LinearFormat f : quantized_formats)
+      how += fmt::format("{}{} {}", how.empty() ? "" : ", ", format_name(f), exec.native(f) ? "native" : "emulated");
+    const char* source = opt_.gpu_sm > 0 ? "" : (opened > 0 ? " (this GPU)" : " (no GPU opened: the default)");
+    mem_.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; their scratch {:.2f} MB{} is in "
+                                 "activations and scratch",
+                                 exec.gpu_sm, source, how, static_cast<double>(scratch_a + scratch_b) * 4 / 1048576.0,
+                                 exec.telemetry ? " (with the quantization-statistics reference)" : "");
   }
   auto bytes_of = [](const Slot& s) {
     int64_t n = 1;
@@ -273,6 +301,7 @@ std::vector<std::string> MemoryPlan::describe() const {
   out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "weights and optimizer (Megatron's category)",
                             weights_and_optimizer() / 1e9, weights_and_optimizer() / 1048576.0));
   out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "total", total() / 1e9, total() / 1048576.0));
+  if (!gemm_note.empty()) out.push_back(gemm_note);
   return out;
 }
 

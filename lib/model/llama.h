@@ -52,11 +52,22 @@ struct LinearStats {
 struct ModelOptions {
   bool recompute = false;  // --recompute full: keep each layer's input only, recompute its forward in backward
   bool plan_only = false;  // size everything (memory_plan()) but allocate nothing: --dry-run
+  // The GPU the quantized GEMMs' scratch is sized for (device CUDA; LinearLayer::scratch_need):
+  // compute capability, or 0 for the GPU this process has opened, else (--dry-run, nothing opened)
+  // backend/quantize.h kPlanDefaultSm. See MemoryPlan::gemm_note.
+  int gpu_sm = 0;
+  // Quantization statistics may be collected (--log-quant-stats-interval > 0): on a GPU their FP32
+  // reference scratch is planned only then. The CPU always has it.
+  bool quant_telemetry = true;
 };
 
 // Bytes the model needs on its device, by category, known before anything is allocated.
 struct MemoryPlan {
   double weights = 0, grads = 0, master = 0, optimizer = 0, activations = 0, quantized = 0, workspace = 0;
+  // For a GPU plan with quantized layers: the execution the quantized GEMMs' buffers were sized for,
+  // e.g. "quantized GEMMs planned for sm_90: NVFP4 emulated (BF16 operand scratch 470.0 MB in
+  // activations and scratch)"; empty otherwise. describe() appends it as a line.
+  std::string gemm_note;
   double total() const { return weights + grads + master + optimizer + activations + quantized + workspace; }
   double weights_and_optimizer() const { return weights + grads + master + optimizer; }
   std::vector<std::string> describe() const;  // one line per category, GB (1e9) and MB (2^20)

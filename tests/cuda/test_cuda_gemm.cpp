@@ -444,32 +444,235 @@ TEST(CudaGemm, QuantizedRejectsUnsupportedCombinationsAndShapes) {
                               "cannot multiply");
 }
 
+// ---- the cuBLASLt plan cache ---------------------------------------------------------------------------
+
+// A GEMM whose (shape, types, alignment) key was seen makes no new descriptor, layout or heuristic
+// query, and gives bit-identical results from other buffers of the same key.
+TEST(CudaGemm, RepeatedShapesReuseTheirCuBlasLtPlans) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3}) {
+    std::vector<Buffer> owner;
+    const QuantizedTensor a = device_copy_of_random(owner, f, 64, 128, 81);
+    const QuantizedTensor b = device_copy_of_random(owner, f, 96, 128, 82);
+    auto run = [&](bool fast) {
+      DeviceTensor y = test::device_tensor({64, 96}, DType::BF16);
+      DeviceTensor sa = test::device_tensor({64 * 128}, DType::F32), sb = test::device_tensor({96 * 128}, DType::F32);
+      quantized_gemm(cuda_ctx(), y.t, a.rowwise, b.rowwise, f, false, sa.t, sb.t, fast);
+      return test::to_host_floats(y.t);
+    };
+    DeviceTensor bx = to_device(randn_bf16(64 * 128, 1.0f, 83), {64, 128}, DType::BF16);
+    DeviceTensor bw = to_device(randn_bf16(96 * 128, 0.05f, 84), {96, 128}, DType::BF16);
+    auto run_bf16 = [&] {
+      DeviceTensor y = test::device_tensor({64, 96}, DType::BF16);
+      linear_forward(cuda_ctx(), y.t, bx.t, bw.t);
+      return test::to_host_floats(y.t);
+    };
+    on_both_paths([&](const std::string& path) {
+      for (bool fast : {false, true}) {
+        const std::vector<float> first = run(fast);
+        const std::vector<float> bf_first = run_bf16();
+        const size_t plans = cuda::lt_plan_count();
+        EXPECT_EQ(run(fast), first) << quant_format_name(f) << path;
+        EXPECT_EQ(run_bf16(), bf_first) << path;
+        EXPECT_EQ(cuda::lt_plan_count(), plans) << quant_format_name(f) << path << ": a repeated GEMM made a plan";
+      }
+    });
+  }
+#endif
+}
+
+// ---- production shapes: Llama-3-8B linears, micro-batch 1, seq 4096 ------------------------------------
+// tokens 4096, hidden 4096, qkv out 6144, ffn 14336 (fc1 out 28672). Operands quantized on the CPU
+// as LinearLayer does (x 1x16/1x32/per tensor, w 16x16 for NVFP4, dy with SR; RHT on the wgrad
+// copies), the full GEMM on the GPU (native path and forced emulated), checked against the CPU on
+// 128 output rows across a 128-row scale-tile boundary (the CPU side stays a few GFLOP: every column
+// tile of B and every K block takes part). The tolerance is the small-shape one with the summation
+// term scaled for K: any FP32 order is within K·2^-24·Σ|ab| of exact, and Hopper's FP8 accumulators
+// (FAST_ACCUM in fprop, as TE) lose ~2^-14 per promotion interval, so acc_rel = 2^-8·max(1, K/512).
+
+double quant_acc_rel(int64_t K) { return kQuantAccRel * std::max(1.0, static_cast<double>(K) / 512.0); }
+
+// Rows [r0, r0+n) of a CPU copy as a copy of its own: codes and compact scales (what the CPU GEMM reads).
+QuantizedCopy row_slice(const QuantizedCopy& c, int64_t r0, int64_t n) {
+  QuantizedCopy s = c;
+  s.rows = n;
+  s.data = c.data.rows(r0, n);
+  if (quant_block_size(c.format) > 1) s.scales = c.scales.rows(r0, n);
+  return s;
+}
+
+// Cheap BF16 pseudo-Gaussians (sum of four 16-bit uniforms of a 64-bit hash, variance 1) with an
+// outlier (x40) every 9973 elements: mt19937 would take seconds at these sizes.
+std::vector<float> fast_bf16(int64_t n, float scale, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = 0.0f;
+    for (int k = 0; k < 4; ++k) u += static_cast<float>((z >> (16 * k)) & 0xFFFFu) * (1.0f / 65536.0f);
+    float g = (u - 2.0f) * 1.7320508f * scale;
+    if (i % 9973 == 17) g *= 40.0f;
+    v[static_cast<size_t>(i)] = num::round_bf16(g);
+  }
+  return v;
+}
+
+// y[M,N] (+)= a·bᵀ on the GPU (both paths), rows [r0, r0+n) against the CPU.
+void check_quantized_gemm_rows(const QuantizedCopy& ha, const QuantizedCopy& hb, const QuantizedCopy& da,
+                               const QuantizedCopy& db, bool accumulate, bool fast_accum, const std::string& what) {
+  const int64_t M = ha.rows, N = hb.rows, K = ha.cols, n = 128, r0 = M - 192;
+  ASSERT_GE(r0, 0) << what;
+  // y0 (accumulating GEMMs): values of magnitude ~1, cheap to make.
+  std::vector<float> y0(accumulate ? static_cast<size_t>(M * N) : 0);
+  for (size_t i = 0; i < y0.size(); ++i) y0[i] = static_cast<float>(static_cast<int>((i * 2654435761u) % 2001u) - 1000) / 500.0f;
+  // CPU: the row slice of a times all of b.
+  const QuantizedCopy as = row_slice(ha, r0, n);
+  std::vector<float> ycpu(static_cast<size_t>(n * N), 0.0f);
+  if (accumulate) std::copy(y0.begin() + r0 * N, y0.begin() + (r0 + n) * N, ycpu.begin());
+  const std::vector<float> ycpu0 = ycpu;
+  {
+    std::vector<float> sa(static_cast<size_t>(n * K)), sb(static_cast<size_t>(N * K));
+    quantized_gemm(cpu_ctx(), test::host_view(ycpu, {n, N}), as, hb, ha.format, accumulate,
+                   test::host_view(sa, {n * K}), test::host_view(sb, {N * K}));
+  }
+  // Σ|a·b| per output (+|y0|) by an FP32 GEMM of the absolute dequantized values.
+  std::vector<double> mag(static_cast<size_t>(n * N));
+  {
+    std::vector<float> aa = dequantized(as), bb = dequantized(hb), m(static_cast<size_t>(n * N));
+    for (float& v : aa) v = std::fabs(v);
+    for (float& v : bb) v = std::fabs(v);
+    OpContext f32;
+    f32.round_bf16 = false;
+    linear_forward(f32, test::host_view(m, {n, N}), test::host_view(aa, {n, K}), test::host_view(bb, {N, K}));
+    for (size_t i = 0; i < mag.size(); ++i) mag[i] = static_cast<double>(m[i]) + std::fabs(ycpu0[i]);
+  }
+  on_both_paths([&](const std::string& path) {
+    DeviceTensor y = accumulate ? to_device(y0, {M, N}, DType::F32) : test::device_tensor({M, N}, DType::BF16);
+    DeviceTensor sa = test::device_tensor({(M * K + 1) / 2}, DType::F32);  // BF16 operands of the emulation
+    DeviceTensor sb = test::device_tensor({(N * K + 1) / 2}, DType::F32);
+    quantized_gemm(cuda_ctx(), y.t, da, db, da.format, accumulate, sa.t, sb.t, fast_accum);
+    expect_close(to_host_floats(y.t.rows(r0, n)), ycpu, mag, accumulate ? kF32OutRel : kBf16OutRel, quant_acc_rel(K),
+                 what + path + " rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) + ")");
+  });
+}
+
+void check_production_linear(const QuantCase& qc, int64_t in, int64_t out, const std::string& label) {
+  const int64_t T = 4096;
+  const std::string shape = " T=" + std::to_string(T) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
+  SCOPED_TRACE(label + shape);
+  std::vector<float> x = fast_bf16(T * in, 1.0f, 91), w = fast_bf16(out * in, 0.02f, 92), dy = fast_bf16(T * out, 1e-3f, 93);
+  std::vector<Buffer> owner;
+  QuantizedTensor wq = allocate_quantized(owner, Device::CPU, qc.x_format, out, in, true, true);
+  QuantizedTensor xq = allocate_quantized(owner, Device::CPU, qc.x_format, T, in, true, true);
+  QuantizedTensor dyq = allocate_quantized(owner, Device::CPU, qc.dy_format, T, out, true, true);
+  QuantizeOptions wo;
+  wo.format = qc.x_format;
+  wo.rowwise = wo.columnwise = true;
+  wo.block_2d = qc.nvfp4_recipe;
+  quantize(cpu_ctx(), wq, test::host_view(w, {out, in}), wo);
+  QuantizeOptions xo;
+  xo.format = qc.x_format;
+  xo.rowwise = xo.columnwise = true;
+  xo.rht_columnwise = qc.nvfp4_recipe;
+  quantize(cpu_ctx(), xq, test::host_view(x, {T, in}), xo);
+  QuantizeOptions go;
+  go.format = qc.dy_format;
+  go.rowwise = go.columnwise = true;
+  go.rht_columnwise = go.stochastic = qc.nvfp4_recipe;
+  go.seed = 0x5EED;
+  go.stream_id = 7;
+  go.counter = 3;
+  quantize(cpu_ctx(), dyq, test::host_view(dy, {T, out}), go);
+  const QuantizedTensor dwq = to_device_quantized(owner, wq, out, in);
+  const QuantizedTensor dxq = to_device_quantized(owner, xq, T, in);
+  const QuantizedTensor ddyq = to_device_quantized(owner, dyq, T, out);
+  check_quantized_gemm_rows(xq.rowwise, wq.rowwise, dxq.rowwise, dwq.rowwise, false, true, label + " fprop" + shape);
+  check_quantized_gemm_rows(dyq.rowwise, wq.columnwise, ddyq.rowwise, dwq.columnwise, false, false,
+                            label + " dgrad" + shape);
+  check_quantized_gemm_rows(dyq.columnwise, xq.columnwise, ddyq.columnwise, dxq.columnwise, true, false,
+                            label + " wgrad" + shape);
+}
+
+constexpr int64_t kHidden = 4096, kQkvOut = 6144, kFfn = 14336;
+
+TEST(CudaGemmProduction, Nvfp4Llama8bLinears) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const QuantCase qc{QuantFormat::NVFP4, QuantFormat::NVFP4, true};
+  check_production_linear(qc, kHidden, kQkvOut, "nvfp4 qkv");
+  check_production_linear(qc, kHidden, 2 * kFfn, "nvfp4 fc1");
+  check_production_linear(qc, kFfn, kHidden, "nvfp4 fc2");
+}
+
+TEST(CudaGemmProduction, Mxfp8Llama8bLinears) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const QuantCase qc{QuantFormat::MXFP8, QuantFormat::MXFP8, false};
+  check_production_linear(qc, kHidden, kQkvOut, "mxfp8 qkv");
+  check_production_linear(qc, kFfn, kHidden, "mxfp8 fc2");
+}
+
+TEST(CudaGemmProduction, Fp8HybridLlama8bLinears) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const QuantCase qc{QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2, false};
+  check_production_linear(qc, kHidden, kQkvOut, "fp8 hybrid qkv");
+  check_production_linear(qc, kFfn, kHidden, "fp8 hybrid fc2");
+}
+
 // ---- what runs (pure; runs without a device) ----------------------------------------------------------
 
 TEST(CudaGemmDescription, NamesNativeAndEmulatedPaths) {
 #if defined(PL_WITH_CUDA)
   using cuda::GemmExecution;
-  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::NVFP4, 100), "NVFP4 GEMMs native (cuBLASLt, sm_100)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::NVFP4, 100),
+            "NVFP4 GEMMs: native on sm_100 (cuBLASLt, E2M1 with VEC16_UE4M3 block scales)");
   EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::NVFP4, 90),
-            "NVFP4 GEMMs emulated (dequantize to BF16 + BF16 GEMM, sm_90)");
-  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::MXFP8, 103), "MXFP8 GEMMs native (cuBLASLt, sm_103)");
-  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::FP8_E5M2, 90), "FP8 GEMMs native (cuBLASLt, sm_90)");
+            "NVFP4 GEMMs: emulated on sm_90 (exact dequantize to BF16 + BF16 GEMM)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::MXFP8, 103),
+            "MXFP8 GEMMs: native on sm_103 (cuBLASLt, E4M3 with VEC32_UE8M0 block scales)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::FP8_E5M2, 90),
+            "FP8 GEMMs: native on sm_90 (cuBLASLt, per-tensor FP32 scales)");
+  EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::FP8_E4M3, 80),
+            "FP8 GEMMs: emulated on sm_80 (exact dequantize to BF16 + BF16 GEMM)");
   EXPECT_EQ(cuda::gemm_backend_description(90),
-            "GEMMs on sm_90: BF16 native (cuBLASLt); FP8 native (cuBLASLt); MXFP8 emulated (dequantize to BF16 + "
-            "BF16 GEMM); NVFP4 emulated (dequantize to BF16 + BF16 GEMM)");
+            "GEMMs on sm_90: BF16 native (cuBLASLt); FP8 native (cuBLASLt); MXFP8 emulated (exact dequantize to BF16 "
+            "+ BF16 GEMM); NVFP4 emulated (exact dequantize to BF16 + BF16 GEMM)");
+  // The banner: BF16 first, then one line per format the plan uses (E4M3 and E5M2 share "FP8").
+  const std::vector<std::string> lines =
+      cuda::gemm_backend_lines({QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2, QuantFormat::NVFP4}, 120);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "BF16 GEMMs: native on sm_120 (cuBLASLt, FP32 accumulation)");
+  EXPECT_EQ(lines[1], "FP8 GEMMs: native on sm_120 (cuBLASLt, per-tensor FP32 scales)");
+  EXPECT_EQ(lines[2], "NVFP4 GEMMs: emulated on sm_120 (exact dequantize to BF16 + BF16 GEMM)");
+  EXPECT_EQ(cuda::gemm_backend_lines({}, 90).size(), 1u);
   for (int sm : {100, 103}) {
     EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::NVFP4, sm), GemmExecution::Native);
     EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::MXFP8, sm), GemmExecution::Native);
   }
-  for (int sm : {90, 120}) {
+  for (int sm : {80, 89, 90, 120, 121}) {
     EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::NVFP4, sm), GemmExecution::Emulated);
     EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::MXFP8, sm), GemmExecution::Emulated);
   }
-  EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, 90), GemmExecution::Native);
+  for (int sm : {89, 90, 100, 103, 120})
+    EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, sm), GemmExecution::Native);
   EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, 80), GemmExecution::Emulated);
+  EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E5M2, 86), GemmExecution::Emulated);
   EXPECT_NE(cuda::gemm_backend_description(Device::CPU).find("emulated"), std::string::npos);
 #else
   GTEST_SKIP() << "this build has no CUDA backend";
+#endif
+}
+
+// The device the tests run on is one the build has code for, and the context accepted it.
+TEST(CudaGemmDescription, TheCurrentGpuIsSupported) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  EXPECT_NO_THROW(cuda::prepare_device_state());
+  EXPECT_GE(opened_gpu_sm(), kMinCudaSm);
+  const std::vector<std::string> lines = cuda::gemm_backend_lines({QuantFormat::NVFP4});
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[1].find("sm_" + std::to_string(opened_gpu_sm())), std::string::npos) << lines[1];
 #endif
 }
 

@@ -17,6 +17,7 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backend/quantize.h"
@@ -301,6 +302,159 @@ TEST(CudaQuantizeFp8, E4M3AndE5M2BothCopiesAreByteExact) {
     check_quantize(f, options(fmt, true, true), DType::F32);
     Mat zeros(16, 16, 0.0f);
     check_quantize(zeros, options(fmt, true, true));  // amax 0: scale 1
+  }
+}
+
+// ---- production shapes: Llama-3-8B, micro-batch 1, seq 4096 -------------------------------------------
+// tokens 4096, hidden 4096, qkv out 6144, ffn 14336 (fc1 out 28672). The linear layer's sequences:
+// forward x rowwise + the columnwise amax (columnwise_amax), backward x columnwise with that amax
+// (amax_given); dy both copies (SR + RHT for NVFP4); W both copies (16x16 for NVFP4). The GPU skips
+// the compact scales as LinearLayer asks (compact_scales = false): its compact buffers must still
+// hold the poison afterwards, every other byte must equal the CPU's (which writes compact scales).
+
+// Cheap BF16 pseudo-Gaussians for large tensors (a sum of four 16-bit uniforms from a 64-bit hash,
+// variance 1), with one outlier (x40) every 9973 elements: mt19937 would take seconds here.
+std::vector<float> fast_bf16(int64_t n, float scale, uint64_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    float u = 0.0f;
+    for (int k = 0; k < 4; ++k) u += static_cast<float>((z >> (16 * k)) & 0xFFFFu) * (1.0f / 65536.0f);
+    float g = (u - 2.0f) * 1.7320508f * scale;
+    if (i % 9973 == 17) g *= 40.0f;
+    v[static_cast<size_t>(i)] = num::round_bf16(g);
+  }
+  return v;
+}
+
+bool all_poison(const std::vector<uint8_t>& b) {
+  return std::all_of(b.begin(), b.end(), [](uint8_t v) { return v == 0xA5; });
+}
+
+// Runs `steps` in order on one CPU and one GPU quantized tensor of x[R, C] (both copies allocated)
+// and compares every copy a step made, byte for byte; gpu_compact: the GPU writes compact scales.
+void check_quantize_sequence(const std::vector<float>& x, int64_t R, int64_t C, const std::vector<QuantizeOptions>& steps,
+                             bool gpu_compact, const std::string& what) {
+  SCOPED_TRACE(what);
+  const QuantFormat f = steps.front().format;
+  std::vector<Buffer> owner;
+  QuantizedTensor cq = allocate_quantized(owner, Device::CPU, f, R, C, true, true);
+  QuantizedTensor gq = allocate_quantized(owner, Device::CUDA, f, R, C, true, true);
+  poison(gq.rowwise);
+  poison(gq.columnwise);
+  std::vector<float> xc = x;
+  const Tensor xt(xc.data(), {R, C}, DType::F32, Device::CPU);
+  const test::DeviceTensor xd = test::to_device(x, {R, C}, DType::BF16);
+  bool made_row = false, made_col = false;
+  for (QuantizeOptions o : steps) {
+    quantize(OpContext{}, cq, xt, o);
+    o.compact_scales = gpu_compact;
+    quantize(test::cuda_ctx(), gq, xd.t, o);
+    made_row = made_row || o.rowwise;
+    made_col = made_col || o.columnwise;
+  }
+  auto compare = [&](const QuantizedCopy& c, const QuantizedCopy& g, const std::string& name) {
+    expect_same_bytes(host_bytes(c.data), device_bytes(g.data), name + " codes");
+    expect_same_bytes(host_bytes(c.scales_swizzled), device_bytes(g.scales_swizzled), name + " swizzled scales");
+    expect_same_bytes(host_bytes(c.amax), device_bytes(g.amax), name + " amax");
+    expect_same_bytes(host_bytes(c.scale_inv), device_bytes(g.scale_inv), name + " scale_inv");
+    if (quant_block_size(f) == 1) return;
+    if (gpu_compact)
+      expect_same_bytes(host_bytes(c.scales), device_bytes(g.scales), name + " compact scales");
+    else
+      EXPECT_TRUE(all_poison(device_bytes(g.scales))) << name << ": compact scales written though not asked for";
+  };
+  if (made_row) compare(cq.rowwise, gq.rowwise, "rowwise");
+  if (made_col) compare(cq.columnwise, gq.columnwise, "columnwise");
+}
+
+// The linear layer's x sequence (forward, then backward) and the one-call equivalent.
+std::vector<QuantizeOptions> x_forward_backward(QuantFormat f, bool rht) {
+  QuantizeOptions fwd = options(f, true, false);
+  fwd.columnwise_amax = true;
+  fwd.rht_columnwise = rht;
+  QuantizeOptions bwd = options(f, false, true);
+  bwd.rht_columnwise = rht;
+  bwd.amax_given = true;
+  return {fwd, bwd};
+}
+
+constexpr int64_t kTok = 4096, kHidden = 4096, kQkv = 6144, kFfn = 14336, kFc1 = 2 * kFfn;
+
+TEST(CudaQuantizeProduction, Nvfp4Llama8bOperandsAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  {  // fc2's input x [4096, 14336]: forward/backward with the RHT amax kept, and in one call
+    const std::vector<float> x = fast_bf16(kTok * kFfn, 1.0f, 1);
+    check_quantize_sequence(x, kTok, kFfn, x_forward_backward(QuantFormat::NVFP4, true), false, "nvfp4 x fc2 fwd/bwd");
+    QuantizeOptions both = options(QuantFormat::NVFP4, true, true);
+    both.rht_columnwise = true;
+    check_quantize_sequence(x, kTok, kFfn, {both}, true, "nvfp4 x fc2 one call");
+  }
+  {  // fc1's output gradient dy [4096, 28672]: SR on both copies, RHT on the columnwise one
+    const std::vector<float> dy = fast_bf16(kTok * kFc1, 1e-3f, 2);
+    QuantizeOptions g = options(QuantFormat::NVFP4, true, true);
+    g.rht_columnwise = g.stochastic = true;
+    g.seed = 0x5EED;
+    g.stream_id = 8;
+    g.counter = 12345;
+    check_quantize_sequence(dy, kTok, kFc1, {g}, false, "nvfp4 dy fc1");
+  }
+  {  // fc1's weight [28672, 4096] and qkv's [6144, 4096]: 16x16 tiles, both copies
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{kFc1, kHidden}, {kQkv, kHidden}}) {
+      const std::vector<float> w = fast_bf16(rows * cols, 0.02f, 3);
+      QuantizeOptions wo = options(QuantFormat::NVFP4, true, true);
+      wo.block_2d = true;
+      check_quantize_sequence(w, rows, cols, {wo}, false, "nvfp4 w [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    }
+  }
+}
+
+TEST(CudaQuantizeProduction, Mxfp8AndFp8Llama8bOperandsAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const std::vector<float> x = fast_bf16(kTok * kFfn, 1.0f, 4);
+  check_quantize_sequence(x, kTok, kFfn, x_forward_backward(QuantFormat::MXFP8, false), false, "mxfp8 x fc2 fwd/bwd");
+  check_quantize_sequence(x, kTok, kFfn, {options(QuantFormat::MXFP8, true, true)}, true, "mxfp8 x fc2 one call");
+  const std::vector<float> dy = fast_bf16(kTok * kQkv, 1e-3f, 5);
+  check_quantize_sequence(dy, kTok, kQkv, {options(QuantFormat::MXFP8, true, true)}, false, "mxfp8 dy qkv");
+  const std::vector<float> xh = fast_bf16(kTok * kHidden, 1.0f, 6);
+  check_quantize_sequence(xh, kTok, kHidden, x_forward_backward(QuantFormat::FP8_E4M3, false), false,
+                          "fp8 e4m3 x qkv fwd/bwd");
+  const std::vector<float> dy1 = fast_bf16(kTok * kFc1, 1e-3f, 7);
+  check_quantize_sequence(dy1, kTok, kFc1, {options(QuantFormat::FP8_E5M2, true, true)}, false, "fp8 e5m2 dy fc1");
+}
+
+// amax_given on the GPU takes the slot as given (no amax pass): a planted amax changes the codes as
+// it does on the CPU; columnwise_amax alone leaves the columnwise copy unwritten.
+TEST(CudaQuantizeOps, AmaxGivenAndColumnwiseAmaxMatchTheCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3, QuantFormat::MXFP8}) {
+    Mat x = test_input(128, 96, 71);
+    std::vector<Buffer> owner;
+    QuantizedTensor cq = allocate_quantized(owner, Device::CPU, f, 128, 96, true, true);
+    QuantizedTensor gq = allocate_quantized(owner, Device::CUDA, f, 128, 96, true, true);
+    poison(gq.columnwise);
+    const test::DeviceTensor xd = test::to_device(x.v, {128, 96}, DType::BF16);
+    QuantizeOptions fwd = options(f, true, false);
+    fwd.columnwise_amax = true;
+    fwd.rht_columnwise = f == QuantFormat::NVFP4;
+    quantize(OpContext{}, cq, x.t(), fwd);
+    quantize(test::cuda_ctx(), gq, xd.t, fwd);
+    const std::string name = quant_format_name(f);
+    expect_same_bytes(host_bytes(cq.columnwise.amax), device_bytes(gq.columnwise.amax), name + " columnwise amax");
+    EXPECT_TRUE(all_poison(device_bytes(gq.columnwise.data))) << name << ": the columnwise codes were written";
+    if (f == QuantFormat::MXFP8) continue;  // its amax does not enter the codes
+    const float planted = 3.0f * cq.rowwise.amax.f32()[0];  // not a power of two (NVFP4 is invariant to those)
+    cq.rowwise.amax.f32()[0] = planted;
+    copy_from_host(gq.rowwise.amax, &planted);
+    QuantizeOptions again = options(f, true, false);
+    again.amax_given = true;
+    quantize(OpContext{}, cq, x.t(), again);
+    quantize(test::cuda_ctx(), gq, xd.t, again);
+    expect_same_copy(cq.rowwise, gq.rowwise, name + " rowwise with a planted amax");
+    EXPECT_EQ(test::to_host_floats(gq.rowwise.amax)[0], planted) << name;
   }
 }
 

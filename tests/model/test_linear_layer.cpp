@@ -2,13 +2,20 @@
 // operands it must have used, and the RHT's effect on the weight gradient.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <utility>
 #include <memory>
 #include <random>
 #include <vector>
 
 #include "backend/quantize.h"
+#include "config/model_config.h"
+#include "config/precision_recipe.h"
 #include "model/linear_layer.h"
+#include "model/llama.h"
+#include "model/precision_plan.h"
 #include "matrix_util.h"
 #include "numerics/bf16.h"
 
@@ -90,7 +97,8 @@ TEST(ModelLinearLayer, WgradWithRhtEqualsWgradWithoutItUpToQuantizationError) {
     nv.random_hadamard_transform = rht;
     LinearLayer lin = fx.make(LinearFormat::NVFP4, nv);
     lin.prepare_weight(exact, fx.w.t());
-    Mat dx(fx.T, fx.in);
+    Mat y(fx.T, fx.out), dx(fx.T, fx.in);
+    lin.forward(exact, y.t(), fx.x.t(), fx.w.t());  // backward reuses the forward's amax of x
     lin.backward(exact, dx.t(), (rht ? dw_rht : dw_plain).t(), fx.dy.t(), fx.x.t(), fx.w.t(), 3);
   }
   // R·Rᵀ = I: no inverse transform is needed, both estimate dYᵀX.
@@ -156,6 +164,112 @@ TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
     EXPECT_LE(s.stats.saturated_fraction, 0.25);
     EXPECT_EQ(s.stats.underflow_fraction, 0.0);
   }
+}
+
+// Layers of one shape share one workspace of x/dy copies; each keeps x's amaxes itself. Interleaving
+// two layers (forward A, forward B, backward B, backward A, as a model runs them) must give exactly
+// the gradients of running each alone: a shared amax slot would hand A's backward B's amax.
+TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
+  for (LinearFormat f : {LinearFormat::NVFP4, LinearFormat::FP8_CURRENT_SCALING}) {
+    SCOPED_TRACE(format_name(f));
+    Fixture fx;
+    Nvfp4Options nv;  // RHT and stochastic rounding on: the wgrad copy of x uses the RHT amax
+    auto ws = std::make_unique<LinearWorkspace>(LinearWorkspace::allocate(fx.owner, Device::CPU, f, fx.T, fx.in, fx.out));
+    auto make = [&] {
+      return LinearLayer(f, nv, fx.T, fx.in, fx.out, 0, Device::CPU, fx.owner, ws.get(),
+                         Tensor(fx.sa.data(), {static_cast<int64_t>(fx.sa.size())}, DType::F32),
+                         Tensor(fx.sb.data(), {static_cast<int64_t>(fx.sb.size())}, DType::F32));
+    };
+    LinearLayer a = make(), b = make();
+    Mat xb = random_bf16(fx.T, fx.in, 11, 30.0f);  // a much larger amax than fx.x
+    a.prepare_weight(OpContext{}, fx.w.t());
+    b.prepare_weight(OpContext{}, fx.w.t());
+    auto run_alone = [&](LinearLayer& l, Mat& x, Mat& dw) {
+      Mat y(fx.T, fx.out), dx(fx.T, fx.in);
+      l.forward(OpContext{}, y.t(), x.t(), fx.w.t());
+      l.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), x.t(), fx.w.t(), 4);
+    };
+    Mat dwa_alone(fx.out, fx.in), dwb_alone(fx.out, fx.in);
+    run_alone(a, fx.x, dwa_alone);
+    run_alone(b, xb, dwb_alone);
+    Mat ya(fx.T, fx.out), yb(fx.T, fx.out), dxa(fx.T, fx.in), dxb(fx.T, fx.in), dwa(fx.out, fx.in), dwb(fx.out, fx.in);
+    a.forward(OpContext{}, ya.t(), fx.x.t(), fx.w.t());
+    b.forward(OpContext{}, yb.t(), xb.t(), fx.w.t());
+    b.backward(OpContext{}, dxb.t(), dwb.t(), fx.dy.t(), xb.t(), fx.w.t(), 4);
+    a.backward(OpContext{}, dxa.t(), dwa.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 4);
+    EXPECT_EQ(dwa.v, dwa_alone.v);
+    EXPECT_EQ(dwb.v, dwb_alone.v);
+    EXPECT_NE(dwa.v, dwb.v);
+  }
+}
+
+// What a layer needs besides its copies, per execution (LinearLayer::scratch_need).
+TEST(ModelLinearLayer, ScratchFollowsTheExecutionMode) {
+  const int64_t T = 4096, in = 4096, out = 28672, full = std::max({T * in, T * out, in * out});
+  ASSERT_EQ(LinearLayer::scratch_elements(T, in, out), full);
+  auto need = [&](LinearFormat f, Device d, int sm, bool telemetry) {
+    LinearExecution e;
+    e.device = d;
+    e.gpu_sm = sm;
+    e.telemetry = telemetry;
+    const LinearLayer::ScratchNeed n = LinearLayer::scratch_need(f, e, T, in, out);
+    return std::pair{n.a, n.b};
+  };
+  using P = std::pair<int64_t, int64_t>;
+  for (bool tel : {false, true}) {
+    // The CPU emulates everything in FP32, whatever the GPU or telemetry.
+    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CPU, 100, tel), (P{full, full}));
+    // sm_90 emulates NVFP4 and MXFP8 (BF16 operands: half the bytes) and runs FP8 natively.
+    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CUDA, 90, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(LinearFormat::MXFP8, Device::CUDA, 90, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(LinearFormat::FP8_CURRENT_SCALING, Device::CUDA, 90, tel), (P{tel ? full : 0, 0}));
+    // sm_100 runs all natively; sm_80 emulates FP8 too; sm_120 emulates the block-scaled formats.
+    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CUDA, 100, tel), (P{tel ? full : 0, 0}));
+    EXPECT_EQ(need(LinearFormat::FP8_CURRENT_SCALING, Device::CUDA, 80, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CUDA, 120, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(LinearFormat::BF16, Device::CUDA, 90, tel), (P{0, 0}));
+  }
+}
+
+// The model plans the scratch of the execution it will run: on a native GPU without telemetry no
+// GEMM scratch at all; the plan says which GPU it assumed.
+TEST(ModelLinearLayer, TheMemoryPlanCountsTheScratchOfTheExecutionMode) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
+  const PrecisionPlan plan =
+      make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  OpContext gpu;
+  gpu.device = Device::CUDA;  // plan_only: nothing is allocated, no GPU is touched
+  auto plan_for = [&](int sm, bool telemetry) {
+    ModelOptions o;
+    o.plan_only = true;
+    o.gpu_sm = sm;
+    o.quant_telemetry = telemetry;
+    return LlamaModel(m, 1, 4096, gpu, plan, o).memory_plan();
+  };
+  const int64_t T = 4096, h = m.hidden_size, f = m.ffn_hidden_size;
+  // The largest operand of the four linears: fc1's weight [2f, h] and its x/dy copies [T, 2f].
+  const double full = 4.0 * static_cast<double>(std::max({T * h, T * 2 * f, h * 2 * f, T * f}));
+  const MemoryPlan hopper = plan_for(90, false), blackwell = plan_for(100, false), hopper_tel = plan_for(90, true),
+                   blackwell_tel = plan_for(100, true);
+  // Each scratch tensor is rounded up to 256 bytes in the arena.
+  EXPECT_NEAR(hopper.activations - blackwell.activations, full, 512.0);                // two BF16 operand buffers
+  EXPECT_NEAR(blackwell_tel.activations - blackwell.activations, full, 256.0);         // the FP32 reference
+  EXPECT_NEAR(hopper_tel.activations - blackwell.activations, 1.5 * full, 512.0);      // both
+  EXPECT_EQ(hopper.quantized, blackwell.quantized);
+  EXPECT_NE(hopper.gemm_note.find("sm_90"), std::string::npos) << hopper.gemm_note;
+  EXPECT_NE(hopper.gemm_note.find("emulated"), std::string::npos) << hopper.gemm_note;
+  EXPECT_NE(blackwell.gemm_note.find("native"), std::string::npos) << blackwell.gemm_note;
+  // Without a GPU opened or named, the plan assumes the default and says so.
+  ModelOptions dry;
+  dry.plan_only = true;
+  const MemoryPlan d = LlamaModel(m, 1, 4096, gpu, plan, dry).memory_plan();
+  EXPECT_NE(d.gemm_note.find("sm_" + std::to_string(kPlanDefaultSm)), std::string::npos) << d.gemm_note;
+  EXPECT_NE(d.gemm_note.find("default"), std::string::npos) << d.gemm_note;
+  EXPECT_EQ(d.describe().back(), d.gemm_note);
+  // The CPU plan has no such note (its lines are unchanged).
+  ModelOptions cpu_opts;
+  cpu_opts.plan_only = true;
+  EXPECT_TRUE(LlamaModel(m, 1, 4096, OpContext{}, plan, cpu_opts).memory_plan().gemm_note.empty());
 }
 
 }  // namespace

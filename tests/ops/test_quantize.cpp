@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/quantize.h"
@@ -241,6 +242,114 @@ TEST(OpsQuantize, ShapesThatBreakBlockRulesAreOneLineErrors) {
   QuantizeOptions bad;
   bad.format = QuantFormat::MXFP8;
   test::expect_one_line_error([&] { quantize(OpContext{}, q, Mat(16, 32).t(), bad); }, {"mxfp8", "nvfp4"});
+}
+
+// ---- amaxes computed once, reused (QuantizeOptions::columnwise_amax / amax_given) -----------------
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return std::vector<uint8_t>(p, p + t.bytes());
+}
+
+void expect_same_copy_bytes(const QuantizedCopy& a, const QuantizedCopy& b, const std::string& what) {
+  EXPECT_EQ(bytes_of(a.data), bytes_of(b.data)) << what << " codes";
+  if (quant_block_size(a.format) > 1) {
+    EXPECT_EQ(bytes_of(a.scales), bytes_of(b.scales)) << what << " compact scales";
+    EXPECT_EQ(bytes_of(a.scales_swizzled), bytes_of(b.scales_swizzled)) << what << " swizzled scales";
+  }
+  EXPECT_EQ(bytes_of(a.amax), bytes_of(b.amax)) << what << " amax";
+  EXPECT_EQ(bytes_of(a.scale_inv), bytes_of(b.scale_inv)) << what << " scale_inv";
+}
+
+// A linear layer's sequence: forward quantizes x rowwise and only the amax of its columnwise copy;
+// backward makes the columnwise copy with that amax given. Both copies must be bit-identical to
+// quantizing them from scratch, and the forward's columnwise amax must be the columnwise copy's.
+TEST(OpsQuantize, ColumnwiseAmaxFromTheForwardReproducesTheBackwardCopyBitForBit) {
+  struct Case {
+    QuantFormat f;
+    bool rht, sr;
+  };
+  for (const Case& c : {Case{QuantFormat::NVFP4, true, false}, Case{QuantFormat::NVFP4, false, false},
+                        Case{QuantFormat::NVFP4, true, true}, Case{QuantFormat::MXFP8, false, false},
+                        Case{QuantFormat::FP8_E4M3, false, false}, Case{QuantFormat::FP8_E5M2, false, false}}) {
+    const std::string what = std::string(quant_format_name(c.f)) + (c.rht ? " rht" : "") + (c.sr ? " sr" : "");
+    Mat x = random_bf16(96, 64, 501);
+    x.v[7] = 300.0f;  // the amax, so that a wrong amax changes the scales
+    std::vector<Buffer> owner;
+    QuantizedTensor fresh = allocate_quantized(owner, Device::CPU, c.f, 96, 64, true, true);
+    QuantizeOptions all;
+    all.format = c.f;
+    all.rowwise = all.columnwise = true;
+    all.rht_columnwise = c.rht;
+    all.stochastic = c.sr;
+    all.stream_id = 3;
+    quantize(OpContext{}, fresh, x.t(), all);
+
+    QuantizedTensor seq = allocate_quantized(owner, Device::CPU, c.f, 96, 64, true, true);
+    QuantizeOptions fwd = all;
+    fwd.columnwise = false;
+    fwd.columnwise_amax = true;
+    quantize(OpContext{}, seq, x.t(), fwd);
+    EXPECT_EQ(bytes_of(seq.columnwise.amax), bytes_of(fresh.columnwise.amax)) << what << ": forward's columnwise amax";
+    EXPECT_EQ(bytes_of(seq.columnwise.data), std::vector<uint8_t>(seq.columnwise.data.bytes(), 0))
+        << what << ": columnwise_amax must not make the copy";
+    QuantizeOptions bwd = all;
+    bwd.rowwise = false;
+    bwd.amax_given = true;
+    quantize(OpContext{}, seq, x.t(), bwd);
+    expect_same_copy_bytes(seq.rowwise, fresh.rowwise, what + " rowwise");
+    expect_same_copy_bytes(seq.columnwise, fresh.columnwise, what + " columnwise");
+  }
+}
+
+// amax_given really takes the slot's value (it does not recompute): a tripled amax (not a power of
+// two, to which NVFP4's two-level scales are invariant) changes the NVFP4 and FP8 codes.
+TEST(OpsQuantize, AmaxGivenUsesTheSlotInsteadOfRecomputing) {
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3}) {
+    Mat x = random_bf16(32, 64, 502);
+    std::vector<Buffer> owner;
+    QuantizedTensor a = allocate_quantized(owner, Device::CPU, f, 32, 64, true, false);
+    QuantizedTensor b = allocate_quantized(owner, Device::CPU, f, 32, 64, true, false);
+    QuantizeOptions o;
+    o.format = f;
+    quantize(OpContext{}, a, x.t(), o);
+    b.rowwise.amax.f32()[0] = 3.0f * a.rowwise.amax.f32()[0];
+    o.amax_given = true;
+    quantize(OpContext{}, b, x.t(), o);
+    EXPECT_EQ(b.rowwise.amax.f32()[0], 3.0f * a.rowwise.amax.f32()[0]) << quant_format_name(f);
+    EXPECT_NE(bytes_of(a.rowwise.data), bytes_of(b.rowwise.data)) << quant_format_name(f);
+    b.rowwise.amax.f32()[0] = a.rowwise.amax.f32()[0];
+    quantize(OpContext{}, b, x.t(), o);
+    EXPECT_EQ(bytes_of(a.rowwise.data), bytes_of(b.rowwise.data)) << quant_format_name(f);
+  }
+}
+
+// The CPU reads its compact scales (GEMM emulation, dequantize, telemetry): it writes them whatever
+// compact_scales says.
+TEST(OpsQuantize, TheCpuAlwaysWritesCompactScales) {
+  Mat x = random_bf16(32, 64, 503);
+  std::vector<Buffer> owner;
+  QuantizedTensor a = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
+  QuantizedTensor b = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
+  QuantizeOptions o;
+  o.columnwise = true;
+  quantize(OpContext{}, a, x.t(), o);
+  o.compact_scales = false;
+  quantize(OpContext{}, b, x.t(), o);
+  expect_same_copy_bytes(a.rowwise, b.rowwise, "rowwise");
+  expect_same_copy_bytes(a.columnwise, b.columnwise, "columnwise");
+}
+
+// The one rule of native quantized GEMMs (backend/quantize.h), per architecture.
+TEST(OpsQuantize, NativeQuantizedGemmsPerArchitecture) {
+  for (int sm : {80, 86, 89, 90, 100, 103, 120, 121})
+    for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2})
+      EXPECT_EQ(quantized_gemm_native(f, sm), sm >= 89) << "fp8 sm_" << sm;
+  for (int sm : {80, 89, 90, 100, 103, 120, 121})
+    for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::MXFP8})
+      EXPECT_EQ(quantized_gemm_native(f, sm), sm == 100 || sm == 103) << quant_format_name(f) << " sm_" << sm;
+  EXPECT_EQ(kMinCudaSm, 80);
+  EXPECT_FALSE(quantized_gemm_native(QuantFormat::NVFP4, kPlanDefaultSm));  // the dry run plans the emulation
 }
 
 }  // namespace

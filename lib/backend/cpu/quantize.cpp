@@ -88,7 +88,7 @@ void pack_codes(uint8_t* dst, const uint8_t code[16]) {
 
 void quantize_nvfp4_copy(const QuantizedCopy& c, const Source& src, const QuantizeOptions& opt, uint32_t stream) {
   const int64_t R = c.rows, C = c.cols, nb = C / 16;
-  const float amax = source_amax(src, R, C);
+  const float amax = opt.amax_given ? c.amax.f32()[0] : source_amax(src, R, C);
   const float s_enc = num::nvfp4_global_encode_scale(amax);
   uint8_t* data = c.data.u8();
   uint8_t* scales = c.scales.u8();
@@ -141,7 +141,7 @@ void quantize_nvfp4_copy(const QuantizedCopy& c, const Source& src, const Quanti
 
 // ---- MXFP8 ---------------------------------------------------------------------------------------
 
-void quantize_mxfp8_copy(const QuantizedCopy& c, const Source& src) {
+void quantize_mxfp8_copy(const QuantizedCopy& c, const Source& src, const QuantizeOptions& opt) {
   const int64_t R = c.rows, C = c.cols, nb = C / 32;
   uint8_t* data = c.data.u8();
   uint8_t* scales = c.scales.u8();
@@ -155,17 +155,17 @@ void quantize_mxfp8_copy(const QuantizedCopy& c, const Source& src) {
       scales[r * nb + b] = e;
       for (int64_t k = 0; k < 32; ++k) data[r * C + b * 32 + k] = num::float_to_e4m3(src.at(r, b * 32 + k) * s);
     }
-  c.amax.f32()[0] = source_amax(src, R, C);
+  if (!opt.amax_given) c.amax.f32()[0] = source_amax(src, R, C);
   c.scale_inv.f32()[0] = 1.0f;
   swizzle_scales(c);
 }
 
 // ---- FP8 per-tensor (current scaling) ------------------------------------------------------------
 
-void quantize_fp8_copy(const QuantizedCopy& c, const Source& src, QuantFormat f) {
+void quantize_fp8_copy(const QuantizedCopy& c, const Source& src, QuantFormat f, const QuantizeOptions& opt) {
   const int64_t R = c.rows, C = c.cols;
   const bool e4m3 = f == QuantFormat::FP8_E4M3;
-  const float amax = source_amax(src, R, C);
+  const float amax = opt.amax_given ? c.amax.f32()[0] : source_amax(src, R, C);
   const float scale = num::fp8_current_scale(amax, e4m3 ? num::kE4M3Max : num::kE5M2Max);
   uint8_t* data = c.data.u8();
 #pragma omp parallel for schedule(static)
@@ -182,9 +182,9 @@ void quantize_copy(const QuantizedCopy& c, QuantFormat f, const Source& src, con
                    uint32_t stream) {
   switch (f) {
     case QuantFormat::NVFP4: return quantize_nvfp4_copy(c, src, opt, stream);
-    case QuantFormat::MXFP8: return quantize_mxfp8_copy(c, src);
+    case QuantFormat::MXFP8: return quantize_mxfp8_copy(c, src, opt);
     case QuantFormat::FP8_E4M3:
-    case QuantFormat::FP8_E5M2: return quantize_fp8_copy(c, src, f);
+    case QuantFormat::FP8_E5M2: return quantize_fp8_copy(c, src, f, opt);
   }
 }
 
@@ -301,6 +301,14 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
              q.columnwise.rows, q.columnwise.cols);
     quantize_copy(q.columnwise, opt.format, Source{x.f32(), cols, true, opt.rht_columnwise}, opt,
                   opt.stream_id + 1);
+  } else if (opt.columnwise_amax) {
+    // Only the amax the columnwise copy of this x will need (opt.amax_given in a later call).
+    PL_CHECK(q.has_columnwise && q.columnwise.rows == cols && q.columnwise.cols == rows,
+             "{}: x {} does not match the allocated columnwise copy [{}, {}] (the transpose)", op, x.shape_str(),
+             q.columnwise.rows, q.columnwise.cols);
+    PL_CHECK(!opt.rht_columnwise || rows % 16 == 0, "{}: RHT needs the row count of x {} to be a multiple of 16", op,
+             x.shape_str());
+    q.columnwise.amax.f32()[0] = source_amax(Source{x.f32(), cols, true, opt.rht_columnwise}, cols, rows);
   }
   if (opt.columnwise) q.columnwise_rht = opt.rht_columnwise;  // a rowwise-only call leaves the flag alone
 }
@@ -318,7 +326,9 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
 }
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat f, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b) {
+                    QuantFormat f, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
+                    bool fast_accumulation) {
+  (void)fast_accumulation;  // a cuBLASLt FP8 kernel option: the CPU always accumulates in FP32
   constexpr const char* op = "quantized_gemm";
   check_copy(op, a, f);
   check_copy(op, b, b.format);

@@ -6,6 +6,7 @@
 // TransformerEngine (common/gemm/cublaslt_gemm.cu) and PyTorch follow.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "backend/cuda/context.h"
 #include "backend/cuda/cuda_check.h"
@@ -37,38 +39,48 @@ const char* format_label(QuantFormat f) {
   return "?";
 }
 
-const char* execution_label(QuantFormat f, int sm) {
-  return quantized_gemm_execution(f, sm) == GemmExecution::Native ? "native (cuBLASLt"
-                                                                   : "emulated (dequantize to BF16 + BF16 GEMM";
-}
-
 }  // namespace
 
 GemmExecution quantized_gemm_execution(QuantFormat format, int sm) {
-  switch (format) {
-    case QuantFormat::NVFP4:
-    case QuantFormat::MXFP8: {
-      Context c;  // the one rule for block-scaled GEMMs: Context::native_fp4 (sm_100 / sm_103)
-      c.sm = sm;
-      return c.native_fp4() ? GemmExecution::Native : GemmExecution::Emulated;
-    }
-    case QuantFormat::FP8_E4M3:
-    case QuantFormat::FP8_E5M2:
-      // cuBLASLt FP8 needs compute capability 8.9 or newer (SPEC-GPU §2(b)).
-      return sm >= 89 ? GemmExecution::Native : GemmExecution::Emulated;
-  }
-  return GemmExecution::Emulated;
+  // The one rule (backend/quantize.h), also behind Context::native and the memory plan.
+  return quantized_gemm_native(format, sm) ? GemmExecution::Native : GemmExecution::Emulated;
 }
 
 std::string gemm_backend_description(QuantFormat format, int sm) {
-  return fmt::format("{} GEMMs {}, sm_{})", format_label(format), execution_label(format, sm), sm);
+  if (quantized_gemm_execution(format, sm) == GemmExecution::Emulated)
+    return fmt::format("{} GEMMs: emulated on sm_{} (exact dequantize to BF16 + BF16 GEMM)", format_label(format), sm);
+  return fmt::format("{} GEMMs: native on sm_{} (cuBLASLt, {})", format_label(format), sm,
+                     format == QuantFormat::NVFP4   ? "E2M1 with VEC16_UE4M3 block scales"
+                     : format == QuantFormat::MXFP8 ? "E4M3 with VEC32_UE8M0 block scales"
+                                                    : "per-tensor FP32 scales");
 }
 
 std::string gemm_backend_description(int sm) {
   std::string s = fmt::format("GEMMs on sm_{}: BF16 native (cuBLASLt)", sm);
   for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::MXFP8, QuantFormat::NVFP4})
-    s += fmt::format("; {} {})", format_label(f), execution_label(f, sm));
+    s += fmt::format("; {} {}", format_label(f),
+                     quantized_gemm_execution(f, sm) == GemmExecution::Native
+                         ? "native (cuBLASLt)"
+                         : "emulated (exact dequantize to BF16 + BF16 GEMM)");
   return s;
+}
+
+std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used, int sm) {
+  std::vector<std::string> lines{fmt::format("BF16 GEMMs: native on sm_{} (cuBLASLt, FP32 accumulation)", sm)};
+  std::vector<std::string> seen;  // FP8_E4M3 and FP8_E5M2 share one line
+  for (QuantFormat f : used) {
+    const std::string label = format_label(f);
+    if (std::find(seen.begin(), seen.end(), label) != seen.end()) continue;
+    seen.push_back(label);
+    lines.push_back(gemm_backend_description(f, sm));
+  }
+  return lines;
+}
+
+std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used) {
+  std::vector<std::string> lines = gemm_backend_lines(used, context().sm);
+  if (force_emulated_gemm()) lines.push_back("quantized GEMMs forced onto the emulated path (test hook)");
+  return lines;
 }
 
 std::string gemm_backend_description(Device device) {
@@ -167,41 +179,39 @@ uint32_t alignment_of(const void* p) {
   return al;
 }
 
-struct AlgoKey {
+struct PlanKey {
   int32_t transa, transb;
   int64_t m, n, k, lda, ldb, ldd;
   int32_t a_type, b_type, d_type, scale_mode;
-  bool device_pointers, a_scale, b_scale, quantized;
+  bool device_pointers, a_scale, b_scale, quantized, fast_accum;
   uint32_t align_a, align_b, align_d;
   auto tie() const {
     return std::tie(transa, transb, m, n, k, lda, ldb, ldd, a_type, b_type, d_type, scale_mode, device_pointers,
-                    a_scale, b_scale, quantized, align_a, align_b, align_d);
+                    a_scale, b_scale, quantized, fast_accum, align_a, align_b, align_d);
   }
-  bool operator<(const AlgoKey& o) const { return tie() < o.tie(); }
+  bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
-struct AlgoCache {
-  std::mutex mu;
-  std::map<AlgoKey, cublasLtMatmulAlgo_t> algos;
+// Everything cuBLASLt needs for one key, made once: the matmul descriptor (every attribute but the
+// scale pointers, which are written per call), the A, B and C/D layouts and the heuristic's
+// algorithm. Kept for the life of the process (a handful per model shape; never destroyed, as the
+// cuBLASLt handle they belong to is not).
+struct LtPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
+  cublasLtMatmulAlgo_t algo{};
 };
-AlgoCache& algo_cache() {
-  static AlgoCache c;
+
+struct PlanCache {
+  std::mutex mu;
+  std::map<PlanKey, LtPlan> plans;  // node-based: a plan's address is stable
+};
+PlanCache& plan_cache() {
+  static PlanCache c;
   return c;
 }
 
-// RAII owners of the per-call descriptors (host objects; creating them is cheap).
-struct MatmulDesc {
-  cublasLtMatmulDesc_t h = nullptr;
-  ~MatmulDesc() {
-    if (h) cublasLtMatmulDescDestroy(h);
-  }
-};
-struct Layout {
-  cublasLtMatrixLayout_t h = nullptr;
-  ~Layout() {
-    if (h) cublasLtMatrixLayoutDestroy(h);
-  }
-};
+// RAII owner of the preference, used only while a plan is made.
 struct Preference {
   cublasLtMatmulPreference_t h = nullptr;
   ~Preference() {
@@ -209,122 +219,155 @@ struct Preference {
   }
 };
 
+PlanKey key_of(const LtMatmul& g) {
+  return PlanKey{static_cast<int32_t>(g.transa),
+                 static_cast<int32_t>(g.transb),
+                 g.m,
+                 g.n,
+                 g.k,
+                 g.lda,
+                 g.ldb,
+                 g.ldd,
+                 static_cast<int32_t>(g.a_type),
+                 static_cast<int32_t>(g.b_type),
+                 static_cast<int32_t>(g.d_type),
+                 static_cast<int32_t>(g.scale_mode),
+                 g.alpha_device != nullptr,
+                 g.a_scale != nullptr,
+                 g.b_scale != nullptr,
+                 g.quantized_inputs,
+                 g.quantized_inputs && g.fast_accum,
+                 alignment_of(g.A),
+                 alignment_of(g.B),
+                 alignment_of(g.D)};
+}
+
+// Makes the plan of key k (the first call with it); chk checks every cuBLASLt status. On an error
+// the partly made plan is destroyed.
+template <class Check>
+LtPlan make_plan(const PlanKey& k, const LtMatmul& g, Check chk) {
+  Context& ctx = context();
+  struct Owner {  // destroys a partly made plan if a call below throws
+    LtPlan p;
+    bool keep = false;
+    ~Owner() {
+      if (keep) return;
+      if (p.desc) cublasLtMatmulDescDestroy(p.desc);
+      if (p.la) cublasLtMatrixLayoutDestroy(p.la);
+      if (p.lb) cublasLtMatrixLayoutDestroy(p.lb);
+      if (p.ld) cublasLtMatrixLayoutDestroy(p.ld);
+    }
+  } o;
+  LtPlan& p = o.p;
+  chk(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes, const char* name) {
+    chk(cublasLtMatmulDescSetAttribute(p.desc, attr, v, bytes), name);
+  };
+  set(CUBLASLT_MATMUL_DESC_TRANSA, &k.transa, sizeof k.transa, "cublasLtMatmulDescSetAttribute(TRANSA)");
+  set(CUBLASLT_MATMUL_DESC_TRANSB, &k.transb, sizeof k.transb, "cublasLtMatmulDescSetAttribute(TRANSB)");
+  const int32_t pointer_mode = k.device_pointers ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
+  set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &pointer_mode, sizeof pointer_mode,
+      "cublasLtMatmulDescSetAttribute(POINTER_MODE)");
+  if (k.quantized) {
+    // 0: split accumulation (FP32 promotion as the hardware allows); 1 only where the caller asks
+    // (FP8 fprop, as TE: see linear.cu).
+    const int8_t fast_accum = k.fast_accum ? 1 : 0;
+    set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum, "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
+  }
+  if (k.scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
+    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &k.scale_mode, sizeof k.scale_mode,
+        "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
+    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &k.scale_mode, sizeof k.scale_mode,
+        "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
+  }
+  // The scale pointers take part in the heuristic query; the call's own ones are written again
+  // before every launch.
+  if (g.a_scale) set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof g.a_scale,
+                     "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  if (g.b_scale) set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof g.b_scale,
+                     "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
+
+  // Layouts (column-major): op(A) is m x k, op(B) is k x n, C = D is m x n.
+  const bool an = g.transa == CUBLAS_OP_N, bn = g.transb == CUBLAS_OP_N;
+  chk(cublasLtMatrixLayoutCreate(&p.la, g.a_type, static_cast<uint64_t>(an ? g.m : g.k),
+                                 static_cast<uint64_t>(an ? g.k : g.m), g.lda),
+      "cublasLtMatrixLayoutCreate(A)");
+  chk(cublasLtMatrixLayoutCreate(&p.lb, g.b_type, static_cast<uint64_t>(bn ? g.k : g.n),
+                                 static_cast<uint64_t>(bn ? g.n : g.k), g.ldb),
+      "cublasLtMatrixLayoutCreate(B)");
+  chk(cublasLtMatrixLayoutCreate(&p.ld, g.d_type, static_cast<uint64_t>(g.m), static_cast<uint64_t>(g.n), g.ldd),
+      "cublasLtMatrixLayoutCreate(C/D)");
+
+  Preference pref;
+  chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = ctx.workspace_bytes;
+  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+      "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  const uint32_t aligns[3] = {k.align_a, k.align_b, k.align_d};
+  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aligns[0],
+                                           sizeof aligns[0]),
+      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
+  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &aligns[1],
+                                           sizeof aligns[1]),
+      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
+  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aligns[2],
+                                           sizeof aligns[2]),
+      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
+  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aligns[2],
+                                           sizeof aligns[2]),
+      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  chk(cublasLtMatmulAlgoGetHeuristic(ctx.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
+      "cublasLtMatmulAlgoGetHeuristic");
+  if (returned == 0) chk(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic returned no algorithm");
+  chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
+  p.algo = result.algo;
+  o.keep = true;
+  return p;
+}
+
 }  // namespace
+
+size_t lt_plan_count() {
+  PlanCache& cache = plan_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  return cache.plans.size();
+}
 
 void lt_matmul(const LtMatmul& g) {
   Context& ctx = context();
   const GemmScalars& scalars = gemm_scalars();
-  const std::string what = describe(g);
-  auto chk = [&](cublasStatus_t st, const char* call) { check(st, g.op, std::string(call) + ": " + what); };
-
-  MatmulDesc desc;
-  chk(cublasLtMatmulDescCreate(&desc.h, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-  auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* v, size_t bytes, const char* name) {
-    chk(cublasLtMatmulDescSetAttribute(desc.h, attr, v, bytes), name);
+  // The message (shapes, cuBLASLt view) is formatted only when a call fails.
+  auto chk = [&](cublasStatus_t st, const char* call) {
+    if (st != CUBLAS_STATUS_SUCCESS) check(st, g.op, std::string(call) + ": " + describe(g));
   };
-  const int32_t transa = g.transa, transb = g.transb;
-  set(CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa, "cublasLtMatmulDescSetAttribute(TRANSA)");
-  set(CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb, "cublasLtMatmulDescSetAttribute(TRANSB)");
-  const int32_t pointer_mode = g.alpha_device ? CUBLASLT_POINTER_MODE_DEVICE : CUBLASLT_POINTER_MODE_HOST;
-  set(CUBLASLT_MATMUL_DESC_POINTER_MODE, &pointer_mode, sizeof pointer_mode,
-      "cublasLtMatmulDescSetAttribute(POINTER_MODE)");
-  if (g.quantized_inputs) {
-    const int8_t fast_accum = 0;  // split accumulation: FP32 promotion as the hardware allows (TE's default for FP8 backward)
-    set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof fast_accum, "cublasLtMatmulDescSetAttribute(FAST_ACCUM)");
-  }
-  if (g.scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) {
-    const int32_t mode = g.scale_mode;
-    set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode, "cublasLtMatmulDescSetAttribute(A_SCALE_MODE)");
-    set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode, "cublasLtMatmulDescSetAttribute(B_SCALE_MODE)");
-  }
-  if (g.a_scale) {
-    const void* p = g.a_scale;
-    set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p, sizeof p, "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
-  }
-  if (g.b_scale) {
-    const void* p = g.b_scale;
-    set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p, sizeof p, "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
-  }
-
-  // Layouts (column-major): op(A) is m x k, op(B) is k x n, C = D is m x n.
-  Layout la, lb, ld;
-  const bool an = g.transa == CUBLAS_OP_N, bn = g.transb == CUBLAS_OP_N;
-  chk(cublasLtMatrixLayoutCreate(&la.h, g.a_type, static_cast<uint64_t>(an ? g.m : g.k),
-                                 static_cast<uint64_t>(an ? g.k : g.m), g.lda),
-      "cublasLtMatrixLayoutCreate(A)");
-  chk(cublasLtMatrixLayoutCreate(&lb.h, g.b_type, static_cast<uint64_t>(bn ? g.k : g.n),
-                                 static_cast<uint64_t>(bn ? g.n : g.k), g.ldb),
-      "cublasLtMatrixLayoutCreate(B)");
-  chk(cublasLtMatrixLayoutCreate(&ld.h, g.d_type, static_cast<uint64_t>(g.m), static_cast<uint64_t>(g.n), g.ldd),
-      "cublasLtMatrixLayoutCreate(C/D)");
-
-  AlgoKey key{transa,
-              transb,
-              g.m,
-              g.n,
-              g.k,
-              g.lda,
-              g.ldb,
-              g.ldd,
-              static_cast<int32_t>(g.a_type),
-              static_cast<int32_t>(g.b_type),
-              static_cast<int32_t>(g.d_type),
-              static_cast<int32_t>(g.scale_mode),
-              g.alpha_device != nullptr,
-              g.a_scale != nullptr,
-              g.b_scale != nullptr,
-              g.quantized_inputs,
-              alignment_of(g.A),
-              alignment_of(g.B),
-              alignment_of(g.D)};
-  cublasLtMatmulAlgo_t algo{};
-  {
-    AlgoCache& cache = algo_cache();
-    std::lock_guard<std::mutex> lock(cache.mu);
-    auto it = cache.algos.find(key);
-    if (it != cache.algos.end()) {
-      algo = it->second;
-    } else {
-      Preference pref;
-      chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
-      const uint64_t ws = ctx.workspace_bytes;
-      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-          "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
-      const uint32_t aligns[3] = {key.align_a, key.align_b, key.align_d};
-      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aligns[0],
-                                               sizeof aligns[0]),
-          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
-      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &aligns[1],
-                                               sizeof aligns[1]),
-          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
-      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aligns[2],
-                                               sizeof aligns[2]),
-          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
-      chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aligns[2],
-                                               sizeof aligns[2]),
-          "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
-      cublasLtMatmulHeuristicResult_t result{};
-      int returned = 0;
-      chk(cublasLtMatmulAlgoGetHeuristic(ctx.lt, desc.h, la.h, lb.h, ld.h, ld.h, pref.h, 1, &result, &returned),
-          "cublasLtMatmulAlgoGetHeuristic");
-      if (returned == 0) check(CUBLAS_STATUS_NOT_SUPPORTED, g.op, "cublasLtMatmulAlgoGetHeuristic returned no algorithm: " + what);
-      chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
-      algo = result.algo;
-      cache.algos.emplace(key, algo);
-    }
-  }
+  const PlanKey key = key_of(g);
+  PlanCache& cache = plan_cache();
+  // Held through the launch: the cached descriptor is written (scale pointers) and read by it.
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto it = cache.plans.find(key);
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(key, g, chk)).first;
+  const LtPlan& p = it->second;
+  if (g.a_scale)
+    chk(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof g.a_scale),
+        "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
+  if (g.b_scale)
+    chk(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &g.b_scale, sizeof g.b_scale),
+        "cublasLtMatmulDescSetAttribute(B_SCALE_POINTER)");
 
   const float beta_host = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = g.alpha_device ? static_cast<const void*>(g.alpha_device) : &g.alpha_host;
   const void* beta = g.alpha_device ? static_cast<const void*>(g.accumulate ? scalars.one : scalars.zero)
                                     : static_cast<const void*>(&beta_host);
-  chk(cublasLtMatmul(ctx.lt, desc.h, alpha, g.A, la.h, g.B, lb.h, beta, g.D, ld.h, g.D, ld.h, &algo, ctx.workspace,
+  chk(cublasLtMatmul(ctx.lt, p.desc, alpha, g.A, p.la, g.B, p.lb, beta, g.D, p.ld, g.D, p.ld, &p.algo, ctx.workspace,
                      ctx.workspace_bytes, /*stream=*/0),
       "cublasLtMatmul");
 }
 
 void prepare_device_state() {
-  (void)context();
+  (void)context();  // rejects GPUs older than sm_80 (context.cpp)
+  check_kernel_image();
   (void)gemm_scalars();
 }
 

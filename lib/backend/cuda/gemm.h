@@ -3,15 +3,16 @@
 // Plain C++ (no CUDA header), so apps and tests include it; it exists only in CUDA builds
 // (PL_WITH_CUDA).
 //
-//   BF16 linear GEMMs             cuBLASLt BF16 x BF16, FP32 accumulate, every GPU
+//   BF16 linear GEMMs             cuBLASLt BF16 x BF16, FP32 accumulate, every GPU (sm_80 and newer)
 //   FP8 per-tensor (E4M3/E5M2)    cuBLASLt FP8 (scalar FP32 scales), native on sm_89 and newer
 //   MXFP8, NVFP4                  cuBLASLt block-scaled GEMMs, native on sm_100 / sm_103
-//                                 (pl::cuda::Context::native_fp4); elsewhere (sm_90) EMULATED: each
-//                                 operand is dequantized exactly into BF16 and multiplied by a BF16
-//                                 cuBLASLt GEMM with the same alpha — the numbers of the native path
-//                                 up to the FP32 summation order, slower.
+//   (the rule: backend/quantize.h quantized_gemm_native, asked through Context::native); elsewhere
+//   EMULATED: each operand is dequantized exactly into BF16 and multiplied by a BF16 cuBLASLt GEMM
+//   with the same alpha — the numbers of the native path up to the FP32 summation order, slower.
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/quantize.h"
 #include "core/tensor.h"
@@ -24,9 +25,15 @@ enum class GemmExecution : uint8_t { Native, Emulated };
 // 100, 103). FP8_E4M3 and FP8_E5M2 share one answer. Pure: no device needed.
 GemmExecution quantized_gemm_execution(QuantFormat format, int sm);
 
-// One line per format, e.g. "NVFP4 GEMMs native (cuBLASLt, sm_100)" or
-// "NVFP4 GEMMs emulated (dequantize to BF16 + BF16 GEMM, sm_90)". Pure.
+// One line per format, e.g. "NVFP4 GEMMs: native on sm_100 (cuBLASLt, E2M1 with VEC16_UE4M3 block
+// scales)" or "NVFP4 GEMMs: emulated on sm_90 (exact dequantize to BF16 + BF16 GEMM)". Pure.
 std::string gemm_backend_description(QuantFormat format, int sm);
+// The banner: "BF16 GEMMs: native on sm_N (...)" then one gemm_backend_description line per format
+// in `used` (FP8_E4M3 and FP8_E5M2 give one "FP8" line). Pure.
+std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used, int sm);
+// The same for the current GPU (pl::cuda::context(), so it needs one), plus a line when the test
+// hook below forces the emulated path.
+std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used);
 // All formats in one line: "GEMMs on sm_90: BF16 native (cuBLASLt); FP8 native (cuBLASLt); MXFP8
 // emulated (dequantize to BF16 + BF16 GEMM); NVFP4 emulated (dequantize to BF16 + BF16 GEMM)". Pure.
 std::string gemm_backend_description(int sm);
@@ -35,8 +42,23 @@ std::string gemm_backend_description(int sm);
 std::string gemm_backend_description(Device device);
 
 // Creates the CUDA context (cuBLASLt and cuDNN handles, workspace) and the GEMM's device scalars
-// now, before the training loop, so the loop allocates nothing. Needs a GPU.
+// now, before the training loop, so the loop allocates nothing. Needs a GPU. Fails with one line on
+// a GPU older than sm_80 (context creation) or one this build has no device code for
+// (check_kernel_image).
 void prepare_device_state();
+// Throws a one-line error naming the GPU's sm_ and this build's CUDA architectures when the build
+// holds no kernel image (SASS or JIT-able PTX) for the current GPU. Needs a GPU.
+void check_kernel_image();
+
+// The compute capability of the GPU whose context this process has created, or 0 before that (never
+// creates one; backend/quantize.h opened_gpu_sm).
+int opened_context_sm();
+// The same, creating the context first if needed (needs a GPU).
+int current_context_sm();
+
+// Test hook: the cuBLASLt plans (descriptor, layouts, algorithm) made so far; a GEMM whose key was
+// seen before adds none (gemm_lt.h).
+size_t lt_plan_count();
 
 // Test hook: when true, every quantized GEMM (FP8, MXFP8, NVFP4) takes the emulated path even where
 // the native one exists, so one GPU checks both paths. Off by default.

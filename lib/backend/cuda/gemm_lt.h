@@ -37,16 +37,20 @@ struct LtMatmul {
   cublasLtMatmulMatrixScale_t scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
   const void* a_scale = nullptr;
   const void* b_scale = nullptr;
-  bool quantized_inputs = false;  // FP8/FP4 operands: FAST_ACCUM is set to 0 explicitly
+  bool quantized_inputs = false;  // FP8/FP4 operands: FAST_ACCUM is written (fast_accum, else 0)
+  bool fast_accum = false;        // CUBLASLT_MATMUL_DESC_FAST_ACCUM = 1 (FP8 operands only)
   // alpha: a device float (then POINTER_MODE_DEVICE, and beta comes from the device constants
   // below) or, when nullptr, the host value alpha_host (POINTER_MODE_HOST).
   const float* alpha_device = nullptr;
   float alpha_host = 1.0f;
 };
 
-// Runs it on the default stream with context().workspace. The algorithm comes from
-// cublasLtMatmulAlgoGetHeuristic once per (shape, types, layouts, scale mode, pointer mode,
-// operand alignments) and is cached. Every cuBLASLt call is checked (op, shapes, status).
+// Runs it on the default stream with context().workspace. The matmul descriptor, the three layouts
+// and the algorithm (cublasLtMatmulAlgoGetHeuristic) are made once per (shape, types, layouts,
+// transposes, scale mode, pointer mode, FAST_ACCUM, operand alignments) and cached for the process;
+// a later call with that key only writes its scale pointers into the cached descriptor (host
+// memory) and launches: no descriptor is created or destroyed in steady state. Every cuBLASLt call
+// is checked (op, shapes, status); the message is built only on failure.
 void lt_matmul(const LtMatmul& g);
 
 // Device scalars allocated once per process (no allocation per call): a slot the GEMM alpha is

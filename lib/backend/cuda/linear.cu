@@ -22,14 +22,16 @@
 //     MXFP8  native  A/B e4m3, VEC32_UE8M0, swizzled UE8M0 scales of b / a, alpha 1 (host), beta 0/1
 //     FP8    native  A/B e4m3 or e5m2 (never both e5m2), SCALAR_32F, A/B_SCALE_POINTER = scale_inv of
 //                    b / a (device F32), alpha 1 (host), beta 0/1
-//     emulated: NVFP4/MXFP8 without a native block-scaled GEMM (sm_90), FP8 below sm_89, and every
-//                    format under set_force_emulated_gemm(true) (gemm.h, a test hook): each copy
-//                    is dequantized (block scale included, global scale not) into BF16 in the scratch
+//     emulated: where Context::native(format) is false (backend/quantize.h quantized_gemm_native:
+//                    NVFP4/MXFP8 off sm_100/103, FP8 below sm_89), and every format under
+//                    set_force_emulated_gemm(true) (gemm.h, a test hook): each copy is dequantized
+//                    (block scale from the swizzled array, global scale not) into BF16 in the scratch
 //                    buffers, then TN BF16 x BF16 with the same alpha as a device pointer (NVFP4: the
 //                    amax formula; FP8: scale_inv_a·scale_inv_b; MXFP8: the device constant 1).
 //     D (and C) = y: bf16 or f32 — LinearLayer passes bf16 with accumulate=false (y, dx) and f32 with
 //     accumulate=true (dw); both dtypes work either way.
-//   FAST_ACCUM = 0 for the quantized GEMMs (default, written out).
+//   FAST_ACCUM = 1 for native FP8/MXFP8 fprop GEMMs (quantized_gemm's fast_accumulation, as TE), 0 for
+//   every other quantized GEMM (written out).
 //
 // Exactness of the emulation (DESIGN "A quantized linear layer"): an E2M1 value (2 significant bits,
 // 0.5..6) times an E4M3 scale (4 significant bits, 2^-9..448) has at most 6 significant bits and lies
@@ -86,16 +88,20 @@ __device__ __forceinline__ uint16_t to_bf16_counted(float v, unsigned long long*
   return h;
 }
 
+// The block scales are read from the swizzled array (the bytes the native GEMM reads; the compact
+// copy is not written on the GPU's training path): scale[r][b] = swz[swizzled_scale_offset(r, b, pc)],
+// pc = roundup(cols/block, 4).
+
 // NVFP4: one thread per code byte (elements 2j, 2j+1 of a row share a 16-block), writing both BF16
 // values as one 32-bit store. out[r*cols + k] = e2m1(code) · e4m3(scale[r][k/16]), as the CPU's
 // block_values; the global scale stays in alpha.
-__global__ void dequantize_nvfp4_bf16_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows, int64_t cols,
+__global__ void dequantize_nvfp4_bf16_kernel(const uint8_t* codes, const uint8_t* swz, int64_t rows, int64_t cols,
                                              uint32_t* out, unsigned long long* inexact) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t half = cols / 2;
   if (i >= rows * half) return;
   const int64_t r = i / half, k = 2 * (i % half);
-  const float s = num::e4m3_to_float(scales[r * (cols / 16) + k / 16]);
+  const float s = num::e4m3_to_float(swz[num::swizzled_scale_offset(r, k / 16, num::padded_scale_cols(cols / 16))]);
   const uint8_t byte = codes[i];
   const uint16_t lo = to_bf16_counted(num::e2m1_to_float(byte & 0xFu) * s, inexact);
   const uint16_t hi = to_bf16_counted(num::e2m1_to_float(static_cast<uint8_t>(byte >> 4)) * s, inexact);
@@ -104,14 +110,14 @@ __global__ void dequantize_nvfp4_bf16_kernel(const uint8_t* codes, const uint8_t
 
 // MXFP8 (scales != nullptr: e4m3(code) · ue8m0(scale[r][k/32])) and FP8 per tensor (e4m3 or e5m2
 // code alone; scale_inv stays in alpha). One thread per element.
-__global__ void dequantize_fp8_bf16_kernel(const uint8_t* codes, const uint8_t* scales, bool e5m2, int64_t rows,
+__global__ void dequantize_fp8_bf16_kernel(const uint8_t* codes, const uint8_t* swz, bool e5m2, int64_t rows,
                                            int64_t cols, uint16_t* out, unsigned long long* inexact) {
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   float v = e5m2 ? num::e5m2_to_float(codes[i]) : num::e4m3_to_float(codes[i]);
-  if (scales != nullptr) {
+  if (swz != nullptr) {
     const int64_t r = i / cols, k = i % cols;
-    v = v * num::ue8m0_to_float(scales[r * (cols / 32) + k / 32]);
+    v = v * num::ue8m0_to_float(swz[num::swizzled_scale_offset(r, k / 32, num::padded_scale_cols(cols / 32))]);
   }
   out[i] = to_bf16_counted(v, inexact);
 }
@@ -175,10 +181,10 @@ void dequantize_to_bf16(const char* op, const QuantizedCopy& c, void* out) {
                                        c.cols);
   if (c.format == QuantFormat::NVFP4) {
     dequantize_nvfp4_bf16_kernel<<<grid_for(n / 2, kThreads), kThreads>>>(
-        c.data.ptr<const uint8_t>(), c.scales.ptr<const uint8_t>(), c.rows, c.cols, static_cast<uint32_t*>(out),
-        s.inexact);
+        c.data.ptr<const uint8_t>(), c.scales_swizzled.ptr<const uint8_t>(), c.rows, c.cols,
+        static_cast<uint32_t*>(out), s.inexact);
   } else {
-    const uint8_t* scales = c.format == QuantFormat::MXFP8 ? c.scales.ptr<const uint8_t>() : nullptr;
+    const uint8_t* scales = c.format == QuantFormat::MXFP8 ? c.scales_swizzled.ptr<const uint8_t>() : nullptr;
     dequantize_fp8_bf16_kernel<<<grid_for(n, kThreads), kThreads>>>(c.data.ptr<const uint8_t>(), scales,
                                                                      c.format == QuantFormat::FP8_E5M2, c.rows,
                                                                      c.cols, static_cast<uint16_t*>(out), s.inexact);
@@ -187,6 +193,29 @@ void dequantize_to_bf16(const char* op, const QuantizedCopy& c, void* out) {
 }
 
 }  // namespace
+
+// ---- the build's device code against the GPU -----------------------------------------------------
+
+#define PL_STRINGIFY2(...) #__VA_ARGS__
+#define PL_STRINGIFY(...) PL_STRINGIFY2(__VA_ARGS__)
+
+void check_kernel_image() {
+  const Context& dev = context();
+  cudaFuncAttributes attr{};
+  const cudaError_t st = cudaFuncGetAttributes(&attr, gemm_alpha_kernel);
+  if (st == cudaSuccess) return;
+  (void)cudaGetLastError();  // clear the sticky launch-less error
+#if defined(__CUDA_ARCH_LIST__)
+  const std::string built = PL_STRINGIFY(__CUDA_ARCH_LIST__);  // nvcc: e.g. "800,890,900,1000"
+#else
+  const std::string built = "unknown";
+#endif
+  if (st == cudaErrorNoKernelImageForDevice || st == cudaErrorInvalidDeviceFunction)
+    throw_error(fmt::format("GPU {} ({}, sm_{}) has no device code in this build (compiled for __CUDA_ARCH_LIST__ "
+                            "{}, no PTX it can JIT): rebuild with -DCMAKE_CUDA_ARCHITECTURES={}",
+                            dev.device, dev.name, dev.sm, built, dev.sm));
+  check(st, "check_kernel_image", fmt::format("cudaFuncGetAttributes on sm_{} (built for {})", dev.sm, built));
+}
 
 // ---- BF16 linear layers ------------------------------------------------------------------------------
 
@@ -289,7 +318,8 @@ void linear_backward_weight(const OpContext& ctx, const Tensor& dw, const Tensor
 // ---- quantized GEMM ------------------------------------------------------------------------------------
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat f, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b) {
+                    QuantFormat f, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
+                    bool fast_accumulation) {
   (void)ctx;  // round_bf16: a BF16 y is rounded by cuBLASLt
   constexpr const char* op = "quantized_gemm";
   check_copy(op, "a", a, f);
@@ -319,7 +349,7 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
 
   const Context& dev = context();
   const GemmScalars& s = gemm_scalars();
-  const bool native = quantized_gemm_execution(f, dev.sm) == GemmExecution::Native && !force_emulated_gemm();
+  const bool native = dev.native(f) && !force_emulated_gemm();
 
   LtMatmul g;
   g.op = op;
@@ -342,6 +372,13 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
     g.a_type = lt_code_type(b.format);
     g.b_type = lt_code_type(a.format);
     g.quantized_inputs = true;
+    // FAST_ACCUM as Transformer Engine sets it: on for FP8 operands (per tensor and MXFP8) in the
+    // forward GEMM only (the caller's fast_accumulation, LinearLayer's fprop: TE's recipe
+    // Float8CurrentScaling has fp8_gemm_fprop use_split_accumulator=False, dgrad/wgrad True; the
+    // MXFP8 recipe takes module/base.py's _2X_ACC_FPROP=False, _2X_ACC_DGRAD=_2X_ACC_WGRAD=True), never
+    // for FP4 (common/gemm/cublaslt_gemm.cu: fastAccuMode = use_split_accumulator ? 0 : use_fp8, "Fast
+    // accumulation is only supported for FP8"). TransformerEngine commit d0067d0.
+    g.fast_accum = fast_accumulation && f != QuantFormat::NVFP4;
     if (f == QuantFormat::NVFP4) {
       g.scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC16_UE4M3;
       g.a_scale = b.scales_swizzled.data;
@@ -360,12 +397,14 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
     return lt_matmul(g);
   }
 
-  // Emulated: exact BF16 block values in the scratch buffers (F32 tensors of >= rows*cols elements,
-  // whose memory is reused as rows*cols BF16 values), then a BF16 GEMM with the same alpha.
-  PL_CHECK(scratch_a.device == Device::CUDA && scratch_b.device == Device::CUDA && scratch_a.dtype == DType::F32 &&
-               scratch_b.dtype == DType::F32 && scratch_a.numel() >= M * K && scratch_b.numel() >= N * K,
-           "{}: scratch {} / {} must be f32 cuda tensors of at least {} / {} elements (A [{}, {}], B [{}, {}])", op,
-           scratch_a.shape_str(), scratch_b.shape_str(), M * K, N * K, M, K, N, K);
+  // Emulated: exact BF16 block values in the scratch buffers (cuda tensors of any dtype with room for
+  // rows*cols BF16 values), then a BF16 GEMM with the same alpha.
+  PL_CHECK(scratch_a.device == Device::CUDA && scratch_b.device == Device::CUDA && scratch_a.data != nullptr &&
+               scratch_b.data != nullptr && scratch_a.bytes() >= static_cast<size_t>(M * K) * 2 &&
+               scratch_b.bytes() >= static_cast<size_t>(N * K) * 2,
+           "{}: {}: the emulated path needs cuda scratch of at least {} / {} bytes (A [{}, {}], B [{}, {}] as bf16), "
+           "got {} / {}",
+           op, what, M * K * 2, N * K * 2, M, K, N, K, scratch_a.shape_str(), scratch_b.shape_str());
   {
     const auto pa = reinterpret_cast<uintptr_t>(scratch_a.data), pb = reinterpret_cast<uintptr_t>(scratch_b.data);
     const auto ea = pa + static_cast<uintptr_t>(M * K) * 2, eb = pb + static_cast<uintptr_t>(N * K) * 2;

@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---- NVFP4 encode pass -----------------------------------------------------------------------------
 struct Nvfp4Out {  // one copy; data == nullptr when the copy is not requested
   uint8_t* data = nullptr;      // [rows, cols/2]
-  uint8_t* scales = nullptr;    // [rows, cols/16]
+  uint8_t* scales = nullptr;    // [rows, cols/16]; nullptr: compact scales not written
   uint8_t* swizzled = nullptr;  // 128x4 tiles, padding zeroed beforehand
   const float* amax = nullptr;  // written by the amax pass
   float* scale_inv = nullptr;
@@ -128,7 +128,7 @@ __device__ __forceinline__ void nvfp4_encode_block(const Nvfp4Out& o, const floa
   uint8_t packed[8];
   for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
   qk::store_bytes(o.data + row * (nb * 8) + blk * 8, packed);
-  o.scales[row * nb + blk] = sc;
+  if (o.scales != nullptr) o.scales[row * nb + blk] = sc;
   o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = sc;
 }
 
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restr
 // ---- MXFP8 encode pass (amax fused) ----------------------------------------------------------------
 struct Mxfp8Out {
   uint8_t* data = nullptr;  // [rows, cols]; nullptr when not requested
-  uint8_t* scales = nullptr;
+  uint8_t* scales = nullptr;  // nullptr: compact scales not written
   uint8_t* swizzled = nullptr;
   float* amax = nullptr;  // +0 on entry, reduced here
   float* scale_inv = nullptr;
@@ -193,6 +193,7 @@ struct Mxfp8Out {
 struct Mxfp8Args {
   int64_t rows = 0, cols = 0, tiles_c = 0;
   Mxfp8Out row, col;
+  float* col_amax_only = nullptr;  // columnwise_amax without the columnwise copy: +0 on entry
 };
 
 // One 32-block as the CPU's quantize_mxfp8_copy; returns the block amax.
@@ -205,7 +206,7 @@ __device__ __forceinline__ float mxfp8_encode_block(const Mxfp8Out& o, const flo
   uint8_t code[32];
   for (int k = 0; k < 32; ++k) code[k] = num::float_to_e4m3(v[k] * es);
   qk::store_bytes(o.data + row * (nb * 32) + blk * 32, code);
-  o.scales[row * nb + blk] = e;
+  if (o.scales != nullptr) o.scales[row * nb + blk] = e;
   o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = e;
   return bamax;
 }
@@ -242,6 +243,7 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   if (t == 0) {
     if (a.row.data != nullptr) qk::atomic_max_nonneg(a.row.amax, m);
     if (a.col.data != nullptr) qk::atomic_max_nonneg(a.col.amax, m);
+    if (a.col_amax_only != nullptr) qk::atomic_max_nonneg(a.col_amax_only, m);
     if (tile == 0) {
       if (a.row.data != nullptr) *a.row.scale_inv = 1.0f;
       if (a.col.data != nullptr) *a.col.scale_inv = 1.0f;
@@ -368,14 +370,14 @@ void quantize_nvfp4(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
   a.rows = R;
   a.cols = C;
   a.block_2d = opt.block_2d;
-  a.rht = opt.columnwise && opt.rht_columnwise;
+  a.rht = opt.columnwise && opt.rht_columnwise;  // the encode pass RHTs only a copy it makes
   a.sr = opt.stochastic;
   a.seed = opt.seed;
   a.counter = opt.counter;
-  auto out = [](const QuantizedCopy& c, uint32_t stream) {
+  auto out = [&](const QuantizedCopy& c, uint32_t stream) {
     Nvfp4Out o;
     o.data = c.data.ptr<uint8_t>();
-    o.scales = c.scales.ptr<uint8_t>();
+    o.scales = opt.compact_scales ? c.scales.ptr<uint8_t>() : nullptr;
     o.swizzled = c.scales_swizzled.ptr<uint8_t>();
     o.amax = c.amax.ptr<float>();
     o.scale_inv = c.scale_inv.ptr<float>();
@@ -386,22 +388,30 @@ void quantize_nvfp4(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
   float* plain0 = nullptr;
   float* plain1 = nullptr;
   float* rht = nullptr;
+  // Amax slots to compute: those of the requested copies unless given, and the columnwise one alone
+  // for columnwise_amax (post-RHT when rht_columnwise).
+  const bool col_amax = opt.columnwise ? !opt.amax_given : opt.columnwise_amax;
   if (opt.rowwise) {
     a.row = out(q.rowwise, opt.stream_id);
-    plain0 = q.rowwise.amax.ptr<float>();
-    zero(plain0, 4, what + " rowwise amax");
+    if (!opt.amax_given) {
+      plain0 = q.rowwise.amax.ptr<float>();
+      zero(plain0, 4, what + " rowwise amax");
+    }
     zero_swizzle_padding(q.rowwise, 16, what + " rowwise");
   }
   if (opt.columnwise) {
     a.col = out(q.columnwise, opt.stream_id + 1);
-    if (a.rht)
+    zero_swizzle_padding(q.columnwise, 16, what + " columnwise");
+  }
+  if (col_amax) {
+    if (opt.rht_columnwise)
       rht = q.columnwise.amax.ptr<float>();
     else
       plain1 = q.columnwise.amax.ptr<float>();
     zero(q.columnwise.amax.data, 4, what + " columnwise amax");
-    zero_swizzle_padding(q.columnwise, 16, what + " columnwise");
   }
-  launch_amax(x, R, C, plain0, plain1, rht, what);
+  if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) launch_amax(x, R, C, plain0, plain1, rht, what);
+  if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
   nvfp4_encode_kernel<T><<<grid, kThreads>>>(x, a);
   check_launch("quantize: nvfp4_encode_kernel", what);
@@ -416,7 +426,7 @@ void quantize_mxfp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
   auto out = [&](const QuantizedCopy& c, const char* which) {
     Mxfp8Out o;
     o.data = c.data.ptr<uint8_t>();
-    o.scales = c.scales.ptr<uint8_t>();
+    o.scales = opt.compact_scales ? c.scales.ptr<uint8_t>() : nullptr;
     o.swizzled = c.scales_swizzled.ptr<uint8_t>();
     o.amax = c.amax.ptr<float>();
     o.scale_inv = c.scale_inv.ptr<float>();
@@ -425,8 +435,17 @@ void quantize_mxfp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
     zero_swizzle_padding(c, 32, what + " " + which);
     return o;
   };
+  // MXFP8's amax (telemetry only: the scales are per block) is reduced by the encode pass whether or
+  // not opt.amax_given; columnwise_amax alone rides on the rowwise pass (the row blocks of a tile
+  // cover all of it), or on an amax pass when no copy is made.
   if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
   if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
+  if (!opt.columnwise && opt.columnwise_amax) {
+    zero(q.columnwise.amax.data, 4, what + " columnwise amax");
+    if (!opt.rowwise) return launch_amax(x, R, C, nullptr, q.columnwise.amax.ptr<float>(), nullptr, what);
+    a.col_amax_only = q.columnwise.amax.ptr<float>();
+  }
+  if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
   mxfp8_encode_kernel<T><<<grid, kThreads>>>(x, a);
   check_launch("quantize: mxfp8_encode_kernel", what);
@@ -444,13 +463,17 @@ void quantize_fp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const Qu
     o.data = c.data.ptr<uint8_t>();
     o.amax = c.amax.ptr<float>();
     o.scale_inv = c.scale_inv.ptr<float>();
-    zero(c.amax.data, 4, what + " " + which + " amax");
     return o;
   };
   if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
   if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
-  launch_amax(x, R, C, opt.rowwise ? q.rowwise.amax.ptr<float>() : nullptr,
-              opt.columnwise ? q.columnwise.amax.ptr<float>() : nullptr, nullptr, what);
+  // The columnwise copy holds the same values as the rowwise one: one plain amax serves both.
+  float* plain0 = opt.rowwise && !opt.amax_given ? q.rowwise.amax.ptr<float>() : nullptr;
+  float* plain1 = (opt.columnwise ? !opt.amax_given : opt.columnwise_amax) ? q.columnwise.amax.ptr<float>() : nullptr;
+  if (plain0 != nullptr) zero(plain0, 4, what + " rowwise amax");
+  if (plain1 != nullptr) zero(plain1, 4, what + " columnwise amax");
+  if (plain0 != nullptr || plain1 != nullptr) launch_amax(x, R, C, plain0, plain1, nullptr, what);
+  if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
   fp8_encode_kernel<T><<<grid, kThreads>>>(x, a);
   check_launch("quantize: fp8_encode_kernel", what);
@@ -499,15 +522,24 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
     require(rows % blk == 0, "columnwise copy: rows " + std::to_string(rows) + " is not a multiple of " +
                                  std::to_string(blk));
   }
+  if (opt.columnwise_amax && !opt.columnwise) {
+    require(q.has_columnwise && q.columnwise.rows == cols && q.columnwise.cols == rows &&
+                q.columnwise.amax.data != nullptr && q.columnwise.amax.device == Device::CUDA,
+            "x " + x.shape_str() + " does not match the allocated columnwise copy " + copy_shape(q.columnwise) +
+                " whose amax columnwise_amax asks for");
+    require(!opt.rht_columnwise || rows % 16 == 0,
+            "RHT amax: the row count of x " + x.shape_str() + " must be a multiple of 16");
+  }
   if (opt.block_2d && (opt.rowwise || opt.columnwise))
     require(rows % 16 == 0 && cols % 16 == 0,
             "nvfp4 16x16 blocks: x " + x.shape_str() + " must have rows and cols that are multiples of 16");
   if (opt.columnwise) q.columnwise_rht = opt.rht_columnwise;  // a rowwise-only call leaves the flag alone
-  if (!opt.rowwise && !opt.columnwise) return;
+  if (!opt.rowwise && !opt.columnwise && !opt.columnwise_amax) return;
   const std::string what = "x " + x.shape_str() + " -> " + quant_format_name(opt.format) +
                            (opt.rowwise ? " rowwise" : "") + (opt.columnwise ? " columnwise" : "") +
                            (opt.block_2d ? " 2d" : "") + (q.columnwise_rht ? " rht" : "") +
-                           (opt.stochastic ? " sr" : "");
+                           (opt.stochastic ? " sr" : "") + (opt.amax_given ? " (amax given)" : "") +
+                           (opt.columnwise_amax && !opt.columnwise ? " (+ columnwise amax)" : "");
   if (x.dtype == DType::BF16)
     quantize_typed(q, static_cast<const uint16_t*>(x.data), rows, cols, opt, what);
   else

@@ -18,6 +18,7 @@
 #include "numerics/fp8.h"
 #include "numerics/hadamard.h"
 #include "numerics/nvfp4.h"
+#include "numerics/swizzle.h"
 
 namespace pl::cuda {
 
@@ -27,10 +28,12 @@ using qk::kThreads;
 using qk::kTile;
 using qk::kTileLd;
 
-// One copy as the kernels see it.
+// One copy as the kernels see it. The block scales are read from the swizzled array (what the GEMMs
+// read): the compact one is not written by a quantize with compact_scales = false.
 struct CopyView {
   const uint8_t* data = nullptr;
-  const uint8_t* scales = nullptr;  // NVFP4 / MXFP8 only
+  const uint8_t* scales = nullptr;  // swizzled, NVFP4 / MXFP8 only
+  int64_t padded_cols = 0;          // of the swizzled array: roundup(cols/block, 4)
   const float* amax = nullptr;
   const float* scale_inv = nullptr;
   int64_t rows = 0, cols = 0;
@@ -41,15 +44,20 @@ constexpr int kNvfp4 = static_cast<int>(QuantFormat::NVFP4);
 constexpr int kMxfp8 = static_cast<int>(QuantFormat::MXFP8);
 constexpr int kE4M3 = static_cast<int>(QuantFormat::FP8_E4M3);
 
+// Scale of block b of copy row r.
+__device__ __forceinline__ uint8_t block_scale(const CopyView& c, int64_t r, int64_t b) {
+  return c.scales[num::swizzled_scale_offset(r, b, c.padded_cols)];
+}
+
 // The CPU's dequantized_value(c, r, k): code value times block scale, global scale included.
 __device__ __forceinline__ float dequantized_value(const CopyView& c, int64_t r, int64_t k) {
   if (c.format == kNvfp4) {
     const uint8_t byte = c.data[r * (c.cols / 2) + k / 2];
     const uint8_t code = (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xF);
-    return num::e2m1_to_float(code) * num::nvfp4_dequant_factor(c.scales[r * (c.cols / 16) + k / 16], *c.amax);
+    return num::e2m1_to_float(code) * num::nvfp4_dequant_factor(block_scale(c, r, k / 16), *c.amax);
   }
   if (c.format == kMxfp8)
-    return num::e4m3_to_float(c.data[r * c.cols + k]) * num::ue8m0_to_float(c.scales[r * (c.cols / 32) + k / 32]);
+    return num::e4m3_to_float(c.data[r * c.cols + k]) * num::ue8m0_to_float(block_scale(c, r, k / 32));
   const uint8_t code = c.data[r * c.cols + k];
   const float v = c.format == kE4M3 ? num::e4m3_to_float(code) : num::e5m2_to_float(code);
   return v * *c.scale_inv;
@@ -127,7 +135,7 @@ __global__ void __launch_bounds__(kThreads)
     }
     if (bamax > 0.0f) {
       ++acc.counted;
-      const bool under = blk > 1 ? c.scales[r * per_row + k0 / blk] == 0 : all_zero;
+      const bool under = blk > 1 ? block_scale(c, r, k0 / blk) == 0 : all_zero;
       acc.underflow += under ? 1ull : 0ull;
     }
   }
@@ -209,11 +217,14 @@ CopyView check_copy(const char* op, const QuantizedCopy& c, QuantFormat f) {
   require(c.data.data != nullptr && c.data.device == Device::CUDA && c.data.dtype == DType::U8 &&
               c.amax.data != nullptr && c.amax.device == Device::CUDA && c.scale_inv.data != nullptr &&
               c.scale_inv.device == Device::CUDA &&
-              (!blocked || (c.scales.data != nullptr && c.scales.device == Device::CUDA)),
+              (!blocked || (c.scales_swizzled.data != nullptr && c.scales_swizzled.device == Device::CUDA &&
+                            c.scales_swizzled.numel() ==
+                                num::padded_scale_rows(c.rows) * num::padded_scale_cols(c.cols / blk))),
           op, "copy " + dims(c.rows, c.cols) + " is not allocated on the GPU");
   CopyView v;
   v.data = c.data.ptr<const uint8_t>();
-  v.scales = blocked ? c.scales.ptr<const uint8_t>() : nullptr;
+  v.scales = blocked ? c.scales_swizzled.ptr<const uint8_t>() : nullptr;
+  v.padded_cols = blocked ? num::padded_scale_cols(c.cols / blk) : 0;
   v.amax = c.amax.ptr<const float>();
   v.scale_inv = c.scale_inv.ptr<const float>();
   v.rows = c.rows;
