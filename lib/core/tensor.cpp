@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <iterator>
+#include <map>
 #include <mutex>
 
 #include "core/error.h"
@@ -107,6 +109,7 @@ void record_free(Device d, size_t bytes, bool from_arena = false) {
 }  // namespace
 
 void* cuda_alloc(size_t bytes);  // core/device_memory.cpp (fails without CUDA)
+bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes);  // false without a device
 void cuda_free(void* p);
 void cuda_zero(void* p, size_t bytes);
 
@@ -114,15 +117,32 @@ namespace {
 struct Arena {
   char* base = nullptr;
   size_t size = 0, offset = 0, peak = 0;
+  // Freed blocks below `offset`: offset -> size, disjoint and never adjacent (coalesced on free).
+  std::map<size_t, size_t> free_blocks;
   bool owns(const void* p) const { return base && p >= base && p < base + size; }
 };
 Arena g_arena;
+std::mutex g_arena_mutex;
 }  // namespace
+
+double device_memory_margin(double total_device_bytes) {
+  return std::max(2.0 * 1024 * 1024 * 1024, 0.03 * total_device_bytes);
+}
 
 void reserve_device_arena(Device device, double bytes) {
   PL_CHECK(device == Device::CUDA, "a device arena is for CUDA memory");
   PL_CHECK(g_arena.base == nullptr, "the device arena is already reserved");
   const size_t n = (static_cast<size_t>(bytes) + 255) / 256 * 256;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cuda_mem_info(&free_bytes, &total_bytes)) {
+    const double margin = device_memory_margin(static_cast<double>(total_bytes));
+    PL_CHECK(static_cast<double>(n) + margin <= static_cast<double>(free_bytes),
+             "the device arena of {:.2f} GB plus the {:.2f} GB kept free outside it (max(2 GiB, 3% of the {:.1f} GB "
+             "device) for lazily loaded kernels, cuBLASLt and cuDNN engines) exceeds the {:.2f} GB free on the device; "
+             "use a smaller --micro-batch-size or --seq-length, or --recompute full",
+             static_cast<double>(n) / 1e9, margin / 1e9, static_cast<double>(total_bytes) / 1e9,
+             static_cast<double>(free_bytes) / 1e9);
+  }
   g_arena.base = static_cast<char*>(cuda_alloc(n));
   g_arena.size = n;
   std::lock_guard lock(g_stats_mutex);
@@ -137,6 +157,15 @@ namespace {
 void* device_alloc(size_t bytes) {
   if (!g_arena.base) return cuda_alloc(bytes);
   const size_t need = (bytes + 255) / 256 * 256;
+  std::lock_guard lock(g_arena_mutex);
+  // First fit among the freed blocks (lowest address), else the top of the arena.
+  for (auto it = g_arena.free_blocks.begin(); it != g_arena.free_blocks.end(); ++it) {
+    if (it->second < need) continue;
+    const size_t off = it->first, left = it->second - need;
+    g_arena.free_blocks.erase(it);
+    if (left > 0) g_arena.free_blocks.emplace(off + need, left);
+    return g_arena.base + off;
+  }
   PL_CHECK(g_arena.offset + need <= g_arena.size,
            "device arena exhausted: {} bytes requested, {} of {} bytes used (the memory plan missed something)", bytes,
            g_arena.offset, g_arena.size);
@@ -145,8 +174,29 @@ void* device_alloc(size_t bytes) {
   g_arena.peak = std::max(g_arena.peak, g_arena.offset);
   return p;
 }
-void device_free(void* p) {
-  if (!g_arena.owns(p)) cuda_free(p);
+void device_free(void* p, size_t bytes) {
+  if (!g_arena.owns(p)) return cuda_free(p);
+  std::lock_guard lock(g_arena_mutex);
+  size_t off = static_cast<size_t>(static_cast<char*>(p) - g_arena.base);
+  size_t len = (bytes + 255) / 256 * 256;
+  // Coalesce with the free neighbours, then give the block back to the top when it ends there.
+  auto next = g_arena.free_blocks.lower_bound(off);
+  if (next != g_arena.free_blocks.end() && next->first == off + len) {
+    len += next->second;
+    next = g_arena.free_blocks.erase(next);
+  }
+  if (next != g_arena.free_blocks.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      len += prev->second;
+      g_arena.free_blocks.erase(prev);
+    }
+  }
+  if (off + len == g_arena.offset)
+    g_arena.offset = off;
+  else
+    g_arena.free_blocks.emplace(off, len);
 }
 }  // namespace
 
@@ -171,7 +221,7 @@ void Buffer::release() {
   if (device_ == Device::CPU)
     std::free(data_);
   else
-    device_free(data_);
+    device_free(data_, bytes_);
   record_free(device_, bytes_, device_ == Device::CUDA && g_arena.owns(data_));
   data_ = nullptr;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 namespace pl {
 
@@ -78,12 +79,56 @@ class Buffer {
 MemoryStats memory_stats(Device device);
 
 // One device allocation for the whole run (DESIGN "Memory"): after this call, CUDA Buffers are
-// carved from a single cudaMalloc of `bytes` (bump allocation, 256-byte aligned; freeing a Buffer
-// returns nothing to it). A Buffer that does not fit is an error naming the shortfall. Without a
-// reservation each CUDA Buffer is its own cudaMalloc.
+// carved from a single cudaMalloc of `bytes` (256-byte aligned). A freed Buffer's space goes back to
+// the arena (a free list, coalesced with its neighbours; first fit), so grow-only scratch that is
+// reallocated larger does not leak its old space. Reuse is safe because all device work runs on the
+// default stream, in order: a kernel queued before the free finishes before any kernel queued after
+// the reallocation touches the same bytes. A Buffer that does not fit is an error naming the
+// shortfall. Without a reservation each CUDA Buffer is its own cudaMalloc.
+// The reservation refuses, with one line, to leave less than device_memory_margin() free outside the
+// arena (see there).
 void reserve_device_arena(Device device, double bytes);
 // High-water mark of the arena (0 without one).
 size_t device_arena_peak();
+// Device memory kept free outside the arena, for what allocates behind the program's back after
+// start-up: CUDA lazy loading (the default since CUDA 12.2) maps each kernel module on its first launch,
+// cuDNN compiles its SDPA engines at run time (NVRTC) and loads them, cuBLASLt loads kernels and may
+// keep per-handle state, NCCL and the driver grow their own pools. None of it is visible to the plan.
+// max(2 GiB, 3% of the device): 2 GiB covers the few hundred MiB these libraries are seen to take on
+// first use with room to spare on an 80 GB H100 (2.5%); 3% scales it for larger devices (4.2 GB on a
+// 141 GB H200), where more engines tend to be compiled for larger shapes.
+double device_memory_margin(double total_device_bytes);
+
+// Host -> device uploads of per-micro-batch inputs (token ids) without blocking the host on the
+// device. `slots` staging regions of `bytes_per_slot` each, in page-locked host memory
+// (cudaMallocHost) for CUDA, allocated once here; upload() copies the host data into the next slot
+// and queues cudaMemcpyAsync from it on the default stream, in the stream order of the ops that read
+// the destination. Before a slot is refilled, upload() waits on the event recorded after that slot's
+// last copy: with 2 slots the host blocks only when it runs more than one upload ahead of the device
+// (the copy of two uploads ago has not started), never for the copy it has just queued. On the CPU
+// it is a plain memcpy and holds no staging memory.
+class UploadStaging {
+ public:
+  UploadStaging() = default;
+  UploadStaging(size_t bytes_per_slot, int slots, Device device);
+  ~UploadStaging();
+  UploadStaging(UploadStaging&& o) noexcept;
+  UploadStaging& operator=(UploadStaging&& o) noexcept;
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+  // Copies each src[i] (dst[i].bytes() bytes) to dst[i], all through one slot
+  // (Σ dst[i].bytes() <= bytes_per_slot).
+  void upload(std::initializer_list<std::pair<Tensor, const void*>> copies);
+
+ private:
+  void release();
+  Device device_ = Device::CPU;
+  size_t slot_bytes_ = 0;
+  int slots_ = 0, next_ = 0;
+  char* host_ = nullptr;          // slots_ * slot_bytes_ pinned bytes
+  void* events_[4] = {};          // cudaEvent_t per slot (recorded after its copies)
+  bool pending_[4] = {};          // an event was recorded for the slot
+};
 
 }  // namespace pl
 

@@ -63,11 +63,17 @@ inline unsigned grid_capped(int64_t n, int threads) {
 
 // ---- grow-only device scratch ----------------------------------------------------------------------
 // One per call site, kept in a function-static: it allocates only when a larger size is asked for
-// (so after the first training step no allocation happens) and is never freed per call.
+// (so after the first training step no allocation happens) and is never freed per call. Growing frees
+// the old buffer first, so inside the device arena the new one can take the old space (the arena
+// reuses freed blocks, core/tensor.h): a scratch that grows does not leak arena space. That is safe
+// with work still queued: everything runs on the default stream, in order.
 class DeviceScratch {
  public:
   void* get(size_t bytes) {
-    if (bytes > buf_.bytes()) buf_ = Buffer(bytes, Device::CUDA);
+    if (bytes > buf_.bytes()) {
+      buf_ = Buffer();
+      buf_ = Buffer(bytes, Device::CUDA);
+    }
     return buf_.data();
   }
 
