@@ -113,13 +113,58 @@ bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes);  // false without a
 void cuda_free(void* p);
 void cuda_zero(void* p, size_t bytes);
 
+size_t ArenaBlocks::take(size_t bytes) {
+  const size_t need = (bytes + 255) / 256 * 256;
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < need) continue;
+    const size_t off = it->first, left = it->second - need;
+    free_.erase(it);
+    if (left > 0) free_.emplace(off + need, left);
+    return off;
+  }
+  if (top_ + need > size_) return kNone;
+  const size_t off = top_;
+  top_ += need;
+  peak_ = std::max(peak_, top_);
+  return off;
+}
+
+void ArenaBlocks::give(size_t offset, size_t bytes) {
+  size_t off = offset, len = (bytes + 255) / 256 * 256;
+  // Coalesce with the free neighbours, then give the block back to the top when it ends there.
+  auto next = free_.lower_bound(off);
+  if (next != free_.end() && next->first == off + len) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (off + len == top_) {
+    top_ = off;
+    // A free block now ending at the new top joins it too.
+    if (!free_.empty()) {
+      auto last = std::prev(free_.end());
+      if (last->first + last->second == top_) {
+        top_ = last->first;
+        free_.erase(last);
+      }
+    }
+  } else {
+    free_.emplace(off, len);
+  }
+}
+
 namespace {
 struct Arena {
   char* base = nullptr;
-  size_t size = 0, offset = 0, peak = 0;
-  // Freed blocks below `offset`: offset -> size, disjoint and never adjacent (coalesced on free).
-  std::map<size_t, size_t> free_blocks;
-  bool owns(const void* p) const { return base && p >= base && p < base + size; }
+  ArenaBlocks blocks;
+  bool owns(const void* p) const { return base && p >= base && p < base + blocks.size(); }
 };
 Arena g_arena;
 std::mutex g_arena_mutex;
@@ -144,59 +189,29 @@ void reserve_device_arena(Device device, double bytes) {
              static_cast<double>(free_bytes) / 1e9);
   }
   g_arena.base = static_cast<char*>(cuda_alloc(n));
-  g_arena.size = n;
+  g_arena.blocks = ArenaBlocks(n);
   std::lock_guard lock(g_stats_mutex);
   MemoryStats& s = g_stats[static_cast<int>(Device::CUDA)];
   s.reserved += n;
   s.max_reserved = std::max(s.max_reserved, s.reserved);
 }
 
-size_t device_arena_peak() { return g_arena.peak; }
+size_t device_arena_peak() { return g_arena.blocks.peak(); }
 
 namespace {
 void* device_alloc(size_t bytes) {
   if (!g_arena.base) return cuda_alloc(bytes);
-  const size_t need = (bytes + 255) / 256 * 256;
   std::lock_guard lock(g_arena_mutex);
-  // First fit among the freed blocks (lowest address), else the top of the arena.
-  for (auto it = g_arena.free_blocks.begin(); it != g_arena.free_blocks.end(); ++it) {
-    if (it->second < need) continue;
-    const size_t off = it->first, left = it->second - need;
-    g_arena.free_blocks.erase(it);
-    if (left > 0) g_arena.free_blocks.emplace(off + need, left);
-    return g_arena.base + off;
-  }
-  PL_CHECK(g_arena.offset + need <= g_arena.size,
+  const size_t off = g_arena.blocks.take(bytes);
+  PL_CHECK(off != ArenaBlocks::kNone,
            "device arena exhausted: {} bytes requested, {} of {} bytes used (the memory plan missed something)", bytes,
-           g_arena.offset, g_arena.size);
-  void* p = g_arena.base + g_arena.offset;
-  g_arena.offset += need;
-  g_arena.peak = std::max(g_arena.peak, g_arena.offset);
-  return p;
+           g_arena.blocks.top(), g_arena.blocks.size());
+  return g_arena.base + off;
 }
 void device_free(void* p, size_t bytes) {
   if (!g_arena.owns(p)) return cuda_free(p);
   std::lock_guard lock(g_arena_mutex);
-  size_t off = static_cast<size_t>(static_cast<char*>(p) - g_arena.base);
-  size_t len = (bytes + 255) / 256 * 256;
-  // Coalesce with the free neighbours, then give the block back to the top when it ends there.
-  auto next = g_arena.free_blocks.lower_bound(off);
-  if (next != g_arena.free_blocks.end() && next->first == off + len) {
-    len += next->second;
-    next = g_arena.free_blocks.erase(next);
-  }
-  if (next != g_arena.free_blocks.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == off) {
-      off = prev->first;
-      len += prev->second;
-      g_arena.free_blocks.erase(prev);
-    }
-  }
-  if (off + len == g_arena.offset)
-    g_arena.offset = off;
-  else
-    g_arena.free_blocks.emplace(off, len);
+  g_arena.blocks.give(static_cast<size_t>(static_cast<char*>(p) - g_arena.base), bytes);
 }
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -90,13 +91,34 @@ MemoryStats memory_stats(Device device);
 void reserve_device_arena(Device device, double bytes);
 // High-water mark of the arena (0 without one).
 size_t device_arena_peak();
+// The arena's bookkeeping in byte offsets (no memory; exposed for tests): blocks of 256-byte multiples,
+// freed blocks kept coalesced (never two adjacent), first fit from the lowest address, and a block
+// freed at the top lowers the top.
+class ArenaBlocks {
+ public:
+  explicit ArenaBlocks(size_t size = 0) : size_(size) {}
+  static constexpr size_t kNone = ~size_t{0};
+  // The offset of a new block of `bytes` (rounded up to 256), or kNone when it does not fit.
+  size_t take(size_t bytes);
+  void give(size_t offset, size_t bytes);
+  size_t size() const { return size_; }
+  size_t top() const { return top_; }    // everything at or above is unused
+  size_t peak() const { return peak_; }
+  size_t free_block_count() const { return free_.size(); }
+
+ private:
+  size_t size_ = 0, top_ = 0, peak_ = 0;
+  std::map<size_t, size_t> free_;  // offset -> bytes, below top_
+};
 // Device memory kept free outside the arena, for what allocates behind the program's back after
 // start-up: CUDA lazy loading (the default since CUDA 12.2) maps each kernel module on its first launch,
 // cuDNN compiles its SDPA engines at run time (NVRTC) and loads them, cuBLASLt loads kernels and may
 // keep per-handle state, NCCL and the driver grow their own pools. None of it is visible to the plan.
-// max(2 GiB, 3% of the device): 2 GiB covers the few hundred MiB these libraries are seen to take on
-// first use with room to spare on an 80 GB H100 (2.5%); 3% scales it for larger devices (4.2 GB on a
-// 141 GB H200), where more engines tend to be compiled for larger shapes.
+// max(2 GiB, 3% of the device): these libraries are seen to take a few hundred MiB on first use (module
+// images of every lazily loaded kernel, cuDNN's runtime-compiled SDPA engines, cuBLASLt kernels);
+// 2 GiB is that with a wide margin, the floor on small devices; 3% scales it with the device (2.4 GB
+// on an 80 GB H100, 4.2 GB on a 141 GB H200), where larger shapes compile more and larger engines.
+// A guess to be checked against the first GPU run's free memory after a step, not a measurement.
 double device_memory_margin(double total_device_bytes);
 
 // Host -> device uploads of per-micro-batch inputs (token ids) without blocking the host on the
