@@ -33,6 +33,7 @@
 #include <dlfcn.h>
 
 #include "backend/cuda/attention_graph.h"
+#include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/gemm.h"
 #endif
 #include "log/megatron_log.h"
@@ -167,6 +168,12 @@ void add_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
+  app.add_flag("--deterministic-mode", t.deterministic_mode,
+               "Megatron's flag: choose code that has deterministic execution (slower): cuDNN's deterministic "
+               "attention backward. Default: cuDNN's fastest backward, as Transformer Engine's default");
+  app.add_flag("--cuda-sync-every-launch", t.cuda_sync_every_launch,
+               "Debugging: synchronize the GPU after every kernel launch, so an asynchronous fault names the op "
+               "that caused it (as CUDA_LAUNCH_BLOCKING=1; slow). No effect on the CPU");
   app.add_flag("--print-library-versions", o.print_library_versions,
                "Print the versions of the CUDA driver and of the CUDA libraries this process loads, and exit");
 }
@@ -264,12 +271,17 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
                        const std::string& recompute) {
   const double avail = device == Device::CPU ? available_host_bytes()
                                              : static_cast<double>(device_memory_info(device).free);
-  const double slack = device == Device::CUDA ? kArenaSlack : 0.0;
+  // On the GPU the arena also leaves device_memory_margin() free outside it (core/tensor.h).
+  const double slack =
+      device == Device::CUDA
+          ? kArenaSlack + device_memory_margin(static_cast<double>(device_memory_info(device).total))
+          : 0.0;
   if (avail == 0.0 || p.total() + slack < avail) return;
   std::string hint = "use a smaller --micro-batch-size or --seq-length";
   if (recompute == "none" && p.activations > 0.25 * p.total()) hint = "--recompute full, or " + hint;
   fail("{} at micro-batch {} x seq {} needs {:.1f} GB on the {} (weights+grads+master+optimizer {:.1f} GB, activations "
-       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB, op scratch {:.1f} GB) but {:.1f} GB are free; {}",
+       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB, op scratch and free margin {:.1f} GB) but {:.1f} GB "
+       "are free; {}",
        m.name, t.micro_batch_size, t.seq_length, (p.total() + slack) / 1e9, device_name(device),
        p.weights_and_optimizer() / 1e9, p.activations / 1e9, p.quantized / 1e9, p.workspace / 1e9, slack / 1e9,
        avail / 1e9, hint);
@@ -406,6 +418,8 @@ int run(int argc, char** argv) {
     pctx.device = planned;
     ModelOptions popt{o.recompute == "full", true};
     popt.quant_telemetry = t.quant_stats_interval > 0;
+    popt.loss_micro_batches = t.num_micro_batches();
+    popt.deterministic_attention = t.deterministic_mode;
     const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, pctx, plan, popt);
     const MegatronParamCounts pc = megatron_param_counts(mc);
     out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
@@ -414,6 +428,11 @@ int run(int argc, char** argv) {
               static_cast<double>(mc.num_parameters()) / 1e9, pc.total() / 1e9);
     for (const std::string& line : plan.describe()) out->info("pretrain_llama | plan   {}", line);
     for (const std::string& line : plan_model.memory_plan().describe()) out->info("pretrain_llama | memory {}", line);
+    if (planned == Device::CUDA)
+      out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
+                "({}), estimated; the GPU run reports cuDNN's own figure",
+                t.deterministic_mode ? "deterministic" : "non-deterministic",
+                t.deterministic_mode ? "--deterministic-mode" : "the default, as Transformer Engine's");
     out->info("pretrain_llama | memory Megatron's theoretical weight and optimizer={:.2f} MB counts {:.0f} more "
               "parameters (a bias per norm; RMSNorm has none)",
               pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
@@ -448,12 +467,17 @@ int run(int argc, char** argv) {
     PL_CHECK(cuda::attention_has_cudnn_frontend(),
              "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
              "nvidia-cudnn-frontend, then reconfigure), so it cannot train on the GPU; use --device cpu");
+    cuda::set_attention_deterministic(t.deterministic_mode);
+    cuda::set_sync_every_launch(t.cuda_sync_every_launch);
     cuda::prepare_device_state();
     std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
     for (LinearFormat f : plan.layer_format)
       if (f != LinearFormat::BF16 && std::find(used.begin(), used.end(), linear_quant_format(f)) == used.end())
         used.push_back(linear_quant_format(f));
     for (const std::string& line : cuda::gemm_backend_lines(used)) out->info("pretrain_llama |   {}", line);
+    if (t.cuda_sync_every_launch)
+      out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
+                "a fault names its op (slow: timings are not representative)");
   }
 #endif
 
@@ -473,6 +497,8 @@ int run(int argc, char** argv) {
   ModelOptions mopt;
   mopt.recompute = o.recompute == "full";
   mopt.quant_telemetry = t.quant_stats_interval > 0;
+  mopt.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
+  mopt.deterministic_attention = t.deterministic_mode;
   {
     ModelOptions p = mopt;
     p.plan_only = true;
@@ -490,6 +516,24 @@ int run(int argc, char** argv) {
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
+#if defined(PL_WITH_CUDA)
+  if (device == Device::CUDA) {
+    // The cuDNN attention graphs are built now (not in the first step), and the workspace cuDNN asks
+    // for in the chosen mode is allocated in the arena; the banner says which algorithm was built.
+    const cuda::AttentionPlan ap = cuda::attention_prepare(
+        AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads, mc.num_query_groups, mc.kv_channels});
+    out->info("pretrain_llama |   attention: cuDNN SDPA, backward algorithm {}{}; workspace forward {:.1f} MiB, "
+              "backward {:.1f} MiB (planned {:.1f} MiB with cuBLASLt's 32 MiB)",
+              ap.deterministic_backward ? "deterministic" : "non-deterministic",
+              ap.deterministic_requested
+                  ? (ap.deterministic_backward ? " (--deterministic-mode)"
+                                               : " (--deterministic-mode asked for the deterministic one; cuDNN has "
+                                                 "none for this shape on this GPU)")
+                  : " (the default, as Transformer Engine's; --deterministic-mode for the deterministic one)",
+              static_cast<double>(ap.forward_workspace) / 1048576.0,
+              static_cast<double>(ap.backward_workspace) / 1048576.0, model.memory_plan().workspace / 1048576.0);
+  }
+#endif
   if (from_hf)
     out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
   else

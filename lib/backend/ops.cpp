@@ -214,6 +214,17 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
 #endif
 }
 
+void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                        const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
+  OpTimer timer(TimerId::OptimizerInnerStep);
+  if (ctx.device == Device::CPU) return cpu::adamw_update_multi(ctx, param, master, grad, m, v, no_decay, step);
+#if defined(PL_WITH_CUDA)
+  return cuda::adamw_update_multi(ctx, param, master, grad, m, v, no_decay, step);
+#else
+  no_cuda_op("adamw_update_multi");
+#endif
+}
+
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   OpTimer timer(TimerId::Elementwise);
   if (ctx.device == Device::CPU) return cpu::copy_master_to_param(ctx, param, master);

@@ -99,6 +99,22 @@ struct AdamWStep {
 // receives round_bf16(master) (or master itself when !ctx.round_bf16).
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step);
+// Sorted, disjoint [begin, end) element ranges of a flat buffer (begin0, end0, begin1, end1, ...):
+// `host` always (the CPU backend reads it, every backend validates against it); `device` the same
+// 2*count int64 values in memory of the CUDA device, uploaded once by the caller (train/optimizer.cpp at
+// construction), read by the CUDA kernel; unused on the CPU.
+struct ElementRanges {
+  const int64_t* host = nullptr;
+  const int64_t* device = nullptr;
+  int64_t count = 0;
+};
+// Multi-tensor AdamW: one step over the whole flat buffers in one pass (one launch on the GPU) instead
+// of one adamw_update per parameter tensor. Every element gets exactly adamw_update's math
+// (num::adamw_element) with `step`'s hyper-parameters, except that the elements inside `no_decay`
+// (the 1-D norm weights) use weight_decay 0, as their per-tensor calls do: the results are bit-identical
+// to calling adamw_update per tensor with weight_decay = is_matrix ? step.weight_decay : 0.
+void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                        const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step);
 // param = round_bf16(master)   (initial copy of the fp32 master weights into the bf16 weights)
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master);
 

@@ -32,6 +32,13 @@ struct TrainConfig {
   // --timing-log-option (max | minmax | all; Megatron's default minmax). See core/timers.h.
   int timing_log_level = 0;
   std::string timing_log_option = "minmax";
+  // Megatron's --deterministic-mode ("Choose code that has deterministic execution"): here, cuDNN's
+  // deterministic attention backward. Off: cuDNN picks its fastest backward, as Transformer Engine does
+  // by default (NVTE_ALLOW_NONDETERMINISTIC_ALGO=1). The CPU backend is deterministic either way.
+  bool deterministic_mode = false;
+  // --cuda-sync-every-launch: synchronize the device after every CUDA launch so an asynchronous fault
+  // names its op (debugging; slow). No effect on the CPU.
+  bool cuda_sync_every_launch = false;
 
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global

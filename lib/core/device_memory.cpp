@@ -33,7 +33,11 @@ static void cuda_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind k
   const cudaError_t st = cudaMemcpy(dst, src, bytes, kind);
   PL_CHECK(st == cudaSuccess, "{} of {} bytes failed: {}", what, bytes, cudaGetErrorString(st));
 }
+bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes) {
+  return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
+}
 #else
+bool cuda_mem_info(size_t*, size_t*) { return false; }
 void* cuda_alloc(size_t bytes) {
   fail("cannot allocate {} bytes on the GPU: this build has no CUDA support (reconfigure with nvcc present)", bytes);
 }
@@ -78,6 +82,120 @@ void copy_to_host(void* dst, const Tensor& src) {
   cuda_copy(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, "copy to host");
 #else
   fail("copy from a CUDA tensor {} in a build without CUDA", src.shape_str());
+#endif
+}
+
+// ---- pinned staging for uploads -------------------------------------------------------------------
+
+UploadStaging::UploadStaging(size_t bytes_per_slot, int slots, Device device)
+    : device_(device), slot_bytes_(bytes_per_slot), slots_(slots) {
+  PL_CHECK(slots >= 1 && slots <= 4, "internal: UploadStaging with {} slots (1 to 4)", slots);
+  if (device != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  void* p = nullptr;
+  cudaError_t st = cudaMallocHost(&p, bytes_per_slot * static_cast<size_t>(slots));
+  PL_CHECK(st == cudaSuccess, "cudaMallocHost of {} bytes (upload staging) failed: {}",
+           bytes_per_slot * static_cast<size_t>(slots), cudaGetErrorString(st));
+  host_ = static_cast<char*>(p);
+  for (int i = 0; i < slots; ++i) {
+    cudaEvent_t e = nullptr;
+    st = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    PL_CHECK(st == cudaSuccess, "cudaEventCreate (upload staging) failed: {}", cudaGetErrorString(st));
+    events_[i] = e;
+  }
+#else
+  fail("upload staging for the GPU in a build without CUDA");
+#endif
+}
+
+UploadStaging::~UploadStaging() { release(); }
+
+void UploadStaging::release() {
+#if defined(PL_WITH_CUDA)
+  // Destructors must not throw: failures are reported on stderr. The events are synchronized first
+  // so no queued copy still reads the pinned memory being freed (cudaFreeHost synchronizes too).
+  for (int i = 0; i < 4; ++i)
+    if (events_[i]) {
+      if (pending_[i]) (void)cudaEventSynchronize(static_cast<cudaEvent_t>(events_[i]));
+      (void)cudaEventDestroy(static_cast<cudaEvent_t>(events_[i]));
+      events_[i] = nullptr;
+    }
+  if (host_) {
+    const cudaError_t st = cudaFreeHost(host_);
+    if (st != cudaSuccess)
+      std::fprintf(stderr, "pretrain_llama: warning: cudaFreeHost failed: %s\n", cudaGetErrorString(st));
+  }
+#endif
+  host_ = nullptr;
+  for (bool& p : pending_) p = false;
+}
+
+UploadStaging::UploadStaging(UploadStaging&& o) noexcept
+    : device_(o.device_), slot_bytes_(o.slot_bytes_), slots_(o.slots_), next_(o.next_), host_(o.host_) {
+  for (int i = 0; i < 4; ++i) {
+    events_[i] = o.events_[i];
+    pending_[i] = o.pending_[i];
+    o.events_[i] = nullptr;
+    o.pending_[i] = false;
+  }
+  o.host_ = nullptr;
+}
+
+UploadStaging& UploadStaging::operator=(UploadStaging&& o) noexcept {
+  if (this != &o) {
+    release();
+    device_ = o.device_;
+    slot_bytes_ = o.slot_bytes_;
+    slots_ = o.slots_;
+    next_ = o.next_;
+    host_ = o.host_;
+    for (int i = 0; i < 4; ++i) {
+      events_[i] = o.events_[i];
+      pending_[i] = o.pending_[i];
+      o.events_[i] = nullptr;
+      o.pending_[i] = false;
+    }
+    o.host_ = nullptr;
+  }
+  return *this;
+}
+
+void UploadStaging::upload(std::initializer_list<std::pair<Tensor, const void*>> copies) {
+  size_t total = 0;
+  for (const auto& [dst, src] : copies) total += dst.bytes();
+  for (const auto& [dst, src] : copies)
+    PL_CHECK(dst.device == device_, "internal: upload of {} to {} through {} staging", dst.shape_str(),
+             device_name(dst.device), device_name(device_));
+  if (device_ != Device::CUDA) {
+    for (const auto& [dst, src] : copies) copy_from_host(dst, src);
+    return;
+  }
+#if defined(PL_WITH_CUDA)
+  PL_CHECK(host_ != nullptr && total <= slot_bytes_, "internal: upload of {} bytes through staging slots of {} bytes",
+           total, slot_bytes_);
+  const int slot = next_;
+  next_ = (next_ + 1) % slots_;
+  auto* ev = static_cast<cudaEvent_t>(events_[slot]);
+  // The slot's previous copies must have left the pinned memory before it is overwritten.
+  if (pending_[slot]) {
+    const cudaError_t st = cudaEventSynchronize(ev);
+    PL_CHECK(st == cudaSuccess, "upload: waiting for the previous copy from staging slot {} failed: {}", slot,
+             cudaGetErrorString(st));
+  }
+  char* base = host_ + static_cast<size_t>(slot) * slot_bytes_;
+  size_t off = 0;
+  for (const auto& [dst, src] : copies) {
+    std::memcpy(base + off, src, dst.bytes());
+    const cudaError_t st = cudaMemcpyAsync(dst.data, base + off, dst.bytes(), cudaMemcpyHostToDevice, /*stream=*/0);
+    PL_CHECK(st == cudaSuccess, "cudaMemcpyAsync of {} ({} bytes) from pinned staging failed: {}", dst.shape_str(),
+             dst.bytes(), cudaGetErrorString(st));
+    off += dst.bytes();
+  }
+  const cudaError_t st = cudaEventRecord(ev, /*stream=*/0);
+  PL_CHECK(st == cudaSuccess, "cudaEventRecord (upload staging) failed: {}", cudaGetErrorString(st));
+  pending_[slot] = true;
+#else
+  (void)total;
 #endif
 }
 

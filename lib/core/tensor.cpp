@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <iterator>
+#include <map>
 #include <mutex>
 
 #include "core/error.h"
@@ -107,46 +109,109 @@ void record_free(Device d, size_t bytes, bool from_arena = false) {
 }  // namespace
 
 void* cuda_alloc(size_t bytes);  // core/device_memory.cpp (fails without CUDA)
+bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes);  // false without a device
 void cuda_free(void* p);
 void cuda_zero(void* p, size_t bytes);
+
+size_t ArenaBlocks::take(size_t bytes) {
+  const size_t need = (bytes + 255) / 256 * 256;
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < need) continue;
+    const size_t off = it->first, left = it->second - need;
+    free_.erase(it);
+    if (left > 0) free_.emplace(off + need, left);
+    return off;
+  }
+  if (top_ + need > size_) return kNone;
+  const size_t off = top_;
+  top_ += need;
+  peak_ = std::max(peak_, top_);
+  return off;
+}
+
+void ArenaBlocks::give(size_t offset, size_t bytes) {
+  size_t off = offset, len = (bytes + 255) / 256 * 256;
+  // Coalesce with the free neighbours, then give the block back to the top when it ends there.
+  auto next = free_.lower_bound(off);
+  if (next != free_.end() && next->first == off + len) {
+    len += next->second;
+    next = free_.erase(next);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      off = prev->first;
+      len += prev->second;
+      free_.erase(prev);
+    }
+  }
+  if (off + len == top_) {
+    top_ = off;
+    // A free block now ending at the new top joins it too.
+    if (!free_.empty()) {
+      auto last = std::prev(free_.end());
+      if (last->first + last->second == top_) {
+        top_ = last->first;
+        free_.erase(last);
+      }
+    }
+  } else {
+    free_.emplace(off, len);
+  }
+}
 
 namespace {
 struct Arena {
   char* base = nullptr;
-  size_t size = 0, offset = 0, peak = 0;
-  bool owns(const void* p) const { return base && p >= base && p < base + size; }
+  ArenaBlocks blocks;
+  bool owns(const void* p) const { return base && p >= base && p < base + blocks.size(); }
 };
 Arena g_arena;
+std::mutex g_arena_mutex;
 }  // namespace
+
+double device_memory_margin(double total_device_bytes) {
+  return std::max(2.0 * 1024 * 1024 * 1024, 0.03 * total_device_bytes);
+}
 
 void reserve_device_arena(Device device, double bytes) {
   PL_CHECK(device == Device::CUDA, "a device arena is for CUDA memory");
   PL_CHECK(g_arena.base == nullptr, "the device arena is already reserved");
   const size_t n = (static_cast<size_t>(bytes) + 255) / 256 * 256;
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cuda_mem_info(&free_bytes, &total_bytes)) {
+    const double margin = device_memory_margin(static_cast<double>(total_bytes));
+    PL_CHECK(static_cast<double>(n) + margin <= static_cast<double>(free_bytes),
+             "the device arena of {:.2f} GB plus the {:.2f} GB kept free outside it (max(2 GiB, 3% of the {:.1f} GB "
+             "device) for lazily loaded kernels, cuBLASLt and cuDNN engines) exceeds the {:.2f} GB free on the device; "
+             "use a smaller --micro-batch-size or --seq-length, or --recompute full",
+             static_cast<double>(n) / 1e9, margin / 1e9, static_cast<double>(total_bytes) / 1e9,
+             static_cast<double>(free_bytes) / 1e9);
+  }
   g_arena.base = static_cast<char*>(cuda_alloc(n));
-  g_arena.size = n;
+  g_arena.blocks = ArenaBlocks(n);
   std::lock_guard lock(g_stats_mutex);
   MemoryStats& s = g_stats[static_cast<int>(Device::CUDA)];
   s.reserved += n;
   s.max_reserved = std::max(s.max_reserved, s.reserved);
 }
 
-size_t device_arena_peak() { return g_arena.peak; }
+size_t device_arena_peak() { return g_arena.blocks.peak(); }
 
 namespace {
 void* device_alloc(size_t bytes) {
   if (!g_arena.base) return cuda_alloc(bytes);
-  const size_t need = (bytes + 255) / 256 * 256;
-  PL_CHECK(g_arena.offset + need <= g_arena.size,
+  std::lock_guard lock(g_arena_mutex);
+  const size_t off = g_arena.blocks.take(bytes);
+  PL_CHECK(off != ArenaBlocks::kNone,
            "device arena exhausted: {} bytes requested, {} of {} bytes used (the memory plan missed something)", bytes,
-           g_arena.offset, g_arena.size);
-  void* p = g_arena.base + g_arena.offset;
-  g_arena.offset += need;
-  g_arena.peak = std::max(g_arena.peak, g_arena.offset);
-  return p;
+           g_arena.blocks.top(), g_arena.blocks.size());
+  return g_arena.base + off;
 }
-void device_free(void* p) {
-  if (!g_arena.owns(p)) cuda_free(p);
+void device_free(void* p, size_t bytes) {
+  if (!g_arena.owns(p)) return cuda_free(p);
+  std::lock_guard lock(g_arena_mutex);
+  g_arena.blocks.give(static_cast<size_t>(static_cast<char*>(p) - g_arena.base), bytes);
 }
 }  // namespace
 
@@ -171,7 +236,7 @@ void Buffer::release() {
   if (device_ == Device::CPU)
     std::free(data_);
   else
-    device_free(data_);
+    device_free(data_, bytes_);
   record_free(device_, bytes_, device_ == Device::CUDA && g_arena.owns(data_));
   data_ = nullptr;
 }

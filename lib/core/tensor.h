@@ -5,7 +5,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <string>
+#include <utility>
 
 namespace pl {
 
@@ -78,12 +80,77 @@ class Buffer {
 MemoryStats memory_stats(Device device);
 
 // One device allocation for the whole run (DESIGN "Memory"): after this call, CUDA Buffers are
-// carved from a single cudaMalloc of `bytes` (bump allocation, 256-byte aligned; freeing a Buffer
-// returns nothing to it). A Buffer that does not fit is an error naming the shortfall. Without a
-// reservation each CUDA Buffer is its own cudaMalloc.
+// carved from a single cudaMalloc of `bytes` (256-byte aligned). A freed Buffer's space goes back to
+// the arena (a free list, coalesced with its neighbours; first fit), so grow-only scratch that is
+// reallocated larger does not leak its old space. Reuse is safe because all device work runs on the
+// default stream, in order: a kernel queued before the free finishes before any kernel queued after
+// the reallocation touches the same bytes. A Buffer that does not fit is an error naming the
+// shortfall. Without a reservation each CUDA Buffer is its own cudaMalloc.
+// The reservation refuses, with one line, to leave less than device_memory_margin() free outside the
+// arena (see there).
 void reserve_device_arena(Device device, double bytes);
 // High-water mark of the arena (0 without one).
 size_t device_arena_peak();
+// The arena's bookkeeping in byte offsets (no memory; exposed for tests): blocks of 256-byte multiples,
+// freed blocks kept coalesced (never two adjacent), first fit from the lowest address, and a block
+// freed at the top lowers the top.
+class ArenaBlocks {
+ public:
+  explicit ArenaBlocks(size_t size = 0) : size_(size) {}
+  static constexpr size_t kNone = ~size_t{0};
+  // The offset of a new block of `bytes` (rounded up to 256), or kNone when it does not fit.
+  size_t take(size_t bytes);
+  void give(size_t offset, size_t bytes);
+  size_t size() const { return size_; }
+  size_t top() const { return top_; }    // everything at or above is unused
+  size_t peak() const { return peak_; }
+  size_t free_block_count() const { return free_.size(); }
+
+ private:
+  size_t size_ = 0, top_ = 0, peak_ = 0;
+  std::map<size_t, size_t> free_;  // offset -> bytes, below top_
+};
+// Device memory kept free outside the arena, for what allocates behind the program's back after
+// start-up: CUDA lazy loading (the default since CUDA 12.2) maps each kernel module on its first launch,
+// cuDNN compiles its SDPA engines at run time (NVRTC) and loads them, cuBLASLt loads kernels and may
+// keep per-handle state, NCCL and the driver grow their own pools. None of it is visible to the plan.
+// max(2 GiB, 3% of the device): these libraries are seen to take a few hundred MiB on first use (module
+// images of every lazily loaded kernel, cuDNN's runtime-compiled SDPA engines, cuBLASLt kernels);
+// 2 GiB is that with a wide margin, the floor on small devices; 3% scales it with the device (2.4 GB
+// on an 80 GB H100, 4.2 GB on a 141 GB H200), where larger shapes compile more and larger engines.
+// A guess to be checked against the first GPU run's free memory after a step, not a measurement.
+double device_memory_margin(double total_device_bytes);
+
+// Host -> device uploads of per-micro-batch inputs (token ids) without blocking the host on the
+// device. `slots` staging regions of `bytes_per_slot` each, in page-locked host memory
+// (cudaMallocHost) for CUDA, allocated once here; upload() copies the host data into the next slot
+// and queues cudaMemcpyAsync from it on the default stream, in the stream order of the ops that read
+// the destination. Before a slot is refilled, upload() waits on the event recorded after that slot's
+// last copy: with 2 slots the host blocks only when it runs more than one upload ahead of the device
+// (the copy of two uploads ago has not started), never for the copy it has just queued. On the CPU
+// it is a plain memcpy and holds no staging memory.
+class UploadStaging {
+ public:
+  UploadStaging() = default;
+  UploadStaging(size_t bytes_per_slot, int slots, Device device);
+  ~UploadStaging();
+  UploadStaging(UploadStaging&& o) noexcept;
+  UploadStaging& operator=(UploadStaging&& o) noexcept;
+  UploadStaging(const UploadStaging&) = delete;
+  UploadStaging& operator=(const UploadStaging&) = delete;
+  // Copies each src[i] (dst[i].bytes() bytes) to dst[i], all through one slot
+  // (Σ dst[i].bytes() <= bytes_per_slot).
+  void upload(std::initializer_list<std::pair<Tensor, const void*>> copies);
+
+ private:
+  void release();
+  Device device_ = Device::CPU;
+  size_t slot_bytes_ = 0;
+  int slots_ = 0, next_ = 0;
+  char* host_ = nullptr;          // slots_ * slot_bytes_ pinned bytes
+  void* events_[4] = {};          // cudaEvent_t per slot (recorded after its copies)
+  bool pending_[4] = {};          // an event was recorded for the slot
+};
 
 }  // namespace pl
 

@@ -27,6 +27,8 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
                        const PrecisionPlan& plan, const ModelOptions& options)
     : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), opt_(options) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
+  PL_CHECK(options.loss_micro_batches >= 1, "internal: loss_micro_batches = {} (must be >= 1)",
+           options.loss_micro_batches);
   PL_CHECK(static_cast<int64_t>(plan_.layer_format.size()) == cfg.num_layers,
            "internal: precision plan for {} layers, model has {}", plan_.layer_format.size(), cfg.num_layers);
   build_param_layout();
@@ -138,7 +140,7 @@ void LlamaModel::allocate_activations() {
   want(lnf_, {T, h}, act);
   want(rstdf_, {T}, DType::F32);
   want(logits_, {T, V}, act);
-  want(losses_, {T}, DType::F32);
+  want(losses_all_, {opt_.loss_micro_batches, T}, DType::F32);
   want(rope_cos_, {S_, d / 2}, DType::F32);
   want(rope_sin_, {S_, d / 2}, DType::F32);
   want(d_resid_, {T, h}, act);
@@ -205,11 +207,19 @@ void LlamaModel::allocate_activations() {
       }
     }
   if (ctx_.device == Device::CUDA) {
-    // cuBLASLt 32 MiB (SPEC-GPU §2) plus cuDNN's SDPA backward: its deterministic algorithm on Hopper
-    // needs about B·heads·S²·2 bytes (an upper estimate; Blackwell needs less).
-    mem_.workspace = 32.0 * 1024 * 1024 +
-                     2.0 * static_cast<double>(B_) * static_cast<double>(cfg_.num_attention_heads) *
-                         static_cast<double>(S_) * static_cast<double>(S_);
+    // cuBLASLt 32 MiB (SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
+    // are planning estimates (the plan is made before any GPU is touched, --dry-run included); on the GPU
+    // the graphs are built at start-up and the banner reports cuDNN's own get_workspace_size()
+    // (cuda::attention_prepare), which must fit in the estimate plus the arena's slack.
+    //   deterministic (--deterministic-mode): Hopper's dP-workspace path keeps dP for a whole
+    //     [B, heads, S, S] in BF16: B·heads·S²·2 bytes (an upper estimate; Blackwell needs less);
+    //   default (non-deterministic): FP32 dQ accumulators and the softmax row sums,
+    //     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch.
+    const double bhs = static_cast<double>(B_) * static_cast<double>(cfg_.num_attention_heads) *
+                       static_cast<double>(S_);
+    const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(cfg_.kv_channels) + 4.0);
+    const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S_));
+    mem_.workspace = 32.0 * 1024 * 1024 + (opt_.deterministic_attention ? det : nondet);
   }
   if (opt_.plan_only) return;
   arena_ = Buffer(total, ctx_.device);
@@ -251,7 +261,10 @@ void LlamaModel::allocate_activations() {
   rope_tables(cfg_, S_, cos.data(), sin.data());
   copy_from_host(rope_cos_, cos.data());
   copy_from_host(rope_sin_, sin.data());
-  host_losses_.resize(static_cast<size_t>(T));
+  losses_ = losses_all_.rows(0, 1).view({T});
+  host_losses_.resize(static_cast<size_t>(opt_.loss_micro_batches * T));
+  // Pinned staging for tokens + labels, two slots (see UploadStaging): allocated here, never in the loop.
+  staging_ = UploadStaging(2 * static_cast<size_t>(T) * sizeof(int32_t), 2, ctx_.device);
 }
 
 void LlamaModel::init_parameters(uint64_t seed) {
@@ -315,29 +328,64 @@ std::vector<LinearStats> LlamaModel::quant_stats() const {
 
 void LlamaModel::zero_grads() { fill_zero(ctx_, grads_.flat); }
 
+// The only check of the ids: the GPU kernels (embedding, cross-entropy) trust them and read nothing
+// back. An id outside [0, V) fails here, naming the sample of the micro-batch and the position.
 void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
   const int64_t V = cfg_.vocab_size, T = B_ * S_;
   for (int64_t i = 0; i < T; ++i) {
-    PL_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id {} at position {} is outside the vocabulary [0, {})",
-             tokens[i], i, V);
-    PL_CHECK(labels[i] >= 0 && labels[i] < V, "label id {} at position {} is outside the vocabulary [0, {})",
-             labels[i], i, V);
+    PL_CHECK(tokens[i] >= 0 && tokens[i] < V,
+             "token id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", tokens[i],
+             i / S_, i % S_, V);
+    PL_CHECK(labels[i] >= 0 && labels[i] < V,
+             "label id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", labels[i],
+             i / S_, i % S_, V);
   }
-  copy_from_host(tokens_, tokens);
-  copy_from_host(labels_, labels);
+  // CUDA: async copies from pinned staging on the default stream, ordered before the ops that read the
+  // ids and after those of the previous micro-batch; CPU: memcpy.
+  staging_.upload({{tokens_, tokens}, {labels_, labels}});
 }
 
-double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
+void LlamaModel::use_loss_slot(int64_t slot) {
+  PL_CHECK(slot >= 0 && slot < opt_.loss_micro_batches, "internal: loss slot {} of {}", slot,
+           opt_.loss_micro_batches);
+  losses_ = losses_all_.rows(slot, 1).view({B_ * S_});
+}
+
+void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels) {
+  use_loss_slot(slot);
   upload_batch(tokens, labels);
   run_forward(0.0f, false);
-  return loss_sum();
 }
 
-double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale) {
+void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale) {
+  use_loss_slot(slot);
   upload_batch(tokens, labels);
   run_forward(grad_scale, true);
   run_backward();
-  return loss_sum();
+}
+
+double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
+  queue_forward(0, tokens, labels);
+  return add_loss_sums(1, 0.0);
+}
+
+double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale) {
+  queue_forward_backward(0, tokens, labels, grad_scale);
+  return add_loss_sums(1, 0.0);
+}
+
+double LlamaModel::add_loss_sums(int64_t slots, double acc) {
+  PL_CHECK(slots >= 1 && slots <= opt_.loss_micro_batches, "internal: reading {} loss slots of {}", slots,
+           opt_.loss_micro_batches);
+  const int64_t T = B_ * S_;
+  copy_to_host(host_losses_.data(), losses_all_.rows(0, slots));  // the one device -> host wait
+  for (int64_t m = 0; m < slots; ++m) {
+    double sum = 0.0;
+    const float* l = host_losses_.data() + m * T;
+    for (int64_t i = 0; i < T; ++i) sum += l[i];
+    acc += sum;
+  }
+  return acc;
 }
 
 // One decoder layer: out = h + MLP(norm(h)) with h = x + Attn(norm(x)), x = acts_[l].resid_in.
@@ -368,14 +416,6 @@ void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   rmsnorm_forward(ctx_, lnf_, rstdf_, resid_out_, weights_.final_norm, eps);
   linear_forward(ctx_, logits_, lnf_, weights_.lm_head);
   cross_entropy_forward_backward(ctx_, losses_, logits_, labels_, want_grad ? grad_scale : 0.0f);
-}
-
-double LlamaModel::loss_sum() {
-  // Read after the backward has been queued too, so the device is not drained between the two.
-  copy_to_host(host_losses_.data(), losses_);
-  double sum = 0.0;
-  for (float l : host_losses_) sum += l;
-  return sum;
 }
 
 void LlamaModel::run_backward() {

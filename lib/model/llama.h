@@ -59,6 +59,12 @@ struct ModelOptions {
   // Quantization statistics may be collected (--log-quant-stats-interval > 0): on a GPU their FP32
   // reference scratch is planned only then. The CPU always has it.
   bool quant_telemetry = true;
+  // Micro-batches whose per-token losses stay on the device until read together (add_loss_sums):
+  // the trainer sets its micro-batches per iteration, so the loss is read once per iteration.
+  int64_t loss_micro_batches = 1;
+  // --deterministic-mode: the plan counts the workspace of cuDNN's deterministic attention backward
+  // (the algorithm itself is chosen by cuda::set_attention_deterministic, which the app sets too).
+  bool deterministic_attention = false;
 };
 
 // Bytes the model needs on its device, by category, known before anything is allocated.
@@ -117,15 +123,26 @@ class LlamaModel {
   // forward() then backward, accumulating grads += d(loss_sum * grad_scale)/dθ.
   double forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale);
 
+  // The same without reading the loss back: the per-token losses of the micro-batch stay on the
+  // device in slot `slot` (0 <= slot < loss_micro_batches) until add_loss_sums reads them, so nothing
+  // waits for the device between micro-batches.
+  void queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels);
+  void queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale);
+  // One copy of the losses of slots [0, slots) to the host (waits for the device), then
+  // acc += (Σ losses of slot s, in double from 0) for s = 0, 1, ... in order; returns acc. This is
+  // exactly the sequence of additions `acc += forward_backward(...)` makes, micro-batch by micro-batch.
+  double add_loss_sums(int64_t slots, double acc);
+  int64_t loss_slots() const { return opt_.loss_micro_batches; }
+
  private:
   void build_param_layout();
   ParamViews views_of(const Buffer& buf, DType t) const;
   void allocate_activations();
   void layer_forward(int64_t l, const Tensor& out);
   void run_forward(float grad_scale, bool want_grad);
-  double loss_sum();
   void run_backward();
   void upload_batch(const int32_t* tokens, const int32_t* labels);
+  void use_loss_slot(int64_t slot);
 
   LinearLayer& linear(int64_t layer, int kind) { return linears_[static_cast<size_t>(layer * 4 + kind)]; }
 
@@ -151,10 +168,13 @@ class LlamaModel {
   };
   Buffer arena_;
   std::vector<LayerActs> acts_;
-  Tensor tokens_, labels_, embed_out_, resid_out_, lnf_, rstdf_, logits_, losses_;
+  Tensor tokens_, labels_, embed_out_, resid_out_, lnf_, rstdf_, logits_;
+  Tensor losses_all_;  // [loss_micro_batches, T] fp32 per-token losses of the micro-batches not yet read
+  Tensor losses_;      // the slot the next cross-entropy writes (a row of losses_all_)
   Tensor rope_cos_, rope_sin_;
   Tensor d_resid_, d_ln_, d_h_, d_qkv_, d_attn_, d_fc1_, d_swi_;
-  std::vector<float> host_losses_;
+  std::vector<float> host_losses_;  // [loss_micro_batches * T]
+  UploadStaging staging_;            // pinned host staging of tokens+labels (CUDA), 2 slots
 };
 
 // cos/sin tables [S, d/2] of Megatron's rotary embedding (Llama 3.1 frequency scaling if enabled).

@@ -9,6 +9,22 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg
   const Device dev = model.grads().flat.device;
   m_ = Buffer(n * 4, dev);
   v_ = Buffer(n * 4, dev);
+  // Decay applies to 2-D tensors only: the others become no-decay ranges (adjacent ones merged).
+  for (const ParamEntry& e : model.param_entries()) {
+    if (e.is_matrix) continue;
+    if (!no_decay_host_.empty() && no_decay_host_.back() == e.offset)
+      no_decay_host_.back() = e.offset + e.numel();
+    else
+      no_decay_host_.insert(no_decay_host_.end(), {e.offset, e.offset + e.numel()});
+  }
+  no_decay_.host = no_decay_host_.data();
+  no_decay_.count = static_cast<int64_t>(no_decay_host_.size() / 2);
+  if (dev == Device::CUDA && no_decay_.count > 0) {
+    no_decay_device_ = Buffer(no_decay_host_.size() * sizeof(int64_t), dev);
+    copy_from_host(no_decay_device_.as({static_cast<int64_t>(no_decay_host_.size()) * 2}, DType::I32),
+                   no_decay_host_.data());
+    no_decay_.device = static_cast<const int64_t*>(no_decay_device_.data());
+  }
 }
 
 AdamW::Result AdamW::step(double lr) {
@@ -24,19 +40,16 @@ AdamW::Result AdamW::step(double lr) {
   ++step_;
   const int64_t n = model_.num_params();
   const Tensor m = m_.as({n}, DType::F32), v = v_.as({n}, DType::F32);
-  for (const ParamEntry& e : model_.param_entries()) {
-    AdamWStep s;
-    s.lr = static_cast<float>(lr);
-    s.beta1 = static_cast<float>(cfg_.beta1);
-    s.beta2 = static_cast<float>(cfg_.beta2);
-    s.eps = static_cast<float>(cfg_.eps);
-    s.weight_decay = e.is_matrix ? static_cast<float>(cfg_.weight_decay) : 0.0f;
-    s.step = step_;
-    s.grad_scale = grad_scale;
-    adamw_update(ctx, model_.weights().flat.rows(e.offset, e.numel()), model_.master().flat.rows(e.offset, e.numel()),
-                 model_.grads().flat.rows(e.offset, e.numel()), m.rows(e.offset, e.numel()),
-                 v.rows(e.offset, e.numel()), s);
-  }
+  AdamWStep s;
+  s.lr = static_cast<float>(lr);
+  s.beta1 = static_cast<float>(cfg_.beta1);
+  s.beta2 = static_cast<float>(cfg_.beta2);
+  s.eps = static_cast<float>(cfg_.eps);
+  s.weight_decay = static_cast<float>(cfg_.weight_decay);  // 0 inside no_decay_ (the norm weights)
+  s.step = step_;
+  s.grad_scale = grad_scale;
+  // One pass over the flat buffers (one launch on the GPU), bit-identical to one adamw_update per tensor.
+  adamw_update_multi(ctx, model_.weights().flat, model_.master().flat, model_.grads().flat, m, v, no_decay_, s);
   return r;
 }
 

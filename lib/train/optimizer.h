@@ -3,6 +3,7 @@
 // bf16_mixed: grad norm over all fp32 grads before clipping, clip_coeff = max_norm/(norm+1e-6)
 // applied when < 1, decoupled weight decay on 2-D tensors only, new bf16 weights from the masters.
 #include <cstdint>
+#include <vector>
 
 #include "model/llama.h"
 
@@ -37,6 +38,11 @@ class AdamW {
   LlamaModel& model_;
   OptimizerConfig cfg_;
   Buffer m_, v_;
+  // The elements without weight decay (the 1-D norm weights) as sorted [begin, end) ranges of the flat
+  // buffers: on the host, and on the device once (built at construction, read by every step).
+  std::vector<int64_t> no_decay_host_;
+  Buffer no_decay_device_;
+  ElementRanges no_decay_;
   int64_t step_ = 0;
 };
 

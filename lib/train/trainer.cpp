@@ -47,11 +47,15 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const ActiveTimers untimed(nullptr);  // the evaluation's ops are not in the training timers
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
   // reports sum / count.
+  // The losses stay on the device and are read once per model_.loss_slots() micro-batches.
   double loss_sum = 0.0;
+  const int64_t K = model_.loss_slots();
   for (int64_t e = 0; e < cfg_.eval_iters; ++e)
     for (int64_t m = 0; m < M; ++m) {
       data(first_sample + e * cfg_.global_batch_size, m, tokens, labels);
-      loss_sum += model_.forward(tokens.data(), labels.data());
+      const int64_t slot = (e * M + m) % K;
+      model_.queue_forward(slot, tokens.data(), labels.data());
+      if (slot == K - 1 || (e == cfg_.eval_iters - 1 && m == M - 1)) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
   const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * cfg_.eval_iters));
   for (const std::string& line : log::validation_lines(prefix, loss)) out_(line);
@@ -103,8 +107,11 @@ TrainResult Trainer::run(const TrainState& start) {
       // resumed run draws the same stochastic-rounding bits as one that never stopped.
       model_.set_micro_batch_counter(static_cast<uint64_t>(st.micro_batches_done + m));
       model_.set_collect_quant_stats(stats_now && m == M - 1);  // the last micro-batch of the iteration
-      loss_sum += model_.forward_backward(tokens.data(), labels.data(), grad_scale);
+      // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
+      const int64_t slot = m % model_.loss_slots();
+      model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale);
       timers.stop(TimerId::BackwardCompute);  // the loss op switched forward-compute to backward-compute
+      if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
     timers.stop(TimerId::ForwardBackward);
     st.micro_batches_done += M;

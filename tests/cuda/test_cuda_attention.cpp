@@ -2,7 +2,9 @@
 // cudnn-frontend) against the CPU backend (ctx.device CPU, round_bf16 true, FP32 storage) on fresh
 // random BF16-representable inputs — the seed comes from std::random_device, or from PL_TEST_SEED when
 // set, and is printed with every failure. Shapes: B=2, nq=8, nkv=2 (GQA groups of 4), d in {64, 128},
-// S in {128, 256}. Compiled in every build; the device tests skip with the reason when there is no CUDA
+// S in {128, 256}; and the production shape of Llama 3 8B at the playbook's sequence (B=1, S=4096,
+// nq=32, nkv=8, d=128) with both backward algorithms (the default non-deterministic one and
+// --deterministic-mode's). Compiled in every build; the device tests skip with the reason when there is no CUDA
 // device. CudaAttentionArgs (argument checks come before any GPU call) and CudaAttentionGraph (the
 // frontend's validation of the cuDNN graphs for sm_90/sm_100/sm_103 targets) run without a GPU.
 //
@@ -27,6 +29,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -177,11 +180,89 @@ TEST(CudaAttention, BackwardMatchesCpuDqkv) {
   }
 }
 
-// The op asks cuDNN for its deterministic backward (attention.cpp); two runs must give the same bits.
-// If this fails, attention.cpp printed a notice that cuDNN fell back to the non-deterministic one.
+// Sets the attention backward's determinism mode for one scope (the default is non-deterministic).
+struct DeterministicMode {
+  explicit DeterministicMode(bool on) {
+#if defined(PL_WITH_CUDA)
+    cuda::set_attention_deterministic(on);
+#else
+    (void)on;
+#endif
+  }
+  ~DeterministicMode() {
+#if defined(PL_WITH_CUDA)
+    cuda::set_attention_deterministic(false);
+#endif
+  }
+};
+
+// Production shape (Llama 3 8B at the playbook's sequence: seq 4096, 32 query / 8 KV heads, head dim
+// 128, micro-batch 1): forward, and backward in both algorithms (the default non-deterministic one and
+// --deterministic-mode's), against the CPU within the tolerances above. The CPU reference (~70 GFLOP
+// forward, ~2.5x that backward) is computed once.
+TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const Case c{1, 4096, 32, 8, 128};
+  SCOPED_TRACE(c.name());
+  std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
+  std::vector<float> gout = random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
+  const CpuForward f = cpu_forward(qkv, c);
+  std::vector<float> ref(qkv.size());
+  {
+    std::vector<float> out = f.out, lse = f.lse;
+    attention_backward(OpContext{}, host_view(ref, {c.T(), c.W()}), host_view(gout, {c.T(), c.nq * c.d}),
+                       host_view(out, {c.T(), c.nq * c.d}), host_view(lse, {c.B, c.nq, c.S}),
+                       host_view(qkv, {c.T(), c.W()}), c.shape());
+  }
+  auto d_qkv = to_device(qkv, {c.T(), c.W()}, DType::BF16);
+  auto d_out = test::device_tensor({c.T(), c.nq * c.d}, DType::BF16);
+  auto d_lse = test::device_tensor({c.B, c.nq, c.S}, DType::F32);
+  attention_forward(cuda_ctx(), d_out.t, d_lse.t, d_qkv.t, c.shape());
+  expect_close(to_host_floats(d_out.t), f.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
+  const std::vector<float> lse = to_host_floats(d_lse.t);
+  double max_lse_err = 0;
+  for (size_t i = 0; i < lse.size(); ++i) {
+    const double e = std::abs(double(lse[i]) - double(f.lse[i]));
+    max_lse_err = std::isnan(e) ? INFINITY : std::max(max_lse_err, e);
+  }
+  EXPECT_LE(max_lse_err, 2e-3) << "lse";
+
+  // The backward gets the CPU forward's out and lse, as in BackwardMatchesCpuDqkv.
+  auto d_gout = to_device(gout, {c.T(), c.nq * c.d}, DType::BF16);
+  auto d_cpu_out = to_device(f.out, {c.T(), c.nq * c.d}, DType::BF16);
+  auto d_cpu_lse = to_device(f.lse, {c.B, c.nq, c.S}, DType::F32);
+  for (bool deterministic : {false, true}) {
+    SCOPED_TRACE(deterministic ? "deterministic backward" : "default (non-deterministic) backward");
+    DeterministicMode mode(deterministic);
+#if defined(PL_WITH_CUDA)
+    const cuda::AttentionPlan plan = cuda::attention_prepare(c.shape());
+    EXPECT_EQ(plan.deterministic_requested, deterministic);
+    std::printf("[ info ] %s: backward %s, workspace forward %.1f MiB, backward %.1f MiB\n", c.name().c_str(),
+                plan.deterministic_backward ? "deterministic" : "non-deterministic",
+                double(plan.forward_workspace) / 1048576.0, double(plan.backward_workspace) / 1048576.0);
+#endif
+    auto d_dqkv = to_device(std::vector<float>(qkv.size(), NAN), {c.T(), c.W()}, DType::BF16);
+    attention_backward(cuda_ctx(), d_dqkv.t, d_gout.t, d_cpu_out.t, d_cpu_lse.t, d_qkv.t, c.shape());
+    const std::vector<float> got = to_host_floats(d_dqkv.t);
+    const int64_t qd = c.nq * c.d, kd = c.nkv * c.d;
+    expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
+    expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
+    expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
+  }
+}
+
+// With --deterministic-mode the op asks cuDNN for its deterministic backward (attention.cpp); two runs
+// must give the same bits. If this fails, attention.cpp printed a notice that cuDNN fell back to the
+// non-deterministic one.
 TEST(CudaAttention, ForwardAndBackwardAreDeterministic) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_SEEDED_RNG(rng);
+  DeterministicMode mode(true);
+#if defined(PL_WITH_CUDA)
+  EXPECT_TRUE(cuda::attention_prepare(AttentionShape{2, 256, 8, 2, 128}).deterministic_backward)
+      << "cuDNN refused the deterministic backward for this shape";
+#endif
   const Case c{2, 256, 8, 2, 128};
   SCOPED_TRACE(c.name());
   const std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
@@ -263,9 +344,18 @@ TEST(CudaAttentionGraph, ValidatesForHopperAndBlackwellWithoutAGpu) {
   for (int sm : {90, 100, 103})
     for (bool backward : {false, true})
       for (const Case& c : kCases) {
-        const std::string why = cuda::attention_validate_graph(c.shape(), backward, sm);
-        EXPECT_EQ(why, "") << c.name() << " sm " << sm << (backward ? " backward" : " forward");
+        for (bool deterministic : {false, true}) {
+          if (!backward && deterministic) continue;
+          const std::string why = cuda::attention_validate_graph(c.shape(), backward, sm, deterministic);
+          EXPECT_EQ(why, "") << c.name() << " sm " << sm << (backward ? " backward" : " forward")
+                             << (deterministic ? " deterministic" : "");
+        }
       }
+  // The production shape (8B layers at seq 4096), both backward algorithms.
+  for (int sm : {90, 100})
+    for (bool deterministic : {false, true})
+      EXPECT_EQ(cuda::attention_validate_graph(AttentionShape{1, 4096, 32, 8, 128}, true, sm, deterministic), "")
+          << "sm " << sm << (deterministic ? " deterministic" : "");
   // Also MHA (nkv = nq), MQA (nkv = 1) and a sequence that is not a multiple of the tile sizes.
   for (const AttentionShape s : {AttentionShape{1, 64, 4, 4, 64}, AttentionShape{3, 100, 8, 1, 128}})
     for (bool backward : {false, true})

@@ -74,5 +74,37 @@ TEST(CudaModel, OneNvfp4TrainingStepMatchesTheCpu) {
   compare("bf16_with_nvfp4_mixed", 8e-2);
 }
 
+// The loss read once per iteration and the pinned, asynchronous token upload: three micro-batches are
+// queued through one host array that is overwritten between the calls (while earlier copies may still
+// be pending), their losses stay on the device and are read by one add_loss_sums; the result must equal,
+// bit for bit, the same micro-batches run one at a time with the loss read after each (the forward is
+// deterministic on the GPU, and the host adds the same doubles in the same order).
+TEST(CudaModel, QueuedMicroBatchesWithOneLossReadEqualOneAtATime) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  OpContext ctx;
+  ctx.device = Device::CUDA;
+  ModelOptions o;
+  o.loss_micro_batches = 3;
+  LlamaModel model(m, 2, 64, ctx, bf16_plan(m.num_layers), o);
+  model.init_parameters(1234);
+  std::mt19937 rng(11);
+  std::vector<std::vector<int32_t>> toks(3, std::vector<int32_t>(128)), labs = toks;
+  for (auto* v : {&toks, &labs})
+    for (auto& mb : *v)
+      for (auto& t : mb) t = static_cast<int32_t>(rng() % m.vocab_size);
+  double one_at_a_time = 0.0;
+  for (int k = 0; k < 3; ++k) one_at_a_time += model.forward(toks[k].data(), labs[k].data());
+  std::vector<int32_t> tok(128), lab(128);  // one host array for all three, as the trainer has
+  for (int k = 0; k < 3; ++k) {
+    tok = toks[k];
+    lab = labs[k];
+    model.queue_forward(k, tok.data(), lab.data());
+  }
+  const double queued = model.add_loss_sums(3, 0.0);
+  EXPECT_EQ(queued, one_at_a_time);
+  EXPECT_TRUE(std::isfinite(queued));
+}
+
 }  // namespace
 }  // namespace pl

@@ -158,6 +158,72 @@ TEST(OpsOptimizer, CopyMasterToParam) {
   EXPECT_TRUE(bitwise_equal(param.v, master.v));
 }
 
+// The multi-tensor step over flat buffers equals one adamw_update per tensor (weight decay 0 on the
+// tensors listed as no-decay ranges) bit for bit: master, m, v and param, over several steps, with
+// rounding on and off, ranges at the start, in the middle, adjacent to each other and at the end.
+TEST(OpsOptimizer, AdamWMultiTensorEqualsPerTensorBitForBit) {
+  std::mt19937 rng(905);
+  // Tensor sizes and whether each decays (false: a "norm weight", a no-decay range).
+  const std::vector<std::pair<int64_t, bool>> tensors = {{7, false},   {300, true}, {1000, true}, {33, false},
+                                                         {65, false},  {4096, true}, {1, false},  {512, true},
+                                                         {17, false}};
+  int64_t n = 0;
+  std::vector<int64_t> ranges;  // merged, as train/optimizer.cpp builds them
+  for (const auto& [size, decays] : tensors) {
+    if (!decays) {
+      if (!ranges.empty() && ranges.back() == n)
+        ranges.back() = n + size;
+      else
+        ranges.insert(ranges.end(), {n, n + size});
+    }
+    n += size;
+  }
+  ASSERT_EQ(ranges.size(), 8u) << "the two adjacent no-decay tensors merge into one range";
+  const ElementRanges no_decay{ranges.data(), nullptr, static_cast<int64_t>(ranges.size() / 2)};
+  for (bool round : {true, false}) {
+    SCOPED_TRACE(round ? "round_bf16" : "fp32");
+    HostF32 master = random_f32({n}, rng, -1, 1), m = random_f32({n}, rng, -0.1f, 0.1f),
+            v = random_f32({n}, rng, 0, 0.01f), param({n});
+    HostF32 master2 = master, m2 = m, v2 = v, param2({n});
+    for (int64_t step = 1; step <= 3; ++step) {
+      HostF32 grad = random_f32({n}, rng, -2, 2);
+      const AdamWStep st{1e-3f * float(step), 0.9f, 0.95f, 1e-8f, 0.033f, step, step == 2 ? 0.37f : 1.0f};
+      int64_t off = 0;
+      for (const auto& [size, decays] : tensors) {
+        AdamWStep s = st;
+        s.weight_decay = decays ? st.weight_decay : 0.0f;
+        adamw_update(cpu_ctx(round), param.t().rows(off, size), master.t().rows(off, size), grad.t().rows(off, size),
+                     m.t().rows(off, size), v.t().rows(off, size), s);
+        off += size;
+      }
+      adamw_update_multi(cpu_ctx(round), param2.t(), master2.t(), grad.t(), m2.t(), v2.t(), no_decay, st);
+      ASSERT_TRUE(bitwise_equal(master2.v, master.v)) << "master at step " << step;
+      ASSERT_TRUE(bitwise_equal(m2.v, m.v)) << "m at step " << step;
+      ASSERT_TRUE(bitwise_equal(v2.v, v.v)) << "v at step " << step;
+      ASSERT_TRUE(bitwise_equal(param2.v, param.v)) << "param at step " << step;
+    }
+    // Decay really differs between the two kinds of element (else the ranges would be untested).
+    HostF32 a = master, am({n}), av({n}), ap({n}), b = master, bm({n}), bv({n}), bp({n}), g({n});
+    const AdamWStep st{1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f, 1, 1.0f};
+    adamw_update_multi(cpu_ctx(round), ap.t(), a.t(), g.t(), am.t(), av.t(), no_decay, st);
+    adamw_update(cpu_ctx(round), bp.t(), b.t(), g.t(), bm.t(), bv.t(), st);  // decay everywhere
+    EXPECT_EQ(a[0], master[0]) << "element 0 is in a no-decay range: zero gradient leaves it unchanged";
+    EXPECT_NE(b[0], master[0]);
+    EXPECT_EQ(a[10], b[10]) << "element 10 decays in both";
+  }
+}
+
+TEST(OpsOptimizer, AdamWMultiTensorRejectsBadRanges) {
+  HostF32 a({10});
+  const AdamWStep st{1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 1.0f};
+  const int64_t unsorted[] = {5, 7, 2, 3}, outside[] = {8, 11}, inverted[] = {4, 2};
+  for (const int64_t* r : {unsorted, outside, inverted}) {
+    const ElementRanges bad{r, nullptr, r == unsorted ? 2 : 1};
+    expect_error_naming("adamw_update_multi",
+                        [&] { adamw_update_multi(cpu_ctx(false), a.t(), a.t(), a.t(), a.t(), a.t(), bad, st); });
+  }
+}
+
 TEST(OpsOptimizer, ErrorsNameTheOp) {
   HostF32 a({10}), b({11});
   HostI32 ia({10});

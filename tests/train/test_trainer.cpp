@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -29,15 +30,16 @@ struct TinyRun {
   std::unique_ptr<LlamaModel> model;
   std::vector<std::string> lines;
 
-  explicit TinyRun(int64_t iters) {
+  explicit TinyRun(int64_t iters, int64_t global_batch = 4, ModelOptions options = {}) {
     t.train_iters = iters;
     t.warmup_iters = 1;
-    t.global_batch_size = 4;
+    t.global_batch_size = global_batch;
     t.micro_batch_size = 2;
     t.seq_length = 32;
     data = std::make_unique<data::MockGPTDataset>(
         data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length, iters * t.global_batch_size, 1234});
-    model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{});
+    model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{},
+                                         bf16_plan(m.num_layers), options);
     model->init_parameters(t.seed);
   }
   Trainer trainer() {
@@ -56,6 +58,58 @@ TEST(TrainLoop, AllocatesNothingAfterTheFirstIteration) {
   EXPECT_EQ(r.allocations_in_loop, 0u);
   ASSERT_EQ(r.loss.size(), 4u);
   for (double l : r.loss) EXPECT_TRUE(std::isfinite(l));
+}
+
+// The per-token losses of an iteration's micro-batches stay on the device and are read once (or in
+// chunks of loss_micro_batches): the reported losses are the same doubles, bit for bit, as reading
+// each micro-batch's losses right after it (the same additions in the same order), and training is
+// unchanged.
+TEST(TrainLoop, LossReadOncePerIterationEqualsPerMicroBatchReads) {
+  std::vector<TrainResult> results;
+  for (int64_t slots : {1, 4, 3}) {  // 4 micro-batches per iteration: every one, all at once, 3 + 1
+    SCOPED_TRACE("loss_micro_batches " + std::to_string(slots));
+    ModelOptions o;
+    o.loss_micro_batches = slots;
+    TinyRun run(3, 8, o);
+    ASSERT_EQ(run.t.num_micro_batches(), 4);
+    results.push_back(run.trainer().run());
+    EXPECT_EQ(results.back().allocations_in_loop, 0u);
+  }
+  for (size_t k = 1; k < results.size(); ++k)
+    for (size_t i = 0; i < results[0].loss.size(); ++i) {
+      EXPECT_EQ(std::bit_cast<uint64_t>(results[k].loss[i]), std::bit_cast<uint64_t>(results[0].loss[i]))
+          << "iteration " << i + 1 << ": " << results[k].loss[i] << " vs " << results[0].loss[i];
+      EXPECT_EQ(results[k].grad_norm[i], results[0].grad_norm[i]) << "iteration " << i + 1;
+    }
+}
+
+// Token ids are checked on the host before they are uploaded (the GPU kernels no longer check them):
+// one line naming the sample of the micro-batch, the position and the vocabulary.
+TEST(TrainLoop, OutOfVocabularyIdIsRejectedBeforeUploadNamingTheSample) {
+  TinyRun run(1);
+  const int64_t S = run.t.seq_length, T = run.t.micro_batch_size * S, V = run.m.vocab_size;
+  std::vector<int32_t> tok(static_cast<size_t>(T), 1), lab(static_cast<size_t>(T), 2);
+  auto message = [&] {
+    try {
+      run.model->forward_backward(tok.data(), lab.data(), 1.0f);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  tok[S + 5] = static_cast<int32_t>(V);
+  std::string m = message();
+  EXPECT_NE(m.find("token id " + std::to_string(V) + " of sample 1 of the micro-batch (position 5) is outside the "
+                   "vocabulary [0, " + std::to_string(V) + ")"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  tok[S + 5] = 1;
+  lab[3] = -1;
+  m = message();
+  EXPECT_NE(m.find("label id -1 of sample 0 of the micro-batch (position 3)"), std::string::npos) << m;
+  lab[3] = 2;
+  EXPECT_TRUE(std::isfinite(run.model->forward(tok.data(), lab.data())));
 }
 
 TEST(TrainLoop, FirstStepUsesLearningRateZeroThenFollowsTheSchedule) {
@@ -164,6 +218,35 @@ TEST(EndToEnd, ThirtyIterationsOfLlamaTinyInMegatronFormat) {
   EXPECT_EQ(mems, 1);
   ASSERT_EQ(losses.size(), 30u);
   EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << " last " << losses.back();
+}
+
+// --deterministic-mode and --cuda-sync-every-launch are GPU switches: on the CPU the log is the same
+// line for line (timings and timestamps aside) and the losses and grad norms are the same numbers.
+TEST(EndToEnd, GpuSwitchesLeaveTheCpuLogUnchanged) {
+  const std::string base = "--model " PL_CONFIG_DIR "/models/llama_tiny.json --device cpu --disable-fp4 --train-iters 3 "
+                           "--global-batch-size 8 --micro-batch-size 2 --seq-length 32 --threads 1";
+  const Output a = run_binary(base);
+  const Output b = run_binary(base + " --deterministic-mode --cuda-sync-every-launch");
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  // Drop what varies from run to run: timestamps, times, throughput, the run's own command line.
+  auto normalize = [](const std::string& out) {
+    static const std::regex varying(R"(\[\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\]|\d+\.\d+ ?(ms|s\b|MODEL_TFLOP)|)"
+                                    R"(elapsed time per iteration \(ms\): [\d.]+|Step Time : [\d.]+s|\d+ tokens/s|[\d.e+-]+ GB/s|)"
+                                    R"(mem-[a-z-]+: [\d.e-]+|in \d+ ms)");
+    std::vector<std::string> lines;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) lines.push_back(std::regex_replace(line, varying, "#"));
+    return lines;
+  };
+  const std::vector<std::string> la = normalize(a.out), lb = normalize(b.out);
+  ASSERT_EQ(la.size(), lb.size()) << a.out << "\n----\n" << b.out;
+  int loss_lines = 0;
+  for (size_t i = 0; i < la.size(); ++i) {
+    EXPECT_EQ(la[i], lb[i]) << "line " << i;
+    loss_lines += la[i].find("lm loss: ") != std::string::npos;
+  }
+  EXPECT_EQ(loss_lines, 3);
 }
 
 }  // namespace

@@ -72,6 +72,52 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
   }
 }
 
+// One pass over the flat buffers: the segments between and inside the no-decay ranges, in order, each
+// with its hyper-parameters (weight decay 0 inside a range), in one OpenMP region. Per element the math
+// is adamw_update's, so the results are those of the per-tensor calls bit for bit.
+void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                        const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
+  constexpr const char* op = "adamw_update_multi";
+  check_cpu(op, "master", master);
+  check_numel(op, "param", param, "master", master);
+  check_numel(op, "grad", grad, "master", master);
+  check_numel(op, "m", m, "master", master);
+  check_numel(op, "v", v, "master", master);
+  PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
+  const int64_t n = master.numel();
+  PL_CHECK(no_decay.count == 0 || no_decay.host != nullptr, "{}: {} no-decay ranges without a host table", op,
+           no_decay.count);
+  for (int64_t r = 0; r < no_decay.count; ++r) {
+    const int64_t b = no_decay.host[2 * r], e = no_decay.host[2 * r + 1];
+    const int64_t prev_end = r > 0 ? no_decay.host[2 * r - 1] : 0;
+    PL_CHECK(b >= prev_end && b <= e && e <= n,
+             "{}: no-decay range {} = [{}, {}) is not sorted, disjoint and inside the {} elements", op, r, b, e, n);
+  }
+  const num::AdamWHyper decay =
+      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
+  const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
+  float* pp = param.f32();
+  float* mp = master.f32();
+  const float* gp = grad.f32();
+  float* m1 = m.f32();
+  float* m2 = v.f32();
+  const bool round = ctx.round_bf16;
+  const int64_t segments = 2 * no_decay.count + 1;  // decayed, range 0, decayed, range 1, ..., decayed
+#pragma omp parallel
+  for (int64_t sgm = 0; sgm < segments; ++sgm) {
+    const int64_t r = sgm / 2;
+    const bool in_range = sgm % 2 == 1;
+    const int64_t i0 = in_range ? no_decay.host[2 * r] : (r > 0 ? no_decay.host[2 * r - 1] : 0);
+    const int64_t i1 = in_range ? no_decay.host[2 * r + 1] : (r < no_decay.count ? no_decay.host[2 * r] : n);
+    const num::AdamWHyper& h = in_range ? plain : decay;
+#pragma omp for schedule(static)
+    for (int64_t i = i0; i < i1; ++i) {
+      num::adamw_element(mp[i], m1[i], m2[i], gp[i], h);
+      pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
+    }
+  }
+}
+
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   constexpr const char* op = "copy_master_to_param";
   check_cpu(op, "master", master);

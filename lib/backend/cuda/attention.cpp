@@ -45,12 +45,22 @@
 //     BF16 before P·V (and dS before its GEMMs), unlike the CPU, which keeps them in FP32; results
 //     therefore agree with the CPU to BF16-level tolerances, not bit for bit.
 //   * ctx.round_bf16 has no effect here: the outputs are BF16 tensors, rounded by construction.
-//   * determinism: the backward asks for cuDNN's deterministic algorithm (as llm.c does) so two runs
-//     give the same gradients. On Hopper this uses the dP-workspace path, whose workspace is about
-//     B·nq·S²·2 bytes (1 GiB at B=1, nq=32, S=4096). If cuDNN refuses a deterministic backward for a
-//     configuration, the graph is rebuilt without it and a one-line notice goes to stderr.
+//   * determinism: by default the backward lets cuDNN pick its fastest algorithm, which may accumulate
+//     dQ with atomics (run-to-run differences in the last bits): Transformer Engine's default, where
+//     NVTE_ALLOW_NONDETERMINISTIC_ALGO defaults to "1" (transformer_engine/pytorch/attention/
+//     dot_product_attention/dot_product_attention.py: self.deterministic = not
+//     bool(int(os.getenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1"))) or
+//     torch.are_deterministic_algorithms_enabled()). set_attention_deterministic(true) — pretrain_llama
+//     --deterministic-mode, Megatron's flag (megatron/training/arguments.py: "Choose code that has
+//     deterministic execution. This usually means slower execution, but is good for debugging and
+//     testing."), which Megatron pairs with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 — asks for cuDNN's
+//     deterministic algorithm (as llm.c does). On Hopper that is the dP-workspace path, whose
+//     workspace is about B·nq·S²·2 bytes (1 GiB at B=1, nq=32, S=4096); the default path needs FP32
+//     dQ accumulators instead, about B·nq·S·(4 + 4 d) bytes. If cuDNN refuses a deterministic backward
+//     for a configuration, the graph is rebuilt without it and a one-line notice goes to stderr;
+//     attention_prepare() reports which algorithm was built and the workspace it asked for.
 //
-// Graphs are built once per (B, S, nq, nkv, d, direction) and cached for the life of the process
+// Graphs are built once per (B, S, nq, nkv, d, direction, deterministic) and cached for the life of the process
 // (building is the slow part: tens to hundreds of ms). The workspace is one grow-only device Buffer
 // shared by all graphs: it is reallocated only when a newly built graph needs more, never per call.
 // All work runs on the default stream (context.h). The state is never destroyed (its teardown would
@@ -65,6 +75,7 @@
 // GPU: they are checked by the CudaAttention tests on a GPU.
 #include <cmath>
 #include <cstdint>
+#include <atomic>
 #include <cstdio>
 #include <initializer_list>
 #include <map>
@@ -89,6 +100,13 @@
 #endif
 
 namespace pl::cuda {
+
+namespace {
+std::atomic<bool> g_deterministic{false};
+}  // namespace
+
+void set_attention_deterministic(bool on) { g_deterministic.store(on); }
+bool attention_deterministic() { return g_deterministic.load(); }
 
 namespace {
 
@@ -185,11 +203,18 @@ void fe_check(const fe::error_object& e, const char* op, const std::string& what
 }
 
 enum class Direction : int { Forward = 0, Backward = 1 };
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int>;  // B, S, nq, nkv, d, direction
+// B, S, nq, nkv, d, direction, deterministic requested (always false for the forward)
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;
+
+struct Built {
+  std::shared_ptr<fe::graph::Graph> graph;
+  bool deterministic = false;  // the algorithm built (a refused deterministic request falls back)
+  int64_t workspace = 0;       // get_workspace_size() of the plan
+};
 
 struct State {
   std::mutex mu;
-  std::map<Key, std::shared_ptr<fe::graph::Graph>> graphs;
+  std::map<Key, Built> graphs;
   Buffer workspace;  // grow-only, shared by every graph (all run on the default stream, in order)
 };
 
@@ -272,20 +297,23 @@ std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction 
   return g;
 }
 
-// The cached graph for this shape and direction (built on first use), with the shared workspace
-// grown to cover it. Called with the state's mutex held.
-fe::graph::Graph& graph_for(State& st, const char* op, const AttentionShape& s, Direction dir) {
-  const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir)};
-  if (auto it = st.graphs.find(key); it != st.graphs.end()) return *it->second;
+// The cached graph for this shape and direction (built on first use) in the current determinism mode,
+// with the shared workspace grown to cover it. Called with the state's mutex held.
+const Built& graph_for(State& st, const char* op, const AttentionShape& s, Direction dir) {
+  const bool want_det = dir == Direction::Backward && g_deterministic.load();
+  const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir), want_det};
+  if (auto it = st.graphs.find(key); it != st.graphs.end()) return it->second;
 
   Context& ctx = context();
   const std::string what = shape_text(s);
   std::shared_ptr<fe::graph::Graph> g;
+  bool built_det = want_det;
   std::string step, first;  // first: the deterministic backward's error, when it had one
   try {
-    g = make_graph(s, dir, /*deterministic=*/true, ctx.sm);
+    g = make_graph(s, dir, want_det, ctx.sm);
     fe::error_object e = build_steps(*g, ctx.cudnn, &step);
-    if (e.is_bad() && dir == Direction::Backward) {
+    if (e.is_bad() && want_det) {
+      built_det = false;
       first = step + ": " + fe_error_text(e);
       g = make_graph(s, dir, /*deterministic=*/false, ctx.sm);
       e = build_steps(*g, ctx.cudnn, &step);
@@ -304,18 +332,19 @@ fe::graph::Graph& graph_for(State& st, const char* op, const AttentionShape& s, 
   int64_t bytes = 0;
   fe_check(g->get_workspace_size(bytes), op, what + " (get_workspace_size)");
   if (bytes > 0 && static_cast<size_t>(bytes) > st.workspace.bytes()) {
-    // Safe while graphs are queued: inside the device arena the old space is never handed out again;
-    // without an arena, cudaFree of the old buffer synchronizes the device first.
+    // Safe while graphs are queued: inside the device arena the old space is reused only by work
+    // queued after this point on the same (default) stream; without an arena, cudaFree of the old
+    // buffer synchronizes the device first.
     st.workspace = Buffer();
     st.workspace = Buffer(static_cast<size_t>(bytes), Device::CUDA);
   }
-  return *st.graphs.emplace(key, std::move(g)).first->second;
+  return st.graphs.emplace(key, Built{std::move(g), built_det, bytes}).first->second;
 }
 
 void execute(const char* op, const AttentionShape& s, Direction dir, std::unordered_map<int64_t, void*>& pack) {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
-  fe::graph::Graph& g = graph_for(st, op, s, dir);
+  fe::graph::Graph& g = *graph_for(st, op, s, dir).graph;
   Context& ctx = context();
   check(cudnnSetStream(ctx.cudnn, nullptr), "cudnnSetStream", std::string(op) + " default stream");
   try {
@@ -354,8 +383,24 @@ void attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& dout
 
 bool attention_has_cudnn_frontend() { return true; }
 
-std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm) {
-  auto g = make_graph(s, backward ? Direction::Backward : Direction::Forward, /*deterministic=*/true, sm);
+AttentionPlan attention_prepare(const AttentionShape& s) {
+  constexpr const char* op = "attention_prepare";
+  check_shape(op, s);
+  State& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  const Built& f = graph_for(st, "attention_forward", s, Direction::Forward);
+  const Built& b = graph_for(st, "attention_backward", s, Direction::Backward);
+  AttentionPlan p;
+  p.deterministic_requested = g_deterministic.load();
+  p.deterministic_backward = b.deterministic;
+  p.forward_workspace = f.workspace;
+  p.backward_workspace = b.workspace;
+  p.workspace_allocated = static_cast<int64_t>(st.workspace.bytes());
+  return p;
+}
+
+std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm, bool deterministic) {
+  auto g = make_graph(s, backward ? Direction::Backward : Direction::Forward, deterministic, sm);
   const fe::error_object e = g->validate();
   return e.is_good() ? std::string() : fe_error_text(e);
 }
@@ -387,7 +432,9 @@ void attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& dout
 
 bool attention_has_cudnn_frontend() { return false; }
 
-std::string attention_validate_graph(const AttentionShape&, bool, int) {
+AttentionPlan attention_prepare(const AttentionShape& s) { no_frontend("attention_prepare", s); }
+
+std::string attention_validate_graph(const AttentionShape&, bool, int, bool) {
   return "this build has no cudnn-frontend headers";
 }
 

@@ -5,6 +5,7 @@
 // Validation checks the tensors, strides and SDPA options against the frontend's support rules for that
 // cuDNN version and architecture; it needs no device. Whether an engine accepts the graph can only be
 // learned on a GPU.
+#include <cstdint>
 #include <string>
 
 #include "backend/ops.h"
@@ -14,6 +15,26 @@ namespace pl::cuda {
 // False when this build has no cudnn-frontend headers (CUDA attention then fails at run time).
 bool attention_has_cudnn_frontend();
 // "" when the graph validates, else the frontend's error message (or why there is no frontend).
-std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm);
+// `deterministic`: the backward graph asks for cuDNN's deterministic algorithm.
+std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm, bool deterministic = false);
+
+// The backward's algorithm: false (the default) lets cuDNN pick its fastest, possibly
+// non-deterministic one, as Transformer Engine does by default; true asks for the deterministic one
+// (pretrain_llama --deterministic-mode). Set by the application; read when a graph is built (graphs
+// of both modes are cached separately, so tests may switch).
+void set_attention_deterministic(bool on);
+bool attention_deterministic();
+
+// What attention_prepare() built for a shape in the current mode.
+struct AttentionPlan {
+  bool deterministic_requested = false;
+  bool deterministic_backward = false;  // the algorithm cuDNN built (false after a refused request)
+  int64_t forward_workspace = 0;        // bytes, cuDNN's get_workspace_size() of each plan
+  int64_t backward_workspace = 0;
+  int64_t workspace_allocated = 0;      // the shared workspace Buffer now (>= both)
+};
+// Builds (or finds) the forward and backward graphs for `s` on the current device and allocates the
+// shared workspace they need, so that neither happens inside the training loop. Needs a GPU.
+AttentionPlan attention_prepare(const AttentionShape& s);
 
 }  // namespace pl::cuda

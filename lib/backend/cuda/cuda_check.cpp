@@ -2,9 +2,25 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+
 #include "core/error.h"
 
 namespace pl::cuda {
+
+namespace {
+std::atomic<bool> g_sync_every_launch{false};
+}  // namespace
+
+void set_sync_every_launch(bool on) { g_sync_every_launch.store(on, std::memory_order_relaxed); }
+bool sync_every_launch() { return g_sync_every_launch.load(std::memory_order_relaxed); }
+
+void sync_after_launch(const char* op, const std::string& what) {
+  const cudaError_t st = cudaDeviceSynchronize();
+  if (st == cudaSuccess) return;
+  throw_error(std::string(op) + " " + what + ": asynchronous CUDA fault found by --cuda-sync-every-launch right after "
+              "this op: " + cudaGetErrorName(st) + ": " + cudaGetErrorString(st));
+}
 
 void throw_error(const std::string& message) { throw Error(message); }
 

@@ -8,4 +8,9 @@
 
 namespace pl::cuda {
 #include "backend/backend_ops.inc"
+
+// pretrain_llama --cuda-sync-every-launch: check_launch synchronizes after every launch so an
+// asynchronous fault names its op (declared with its neighbours in cuda_check.h; repeated here for
+// callers that do not include the CUDA headers).
+void set_sync_every_launch(bool on);
 }  // namespace pl::cuda

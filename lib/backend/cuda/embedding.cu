@@ -7,7 +7,10 @@
 // column walks those positions in order, accumulating in a register from the current dtable value.
 // Every dtable element thus receives (((d + g_t1) + g_t2) + ...) in token order, the CPU's exact
 // sequence of fp32 additions.
-// Token ids outside [0, V) are flagged on the device and reported after the kernel (one sync).
+// Token ids are validated on the host before they are uploaded (LlamaModel::upload_batch, and the
+// data pipeline names the sample), so there is no device-side index check and no read-back: nothing
+// here blocks the host. An id outside [0, V) is still never used as an address: the forward writes a
+// zero row for it and the backward skips it.
 #include <cub/cub.cuh>
 
 #include "backend/cuda/cuda_ops.h"
@@ -23,25 +26,23 @@ constexpr int kScatterThreads = 256;
 // grid: T blocks (one per token), block: threads over the h columns.
 // out[T,h] bf16 = table[tokens[t], :] (bf16 bits copied); tokens[T] i32; table[V,h] bf16
 __global__ void embedding_forward_kernel(uint16_t* out, const int32_t* tokens, const uint16_t* table, int64_t h,
-                                         int64_t V, unsigned long long* bad) {
+                                         int64_t V) {
   const int64_t t = blockIdx.x;
   const int32_t tok = tokens[t];
-  if (tok < 0 || tok >= V) {
-    if (threadIdx.x == 0) flag_bad_row(bad, t);
+  uint16_t* dst = out + t * h;
+  if (tok < 0 || tok >= V) {  // not reachable from the model (ids are checked on the host): no OOB read
+    for (int64_t c = threadIdx.x; c < h; c += blockDim.x) dst[c] = 0;
     return;
   }
   const uint16_t* src = table + static_cast<int64_t>(tok) * h;
-  uint16_t* dst = out + t * h;
   for (int64_t c = threadIdx.x; c < h; c += blockDim.x) dst[c] = src[c];
 }
 
-// positions[T] = 0..T-1 (the sort's values); flags out-of-range tokens
-__global__ void embedding_positions_kernel(int32_t* positions, const int32_t* tokens, int64_t T, int64_t V,
-                                           unsigned long long* bad) {
+// positions[T] = 0..T-1 (the sort's values)
+__global__ void embedding_positions_kernel(int32_t* positions, int64_t T) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (t >= T) return;
   positions[t] = static_cast<int32_t>(t);
-  if (tokens[t] < 0 || tokens[t] >= V) flag_bad_row(bad, t);
 }
 
 // grid: (T, ceil(h / kScatterThreads)): x = sorted slot (only the first slot of each run of equal ids
@@ -55,7 +56,7 @@ __global__ void embedding_backward_kernel(float* dtable, const uint16_t* dout, c
   const int64_t first = blockIdx.x;
   const uint32_t id = ids[first];
   if (first > 0 && ids[first - 1] == id) return;
-  if (static_cast<int64_t>(id) >= V) return;  // invalid (flagged by the positions kernel)
+  if (static_cast<int64_t>(id) >= V) return;  // invalid (cannot come from the model: checked on the host)
   const int64_t c = blockIdx.y * static_cast<int64_t>(kScatterThreads) + threadIdx.x;
   if (c >= h) return;
   int64_t end = first + 1;
@@ -88,12 +89,9 @@ void embedding_forward(const OpContext&, const Tensor& out, const Tensor& tokens
   require(T < (int64_t{1} << 31), op, "out " + describe(out) + " has more rows than a grid holds");
   if (T * h == 0) return;
   const std::string what = "out " + dims(T, h) + " table " + dims(V, h);
-  static BadRowFlag flag;
-  unsigned long long* bad = flag.arm(op, what);
   embedding_forward_kernel<<<static_cast<unsigned>(T), kGatherThreads>>>(bf16_out(out), i32_in(tokens),
-                                                                          bf16_in(table), h, V, bad);
+                                                                          bf16_in(table), h, V);
   check_launch(op, what);
-  flag.check_after(op, what, "tokens", i32_in(tokens), V);
 }
 
 void embedding_backward(const OpContext&, const Tensor& dtable, const Tensor& dout, const Tensor& tokens) {
@@ -124,9 +122,7 @@ void embedding_backward(const OpContext&, const Tensor& dtable, const Tensor& do
   auto* ids_out = reinterpret_cast<uint32_t*>(base + temp_aligned + arr);
   auto* pos_out = reinterpret_cast<int32_t*>(base + temp_aligned + 2 * arr);
 
-  static BadRowFlag flag;
-  unsigned long long* bad = flag.arm(op, what);
-  embedding_positions_kernel<<<grid_for(T, kScatterThreads), kScatterThreads>>>(pos_in, i32_in(tokens), T, V, bad);
+  embedding_positions_kernel<<<grid_for(T, kScatterThreads), kScatterThreads>>>(pos_in, T);
   check_launch(op, what + " (positions)");
   // Stable LSD radix sort over all 32 bits: equal ids keep token order.
   check(cub::DeviceRadixSort::SortPairs(base, temp_bytes, ids_in, ids_out, pos_in, pos_out, n, 0, 32, 0), op,
@@ -135,7 +131,6 @@ void embedding_backward(const OpContext&, const Tensor& dtable, const Tensor& do
   const dim3 grid(static_cast<unsigned>(T), grid_for(h, kScatterThreads));
   embedding_backward_kernel<<<grid, kScatterThreads>>>(f32_out(dtable), bf16_in(dout), ids_out, pos_out, T, h, V);
   check_launch(op, what);
-  flag.check_after(op, what, "tokens", i32_in(tokens), V);
 }
 
 }  // namespace pl::cuda

@@ -363,6 +363,8 @@ void lt_matmul(const LtMatmul& g) {
   chk(cublasLtMatmul(ctx.lt, p.desc, alpha, g.A, p.la, g.B, p.lb, beta, g.D, p.ld, g.D, p.ld, &p.algo, ctx.workspace,
                      ctx.workspace_bytes, /*stream=*/0),
       "cublasLtMatmul");
+  // --cuda-sync-every-launch: a fault inside the GEMM is reported here, naming it, not by the next op.
+  if (sync_every_launch()) sync_after_launch(g.op, "cublasLtMatmul: " + describe(g));
 }
 
 void prepare_device_state() {

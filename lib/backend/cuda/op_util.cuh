@@ -2,7 +2,7 @@
 // Helpers shared by the hand-written CUDA ops (embedding, rmsnorm, rope, swiglu, elementwise,
 // cross_entropy, optimizer): argument checks that fail with one line naming the op, the argument,
 // its shape, dtype and device; bf16 loads/stores through the shared numerics (so rounding is the
-// CPU's num::round_bf16); a grow-only device scratch; a device flag for out-of-range indices.
+// CPU's num::round_bf16); a grow-only device scratch.
 // Plain C++17 + CUDA (no fmt, no core/error.h): included by .cu files only.
 #include <cuda_runtime_api.h>
 
@@ -63,11 +63,17 @@ inline unsigned grid_capped(int64_t n, int threads) {
 
 // ---- grow-only device scratch ----------------------------------------------------------------------
 // One per call site, kept in a function-static: it allocates only when a larger size is asked for
-// (so after the first training step no allocation happens) and is never freed per call.
+// (so after the first training step no allocation happens) and is never freed per call. Growing frees
+// the old buffer first, so inside the device arena the new one can take the old space (the arena
+// reuses freed blocks, core/tensor.h): a scratch that grows does not leak arena space. That is safe
+// with work still queued: everything runs on the default stream, in order.
 class DeviceScratch {
  public:
   void* get(size_t bytes) {
-    if (bytes > buf_.bytes()) buf_ = Buffer(bytes, Device::CUDA);
+    if (bytes > buf_.bytes()) {
+      buf_ = Buffer();
+      buf_ = Buffer(bytes, Device::CUDA);
+    }
     return buf_.data();
   }
 
@@ -76,40 +82,5 @@ class DeviceScratch {
 };
 
 inline size_t align_up(size_t bytes, size_t alignment = 256) { return (bytes + alignment - 1) / alignment * alignment; }
-
-// ---- out-of-range indices (token ids, targets) -------------------------------------------------------
-// A kernel that meets an invalid index records its row with atomicMin into a device slot (initially
-// "none"); after the kernel the host reads the slot back and fails naming the first bad row and its
-// value, as the CPU backend does. The read-back synchronizes with the device.
-constexpr unsigned long long kNoBadRow = ~0ull;
-
-__device__ __forceinline__ void flag_bad_row(unsigned long long* slot, int64_t row) {
-  atomicMin(slot, static_cast<unsigned long long>(row));
-}
-
-class BadRowFlag {
- public:
-  // Resets the slot on the default stream and returns it for the kernel.
-  unsigned long long* arm(const char* op, const std::string& what) {
-    auto* slot = static_cast<unsigned long long*>(scratch_.get(sizeof(unsigned long long)));
-    check(cudaMemsetAsync(slot, 0xFF, sizeof(unsigned long long), 0), op, what + " (reset index flag)");
-    return slot;
-  }
-  // After the kernel: fails with "<op>: <name>[row] = value is outside the vocabulary [0, limit)".
-  void check_after(const char* op, const std::string& what, const char* name, const int32_t* ids,
-                   int64_t limit) {
-    unsigned long long row = kNoBadRow;
-    check(cudaMemcpy(&row, scratch_.get(sizeof row), sizeof row, cudaMemcpyDeviceToHost), op,
-          what + " (read index flag)");
-    if (row == kNoBadRow) return;
-    int32_t value = 0;
-    check(cudaMemcpy(&value, ids + row, sizeof value, cudaMemcpyDeviceToHost), op, what + " (read bad index)");
-    require(false, op, std::string(name) + "[" + std::to_string(row) + "] = " + std::to_string(value) +
-                           " is outside the vocabulary [0, " + std::to_string(limit) + ")");
-  }
-
- private:
-  DeviceScratch scratch_;
-};
 
 }  // namespace pl::cuda

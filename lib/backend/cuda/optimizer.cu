@@ -62,6 +62,41 @@ __global__ void adamw_kernel(PARAM* param, float* master, float* m, float* v, co
   }
 }
 
+// Whether element i lies in one of the sorted, disjoint [begin, end) ranges rg[2*count]: binary search
+// for the last range starting at or before i (the table is tiny, ~2 per layer, and stays in L1).
+__device__ __forceinline__ bool in_ranges(const int64_t* rg, int64_t count, int64_t i) {
+  int64_t lo = 0, hi = count;  // -> the first range whose begin is > i
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (rg[2 * mid] <= i)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo > 0 && i < rg[2 * (lo - 1) + 1];
+}
+
+// adamw_kernel over the whole flat buffers: elements inside the no-decay ranges use `plain` (weight
+// decay 0), all others `decay`; otherwise the same per-element code.
+template <class PARAM>
+__global__ void adamw_multi_kernel(PARAM* param, float* master, float* m, float* v, const float* grad, int64_t n,
+                                   const int64_t* no_decay, int64_t ranges, num::AdamWHyper decay,
+                                   num::AdamWHyper plain, bool round) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const num::AdamWHyper& h = in_ranges(no_decay, ranges, i) ? plain : decay;
+    float p = master[i], m1 = m[i], m2 = v[i];
+    num::adamw_element(p, m1, m2, grad[i], h);
+    master[i] = p;
+    m[i] = m1;
+    v[i] = m2;
+    if constexpr (sizeof(PARAM) == 2)
+      param[i] = num::float_to_bf16_bits(p);
+    else
+      param[i] = round ? num::round_bf16(p) : p;
+  }
+}
+
 // param[n] = master[n] as bf16 bits (PARAM = uint16_t) or f32 (rounded to bf16 values when `round`)
 template <class PARAM>
 __global__ void copy_master_kernel(PARAM* param, const float* master, int64_t n, bool round) {
@@ -133,6 +168,48 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
     adamw_kernel<float><<<grid, kThreads>>>(f32_out(param), f32_out(master), f32_out(m), f32_out(v), f32_in(grad), n,
                                             h, ctx.round_bf16);
   check_launch(op, "master " + master.shape_str() + " param " + param.shape_str());
+}
+
+void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                        const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
+  constexpr const char* op = "adamw_update_multi";
+  check_arg2(op, "param", param, DType::BF16, DType::F32);
+  check_arg(op, "master", master, DType::F32);
+  check_arg(op, "grad", grad, DType::F32);
+  check_arg(op, "m", m, DType::F32);
+  check_arg(op, "v", v, DType::F32);
+  check_numel(op, "param", param, master);
+  check_numel(op, "grad", grad, master);
+  check_numel(op, "m", m, master);
+  check_numel(op, "v", v, master);
+  require(step.step >= 1, op, "step = " + std::to_string(step.step) + " must be >= 1 (1-based)");
+  const int64_t n = master.numel();
+  require(no_decay.count == 0 || (no_decay.host != nullptr && no_decay.device != nullptr), op,
+          std::to_string(no_decay.count) + " no-decay ranges need both the host and the device table");
+  // Validated on the host copy (the device copy is the same table, uploaded once by the caller).
+  for (int64_t r = 0; r < no_decay.count; ++r) {
+    const int64_t b = no_decay.host[2 * r], e = no_decay.host[2 * r + 1];
+    const int64_t prev_end = r > 0 ? no_decay.host[2 * r - 1] : 0;
+    require(b >= prev_end && b <= e && e <= n, op,
+            "no-decay range " + std::to_string(r) + " = [" + std::to_string(b) + ", " + std::to_string(e) +
+                ") is not sorted, disjoint and inside the " + std::to_string(n) + " elements");
+  }
+  const num::AdamWHyper decay =
+      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
+  const num::AdamWHyper plain =
+      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
+  if (n == 0) return;
+  const unsigned grid = grid_capped(n, kThreads);
+  const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " (" +
+                           std::to_string(no_decay.count) + " no-decay ranges)";
+  if (param.dtype == DType::BF16)
+    adamw_multi_kernel<uint16_t><<<grid, kThreads>>>(bf16_out(param), f32_out(master), f32_out(m), f32_out(v),
+                                                     f32_in(grad), n, no_decay.device, no_decay.count, decay, plain,
+                                                     ctx.round_bf16);
+  else
+    adamw_multi_kernel<float><<<grid, kThreads>>>(f32_out(param), f32_out(master), f32_out(m), f32_out(v), f32_in(grad),
+                                                  n, no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
+  check_launch(op, what);
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
