@@ -21,6 +21,17 @@ void check_numel(const char* op, const char* name, const Tensor& t, const char* 
            t.shape_str(), ref_name, ref.shape_str());
 }
 
+// The arguments of both AdamW ops: CPU tensors of one element count, a 1-based step.
+void check_adamw_args(const char* op, const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
+                      const Tensor& v, const AdamWStep& step) {
+  check_cpu(op, "master", master);
+  check_numel(op, "param", param, "master", master);
+  check_numel(op, "grad", grad, "master", master);
+  check_numel(op, "m", m, "master", master);
+  check_numel(op, "v", v, "master", master);
+  PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
+}
+
 }  // namespace
 
 // Σ x² in fp32 with the schedule of numerics/reduce.h, shared with the CUDA backend (bit-identical):
@@ -50,12 +61,7 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {
   constexpr const char* op = "adamw_update";
-  check_cpu(op, "master", master);
-  check_numel(op, "param", param, "master", master);
-  check_numel(op, "grad", grad, "master", master);
-  check_numel(op, "m", m, "master", master);
-  check_numel(op, "v", v, "master", master);
-  PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
+  check_adamw_args(op, param, master, grad, m, v, step);
   const num::AdamWHyper h =
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const int64_t n = master.numel();
@@ -78,12 +84,7 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
-  check_cpu(op, "master", master);
-  check_numel(op, "param", param, "master", master);
-  check_numel(op, "grad", grad, "master", master);
-  check_numel(op, "m", m, "master", master);
-  check_numel(op, "v", v, "master", master);
-  PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
+  check_adamw_args(op, param, master, grad, m, v, step);
   const int64_t n = master.numel();
   PL_CHECK(no_decay.count == 0 || no_decay.host != nullptr, "{}: {} no-decay ranges without a host table", op,
            no_decay.count);

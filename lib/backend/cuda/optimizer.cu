@@ -115,6 +115,21 @@ void check_numel(const char* op, const char* name, const Tensor& t, const Tensor
               " (element counts differ)");
 }
 
+// The arguments of both AdamW ops: five CUDA tensors of one element count, a 1-based step.
+void check_adamw_args(const char* op, const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
+                      const Tensor& v, const AdamWStep& step) {
+  check_arg2(op, "param", param, DType::BF16, DType::F32);
+  check_arg(op, "master", master, DType::F32);
+  check_arg(op, "grad", grad, DType::F32);
+  check_arg(op, "m", m, DType::F32);
+  check_arg(op, "v", v, DType::F32);
+  check_numel(op, "param", param, master);
+  check_numel(op, "grad", grad, master);
+  check_numel(op, "m", m, master);
+  check_numel(op, "v", v, master);
+  require(step.step >= 1, op, "step = " + std::to_string(step.step) + " must be >= 1 (1-based)");
+}
+
 }  // namespace
 
 double sum_of_squares(const OpContext&, const Tensor& x) {
@@ -146,16 +161,7 @@ double sum_of_squares(const OpContext&, const Tensor& x) {
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {
   constexpr const char* op = "adamw_update";
-  check_arg2(op, "param", param, DType::BF16, DType::F32);
-  check_arg(op, "master", master, DType::F32);
-  check_arg(op, "grad", grad, DType::F32);
-  check_arg(op, "m", m, DType::F32);
-  check_arg(op, "v", v, DType::F32);
-  check_numel(op, "param", param, master);
-  check_numel(op, "grad", grad, master);
-  check_numel(op, "m", m, master);
-  check_numel(op, "v", v, master);
-  require(step.step >= 1, op, "step = " + std::to_string(step.step) + " must be >= 1 (1-based)");
+  check_adamw_args(op, param, master, grad, m, v, step);
   const num::AdamWHyper h =
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const int64_t n = master.numel();
@@ -173,16 +179,7 @@ void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& maste
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
-  check_arg2(op, "param", param, DType::BF16, DType::F32);
-  check_arg(op, "master", master, DType::F32);
-  check_arg(op, "grad", grad, DType::F32);
-  check_arg(op, "m", m, DType::F32);
-  check_arg(op, "v", v, DType::F32);
-  check_numel(op, "param", param, master);
-  check_numel(op, "grad", grad, master);
-  check_numel(op, "m", m, master);
-  check_numel(op, "v", v, master);
-  require(step.step >= 1, op, "step = " + std::to_string(step.step) + " must be >= 1 (1-based)");
+  check_adamw_args(op, param, master, grad, m, v, step);
   const int64_t n = master.numel();
   require(no_decay.count == 0 || (no_decay.host != nullptr && no_decay.device != nullptr), op,
           std::to_string(no_decay.count) + " no-decay ranges need both the host and the device table");
