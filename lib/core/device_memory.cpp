@@ -130,16 +130,7 @@ void UploadStaging::release() {
   for (bool& p : pending_) p = false;
 }
 
-UploadStaging::UploadStaging(UploadStaging&& o) noexcept
-    : device_(o.device_), slot_bytes_(o.slot_bytes_), slots_(o.slots_), next_(o.next_), host_(o.host_) {
-  for (int i = 0; i < 4; ++i) {
-    events_[i] = o.events_[i];
-    pending_[i] = o.pending_[i];
-    o.events_[i] = nullptr;
-    o.pending_[i] = false;
-  }
-  o.host_ = nullptr;
-}
+UploadStaging::UploadStaging(UploadStaging&& o) noexcept { *this = std::move(o); }
 
 UploadStaging& UploadStaging::operator=(UploadStaging&& o) noexcept {
   if (this != &o) {
