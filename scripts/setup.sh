@@ -9,38 +9,49 @@
 # which CI runs after the build; without them that check says so and is skipped.
 set -euo pipefail
 
-# ---- cudnn-frontend headers (header-only; CMake finds <site-packages>/include/cudnn_frontend.h) ----
-# Pinned: backend/cuda/attention.cpp was compiled against this version. --no-deps: only the headers
-# are used, not the Python package's dependencies; --only-binary: never build an sdist.
-CUDNN_FRONTEND_VERSION=1.32.0
-install_cudnn_frontend() {
-  if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
-    echo "setup: no nvcc, skipping cudnn-frontend (only the CUDA backend uses it)"
-    return 0
-  fi
+have_nvcc() { command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; }
+
+# pip_install LABEL WHY_IF_MISSING PKG==VER...: installs the pinned wheels that are not installed at that
+# version. --no-deps: only the files are used, not the Python packages' dependencies; --only-binary:
+# never build an sdist. A Debian system python refuses plain pip installs (PEP 668): then the user's
+# site-packages. Without python3/pip or network it only warns with WHY_IF_MISSING.
+pip_install() {
+  local label=$1 why=$2 spec need=() have
+  shift 2
   local py
   py=$(command -v python3 || true)
   if [[ -z "$py" ]] || ! "$py" -m pip --version >/dev/null 2>&1; then
-    echo "setup: WARNING: no python3 with pip; cudnn-frontend not installed (CUDA attention will fail at run" \
-         "time; or pass -DCUDNN_FRONTEND_INCLUDE_DIR=<dir with cudnn_frontend.h> to cmake)"
+    echo "setup: WARNING: no python3 with pip; $label not installed ($why)"
     return 0
   fi
-  local have
-  have=$("$py" -m pip show nvidia-cudnn-frontend 2>/dev/null | sed -n 's/^Version: //p' || true)
-  if [[ "$have" == "$CUDNN_FRONTEND_VERSION" ]]; then
-    echo "setup: cudnn-frontend $have present"
+  for spec in "$@"; do
+    have=$("$py" -m pip show "${spec%%==*}" 2>/dev/null | sed -n 's/^Version: //p' || true)
+    [[ "$have" == "${spec##*==}" ]] || need+=("$spec")
+  done
+  if ((${#need[@]} == 0)); then
+    echo "setup: $label present (pip: $*)"
     return 0
   fi
-  local args=(install --quiet --no-deps --only-binary=:all: "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION")
-  echo "setup: installing cudnn-frontend $CUDNN_FRONTEND_VERSION headers (pip)"
-  # A Debian system python refuses plain pip installs (PEP 668): fall back to the user's site-packages.
+  local args=(install --quiet --no-deps --only-binary=:all: "${need[@]}")
+  echo "setup: installing ${need[*]} (pip)"
   if "$py" -m pip "${args[@]}" 2>/dev/null ||
      PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip "${args[@]}" --user; then
-    echo "setup: cudnn-frontend installed"
+    echo "setup: $label installed"
   else
-    echo "setup: WARNING: could not install nvidia-cudnn-frontend (no network?); CUDA attention will fail at" \
-         "run time until it is installed and cmake is re-run"
+    echo "setup: WARNING: could not install $label (no network?); $why"
   fi
+}
+
+# ---- cudnn-frontend headers (header-only; CMake finds <site-packages>/include/cudnn_frontend.h) ----
+# Pinned: backend/cuda/attention.cpp was compiled against this version.
+CUDNN_FRONTEND_VERSION=1.32.0
+install_cudnn_frontend() {
+  if ! have_nvcc; then
+    echo "setup: no nvcc, skipping cudnn-frontend (only the CUDA backend uses it)"
+    return 0
+  fi
+  pip_install cudnn-frontend "CUDA attention fails at run time until it is installed and cmake is re-run, or pass \
+-DCUDNN_FRONTEND_INCLUDE_DIR=<dir with cudnn_frontend.h> to cmake" "nvidia-cudnn-frontend==$CUDNN_FRONTEND_VERSION"
 }
 
 # ---- cuobjdump / nvdisasm (scripts/check_no_fp64.sh disassembles the device code) ----
@@ -48,7 +59,7 @@ install_cudnn_frontend() {
 # <site-packages>/nvidia/cu13/bin, where the check script looks for them.
 CUDA_BINUTILS_VERSION=13.5.37
 install_cuda_binutils() {
-  if ! command -v nvcc >/dev/null 2>&1 && [[ ! -x /usr/local/cuda/bin/nvcc ]]; then
+  if ! have_nvcc; then
     echo "setup: no nvcc, skipping cuobjdump/nvdisasm (only the FP64 check of the device code uses them)"
     return 0
   fi
@@ -56,29 +67,8 @@ install_cuda_binutils() {
     echo "setup: cuobjdump and nvdisasm present"
     return 0
   fi
-  local py
-  py=$(command -v python3 || true)
-  if [[ -z "$py" ]] || ! "$py" -m pip --version >/dev/null 2>&1; then
-    echo "setup: WARNING: no python3 with pip; cuobjdump not installed (scripts/check_no_fp64.sh will be skipped)"
-    return 0
-  fi
-  local need=() pkg have
-  for pkg in nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm; do
-    have=$("$py" -m pip show "$pkg" 2>/dev/null | sed -n 's/^Version: //p' || true)
-    [[ "$have" == "$CUDA_BINUTILS_VERSION" ]] || need+=("$pkg==$CUDA_BINUTILS_VERSION")
-  done
-  if ((${#need[@]} == 0)); then
-    echo "setup: cuobjdump/nvdisasm $CUDA_BINUTILS_VERSION present (pip)"
-    return 0
-  fi
-  local args=(install --quiet --no-deps --only-binary=:all: "${need[@]}")
-  echo "setup: installing ${need[*]} (pip)"
-  if "$py" -m pip "${args[@]}" 2>/dev/null ||
-     PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip "${args[@]}" --user; then
-    echo "setup: cuobjdump/nvdisasm installed"
-  else
-    echo "setup: WARNING: could not install cuobjdump/nvdisasm (no network?); scripts/check_no_fp64.sh will be skipped"
-  fi
+  pip_install cuobjdump/nvdisasm "scripts/check_no_fp64.sh will be skipped" \
+    "nvidia-cuda-cuobjdump==$CUDA_BINUTILS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_BINUTILS_VERSION"
 }
 
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev

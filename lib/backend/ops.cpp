@@ -203,20 +203,28 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 #endif
 }
 
+// The per-tensor step is the multi-tensor one with no no-decay ranges (step.weight_decay everywhere).
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {
-  OpTimer timer(TimerId::OptimizerInnerStep);
-  if (ctx.device == Device::CPU) return cpu::adamw_update(ctx, param, master, grad, m, v, step);
-#if defined(PL_WITH_CUDA)
-  return cuda::adamw_update(ctx, param, master, grad, m, v, step);
-#else
-  no_cuda_op("adamw_update");
-#endif
+  adamw_update_multi(ctx, param, master, grad, m, v, ElementRanges{}, step);
 }
 
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   OpTimer timer(TimerId::OptimizerInnerStep);
+  // The range table, checked once for both backends on its host copy (the device copy is the same
+  // table, uploaded once by its owner).
+  const int64_t n = master.numel();
+  PL_CHECK(no_decay.count == 0 || (no_decay.host != nullptr && (ctx.device == Device::CPU || no_decay.device != nullptr)),
+           "adamw_update_multi: {} no-decay ranges need the host table{}", no_decay.count,
+           ctx.device == Device::CPU ? "" : " and the device table");
+  for (int64_t r = 0; r < no_decay.count; ++r) {
+    const int64_t b = no_decay.host[2 * r], e = no_decay.host[2 * r + 1];
+    const int64_t prev_end = r > 0 ? no_decay.host[2 * r - 1] : 0;
+    PL_CHECK(b >= prev_end && b <= e && e <= n,
+             "adamw_update_multi: no-decay range {} = [{}, {}) is not sorted, disjoint and inside the {} elements", r,
+             b, e, n);
+  }
   if (ctx.device == Device::CPU) return cpu::adamw_update_multi(ctx, param, master, grad, m, v, no_decay, step);
 #if defined(PL_WITH_CUDA)
   return cuda::adamw_update_multi(ctx, param, master, grad, m, v, no_decay, step);

@@ -43,6 +43,7 @@ using test::cuda_ctx;
 using test::DeviceTensor;
 using test::to_device;
 using test::to_host_floats;
+using test::fast_bf16;
 
 constexpr double kBf16OutRel = 0x1p-7;
 constexpr double kF32OutRel = 0x1p-22;
@@ -500,24 +501,6 @@ QuantizedCopy row_slice(const QuantizedCopy& c, int64_t r0, int64_t n) {
   s.data = c.data.rows(r0, n);
   if (quant_block_size(c.format) > 1) s.scales = c.scales.rows(r0, n);
   return s;
-}
-
-// Cheap BF16 pseudo-Gaussians (sum of four 16-bit uniforms of a 64-bit hash, variance 1) with an
-// outlier (x40) every 9973 elements: mt19937 would take seconds at these sizes.
-std::vector<float> fast_bf16(int64_t n, float scale, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    float u = 0.0f;
-    for (int k = 0; k < 4; ++k) u += static_cast<float>((z >> (16 * k)) & 0xFFFFu) * (1.0f / 65536.0f);
-    float g = (u - 2.0f) * 1.7320508f * scale;
-    if (i % 9973 == 17) g *= 40.0f;
-    v[static_cast<size_t>(i)] = num::round_bf16(g);
-  }
-  return v;
 }
 
 // y[M,N] (+)= a·bᵀ on the GPU (both paths), rows [r0, r0+n) against the CPU.

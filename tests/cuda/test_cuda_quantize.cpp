@@ -32,6 +32,7 @@ namespace pl {
 namespace {
 
 using test::Mat;
+using test::fast_bf16;
 
 // BF16 Gaussians with outliers, a zero corner and a tiny region (see the file comment).
 Mat test_input(int64_t rows, int64_t cols, uint32_t seed) {
@@ -311,24 +312,6 @@ TEST(CudaQuantizeFp8, E4M3AndE5M2BothCopiesAreByteExact) {
 // (amax_given); dy both copies (SR + RHT for NVFP4); W both copies (16x16 for NVFP4). The GPU skips
 // the compact scales as LinearLayer asks (compact_scales = false): its compact buffers must still
 // hold the poison afterwards, every other byte must equal the CPU's (which writes compact scales).
-
-// Cheap BF16 pseudo-Gaussians for large tensors (a sum of four 16-bit uniforms from a 64-bit hash,
-// variance 1), with one outlier (x40) every 9973 elements: mt19937 would take seconds here.
-std::vector<float> fast_bf16(int64_t n, float scale, uint64_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) {
-    uint64_t z = seed + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    float u = 0.0f;
-    for (int k = 0; k < 4; ++k) u += static_cast<float>((z >> (16 * k)) & 0xFFFFu) * (1.0f / 65536.0f);
-    float g = (u - 2.0f) * 1.7320508f * scale;
-    if (i % 9973 == 17) g *= 40.0f;
-    v[static_cast<size_t>(i)] = num::round_bf16(g);
-  }
-  return v;
-}
 
 bool all_poison(const std::vector<uint8_t>& b) {
   return std::all_of(b.begin(), b.end(), [](uint8_t v) { return v == 0xA5; });

@@ -21,7 +21,8 @@ void check_numel(const char* op, const char* name, const Tensor& t, const char* 
            t.shape_str(), ref_name, ref.shape_str());
 }
 
-// The arguments of both AdamW ops: CPU tensors of one element count, a 1-based step.
+// AdamW's arguments: CPU tensors of one element count, a 1-based step (the range table is checked by
+// the dispatcher, backend/ops.cpp).
 void check_adamw_args(const char* op, const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
                       const Tensor& v, const AdamWStep& step) {
   check_cpu(op, "master", master);
@@ -57,43 +58,14 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   return static_cast<double>(num::group_tree_sum(part, chunks));
 }
 
-// The step's hyper-parameters come from num::adamw_hyper, shared with the CUDA backend.
-void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
-                  const Tensor& m, const Tensor& v, const AdamWStep& step) {
-  constexpr const char* op = "adamw_update";
-  check_adamw_args(op, param, master, grad, m, v, step);
-  const num::AdamWHyper h =
-      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
-  const int64_t n = master.numel();
-  float* pp = param.f32();
-  float* mp = master.f32();
-  const float* gp = grad.f32();
-  float* m1 = m.f32();
-  float* m2 = v.f32();
-  const bool round = ctx.round_bf16;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    num::adamw_element(mp[i], m1[i], m2[i], gp[i], h);
-    pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
-  }
-}
-
 // One pass over the flat buffers: the segments between and inside the no-decay ranges, in order, each
 // with its hyper-parameters (weight decay 0 inside a range), in one OpenMP region. Per element the math
-// is adamw_update's, so the results are those of the per-tensor calls bit for bit.
+// is the same num::adamw_element with num::adamw_hyper's hyper-parameters as the CUDA backend's.
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
   check_adamw_args(op, param, master, grad, m, v, step);
   const int64_t n = master.numel();
-  PL_CHECK(no_decay.count == 0 || no_decay.host != nullptr, "{}: {} no-decay ranges without a host table", op,
-           no_decay.count);
-  for (int64_t r = 0; r < no_decay.count; ++r) {
-    const int64_t b = no_decay.host[2 * r], e = no_decay.host[2 * r + 1];
-    const int64_t prev_end = r > 0 ? no_decay.host[2 * r - 1] : 0;
-    PL_CHECK(b >= prev_end && b <= e && e <= n,
-             "{}: no-decay range {} = [{}, {}) is not sorted, disjoint and inside the {} elements", op, r, b, e, n);
-  }
   const num::AdamWHyper decay =
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);

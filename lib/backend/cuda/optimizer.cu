@@ -7,7 +7,7 @@
 // num::group_tree_sum: one launch per level, one block per group of kTreeGroup partials (a 8B-parameter
 // model: ~122k chunks, 3 levels). The single float result is read back (the one blocking host read of
 // the norm per iteration) and returned as double. Partials live in a grow-only function-static scratch.
-// adamw_update / copy_master_to_param: one element per thread calling the shared num::adamw_element
+// adamw_update_multi / copy_master_to_param: one element per thread calling the shared num::adamw_element
 // and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
 // them (bias corrections in double, then float), so master, m, v and param are bit-identical.
 #include <cmath>
@@ -44,24 +44,6 @@ __global__ void sum_of_squares_level_kernel(float* out, const float* in, int64_t
   if (threadIdx.x == 0) out[blockIdx.x] = v;
 }
 
-// One AdamW element per thread; param is bf16 bits (PARAM = uint16_t) or f32 (PARAM = float).
-template <class PARAM>
-__global__ void adamw_kernel(PARAM* param, float* master, float* m, float* v, const float* grad, int64_t n,
-                             num::AdamWHyper h, bool round) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    float p = master[i], m1 = m[i], m2 = v[i];
-    num::adamw_element(p, m1, m2, grad[i], h);
-    master[i] = p;
-    m[i] = m1;
-    v[i] = m2;
-    if constexpr (sizeof(PARAM) == 2)
-      param[i] = num::float_to_bf16_bits(p);
-    else
-      param[i] = round ? num::round_bf16(p) : p;
-  }
-}
-
 // Whether element i lies in one of the sorted, disjoint [begin, end) ranges rg[2*count]: binary search
 // for the last range starting at or before i (the table is tiny, ~2 per layer, and stays in L1).
 __device__ __forceinline__ bool in_ranges(const int64_t* rg, int64_t count, int64_t i) {
@@ -76,8 +58,8 @@ __device__ __forceinline__ bool in_ranges(const int64_t* rg, int64_t count, int6
   return lo > 0 && i < rg[2 * (lo - 1) + 1];
 }
 
-// adamw_kernel over the whole flat buffers: elements inside the no-decay ranges use `plain` (weight
-// decay 0), all others `decay`; otherwise the same per-element code.
+// One AdamW element per thread over the whole flat buffers (grid-stride): elements inside the no-decay
+// ranges use `plain` (weight decay 0), all others `decay`; param is bf16 bits (PARAM = uint16_t) or f32.
 template <class PARAM>
 __global__ void adamw_multi_kernel(PARAM* param, float* master, float* m, float* v, const float* grad, int64_t n,
                                    const int64_t* no_decay, int64_t ranges, num::AdamWHyper decay,
@@ -115,7 +97,8 @@ void check_numel(const char* op, const char* name, const Tensor& t, const Tensor
               " (element counts differ)");
 }
 
-// The arguments of both AdamW ops: five CUDA tensors of one element count, a 1-based step.
+// AdamW's arguments: five CUDA tensors of one element count, a 1-based step (the range table is
+// checked by the dispatcher, backend/ops.cpp).
 void check_adamw_args(const char* op, const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
                       const Tensor& v, const AdamWStep& step) {
   check_arg2(op, "param", param, DType::BF16, DType::F32);
@@ -158,39 +141,11 @@ double sum_of_squares(const OpContext&, const Tensor& x) {
   return static_cast<double>(result);
 }
 
-void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
-                  const Tensor& m, const Tensor& v, const AdamWStep& step) {
-  constexpr const char* op = "adamw_update";
-  check_adamw_args(op, param, master, grad, m, v, step);
-  const num::AdamWHyper h =
-      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
-  const int64_t n = master.numel();
-  if (n == 0) return;
-  const unsigned grid = grid_capped(n, kThreads);
-  if (param.dtype == DType::BF16)
-    adamw_kernel<uint16_t><<<grid, kThreads>>>(bf16_out(param), f32_out(master), f32_out(m), f32_out(v), f32_in(grad),
-                                               n, h, ctx.round_bf16);
-  else
-    adamw_kernel<float><<<grid, kThreads>>>(f32_out(param), f32_out(master), f32_out(m), f32_out(v), f32_in(grad), n,
-                                            h, ctx.round_bf16);
-  check_launch(op, "master " + master.shape_str() + " param " + param.shape_str());
-}
-
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
   check_adamw_args(op, param, master, grad, m, v, step);
   const int64_t n = master.numel();
-  require(no_decay.count == 0 || (no_decay.host != nullptr && no_decay.device != nullptr), op,
-          std::to_string(no_decay.count) + " no-decay ranges need both the host and the device table");
-  // Validated on the host copy (the device copy is the same table, uploaded once by the caller).
-  for (int64_t r = 0; r < no_decay.count; ++r) {
-    const int64_t b = no_decay.host[2 * r], e = no_decay.host[2 * r + 1];
-    const int64_t prev_end = r > 0 ? no_decay.host[2 * r - 1] : 0;
-    require(b >= prev_end && b <= e && e <= n, op,
-            "no-decay range " + std::to_string(r) + " = [" + std::to_string(b) + ", " + std::to_string(e) +
-                ") is not sorted, disjoint and inside the " + std::to_string(n) + " elements");
-  }
   const num::AdamWHyper decay =
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const num::AdamWHyper plain =
