@@ -37,6 +37,7 @@
 #include "backend/cuda/gemm.h"
 #endif
 #include "log/megatron_log.h"
+#include "log/plan_log.h"
 #include "model/accounting.h"
 #include "model/hf_llama.h"
 #include "model/llama.h"
@@ -277,14 +278,8 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
           ? kArenaSlack + device_memory_margin(static_cast<double>(device_memory_info(device).total))
           : 0.0;
   if (avail == 0.0 || p.total() + slack < avail) return;
-  std::string hint = "use a smaller --micro-batch-size or --seq-length";
-  if (recompute == "none" && p.activations > 0.25 * p.total()) hint = "--recompute full, or " + hint;
-  fail("{} at micro-batch {} x seq {} needs {:.1f} GB on the {} (weights+grads+master+optimizer {:.1f} GB, activations "
-       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB, op scratch and free margin {:.1f} GB) but {:.1f} GB "
-       "are free; {}",
-       m.name, t.micro_batch_size, t.seq_length, (p.total() + slack) / 1e9, device_name(device),
-       p.weights_and_optimizer() / 1e9, p.activations / 1e9, p.quantized / 1e9, p.workspace / 1e9, slack / 1e9,
-       avail / 1e9, hint);
+  fail("{}", log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
+                                           p.categories(), slack, avail, recompute == "none"));
 }
 
 void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
@@ -414,20 +409,19 @@ int run(int argc, char** argv) {
   if (o.dry_run) {
     // Plan for the GPU unless --device cpu; nothing is allocated and no GPU is touched.
     const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
-    OpContext pctx;
-    pctx.device = planned;
-    ModelOptions popt{o.recompute == "full", true};
+    ModelOptions popt{o.recompute == "full"};
     popt.quant_telemetry = t.quant_stats_interval > 0;
     popt.loss_micro_batches = t.num_micro_batches();
     popt.deterministic_attention = t.deterministic_mode;
-    const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, pctx, plan, popt);
+    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, planned, plan, popt, opened_gpu_sm());
     const MegatronParamCounts pc = megatron_param_counts(mc);
     out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
               model_source, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
     out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
               static_cast<double>(mc.num_parameters()) / 1e9, pc.total() / 1e9);
     for (const std::string& line : plan.describe()) out->info("pretrain_llama | plan   {}", line);
-    for (const std::string& line : plan_model.memory_plan().describe()) out->info("pretrain_llama | memory {}", line);
+    for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note))
+      out->info("pretrain_llama | memory {}", line);
     if (planned == Device::CUDA)
       out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
                 "({}), estimated; the GPU run reports cuDNN's own figure",
@@ -460,7 +454,7 @@ int run(int argc, char** argv) {
   if (device == Device::CPU && !plan.all_bf16())
     out->info("pretrain_llama |   note: {} GEMMs are emulated on the cpu (each operand dequantized exactly, FP32 "
               "BLAS accumulation, global scales as alpha): the recipe's numerics, not its speed",
-              format_name(plan.quantized_format()));
+              format_name(plan.quantized()));
 #if defined(PL_WITH_CUDA)
   if (device == Device::CUDA) {
     check_gpu_gemm_rules(plan, mc, t.micro_batch_size, t.seq_length);
@@ -471,9 +465,8 @@ int run(int argc, char** argv) {
     cuda::set_sync_every_launch(t.cuda_sync_every_launch);
     cuda::prepare_device_state();
     std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
-    for (LinearFormat f : plan.layer_format)
-      if (f != LinearFormat::BF16 && std::find(used.begin(), used.end(), linear_quant_format(f)) == used.end())
-        used.push_back(linear_quant_format(f));
+    for (const LinearPlan& p : plan.linears)
+      if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
     for (const std::string& line : cuda::gemm_backend_lines(used)) out->info("pretrain_llama |   {}", line);
     if (t.cuda_sync_every_launch)
       out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
@@ -500,13 +493,10 @@ int run(int argc, char** argv) {
   mopt.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
   mopt.deterministic_attention = t.deterministic_mode;
   {
-    ModelOptions p = mopt;
-    p.plan_only = true;
-    const LlamaModel plan_model(mc, t.micro_batch_size, t.seq_length, ctx, plan, p);
-    check_memory_fits(plan_model.memory_plan(), mc, t, device, o.recompute);
+    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, plan, mopt, opened_gpu_sm());
+    check_memory_fits(mem, mc, t, device, o.recompute);
     // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the context.
-    if (device == Device::CUDA)
-      reserve_device_arena(device, plan_model.memory_plan().total() - 32.0 * 1024 * 1024 + kArenaSlack);
+    if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
   }
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
   const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, recipe.name, out);

@@ -284,15 +284,11 @@ int64_t HfTensorSlot::numel() const {
 }
 
 std::vector<HfTensorSlot> hf_llama_tensor_layout(const ModelConfig& cfg) {
-  // Our offsets come from the model's own parameter layout (a plan-only model allocates nothing),
-  // so this mapping can never drift from what LlamaModel allocates.
-  OpContext ctx;
-  ctx.device = Device::CPU;
-  ModelOptions plan_only;
-  plan_only.plan_only = true;
-  const LlamaModel layout(cfg, 1, 1, ctx, bf16_plan(cfg.num_layers), plan_only);
+  // Our offsets come from the model's own parameter layout, so this mapping can never drift from
+  // what LlamaModel allocates.
+  const std::vector<ParamEntry> layout = param_layout(cfg);
   std::map<std::string, const ParamEntry*> ours;
-  for (const ParamEntry& e : layout.param_entries()) ours[e.name] = &e;
+  for (const ParamEntry& e : layout) ours[e.name] = &e;
   auto entry = [&](const std::string& name) -> const ParamEntry& {
     const auto it = ours.find(name);
     PL_CHECK(it != ours.end(), "internal: no parameter '{}' in the model layout", name);

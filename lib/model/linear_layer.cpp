@@ -7,100 +7,58 @@
 
 namespace pl {
 
-QuantFormat linear_quant_format(LinearFormat f) {
-  switch (f) {
-    case LinearFormat::NVFP4: return QuantFormat::NVFP4;
-    case LinearFormat::MXFP8: return QuantFormat::MXFP8;
-    default: return QuantFormat::FP8_E4M3;
-  }
-}
-
-namespace {
-QuantFormat quant_format_of(LinearFormat f) { return linear_quant_format(f); }
-}  // namespace
-
-bool LinearExecution::native(LinearFormat f) const {
-  if (device != Device::CUDA || f == LinearFormat::BF16) return false;
-  // FP8 current scaling also multiplies E5M2 gradients: the same rule as E4M3.
-  return quantized_gemm_native(quant_format_of(f), gpu_sm);
+bool LinearExecution::native(const LinearPlan& p) const {
+  // FP8 current scaling with E5M2 gradients follows the same rule as E4M3.
+  return device == Device::CUDA && p.quantized() && quantized_gemm_native(*p.x, gpu_sm);
 }
 
 int64_t LinearLayer::scratch_elements(int64_t tokens, int64_t in, int64_t out) {
   return std::max({tokens * in, tokens * out, in * out});
 }
 
-LinearLayer::ScratchNeed LinearLayer::scratch_need(LinearFormat f, const LinearExecution& e, int64_t tokens,
-                                                   int64_t in, int64_t out) {
-  if (f == LinearFormat::BF16) return {};
-  const int64_t full = scratch_elements(tokens, in, out);
+LinearLayer::ScratchNeed LinearLayer::scratch_need(const LinearPlan& p, const LinearExecution& e, int64_t tokens) {
+  if (!p.quantized()) return {};
+  const int64_t full = scratch_elements(tokens, p.in, p.out);
   if (e.device == Device::CPU) return {full, full};
   const int64_t bf16 = (full + 1) / 2;  // BF16 operand values in f32-typed scratch
   ScratchNeed n;
-  if (!e.native(f)) n.a = n.b = bf16;
+  if (!e.native(p)) n.a = n.b = bf16;
   if (e.telemetry) n.a = full;  // record_columnwise's FP32 reference
   return n;
 }
 
-namespace {
-// Megatron's fp8 "hybrid": E5M2 for gradients. MXFP8 (fp8 "e4m3") and NVFP4 keep their format.
-QuantFormat grad_format_of(LinearFormat f) {
-  return f == LinearFormat::FP8_CURRENT_SCALING ? QuantFormat::FP8_E5M2 : quant_format_of(f);
-}
-}  // namespace
-
-QuantFormat LinearLayer::x_format() const { return quant_format_of(format_); }
-QuantFormat LinearLayer::dy_format() const { return grad_format_of(format_); }
-
-size_t LinearLayer::weight_bytes(LinearFormat f, int64_t in, int64_t out) {
-  return f == LinearFormat::BF16 ? 0 : quantized_tensor_bytes(quant_format_of(f), out, in, true, true);
+size_t LinearLayer::weight_bytes(const LinearPlan& p) {
+  return p.quantized() ? quantized_tensor_bytes(*p.w, p.out, p.in, true, true) : 0;
 }
 
-size_t LinearWorkspace::bytes(LinearFormat f, int64_t tokens, int64_t in, int64_t out) {
-  if (f == LinearFormat::BF16) return 0;
-  return quantized_tensor_bytes(quant_format_of(f), tokens, in, true, true) +  // x
-         quantized_tensor_bytes(grad_format_of(f), tokens, out, true, true);   // dy
+size_t LinearWorkspace::bytes(const LinearPlan& p, int64_t tokens) {
+  if (!p.quantized()) return 0;
+  return quantized_tensor_bytes(*p.x, tokens, p.in, true, true) +   // x
+         quantized_tensor_bytes(*p.dy, tokens, p.out, true, true);  // dy
 }
 
-LinearWorkspace LinearWorkspace::allocate(std::vector<Buffer>& owner, Device device, LinearFormat f, int64_t tokens,
-                                          int64_t in, int64_t out) {
+LinearWorkspace LinearWorkspace::allocate(std::vector<Buffer>& owner, Device device, const LinearPlan& p,
+                                          int64_t tokens) {
   LinearWorkspace ws;
-  ws.xq = allocate_quantized(owner, device, quant_format_of(f), tokens, in, true, true);
-  ws.dyq = allocate_quantized(owner, device, grad_format_of(f), tokens, out, true, true);
+  ws.xq = allocate_quantized(owner, device, *p.x, tokens, p.in, true, true);
+  ws.dyq = allocate_quantized(owner, device, *p.dy, tokens, p.out, true, true);
   return ws;
 }
 
-LinearLayer::LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t tokens, int64_t in, int64_t out,
-                         uint32_t stream_base, Device device, std::vector<Buffer>& owner, LinearWorkspace* ws,
-                         Tensor scratch_a, Tensor scratch_b)
-    : format_(format),
-      nv_(nvfp4),
-      T_(tokens),
-      in_(in),
-      out_(out),
-      stream_base_(stream_base),
-      ws_(ws),
-      scratch_a_(scratch_a),
-      scratch_b_(scratch_b) {
-  if (format_ == LinearFormat::BF16) return;
+LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device,
+                         std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b)
+    : p_(plan), T_(tokens), stream_base_(stream_base), ws_(ws), scratch_a_(scratch_a), scratch_b_(scratch_b) {
+  if (!p_.quantized()) return;
   // On the CPU the emulation needs the full FP32 scratch; on a GPU what it needs depends on the path
-  // (scratch_need), checked by quantized_gemm itself when it emulates and by set_collect_stats.
-  PL_CHECK(device != Device::CPU || (scratch_a.numel() >= scratch_elements(T_, in_, out_) &&
-                                     scratch_b.numel() >= scratch_elements(T_, in_, out_)),
+  // (scratch_need), checked by quantized_gemm itself when it emulates and by backward's telemetry.
+  const int64_t full = scratch_elements(T_, p_.in, p_.out);
+  PL_CHECK(device != Device::CPU || (scratch_a.numel() >= full && scratch_b.numel() >= full),
            "internal: linear layer scratch too small");
-  PL_CHECK(ws_ && ws_->xq.has_rowwise && ws_->xq.rowwise.rows == T_ && ws_->xq.rowwise.cols == in_ &&
-               ws_->dyq.rowwise.cols == out_ && ws_->xq.format == x_format() && ws_->dyq.format == dy_format(),
-           "internal: linear layer [{}x{}] needs a matching {} workspace", out_, in_, format_name(format_));
-  wq_ = allocate_quantized(owner, device, x_format(), out_, in_, true, true);
+  PL_CHECK(ws_ && ws_->xq.has_rowwise && ws_->xq.rowwise.rows == T_ && ws_->xq.rowwise.cols == p_.in &&
+               ws_->dyq.rowwise.cols == p_.out && ws_->xq.format == *p_.x && ws_->dyq.format == *p_.dy,
+           "internal: linear layer [{}x{}] needs a matching {} workspace", p_.out, p_.in, format_name(p_));
+  wq_ = allocate_quantized(owner, device, *p_.w, p_.out, p_.in, true, true);
   x_amax_ = wq_.rowwise.spare;  // no allocation of its own
-}
-
-void LinearLayer::set_collect_stats(bool on) {
-  if (on && format_ != LinearFormat::BF16)
-    PL_CHECK(scratch_a_.numel() >= scratch_elements(T_, in_, out_),
-             "quantization statistics of a {} linear layer [{}x{}] need {} f32 elements of scratch, the model "
-             "planned {} (plan it with telemetry on)",
-             format_name(format_), out_, in_, scratch_elements(T_, in_, out_), scratch_a_.numel());
-  collect_ = on;
 }
 
 QuantizedTensor LinearLayer::x_copies() const {
@@ -111,24 +69,24 @@ QuantizedTensor LinearLayer::x_copies() const {
 }
 
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
-  if (format_ == LinearFormat::BF16) return;
+  if (!p_.quantized()) return;
   QuantizeOptions o;
-  o.format = x_format();
+  o.format = *p_.w;
   o.rowwise = o.columnwise = true;
-  o.block_2d = format_ == LinearFormat::NVFP4 && nv_.weight_2d_quantization;
+  o.block_2d = p_.weight_2d;
   o.compact_scales = false;
   quantize(ctx, wq_, w, o);
 }
 
 void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
-  if (format_ == LinearFormat::BF16) return linear_forward(ctx, y, x, w);
+  if (!p_.quantized()) return linear_forward(ctx, y, x, w);
   QuantizeOptions o;
-  o.format = x_format();
+  o.format = *p_.x;
   o.rowwise = true;
   o.columnwise = false;  // the wgrad copy is made in backward from the saved bf16 x (same bits)
   // ... with the amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
   o.columnwise_amax = true;
-  o.rht_columnwise = format_ == LinearFormat::NVFP4 && nv_.random_hadamard_transform;
+  o.rht_columnwise = p_.rht;
   o.compact_scales = false;
   QuantizedTensor xq = x_copies();
   quantize(ctx, xq, x, o);
@@ -138,28 +96,32 @@ void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x
 }
 
 void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
-                           const Tensor& x, const Tensor& w, uint64_t sr_counter) {
-  if (format_ == LinearFormat::BF16) {
+                           const Tensor& x, const Tensor& w, const StepOptions& step) {
+  if (!p_.quantized()) {
     linear_backward_weight(ctx, dw, dy, x);
     linear_backward_input(ctx, dx, dy, w);
     return;
   }
-  const bool nvfp4 = format_ == LinearFormat::NVFP4;
+  if (step.collect_quant_stats)
+    PL_CHECK(scratch_a_.numel() >= scratch_elements(T_, p_.in, p_.out),
+             "quantization statistics of a {} linear layer [{}x{}] need {} f32 elements of scratch, the model "
+             "planned {} (plan it with telemetry on)",
+             format_name(p_), p_.out, p_.in, scratch_elements(T_, p_.in, p_.out), scratch_a_.numel());
   QuantizeOptions g;
-  g.format = dy_format();
+  g.format = *p_.dy;
   g.rowwise = g.columnwise = true;
-  g.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
-  g.stochastic = nvfp4 && nv_.stochastic_rounding;
+  g.rht_columnwise = p_.rht;
+  g.stochastic = p_.stochastic_rounding;
   g.seed = kStochasticRoundingSeed;
   g.stream_id = stream_base_;
-  g.counter = sr_counter;
+  g.counter = step.counter;
   g.compact_scales = false;
   quantize(ctx, ws_->dyq, dy, g);
   QuantizeOptions xo;
-  xo.format = x_format();
+  xo.format = *p_.x;
   xo.rowwise = false;
   xo.columnwise = true;
-  xo.rht_columnwise = nvfp4 && nv_.random_hadamard_transform;
+  xo.rht_columnwise = p_.rht;
   xo.amax_given = true;  // x_amax_[1], from this x's forward
   xo.compact_scales = false;
   QuantizedTensor xq = x_copies();
@@ -168,7 +130,7 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   quantized_gemm(ctx, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
   quantized_gemm(ctx, dx, ws_->dyq.rowwise, wq_.columnwise, ws_->dyq.format, false, scratch_a_, scratch_b_);
-  if (collect_) {
+  if (step.collect_quant_stats) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);
     QuantizeOptions ro;  // rowwise x as fprop saw it

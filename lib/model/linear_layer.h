@@ -6,7 +6,7 @@
 // BF16 runs the plain ops. NVFP4 (SPEC-NVFP4 §2): W in 16x16 blocks (one copy serves W and Wᵀ), x
 // and dy in 1x16 blocks along each GEMM's reduction dim, dy with stochastic rounding, the wgrad
 // operands through the RHT; W is quantized once per optimizer step (prepare_weight) and reused by
-// every micro-batch. FP8 current scaling: E4M3 x and W, E5M2 dy ("hybrid"). MXFP8: E4M3, 1x32.
+// every micro-batch. FP8 current scaling: E4M3 x and W, dy E5M2 ("hybrid") or E4M3 ("e4m3"). MXFP8: E4M3, 1x32.
 // On the CPU the quantized GEMMs are emulated (exact dequantization + FP32 BLAS); on a GPU they run
 // natively where backend/quantize.h quantized_gemm_native says so, emulated (exact dequantization
 // to BF16 + BF16 cuBLASLt) elsewhere.
@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "backend/quantize.h"
-#include "config/precision_recipe.h"
 #include "model/precision_plan.h"
 
 namespace pl {
@@ -33,17 +32,19 @@ struct OperandStats {
   QuantStats stats;
 };
 
-// The quantized format of a linear layer's x and W copies (FP8 current scaling: E4M3).
-QuantFormat linear_quant_format(LinearFormat f);
+// What travels with each step's call (LlamaModel::queue_forward_backward, LinearLayer::backward).
+struct StepOptions {
+  uint64_t counter = 0;              // distinct per (iteration, micro-batch): seeds the stochastic rounding
+  bool collect_quant_stats = false;  // the backward records telemetry of every quantized operand it makes
+};
 
 // The transient quantized copies of x and dy that one GEMM triple needs while it runs. Only the
 // weight's copies persist between calls (x is re-quantized in backward from the saved BF16 x, which
 // gives the same bits), so layers of the same shape and format share one workspace.
 struct LinearWorkspace {
   QuantizedTensor xq, dyq;
-  static LinearWorkspace allocate(std::vector<Buffer>& owner, Device device, LinearFormat format, int64_t tokens,
-                                  int64_t in, int64_t out);
-  static size_t bytes(LinearFormat format, int64_t tokens, int64_t in, int64_t out);
+  static LinearWorkspace allocate(std::vector<Buffer>& owner, Device device, const LinearPlan& plan, int64_t tokens);
+  static size_t bytes(const LinearPlan& plan, int64_t tokens);
 };
 
 // How the quantized GEMMs of a model run, for sizing what they need besides the copies: the CPU
@@ -53,65 +54,58 @@ struct LinearWorkspace {
 struct LinearExecution {
   Device device = Device::CPU;
   int gpu_sm = 0;          // used when device == CUDA
-  bool telemetry = true;   // quantization statistics may be collected (set_collect_stats)
-  bool native(LinearFormat f) const;  // the quantized GEMMs of f run natively (never on the CPU)
+  bool telemetry = true;   // quantization statistics may be collected (StepOptions::collect_quant_stats)
+  bool native(const LinearPlan& p) const;  // the quantized GEMMs of p run natively (never on the CPU)
 };
 
 class LinearLayer {
  public:
   // Buffers for the quantized copies are appended to `owner`. scratch_a/scratch_b: fp32 buffers of
   // at least scratch_elements(...) elements each, shared by all layers (used only inside one call).
-  // ws: the shared transient copies for this (format, tokens, in, out); null for BF16.
-  LinearLayer(LinearFormat format, const Nvfp4Options& nvfp4, int64_t tokens, int64_t in, int64_t out,
-              uint32_t stream_base, Device device, std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a,
-              Tensor scratch_b);
+  // ws: the shared transient copies for this (plan, tokens); null for BF16.
+  LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device, std::vector<Buffer>& owner,
+              LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b);
   static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
-  // The f32 elements scratch_a / scratch_b need for a layer of format f under execution e: the CPU's
+  // The f32 elements scratch_a / scratch_b need for a layer planned as p under execution e: the CPU's
   // scratch_elements for both on the CPU; on a GPU, half of it per operand where f is emulated
   // (BF16 values), none where it is native, and scratch_a the full FP32 size when telemetry is on.
   // {0, 0} for BF16.
   struct ScratchNeed {
     int64_t a = 0, b = 0;
   };
-  static ScratchNeed scratch_need(LinearFormat f, const LinearExecution& e, int64_t tokens, int64_t in, int64_t out);
+  static ScratchNeed scratch_need(const LinearPlan& p, const LinearExecution& e, int64_t tokens);
   // Device bytes of the weight's quantized copies such a layer allocates (0 for BF16).
-  static size_t weight_bytes(LinearFormat format, int64_t in, int64_t out);
+  static size_t weight_bytes(const LinearPlan& p);
 
-  LinearFormat format() const { return format_; }
+  const LinearPlan& plan() const { return p_; }
   // Quantizes W (both copies) from the bf16 weights; call after every optimizer step.
   void prepare_weight(const OpContext& ctx, const Tensor& w);
   void forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w);
   // Philox seed of the gradients' stochastic rounding (a checkpoint records it with the counter).
   static constexpr uint64_t kStochasticRoundingSeed = 0x5EED;
-  // sr_counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits.
-  // Must follow this layer's forward() of the same x (it reuses the amaxes that forward computed),
-  // as every training step (and full recomputation) does.
+  // step.counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits;
+  // step.collect_quant_stats: record telemetry of every quantized operand into stats(), which needs
+  // scratch_a of scratch_elements(...) f32 elements (checked). Must follow this layer's forward() of
+  // the same x (it reuses the amaxes that forward computed), as every training step (and full
+  // recomputation) does.
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
-                const Tensor& w, uint64_t sr_counter);
-
-  // When set, the next backward() records telemetry of every quantized operand it made. Needs
-  // scratch_a of scratch_elements(...) f32 elements (checked here).
-  void set_collect_stats(bool on);
+                const Tensor& w, const StepOptions& step);
   const std::vector<OperandStats>& stats() const { return stats_; }
 
  private:
-  QuantFormat x_format() const;
-  QuantFormat dy_format() const;
   // The workspace's x copies with this layer's own amax slots (x_amax_[0] rowwise, [1] columnwise).
   QuantizedTensor x_copies() const;
   void record(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& reference);
   void record_columnwise(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& src,
                          bool rht);
 
-  LinearFormat format_;
-  Nvfp4Options nv_;
-  int64_t T_, in_, out_;
+  LinearPlan p_;
+  int64_t T_;
   uint32_t stream_base_;
   QuantizedTensor wq_;
   Tensor x_amax_;  // f32 [2] (wq_.rowwise.spare): amax of x and of its columnwise copy's source, from forward
   LinearWorkspace* ws_ = nullptr;
   Tensor scratch_a_, scratch_b_;
-  bool collect_ = false;
   std::vector<OperandStats> stats_;
 };
 

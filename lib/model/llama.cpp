@@ -13,15 +13,10 @@ namespace pl {
 
 namespace {
 enum LinearKind { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };
-
-DType float_storage(const OpContext& ctx) {
-  // The CPU backend stores bf16 tensors as FP32 holding bf16 values (backend/ops.h).
-  return ctx.device == Device::CPU ? DType::F32 : DType::BF16;
-}
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx)
-    : LlamaModel(cfg, micro_batch, seq_length, ctx, bf16_plan(cfg.num_layers)) {}
+    : LlamaModel(cfg, micro_batch, seq_length, ctx, bf16_plan(cfg)) {}
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
                        const PrecisionPlan& plan, const ModelOptions& options)
@@ -29,49 +24,50 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
   PL_CHECK(options.loss_micro_batches >= 1, "internal: loss_micro_batches = {} (must be >= 1)",
            options.loss_micro_batches);
-  PL_CHECK(static_cast<int64_t>(plan_.layer_format.size()) == cfg.num_layers,
-           "internal: precision plan for {} layers, model has {}", plan_.layer_format.size(), cfg.num_layers);
-  build_param_layout();
+  PL_CHECK(plan_.num_layers() == cfg.num_layers, "internal: precision plan for {} layers, model has {}",
+           plan_.num_layers(), cfg.num_layers);
+  entries_ = param_layout(cfg_);
+  num_params_ = cfg_.num_parameters();
+  // A model about to allocate on the GPU opens it, so the plan is the GPU's.
+  mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_,
+                     ctx_.device == Device::CUDA && opt_.gpu_sm == 0 ? current_gpu_sm() : opened_gpu_sm());
   const size_t n = static_cast<size_t>(num_params_);
-  mem_.weights = static_cast<double>(n * dtype_size(float_storage(ctx_)));
-  mem_.grads = mem_.master = static_cast<double>(n * 4);
-  mem_.optimizer = static_cast<double>(n * 8);  // AdamW m and v, fp32 (allocated by AdamW)
-  if (!opt_.plan_only) {
-    weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_)), ctx_.device);
-    grad_buf_ = Buffer(n * 4, ctx_.device);
-    master_buf_ = Buffer(n * 4, ctx_.device);
-    weights_ = views_of(weight_buf_, float_storage(ctx_));
-    grads_ = views_of(grad_buf_, DType::F32);
-    master_ = views_of(master_buf_, DType::F32);
-  }
+  weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
+  grad_buf_ = Buffer(n * 4, ctx_.device);
+  master_buf_ = Buffer(n * 4, ctx_.device);
+  weights_ = views_of(weight_buf_, float_storage(ctx_.device));
+  grads_ = views_of(grad_buf_, DType::F32);
+  master_ = views_of(master_buf_, DType::F32);
   allocate_activations();
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
   // happen now rather than in the training loop.
-  if (!opt_.plan_only && ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
+  if (ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
 }
 
-void LlamaModel::build_param_layout() {
-  const int64_t h = cfg_.hidden_size, V = cfg_.vocab_size, f = cfg_.ffn_hidden_size;
-  const double std = cfg_.init_method_std;
-  const double out_std = std / std::sqrt(2.0 * static_cast<double>(cfg_.num_layers));  // scaled_init_method_normal
+std::vector<ParamEntry> param_layout(const ModelConfig& cfg) {
+  const int64_t h = cfg.hidden_size, V = cfg.vocab_size, f = cfg.ffn_hidden_size;
+  const double std = cfg.init_method_std;
+  const double out_std = std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));  // scaled_init_method_normal
+  std::vector<ParamEntry> entries;
+  int64_t offset = 0;
   auto add = [&](std::string name, int64_t rows, int64_t cols, bool matrix, double init_std) {
-    entries_.push_back({std::move(name), rows, cols, num_params_, matrix, init_std});
-    num_params_ += rows * cols;
+    entries.push_back({std::move(name), rows, cols, offset, matrix, init_std});
+    offset += rows * cols;
   };
   add("embedding.word_embeddings.weight", V, h, true, std);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
     const std::string p = fmt::format("decoder.layers.{}.", l);
     add(p + "self_attention.linear_qkv.layer_norm_weight", 1, h, false, 0.0);
-    add(p + "self_attention.linear_qkv.weight", cfg_.qkv_dim(), h, true, std);
-    add(p + "self_attention.linear_proj.weight", h, cfg_.q_dim(), true, out_std);
+    add(p + "self_attention.linear_qkv.weight", cfg.qkv_dim(), h, true, std);
+    add(p + "self_attention.linear_proj.weight", h, cfg.q_dim(), true, out_std);
     add(p + "mlp.linear_fc1.layer_norm_weight", 1, h, false, 0.0);
     add(p + "mlp.linear_fc1.weight", 2 * f, h, true, std);
     add(p + "mlp.linear_fc2.weight", h, f, true, out_std);
   }
   add("decoder.final_layernorm.weight", 1, h, false, 0.0);
   add("output_layer.weight", V, h, true, std);
-  PL_CHECK(num_params_ == cfg_.num_parameters(), "internal: parameter layout {} != {}", num_params_,
-           cfg_.num_parameters());
+  PL_CHECK(offset == cfg.num_parameters(), "internal: parameter layout {} != {}", offset, cfg.num_parameters());
+  return entries;
 }
 
 ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const {
@@ -99,169 +95,43 @@ ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const {
 }
 
 void LlamaModel::allocate_activations() {
-  const int64_t T = B_ * S_, h = cfg_.hidden_size, f = cfg_.ffn_hidden_size, V = cfg_.vocab_size;
-  const int64_t nq = cfg_.num_attention_heads, d = cfg_.kv_channels, qkv = cfg_.qkv_dim();
-  const DType act = float_storage(ctx_);
-  // Input and output widths of the four linears: qkv, proj, fc1 (gate|up), fc2.
-  const int64_t lin_in[4] = {h, nq * d, h, f};
-  const int64_t lin_out[4] = {qkv, h, 2 * f, h};
-  auto linear_in = [&](int k) { return lin_in[k]; };
-  auto linear_out = [&](int k) { return lin_out[k]; };
-  // Carve every tensor from one arena: first count, then allocate, then place.
-  struct Slot {
-    Tensor* t;
-    std::vector<int64_t> dims;
-    DType type;
-  };
-  std::vector<Slot> slots;
-  auto want = [&](Tensor& t, std::vector<int64_t> dims, DType type) { slots.push_back({&t, std::move(dims), type}); };
-  acts_.resize(cfg_.num_layers);
-  want(tokens_, {T}, DType::I32);
-  want(labels_, {T}, DType::I32);
-  want(embed_out_, {T, h}, act);
-  // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. With full
-  // recomputation only these inputs are kept per layer; the rest is one set shared by all layers
-  // and refilled by re-running the layer's forward in the backward pass.
-  for (int64_t l = 1; l < cfg_.num_layers; ++l) want(acts_[l].resid_in, {T, h}, act);
-  for (int64_t l = 0; l < (opt_.recompute ? 1 : cfg_.num_layers); ++l) {
-    LayerActs& a = acts_[l];
-    want(a.ln1, {T, h}, act);
-    want(a.rstd1, {T}, DType::F32);
-    want(a.qkv, {T, qkv}, act);
-    want(a.attn, {T, nq * d}, act);
-    want(a.lse, {B_, nq, S_}, DType::F32);
-    want(a.resid_mid, {T, h}, act);
-    want(a.ln2, {T, h}, act);
-    want(a.rstd2, {T}, DType::F32);
-    want(a.fc1, {T, 2 * f}, act);
-    want(a.swi, {T, f}, act);
-  }
-  want(resid_out_, {T, h}, act);
-  want(lnf_, {T, h}, act);
-  want(rstdf_, {T}, DType::F32);
-  want(logits_, {T, V}, act);
-  want(losses_all_, {opt_.loss_micro_batches, T}, DType::F32);
-  want(rope_cos_, {S_, d / 2}, DType::F32);
-  want(rope_sin_, {S_, d / 2}, DType::F32);
-  want(d_resid_, {T, h}, act);
-  want(d_ln_, {T, h}, act);
-  want(d_h_, {T, h}, act);
-  want(d_qkv_, {T, qkv}, act);
-  want(d_attn_, {T, nq * d}, act);
-  want(d_fc1_, {T, 2 * f}, act);
-  want(d_swi_, {T, f}, act);
-  // Scratch of the quantized GEMMs, by how they run (LinearLayer::scratch_need): the CPU's FP32
-  // emulation; on a GPU BF16 operands where a format is emulated, nothing where it is native, plus
-  // the FP32 telemetry reference when statistics may be collected.
-  LinearExecution exec;
-  exec.device = ctx_.device;
-  exec.telemetry = opt_.quant_telemetry;
-  // A model about to allocate on the GPU opens it (so the plan is the GPU's); a plan-only one never
-  // does, and falls back to the default unless a GPU is already open or one is named.
-  const int opened = ctx_.device == Device::CUDA && !opt_.plan_only && opt_.gpu_sm == 0 ? current_gpu_sm()
-                                                                                         : opened_gpu_sm();
-  exec.gpu_sm = opt_.gpu_sm > 0 ? opt_.gpu_sm : (opened > 0 ? opened : kPlanDefaultSm);
-  int64_t scratch_a = 0, scratch_b = 0;
-  std::vector<LinearFormat> quantized_formats;
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const LinearFormat f = plan_.layer_format[l];
-    if (f == LinearFormat::BF16) continue;
-    if (std::find(quantized_formats.begin(), quantized_formats.end(), f) == quantized_formats.end())
-      quantized_formats.push_back(f);
-    for (int k = 0; k < 4; ++k) {
-      const LinearLayer::ScratchNeed need = LinearLayer::scratch_need(f, exec, T, linear_in(k), linear_out(k));
-      scratch_a = std::max(scratch_a, need.a);
-      scratch_b = std::max(scratch_b, need.b);
-    }
-  }
-  if (scratch_a > 0) want(quant_scratch_a_, {scratch_a}, DType::F32);
-  if (scratch_b > 0) want(quant_scratch_b_, {scratch_b}, DType::F32);
-  if (ctx_.device == Device::CUDA && !quantized_formats.empty()) {
-    std::string how;
-    for (LinearFormat f : quantized_formats)
-      how += fmt::format("{}{} {}", how.empty() ? "" : ", ", format_name(f), exec.native(f) ? "native" : "emulated");
-    const char* source = opt_.gpu_sm > 0 ? "" : (opened > 0 ? " (this GPU)" : " (no GPU opened: the default)");
-    mem_.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; their scratch {:.2f} MB{} is in "
-                                 "activations and scratch",
-                                 exec.gpu_sm, source, how, static_cast<double>(scratch_a + scratch_b) * 4 / 1048576.0,
-                                 exec.telemetry ? " (with the quantization-statistics reference)" : "");
-  }
-  auto bytes_of = [](const Slot& s) {
-    int64_t n = 1;
-    for (int64_t x : s.dims) n *= x;
-    return (static_cast<size_t>(n) * dtype_size(s.type) + 255) / 256 * 256;
-  };
-  size_t total = 0;
-  for (const Slot& s : slots) total += bytes_of(s);
-  mem_.activations = static_cast<double>(total);
-  // Quantized weight copies per layer, plus one transient x/dy workspace per distinct (format, linear).
-  std::vector<std::pair<LinearFormat, int>> workspace_keys;
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    for (int k = 0; k < 4; ++k) {
-      const LinearFormat f = plan_.layer_format[l];
-      mem_.quantized += static_cast<double>(LinearLayer::weight_bytes(f, linear_in(k), linear_out(k)));
-      if (f != LinearFormat::BF16 &&
-          std::find(workspace_keys.begin(), workspace_keys.end(), std::pair{f, k}) == workspace_keys.end()) {
-        workspace_keys.emplace_back(f, k);
-        mem_.quantized += static_cast<double>(LinearWorkspace::bytes(f, T, linear_in(k), linear_out(k)));
-      }
-    }
-  if (ctx_.device == Device::CUDA) {
-    // cuBLASLt 32 MiB (SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
-    // are planning estimates (the plan is made before any GPU is touched, --dry-run included); on the GPU
-    // the graphs are built at start-up and the banner reports cuDNN's own get_workspace_size()
-    // (cuda::attention_prepare), which must fit in the estimate plus the arena's slack.
-    //   deterministic (--deterministic-mode): Hopper's dP-workspace path keeps dP for a whole
-    //     [B, heads, S, S] in BF16: B·heads·S²·2 bytes (an upper estimate; Blackwell needs less);
-    //   default (non-deterministic): FP32 dQ accumulators and the softmax row sums,
-    //     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch.
-    const double bhs = static_cast<double>(B_) * static_cast<double>(cfg_.num_attention_heads) *
-                       static_cast<double>(S_);
-    const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(cfg_.kv_channels) + 4.0);
-    const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S_));
-    mem_.workspace = 32.0 * 1024 * 1024 + (opt_.deterministic_attention ? det : nondet);
-  }
-  if (opt_.plan_only) return;
-  arena_ = Buffer(total, ctx_.device);
-  size_t off = 0;
-  for (const Slot& s : slots) {
-    Tensor t(static_cast<char*>(arena_.data()) + off, {}, s.type, ctx_.device);
+  arena_ = Buffer(static_cast<size_t>(mem_.activations), ctx_.device);
+  auto place = [&](Tensor& t, const ArenaSlot& s) {
+    if (s.dims.empty()) return;
+    t = Tensor(static_cast<char*>(arena_.data()) + s.offset, {}, s.type, ctx_.device);
     t.ndim = static_cast<int>(s.dims.size());
     for (int i = 0; i < t.ndim; ++i) t.shape[i] = s.dims[i];
-    *s.t = t;
-    off += bytes_of(s);
+  };
+  const auto slots = Activations<ArenaSlot>::all(mem_.arena);
+  const auto tensors = Activations<Tensor>::all(acts_);
+  for (size_t i = 0; i < slots.size(); ++i) place(*tensors[i], *slots[i]);
+  acts_.layers.resize(mem_.arena.layers.size());
+  for (size_t l = 0; l < acts_.layers.size(); ++l) {
+    const auto ls = Activations<ArenaSlot>::Layer::all(mem_.arena.layers[l]);
+    const auto lt = Activations<Tensor>::Layer::all(acts_.layers[l]);
+    for (size_t i = 0; i < ls.size(); ++i) place(*lt[i], *ls[i]);
   }
-  acts_[0].resid_in = embed_out_;
-  if (opt_.recompute)
-    for (int64_t l = 1; l < cfg_.num_layers; ++l) {
-      const Tensor in = acts_[l].resid_in;
-      acts_[l] = acts_[0];
-      acts_[l].resid_in = in;
-    }
 
-  linears_.reserve(static_cast<size_t>(cfg_.num_layers * 4));
-  std::vector<LinearWorkspace*> workspace_of(workspace_keys.size());
-  for (size_t i = 0; i < workspace_keys.size(); ++i) {
-    const auto [f, k] = workspace_keys[i];
+  const int64_t T = B_ * S_, d = cfg_.kv_channels;
+  std::vector<LinearWorkspace*> workspace_of;
+  for (int64_t first : mem_.workspaces) {
     linear_workspaces_.push_back(std::make_unique<LinearWorkspace>(
-        LinearWorkspace::allocate(quant_buffers_, ctx_.device, f, T, linear_in(k), linear_out(k))));
-    workspace_of[i] = linear_workspaces_.back().get();
+        LinearWorkspace::allocate(quant_buffers_, ctx_.device, plan_.linears[static_cast<size_t>(first)], T)));
+    workspace_of.push_back(linear_workspaces_.back().get());
   }
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    for (int k = 0; k < 4; ++k) {
-      const LinearFormat f = plan_.layer_format[l];
-      LinearWorkspace* ws = nullptr;
-      for (size_t i = 0; i < workspace_keys.size(); ++i)
-        if (workspace_keys[i] == std::pair{f, k}) ws = workspace_of[i];
-      linears_.emplace_back(f, plan_.nvfp4, T, linear_in(k), linear_out(k), static_cast<uint32_t>((l * 4 + k) * 4),
-                            ctx_.device, quant_buffers_, ws, quant_scratch_a_, quant_scratch_b_);
-    }
+  linears_.reserve(plan_.linears.size());
+  for (size_t i = 0; i < plan_.linears.size(); ++i) {
+    const int64_t w = mem_.workspace_of[i];
+    linears_.emplace_back(plan_.linears[i], T, static_cast<uint32_t>(i * 4), ctx_.device, quant_buffers_,
+                          w < 0 ? nullptr : workspace_of[static_cast<size_t>(w)], acts_.quant_scratch_a,
+                          acts_.quant_scratch_b);
+  }
 
   std::vector<float> cos(static_cast<size_t>(S_ * d / 2)), sin(cos.size());
   rope_tables(cfg_, S_, cos.data(), sin.data());
-  copy_from_host(rope_cos_, cos.data());
-  copy_from_host(rope_sin_, sin.data());
-  losses_ = losses_all_.rows(0, 1).view({T});
+  copy_from_host(acts_.rope_cos, cos.data());
+  copy_from_host(acts_.rope_sin, sin.data());
+  losses_ = acts_.losses_all.rows(0, 1).view({T});
   host_losses_.resize(static_cast<size_t>(opt_.loss_micro_batches * T));
   // Pinned staging for tokens + labels, two slots (see UploadStaging): allocated here, never in the loop.
   staging_ = UploadStaging(2 * static_cast<size_t>(T) * sizeof(int32_t), 2, ctx_.device);
@@ -298,30 +168,16 @@ void LlamaModel::prepare_weights() {
   }
 }
 
-void LlamaModel::set_collect_quant_stats(bool on) {
-  for (LinearLayer& lin : linears_) lin.set_collect_stats(on);
-}
-
-std::vector<std::string> MemoryPlan::describe() const {
-  const std::pair<const char*, double> rows[] = {
-      {"weights (bf16)", weights},          {"gradients (fp32)", grads},
-      {"master weights (fp32)", master},    {"optimizer state (Adam m, v fp32)", optimizer},
-      {"activations and scratch", activations}, {"quantized copies", quantized},
-      {"library workspaces", workspace}};
-  std::vector<std::string> out;
-  for (const auto& [name, bytes] : rows)
-    out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", name, bytes / 1e9, bytes / 1048576.0));
-  out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "weights and optimizer (Megatron's category)",
-                            weights_and_optimizer() / 1e9, weights_and_optimizer() / 1048576.0));
-  out.push_back(fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", "total", total() / 1e9, total() / 1048576.0));
-  if (!gemm_note.empty()) out.push_back(gemm_note);
-  return out;
+size_t LlamaModel::quantized_bytes() const {
+  size_t n = 0;
+  for (const Buffer& b : quant_buffers_) n += b.bytes();
+  return n;
 }
 
 std::vector<LinearStats> LlamaModel::quant_stats() const {
   std::vector<LinearStats> out;
   for (size_t i = 0; i < linears_.size(); ++i)
-    if (linears_[i].format() != LinearFormat::BF16 && !linears_[i].stats().empty())
+    if (linears_[i].plan().quantized() && !linears_[i].stats().empty())
       out.push_back({static_cast<int64_t>(i / 4), kLinearNames[i % 4], linears_[i].stats()});
   return out;
 }
@@ -342,13 +198,13 @@ void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
   }
   // CUDA: async copies from pinned staging on the default stream, ordered before the ops that read the
   // ids and after those of the previous micro-batch; CPU: memcpy.
-  staging_.upload({{tokens_, tokens}, {labels_, labels}});
+  staging_.upload({{acts_.tokens, tokens}, {acts_.labels, labels}});
 }
 
 void LlamaModel::use_loss_slot(int64_t slot) {
   PL_CHECK(slot >= 0 && slot < opt_.loss_micro_batches, "internal: loss slot {} of {}", slot,
            opt_.loss_micro_batches);
-  losses_ = losses_all_.rows(slot, 1).view({B_ * S_});
+  losses_ = acts_.losses_all.rows(slot, 1).view({B_ * S_});
 }
 
 void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels) {
@@ -357,11 +213,12 @@ void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_
   run_forward(0.0f, false);
 }
 
-void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale) {
+void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
+                                        const StepOptions& step) {
   use_loss_slot(slot);
   upload_batch(tokens, labels);
   run_forward(grad_scale, true);
-  run_backward();
+  run_backward(step);
 }
 
 double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
@@ -369,8 +226,9 @@ double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
   return add_loss_sums(1, 0.0);
 }
 
-double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale) {
-  queue_forward_backward(0, tokens, labels, grad_scale);
+double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale,
+                                    const StepOptions& step) {
+  queue_forward_backward(0, tokens, labels, grad_scale, step);
   return add_loss_sums(1, 0.0);
 }
 
@@ -378,7 +236,7 @@ double LlamaModel::add_loss_sums(int64_t slots, double acc) {
   PL_CHECK(slots >= 1 && slots <= opt_.loss_micro_batches, "internal: reading {} loss slots of {}", slots,
            opt_.loss_micro_batches);
   const int64_t T = B_ * S_;
-  copy_to_host(host_losses_.data(), losses_all_.rows(0, slots));  // the one device -> host wait
+  copy_to_host(host_losses_.data(), acts_.losses_all.rows(0, slots));  // the one device -> host wait
   for (int64_t m = 0; m < slots; ++m) {
     double sum = 0.0;
     const float* l = host_losses_.data() + m * T;
@@ -388,64 +246,64 @@ double LlamaModel::add_loss_sums(int64_t slots, double acc) {
   return acc;
 }
 
-// One decoder layer: out = h + MLP(norm(h)) with h = x + Attn(norm(x)), x = acts_[l].resid_in.
+// One decoder layer: out = h + MLP(norm(h)) with h = x + Attn(norm(x)), x = acts_.layers[l].resid_in.
 void LlamaModel::layer_forward(int64_t l, const Tensor& out) {
   const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
-  LayerActs& a = acts_[l];
+  auto& a = acts_.layers[l];
   const LayerParams& w = weights_.layers[l];
   rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
   linear(l, kQkv).forward(ctx_, a.qkv, a.ln1, w.qkv);
-  rope_forward(ctx_, a.qkv, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
+  rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
   attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
-  linear(l, kProj).forward(ctx_, d_h_, a.attn, w.proj);  // d_h_ is free during the forward: scratch
-  add(ctx_, a.resid_mid, a.resid_in, d_h_);
+  linear(l, kProj).forward(ctx_, acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
+  add(ctx_, a.resid_mid, a.resid_in, acts_.d_h);
   rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
   linear(l, kFc1).forward(ctx_, a.fc1, a.ln2, w.fc1);
   swiglu_forward(ctx_, a.swi, a.fc1);
-  linear(l, kFc2).forward(ctx_, d_h_, a.swi, w.fc2);
-  add(ctx_, out, a.resid_mid, d_h_);
+  linear(l, kFc2).forward(ctx_, acts_.d_h, a.swi, w.fc2);
+  add(ctx_, out, a.resid_mid, acts_.d_h);
 }
 
 void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
-  embedding_forward(ctx_, embed_out_, tokens_, weights_.embedding);
+  embedding_forward(ctx_, acts_.embed_out, acts_.tokens, weights_.embedding);
   for (int64_t l = 0; l < cfg_.num_layers; ++l)
-    layer_forward(l, l + 1 < cfg_.num_layers ? acts_[l + 1].resid_in : resid_out_);
-  rmsnorm_forward(ctx_, lnf_, rstdf_, resid_out_, weights_.final_norm, eps);
-  linear_forward(ctx_, logits_, lnf_, weights_.lm_head);
-  cross_entropy_forward_backward(ctx_, losses_, logits_, labels_, want_grad ? grad_scale : 0.0f);
+    layer_forward(l, l + 1 < cfg_.num_layers ? acts_.layers[l + 1].resid_in : acts_.resid_out);
+  rmsnorm_forward(ctx_, acts_.lnf, acts_.rstdf, acts_.resid_out, weights_.final_norm, eps);
+  linear_forward(ctx_, acts_.logits, acts_.lnf, weights_.lm_head);
+  cross_entropy_forward_backward(ctx_, losses_, acts_.logits, acts_.labels, want_grad ? grad_scale : 0.0f);
 }
 
-void LlamaModel::run_backward() {
+void LlamaModel::run_backward(const StepOptions& step) {
   const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
-  // logits_ now holds dlogits.
-  linear_backward_weight(ctx_, grads_.lm_head, logits_, lnf_);
-  linear_backward_input(ctx_, d_ln_, logits_, weights_.lm_head);
-  fill_zero(ctx_, d_resid_);
-  rmsnorm_backward(ctx_, d_resid_, grads_.final_norm, d_ln_, resid_out_, weights_.final_norm, rstdf_);
+  // acts_.logits now holds dlogits.
+  linear_backward_weight(ctx_, grads_.lm_head, acts_.logits, acts_.lnf);
+  linear_backward_input(ctx_, acts_.d_ln, acts_.logits, weights_.lm_head);
+  fill_zero(ctx_, acts_.d_resid);
+  rmsnorm_backward(ctx_, acts_.d_resid, grads_.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm, acts_.rstdf);
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
     // Full recomputation: refill the shared activations from the kept layer input (the layer
     // output goes to scratch; the stored outputs are never needed again).
-    if (opt_.recompute) layer_forward(l, d_h_);
-    LayerActs& a = acts_[l];
+    if (opt_.recompute) layer_forward(l, acts_.d_h);
+    auto& a = acts_.layers[l];
     const LayerParams& w = weights_.layers[l];
     LayerParams& g = grads_.layers[l];
-    // d_resid_ = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
-    linear(l, kFc2).backward(ctx_, d_swi_, g.fc2, d_resid_, a.swi, w.fc2, micro_counter_);
-    swiglu_backward(ctx_, d_fc1_, d_swi_, a.fc1);
-    linear(l, kFc1).backward(ctx_, d_ln_, g.fc1, d_fc1_, a.ln2, w.fc1, micro_counter_);
-    rmsnorm_backward(ctx_, d_resid_, g.ln2, d_ln_, a.resid_mid, w.ln2, a.rstd2);
-    // d_resid_ = dL/d(resid_mid); the attention branch.
-    linear(l, kProj).backward(ctx_, d_attn_, g.proj, d_resid_, a.attn, w.proj, micro_counter_);
-    attention_backward(ctx_, d_qkv_, d_attn_, a.attn, a.lse, a.qkv, as);
-    rope_backward(ctx_, d_qkv_, rope_cos_, rope_sin_, S_, rotated, cfg_.kv_channels);
-    linear(l, kQkv).backward(ctx_, d_ln_, g.qkv, d_qkv_, a.ln1, w.qkv, micro_counter_);
-    rmsnorm_backward(ctx_, d_resid_, g.ln1, d_ln_, a.resid_in, w.ln1, a.rstd1);
+    // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
+    linear(l, kFc2).backward(ctx_, acts_.d_swi, g.fc2, acts_.d_resid, a.swi, w.fc2, step);
+    swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1);
+    linear(l, kFc1).backward(ctx_, acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, w.fc1, step);
+    rmsnorm_backward(ctx_, acts_.d_resid, g.ln2, acts_.d_ln, a.resid_mid, w.ln2, a.rstd2);
+    // acts_.d_resid = dL/d(resid_mid); the attention branch.
+    linear(l, kProj).backward(ctx_, acts_.d_attn, g.proj, acts_.d_resid, a.attn, w.proj, step);
+    attention_backward(ctx_, acts_.d_qkv, acts_.d_attn, a.attn, a.lse, a.qkv, as);
+    rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
+    linear(l, kQkv).backward(ctx_, acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
+    rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
   }
-  embedding_backward(ctx_, grads_.embedding, d_resid_, tokens_);
+  embedding_backward(ctx_, grads_.embedding, acts_.d_resid, acts_.tokens);
 }
 
 void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out) {

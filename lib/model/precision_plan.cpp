@@ -6,89 +6,93 @@
 
 namespace pl {
 
-const char* format_name(LinearFormat f) {
-  switch (f) {
-    case LinearFormat::BF16: return "bf16";
-    case LinearFormat::FP8_CURRENT_SCALING: return "fp8-current-scaling";
-    case LinearFormat::MXFP8: return "mxfp8";
-    case LinearFormat::NVFP4: return "nvfp4";
+const char* format_name(const LinearPlan& p) {
+  if (!p.quantized()) return "bf16";
+  switch (*p.x) {
+    case QuantFormat::NVFP4: return "nvfp4";
+    case QuantFormat::MXFP8: return "mxfp8";
+    default: return "fp8-current-scaling";
   }
-  return "?";
 }
 
-int64_t format_block_multiple(LinearFormat f) {
-  switch (f) {
-    case LinearFormat::BF16: return 1;
-    case LinearFormat::FP8_CURRENT_SCALING: return 16;  // cuBLASLt FP8: dims multiple of 16
-    case LinearFormat::MXFP8: return 32;                // 1x32 blocks
-    case LinearFormat::NVFP4: return 16;                // 1x16 and 16x16 blocks
-  }
-  return 1;
-}
-
-bool PrecisionPlan::all_bf16() const { return quantized_format() == LinearFormat::BF16; }
-
-LinearFormat PrecisionPlan::quantized_format() const {
-  for (LinearFormat f : layer_format)
-    if (f != LinearFormat::BF16) return f;
-  return LinearFormat::BF16;
+const LinearPlan& PrecisionPlan::quantized() const {
+  static const LinearPlan bf16;
+  for (const LinearPlan& p : linears)
+    if (p.quantized()) return p;
+  return bf16;
 }
 
 namespace {
 
-LinearFormat recipe_format(const PrecisionRecipe& r) {
-  if (r.fp4) return LinearFormat::NVFP4;
-  if (r.fp8) return r.fp8_recipe == "mxfp8" ? LinearFormat::MXFP8 : LinearFormat::FP8_CURRENT_SCALING;
-  return LinearFormat::BF16;
+// The formats and rules of the recipe's quantized linears.
+LinearPlan recipe_linear(const PrecisionRecipe& r) {
+  LinearPlan p;
+  if (r.fp4) {
+    p.x = p.w = p.dy = QuantFormat::NVFP4;  // 1x16 and 16x16 blocks
+    p.rht = r.nvfp4.random_hadamard_transform;
+    p.stochastic_rounding = r.nvfp4.stochastic_rounding;
+    p.weight_2d = r.nvfp4.weight_2d_quantization;
+    p.block_multiple = 16;
+    p.gpu_multiple = 32;
+  } else if (r.fp8 && r.fp8_recipe == "mxfp8") {
+    p.x = p.w = p.dy = QuantFormat::MXFP8;  // fp8 "e4m3" only (the loader checks): E4M3 everywhere, 1x32 blocks
+    p.block_multiple = p.gpu_multiple = 32;
+  } else if (r.fp8) {
+    // Megatron-LM's get_fp8_context (megatron/core/fp8_utils.py) maps fp8 "e4m3" to Transformer
+    // Engine's recipe.Format.E4M3 (every FP8 tensor E4M3, gradients included) and "hybrid" to
+    // Format.HYBRID (E4M3 forward, E5M2 backward), passed to Float8CurrentScaling for "tensorwise".
+    p.x = p.w = QuantFormat::FP8_E4M3;
+    p.dy = *r.fp8 == "hybrid" ? QuantFormat::FP8_E5M2 : QuantFormat::FP8_E4M3;
+    p.block_multiple = p.gpu_multiple = 16;  // cuBLASLt FP8: dims multiple of 16
+  }
+  return p;
 }
 
-std::string format_detail(LinearFormat f, const Nvfp4Options& o) {
-  switch (f) {
-    case LinearFormat::NVFP4:
+std::string format_detail(const LinearPlan& p) {
+  if (!p.quantized()) return "bf16";
+  switch (*p.x) {
+    case QuantFormat::NVFP4:
       return fmt::format("nvfp4 (E2M1, E4M3 scales per {} weight / 1x16 activation blocks, RHT on wgrad {}, "
                          "stochastic rounding of gradients {})",
-                         o.weight_2d_quantization ? "16x16" : "1x16", o.random_hadamard_transform ? "on" : "off",
-                         o.stochastic_rounding ? "on" : "off");
-    case LinearFormat::FP8_CURRENT_SCALING: return "fp8 current scaling (E4M3 forward, E5M2 gradients)";
-    case LinearFormat::MXFP8: return "mxfp8 (E4M3, UE8M0 scales per 1x32 block)";
-    case LinearFormat::BF16: return "bf16";
+                         p.weight_2d ? "16x16" : "1x16", p.rht ? "on" : "off", p.stochastic_rounding ? "on" : "off");
+    case QuantFormat::MXFP8: return "mxfp8 (E4M3, UE8M0 scales per 1x32 block)";
+    default:
+      return fmt::format("fp8 current scaling (E4M3 forward, {} gradients)",
+                         *p.dy == QuantFormat::FP8_E5M2 ? "E5M2" : "E4M3");
   }
-  return "?";
 }
 
 }  // namespace
 
 std::vector<std::string> PrecisionPlan::describe() const {
   std::vector<std::string> lines;
-  const int64_t n = static_cast<int64_t>(layer_format.size());
+  const int64_t n = num_layers();
   for (int64_t a = 0; a < n;) {
+    const std::string detail = format_detail(linear(a, 0));
     int64_t b = a;
-    while (b + 1 < n && layer_format[b + 1] == layer_format[a]) ++b;
+    while (b + 1 < n && format_detail(linear(b + 1, 0)) == detail) ++b;
     const std::string range = a == b ? fmt::format("layer  {}", a) : fmt::format("layers {}-{}", a, b);
-    lines.push_back(fmt::format("{:<13}: linear_qkv linear_proj linear_fc1 linear_fc2 in {}", range,
-                                format_detail(layer_format[a], nvfp4)));
+    lines.push_back(fmt::format("{:<13}: linear_qkv linear_proj linear_fc1 linear_fc2 in {}", range, detail));
     a = b + 1;
   }
   lines.push_back("always bf16  : embedding, attention core (QK^T, softmax, PV), RMSNorm, LM head");
   return lines;
 }
 
-PrecisionPlan bf16_plan(int64_t num_layers) {
-  PrecisionPlan p;
-  p.recipe_name = "bf16_mixed";
-  p.layer_format.assign(static_cast<size_t>(num_layers), LinearFormat::BF16);
-  return p;
+PrecisionPlan bf16_plan(const ModelConfig& model) {
+  PrecisionRecipe r;
+  r.name = "bf16_mixed";
+  return make_precision_plan(model, r);
 }
 
 PrecisionPlan make_precision_plan(const ModelConfig& m, const PrecisionRecipe& r) {
   PrecisionPlan plan;
   plan.recipe_name = r.name;
-  plan.nvfp4 = r.nvfp4;
-  const LinearFormat q = recipe_format(r);
+  const LinearPlan q = recipe_linear(r);
   const int64_t L = m.num_layers;
   int64_t start = r.first_last_layers_bf16 ? r.num_layers_at_start_in_bf16 : 0;
   int64_t end = r.first_last_layers_bf16 ? r.num_layers_at_end_in_bf16 : 0;
-  if (q != LinearFormat::BF16 && start + end >= L) {
+  if (q.quantized() && start + end >= L) {
     // Megatron would run every layer in BF16 here, which would make the recipe a no-op. Keep at
     // least one quantized layer (the first after the start block) and say so.
     const int64_t new_start = std::min(start, L - 1);
@@ -100,11 +104,17 @@ PrecisionPlan make_precision_plan(const ModelConfig& m, const PrecisionRecipe& r
     start = new_start;
     end = new_end;
   }
-  plan.layer_format.assign(L, q);
+  const int64_t h = m.hidden_size, f = m.ffn_hidden_size;
+  const int64_t in[4] = {h, m.q_dim(), h, f}, out[4] = {m.qkv_dim(), h, 2 * f, h};  // qkv, proj, fc1 (gate|up), fc2
   for (int64_t l = 0; l < L; ++l)
-    if (l < start || l >= L - end) plan.layer_format[l] = LinearFormat::BF16;
+    for (int k = 0; k < 4; ++k) {
+      LinearPlan p = l < start || l >= L - end ? LinearPlan{} : q;
+      p.in = in[k];
+      p.out = out[k];
+      plan.linears.push_back(p);
+    }
 
-  const int64_t blk = format_block_multiple(q);
+  const int64_t blk = q.block_multiple;
   if (blk > 1) {
     auto rule = [&](const char* field, int64_t value, const char* what) {
       PL_CHECK(value % blk == 0,
@@ -120,18 +130,21 @@ PrecisionPlan make_precision_plan(const ModelConfig& m, const PrecisionRecipe& r
 }
 
 void check_tokens_block_rule(const PrecisionPlan& plan, int64_t micro_batch, int64_t seq_length) {
-  const int64_t blk = format_block_multiple(plan.quantized_format());
-  PL_CHECK((micro_batch * seq_length) % blk == 0,
+  const LinearPlan& q = plan.quantized();
+  PL_CHECK((micro_batch * seq_length) % q.block_multiple == 0,
            "micro-batch-size x seq-length = {} x {} = {} tokens must be a multiple of {} for {} (the weight-gradient "
            "GEMM reduces over tokens in blocks)",
-           micro_batch, seq_length, micro_batch * seq_length, blk, format_name(plan.quantized_format()));
+           micro_batch, seq_length, micro_batch * seq_length, q.block_multiple, format_name(q));
 }
 
 void check_gpu_gemm_rules(const PrecisionPlan& plan, const ModelConfig& m, int64_t micro_batch, int64_t seq_length) {
-  if (plan.quantized_format() != LinearFormat::NVFP4) return;
+  const LinearPlan& q = plan.quantized();
+  if (q.gpu_multiple <= q.block_multiple) return;
   auto rule = [&](const char* what, int64_t value) {
-    PL_CHECK(value % 32 == 0, "{} = {} must be a multiple of 32 for NVFP4 GEMMs on the GPU (cuBLASLt FP4 rows are "
-             "16 bytes); {} fits the CPU's 16-element blocks only", what, value, m.file);
+    PL_CHECK(value % q.gpu_multiple == 0,
+             "{} = {} must be a multiple of {} for NVFP4 GEMMs on the GPU (cuBLASLt FP4 rows are 16 bytes); {} fits "
+             "the CPU's {}-element blocks only",
+             what, value, q.gpu_multiple, m.file, q.block_multiple);
   };
   rule("hidden_size", m.hidden_size);
   rule("ffn_hidden_size", m.ffn_hidden_size);

@@ -105,11 +105,11 @@ TrainResult Trainer::run(const TrainState& start) {
       timers.stop(TimerId::BatchGenerator);
       // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
       // resumed run draws the same stochastic-rounding bits as one that never stopped.
-      model_.set_micro_batch_counter(static_cast<uint64_t>(st.micro_batches_done + m));
-      model_.set_collect_quant_stats(stats_now && m == M - 1);  // the last micro-batch of the iteration
+      // Telemetry of the last micro-batch of the iteration.
+      const StepOptions step{static_cast<uint64_t>(st.micro_batches_done + m), stats_now && m == M - 1};
       // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
       const int64_t slot = m % model_.loss_slots();
-      model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale);
+      model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale, step);
       timers.stop(TimerId::BackwardCompute);  // the loss op switched forward-compute to backward-compute
       if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }

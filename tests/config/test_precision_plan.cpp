@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "config/model_config.h"
@@ -12,13 +13,18 @@
 
 namespace {
 
-using pl::LinearFormat;
+using pl::QuantFormat;
 using pl::ModelConfig;
 using pl::PrecisionPlan;
 using pl::PrecisionRecipe;
 
 ModelConfig model(const std::string& name) {
   return pl::load_model_config(std::string(PL_CONFIG_DIR) + "/models/" + name + ".json");
+}
+// The format of layer l's x (all four linears of a layer share their formats); nullopt: BF16.
+std::optional<QuantFormat> x_of(const PrecisionPlan& p, int64_t l) {
+  for (int k = 1; k < 4; ++k) EXPECT_EQ(p.linear(l, k).x, p.linear(l, 0).x);
+  return p.linear(l, 0).x;
 }
 PrecisionRecipe recipe(const std::string& name) {
   return pl::load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + name + ".json");
@@ -39,16 +45,30 @@ void expect_block_rule_error(const ModelConfig& m, const PrecisionRecipe& r, con
 
 TEST(Plan, Nvfp4OnLlama3_8bKeepsLastFourLayersBf16) {
   const PrecisionPlan p = pl::make_precision_plan(model("llama3_8b"), recipe("bf16_with_nvfp4_mixed"));
-  ASSERT_EQ(p.layer_format.size(), 32u);
-  for (int l = 0; l < 28; ++l) EXPECT_EQ(p.layer_format[l], LinearFormat::NVFP4) << "layer " << l;
-  for (int l = 28; l < 32; ++l) EXPECT_EQ(p.layer_format[l], LinearFormat::BF16) << "layer " << l;
+  ASSERT_EQ(p.num_layers(), 32);
+  for (int l = 0; l < 28; ++l) EXPECT_EQ(x_of(p, l), QuantFormat::NVFP4) << "layer " << l;
+  for (int l = 28; l < 32; ++l) EXPECT_EQ(x_of(p, l), std::nullopt) << "layer " << l;
   EXPECT_TRUE(p.notes.empty());
-  EXPECT_EQ(p.quantized_format(), LinearFormat::NVFP4);
+  EXPECT_EQ(p.quantized().x, QuantFormat::NVFP4);
   EXPECT_FALSE(p.all_bf16());
   EXPECT_EQ(p.recipe_name, "bf16_with_nvfp4_mixed");
-  EXPECT_TRUE(p.nvfp4.random_hadamard_transform);
-  EXPECT_TRUE(p.nvfp4.stochastic_rounding);
-  EXPECT_TRUE(p.nvfp4.weight_2d_quantization);
+  const pl::LinearPlan& q = p.linear(0, 0);
+  EXPECT_EQ(q.w, QuantFormat::NVFP4);
+  EXPECT_EQ(q.dy, QuantFormat::NVFP4);
+  EXPECT_TRUE(q.rht);
+  EXPECT_TRUE(q.stochastic_rounding);
+  EXPECT_TRUE(q.weight_2d);
+  EXPECT_EQ(q.block_multiple, 16);
+  EXPECT_EQ(q.gpu_multiple, 32);
+  EXPECT_FALSE(p.linear(31, 0).rht);  // the BF16 layers have no quantization switches
+  // Each linear carries its shape: qkv [h -> (heads + 2 groups) * d], proj, fc1 [h -> 2f], fc2.
+  const ModelConfig m = model("llama3_8b");
+  EXPECT_EQ(p.linear(5, 0).in, m.hidden_size);
+  EXPECT_EQ(p.linear(5, 0).out, m.qkv_dim());
+  EXPECT_EQ(p.linear(5, 1).in, m.q_dim());
+  EXPECT_EQ(p.linear(5, 2).out, 2 * m.ffn_hidden_size);
+  EXPECT_EQ(p.linear(5, 3).in, m.ffn_hidden_size);
+  EXPECT_EQ(p.linear(5, 3).out, m.hidden_size);
 }
 
 TEST(Plan, Nvfp4DescribeNamesTheLayerRuns) {
@@ -64,33 +84,55 @@ TEST(Plan, Nvfp4DescribeNamesTheLayerRuns) {
 TEST(Plan, Fp8CurrentScalingKeepsFirstAndLastBf16) {
   const PrecisionPlan p =
       pl::make_precision_plan(model("llama3_8b"), recipe("bf16_with_fp8_current_scaling_mixed"));
-  ASSERT_EQ(p.layer_format.size(), 32u);
-  EXPECT_EQ(p.layer_format.front(), LinearFormat::BF16);
-  EXPECT_EQ(p.layer_format.back(), LinearFormat::BF16);
-  for (int l = 1; l < 31; ++l) EXPECT_EQ(p.layer_format[l], LinearFormat::FP8_CURRENT_SCALING) << "layer " << l;
-  EXPECT_EQ(p.quantized_format(), LinearFormat::FP8_CURRENT_SCALING);
+  ASSERT_EQ(p.num_layers(), 32);
+  EXPECT_EQ(x_of(p, 0), std::nullopt);
+  EXPECT_EQ(x_of(p, 31), std::nullopt);
+  for (int l = 1; l < 31; ++l) EXPECT_EQ(x_of(p, l), QuantFormat::FP8_E4M3) << "layer " << l;
+  EXPECT_EQ(std::string(pl::format_name(p.quantized())), "fp8-current-scaling");
+}
+
+// Megatron's fp8 "hybrid" (TE Format.HYBRID): E4M3 x and W, E5M2 gradients; "e4m3" (Format.E4M3):
+// E4M3 gradients too. The plan and the banner line say which.
+TEST(Plan, Fp8E4m3AndHybridDifferInTheGradientFormatOnly) {
+  const PrecisionPlan hybrid =
+      pl::make_precision_plan(model("llama3_8b"), recipe("bf16_with_fp8_current_scaling_mixed"));
+  const PrecisionPlan e4m3 =
+      pl::make_precision_plan(model("llama3_8b"), recipe("bf16_with_fp8_current_scaling_e4m3_mixed"));
+  for (const PrecisionPlan* p : {&hybrid, &e4m3}) {
+    EXPECT_EQ(p->quantized().x, QuantFormat::FP8_E4M3);
+    EXPECT_EQ(p->quantized().w, QuantFormat::FP8_E4M3);
+    EXPECT_EQ(p->quantized().block_multiple, 16);
+  }
+  EXPECT_EQ(hybrid.quantized().dy, QuantFormat::FP8_E5M2);
+  EXPECT_EQ(e4m3.quantized().dy, QuantFormat::FP8_E4M3);
+  EXPECT_NE(hybrid.describe()[1].find("fp8 current scaling (E4M3 forward, E5M2 gradients)"), std::string::npos)
+      << hybrid.describe()[1];
+  EXPECT_NE(e4m3.describe()[1].find("fp8 current scaling (E4M3 forward, E4M3 gradients)"), std::string::npos)
+      << e4m3.describe()[1];
 }
 
 TEST(Plan, Mxfp8QuantizesEveryLayer) {
   const PrecisionPlan p = pl::make_precision_plan(model("llama3_8b"), recipe("bf16_with_mxfp8_mixed"));
-  ASSERT_EQ(p.layer_format.size(), 32u);
-  for (int l = 0; l < 32; ++l) EXPECT_EQ(p.layer_format[l], LinearFormat::MXFP8) << "layer " << l;
+  ASSERT_EQ(p.num_layers(), 32);
+  for (int l = 0; l < 32; ++l) EXPECT_EQ(x_of(p, l), QuantFormat::MXFP8) << "layer " << l;
+  EXPECT_EQ(p.quantized().dy, QuantFormat::MXFP8);  // MXFP8 is E4M3 everywhere, gradients included
+  EXPECT_EQ(p.quantized().block_multiple, 32);
   EXPECT_TRUE(p.notes.empty());
 }
 
 TEST(Plan, Bf16MixedIsAllBf16) {
   const PrecisionPlan p = pl::make_precision_plan(model("llama3_8b"), recipe("bf16_mixed"));
-  ASSERT_EQ(p.layer_format.size(), 32u);
-  EXPECT_TRUE(std::all_of(p.layer_format.begin(), p.layer_format.end(),
-                          [](LinearFormat f) { return f == LinearFormat::BF16; }));
+  ASSERT_EQ(p.num_layers(), 32);
+  EXPECT_TRUE(std::none_of(p.linears.begin(), p.linears.end(), [](const pl::LinearPlan& l) { return l.quantized(); }));
   EXPECT_TRUE(p.all_bf16());
-  EXPECT_EQ(p.quantized_format(), LinearFormat::BF16);
+  EXPECT_EQ(p.quantized().x, std::nullopt);
+  EXPECT_EQ(p.linears, pl::bf16_plan(model("llama3_8b")).linears);
 }
 
 TEST(Plan, Nvfp4OnTinyKeepsOneQuantizedLayerAndSaysSo) {
   const PrecisionPlan p = pl::make_precision_plan(model("llama_tiny"), recipe("bf16_with_nvfp4_mixed"));
-  ASSERT_EQ(p.layer_format.size(), 2u);
-  EXPECT_GE(std::count(p.layer_format.begin(), p.layer_format.end(), LinearFormat::NVFP4), 1);
+  ASSERT_EQ(p.num_layers(), 2);
+  EXPECT_EQ(x_of(p, 0), QuantFormat::NVFP4);
   EXPECT_FALSE(p.all_bf16());
   ASSERT_FALSE(p.notes.empty());
   EXPECT_FALSE(p.notes[0].empty());
@@ -99,7 +141,7 @@ TEST(Plan, Nvfp4OnTinyKeepsOneQuantizedLayerAndSaysSo) {
 TEST(Plan, EveryShippedRecipeFitsEveryShippedModel) {
   for (const char* m : {"llama3_8b", "llama3_1_8b", "llama_small", "llama_tiny"})
     for (const char* r : {"bf16_mixed", "bf16_with_nvfp4_mixed", "bf16_with_fp8_current_scaling_mixed",
-                          "bf16_with_mxfp8_mixed"}) {
+                          "bf16_with_fp8_current_scaling_e4m3_mixed", "bf16_with_mxfp8_mixed"}) {
       SCOPED_TRACE(std::string(m) + " + " + r);
       EXPECT_NO_THROW(pl::make_precision_plan(model(m), recipe(r)));
     }
@@ -176,7 +218,7 @@ TEST(Plan, GpuNvfp4GemmsNeedMultiplesOf32) {
     EXPECT_NE(std::string(e.what()).find("micro-batch-size x seq-length = 48"), std::string::npos) << e.what();
   }
   // Other formats are unaffected.
-  EXPECT_NO_THROW(pl::check_gpu_gemm_rules(pl::bf16_plan(m.num_layers), m, 1, 48));
+  EXPECT_NO_THROW(pl::check_gpu_gemm_rules(pl::bf16_plan(m), m, 1, 48));
 }
 
 }  // namespace

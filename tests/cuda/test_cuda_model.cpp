@@ -34,8 +34,7 @@ StepResult one_step(Device device, const std::string& recipe) {
   for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
   for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
   model.zero_grads();
-  model.set_micro_batch_counter(0);
-  const double loss = model.forward_backward(tok.data(), lab.data(), 1.0f / 128) / 128.0;
+  const double loss = model.forward_backward(tok.data(), lab.data(), 1.0f / 128, StepOptions{0}) / 128.0;
   StepResult r{loss, std::vector<float>(static_cast<size_t>(model.num_params()))};
   copy_to_host(r.grads.data(), model.grads().flat);
   return r;
@@ -49,8 +48,7 @@ void compare(const std::string& recipe, double bound) {
   const StepResult cpu = one_step(Device::CPU, recipe), gpu = one_step(Device::CUDA, recipe);
   EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * std::abs(cpu.loss));
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
-  const LlamaModel layout(m, 2, 64, OpContext{}, bf16_plan(m.num_layers), ModelOptions{false, true});
-  for (const ParamEntry& e : layout.param_entries()) {
+  for (const ParamEntry& e : param_layout(m)) {
     double num = 0.0, den = 0.0;
     for (int64_t i = e.offset; i < e.offset + e.numel(); ++i) {
       const double d = static_cast<double>(gpu.grads[i]) - cpu.grads[i];
@@ -86,7 +84,7 @@ TEST(CudaModel, QueuedMicroBatchesWithOneLossReadEqualOneAtATime) {
   ctx.device = Device::CUDA;
   ModelOptions o;
   o.loss_micro_batches = 3;
-  LlamaModel model(m, 2, 64, ctx, bf16_plan(m.num_layers), o);
+  LlamaModel model(m, 2, 64, ctx, bf16_plan(m), o);
   model.init_parameters(1234);
   std::mt19937 rng(11);
   std::vector<std::vector<int32_t>> toks(3, std::vector<int32_t>(128)), labs = toks;

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 #include <memory>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -14,7 +15,9 @@
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
 #include "model/linear_layer.h"
+#include "log/plan_log.h"
 #include "model/llama.h"
+#include "model/memory_plan.h"
 #include "model/precision_plan.h"
 #include "matrix_util.h"
 #include "numerics/bf16.h"
@@ -45,16 +48,37 @@ Mat dq(const Mat& m, QuantFormat f, bool columnwise, bool block_2d, bool rht) {
   return out;
 }
 
+// A layer's plan as make_precision_plan makes it for format f (FP8: "hybrid", E5M2 dy, unless dy is given).
+LinearPlan linear_plan(std::optional<QuantFormat> f, int64_t in, int64_t out, Nvfp4Options nv = {},
+                       std::optional<QuantFormat> dy = {}) {
+  LinearPlan p;
+  p.in = in;
+  p.out = out;
+  if (!f) return p;
+  p.x = p.w = f;
+  p.dy = dy ? dy : (*f == QuantFormat::FP8_E4M3 ? QuantFormat::FP8_E5M2 : *f);
+  if (*f == QuantFormat::NVFP4) {
+    p.rht = nv.random_hadamard_transform;
+    p.stochastic_rounding = nv.stochastic_rounding;
+    p.weight_2d = nv.weight_2d_quantization;
+  }
+  return p;
+}
+
 struct Fixture {
   const int64_t T = 64, in = 64, out = 32;
+  LinearPlan plan(QuantFormat f, Nvfp4Options nv, std::optional<QuantFormat> dy = {}) const {
+    return linear_plan(f, in, out, nv, dy);
+  }
   std::vector<Buffer> owner;
   std::vector<float> sa, sb;
   Mat x = random_bf16(T, in, 1, 1.0f), w = random_bf16(out, in, 2, 0.05f), dy = random_bf16(T, out, 3, 1e-3f);
   Fixture() : sa(static_cast<size_t>(LinearLayer::scratch_elements(T, in, out))), sb(sa.size()) {}
   std::vector<std::unique_ptr<LinearWorkspace>> workspaces;
-  LinearLayer make(LinearFormat f, Nvfp4Options nv) {
-    workspaces.push_back(std::make_unique<LinearWorkspace>(LinearWorkspace::allocate(owner, Device::CPU, f, T, in, out)));
-    return LinearLayer(f, nv, T, in, out, 0, Device::CPU, owner, workspaces.back().get(),
+  LinearLayer make(QuantFormat f, Nvfp4Options nv, std::optional<QuantFormat> dy = {}) {
+    const LinearPlan p = plan(f, nv, dy);
+    workspaces.push_back(std::make_unique<LinearWorkspace>(LinearWorkspace::allocate(owner, Device::CPU, p, T)));
+    return LinearLayer(p, T, 0, Device::CPU, owner, workspaces.back().get(),
                        Tensor(sa.data(), {static_cast<int64_t>(sa.size())}, DType::F32),
                        Tensor(sb.data(), {static_cast<int64_t>(sb.size())}, DType::F32));
   }
@@ -64,13 +88,13 @@ TEST(ModelLinearLayer, Nvfp4GemmsUseTheRecipeOperands) {
   Fixture fx;
   Nvfp4Options nv;
   nv.stochastic_rounding = false;  // deterministic so the test can rebuild the operands
-  LinearLayer lin = fx.make(LinearFormat::NVFP4, nv);
+  LinearLayer lin = fx.make(QuantFormat::NVFP4, nv);
   OpContext exact;
   exact.round_bf16 = false;
   lin.prepare_weight(exact, fx.w.t());
   Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in, 0.5f);
   lin.forward(exact, y.t(), fx.x.t(), fx.w.t());
-  lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 0);
+  lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{});
 
   const QuantFormat F = QuantFormat::NVFP4;
   // fprop: X rowwise 1x16 · W rowwise 16x16
@@ -95,11 +119,11 @@ TEST(ModelLinearLayer, WgradWithRhtEqualsWgradWithoutItUpToQuantizationError) {
   for (bool rht : {true, false}) {
     Nvfp4Options nv;
     nv.random_hadamard_transform = rht;
-    LinearLayer lin = fx.make(LinearFormat::NVFP4, nv);
+    LinearLayer lin = fx.make(QuantFormat::NVFP4, nv);
     lin.prepare_weight(exact, fx.w.t());
     Mat y(fx.T, fx.out), dx(fx.T, fx.in);
     lin.forward(exact, y.t(), fx.x.t(), fx.w.t());  // backward reuses the forward's amax of x
-    lin.backward(exact, dx.t(), (rht ? dw_rht : dw_plain).t(), fx.dy.t(), fx.x.t(), fx.w.t(), 3);
+    lin.backward(exact, dx.t(), (rht ? dw_rht : dw_plain).t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{3});
   }
   // R·Rᵀ = I: no inverse transform is needed, both estimate dYᵀX.
   EXPECT_LT(rel_diff(dw_rht, exact_dw), 0.25);
@@ -108,8 +132,8 @@ TEST(ModelLinearLayer, WgradWithRhtEqualsWgradWithoutItUpToQuantizationError) {
 }
 
 TEST(ModelLinearLayer, Fp8AndMxfp8LayersAreCloseToBf16) {
-  for (LinearFormat f : {LinearFormat::FP8_CURRENT_SCALING, LinearFormat::MXFP8}) {
-    SCOPED_TRACE(format_name(f));
+  for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::MXFP8}) {
+    SCOPED_TRACE(quant_format_name(f));
     Fixture fx;
     OpContext exact;
     exact.round_bf16 = false;
@@ -117,7 +141,7 @@ TEST(ModelLinearLayer, Fp8AndMxfp8LayersAreCloseToBf16) {
     lin.prepare_weight(exact, fx.w.t());
     Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
     lin.forward(exact, y.t(), fx.x.t(), fx.w.t());
-    lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 0);
+    lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{});
     EXPECT_LT(rel_diff(y, nt(fx.x, fx.w)), 0.08);
     EXPECT_LT(rel_diff(dx, nt(fx.dy, transpose(fx.w))), 0.15);  // E5M2 gradients for fp8 hybrid
     EXPECT_LT(rel_diff(dw, nt(transpose(fx.dy), transpose(fx.x))), 0.15);
@@ -125,9 +149,33 @@ TEST(ModelLinearLayer, Fp8AndMxfp8LayersAreCloseToBf16) {
   }
 }
 
+// fp8 "e4m3" (TE Format.E4M3) quantizes dy in E4M3, "hybrid" (Format.HYBRID) in E5M2; x and W are
+// E4M3 in both. E4M3's extra mantissa bit shows in the gradient GEMMs' error.
+TEST(ModelLinearLayer, Fp8E4m3QuantizesGradientsInE4m3AndHybridInE5m2) {
+  Fixture fx;
+  const Mat exact_dx = nt(fx.dy, transpose(fx.w)), exact_dw = nt(transpose(fx.dy), transpose(fx.x));
+  double err_dx[2], err_dw[2];
+  for (int i = 0; i < 2; ++i) {
+    const QuantFormat dy = i == 0 ? QuantFormat::FP8_E4M3 : QuantFormat::FP8_E5M2;
+    SCOPED_TRACE(quant_format_name(dy));
+    LinearLayer lin = fx.make(QuantFormat::FP8_E4M3, Nvfp4Options{}, dy);
+    lin.prepare_weight(OpContext{}, fx.w.t());
+    Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
+    lin.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t());
+    lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{0, true});
+    ASSERT_EQ(lin.stats().size(), 5u);
+    for (const OperandStats& s : lin.stats())
+      EXPECT_EQ(s.format, std::string(s.operand).starts_with("dy") ? dy : QuantFormat::FP8_E4M3) << s.operand;
+    err_dx[i] = rel_diff(dx, exact_dx);
+    err_dw[i] = rel_diff(dw, exact_dw);
+  }
+  EXPECT_LT(err_dx[0], err_dx[1]);
+  EXPECT_LT(err_dw[0], err_dw[1]);
+}
+
 TEST(ModelLinearLayer, TheWeightIsQuantizedOncePerStepNotPerMicroBatch) {
   Fixture fx;
-  LinearLayer lin = fx.make(LinearFormat::NVFP4, Nvfp4Options{});
+  LinearLayer lin = fx.make(QuantFormat::NVFP4, Nvfp4Options{});
   lin.prepare_weight(OpContext{}, fx.w.t());
   Mat y1(fx.T, fx.out), y2(fx.T, fx.out), y3(fx.T, fx.out);
   lin.forward(OpContext{}, y1.t(), fx.x.t(), fx.w.t());
@@ -144,12 +192,11 @@ TEST(ModelLinearLayer, TheWeightIsQuantizedOncePerStepNotPerMicroBatch) {
 
 TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
   Fixture fx;
-  LinearLayer lin = fx.make(LinearFormat::NVFP4, Nvfp4Options{});
+  LinearLayer lin = fx.make(QuantFormat::NVFP4, Nvfp4Options{});
   lin.prepare_weight(OpContext{}, fx.w.t());
   Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
   lin.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t());
-  lin.set_collect_stats(true);
-  lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 0);
+  lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{0, true});
   ASSERT_EQ(lin.stats().size(), 5u);
   for (const OperandStats& s : lin.stats()) {
     SCOPED_TRACE(s.operand);
@@ -170,13 +217,13 @@ TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
 // two layers (forward A, forward B, backward B, backward A, as a model runs them) must give exactly
 // the gradients of running each alone: a shared amax slot would hand A's backward B's amax.
 TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
-  for (LinearFormat f : {LinearFormat::NVFP4, LinearFormat::FP8_CURRENT_SCALING}) {
-    SCOPED_TRACE(format_name(f));
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3}) {
+    SCOPED_TRACE(quant_format_name(f));
     Fixture fx;
-    Nvfp4Options nv;  // RHT and stochastic rounding on: the wgrad copy of x uses the RHT amax
-    auto ws = std::make_unique<LinearWorkspace>(LinearWorkspace::allocate(fx.owner, Device::CPU, f, fx.T, fx.in, fx.out));
+    const LinearPlan p = fx.plan(f, Nvfp4Options{});  // RHT and SR on: the wgrad copy of x uses the RHT amax
+    auto ws = std::make_unique<LinearWorkspace>(LinearWorkspace::allocate(fx.owner, Device::CPU, p, fx.T));
     auto make = [&] {
-      return LinearLayer(f, nv, fx.T, fx.in, fx.out, 0, Device::CPU, fx.owner, ws.get(),
+      return LinearLayer(p, fx.T, 0, Device::CPU, fx.owner, ws.get(),
                          Tensor(fx.sa.data(), {static_cast<int64_t>(fx.sa.size())}, DType::F32),
                          Tensor(fx.sb.data(), {static_cast<int64_t>(fx.sb.size())}, DType::F32));
     };
@@ -187,7 +234,7 @@ TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
     auto run_alone = [&](LinearLayer& l, Mat& x, Mat& dw) {
       Mat y(fx.T, fx.out), dx(fx.T, fx.in);
       l.forward(OpContext{}, y.t(), x.t(), fx.w.t());
-      l.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), x.t(), fx.w.t(), 4);
+      l.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), x.t(), fx.w.t(), StepOptions{4});
     };
     Mat dwa_alone(fx.out, fx.in), dwb_alone(fx.out, fx.in);
     run_alone(a, fx.x, dwa_alone);
@@ -195,8 +242,8 @@ TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
     Mat ya(fx.T, fx.out), yb(fx.T, fx.out), dxa(fx.T, fx.in), dxb(fx.T, fx.in), dwa(fx.out, fx.in), dwb(fx.out, fx.in);
     a.forward(OpContext{}, ya.t(), fx.x.t(), fx.w.t());
     b.forward(OpContext{}, yb.t(), xb.t(), fx.w.t());
-    b.backward(OpContext{}, dxb.t(), dwb.t(), fx.dy.t(), xb.t(), fx.w.t(), 4);
-    a.backward(OpContext{}, dxa.t(), dwa.t(), fx.dy.t(), fx.x.t(), fx.w.t(), 4);
+    b.backward(OpContext{}, dxb.t(), dwb.t(), fx.dy.t(), xb.t(), fx.w.t(), StepOptions{4});
+    a.backward(OpContext{}, dxa.t(), dwa.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{4});
     EXPECT_EQ(dwa.v, dwa_alone.v);
     EXPECT_EQ(dwb.v, dwb_alone.v);
     EXPECT_NE(dwa.v, dwb.v);
@@ -207,27 +254,27 @@ TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
 TEST(ModelLinearLayer, ScratchFollowsTheExecutionMode) {
   const int64_t T = 4096, in = 4096, out = 28672, full = std::max({T * in, T * out, in * out});
   ASSERT_EQ(LinearLayer::scratch_elements(T, in, out), full);
-  auto need = [&](LinearFormat f, Device d, int sm, bool telemetry) {
+  auto need = [&](std::optional<QuantFormat> f, Device d, int sm, bool telemetry) {
     LinearExecution e;
     e.device = d;
     e.gpu_sm = sm;
     e.telemetry = telemetry;
-    const LinearLayer::ScratchNeed n = LinearLayer::scratch_need(f, e, T, in, out);
+    const LinearLayer::ScratchNeed n = LinearLayer::scratch_need(linear_plan(f, in, out), e, T);
     return std::pair{n.a, n.b};
   };
   using P = std::pair<int64_t, int64_t>;
   for (bool tel : {false, true}) {
     // The CPU emulates everything in FP32, whatever the GPU or telemetry.
-    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CPU, 100, tel), (P{full, full}));
+    EXPECT_EQ(need(QuantFormat::NVFP4, Device::CPU, 100, tel), (P{full, full}));
     // sm_90 emulates NVFP4 and MXFP8 (BF16 operands: half the bytes) and runs FP8 natively.
-    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CUDA, 90, tel), (P{tel ? full : full / 2, full / 2}));
-    EXPECT_EQ(need(LinearFormat::MXFP8, Device::CUDA, 90, tel), (P{tel ? full : full / 2, full / 2}));
-    EXPECT_EQ(need(LinearFormat::FP8_CURRENT_SCALING, Device::CUDA, 90, tel), (P{tel ? full : 0, 0}));
+    EXPECT_EQ(need(QuantFormat::NVFP4, Device::CUDA, 90, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(QuantFormat::MXFP8, Device::CUDA, 90, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(QuantFormat::FP8_E4M3, Device::CUDA, 90, tel), (P{tel ? full : 0, 0}));
     // sm_100 runs all natively; sm_80 emulates FP8 too; sm_120 emulates the block-scaled formats.
-    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CUDA, 100, tel), (P{tel ? full : 0, 0}));
-    EXPECT_EQ(need(LinearFormat::FP8_CURRENT_SCALING, Device::CUDA, 80, tel), (P{tel ? full : full / 2, full / 2}));
-    EXPECT_EQ(need(LinearFormat::NVFP4, Device::CUDA, 120, tel), (P{tel ? full : full / 2, full / 2}));
-    EXPECT_EQ(need(LinearFormat::BF16, Device::CUDA, 90, tel), (P{0, 0}));
+    EXPECT_EQ(need(QuantFormat::NVFP4, Device::CUDA, 100, tel), (P{tel ? full : 0, 0}));
+    EXPECT_EQ(need(QuantFormat::FP8_E4M3, Device::CUDA, 80, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(QuantFormat::NVFP4, Device::CUDA, 120, tel), (P{tel ? full : full / 2, full / 2}));
+    EXPECT_EQ(need(std::nullopt, Device::CUDA, 90, tel), (P{0, 0}));
   }
 }
 
@@ -237,14 +284,11 @@ TEST(ModelLinearLayer, TheMemoryPlanCountsTheScratchOfTheExecutionMode) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
   const PrecisionPlan plan =
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
-  OpContext gpu;
-  gpu.device = Device::CUDA;  // plan_only: nothing is allocated, no GPU is touched
-  auto plan_for = [&](int sm, bool telemetry) {
+  auto plan_for = [&](int sm, bool telemetry) {  // nothing is allocated, no GPU is touched
     ModelOptions o;
-    o.plan_only = true;
     o.gpu_sm = sm;
     o.quant_telemetry = telemetry;
-    return LlamaModel(m, 1, 4096, gpu, plan, o).memory_plan();
+    return plan_memory(m, 1, 4096, Device::CUDA, plan, o, 0);
   };
   const int64_t T = 4096, h = m.hidden_size, f = m.ffn_hidden_size;
   // The largest operand of the four linears: fc1's weight [2f, h] and its x/dy copies [T, 2f].
@@ -260,16 +304,15 @@ TEST(ModelLinearLayer, TheMemoryPlanCountsTheScratchOfTheExecutionMode) {
   EXPECT_NE(hopper.gemm_note.find("emulated"), std::string::npos) << hopper.gemm_note;
   EXPECT_NE(blackwell.gemm_note.find("native"), std::string::npos) << blackwell.gemm_note;
   // Without a GPU opened or named, the plan assumes the default and says so.
-  ModelOptions dry;
-  dry.plan_only = true;
-  const MemoryPlan d = LlamaModel(m, 1, 4096, gpu, plan, dry).memory_plan();
+  const MemoryPlan d = plan_memory(m, 1, 4096, Device::CUDA, plan, ModelOptions{}, 0);
   EXPECT_NE(d.gemm_note.find("sm_" + std::to_string(kPlanDefaultSm)), std::string::npos) << d.gemm_note;
   EXPECT_NE(d.gemm_note.find("default"), std::string::npos) << d.gemm_note;
-  EXPECT_EQ(d.describe().back(), d.gemm_note);
+  EXPECT_EQ(log::memory_plan_lines(d.categories(), d.gemm_note).back(), d.gemm_note);
+  // A GPU opened (sm_100) is used and named when no sm is given.
+  EXPECT_NE(plan_memory(m, 1, 4096, Device::CUDA, plan, ModelOptions{}, 100).gemm_note.find("sm_100 (this GPU)"),
+            std::string::npos);
   // The CPU plan has no such note (its lines are unchanged).
-  ModelOptions cpu_opts;
-  cpu_opts.plan_only = true;
-  EXPECT_TRUE(LlamaModel(m, 1, 4096, OpContext{}, plan, cpu_opts).memory_plan().gemm_note.empty());
+  EXPECT_TRUE(plan_memory(m, 1, 4096, Device::CPU, plan, ModelOptions{}, 0).gemm_note.empty());
 }
 
 }  // namespace

@@ -14,15 +14,14 @@ namespace pl {
 namespace {
 
 std::vector<float> grads_of(const ModelConfig& m, const PrecisionPlan& plan, bool recompute) {
-  LlamaModel model(m, 2, 32, OpContext{}, plan, ModelOptions{recompute, false});
+  LlamaModel model(m, 2, 32, OpContext{}, plan, ModelOptions{recompute});
   model.init_parameters(5);
   std::mt19937 rng(3);
   std::vector<int32_t> tok(64), lab(64);
   for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
   for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
   model.zero_grads();
-  model.set_micro_batch_counter(9);
-  model.forward_backward(tok.data(), lab.data(), 1.0f / 64);
+  model.forward_backward(tok.data(), lab.data(), 1.0f / 64, StepOptions{9});
   return std::vector<float>(model.grads().flat.f32(), model.grads().flat.f32() + model.num_params());
 }
 
@@ -40,11 +39,9 @@ TEST(ModelRecompute, FullRecomputationGivesIdenticalGradients) {
 
 TEST(ModelRecompute, PlansLessActivationMemoryAndNoOtherChange) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
-  OpContext gpu;
-  gpu.device = Device::CUDA;  // plan_only: nothing is allocated, no GPU is touched
-  const PrecisionPlan plan = bf16_plan(m.num_layers);
-  const MemoryPlan full = LlamaModel(m, 4, 4096, gpu, plan, ModelOptions{true, true}).memory_plan();
-  const MemoryPlan none = LlamaModel(m, 4, 4096, gpu, plan, ModelOptions{false, true}).memory_plan();
+  const PrecisionPlan plan = bf16_plan(m);  // a GPU plan: nothing is allocated, no GPU is touched
+  const MemoryPlan full = plan_memory(m, 4, 4096, Device::CUDA, plan, ModelOptions{true}, 0);
+  const MemoryPlan none = plan_memory(m, 4, 4096, Device::CUDA, plan, ModelOptions{false}, 0);
   EXPECT_LT(full.activations, 0.3 * none.activations);
   EXPECT_EQ(full.weights_and_optimizer(), none.weights_and_optimizer());
   // bf16 weights 2 + fp32 grads 4 + master 4 + Adam 8 = 18 bytes per parameter (Megatron's 6 + 12/DP).

@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
@@ -84,6 +85,43 @@ TEST(TrainRecipes, QuantStatsLinesCoverEveryQuantizedOperand) {
   }
   EXPECT_EQ(lines, 20);
   EXPECT_NE(r.out.find("emulated"), std::string::npos) << "the banner must say the NVFP4 GEMMs are emulated";
+}
+
+// Megatron's fp8 "e4m3" runs every FP8 tensor in E4M3, gradients included; "hybrid" runs E5M2
+// gradients (TE recipe.Format.E4M3 / HYBRID). The banner and the quant-stats telemetry say which.
+TEST(TrainRecipes, Fp8E4m3RunsE4m3GradientsAndHybridE5m2) {
+  for (const auto& [recipe, dy] : {std::pair{"bf16_with_fp8_current_scaling_e4m3_mixed", "fp8_e4m3"},
+                                   std::pair{"bf16_with_fp8_current_scaling_mixed", "fp8_e5m2"}}) {
+    SCOPED_TRACE(recipe);
+    const test::ProcessResult r = test::run_process(
+        PL_APP_PATH, {"--model", PL_CONFIG_DIR "/models/llama_tiny.json", "--recipe", recipe, "--device", "cpu",
+                      "--train-iters", "1", "--global-batch-size", "2", "--micro-batch-size", "2", "--seq-length",
+                      "32", "--log-quant-stats-interval", "1"},
+        120.0);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string banner = std::string("fp8 current scaling (E4M3 forward, ") +
+                               (std::string(dy) == "fp8_e4m3" ? "E4M3" : "E5M2") + " gradients)";
+    EXPECT_NE(r.out.find(banner), std::string::npos) << r.out;
+    // llama_tiny keeps layer 0 in BF16 (the recipe's first layer) and quantizes layer 1.
+    const std::regex re(R"(^quant stats \| iteration +1 \| layer +1 linear_\w+ +\| (w|x|dy) (rowwise|columnwise) +\| )"
+                        R"((\w+) +\| .*$)");
+    int x_w = 0, grads = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.starts_with("quant stats")) continue;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_match(line, m, re)) << line;
+      if (m[1] == "dy") {
+        EXPECT_EQ(m[3], dy) << line;
+        ++grads;
+      } else {
+        EXPECT_EQ(m[3], "fp8_e4m3") << line;
+        ++x_w;
+      }
+    }
+    EXPECT_EQ(grads, 8);  // 4 linears x (dy rowwise, dy columnwise)
+    EXPECT_EQ(x_w, 12);   // 4 linears x (w, x rowwise, x columnwise)
+  }
 }
 
 }  // namespace

@@ -179,7 +179,7 @@ std::vector<std::string> train(int level, int64_t iters, int64_t log_interval, c
   t.timing_log_level = level;
   data::MockGPTDataset data(
       data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length, iters * t.global_batch_size, 1234});
-  const PrecisionPlan p = plan ? *plan : bf16_plan(m.num_layers);
+  const PrecisionPlan p = plan ? *plan : bf16_plan(m);
   LlamaModel model(m, t.micro_batch_size, t.seq_length, OpContext{}, p);
   model.init_parameters(t.seed);
   std::vector<std::string> lines;
@@ -245,7 +245,7 @@ TEST(TrainTimers, LevelTwoAddsComputePhasesAndOpCategories) {
   PrecisionRecipe r = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json");
   r.first_last_layers_bf16 = false;  // every layer of llama_tiny in NVFP4
   const PrecisionPlan plan = make_precision_plan(m, r);
-  ASSERT_EQ(plan.quantized_format(), LinearFormat::NVFP4);
+  ASSERT_EQ(plan.quantized().x, QuantFormat::NVFP4);
   // Four iterations logged every two: the values are per iteration (normalized by the interval).
   const std::vector<Block> blocks = parse(train(2, 4, 2, &plan));
   ASSERT_EQ(blocks.size(), 2u);

@@ -39,7 +39,7 @@ struct TinyRun {
     data = std::make_unique<data::MockGPTDataset>(
         data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length, iters * t.global_batch_size, 1234});
     model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{},
-                                         bf16_plan(m.num_layers), options);
+                                         bf16_plan(m), options);
     model->init_parameters(t.seed);
   }
   Trainer trainer() {

@@ -1,0 +1,39 @@
+#include "log/plan_log.h"
+
+#include <fmt/format.h>
+
+#include <numeric>
+
+namespace pl::log {
+
+std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note) {
+  static constexpr const char* kNames[7] = {"weights (bf16)",          "gradients (fp32)",
+                                            "master weights (fp32)",   "optimizer state (Adam m, v fp32)",
+                                            "activations and scratch", "quantized copies",
+                                            "library workspaces"};
+  auto row = [](const char* name, double b) {
+    return fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", name, b / 1e9, b / 1048576.0);
+  };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < bytes.size(); ++i) out.push_back(row(kNames[i], bytes[i]));
+  out.push_back(row("weights and optimizer (Megatron's category)", bytes[0] + bytes[1] + bytes[2] + bytes[3]));
+  out.push_back(row("total", std::accumulate(bytes.begin(), bytes.end(), 0.0)));
+  if (!gemm_note.empty()) out.push_back(gemm_note);
+  return out;
+}
+
+std::string memory_does_not_fit_line(const std::string& model, int64_t micro_batch, int64_t seq_length,
+                                     const char* device, std::span<const double, 7> bytes, double slack,
+                                     double available, bool recompute_off) {
+  const double total = std::accumulate(bytes.begin(), bytes.end(), 0.0);
+  std::string hint = "use a smaller --micro-batch-size or --seq-length";
+  if (recompute_off && bytes[4] > 0.25 * total) hint = "--recompute full, or " + hint;
+  return fmt::format(
+      "{} at micro-batch {} x seq {} needs {:.1f} GB on the {} (weights+grads+master+optimizer {:.1f} GB, activations "
+      "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB, op scratch and free margin {:.1f} GB) but {:.1f} GB "
+      "are free; {}",
+      model, micro_batch, seq_length, (total + slack) / 1e9, device, (bytes[0] + bytes[1] + bytes[2] + bytes[3]) / 1e9,
+      bytes[4] / 1e9, bytes[5] / 1e9, bytes[6] / 1e9, slack / 1e9, available / 1e9, hint);
+}
+
+}  // namespace pl::log

@@ -1,0 +1,21 @@
+#pragma once
+// The memory plan's lines (pretrain_llama --dry-run and the start-up fit check).
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pl::log {
+
+// bytes: weights, gradients, master weights, optimizer state, activations and scratch, quantized
+// copies, library workspaces (MemoryPlan::categories()). One row per category, then Megatron's
+// category (the first four) and the total, "<name> <GB (1e9)> GB  <MB (2^20)> MB"; gemm_note, when
+// not empty, as the last line.
+std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note);
+// The one line of a plan that does not fit: the biggest categories and the flags that shrink them.
+// slack: op scratch and free margin beyond the plan; recompute_off: --recompute none.
+std::string memory_does_not_fit_line(const std::string& model, int64_t micro_batch, int64_t seq_length,
+                                     const char* device, std::span<const double, 7> bytes, double slack,
+                                     double available, bool recompute_off);
+
+}  // namespace pl::log

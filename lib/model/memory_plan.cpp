@@ -1,0 +1,132 @@
+#include "model/memory_plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "model/linear_layer.h"
+
+namespace pl {
+
+MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,
+                       const ModelOptions& opt, int opened_sm) {
+  MemoryPlan mem;
+  const size_t n = static_cast<size_t>(cfg.num_parameters());
+  const DType act = float_storage(device);
+  mem.weights = static_cast<double>(n * dtype_size(act));
+  mem.grads = mem.master = static_cast<double>(n * 4);
+  mem.optimizer = static_cast<double>(n * 8);  // AdamW m and v, fp32 (allocated by AdamW)
+
+  const int64_t T = B * S, h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
+  const int64_t nq = cfg.num_attention_heads, d = cfg.kv_channels, qkv = cfg.qkv_dim(), L = cfg.num_layers;
+  // Every tensor is carved from one arena, each rounded up to 256 bytes.
+  Activations<ArenaSlot>& a = mem.arena;
+  size_t total = 0;
+  auto want = [&](ArenaSlot& s, std::vector<int64_t> dims, DType type) {
+    int64_t count = 1;
+    for (int64_t x : dims) count *= x;
+    s = {std::move(dims), type, total};
+    total += (static_cast<size_t>(count) * dtype_size(type) + 255) / 256 * 256;
+  };
+  a.layers.resize(static_cast<size_t>(L));
+  want(a.tokens, {T}, DType::I32);
+  want(a.labels, {T}, DType::I32);
+  want(a.embed_out, {T, h}, act);
+  // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. With full
+  // recomputation only these inputs are kept per layer; the rest is one set shared by all layers
+  // and refilled by re-running the layer's forward in the backward pass.
+  a.layers[0].resid_in = a.embed_out;
+  for (int64_t l = 1; l < L; ++l) want(a.layers[l].resid_in, {T, h}, act);
+  for (int64_t l = 0; l < L; ++l) {
+    auto& s = a.layers[l];
+    if (opt.recompute && l > 0) {
+      const ArenaSlot in = s.resid_in;
+      s = a.layers[0];
+      s.resid_in = in;
+      continue;
+    }
+    want(s.ln1, {T, h}, act);
+    want(s.rstd1, {T}, DType::F32);
+    want(s.qkv, {T, qkv}, act);
+    want(s.attn, {T, nq * d}, act);
+    want(s.lse, {B, nq, S}, DType::F32);
+    want(s.resid_mid, {T, h}, act);
+    want(s.ln2, {T, h}, act);
+    want(s.rstd2, {T}, DType::F32);
+    want(s.fc1, {T, 2 * f}, act);
+    want(s.swi, {T, f}, act);
+  }
+  want(a.resid_out, {T, h}, act);
+  want(a.lnf, {T, h}, act);
+  want(a.rstdf, {T}, DType::F32);
+  want(a.logits, {T, V}, act);
+  want(a.losses_all, {opt.loss_micro_batches, T}, DType::F32);
+  want(a.rope_cos, {S, d / 2}, DType::F32);
+  want(a.rope_sin, {S, d / 2}, DType::F32);
+  want(a.d_resid, {T, h}, act);
+  want(a.d_ln, {T, h}, act);
+  want(a.d_h, {T, h}, act);
+  want(a.d_qkv, {T, qkv}, act);
+  want(a.d_attn, {T, nq * d}, act);
+  want(a.d_fc1, {T, 2 * f}, act);
+  want(a.d_swi, {T, f}, act);
+  // Scratch of the quantized GEMMs, by how they run (LinearLayer::scratch_need): the CPU's FP32
+  // emulation; on a GPU BF16 operands where a format is emulated, nothing where it is native, plus
+  // the FP32 telemetry reference when statistics may be collected.
+  LinearExecution exec;
+  exec.device = device;
+  exec.telemetry = opt.quant_telemetry;
+  exec.gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm);
+  int64_t scratch_a = 0, scratch_b = 0;
+  std::vector<const LinearPlan*> quantized_formats;  // one per format name, in order of first use
+  mem.workspace_of.assign(plan.linears.size(), -1);
+  for (size_t i = 0; i < plan.linears.size(); ++i) {
+    const LinearPlan& p = plan.linears[i];
+    // Quantized weight copies per layer, plus one transient x/dy workspace per distinct (plan, kind).
+    mem.quantized += static_cast<double>(LinearLayer::weight_bytes(p));
+    if (!p.quantized()) continue;
+    if (std::none_of(quantized_formats.begin(), quantized_formats.end(),
+                     [&](const LinearPlan* q) { return format_name(*q) == std::string(format_name(p)); }))
+      quantized_formats.push_back(&p);
+    const LinearLayer::ScratchNeed need = LinearLayer::scratch_need(p, exec, T);
+    scratch_a = std::max(scratch_a, need.a);
+    scratch_b = std::max(scratch_b, need.b);
+    for (size_t w = 0; w < mem.workspaces.size() && mem.workspace_of[i] < 0; ++w) {
+      const size_t j = static_cast<size_t>(mem.workspaces[w]);
+      if (j % 4 == i % 4 && plan.linears[j] == p) mem.workspace_of[i] = static_cast<int64_t>(w);
+    }
+    if (mem.workspace_of[i] >= 0) continue;
+    mem.workspace_of[i] = static_cast<int64_t>(mem.workspaces.size());
+    mem.workspaces.push_back(static_cast<int64_t>(i));
+    mem.quantized += static_cast<double>(LinearWorkspace::bytes(p, T));
+  }
+  if (scratch_a > 0) want(a.quant_scratch_a, {scratch_a}, DType::F32);
+  if (scratch_b > 0) want(a.quant_scratch_b, {scratch_b}, DType::F32);
+  mem.activations = static_cast<double>(total);
+  if (device != Device::CUDA) return mem;
+  if (!quantized_formats.empty()) {
+    std::string how;
+    for (const LinearPlan* p : quantized_formats)
+      how += fmt::format("{}{} {}", how.empty() ? "" : ", ", format_name(*p), exec.native(*p) ? "native" : "emulated");
+    const char* source = opt.gpu_sm > 0 ? "" : (opened_sm > 0 ? " (this GPU)" : " (no GPU opened: the default)");
+    mem.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; their scratch {:.2f} MB{} is in "
+                                "activations and scratch",
+                                exec.gpu_sm, source, how, static_cast<double>(scratch_a + scratch_b) * 4 / 1048576.0,
+                                exec.telemetry ? " (with the quantization-statistics reference)" : "");
+  }
+  // cuBLASLt 32 MiB (SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
+  // are planning estimates (the plan is made before any GPU is touched, --dry-run included); on the GPU
+  // the graphs are built at start-up and the banner reports cuDNN's own get_workspace_size()
+  // (cuda::attention_prepare), which must fit in the estimate plus the arena's slack.
+  //   deterministic (--deterministic-mode): Hopper's dP-workspace path keeps dP for a whole
+  //     [B, heads, S, S] in BF16: B·heads·S²·2 bytes (an upper estimate; Blackwell needs less);
+  //   default (non-deterministic): FP32 dQ accumulators and the softmax row sums,
+  //     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch.
+  const double bhs = static_cast<double>(B) * static_cast<double>(nq) * static_cast<double>(S);
+  const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(d) + 4.0);
+  const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S));
+  mem.workspace = 32.0 * 1024 * 1024 + (opt.deterministic_attention ? det : nondet);
+  return mem;
+}
+
+}  // namespace pl

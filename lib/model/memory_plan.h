@@ -1,0 +1,91 @@
+#pragma once
+// The memory a model takes on its device, by category, and the layout of its activation arena, from
+// the config, the precision plan and the options alone: --dry-run and the start-up fit check call
+// plan_memory without building a model, and LlamaModel allocates exactly the layout it returns.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "core/tensor.h"
+#include "model/precision_plan.h"
+
+namespace pl {
+
+// Options that change what is kept for the backward pass, or how much scratch is planned.
+struct ModelOptions {
+  bool recompute = false;  // --recompute full: keep each layer's input only, recompute its forward in backward
+  // The GPU the quantized GEMMs' scratch is sized for (device CUDA; LinearLayer::scratch_need):
+  // compute capability, or 0 for the GPU this process has opened, else (--dry-run, nothing opened)
+  // backend/quantize.h kPlanDefaultSm. See MemoryPlan::gemm_note.
+  int gpu_sm = 0;
+  // Quantization statistics may be collected (--log-quant-stats-interval > 0): on a GPU their FP32
+  // reference scratch is planned only then. The CPU always has it.
+  bool quant_telemetry = true;
+  // Micro-batches whose per-token losses stay on the device until read together (add_loss_sums):
+  // the trainer sets its micro-batches per iteration, so the loss is read once per iteration.
+  int64_t loss_micro_batches = 1;
+  // --deterministic-mode: the plan counts the workspace of cuDNN's deterministic attention backward
+  // (the algorithm itself is chosen by cuda::set_attention_deterministic, which the app sets too).
+  bool deterministic_attention = false;
+};
+
+// The storage of "bf16" weights and activations: FP32 holding bf16 values on the CPU (backend/ops.h).
+inline DType float_storage(Device d) { return d == Device::CPU ? DType::F32 : DType::BF16; }
+
+// One tensor of the activation arena; empty dims: not used by this model.
+struct ArenaSlot {
+  std::vector<int64_t> dims;
+  DType type = DType::F32;
+  size_t offset = 0;  // bytes from the arena's start
+};
+
+// The tensors of one micro-batch's forward and backward, named once: ArenaSlot in the layout, Tensor
+// in the model. all(x) lists every member of x (the one list that maps the layout onto the model).
+template <class T>
+struct Activations {
+  struct Layer {
+    T resid_in, ln1, rstd1, qkv, attn, lse, resid_mid, ln2, rstd2, fc1, swi;
+    template <class S>
+    static auto all(S& s) {
+      return std::array{&s.resid_in, &s.ln1, &s.rstd1, &s.qkv, &s.attn, &s.lse, &s.resid_mid, &s.ln2, &s.rstd2,
+                        &s.fc1, &s.swi};
+    }
+  };
+  std::vector<Layer> layers;  // with full recomputation layers 1.. share layer 0's slots but resid_in
+  T tokens, labels, embed_out, resid_out, lnf, rstdf, logits, losses_all, rope_cos, rope_sin;
+  T d_resid, d_ln, d_h, d_qkv, d_attn, d_fc1, d_swi, quant_scratch_a, quant_scratch_b;
+  template <class S>
+  static auto all(S& s) {
+    return std::array{&s.tokens, &s.labels, &s.embed_out, &s.resid_out, &s.lnf, &s.rstdf, &s.logits,
+                      &s.losses_all, &s.rope_cos, &s.rope_sin, &s.d_resid, &s.d_ln, &s.d_h, &s.d_qkv,
+                      &s.d_attn, &s.d_fc1, &s.d_swi, &s.quant_scratch_a, &s.quant_scratch_b};
+  }
+};
+
+// Bytes the model needs on its device, by category, and where its buffers go.
+struct MemoryPlan {
+  double weights = 0, grads = 0, master = 0, optimizer = 0, activations = 0, quantized = 0, workspace = 0;
+  // For a GPU plan with quantized layers: the execution the quantized GEMMs' buffers were sized for,
+  // e.g. "quantized GEMMs planned for sm_90: NVFP4 emulated (BF16 operand scratch 470.0 MB in
+  // activations and scratch)"; empty otherwise. log::memory_plan_lines appends it as a line.
+  std::string gemm_note;
+  Activations<ArenaSlot> arena;  // the activation arena (activations bytes)
+  // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
+  // the first linear [layer*4 + kind] that uses it; workspace_of[linear] indexes them (-1: BF16).
+  std::vector<int64_t> workspaces, workspace_of;
+  double total() const { return weights + grads + master + optimizer + activations + quantized + workspace; }
+  double weights_and_optimizer() const { return weights + grads + master + optimizer; }
+  // The seven categories in the order of log::memory_plan_lines.
+  std::array<double, 7> categories() const {
+    return {weights, grads, master, optimizer, activations, quantized, workspace};
+  }
+};
+
+// micro_batch x seq_length tokens per forward on `device`. opened_sm: the compute capability of the
+// GPU this process has opened, or 0 (used when options.gpu_sm is 0; neither: kPlanDefaultSm).
+MemoryPlan plan_memory(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, Device device,
+                       const PrecisionPlan& plan, const ModelOptions& options, int opened_sm);
+
+}  // namespace pl

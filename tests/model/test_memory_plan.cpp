@@ -1,0 +1,77 @@
+// plan_memory is the model's allocation: the arena and the quantized copies LlamaModel allocates
+// are exactly the plan's figures, and the layout's slots tile the arena (shared only where full
+// recomputation shares them).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "config/model_config.h"
+#include "config/precision_recipe.h"
+#include "core/tensor.h"
+#include "model/llama.h"
+#include "model/memory_plan.h"
+#include "model/precision_plan.h"
+
+namespace pl {
+namespace {
+
+TEST(ModelMemoryPlan, TheModelAllocatesExactlyThePlan) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed", "bf16_with_mxfp8_mixed"})
+    for (bool recompute : {false, true}) {
+      SCOPED_TRACE(std::string(recipe) + (recompute ? " recompute" : ""));
+      const PrecisionPlan plan =
+          make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
+      ModelOptions o{recompute};
+      o.loss_micro_batches = 3;
+      const MemoryPlan mem = plan_memory(m, 2, 64, Device::CPU, plan, o, 0);
+      const size_t before = memory_stats(Device::CPU).allocated;
+      const LlamaModel model(m, 2, 64, OpContext{}, plan, o);
+      const size_t allocated = memory_stats(Device::CPU).allocated - before;
+      EXPECT_EQ(static_cast<double>(model.activation_bytes()), mem.activations);
+      EXPECT_EQ(static_cast<double>(model.quantized_bytes()), mem.quantized);
+      EXPECT_EQ(static_cast<double>(allocated), mem.weights + mem.grads + mem.master + mem.activations + mem.quantized);
+      EXPECT_EQ(model.memory_plan().total(), mem.total());
+      EXPECT_EQ(mem.quantized > 0, !plan.all_bf16());
+    }
+}
+
+TEST(ModelMemoryPlan, TheSlotsTileTheArena) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_small.json");
+  const PrecisionPlan plan =
+      make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  for (bool recompute : {false, true}) {
+    SCOPED_TRACE(recompute ? "recompute" : "stored");
+    const MemoryPlan mem = plan_memory(m, 2, 128, Device::CUDA, plan, ModelOptions{recompute}, 90);
+    const Activations<ArenaSlot>& a = mem.arena;
+    std::map<size_t, const ArenaSlot*> by_offset;  // distinct slots, by where they start
+    auto add = [&](const ArenaSlot* s) {
+      if (!s->dims.empty()) by_offset[s->offset] = s;
+    };
+    for (const ArenaSlot* s : Activations<ArenaSlot>::all(a)) add(s);
+    for (const auto& l : a.layers)
+      for (const ArenaSlot* s : Activations<ArenaSlot>::Layer::all(l)) add(s);
+    size_t end = 0;
+    for (const auto& [offset, s] : by_offset) {
+      EXPECT_EQ(offset, end) << "a gap or an overlap before offset " << offset;
+      int64_t n = 1;
+      for (int64_t d : s->dims) n *= d;
+      end = offset + (static_cast<size_t>(n) * dtype_size(s->type) + 255) / 256 * 256;
+    }
+    EXPECT_EQ(static_cast<double>(end), mem.activations);
+    // Layer 0 reads the embedding output; with recomputation the other layers keep only their input.
+    EXPECT_EQ(a.layers[0].resid_in.offset, a.embed_out.offset);
+    EXPECT_EQ(a.layers[1].ln1.offset == a.layers[0].ln1.offset, recompute);
+    EXPECT_NE(a.layers[1].resid_in.offset, a.layers[2].resid_in.offset);
+    EXPECT_EQ(a.tokens.type, DType::I32);
+    EXPECT_EQ(a.embed_out.type, DType::BF16);  // a GPU plan
+    // One x/dy workspace per linear kind of the quantized layers; BF16 layers have none.
+    EXPECT_EQ(mem.workspaces.size(), 4u);
+    for (size_t i = 0; i < plan.linears.size(); ++i)
+      EXPECT_EQ(mem.workspace_of[i] < 0, !plan.linears[i].quantized()) << "linear " << i;
+  }
+}
+
+}  // namespace
+}  // namespace pl
