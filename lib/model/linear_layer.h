@@ -67,9 +67,8 @@ class LinearLayer {
               LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b);
   static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
   // The f32 elements scratch_a / scratch_b need for a layer planned as p under execution e: the CPU's
-  // scratch_elements for both on the CPU; on a GPU, half of it per operand where f is emulated
-  // (BF16 values), none where it is native, and scratch_a the full FP32 size when telemetry is on.
-  // {0, 0} for BF16.
+  // scratch_elements for both on the CPU; on a GPU, half of it per operand where p is emulated
+  // (BF16 values), none where native, scratch_a the full FP32 size when telemetry is on; {0, 0} for BF16.
   struct ScratchNeed {
     int64_t a = 0, b = 0;
   };
@@ -84,10 +83,8 @@ class LinearLayer {
   // Philox seed of the gradients' stochastic rounding (a checkpoint records it with the counter).
   static constexpr uint64_t kStochasticRoundingSeed = 0x5EED;
   // step.counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits;
-  // step.collect_quant_stats: record telemetry of every quantized operand into stats(), which needs
-  // scratch_a of scratch_elements(...) f32 elements (checked). Must follow this layer's forward() of
-  // the same x (it reuses the amaxes that forward computed), as every training step (and full
-  // recomputation) does.
+  // step.collect_quant_stats: record every quantized operand's telemetry into stats() (needs scratch_a
+  // of scratch_elements(...), checked). Follows this layer's forward() of the same x (reusing its amaxes).
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
                 const Tensor& w, const StepOptions& step);
   const std::vector<OperandStats>& stats() const { return stats_; }

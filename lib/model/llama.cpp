@@ -11,27 +11,21 @@
 
 namespace pl {
 
-namespace {
-enum LinearKind { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };
-}  // namespace
-
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx)
     : LlamaModel(cfg, micro_batch, seq_length, ctx, bf16_plan(cfg)) {}
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
                        const PrecisionPlan& plan, const ModelOptions& options)
-    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), opt_(options) {
+    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), opt_(options), entries_(param_layout(cfg)) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
   PL_CHECK(options.loss_micro_batches >= 1, "internal: loss_micro_batches = {} (must be >= 1)",
            options.loss_micro_batches);
   PL_CHECK(plan_.num_layers() == cfg.num_layers, "internal: precision plan for {} layers, model has {}",
            plan_.num_layers(), cfg.num_layers);
-  entries_ = param_layout(cfg_);
-  num_params_ = cfg_.num_parameters();
   // A model about to allocate on the GPU opens it, so the plan is the GPU's.
   mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_,
                      ctx_.device == Device::CUDA && opt_.gpu_sm == 0 ? current_gpu_sm() : opened_gpu_sm());
-  const size_t n = static_cast<size_t>(num_params_);
+  const size_t n = static_cast<size_t>(num_params());
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
   grad_buf_ = Buffer(n * 4, ctx_.device);
   master_buf_ = Buffer(n * 4, ctx_.device);
@@ -90,7 +84,7 @@ ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const {
   }
   v.final_norm = view(entries_[i++]);
   v.lm_head = view(entries_[i++]);
-  v.flat = buf.as({num_params_}, t);
+  v.flat = buf.as({num_params()}, t);
   return v;
 }
 
@@ -166,12 +160,6 @@ void LlamaModel::prepare_weights() {
     const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
     for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(ctx_, *ws[k]);
   }
-}
-
-size_t LlamaModel::quantized_bytes() const {
-  size_t n = 0;
-  for (const Buffer& b : quant_buffers_) n += b.bytes();
-  return n;
 }
 
 std::vector<LinearStats> LlamaModel::quant_stats() const {

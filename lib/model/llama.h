@@ -62,11 +62,9 @@ class LlamaModel {
   const ModelConfig& config() const { return cfg_; }
   const OpContext& context() const { return ctx_; }
   const std::vector<ParamEntry>& param_entries() const { return entries_; }
-  int64_t num_params() const { return num_params_; }
+  int64_t num_params() const { return cfg_.num_parameters(); }
   int64_t tokens_per_micro_batch() const { return B_ * S_; }
   size_t activation_bytes() const { return arena_.bytes(); }
-  // Bytes of the quantized copies it allocated (weights and workspaces).
-  size_t quantized_bytes() const;
 
   ParamViews& weights() { return weights_; }
   ParamViews& grads() { return grads_; }
@@ -114,6 +112,7 @@ class LlamaModel {
   void upload_batch(const int32_t* tokens, const int32_t* labels);
   void use_loss_slot(int64_t slot);
 
+  enum LinearKind { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };  // kLinearNames
   LinearLayer& linear(int64_t layer, int kind) { return linears_[static_cast<size_t>(layer * 4 + kind)]; }
 
   ModelConfig cfg_;
@@ -126,7 +125,6 @@ class LlamaModel {
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
   std::vector<ParamEntry> entries_;
-  int64_t num_params_ = 0;
   Buffer weight_buf_, grad_buf_, master_buf_;
   ParamViews weights_, grads_, master_;
 

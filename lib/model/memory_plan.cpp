@@ -78,24 +78,24 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   exec.telemetry = opt.quant_telemetry;
   exec.gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm);
   int64_t scratch_a = 0, scratch_b = 0;
-  std::vector<const LinearPlan*> quantized_formats;  // one per format name, in order of first use
+  std::string how;  // "nvfp4 emulated", one per format in order of first use
   mem.workspace_of.assign(plan.linears.size(), -1);
   for (size_t i = 0; i < plan.linears.size(); ++i) {
     const LinearPlan& p = plan.linears[i];
     // Quantized weight copies per layer, plus one transient x/dy workspace per distinct (plan, kind).
     mem.quantized += static_cast<double>(LinearLayer::weight_bytes(p));
     if (!p.quantized()) continue;
-    if (std::none_of(quantized_formats.begin(), quantized_formats.end(),
-                     [&](const LinearPlan* q) { return format_name(*q) == std::string(format_name(p)); }))
-      quantized_formats.push_back(&p);
+    const std::string used = fmt::format("{} {}", format_name(p), exec.native(p) ? "native" : "emulated");
+    if (how.find(used) == std::string::npos) how += (how.empty() ? "" : ", ") + used;
     const LinearLayer::ScratchNeed need = LinearLayer::scratch_need(p, exec, T);
     scratch_a = std::max(scratch_a, need.a);
     scratch_b = std::max(scratch_b, need.b);
-    for (size_t w = 0; w < mem.workspaces.size() && mem.workspace_of[i] < 0; ++w) {
-      const size_t j = static_cast<size_t>(mem.workspaces[w]);
-      if (j % 4 == i % 4 && plan.linears[j] == p) mem.workspace_of[i] = static_cast<int64_t>(w);
+    size_t first = i % 4;  // the first linear of this kind with this plan
+    while (plan.linears[first] != p) first += 4;
+    if (first < i) {
+      mem.workspace_of[i] = mem.workspace_of[first];
+      continue;
     }
-    if (mem.workspace_of[i] >= 0) continue;
     mem.workspace_of[i] = static_cast<int64_t>(mem.workspaces.size());
     mem.workspaces.push_back(static_cast<int64_t>(i));
     mem.quantized += static_cast<double>(LinearWorkspace::bytes(p, T));
@@ -104,10 +104,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   if (scratch_b > 0) want(a.quant_scratch_b, {scratch_b}, DType::F32);
   mem.activations = static_cast<double>(total);
   if (device != Device::CUDA) return mem;
-  if (!quantized_formats.empty()) {
-    std::string how;
-    for (const LinearPlan* p : quantized_formats)
-      how += fmt::format("{}{} {}", how.empty() ? "" : ", ", format_name(*p), exec.native(*p) ? "native" : "emulated");
+  if (!how.empty()) {
     const char* source = opt.gpu_sm > 0 ? "" : (opened_sm > 0 ? " (this GPU)" : " (no GPU opened: the default)");
     mem.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; their scratch {:.2f} MB{} is in "
                                 "activations and scratch",

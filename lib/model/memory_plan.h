@@ -1,7 +1,6 @@
 #pragma once
-// The memory a model takes on its device, by category, and the layout of its activation arena, from
-// the config, the precision plan and the options alone: --dry-run and the start-up fit check call
-// plan_memory without building a model, and LlamaModel allocates exactly the layout it returns.
+// The memory a model takes on its device, by category, and its activation arena's layout, from config,
+// plan and options alone: --dry-run and the fit check build no model; LlamaModel allocates this layout.
 #include <array>
 #include <cstdint>
 #include <string>
@@ -16,26 +15,23 @@ namespace pl {
 // Options that change what is kept for the backward pass, or how much scratch is planned.
 struct ModelOptions {
   bool recompute = false;  // --recompute full: keep each layer's input only, recompute its forward in backward
-  // The GPU the quantized GEMMs' scratch is sized for (device CUDA; LinearLayer::scratch_need):
-  // compute capability, or 0 for the GPU this process has opened, else (--dry-run, nothing opened)
-  // backend/quantize.h kPlanDefaultSm. See MemoryPlan::gemm_note.
+  // The GPU (compute capability) the quantized GEMMs' scratch is sized for on CUDA, or 0: the one
+  // opened, else (--dry-run) kPlanDefaultSm. See LinearLayer::scratch_need, MemoryPlan::gemm_note.
   int gpu_sm = 0;
-  // Quantization statistics may be collected (--log-quant-stats-interval > 0): on a GPU their FP32
-  // reference scratch is planned only then. The CPU always has it.
+  // --log-quant-stats-interval > 0: a GPU plans the statistics' FP32 reference scratch (the CPU always has it).
   bool quant_telemetry = true;
-  // Micro-batches whose per-token losses stay on the device until read together (add_loss_sums):
-  // the trainer sets its micro-batches per iteration, so the loss is read once per iteration.
+  // Micro-batches whose per-token losses stay on the device until add_loss_sums reads them together
+  // (the trainer: its micro-batches per iteration, so the loss is read once per iteration).
   int64_t loss_micro_batches = 1;
-  // --deterministic-mode: the plan counts the workspace of cuDNN's deterministic attention backward
-  // (the algorithm itself is chosen by cuda::set_attention_deterministic, which the app sets too).
+  // --deterministic-mode: plan the workspace of cuDNN's deterministic attention backward (chosen by
+  // cuda::set_attention_deterministic).
   bool deterministic_attention = false;
 };
 
 // The storage of "bf16" weights and activations: FP32 holding bf16 values on the CPU (backend/ops.h).
 inline DType float_storage(Device d) { return d == Device::CPU ? DType::F32 : DType::BF16; }
 
-// One tensor of the activation arena; empty dims: not used by this model.
-struct ArenaSlot {
+struct ArenaSlot {  // one tensor of the activation arena; empty dims: not used by this model
   std::vector<int64_t> dims;
   DType type = DType::F32;
   size_t offset = 0;  // bytes from the arena's start
@@ -67,9 +63,8 @@ struct Activations {
 // Bytes the model needs on its device, by category, and where its buffers go.
 struct MemoryPlan {
   double weights = 0, grads = 0, master = 0, optimizer = 0, activations = 0, quantized = 0, workspace = 0;
-  // For a GPU plan with quantized layers: the execution the quantized GEMMs' buffers were sized for,
-  // e.g. "quantized GEMMs planned for sm_90: NVFP4 emulated (BF16 operand scratch 470.0 MB in
-  // activations and scratch)"; empty otherwise. log::memory_plan_lines appends it as a line.
+  // GPU plans with quantized layers: the execution their GEMMs' buffers are sized for ("quantized
+  // GEMMs planned for sm_90 ...: nvfp4 emulated; ..."); empty otherwise. Last of log::memory_plan_lines.
   std::string gemm_note;
   Activations<ArenaSlot> arena;  // the activation arena (activations bytes)
   // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
@@ -77,10 +72,7 @@ struct MemoryPlan {
   std::vector<int64_t> workspaces, workspace_of;
   double total() const { return weights + grads + master + optimizer + activations + quantized + workspace; }
   double weights_and_optimizer() const { return weights + grads + master + optimizer; }
-  // The seven categories in the order of log::memory_plan_lines.
-  std::array<double, 7> categories() const {
-    return {weights, grads, master, optimizer, activations, quantized, workspace};
-  }
+  std::array<double, 7> categories() const { return {weights, grads, master, optimizer, activations, quantized, workspace}; }
 };
 
 // micro_batch x seq_length tokens per forward on `device`. opened_sm: the compute capability of the

@@ -1,9 +1,8 @@
 #pragma once
-// The precision plan: one function (make_precision_plan) turns a recipe and the model config into the
-// format of x, W and dy of every Transformer linear layer and the rules that apply to them, the way
-// Megatron does it: the FP8/FP4 autocast wraps whole layers, and first_last_layers_bf16 keeps the
-// first num_layers_at_start_in_bf16 and last num_layers_at_end_in_bf16 layers in BF16. Embedding,
-// attention core, norms and the LM head are always BF16. The model, its memory plan and the banner
+// make_precision_plan turns a recipe and the model config into the formats of x, W and dy of every
+// Transformer linear layer and the rules on them, as Megatron does: the FP8/FP4 autocast wraps whole
+// layers; first_last_layers_bf16 keeps the first/last num_layers_at_{start,end}_in_bf16 in BF16.
+// Embedding, attention core, norms and the LM head are always BF16. Model, memory plan and banner
 // read only the plan.
 #include <optional>
 #include <string>
@@ -45,12 +44,10 @@ struct PrecisionPlan {
   // The first quantized linear's plan (all quantized linears share formats and rules), else a BF16 one.
   const LinearPlan& quantized() const;
   bool all_bf16() const { return !quantized().quantized(); }
-  // Human-readable plan, one line per run of layers with the same formats.
-  std::vector<std::string> describe() const;
+  std::vector<std::string> describe() const;  // one line per run of layers with the same formats
 };
 
-// Every linear layer in BF16 (the bf16_mixed recipe).
-PrecisionPlan bf16_plan(const ModelConfig& model);
+PrecisionPlan bf16_plan(const ModelConfig& model);  // every linear layer in BF16 (the bf16_mixed recipe)
 // Builds the plan and checks the recipe's block rules against the model's linear dimensions; a
 // violation is a one-line error naming the model file, the field and the recipe.
 PrecisionPlan make_precision_plan(const ModelConfig& model, const PrecisionRecipe& recipe);
