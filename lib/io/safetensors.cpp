@@ -554,7 +554,10 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
     const std::string name = entry.path().filename().string();
     if (is_weight_file_name(name) && !keep.count(name)) fs::remove(entry.path(), ec);
   }
-  if (index) index->commit();
+  if (index)
+    index->commit();  // its directory fsync covers the removals too
+  else
+    fsync_directory(dir);  // the removals
   std::vector<std::string> written = names;
   if (index) written.push_back(kIndexFile);
   return written;
