@@ -7,8 +7,6 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <unistd.h>
-
 #include <charconv>
 #include <filesystem>
 #include <chrono>
@@ -19,6 +17,7 @@
 
 #include "app_main.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "model/hf_llama.h"
 #include "train/checkpoint.h"
 
@@ -51,22 +50,6 @@ uint64_t parse_size(const std::string& s) {
 
 namespace fs = std::filesystem;
 
-// The export goes to a fresh sibling directory that replaces `out` only when complete, so `out` is
-// always either the old export or the new one, never a mix of shards (a crash leaves a *.tmp-<pid>
-// sibling behind, which is never read).
-void publish_export(const fs::path& tmp, const fs::path& out) {
-  std::error_code ec;
-  const fs::path old = out.string() + ".old-" + std::to_string(::getpid());
-  const bool had_out = fs::exists(out, ec);
-  if (had_out) {
-    fs::rename(out, old, ec);
-    PL_CHECK(!ec, "--to-hf {}: cannot move the previous export aside: {}", out.string(), ec.message());
-  }
-  fs::rename(tmp, out, ec);
-  PL_CHECK(!ec, "--to-hf {}: cannot rename {} onto it: {}", out.string(), tmp.string(), ec.message());
-  if (had_out) fs::remove_all(old, ec);
-}
-
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"convert_checkpoint: a pretrain_llama checkpoint -> a Hugging Face LlamaForCausalLM directory"};
@@ -94,16 +77,10 @@ int run(int argc, char** argv) {
   const VerifiedCheckpoint ckpt = verify_checkpoint(o.load);
   check_hf_expressible(ckpt.model);
   const std::vector<float> master = read_master_weights(ckpt);
-  const fs::path tmp = out.string() + ".tmp-" + std::to_string(::getpid());
-  fs::remove_all(tmp, ec);
+  // A fresh sibling directory replaces `out` only when complete: `out` is always the old export or
+  // the new one, never a mix of shards (a crash leaves a *.tmp-<pid> sibling, which is never read).
   std::vector<std::string> files;
-  try {
-    files = export_hf(ckpt.model, master, tmp.string(), opts);
-    publish_export(tmp, out);
-  } catch (...) {
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  write_directory_atomically(out.string(), [&](const std::string& tmp) { files = export_hf(ckpt.model, master, tmp, opts); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::string names;
   for (const std::string& f : files) names += (names.empty() ? "" : ", ") + f;

@@ -302,8 +302,7 @@ std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelC
   std::error_code ec;
   if (!o.save.empty() && std::filesystem::weakly_canonical(o.load, ec) == std::filesystem::weakly_canonical(o.save, ec) &&
       checkpoint_dir_is_empty(o.load)) {
-    out->info("WARNING: could not find the metadata file {}/{}", o.load, kCheckpointTracker);
-    out->info("    will not load any checkpoints and will start from random");
+    for (const std::string& line : log::no_checkpoint_lines(o.load, kCheckpointTracker)) out->info("{}", line);
     return std::nullopt;
   }
   VerifiedCheckpoint c = verify_checkpoint(o.load);
@@ -502,7 +501,7 @@ int run(int argc, char** argv) {
   const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, recipe.name, out);
   const TrainState start = ckpt ? ckpt->state : TrainState{};
   if (ckpt)
-    out->info(" loading checkpoint from {} at iteration {}", o.load, ckpt->iteration);  // Megatron's wording
+    out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
@@ -548,12 +547,10 @@ int run(int argc, char** argv) {
     if (o.save.empty()) return;
     const bool interval = o.save_interval > 0 && st.iteration % o.save_interval == 0;
     if (!(interval || last) || st.iteration == last_saved) return;
-    out->info("saving checkpoint at iteration {:7d} to {} in pl_flat format", st.iteration, o.save);
+    out->info("{}", log::saving_checkpoint_line(st.iteration, o.save));
     const SaveReport rep = save_checkpoint(o.save, o.keep_last, model, trainer->optimizer(), st, desc);
     last_saved = st.iteration;
-    // Megatron's line (checkpointing.py, save_checkpoint) with the size and speed appended.
-    out->info("  successfully saved checkpoint from iteration {:7d} to {} ({}: {:.3f} GB in {:.2f} s, {:.2f} GB/s)",
-              st.iteration, o.save, rep.path, rep.bytes / 1e9, rep.seconds, rep.bytes / 1e9 / std::max(rep.seconds, 1e-9));
+    out->info("{}", log::saved_checkpoint_line(st.iteration, o.save, rep.path, rep.bytes, rep.seconds));
     for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);
   };
   trainer = std::make_unique<Trainer>(
@@ -569,11 +566,7 @@ int run(int argc, char** argv) {
     const auto t_load = std::chrono::steady_clock::now();
     restore_checkpoint(*ckpt, model, trainer->optimizer());
     const double secs = ckpt->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    // Megatron's line (checkpointing.py, load_checkpoint) with the size and speed appended.
-    out->info("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {} ({}: {:.3f} GB verified and "
-              "read in {:.2f} s, {:.2f} GB/s)",
-              o.load, ckpt->iteration, ckpt->path, 2.0 * ckpt->bytes / 1e9, secs,
-              2.0 * ckpt->bytes / 1e9 / std::max(secs, 1e-9));
+    out->info("{}", log::loaded_checkpoint_line(o.load, ckpt->iteration, ckpt->path, 2.0 * ckpt->bytes, secs));
     last_saved = ckpt->iteration;
   }
   const TrainResult r = trainer->run(start);

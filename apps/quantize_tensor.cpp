@@ -19,7 +19,7 @@
 #include "backend/ops.h"
 #include "backend/quantize.h"
 #include "core/error.h"
-#include "core/npy.h"
+#include "io/npy.h"
 #include "core/tensor.h"
 #include "numerics/bf16.h"
 

@@ -13,7 +13,8 @@
 
 #include "core/checksum.h"
 #include "core/error.h"
-#include "core/npy.h"
+#include "io/atomic_file.h"
+#include "io/npy.h"
 #include "data/numpy_rng.h"
 
 namespace pl::data {
@@ -229,15 +230,7 @@ void GPTDataset::save_cached(const std::string& base, const std::string& descrip
     write_npy(base + "sample_index.npy", "<i8", {rows, 2}, sample_index_.data(), sample_index_.size() * sizeof(int64_t));
     write_npy(base + "shuffle_index.npy", "<i8", {static_cast<int64_t>(shuffle_index_.size())}, shuffle_index_.data(),
               shuffle_index_.size() * sizeof(int64_t));
-    const std::string tmp = base + "description.txt.tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      out << description;
-      out.close();
-      if (!out) throw Error(fmt::format("cannot write {}", tmp));
-    }
-    std::filesystem::rename(tmp, base + "description.txt", ec);
-    if (ec) throw Error(fmt::format("cannot rename {}: {}", tmp, ec.message()));
+    write_file_atomically(base + "description.txt", description);
     cache_status_ = CacheStatus::built_and_saved;
     cache_note_ = base + "*";
   } catch (const Error& e) {

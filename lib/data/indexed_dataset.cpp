@@ -60,23 +60,6 @@ std::vector<unsigned char> read_file_bytes(const std::string& path) {
 // Tokens are written to the .bin in pieces of this size.
 constexpr size_t kBinFlushBytes = 64u << 20;
 
-void write_file_atomic(const std::string& path, const std::vector<unsigned char>& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    PL_CHECK(out.good(), "{}: cannot create: {}", tmp, errno_text(errno));
-    if (!bytes.empty()) out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.flush();
-    PL_CHECK(out.good(), "{}: write error ({} bytes)", tmp, bytes.size());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    pl::fail("{}: cannot rename {} onto it", path, tmp);
-  }
-}
-
 }  // namespace
 
 size_t indexed_dtype_size(uint8_t code) {
@@ -311,22 +294,11 @@ void IndexedDatasetWriter::add_empty_document() {
   document_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() {
-  if (bin_out_ && !finalized_) {
-    bin_out_.reset();
-    std::error_code ec;
-    std::filesystem::remove(prefix_ + ".bin.tmp", ec);
-  }
-}
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;  // an unfinalized .bin.tmp is removed
 
 void IndexedDatasetWriter::flush_bin() {
-  const std::string tmp = prefix_ + ".bin.tmp";
-  if (!bin_out_) {
-    bin_out_ = std::make_unique<std::ofstream>(tmp, std::ios::binary | std::ios::trunc);
-    PL_CHECK(bin_out_->good(), "{}: cannot create: {}", tmp, errno_text(errno));
-  }
-  if (!bin_.empty()) bin_out_->write(reinterpret_cast<const char*>(bin_.data()), static_cast<std::streamsize>(bin_.size()));
-  PL_CHECK(bin_out_->good(), "{}: write error ({} bytes)", tmp, bin_.size());
+  if (!bin_out_) bin_out_ = std::make_unique<AtomicFile>(prefix_ + ".bin");
+  bin_out_->write(bin_.data(), bin_.size());
   bin_.clear();
 }
 
@@ -334,12 +306,8 @@ void IndexedDatasetWriter::finalize() {
   PL_CHECK(!finalized_, "{}.idx: finalize called twice", prefix_);
   const auto idx = encode_indexed_index(dtype_, lengths_, document_indices_);
   flush_bin();
-  bin_out_->close();
-  PL_CHECK(!bin_out_->fail(), "{}.bin.tmp: write error on close", prefix_);
-  std::error_code ec;
-  std::filesystem::rename(prefix_ + ".bin.tmp", prefix_ + ".bin", ec);
-  PL_CHECK(!ec, "{}.bin: cannot rename {}.bin.tmp onto it: {}", prefix_, prefix_, ec.message());
-  write_file_atomic(prefix_ + ".idx", idx);
+  bin_out_->commit();
+  write_file_atomically(prefix_ + ".idx", std::string_view(reinterpret_cast<const char*>(idx.data()), idx.size()));
   finalized_ = true;
   bin_out_.reset();
   bin_.clear();

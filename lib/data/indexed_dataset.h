@@ -5,13 +5,13 @@
 // IndexedDataset.get, DType.optimal_dtype) as described by the spec.
 #include <cstddef>
 #include <cstdint>
-#include <fstream>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "data/gpt_dataset.h"
+#include "io/atomic_file.h"
 
 namespace pl::data {
 
@@ -75,8 +75,8 @@ class IndexedDataset final : public LowLevelDataset {
 // Writes "<prefix>.bin/.idx" as preprocess_data.py does without --split-sentences: each document
 // is one sequence, document_indices = [0, 1, ..., N] (an empty document repeats the last index).
 // Tokens stream into "<prefix>.bin.tmp" in 64 MiB pieces (a corpus need not fit in memory; only the
-// per-document lengths are kept); finalize() renames it onto "<prefix>.bin" and writes the .idx the
-// same way ("<file>.tmp" renamed onto "<file>"). A writer destroyed unfinalized removes its .tmp.
+// per-document lengths are kept); finalize() commits it as "<prefix>.bin" and writes the .idx the
+// same way (io/atomic_file.h). A writer destroyed unfinalized removes its .tmp.
 class IndexedDatasetWriter {
  public:
   IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size);
@@ -104,8 +104,8 @@ class IndexedDatasetWriter {
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_indices_{0};
   void flush_bin();
-  std::vector<unsigned char> bin_;          // tokens not yet written to the .bin.tmp
-  std::unique_ptr<std::ofstream> bin_out_;  // "<prefix>.bin.tmp", opened on the first flush
+  std::vector<unsigned char> bin_;        // tokens not yet written to the .bin.tmp
+  std::unique_ptr<AtomicFile> bin_out_;  // "<prefix>.bin" (under .bin.tmp), opened on the first flush
 };
 
 // The exact .idx bytes for the given sequences (one per document) and dtype; exposed for tests.

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace pl::data {
 
@@ -68,22 +69,7 @@ std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
 }
 
 void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record) {
-  const std::string path = tokenizer_record_path(prefix);
-  const std::string tmp = path + ".tmp";
-  const std::string text = record_to_json(record).dump(2) + "\n";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    PL_CHECK(out.good(), "{}: cannot create: {}", tmp, std::strerror(errno));
-    out << text;
-    out.flush();
-    PL_CHECK(out.good(), "{}: write error", tmp);
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    fail("{}: cannot rename {} onto it", path, tmp);
-  }
+  write_file_atomically(tokenizer_record_path(prefix), record_to_json(record).dump(2) + "\n");
 }
 
 std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) {

@@ -25,7 +25,7 @@ std::string tokenizer_record_path(const std::string& prefix);  // "<prefix>.toke
 // FNV-1a 64 of a file's bytes as 16 lowercase hex digits; its size goes to *size.
 std::string fnv1a64_file_hex(const std::string& path, int64_t* size);
 
-// Written atomically ("<file>.tmp" renamed onto it).
+// Written atomically (io/atomic_file.h).
 void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record);
 
 // std::nullopt when "<prefix>.tokenizer.json" does not exist; a malformed file is a one-line error.

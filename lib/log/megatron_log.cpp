@@ -30,6 +30,32 @@ std::string step_time_line(double seconds_per_iteration, double tflops_per_gpu) 
                      tflops_per_gpu);
 }
 
+std::string saving_checkpoint_line(int64_t iteration, const std::string& dir) {
+  return fmt::format("saving checkpoint at iteration {:7d} to {} in pl_flat format", iteration, dir);
+}
+
+std::string saved_checkpoint_line(int64_t iteration, const std::string& dir, const std::string& path, double bytes,
+                                  double seconds) {
+  return fmt::format("  successfully saved checkpoint from iteration {:7d} to {} ({}: {:.3f} GB in {:.2f} s, {:.2f} GB/s)",
+                     iteration, dir, path, bytes / 1e9, seconds, bytes / 1e9 / std::max(seconds, 1e-9));
+}
+
+std::string loading_checkpoint_line(const std::string& dir, int64_t iteration) {
+  return fmt::format(" loading checkpoint from {} at iteration {}", dir, iteration);
+}
+
+std::string loaded_checkpoint_line(const std::string& dir, int64_t iteration, const std::string& path, double bytes,
+                                   double seconds) {
+  return fmt::format("  successfully loaded checkpoint from {} [ t 1/1, p 1/1 ] at iteration {} ({}: {:.3f} GB verified "
+                     "and read in {:.2f} s, {:.2f} GB/s)",
+                     dir, iteration, path, bytes / 1e9, seconds, bytes / 1e9 / std::max(seconds, 1e-9));
+}
+
+std::array<std::string, 2> no_checkpoint_lines(const std::string& dir, const std::string& tracker) {
+  return {fmt::format("WARNING: could not find the metadata file {}/{}", dir, tracker),
+          "    will not load any checkpoints and will start from random"};
+}
+
 std::string python_float_repr(double x) {
   if (std::isnan(x)) return "nan";
   if (std::isinf(x)) return x > 0 ? "inf" : "-inf";

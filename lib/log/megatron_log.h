@@ -54,6 +54,23 @@ std::string parameter_lines(double transformer_params, double embedding_params, 
 // The name and a space are padded with '.' to 48 characters. One process: min = max = the value.
 std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option);
 
+// Megatron's checkpoint lines (megatron/training/checkpointing.py: save_checkpoint, load_checkpoint,
+// _load_base_checkpoint); the success lines with the size and speed appended.
+//   "saving checkpoint at iteration      10 to DIR in pl_flat format"
+//   "  successfully saved checkpoint from iteration      10 to DIR (PATH: 0.001 GB in 0.01 s, 0.10 GB/s)"
+std::string saving_checkpoint_line(int64_t iteration, const std::string& dir);
+std::string saved_checkpoint_line(int64_t iteration, const std::string& dir, const std::string& path, double bytes,
+                                  double seconds);
+//   " loading checkpoint from DIR at iteration 10"
+//   "  successfully loaded checkpoint from DIR [ t 1/1, p 1/1 ] at iteration 10 (PATH: 0.002 GB verified and
+//    read in 0.01 s, 0.20 GB/s)"  (bytes: verified + read)
+std::string loading_checkpoint_line(const std::string& dir, int64_t iteration);
+std::string loaded_checkpoint_line(const std::string& dir, int64_t iteration, const std::string& path, double bytes,
+                                   double seconds);
+// --load of an empty --save directory: "WARNING: could not find the metadata file DIR/TRACKER" and
+// "    will not load any checkpoints and will start from random".
+std::array<std::string, 2> no_checkpoint_lines(const std::string& dir, const std::string& tracker);
+
 // Local time "YYYY-mm-dd HH:MM:SS" (Bridge: no microseconds).
 std::string now_timestamp();
 // Python's repr() of round(x, 4 - floor(log10|x|)): how Bridge prints memory figures.

@@ -3,17 +3,15 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "config/json_reader.h"
 #include "core/error.h"
-#include "core/safetensors.h"
 #include "core/tensor.h"
+#include "io/atomic_file.h"
+#include "io/safetensors.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
 
@@ -109,23 +107,6 @@ void check_hf_shapes(const JsonReader& r, const ModelConfig& m) {
   if (!(m.rotary_base > 1.0)) r.fail_field("rope_theta", fmt::format("must be > 1, got {}", m.rotary_base));
   if (!(m.layernorm_epsilon > 0.0)) r.fail_field("rms_norm_eps", "must be > 0");
   if (!(m.init_method_std > 0.0)) r.fail_field("initializer_range", "must be > 0");
-}
-
-void write_text_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) fail("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-  const size_t n = std::fwrite(text.data(), 1, text.size(), f);
-  const bool ok = n == text.size() && std::fflush(f) == 0;
-  if (std::fclose(f) != 0 || !ok) {
-    std::remove(tmp.c_str());
-    fail("{}: write failed", tmp);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename {} onto it: {}", path, tmp, std::strerror(e));
-  }
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -401,7 +382,7 @@ std::vector<std::string> export_hf(const ModelConfig& cfg, std::span<const float
   for (const HfTensorSlot& s : hf_llama_tensor_layout(cfg))
     tensors.push_back({s.name, "BF16", s.shape, master.data() + s.offset});
   std::vector<std::string> files = write_safetensors_checkpoint(dir, tensors, opts.max_shard_bytes);
-  write_text_atomically((fs::path(dir) / "config.json").string(), config_text);
+  write_file_atomically((fs::path(dir) / "config.json").string(), config_text);
   files.push_back("config.json");
   return files;
 }

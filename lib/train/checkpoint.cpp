@@ -1,7 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <stdio.h>  // renameat2 (glibc, _GNU_SOURCE)
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -15,10 +14,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "core/checksum.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "model/linear_layer.h"
 #include "numerics/bf16.h"
 
@@ -42,96 +41,44 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// ---- POSIX file writing with fsync -------------------------------------------------------------
+// ---- files with their checksums --------------------------------------------------------------
 
-// The iteration being saved, for the test hook's "@N".
-int64_t g_saving_iteration = -1;
-
-// Test-only (see checkpoint.h): stop forever in the middle of writing `name` ("name" or
-// "name@iteration").
-bool stall_requested(const std::string& name) {
-  const char* env = std::getenv("PL_CHECKPOINT_TEST_STALL");
-  if (env == nullptr) return false;
-  const std::string spec = env;
-  const size_t at = spec.find('@');
-  if (at == std::string::npos) return name == spec;
-  return name == spec.substr(0, at) && std::to_string(g_saving_iteration) == spec.substr(at + 1);
-}
-[[noreturn]] void stall_forever() {
-  for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
-}
-
-std::string name_without_tmp_suffix(const std::string& name) { return name.substr(0, name.find(".tmp-")); }
-
-class OutFile {
+// One file of a save, written atomically (io/atomic_file.h) with its checksum taken on the way; the
+// test hook runs once, after half of the first piece.
+class ChecksummedFile {
  public:
-  explicit OutFile(const fs::path& path) : path_(path), name_(name_without_tmp_suffix(path.filename().string())) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    PL_CHECK(fd_ >= 0, "cannot create {}: {}", path.string(), std::strerror(errno));
-  }
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  OutFile(const OutFile&) = delete;
-  OutFile& operator=(const OutFile&) = delete;
-
+  ChecksummedFile(const fs::path& path, const CheckpointWriteHook& hook, const std::string& tmp_suffix = ".tmp")
+      : file_(path.string(), tmp_suffix), name_(path.filename().string()), hook_(hook) {}
   void write(const void* data, size_t bytes) {
     const auto* p = static_cast<const char*>(data);
-    if (first_ && stall_requested(name_)) {
-      write_all(p, bytes / 2);
-      stall_forever();
+    size_t done = 0;
+    if (first_ && hook_) {
+      done = bytes / 2;
+      file_.write(p, done);
+      hook_(name_);
     }
     first_ = false;
-    write_all(p, bytes);
+    file_.write(p + done, bytes - done);
     checksum_.update(data, bytes);
-    bytes_ += bytes;
   }
-  // fsync and close: after this the bytes are on disk.
-  void commit() {
-    PL_CHECK(::fsync(fd_) == 0, "cannot fsync {}: {}", path_.string(), std::strerror(errno));
-    const int fd = fd_;
-    fd_ = -1;
-    PL_CHECK(::close(fd) == 0, "cannot close {}: {}", path_.string(), std::strerror(errno));
+  CheckpointFile commit(const std::string& dtype, int64_t numel) {
+    file_.commit();
+    return CheckpointFile{name_, dtype, numel, file_.bytes_written(), checksum_.digest()};
   }
-  uint64_t bytes() const { return bytes_; }
-  uint64_t checksum() const { return checksum_.digest(); }
 
  private:
-  void write_all(const char* p, size_t n) {
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0 && errno == EINTR) continue;
-      PL_CHECK(w > 0, "cannot write {}: {}", path_.string(), std::strerror(errno));
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-  }
-  fs::path path_;
+  AtomicFile file_;
   std::string name_;
-  int fd_ = -1;
+  const CheckpointWriteHook& hook_;
   bool first_ = true;
-  uint64_t bytes_ = 0;
   Checksum64 checksum_;
 };
 
-void fsync_dir(const fs::path& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  PL_CHECK(fd >= 0, "cannot open directory {}: {}", dir.string(), std::strerror(errno));
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  PL_CHECK(rc == 0, "cannot fsync directory {}: {}", dir.string(), std::strerror(errno));
-}
-
-void rename_or_fail(const fs::path& from, const fs::path& to) {
-  PL_CHECK(::rename(from.c_str(), to.c_str()) == 0, "cannot rename {} to {}: {}", from.string(), to.string(),
-           std::strerror(errno));
-}
-
-CheckpointFile write_text_file(const fs::path& path, const std::string& text) {
-  OutFile f(path);
+CheckpointFile write_text_file(const fs::path& path, const std::string& text, const CheckpointWriteHook& hook,
+                               const std::string& tmp_suffix = ".tmp") {
+  ChecksummedFile f(path, hook, tmp_suffix);
   f.write(text.data(), text.size());
-  f.commit();
-  return CheckpointFile{path.filename().string(), "json", 0, f.bytes(), f.checksum()};
+  return f.commit("json", 0);
 }
 
 // ---- state buffers <-> files -------------------------------------------------------------------
@@ -184,8 +131,9 @@ void file_to_tensor_dtype(const void* src, DType from, void* dst, DType to, size
   for (size_t i = count; i-- > 0;) d[i] = num::bf16_bits_to_float(s[i]);  // backwards: in place is safe
 }
 
-CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std::vector<char>& staging) {
-  OutFile f(dir / b.name);
+CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std::vector<char>& staging,
+                                  const CheckpointWriteHook& hook) {
+  ChecksummedFile f(dir / b.name, hook);
   const size_t file_elem = dtype_size(b.file_dtype), tensor_elem = dtype_size(b.tensor.dtype);
   const int64_t n = b.tensor.numel();
   const auto per_piece = static_cast<int64_t>(kPieceBytes / file_elem);
@@ -196,8 +144,7 @@ CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std
     tensor_to_file_dtype(staging.data(), b.tensor.dtype, staging.data(), b.file_dtype, static_cast<size_t>(cnt));
     f.write(staging.data(), static_cast<size_t>(cnt) * file_elem);
   }
-  f.commit();
-  return CheckpointFile{b.name, dtype_name(b.file_dtype), n, f.bytes(), f.checksum()};
+  return f.commit(dtype_name(b.file_dtype), n);
 }
 
 // ---- metadata ----------------------------------------------------------------------------------
@@ -338,26 +285,13 @@ std::vector<std::string> prune(const fs::path& dir, int64_t keep_last, int64_t c
   for (const auto& [it, path] : dirs) {
     if (it == current) continue;
     const fs::path doomed = path.string() + fmt::format(".tmp-prune-{}", ::getpid());
-    rename_or_fail(path, doomed);
+    rename_path(path.string(), doomed.string());
     std::error_code ec;
     fs::remove_all(doomed, ec);
     removed.push_back(path.filename().string());
   }
-  fsync_dir(dir);
+  fsync_directory(dir.string());
   return removed;
-}
-
-// Puts the complete `tmp` directory at `final_path` atomically; an existing directory there (a
-// re-save of the same iteration) is swapped out in the same step and then removed.
-void publish_directory(const fs::path& tmp, const fs::path& final_path) {
-  if (!fs::exists(final_path)) {
-    rename_or_fail(tmp, final_path);
-    return;
-  }
-  PL_CHECK(::renameat2(AT_FDCWD, tmp.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) == 0,
-           "cannot replace {} atomically: {}", final_path.string(), std::strerror(errno));
-  std::error_code ec;
-  fs::remove_all(tmp, ec);  // now holds the old checkpoint
 }
 
 // ---- reading -----------------------------------------------------------------------------------
@@ -485,34 +419,23 @@ fs::path resolve_iteration_dir(fs::path load) {
 // ---- public ------------------------------------------------------------------------------------
 
 SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
-                           const TrainState& state, const RunDescription& run) {
+                           const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(dir_s);
   std::error_code ec;
   fs::create_directories(dir, ec);
   PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir_s, ec.message());
-  g_saving_iteration = state.iteration;
-  const std::string name = iter_dir_name(state.iteration);
-  const fs::path final_path = dir / name;
-  const fs::path tmp = dir / fmt::format("{}.tmp-{}", name, ::getpid());
-  fs::remove_all(tmp, ec);
-  PL_CHECK(fs::create_directory(tmp, ec) && !ec, "cannot create {}: {}", tmp.string(), ec.message());
-
+  const fs::path final_path = dir / iter_dir_name(state.iteration);
   std::vector<CheckpointFile> files;
-  std::vector<char> staging;
-  for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging));
-  files.push_back(write_text_file(tmp / kMetadata, metadata_text(state, opt.steps_taken(), run)));
-  const CheckpointFile manifest = write_text_file(tmp / kManifest, manifest_text(state.iteration, files));
-  fsync_dir(tmp);
-  publish_directory(tmp, final_path);
-  fsync_dir(dir);
-
+  CheckpointFile manifest;
+  write_directory_atomically(final_path.string(), [&](const std::string& tmp) {
+    std::vector<char> staging;
+    for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging, hook));
+    files.push_back(write_text_file(fs::path(tmp) / kMetadata, metadata_text(state, opt.steps_taken(), run), hook));
+    manifest = write_text_file(fs::path(tmp) / kManifest, manifest_text(state.iteration, files), hook);
+  }, process_tmp_suffix());
   // The tracker last (Megatron: iter_finalize_fn writes it after the checkpoint), replaced atomically.
-  const fs::path tracker = dir / kCheckpointTracker;
-  const fs::path tracker_tmp = dir / fmt::format("{}.tmp-{}", kCheckpointTracker, ::getpid());
-  write_text_file(tracker_tmp, fmt::format("{}\n", state.iteration));
-  rename_or_fail(tracker_tmp, tracker);
-  fsync_dir(dir);
+  write_text_file(dir / kCheckpointTracker, fmt::format("{}\n", state.iteration), hook, process_tmp_suffix());
 
   SaveReport r;
   r.path = final_path.string();

@@ -13,14 +13,10 @@
 //                    manifest.json           format version; per file name, dtype, shape, bytes, checksum
 // A checkpoint is written into DIR/iter_0000010.tmp-<pid>/, every file and the directory fsynced,
 // then renamed to iter_0000010 and DIR fsynced; only then is the tracker replaced (tmp + rename +
-// fsync). A crash at any moment leaves the previous checkpoint loadable; leftover *.tmp-* entries are
-// ignored by load and removed by the next successful save.
-//
-// Test-only hook: PL_CHECKPOINT_TEST_STALL=<file name>[@<iteration>] (e.g. "adam_m_fp32.bin@20" or
-// "latest_checkpointed_iteration.txt") makes the writer sleep forever after writing half of that
-// file's first piece (in the save of that iteration only, when given), so a test can kill -9 the
-// process in the middle of a save.
+// fsync): io/atomic_file.h. A crash at any moment leaves the previous checkpoint loadable; leftover
+// *.tmp-* entries are ignored by load and removed by the next successful save.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,10 +48,15 @@ struct SaveReport {
   std::vector<std::string> pruned;  // iter_ directories removed by keep_last
 };
 
+// Test seam: called once per file of a save (state files, metadata.json, manifest.json, the tracker)
+// with its name, after half of its first piece is written; a test stalls (to kill -9 the process in
+// the middle of a save: tests/tools/checkpoint_stall.cpp) or throws there.
+using CheckpointWriteHook = std::function<void(const std::string& file_name)>;
+
 // Writes the checkpoint of `state` (the state after iteration state.iteration) into `dir` as
 // described above, then, when keep_last > 0, removes all but the newest keep_last iter_ directories.
 SaveReport save_checkpoint(const std::string& dir, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
-                           const TrainState& state, const RunDescription& run);
+                           const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook = {});
 
 // One state file as the manifest lists it.
 struct CheckpointFile {

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -26,6 +27,7 @@ using pl::test::ProcessResult;
 
 const std::string kApp = PL_APP_PATH;
 const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
+const std::string kStall = PL_CHECKPOINT_STALL_PATH;
 
 std::vector<std::string> tiny(const std::vector<std::string>& extra, const std::string& iters = "20") {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "2", "--train-iters", iters,
@@ -123,11 +125,11 @@ TEST(CheckpointCli, ResumeContinuesTheValidationSampler) {
   EXPECT_EQ(iteration_lines(part2.out, 1), iteration_lines(straight.out, 11));
 }
 
-// Runs the app with PL_CHECKPOINT_TEST_STALL=`stall`, waits until `marker` exists (the writer has
-// reached the stall), then kills it with SIGKILL. Returns true when the marker appeared.
-bool run_and_kill_when(const std::vector<std::string>& args, const std::string& stall,
-                       const std::function<bool()>& marker) {
-  std::vector<std::string> argv_s = {kApp};
+// Runs tests/tools/checkpoint_stall (save_checkpoint with a write hook that stops forever in the
+// middle of one file), waits until `marker` exists (the writer has reached the stall), then kills it
+// with SIGKILL. Returns true when the marker appeared.
+bool run_and_kill_when(const std::vector<std::string>& args, const std::function<bool()>& marker) {
+  std::vector<std::string> argv_s = {kStall};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_s) argv.push_back(a.data());
@@ -138,8 +140,7 @@ bool run_and_kill_when(const std::vector<std::string>& args, const std::string& 
     ::dup2(null, 0);
     ::dup2(null, 1);
     ::dup2(null, 2);
-    ::setenv("PL_CHECKPOINT_TEST_STALL", stall.c_str(), 1);
-    ::execv(kApp.c_str(), argv.data());
+    ::execv(kStall.c_str(), argv.data());
     ::_exit(127);
   }
   bool seen = false;
@@ -170,9 +171,9 @@ bool has_entry_containing(const fs::path& dir, const std::string& needle) {
 TEST(CheckpointCli, KillDuringTheSecondSaveLeavesTheFirstLoadable) {
   pl::test::TempDir dir;
   const std::string d = (dir.path() / "ckpt").string();
-  const auto args = tiny({"--disable-fp4", "--save", d, "--save-interval", "4"}, "8");
+  run_ok(tiny({"--disable-fp4", "--save", d, "--exit-interval", "4"}, "8"));
   // Killed while writing the Adam moments of iteration 8: a half-written iter_0000008.tmp-<pid>.
-  ASSERT_TRUE(run_and_kill_when(args, "adam_m_fp32.bin@8", [&] { return has_entry_containing(d, "iter_0000008.tmp-"); }));
+  ASSERT_TRUE(run_and_kill_when({kTiny, d, "8", "adam_m_fp32.bin"}, [&] { return has_entry_containing(d, "iter_0000008.tmp-"); }));
   EXPECT_FALSE(fs::exists(d + "/iter_0000008"));
   EXPECT_EQ(pl::test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "4\n");
   const ProcessResult resumed = run_ok(tiny({"--disable-fp4", "--load", d}, "8"));
@@ -183,7 +184,7 @@ TEST(CheckpointCli, KillDuringTheSecondSaveLeavesTheFirstLoadable) {
 
   // Killed while replacing the tracker after iteration 8 was renamed into place: the tracker still
   // says 4 and that checkpoint loads; the next successful save removes the leftovers.
-  ASSERT_TRUE(run_and_kill_when(args, "latest_checkpointed_iteration.txt@8", [&] {
+  ASSERT_TRUE(run_and_kill_when({kTiny, d, "8", "latest_checkpointed_iteration.txt"}, [&] {
     return fs::exists(d + "/iter_0000008") && has_entry_containing(d, "latest_checkpointed_iteration.txt.tmp-");
   }));
   EXPECT_TRUE(fs::exists(d + "/iter_0000008/manifest.json"));

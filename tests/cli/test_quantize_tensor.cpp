@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/quantize.h"
-#include "core/npy.h"
+#include "io/npy.h"
 #include "core/tensor.h"
 #include "numerics/bf16.h"
 #include "numerics/hadamard.h"

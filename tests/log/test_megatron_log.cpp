@@ -170,3 +170,18 @@ TEST(LogMemory, FinalLine) {
 }
 
 }  // namespace
+
+// Megatron's checkpoint lines (checkpointing.py), padded iteration fields and the appended figures.
+TEST(MegatronLog, CheckpointLines) {
+  namespace lg = pl::log;
+  EXPECT_EQ(lg::saving_checkpoint_line(10, "ck"), "saving checkpoint at iteration      10 to ck in pl_flat format");
+  EXPECT_EQ(lg::saved_checkpoint_line(1234567, "ck", "ck/iter_1234567", 2.5e9, 2.0),
+            "  successfully saved checkpoint from iteration 1234567 to ck (ck/iter_1234567: 2.500 GB in 2.00 s, 1.25 GB/s)");
+  EXPECT_EQ(lg::loading_checkpoint_line("ck", 10), " loading checkpoint from ck at iteration 10");
+  EXPECT_EQ(lg::loaded_checkpoint_line("ck", 10, "ck/iter_0000010", 1e9, 0.0),
+            "  successfully loaded checkpoint from ck [ t 1/1, p 1/1 ] at iteration 10 (ck/iter_0000010: 1.000 GB "
+            "verified and read in 0.00 s, 1000000000.00 GB/s)");
+  const auto none = lg::no_checkpoint_lines("ck", "latest_checkpointed_iteration.txt");
+  EXPECT_EQ(none[0], "WARNING: could not find the metadata file ck/latest_checkpointed_iteration.txt");
+  EXPECT_EQ(none[1], "    will not load any checkpoints and will start from random");
+}

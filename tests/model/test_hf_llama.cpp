@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "config/model_config.h"
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "model/hf_llama.h"
 #include "model/llama.h"
 #include "numerics/bf16.h"

@@ -193,5 +193,49 @@ TEST(CheckpointSave, KeepLastPrunesOnlyAfterTheNewOneIsComplete) {
   EXPECT_EQ(verify_checkpoint(dir.path().string()).iteration, 40);
 }
 
+// The write hook (the seam tests/tools/checkpoint_stall uses to kill a save) throwing part way
+// through any file: the save fails, the previous checkpoint and the tracker are untouched and no
+// temporary is left.
+TEST(CheckpointSave, AnInterruptedSaveLeavesThePreviousCheckpoint) {
+  test::TempDir dir;
+  const std::string d = dir.path().string();
+  TinyCkptRun run("bf16_mixed", 1);
+  Trainer tr = run.trainer();
+  TrainState st;
+  st.iteration = 10;
+  std::vector<std::string> seen;
+  save_checkpoint(d, 0, *run.model, tr.optimizer(), st, run.describe(), [&](const std::string& f) { seen.push_back(f); });
+  EXPECT_EQ(seen, (std::vector<std::string>{"master_fp32.bin", "weights_bf16.bin", "adam_m_fp32.bin", "adam_v_fp32.bin",
+                                            "metadata.json", "manifest.json", "latest_checkpointed_iteration.txt"}));
+  const std::string manifest = test::read_text_file(d + "/iter_0000010/manifest.json");
+  const uint64_t manifest_sum = checksum64(manifest.data(), manifest.size());
+  for (const std::string& stop : seen) {
+    SCOPED_TRACE(stop);
+    for (int64_t it : {10, 20}) {  // a re-save of the same iteration and a new one
+      st.iteration = it;
+      EXPECT_THROW(save_checkpoint(d, 0, *run.model, tr.optimizer(), st, run.describe(),
+                                   [&](const std::string& f) {
+                                     if (f == stop) throw Error("interrupted in " + f);
+                                   }),
+                   Error);
+      std::vector<std::string> names;
+      for (const auto& e : std::filesystem::directory_iterator(d)) names.push_back(e.path().filename().string());
+      std::sort(names.begin(), names.end());
+      // Only the tracker's own write comes after the iter_ directory is complete and in place.
+      const bool published = stop == "latest_checkpointed_iteration.txt";
+      std::vector<std::string> expected = {"iter_0000010", "latest_checkpointed_iteration.txt"};
+      if (published && it == 20) expected.insert(expected.begin() + 1, "iter_0000020");
+      EXPECT_EQ(names, expected);
+      std::filesystem::remove_all(dir.path() / "iter_0000020");
+      EXPECT_EQ(test::read_text_file(d + "/latest_checkpointed_iteration.txt"), "10\n");
+      const std::string m = test::read_text_file(d + "/iter_0000010/manifest.json");
+      if (!published) {
+        EXPECT_EQ(checksum64(m.data(), m.size()), manifest_sum);
+      }
+      EXPECT_EQ(verify_checkpoint(d).iteration, 10);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pl

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/npy.h"
+#include "io/npy.h"
 #include "test_util.h"
 
 namespace pl {

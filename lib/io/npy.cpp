@@ -1,11 +1,10 @@
-#include "core/npy.h"
+#include "io/npy.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace pl {
 
@@ -288,24 +288,7 @@ std::vector<uint8_t> encode_npy(const std::string& dtype, const std::vector<int6
 void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape,
                const void* data, size_t bytes) {
   const std::vector<uint8_t> file = encode_npy(dtype, shape, data, bytes);
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) fail("{}: cannot open for writing: {}", tmp, std::strerror(errno));
-  errno = 0;
-  const size_t written = std::fwrite(file.data(), 1, file.size(), f);
-  int err = written != file.size() ? errno : 0;
-  if (std::fflush(f) != 0 && err == 0) err = errno ? errno : EIO;
-  if (std::fclose(f) != 0 && err == 0) err = errno ? errno : EIO;
-  if (written != file.size() && err == 0) err = EIO;
-  if (err != 0) {
-    std::remove(tmp.c_str());
-    fail("{}: write failed ({} of {} bytes written): {}", tmp, written, file.size(), std::strerror(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    std::remove(tmp.c_str());
-    fail("{}: cannot rename {} onto it: {}", path, tmp, std::strerror(e));
-  }
+  write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(file.data()), file.size()));
 }
 
 }  // namespace pl

@@ -1,4 +1,4 @@
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -22,6 +22,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "numerics/bf16.h"
 
 namespace pl {
@@ -192,50 +193,6 @@ void convert_to_float(const SafetensorsTensorInfo& t, const uint8_t* src, float*
   }
 }
 
-// A file written under "<final>.tmp": flushed, fsync'ed and renamed onto the final name only when
-// complete; removed if anything fails first (the destructor), so no half-written file is ever
-// visible under the final name.
-class TmpFile {
- public:
-  explicit TmpFile(std::string final_path) : final_(std::move(final_path)), tmp_(final_ + ".tmp") {
-    f_ = std::fopen(tmp_.c_str(), "wb");
-    if (f_ == nullptr) fail("{}: cannot open for writing: {}", tmp_, std::strerror(errno));
-  }
-  ~TmpFile() {
-    if (f_ != nullptr) std::fclose(f_);
-    if (!renamed_) std::remove(tmp_.c_str());
-  }
-  TmpFile(const TmpFile&) = delete;
-  TmpFile& operator=(const TmpFile&) = delete;
-
-  void write(const void* p, size_t n) {
-    if (n == 0) return;
-    errno = 0;
-    if (std::fwrite(p, 1, n, f_) != n)
-      fail("{}: write failed after {} bytes: {}", tmp_, written_, std::strerror(errno ? errno : EIO));
-    written_ += n;
-  }
-  void finish() {
-    int err = 0;
-    if (std::fflush(f_) != 0) err = errno ? errno : EIO;
-    if (err == 0 && ::fsync(::fileno(f_)) != 0) err = errno;
-    if (std::fclose(f_) != 0 && err == 0) err = errno ? errno : EIO;
-    f_ = nullptr;
-    if (err != 0) fail("{}: write failed ({} bytes written): {}", tmp_, written_, std::strerror(err));
-  }
-  void rename_into_place() {
-    if (std::rename(tmp_.c_str(), final_.c_str()) != 0)
-      fail("{}: cannot rename {} onto it: {}", final_, tmp_, std::strerror(errno));
-    renamed_ = true;
-  }
-
- private:
-  std::string final_, tmp_;
-  std::FILE* f_ = nullptr;
-  size_t written_ = 0;
-  bool renamed_ = false;
-};
-
 void check_tensors_to_write(const std::vector<SafetensorsTensorOut>& tensors) {
   std::set<std::string> names;
   for (const SafetensorsTensorOut& t : tensors) {
@@ -259,7 +216,7 @@ uint64_t stored_bytes(const SafetensorsTensorOut& t) {
 }
 
 // Header (padded to 8 bytes with spaces, like the reference serializer) and data of one file.
-void write_file_body(TmpFile& f, const std::vector<const SafetensorsTensorOut*>& tensors,
+void write_file_body(AtomicFile& f, const std::vector<const SafetensorsTensorOut*>& tensors,
                      const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
@@ -291,13 +248,6 @@ void write_file_body(TmpFile& f, const std::vector<const SafetensorsTensorOut*>&
       f.write(bf16.data(), static_cast<size_t>(m) * 2);
     }
   }
-}
-
-void fsync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  (void)::fsync(fd);
-  ::close(fd);
 }
 
 bool is_weight_file_name(const std::string& name) {
@@ -520,10 +470,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   check_tensors_to_write(tensors);
   std::vector<const SafetensorsTensorOut*> all;
   for (const SafetensorsTensorOut& t : tensors) all.push_back(&t);
-  TmpFile f(path);
-  write_file_body(f, all, metadata);
-  f.finish();
-  f.rename_into_place();
+  write_file_atomically(path, [&](AtomicFile& f) { write_file_body(f, all, metadata); });
 }
 
 std::vector<std::string> safetensors_shard_names(size_t num_shards) {
@@ -575,16 +522,16 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
   const std::vector<std::string> names = safetensors_shard_names(num_shards);
 
   // 1. Every file complete under its temporary name.
-  std::vector<std::unique_ptr<TmpFile>> files;
+  std::vector<std::unique_ptr<AtomicFile>> files;
   for (size_t s = 0; s < num_shards; ++s) {
     std::vector<const SafetensorsTensorOut*> part;
     for (size_t i = 0; i < tensors.size(); ++i)
       if (shard[i] == s) part.push_back(&tensors[i]);
-    files.push_back(std::make_unique<TmpFile>((fs::path(dir) / names[s]).string()));
+    files.push_back(std::make_unique<AtomicFile>((fs::path(dir) / names[s]).string()));
     write_file_body(*files.back(), part, {{"format", "pt"}});
     files.back()->finish();
   }
-  std::unique_ptr<TmpFile> index;
+  std::unique_ptr<AtomicFile> index;
   if (num_shards > 1) {
     // transformers writes the index with sorted keys and two-space indentation.
     nlohmann::json j;
@@ -595,20 +542,22 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
     }
     j["metadata"]["total_size"] = total;
     const std::string text = j.dump(2) + "\n";
-    index = std::make_unique<TmpFile>((fs::path(dir) / kIndexFile).string());
-    index->write(text.data(), text.size());
+    index = std::make_unique<AtomicFile>((fs::path(dir) / kIndexFile).string());
+    index->write(text);
     index->finish();
   }
   // 2. Into place: the shards, then away with an earlier export's weight files, then the index.
-  for (auto& f : files) f->rename_into_place();
+  for (auto& f : files) f->commit();
   std::set<std::string> keep(names.begin(), names.end());
   if (index) keep.insert(kIndexFile);
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (is_weight_file_name(name) && !keep.count(name)) fs::remove(entry.path(), ec);
   }
-  if (index) index->rename_into_place();
-  fsync_dir(dir);
+  if (index)
+    index->commit();  // its directory fsync covers the removals too
+  else
+    fsync_directory(dir);  // the removals
   std::vector<std::string> written = names;
   if (index) written.push_back(kIndexFile);
   return written;

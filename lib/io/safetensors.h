@@ -111,10 +111,10 @@ struct SafetensorsTensorOut {
   const float* data = nullptr;
 };
 
-// Writes one file atomically (a "<path>.tmp" renamed into place once complete; on failure nothing is
-// left). The header lists the tensors in the given order with contiguous offsets, carries
-// __metadata__ (e.g. {"format": "pt"}, which transformers expects), and is padded with spaces to a
-// multiple of 8 bytes as the reference writer does, so the data section starts 8-byte aligned.
+// Writes one file atomically (io/atomic_file.h; on failure nothing is left). The header lists the
+// tensors in the given order with contiguous offsets, carries __metadata__ (e.g. {"format": "pt"},
+// which transformers expects), and is padded with spaces to a multiple of 8 bytes as the reference
+// writer does, so the data section starts 8-byte aligned.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsTensorOut>& tensors,
                        const std::map<std::string, std::string>& metadata = {{"format", "pt"}});
 
@@ -129,7 +129,7 @@ std::vector<size_t> plan_safetensors_shards(const std::vector<SafetensorsTensorO
 
 // Writes `tensors` into `dir` (created if needed) as model.safetensors, or, when they exceed
 // max_shard_bytes, as model-0000i-of-0000n.safetensors plus model.safetensors.index.json. Every file
-// is first written under a temporary name; only when all are complete are they renamed into place
+// is first written and fsynced under a temporary name; only when all are complete are they committed
 // (the index last), and weight files of an earlier export that the new set does not include are
 // removed, so a reader never mixes two exports. Returns the file names written.
 std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,

@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "core/safetensors.h"
+#include "io/safetensors.h"
 #include "numerics/bf16.h"
 #include "test_util.h"
 

@@ -32,8 +32,7 @@ NpyArray read_npy(const std::string& path);
 std::vector<uint8_t> encode_npy(const std::string& dtype, const std::vector<int64_t>& shape, const void* data,
                                 size_t bytes);
 
-// Writes encode_npy(...) to `path` atomically: the bytes go to "<path>.tmp", which is renamed onto
-// `path` only when completely written; on any failure the .tmp file is removed and nothing is left.
+// Writes encode_npy(...) to `path` atomically (io/atomic_file.h, temporary "<path>.tmp").
 void write_npy(const std::string& path, const std::string& dtype, const std::vector<int64_t>& shape,
                const void* data, size_t bytes);
 
