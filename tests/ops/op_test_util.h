@@ -1,7 +1,8 @@
 #pragma once
 // Shared helpers of the op tests (tests/ops/): host tensors that own their storage, seeded random
 // inputs, comparisons against double-precision references, BF16 checks, central finite
-// differences, and the error-message check. Everything here is test-only.
+// differences, and the error-message check; the GPU cases of each op file (Cuda*) use the device
+// helpers of cuda/cuda_test_util.h. Everything here is test-only.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -15,9 +16,12 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "cuda/cuda_test_util.h"
 #include "numerics/bf16.h"
 
 namespace pl::optest {
+
+using namespace ::pl::test;  // the device side of the Cuda* cases
 
 inline Tensor make_view(void* data, const std::vector<int64_t>& dims, DType dtype) {
   Tensor t;

@@ -1,5 +1,6 @@
 // Fused softmax cross-entropy: losses and the in-place logits gradient, and the fp32 summation schedule
 // of numerics/reduce.h written out (the CUDA backend sums in the same order; only its expf differs).
+// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -127,6 +128,72 @@ TEST(OpsCrossEntropy, ErrorsNameTheOp) {
   tgt.v[3] = 0;
   expect_error_naming(
       op, [&] { cross_entropy_forward_backward(cpu_ctx(false), losses_bad.t(), logits.t(), tgt.t(), 1.0f); });
+}
+
+// ---- CUDA: the same op on the GPU against the CPU backend (CudaCrossEntropy) --------------------
+
+// Tolerance. Both sides take the same fp32 max and exponentials of the same arguments, summed in the
+// same fp32 lane/tree schedule: each CUDA expf is within 2 ulp of the value (glibc's within 0.5), so
+// Σ agrees to ~3 ulp relative (plus the rare rounding of a lane sum to a neighbour), log(Σ) to 3·2^-24 absolute plus one ulp of CUDA's logf (<= 1 ulp) and of the final
+// subtraction: |loss diff| <= 1e-5 max(1, |loss|) (about 10x slack). Gradients: p = e (1/Σ) within a
+// few ulp on both sides, so bf16(grad_scale (p - onehot)) is the same or adjacent, except that p - 1
+// cancels near p = 1 (absolute error a few 2^-24): |diff| <= 2^-7 max(|a|,|b|) + 1e-6 grad_scale, at
+// most 1% of the elements differing.
+void cross_entropy_case(int64_t T, int64_t V, float spread, std::mt19937& rng) {
+  SCOPED_TRACE("T = " + std::to_string(T) + ", V = " + std::to_string(V));
+  std::vector<float> logits = uniform_bf16(T * V, rng, -spread, spread);
+  std::vector<int32_t> targets = uniform_ids(T, rng, static_cast<int32_t>(V));
+  targets[0] = static_cast<int32_t>(V - 1);
+  // One confident row (p(target) near 1) to exercise the p - 1 cancellation.
+  logits[1 * V + targets[1]] = num::round_bf16(spread + 20.0f);
+  const float grad_scale = 1.0f / static_cast<float>(2 * T);
+
+  std::vector<float> cpu_logits = logits, cpu_losses(T);
+  std::vector<int32_t> tgt_host = targets;
+  cross_entropy_forward_backward(cpu_ctx(true), host_view(cpu_losses, {T}), host_view(cpu_logits, {T, V}),
+                                 Tensor(tgt_host.data(), {T}, DType::I32), grad_scale);
+
+  DeviceTensor d_logits = to_device(logits, {T, V}, DType::BF16);
+  DeviceTensor d_losses = device_tensor({T}, DType::F32);
+  DeviceTensor d_targets = to_device_i32(targets, {T});
+  cross_entropy_forward_backward(cuda_ctx(), d_losses.t, d_logits.t, d_targets.t, grad_scale);
+  std::vector<double> loss_tol(T);
+  for (int64_t t = 0; t < T; ++t) loss_tol[t] = 1e-5 * std::max(1.0, std::abs(static_cast<double>(cpu_losses[t])));
+  const std::vector<float> gpu_losses = to_host_floats(d_losses.t);
+  expect_close_to_cpu(gpu_losses, cpu_losses, 0.0, loss_tol, 1.0, "cross_entropy losses");
+  expect_close_to_cpu(to_host_floats(d_logits.t), cpu_logits, kBf16Ulp, 1e-6 * grad_scale, 0.01, "cross_entropy dlogits");
+
+  // grad_scale = 0: the same losses, logits left untouched.
+  DeviceTensor d_logits0 = to_device(logits, {T, V}, DType::BF16);
+  DeviceTensor d_losses0 = device_tensor({T}, DType::F32);
+  cross_entropy_forward_backward(cuda_ctx(), d_losses0.t, d_logits0.t, d_targets.t, 0.0f);
+  expect_bits_equal(to_host_floats(d_losses0.t), gpu_losses, "cross_entropy losses (grad_scale 0)");
+  expect_bits_equal(to_host_floats(d_logits0.t), logits, "cross_entropy logits untouched (grad_scale 0)");
+}
+
+TEST(CudaCrossEntropy, ForwardBackward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  cross_entropy_case(37, 5003, 8.0f, rng);    // V not a multiple of the block stride (512)
+  cross_entropy_case(3, 128256, 12.0f, rng);  // Llama 3 vocabulary
+
+  // A target outside [0, V) (the host validates targets; nothing is read back here): its loss is NaN,
+  // its row untouched, the other rows computed as usual.
+  const int64_t T = 5, V = 11;
+  std::vector<float> logits = uniform_bf16(T * V, rng, -1.0f, 1.0f);
+  DeviceTensor d_logits = to_device(logits, {T, V}, DType::BF16);
+  DeviceTensor d_losses = device_tensor({T}, DType::F32);
+  DeviceTensor d_bad = to_device_i32({1, 2, 3, 11, 4}, {T});
+  cross_entropy_forward_backward(cuda_ctx(), d_losses.t, d_logits.t, d_bad.t, 1.0f);
+  const std::vector<float> losses = to_host_floats(d_losses.t), after = to_host_floats(d_logits.t);
+  for (int64_t t = 0; t < T; ++t) {
+    if (t == 3) {
+      EXPECT_TRUE(std::isnan(losses[t]));
+      for (int64_t j = 0; j < V; ++j) EXPECT_EQ(after[t * V + j], logits[t * V + j]) << j;
+    } else {
+      EXPECT_TRUE(std::isfinite(losses[t]) && losses[t] > 0.0f) << t << ": " << losses[t];
+    }
+  }
 }
 
 }  // namespace

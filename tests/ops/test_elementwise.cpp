@@ -1,4 +1,5 @@
 // add (with aliasing and rounding) and fill_zero.
+// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -36,6 +37,45 @@ TEST(OpsElementwise, ErrorsNameTheOp) {
   HostF32 a({4, 8}), b({8, 4}), out({4, 8});
   expect_error_naming("add", [&] { add(cpu_ctx(false), out.t(), a.t(), b.t()); });
   expect_error_naming("add", [&] { add(cpu_ctx(false), b.t(), a.t(), a.t()); });
+}
+
+// ---- CUDA: the same op on the GPU against the CPU backend (CudaElementwise) ---------------------
+
+TEST(CudaElementwise, Add) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t R = 37, C = 29;
+  std::vector<float> a = uniform_bf16(R * C, rng, -4.0f, 4.0f);
+  std::vector<float> b = uniform_bf16(R * C, rng, -4.0f, 4.0f);
+  b[0] = -a[0];  // an exact zero
+  std::vector<float> out(R * C);
+  add(cpu_ctx(true), host_view(out, {R, C}), host_view(a, {R, C}), host_view(b, {R, C}));
+  DeviceTensor d_out = device_tensor({R, C}, DType::BF16);
+  DeviceTensor d_a = to_device(a, {R, C}, DType::BF16);
+  DeviceTensor d_b = to_device(b, {R, C}, DType::BF16);
+  add(cuda_ctx(), d_out.t, d_a.t, d_b.t);
+  expect_bits_equal(to_host_floats(d_out.t), out, "add out");
+  add(cuda_ctx(), d_a.t, d_a.t, d_b.t);  // out aliases a (the residual update)
+  expect_bits_equal(to_host_floats(d_a.t), out, "add out aliasing a");
+
+  DeviceTensor d_f32 = to_device(a, {R, C}, DType::F32);
+  expect_error_containing([&] { add(cuda_ctx(), d_out.t, d_f32.t, d_b.t); }, {"add", "a [37, 29] f32", "bf16"});
+}
+
+TEST(CudaElementwise, FillZero) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 1237;
+  std::vector<float> ones(n, 1.5f);
+  for (DType dt : {DType::F32, DType::BF16}) {
+    DeviceTensor d = to_device(ones, {n}, dt);
+    fill_zero(cuda_ctx(), d.t);
+    for (uint8_t byte : to_host_bytes(d.t)) ASSERT_EQ(byte, 0) << dtype_name(dt);
+  }
+  std::vector<int32_t> ids = uniform_ids(n, rng, 1000);
+  DeviceTensor di = to_device_i32(ids, {n});
+  fill_zero(cuda_ctx(), di.t);
+  for (uint8_t byte : to_host_bytes(di.t)) ASSERT_EQ(byte, 0) << "i32";
 }
 
 }  // namespace

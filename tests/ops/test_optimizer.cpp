@@ -1,5 +1,6 @@
 // sum_of_squares (thread-count invariance, the documented fp32 schedule bit for bit, accuracy against
 // double), AdamW against a hand-computed double step, and the master -> param copy.
+// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
 #include "numerics/adamw.h"
 #include "op_test_util.h"
 
@@ -235,6 +236,133 @@ TEST(OpsOptimizer, ErrorsNameTheOp) {
                       [&] { adamw_update(cpu_ctx(false), a.t(), a.t(), a.t(), a.t(), a.t(), st); });
   expect_error_naming("copy_master_to_param", [&] { copy_master_to_param(cpu_ctx(false), b.t(), a.t()); });
   expect_error_naming("sum_of_squares", [&] { sum_of_squares(cpu_ctx(false), ia.t()); });
+}
+
+// ---- CUDA: the same op on the GPU against the CPU backend (CudaOptimizer) -----------------------
+
+// Exact: the GPU follows the CPU's fp32 summation schedule (numerics/reduce.h: chunks of 65536, 256
+// lanes, fixed lane tree, chunk partials by the group tree), so the result is bit-identical.
+TEST(CudaOptimizer, SumOfSquares) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ex(-3.0f, 3.0f);
+  // a partial last chunk with a partial lane round; more than 256 chunks (two levels of the group tree)
+  for (int64_t n : {int64_t{5}, int64_t{3 * 65536 + 12345}, int64_t{300 * 65536 + 77}}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = nd(rng) * std::pow(10.0f, ex(rng));  // six decades: the summation order matters
+    const double cpu = sum_of_squares(cpu_ctx(true), host_view(x, {n}));
+    DeviceTensor d = to_device(x, {n}, DType::F32);
+    const double gpu = sum_of_squares(cuda_ctx(), d.t);
+    EXPECT_EQ(gpu, cpu) << "n = " << n << ", difference " << gpu - cpu;
+  }
+}
+
+// Exact: one num::adamw_element per thread with the hyper-parameters built as the CPU builds them.
+TEST(CudaOptimizer, AdamwUpdate) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 100003;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> master(n), m(n), v(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    m[i] = 1e-3f * nd(rng);
+    v[i] = 1e-6f * std::abs(nd(rng));
+    grad[i] = 1e-2f * nd(rng);
+  }
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 7, 0.8f};
+  std::vector<float> c_param(n), c_master = master, c_m = m, c_v = v;
+  adamw_update(cpu_ctx(true), host_view(c_param, {n}), host_view(c_master, {n}), host_view(grad, {n}),
+               host_view(c_m, {n}), host_view(c_v, {n}), step);
+  for (DType param_dtype : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(std::string("param ") + dtype_name(param_dtype));
+    DeviceTensor d_param = device_tensor({n}, param_dtype);
+    DeviceTensor d_master = to_device(master, {n}, DType::F32);
+    DeviceTensor d_m = to_device(m, {n}, DType::F32);
+    DeviceTensor d_v = to_device(v, {n}, DType::F32);
+    DeviceTensor d_grad = to_device(grad, {n}, DType::F32);
+    adamw_update(cuda_ctx(), d_param.t, d_master.t, d_grad.t, d_m.t, d_v.t, step);
+    expect_bits_equal(to_host_floats(d_master.t), c_master, "adamw master");
+    expect_bits_equal(to_host_floats(d_m.t), c_m, "adamw m");
+    expect_bits_equal(to_host_floats(d_v.t), c_v, "adamw v");
+    expect_bits_equal(to_host_floats(d_param.t), c_param, "adamw param");
+  }
+}
+
+// Exact: the multi-tensor step (one launch over the flat buffers, weight decay 0 inside the no-decay
+// ranges read from a device table) against the CPU's multi-tensor step, which itself equals the
+// per-tensor steps bit for bit (OpsOptimizer.AdamWMultiTensorEqualsPerTensorBitForBit). Ranges at the
+// start, in the middle, one element long and at the end.
+TEST(CudaOptimizer, AdamwUpdateMulti) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t n = (int64_t{1} << 20) + 4097;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> master(n), m(n), v(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    m[i] = 1e-3f * nd(rng);
+    v[i] = 1e-6f * std::abs(nd(rng));
+    grad[i] = 1e-2f * nd(rng);
+  }
+  const std::vector<int64_t> ranges = {0, 4096, 10000, 10001, 500000, 504096, n - 4096, n};
+  DeviceTensor d_ranges = device_tensor({static_cast<int64_t>(ranges.size()) * 2}, DType::I32);
+  copy_from_host(d_ranges.t, ranges.data());
+  const ElementRanges host_ranges{ranges.data(), nullptr, 4};
+  const ElementRanges dev_ranges{ranges.data(), static_cast<const int64_t*>(d_ranges.t.data), 4};
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 7, 0.8f};
+  std::vector<float> c_param(n), c_master = master, c_m = m, c_v = v;
+  adamw_update_multi(cpu_ctx(true), host_view(c_param, {n}), host_view(c_master, {n}), host_view(grad, {n}),
+                     host_view(c_m, {n}), host_view(c_v, {n}), host_ranges, step);
+  for (DType param_dtype : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(std::string("param ") + dtype_name(param_dtype));
+    DeviceTensor d_param = device_tensor({n}, param_dtype);
+    DeviceTensor d_master = to_device(master, {n}, DType::F32);
+    DeviceTensor d_m = to_device(m, {n}, DType::F32);
+    DeviceTensor d_v = to_device(v, {n}, DType::F32);
+    DeviceTensor d_grad = to_device(grad, {n}, DType::F32);
+    adamw_update_multi(cuda_ctx(), d_param.t, d_master.t, d_grad.t, d_m.t, d_v.t, dev_ranges, step);
+    expect_bits_equal(to_host_floats(d_master.t), c_master, "adamw_multi master");
+    expect_bits_equal(to_host_floats(d_m.t), c_m, "adamw_multi m");
+    expect_bits_equal(to_host_floats(d_v.t), c_v, "adamw_multi v");
+    expect_bits_equal(to_host_floats(d_param.t), c_param, "adamw_multi param");
+  }
+  // A missing device table is refused before any launch.
+  DeviceTensor d_master = to_device(master, {n}, DType::F32);
+  expect_error_containing([&] {
+    adamw_update_multi(cuda_ctx(), d_master.t, d_master.t, d_master.t, d_master.t, d_master.t, host_ranges, step);
+  }, {"adamw_update_multi", "device table"});
+}
+
+// Exact, including Inf, NaN, subnormals and rounding ties; an F32 param also without rounding.
+TEST(CudaOptimizer, CopyMasterToParam) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 4099;
+  std::vector<float> master = uniform_f32(n, rng, -2.0f, 2.0f);
+  master[0] = std::numeric_limits<float>::infinity();
+  master[1] = -std::numeric_limits<float>::infinity();
+  master[2] = std::numeric_limits<float>::quiet_NaN();
+  master[3] = 1e-40f;                    // subnormal
+  master[4] = num::bits_float(0x3F808000u);  // a tie: rounds to even (down)
+  master[5] = num::bits_float(0x3F818000u);  // a tie: rounds to even (up)
+  master[6] = 3.4e38f;                   // rounds to +Inf in bf16
+  DeviceTensor d_master = to_device(master, {n}, DType::F32);
+  for (bool round : {true, false}) {
+    OpContext cctx = cpu_ctx(true), gctx = cuda_ctx();
+    cctx.round_bf16 = gctx.round_bf16 = round;
+    std::vector<float> cpu(n);
+    copy_master_to_param(cctx, host_view(cpu, {n}), host_view(master, {n}));
+    DeviceTensor d_f32 = device_tensor({n}, DType::F32);
+    copy_master_to_param(gctx, d_f32.t, d_master.t);
+    expect_bits_equal(to_host_floats(d_f32.t), cpu, round ? "f32 param, rounded" : "f32 param, not rounded");
+    if (round) {
+      DeviceTensor d_bf16 = device_tensor({n}, DType::BF16);
+      copy_master_to_param(gctx, d_bf16.t, d_master.t);
+      expect_bits_equal(to_host_floats(d_bf16.t), cpu, "bf16 param");
+    }
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 // RMSNorm forward/backward against double references and finite differences, and the fp32 summation
 // schedule of numerics/reduce.h written out (the CUDA backend follows the same one, bit for bit).
+// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -185,6 +186,58 @@ TEST(OpsRmsNorm, ErrorsNameTheOp) {
                       [&] { rmsnorm_forward(ctx, out.t(), rstd_bad.t(), x.t(), w.t(), kEps); });
   expect_error_naming("rmsnorm_backward",
                       [&] { rmsnorm_backward(ctx, out.t(), w_bad.t(), out.t(), x.t(), w.t(), rstd.t()); });
+}
+
+// ---- CUDA: the same op on the GPU against the CPU backend (CudaRmsNorm) -------------------------
+
+// Exact: Σx² in the CPU's fp32 lane/tree schedule (numerics/reduce.h), then the same correctly
+// rounded division, sqrt and reciprocal, and the same elementwise expression.
+TEST(CudaRmsNorm, Forward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t T = 67, h = 333;
+  const float eps = 1e-5f;
+  std::vector<float> x = uniform_bf16(T * h, rng, -2.0f, 2.0f);
+  std::vector<float> w = uniform_bf16(h, rng, 0.5f, 1.5f);
+  std::vector<float> out(T * h), rstd(T);
+  rmsnorm_forward(cpu_ctx(true), host_view(out, {T, h}), host_view(rstd, {T}), host_view(x, {T, h}), host_view(w, {h}), eps);
+
+  DeviceTensor d_out = device_tensor({T, h}, DType::BF16);
+  DeviceTensor d_rstd = device_tensor({T}, DType::F32);
+  DeviceTensor d_x = to_device(x, {T, h}, DType::BF16);
+  DeviceTensor d_w = to_device(w, {h}, DType::BF16);
+  rmsnorm_forward(cuda_ctx(), d_out.t, d_rstd.t, d_x.t, d_w.t, eps);
+  expect_bits_equal(to_host_floats(d_rstd.t), rstd, "rmsnorm_forward rstd");
+  expect_bits_equal(to_host_floats(d_out.t), out, "rmsnorm_forward out");
+}
+
+// Exact: Σ (g w) x in the CPU's fp32 lane/tree schedule and the same dx expression; dw: the same
+// sequential fp32 sums over token chunks of 128 and the same tree over the chunks.
+TEST(CudaRmsNorm, Backward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t T = 301, h = 333;  // 3 token chunks of the dw reduction (a 3-leaf tree), the last one partial
+  std::vector<float> x = uniform_bf16(T * h, rng, -2.0f, 2.0f);
+  std::vector<float> w = uniform_bf16(h, rng, 0.5f, 1.5f);
+  std::vector<float> g = uniform_bf16(T * h, rng, -1.0f, 1.0f);
+  std::vector<float> dx0 = uniform_bf16(T * h, rng, -1.0f, 1.0f);  // "+=": a residual gradient
+  std::vector<float> dw0 = uniform_f32(h, rng, -1.0f, 1.0f);
+  std::vector<float> out(T * h), rstd(T);
+  rmsnorm_forward(cpu_ctx(true), host_view(out, {T, h}), host_view(rstd, {T}), host_view(x, {T, h}), host_view(w, {h}),
+                  1e-5f);
+  std::vector<float> dx = dx0, dw = dw0;
+  rmsnorm_backward(cpu_ctx(true), host_view(dx, {T, h}), host_view(dw, {h}), host_view(g, {T, h}), host_view(x, {T, h}),
+                   host_view(w, {h}), host_view(rstd, {T}));
+
+  DeviceTensor d_dx = to_device(dx0, {T, h}, DType::BF16);
+  DeviceTensor d_dw = to_device(dw0, {h}, DType::F32);
+  DeviceTensor d_g = to_device(g, {T, h}, DType::BF16);
+  DeviceTensor d_x = to_device(x, {T, h}, DType::BF16);
+  DeviceTensor d_w = to_device(w, {h}, DType::BF16);
+  DeviceTensor d_rstd = to_device(rstd, {T}, DType::F32);
+  rmsnorm_backward(cuda_ctx(), d_dx.t, d_dw.t, d_g.t, d_x.t, d_w.t, d_rstd.t);
+  expect_bits_equal(to_host_floats(d_dx.t), dx, "rmsnorm_backward dx");
+  expect_bits_equal(to_host_floats(d_dw.t), dw, "rmsnorm_backward dw");
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // Rotary position embedding (rotate-half) against a double reference; the backward is the adjoint.
+// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -8,12 +9,12 @@ constexpr int64_t kB = 2, kS = 7, kNq = 4, kNkv = 2, kD = 16;
 constexpr int64_t kT = kB * kS, kWidth = (kNq + 2 * kNkv) * kD, kRot = kNq + kNkv;
 
 // cos/sin tables [S, d/2] of Llama's angles pos * theta^(-2i/d).
-void make_tables(HostF32& c, HostF32& s, int64_t S, int64_t d) {
+void make_tables(HostF32& c, HostF32& s, int64_t S, int64_t d, double theta = 10000.0) {
   c = HostF32({S, d / 2});
   s = HostF32({S, d / 2});
   for (int64_t p = 0; p < S; ++p)
     for (int64_t i = 0; i < d / 2; ++i) {
-      const double ang = double(p) * std::pow(10000.0, -2.0 * double(i) / double(d));
+      const double ang = double(p) * std::pow(theta, -2.0 * double(i) / double(d));
       c[p * (d / 2) + i] = float(std::cos(ang));
       s[p * (d / 2) + i] = float(std::sin(ang));
     }
@@ -101,6 +102,34 @@ TEST(OpsRope, ErrorsNameTheOp) {
   expect_error_naming("rope_backward", [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kS, kRot, kD + 1); });
   expect_error_naming("rope_backward",
                       [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kS, kNq + 2 * kNkv + 1, kD); });
+}
+
+// ---- CUDA: the same op on the GPU against the CPU backend (CudaRope) ----------------------------
+
+// Exact: the same fp32 expressions in the same order. An odd half (d = 10), T = 111, Llama 3's theta.
+void rope_case(bool forward) {
+  PL_SEEDED_RNG(rng);
+  const int64_t B = 3, S = 37, nq = 3, nkv = 1, d = 10, T = B * S, W = (nq + 2 * nkv) * d;
+  HostF32 c, s;
+  make_tables(c, s, S, d, 500000.0);
+  std::vector<float> qkv = uniform_bf16(T * W, rng, -3.0f, 3.0f), cpu = qkv;
+  DeviceTensor d_qkv = to_device(qkv, {T, W}, DType::BF16);
+  DeviceTensor d_cos = to_device(c.v, {S, d / 2}, DType::F32), d_sin = to_device(s.v, {S, d / 2}, DType::F32);
+  const auto op = forward ? rope_forward : rope_backward;
+  op(cpu_ctx(true), host_view(cpu, {T, W}), c.t(), s.t(), S, nq + nkv, d);
+  op(cuda_ctx(), d_qkv.t, d_cos.t, d_sin.t, S, nq + nkv, d);
+  // The whole row, so the v heads (not rotated) are checked to be untouched too.
+  expect_bits_equal(to_host_floats(d_qkv.t), cpu, forward ? "rope_forward qkv" : "rope_backward dqkv");
+}
+
+TEST(CudaRope, Forward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  rope_case(true);
+}
+
+TEST(CudaRope, Backward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  rope_case(false);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // SwiGLU forward/backward against double references and finite differences.
+// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -71,6 +72,42 @@ TEST(OpsSwiglu, ErrorsNameTheOp) {
   const OpContext ctx = cpu_ctx(false);
   expect_error_naming("swiglu_forward", [&] { swiglu_forward(ctx, out.t(), fc1.t()); });
   expect_error_naming("swiglu_backward", [&] { swiglu_backward(ctx, dfc1_bad.t(), dout.t(), fc1.t()); });
+}
+
+// ---- CUDA: the same op on the GPU against the CPU backend (CudaSwiglu) --------------------------
+
+// Tolerance. The same fp32 expressions as the CPU except exp: CUDA's expf is within 2 ulp, glibc's
+// within 0.5 ulp, so each fp32 result is within a few ulp of the CPU's and its bf16 rounding is the
+// same or the adjacent value: |diff| <= 2^-7 max(|a|,|b|), at most 1% of the elements differing.
+TEST(CudaSwiglu, Forward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t T = 57, f = 219;
+  std::vector<float> fc1 = uniform_bf16(T * 2 * f, rng, -6.0f, 6.0f);
+  std::vector<float> out(T * f);
+  swiglu_forward(cpu_ctx(true), host_view(out, {T, f}), host_view(fc1, {T, 2 * f}));
+  DeviceTensor d_out = device_tensor({T, f}, DType::BF16);
+  DeviceTensor d_fc1 = to_device(fc1, {T, 2 * f}, DType::BF16);
+  swiglu_forward(cuda_ctx(), d_out.t, d_fc1.t);
+  expect_close_to_cpu(to_host_floats(d_out.t), out, kBf16Ulp, 0.0, 0.01, "swiglu_forward out");
+}
+
+// Tolerance. As the forward, plus: d silu/dg = sig (1 + g (1 - sig)) cancels near g = -1.28, where a
+// 2-ulp exp difference moves the factor by ~|g| 2^-22 absolute; times |dout·up| <= 2 that is < 1e-6.
+// |diff| <= 2^-7 max(|a|,|b|) + 1e-6, at most 1% of the elements differing.
+TEST(CudaSwiglu, Backward) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t T = 57, f = 219;
+  std::vector<float> fc1 = uniform_bf16(T * 2 * f, rng, -6.0f, 6.0f);
+  std::vector<float> dout = uniform_bf16(T * f, rng, -1.0f, 1.0f);
+  std::vector<float> dfc1(T * 2 * f);
+  swiglu_backward(cpu_ctx(true), host_view(dfc1, {T, 2 * f}), host_view(dout, {T, f}), host_view(fc1, {T, 2 * f}));
+  DeviceTensor d_dfc1 = device_tensor({T, 2 * f}, DType::BF16);
+  DeviceTensor d_dout = to_device(dout, {T, f}, DType::BF16);
+  DeviceTensor d_fc1 = to_device(fc1, {T, 2 * f}, DType::BF16);
+  swiglu_backward(cuda_ctx(), d_dfc1.t, d_dout.t, d_fc1.t);
+  expect_close_to_cpu(to_host_floats(d_dfc1.t), dfc1, kBf16Ulp, 1e-6, 0.01, "swiglu_backward dfc1");
 }
 
 }  // namespace
