@@ -1,5 +1,6 @@
 // SwiGLU forward/backward against double references and finite differences.
-// On the CPU (Ops*) and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
+// Cpu/Swiglu.* and Cuda/Swiglu.* run the same cases on each backend (the GPU also against the CPU
+// backend); OpsSwiglu.* are CPU-only (plain FP32, finite differences, errors).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -55,18 +56,6 @@ TEST(OpsSwiglu, BackwardMatchesDoubleAndFiniteDifferences) {
   expect_close(dfc1.v, fd, 1e-5, "op dfc1 vs finite differences");
 }
 
-TEST(OpsSwiglu, RoundBf16) {
-  std::mt19937 rng(603);
-  HostF32 fc1 = random_f32({kT, 2 * kF}, rng, -6, 6, true), dout = random_f32({kT, kF}, rng, -1, 1, true);
-  HostF32 out({kT, kF}), dfc1({kT, 2 * kF});
-  swiglu_forward(cpu_ctx(true), out.t(), fc1.t());
-  swiglu_backward(cpu_ctx(true), dfc1.t(), dout.t(), fc1.t());
-  expect_bf16_representable(out.v, "out");
-  expect_bf16_representable(dfc1.v, "dfc1");
-  expect_bf16_close(out.v, ref_forward(fc1.d(), kT, kF), "out");
-  expect_bf16_close(dfc1.v, ref_backward(fc1.d(), dout.d(), kT, kF), "dfc1");
-}
-
 TEST(OpsSwiglu, ErrorsNameTheOp) {
   HostF32 fc1({4, 16}), out({4, 9}), dfc1_bad({4, 17}), dout({4, 8});
   const OpContext ctx = cpu_ctx(false);
@@ -74,40 +63,42 @@ TEST(OpsSwiglu, ErrorsNameTheOp) {
   expect_error_naming("swiglu_backward", [&] { swiglu_backward(ctx, dfc1_bad.t(), dout.t(), fc1.t()); });
 }
 
-// ---- CUDA: the same op on the GPU against the CPU backend (CudaSwiglu) --------------------------
+// ---- on every backend (Cpu/ and Cuda/Swiglu.*) ----------------------------------------------------
 
-// Tolerance. The same fp32 expressions as the CPU except exp: CUDA's expf is within 2 ulp, glibc's
-// within 0.5 ulp, so each fp32 result is within a few ulp of the CPU's and its bf16 rounding is the
-// same or the adjacent value: |diff| <= 2^-7 max(|a|,|b|), at most 1% of the elements differing.
-TEST(CudaSwiglu, Forward) {
-  PL_REQUIRE_CUDA_DEVICE();
-  PL_SEEDED_RNG(rng);
-  const int64_t T = 57, f = 219;
-  std::vector<float> fc1 = uniform_bf16(T * 2 * f, rng, -6.0f, 6.0f);
-  std::vector<float> out(T * f);
-  swiglu_forward(cpu_ctx(true), host_view(out, {T, f}), host_view(fc1, {T, 2 * f}));
-  DeviceTensor d_out = device_tensor({T, f}, DType::BF16);
-  DeviceTensor d_fc1 = to_device(fc1, {T, 2 * f}, DType::BF16);
-  swiglu_forward(cuda_ctx(), d_out.t, d_fc1.t);
-  expect_close_to_cpu(to_host_floats(d_out.t), out, kBf16Ulp, 0.0, 0.01, "swiglu_forward out");
-}
+class Swiglu : public OnBackend {};
+PL_INSTANTIATE_BACKENDS(Swiglu);
 
-// Tolerance. As the forward, plus: d silu/dg = sig (1 + g (1 - sig)) cancels near g = -1.28, where a
-// 2-ulp exp difference moves the factor by ~|g| 2^-22 absolute; times |dout·up| <= 2 that is < 1e-6.
-// |diff| <= 2^-7 max(|a|,|b|) + 1e-6, at most 1% of the elements differing.
-TEST(CudaSwiglu, Backward) {
-  PL_REQUIRE_CUDA_DEVICE();
+// Forward and backward with round_bf16 on BF16 inputs: BF16 outputs within BF16 rounding of double.
+// On the GPU also against the CPU backend, within a tolerance: the same fp32 expressions except exp
+// (CUDA's expf is within 2 ulp, glibc's within 0.5 ulp), so each fp32 result is within a few ulp of
+// the CPU's and its bf16 rounding is the same or the adjacent value: |diff| <= 2^-7 max(|a|,|b|), at
+// most 1% of the elements differing. The backward adds: d silu/dg = sig (1 + g (1 - sig)) cancels
+// near g = -1.28, where a 2-ulp exp difference moves the factor by ~|g| 2^-22 absolute; times
+// |dout·up| <= 2 that is < 1e-6, so |diff| <= 2^-7 max(|a|,|b|) + 1e-6. Against double the GPU gets
+// the CPU's bound plus that adjacent bf16 ulp (rel 2^-6 instead of 2^-7).
+TEST_P(Swiglu, RoundBf16) {
   PL_SEEDED_RNG(rng);
-  const int64_t T = 57, f = 219;
-  std::vector<float> fc1 = uniform_bf16(T * 2 * f, rng, -6.0f, 6.0f);
-  std::vector<float> dout = uniform_bf16(T * f, rng, -1.0f, 1.0f);
-  std::vector<float> dfc1(T * 2 * f);
-  swiglu_backward(cpu_ctx(true), host_view(dfc1, {T, 2 * f}), host_view(dout, {T, f}), host_view(fc1, {T, 2 * f}));
-  DeviceTensor d_dfc1 = device_tensor({T, 2 * f}, DType::BF16);
-  DeviceTensor d_dout = to_device(dout, {T, f}, DType::BF16);
-  DeviceTensor d_fc1 = to_device(fc1, {T, 2 * f}, DType::BF16);
-  swiglu_backward(cuda_ctx(), d_dfc1.t, d_dout.t, d_fc1.t);
-  expect_close_to_cpu(to_host_floats(d_dfc1.t), dfc1, kBf16Ulp, 1e-6, 0.01, "swiglu_backward dfc1");
+  const double rel = on_cuda() ? 2.0 / 128 : 1.0 / 128;
+  for (const auto& [T, f] : {std::pair<int64_t, int64_t>{kT, kF}, {57, 219}}) {
+    SCOPED_TRACE("T=" + std::to_string(T) + " f=" + std::to_string(f));
+    std::vector<float> fc1 = uniform_bf16(T * 2 * f, rng, -6.0f, 6.0f), dout = uniform_bf16(T * f, rng, -1.0f, 1.0f);
+    const std::vector<double> fc1d(fc1.begin(), fc1.end()), doutd(dout.begin(), dout.end());
+    const std::vector<float> out = run_close(GetParam(), [&](Backend& k) {
+      std::vector<float> o(T * f);
+      swiglu_forward(k.ctx(), k.put(o, {T, f}, DType::BF16), k.put(fc1, {T, 2 * f}, DType::BF16));
+      return k.get(o);
+    }, kBf16Ulp, 0.0, 0.01, "swiglu_forward out");
+    const std::vector<float> dfc1 = run_close(GetParam(), [&](Backend& k) {
+      std::vector<float> d(T * 2 * f);
+      swiglu_backward(k.ctx(), k.put(d, {T, 2 * f}, DType::BF16), k.put(dout, {T, f}, DType::BF16),
+                      k.put(fc1, {T, 2 * f}, DType::BF16));
+      return k.get(d);
+    }, kBf16Ulp, 1e-6, 0.01, "swiglu_backward dfc1");
+    expect_bf16_representable(out, "out");
+    expect_bf16_representable(dfc1, "dfc1");
+    expect_bf16_close(out, ref_forward(fc1d, T, f), "out", rel);
+    expect_bf16_close(dfc1, ref_backward(fc1d, doutd, T, f), "dfc1", rel);
+  }
 }
 
 }  // namespace
