@@ -20,6 +20,11 @@
 #include "cuda/cuda_test_util.h"
 #include "numerics/bf16.h"
 
+namespace pl {
+// How gtest (and ctest's test names) show the backend a parameterized case runs on.
+inline void PrintTo(Device d, std::ostream* os) { *os << (d == Device::CUDA ? "cuda" : "cpu"); }
+}  // namespace pl
+
 namespace pl::optest {
 
 using namespace ::pl::test;  // the device side of the Cuda* cases
@@ -200,6 +205,13 @@ inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>&
 // A case makes its inputs once as host vectors, runs the op on a Backend and checks what it checks
 // on every backend; on the GPU it also runs the same function on the CPU backend and compares (the
 // conformance claim: bit-exact, or within the bound the case states).
+// The concatenation of result vectors (a case that checks several outputs returns them as one).
+inline std::vector<float> joined(std::initializer_list<std::vector<float>> parts) {
+  std::vector<float> r;
+  for (const std::vector<float>& p : parts) r.insert(r.end(), p.begin(), p.end());
+  return r;
+}
+
 class Backend {
  public:
   explicit Backend(Device d) : device_(d) {}

@@ -147,9 +147,7 @@ TEST_P(CrossEntropy, RoundBf16) {
       std::vector<float> l = logits, losses(T);
       cross_entropy_forward_backward(k.ctx(), k.put(losses, {T}, DType::F32), k.put(l, {T, V}, DType::BF16),
                                      k.put(tgt, {T}), grad_scale);
-      std::vector<float> r = k.get(losses), g = k.get(l);
-      r.insert(r.end(), g.begin(), g.end());
-      return r;
+      return joined({k.get(losses), k.get(l)});
     };
     const auto losses_of = [&](const std::vector<float>& r) { return std::vector<float>(r.begin(), r.begin() + T); };
     const auto logits_of = [&](const std::vector<float>& r) { return std::vector<float>(r.begin() + T, r.end()); };

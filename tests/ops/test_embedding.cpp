@@ -103,8 +103,7 @@ TEST_P(Embedding, BackwardAccumulatesScatter) {
       const Tensor dt = b.put(dtable, {V, h}, DType::F32), dg = b.put(g, {T, h}, DType::BF16), ti = b.put(ids, {T});
       for (int i = 0; i < calls; ++i) {
         embedding_backward(b.ctx(), dt, dg, ti);
-        const std::vector<float> now = b.get(dtable);
-        all.insert(all.end(), now.begin(), now.end());
+        all = joined({all, b.get(dtable)});
       }
       return all;
     };

@@ -250,14 +250,10 @@ TEST_P(Optimizer, AdamWMatchesHandComputedStep) {
       for (int steps = fresh ? 3 : 1; steps > 0; --steps, ++st.step) {
         for (float& g : grad) g = fresh ? 2.0f * u(rng) : 1e-2f * nd(rng);
         const std::vector<float> got = run_exact(GetParam(), [&](Backend& k) {  // [master | m | v | param]
-          std::vector<float> ma = master, mm = m, vv = v, p(n), r;
+          std::vector<float> ma = master, mm = m, vv = v, p(n);
           adamw_update(k.ctx(), k.put(p, {n}, param_dtype), k.put(ma, {n}, DType::F32), k.put(grad, {n}, DType::F32),
                        k.put(mm, {n}, DType::F32), k.put(vv, {n}, DType::F32), st);
-          for (const std::vector<float>* t : {&ma, &mm, &vv, &p}) {
-            const std::vector<float> now = k.get(*t);
-            r.insert(r.end(), now.begin(), now.end());
-          }
-          return r;
+          return joined({k.get(ma), k.get(mm), k.get(vv), k.get(p)});
         }, "adamw [master | m | v | param] at step " + std::to_string(st.step));
         std::vector<double> pd(master.begin(), master.end()), md(m.begin(), m.end()), vd(v.begin(), v.end());
         ref_adamw(pd, md, vd, std::vector<double>(grad.begin(), grad.end()), h, st.step);

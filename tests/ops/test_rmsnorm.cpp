@@ -187,9 +187,7 @@ TEST_P(RmsNorm, RoundBf16) {
       std::vector<float> out(T * h), rstd(T);
       rmsnorm_forward(k.ctx(), k.put(out, {T, h}, DType::BF16), k.put(rstd, {T}, DType::F32),
                       k.put(x, {T, h}, DType::BF16), k.put(w, {h}, DType::BF16), kEps);
-      std::vector<float> r = k.get(out), rs = k.get(rstd);
-      r.insert(r.end(), rs.begin(), rs.end());
-      return r;
+      return joined({k.get(out), k.get(rstd)});
     }, "rmsnorm_forward [out | rstd]");
     const std::vector<float> out(fwd.begin(), fwd.begin() + T * h);
     std::vector<float> rstd(fwd.begin() + T * h, fwd.end());
@@ -201,9 +199,7 @@ TEST_P(RmsNorm, RoundBf16) {
       rmsnorm_backward(k.ctx(round), k.put(dx, {T, h}, DType::BF16), k.put(dw, {h}, DType::F32),
                        k.put(g, {T, h}, DType::BF16), k.put(x, {T, h}, DType::BF16), k.put(w, {h}, DType::BF16),
                        k.put(rstd, {T}, DType::F32));
-      std::vector<float> r = k.get(dx), d = k.get(dw);
-      r.insert(r.end(), d.begin(), d.end());
-      return r;
+      return joined({k.get(dx), k.get(dw)});
     };
     const std::vector<float> bwd =
         run_exact(GetParam(), [&](Backend& k) { return backward(k, true); }, "rmsnorm_backward [dx | dw]");
