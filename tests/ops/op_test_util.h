@@ -205,13 +205,6 @@ inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>&
 // A case makes its inputs once as host vectors, runs the op on a Backend and checks what it checks
 // on every backend; on the GPU it also runs the same function on the CPU backend and compares (the
 // conformance claim: bit-exact, or within the bound the case states).
-// The concatenation of result vectors (a case that checks several outputs returns them as one).
-inline std::vector<float> joined(std::initializer_list<std::vector<float>> parts) {
-  std::vector<float> r;
-  for (const std::vector<float>& p : parts) r.insert(r.end(), p.begin(), p.end());
-  return r;
-}
-
 class Backend {
  public:
   explicit Backend(Device d) : device_(d) {}
@@ -222,7 +215,8 @@ class Backend {
     return c;
   }
   // A tensor of this backend holding v: the CPU views v itself (outputs land in it), the GPU gets a
-  // device copy of dtype `dt` (BF16 rounds RNE, as the model's BF16 tensors), kept until get(v).
+  // device copy of dtype `dt` (BF16 rounds RNE, as the model's BF16 tensors), owned by the Backend
+  // (until v is put again).
   Tensor put(std::vector<float>& v, std::initializer_list<int64_t> shape, DType dt) {
     if (!cuda()) return host_view(v, shape);
     return dev_.insert_or_assign(v.data(), to_device(v, shape, dt)).first->second.t;
@@ -257,6 +251,13 @@ class OnBackend : public ::testing::TestWithParam<Device> {
 #define PL_INSTANTIATE_BACKENDS(Suite)                                                   \
   INSTANTIATE_TEST_SUITE_P(Cpu, Suite, ::testing::Values(::pl::Device::CPU));           \
   INSTANTIATE_TEST_SUITE_P(Cuda, Suite, ::testing::Values(::pl::Device::CUDA))
+
+// The concatenation of result vectors (a case that checks several outputs returns them as one).
+inline std::vector<float> joined(std::initializer_list<std::vector<float>> parts) {
+  std::vector<float> r;
+  for (const std::vector<float>& p : parts) r.insert(r.end(), p.begin(), p.end());
+  return r;
+}
 
 // f(backend) -> result vector, on this test's backend; on the GPU, check(gpu result, the CPU backend's
 // result for the same inputs) too.
