@@ -1,18 +1,36 @@
 #pragma once
-// Helpers for the GPU conformance tests: skip without a device, move host data to device tensors of
-// a given dtype (BF16 values rounded RNE with the shared numerics, as the CPU backend rounds) and back.
-// Compiles in every build; the device calls only run after PL_REQUIRE_CUDA_DEVICE() passed.
+// Helpers for the GPU conformance tests (the Cuda* cases of tests/ops/test_<op>.cpp and tests/cuda/):
+// skip without a device, move host data to device tensors of a given dtype (BF16 values rounded RNE
+// with the shared numerics, as the CPU backend rounds) and back, fresh seeds, and the comparisons of a
+// GPU result with the CPU backend's. Compiles in every build; the device calls only run after
+// PL_REQUIRE_CUDA_DEVICE() passed.
+// A Cuda* case runs the op on the CPU backend (round_bf16 true, FP32 storage) and on the GPU on the
+// same inputs (BF16 inputs are BF16-representable values, so both backends see the same numbers),
+// mostly fresh random ones: the seed comes from std::random_device, or from PL_TEST_SEED when set,
+// and is printed with every failure. Shapes are odd on purpose (T not a multiple of 32, widths not
+// multiples of the block sizes). Each case states whether it is bit-exact (the GPU runs the CPU's
+// float operations in the CPU's order, FMA contraction off, through the shared numerics) or within a
+// stated tolerance (CUDA's expf/logf are within 1-2 ulp, not correctly rounded).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "backend/ops.h"
+#include "core/error.h"
 #include "core/tensor.h"
 #include "numerics/bf16.h"
+
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/gemm.h"
+#endif
 
 namespace pl::test {
 
@@ -107,5 +125,100 @@ inline std::vector<float> fast_bf16(int64_t n, float scale, uint64_t seed) {
   }
   return v;
 }
+
+// "Adjacent bf16" bound of the tolerance-based comparisons: two bf16 roundings of fp32 values that
+// differ by a few fp32 ulp are equal or neighbours, and neighbours differ by one bf16 ulp
+// <= 2^-7 * max(|a|, |b|).
+constexpr double kBf16Ulp = 0x1p-7;
+
+// A fresh seed per test, reported with every failure of the test (SCOPED_TRACE at the call site).
+inline uint32_t fresh_seed() {
+  if (const char* s = std::getenv("PL_TEST_SEED")) return static_cast<uint32_t>(std::strtoul(s, nullptr, 10));
+  return std::random_device{}();
+}
+#define PL_SEEDED_RNG(rng)                                                             \
+  const uint32_t seed_ = ::pl::test::fresh_seed();                                     \
+  SCOPED_TRACE("seed " + std::to_string(seed_) + " (rerun with PL_TEST_SEED=" +        \
+               std::to_string(seed_) + ")");                                           \
+  std::mt19937 rng(seed_)
+
+inline std::vector<float> uniform_bf16(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = num::round_bf16(d(rng));
+  return v;
+}
+
+inline std::vector<float> uniform_f32(size_t n, std::mt19937& rng, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+inline std::vector<int32_t> uniform_ids(size_t n, std::mt19937& rng, int32_t vocab) {
+  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = d(rng);
+  return v;
+}
+
+// Bit-for-bit equality of two float vectors (so -0 vs +0 and NaN payloads count).
+inline void expect_bits_equal(const std::vector<float>& gpu, const std::vector<float>& cpu, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < gpu.size(); ++i)
+    if (num::float_bits(gpu[i]) != num::float_bits(cpu[i]) && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << gpu.size() << " elements differ; first at " << first
+                     << ": gpu " << gpu[first] << " cpu " << cpu[first];
+}
+
+// |gpu - cpu| <= rel * max(|gpu|, |cpu|) + abs_tol[i] for every element, and at most max_frac of the
+// elements differ at all (the bounds allow a rounding to land on a neighbour; a systematic error
+// that stays within them would still change many elements).
+inline void expect_close_to_cpu(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
+                                const std::vector<double>& abs_tol, double max_frac, const std::string& what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  ASSERT_EQ(abs_tol.size(), cpu.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double a = gpu[i], b = cpu[i];
+    if (num::float_bits(gpu[i]) != num::float_bits(cpu[i])) ++differ;
+    const double tol = rel * std::max(std::abs(a), std::abs(b)) + abs_tol[i];
+    if (!(std::abs(a - b) <= tol)) {
+      ADD_FAILURE() << what << ": element " << i << ": gpu " << a << " cpu " << b << " (|diff| " << std::abs(a - b)
+                    << " > tol " << tol << ")";
+      return;
+    }
+  }
+  EXPECT_LE(static_cast<double>(differ), max_frac * static_cast<double>(gpu.size()))
+      << what << ": " << differ << " of " << gpu.size() << " elements differ";
+}
+
+inline void expect_close_to_cpu(const std::vector<float>& gpu, const std::vector<float>& cpu, double rel,
+                                double abs_tol, double max_frac, const std::string& what) {
+  expect_close_to_cpu(gpu, cpu, rel, std::vector<double>(cpu.size(), abs_tol), max_frac, what);
+}
+
+// Runs f, expects a pl::Error whose message contains every one of `parts`.
+template <class F>
+void expect_error_containing(F&& f, std::initializer_list<const char*> parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error containing '" << *parts.begin() << "'";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg;
+  }
+}
+
+#if defined(PL_WITH_CUDA)
+// Runs `body` on the path the GPU takes by default, then once more forced onto the emulated path
+// (the same path on a GPU without the native GEMM).
+struct ForceEmulated {
+  explicit ForceEmulated(bool on) { cuda::set_force_emulated_gemm(on); }
+  ~ForceEmulated() { cuda::set_force_emulated_gemm(false); }
+};
+#endif
 
 }  // namespace pl::test

@@ -17,7 +17,7 @@
 #if defined(PL_WITH_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "backend/cuda/numerics_check.h"
+#include "cuda/numerics_check.h"
 #endif
 
 namespace pl {

@@ -1,7 +1,8 @@
 #pragma once
 // Shared helpers of the op tests (tests/ops/): host tensors that own their storage, seeded random
 // inputs, comparisons against double-precision references, BF16 checks, central finite
-// differences, and the error-message check. Everything here is test-only.
+// differences, and the error-message check; the GPU cases of each op file (Cuda*) use the device
+// helpers of cuda/cuda_test_util.h. Everything here is test-only.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -9,15 +10,24 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/ops.h"
 #include "core/error.h"
+#include "cuda/cuda_test_util.h"
 #include "numerics/bf16.h"
 
+namespace pl {
+// How gtest (and ctest's test names) show the backend a parameterized case runs on.
+inline void PrintTo(Device d, std::ostream* os) { *os << (d == Device::CUDA ? "cuda" : "cpu"); }
+}  // namespace pl
+
 namespace pl::optest {
+
+using namespace ::pl::test;  // the device side of the Cuda* cases
 
 inline Tensor make_view(void* data, const std::vector<int64_t>& dims, DType dtype) {
   Tensor t;
@@ -187,6 +197,91 @@ inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>&
   for (size_t i = 0; i < a.size(); ++i)
     if (num::float_bits(a[i]) != num::float_bits(b[i])) return false;
   return true;
+}
+
+// ---- one case on every backend --------------------------------------------------------------------
+// A suite derived from OnBackend runs each TEST_P once per backend (PL_INSTANTIATE_BACKENDS):
+// Cpu/<Suite>.<Case>/0 always, Cuda/<Suite>.<Case>/0 on a GPU (skipped with the reason without one).
+// A case makes its inputs once as host vectors, runs the op on a Backend and checks what it checks
+// on every backend; on the GPU it also runs the same function on the CPU backend and compares (the
+// conformance claim: bit-exact, or within the bound the case states).
+class Backend {
+ public:
+  explicit Backend(Device d) : device_(d) {}
+  bool cuda() const { return device_ == Device::CUDA; }
+  OpContext ctx(bool round_bf16 = true) const {
+    OpContext c = cuda() ? cuda_ctx() : cpu_ctx(round_bf16);
+    c.round_bf16 = round_bf16;
+    return c;
+  }
+  // A tensor of this backend holding v: the CPU views v itself (outputs land in it), the GPU gets a
+  // device copy of dtype `dt` (BF16 rounds RNE, as the model's BF16 tensors), owned by the Backend
+  // (until v is put again).
+  Tensor put(std::vector<float>& v, std::initializer_list<int64_t> shape, DType dt) {
+    if (!cuda()) return host_view(v, shape);
+    return dev_.insert_or_assign(v.data(), to_device(v, shape, dt)).first->second.t;
+  }
+  Tensor put(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+    if (!cuda()) return Tensor(v.data(), shape, DType::I32, Device::CPU);
+    return dev_.insert_or_assign(v.data(), to_device_i32(v, shape)).first->second.t;
+  }
+  // The values of the tensor put(v) made, now.
+  std::vector<float> get(const std::vector<float>& v) const {
+    return cuda() ? to_host_floats(dev_.at(v.data()).t) : v;
+  }
+  std::vector<int32_t> get(const std::vector<int32_t>& v) const {
+    if (!cuda()) return v;
+    std::vector<int32_t> out(v.size());
+    copy_to_host(out.data(), dev_.at(v.data()).t);
+    return out;
+  }
+
+ private:
+  Device device_;
+  std::map<const void*, DeviceTensor> dev_;
+};
+
+class OnBackend : public ::testing::TestWithParam<Device> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Device::CUDA) PL_REQUIRE_CUDA_DEVICE();
+  }
+  bool on_cuda() const { return GetParam() == Device::CUDA; }
+};
+#define PL_INSTANTIATE_BACKENDS(Suite)                                                   \
+  INSTANTIATE_TEST_SUITE_P(Cpu, Suite, ::testing::Values(::pl::Device::CPU));           \
+  INSTANTIATE_TEST_SUITE_P(Cuda, Suite, ::testing::Values(::pl::Device::CUDA))
+
+// The concatenation of result vectors (a case that checks several outputs returns them as one).
+inline std::vector<float> joined(std::initializer_list<std::vector<float>> parts) {
+  std::vector<float> r;
+  for (const std::vector<float>& p : parts) r.insert(r.end(), p.begin(), p.end());
+  return r;
+}
+
+// f(backend) -> result vector, on this test's backend; on the GPU, check(gpu result, the CPU backend's
+// result for the same inputs) too.
+template <class F, class Check>
+std::vector<float> run_checked(Device d, F&& f, Check&& check) {
+  Backend b(d);
+  std::vector<float> got = f(b);
+  if (b.cuda()) {
+    Backend cpu(Device::CPU);
+    check(got, f(cpu));
+  }
+  return got;
+}
+// The exact ops: bit-identical to the CPU backend.
+template <class F>
+std::vector<float> run_exact(Device d, F&& f, const std::string& what) {
+  return run_checked(d, f, [&](const auto& gpu, const auto& cpu) { expect_bits_equal(gpu, cpu, what + " (gpu vs cpu)"); });
+}
+// Within expect_close_to_cpu's bound of the CPU backend (rel, abs, max_frac as there).
+template <class F>
+std::vector<float> run_close(Device d, F&& f, double rel, double abs, double max_frac, const std::string& what) {
+  return run_checked(d, f, [&](const auto& gpu, const auto& cpu) {
+    expect_close_to_cpu(gpu, cpu, rel, abs, max_frac, what + " (gpu vs cpu)");
+  });
 }
 
 }  // namespace pl::optest

@@ -1,5 +1,7 @@
 // Fused softmax cross-entropy: losses and the in-place logits gradient, and the fp32 summation schedule
 // of numerics/reduce.h written out (the CUDA backend sums in the same order; only its expf differs).
+// Cpu/CrossEntropy.* and Cuda/CrossEntropy.* run the same cases on each backend (the GPU also against
+// the CPU backend); OpsCrossEntropy.* are CPU-only (plain FP32, finite differences, the schedule).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -70,28 +72,6 @@ TEST(OpsCrossEntropy, GradientMatchesFiniteDifferences) {
   expect_close(logits.v, fd, 1e-5, "op dlogits vs finite differences");
 }
 
-TEST(OpsCrossEntropy, ZeroGradScaleLeavesLogits) {
-  std::mt19937 rng(803);
-  HostF32 logits = random_f32({kT, kV}, rng, -4, 4), before = logits, losses({kT});
-  HostI32 tgt = random_i32({kT}, rng, 0, kV);
-  cross_entropy_forward_backward(cpu_ctx(true), losses.t(), logits.t(), tgt.t(), 0.0f);
-  EXPECT_TRUE(bitwise_equal(logits.v, before.v));
-  expect_close(losses.v, ref_losses(before.d(), tgt.v, kT, kV), 1e-5, "losses");
-}
-
-TEST(OpsCrossEntropy, RoundBf16AndLargeVocab) {
-  std::mt19937 rng(804);
-  const int64_t T = 4, V = 50000;
-  HostF32 logits = random_f32({T, V}, rng, -8, 8, true), losses({T});
-  HostI32 tgt = random_i32({T}, rng, 0, V);
-  const std::vector<double> x = logits.d();
-  const float scale = 1.0f / 1024;
-  cross_entropy_forward_backward(cpu_ctx(true), losses.t(), logits.t(), tgt.t(), scale);
-  expect_bf16_representable(logits.v, "dlogits");
-  expect_close(losses.v, ref_losses(x, tgt.v, T, V), 1e-5, "losses (fp32, not rounded)");
-  expect_bf16_close(logits.v, ref_grad(x, tgt.v, T, V, scale), "dlogits");
-}
-
 // Σ exp(x - m) in 512 lanes (logit j -> lane j % 512, in order, from +0), combined by the stride tree
 // (s = 256..1: lane[k] += lane[k + s]); loss = log(Σ) - (x[y] - m).
 TEST(OpsCrossEntropy, FollowsTheDocumentedFp32Schedule) {
@@ -127,6 +107,87 @@ TEST(OpsCrossEntropy, ErrorsNameTheOp) {
   tgt.v[3] = 0;
   expect_error_naming(
       op, [&] { cross_entropy_forward_backward(cpu_ctx(false), losses_bad.t(), logits.t(), tgt.t(), 1.0f); });
+}
+
+// ---- on every backend (Cpu/ and Cuda/CrossEntropy.*) ----------------------------------------------
+
+class CrossEntropy : public OnBackend {};
+PL_INSTANTIATE_BACKENDS(CrossEntropy);
+
+// round_bf16 on BF16 logits: fp32 losses (not rounded) and BF16 dlogits against double, and with
+// grad_scale = 0 the same losses, the logits left untouched. A large vocabulary, V not a multiple of
+// the block stride (512), Llama 3's vocabulary; a target at V - 1 and one confident row (p(target)
+// near 1) to exercise the p - 1 cancellation.
+// On the GPU also against the CPU backend, within a tolerance. Both sides take the same fp32 max and
+// exponentials of the same arguments, summed in the same fp32 lane/tree schedule: each CUDA expf is
+// within 2 ulp of the value (glibc's within 0.5), so Σ agrees to ~3 ulp relative (plus the rare
+// rounding of a lane sum to a neighbour), log(Σ) to 3·2^-24 absolute plus one ulp of CUDA's logf
+// (<= 1 ulp) and of the final subtraction: |loss diff| <= 1e-5 max(1, |loss|) (about 10x slack).
+// Gradients: p = e (1/Σ) within a few ulp on both sides, so bf16(grad_scale (p - onehot)) is the same
+// or adjacent, except that p - 1 cancels near p = 1 (absolute error a few 2^-24): |diff| <= 2^-7
+// max(|a|,|b|) + 1e-6 grad_scale, at most 1% of the elements differing. Against double the GPU gets
+// the CPU's dlogits bound plus that adjacent bf16 ulp (rel 2^-6 instead of 2^-7).
+TEST_P(CrossEntropy, RoundBf16) {
+  PL_SEEDED_RNG(rng);
+  const double rel = on_cuda() ? 2.0 / 128 : 1.0 / 128;
+  struct Case {
+    int64_t T, V;
+    float spread;
+  };
+  for (const Case& c : {Case{4, 50000, 8.0f}, Case{37, 5003, 8.0f}, Case{3, 128256, 12.0f}}) {
+    const int64_t T = c.T, V = c.V;
+    SCOPED_TRACE("T = " + std::to_string(T) + ", V = " + std::to_string(V));
+    std::vector<float> logits = uniform_bf16(T * V, rng, -c.spread, c.spread);
+    std::vector<int32_t> tgt = uniform_ids(T, rng, static_cast<int32_t>(V));
+    tgt[0] = static_cast<int32_t>(V - 1);
+    logits[1 * V + tgt[1]] = num::round_bf16(c.spread + 20.0f);
+    const std::vector<double> x(logits.begin(), logits.end());
+    const float scale = 1.0f / static_cast<float>(2 * T);
+    const auto run = [&](Backend& k, float grad_scale) {  // [losses | logits afterwards]
+      std::vector<float> l = logits, losses(T);
+      cross_entropy_forward_backward(k.ctx(), k.put(losses, {T}, DType::F32), k.put(l, {T, V}, DType::BF16),
+                                     k.put(tgt, {T}), grad_scale);
+      return joined({k.get(losses), k.get(l)});
+    };
+    const auto losses_of = [&](const std::vector<float>& r) { return std::vector<float>(r.begin(), r.begin() + T); };
+    const auto logits_of = [&](const std::vector<float>& r) { return std::vector<float>(r.begin() + T, r.end()); };
+    const std::vector<float> got = run_checked(GetParam(), [&](Backend& k) { return run(k, scale); },
+                                               [&](const std::vector<float>& gpu, const std::vector<float>& cpu) {
+      std::vector<double> loss_tol(T);
+      for (int64_t t = 0; t < T; ++t) loss_tol[t] = 1e-5 * std::max(1.0, std::abs(static_cast<double>(cpu[t])));
+      expect_close_to_cpu(losses_of(gpu), losses_of(cpu), 0.0, loss_tol, 1.0, "cross_entropy losses");
+      expect_close_to_cpu(logits_of(gpu), logits_of(cpu), kBf16Ulp, 1e-6 * scale, 0.01, "cross_entropy dlogits");
+    });
+    expect_bf16_representable(logits_of(got), "dlogits");
+    expect_close(losses_of(got), ref_losses(x, tgt, T, V), 1e-5, "losses (fp32, not rounded)");
+    expect_bf16_close(logits_of(got), ref_grad(x, tgt, T, V, scale), "dlogits", rel);
+    Backend k(GetParam());
+    const std::vector<float> zero = run(k, 0.0f);
+    expect_bits_equal(losses_of(zero), losses_of(got), "cross_entropy losses (grad_scale 0)");
+    expect_bits_equal(logits_of(zero), logits, "cross_entropy logits untouched (grad_scale 0)");
+  }
+}
+
+// A target outside [0, V) (the host validates targets; nothing is read back here): its loss is NaN,
+// its row untouched, the other rows computed as usual. (The CPU refuses it: OpsCrossEntropy.ErrorsNameTheOp.)
+TEST(CudaCrossEntropy, TargetOutsideTheVocabulary) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t T = 5, V = 11;
+  std::vector<float> logits = uniform_bf16(T * V, rng, -1.0f, 1.0f);
+  DeviceTensor d_logits = to_device(logits, {T, V}, DType::BF16);
+  DeviceTensor d_losses = device_tensor({T}, DType::F32);
+  DeviceTensor d_bad = to_device_i32({1, 2, 3, 11, 4}, {T});
+  cross_entropy_forward_backward(cuda_ctx(), d_losses.t, d_logits.t, d_bad.t, 1.0f);
+  const std::vector<float> losses = to_host_floats(d_losses.t), after = to_host_floats(d_logits.t);
+  for (int64_t t = 0; t < T; ++t) {
+    if (t == 3) {
+      EXPECT_TRUE(std::isnan(losses[t]));
+      for (int64_t j = 0; j < V; ++j) EXPECT_EQ(after[t * V + j], logits[t * V + j]) << j;
+    } else {
+      EXPECT_TRUE(std::isfinite(losses[t]) && losses[t] > 0.0f) << t << ": " << losses[t];
+    }
+  }
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
 // add (with aliasing and rounding) and fill_zero.
+// Cpu/Elementwise.* and Cuda/Elementwise.* run the same cases on each backend (the GPU also against
+// the CPU backend, bit for bit); OpsElementwise.* are CPU-only (plain FP32, errors).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -9,33 +11,61 @@ TEST(OpsElementwise, AddIsExactFp32Sum) {
   HostF32 a = random_f32({13, 29}, rng), b = random_f32({13, 29}, rng), out({13, 29});
   add(cpu_ctx(false), out.t(), a.t(), b.t());
   for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], static_cast<float>(double(a[i]) + double(b[i])));
-}
-
-TEST(OpsElementwise, AddAliasingAndRounding) {
-  std::mt19937 rng(702);
-  HostF32 a = random_f32({1000}, rng, -1, 1, true), b = random_f32({1000}, rng, -1, 1, true);
-  HostF32 a0 = a, b0 = b;
-  add(cpu_ctx(true), a.t(), a.t(), b.t());  // out aliases a
-  expect_bf16_representable(a.v, "a + b");
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], num::round_bf16(a0[i] + b0[i])) << i;
-  add(cpu_ctx(false), b.t(), a0.t(), b.t());  // out aliases b
-  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], a0[i] + b0[i]) << i;
-}
-
-TEST(OpsElementwise, FillZero) {
-  std::mt19937 rng(703);
-  HostF32 x = random_f32({(1 << 19) + 37}, rng);  // more than one 1 MiB chunk, with a tail
-  fill_zero(cpu_ctx(true), x.t());
-  for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(num::float_bits(x[i]), 0u) << i;
-  HostI32 ids({17}, 5);
-  fill_zero(cpu_ctx(false), ids.t());
-  for (int32_t v : ids.v) ASSERT_EQ(v, 0);
+  const HostF32 b0 = b;
+  add(cpu_ctx(false), b.t(), a.t(), b.t());  // out aliases b
+  for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], a[i] + b0[i]) << i;
 }
 
 TEST(OpsElementwise, ErrorsNameTheOp) {
   HostF32 a({4, 8}), b({8, 4}), out({4, 8});
   expect_error_naming("add", [&] { add(cpu_ctx(false), out.t(), a.t(), b.t()); });
   expect_error_naming("add", [&] { add(cpu_ctx(false), b.t(), a.t(), a.t()); });
+}
+
+// ---- on every backend (Cpu/ and Cuda/Elementwise.*) -----------------------------------------------
+
+class Elementwise : public OnBackend {};
+PL_INSTANTIATE_BACKENDS(Elementwise);
+
+// out = round_bf16(a + b), exact on every backend, also when out aliases a (the residual update).
+TEST_P(Elementwise, AddRoundsAndMayAlias) {
+  PL_SEEDED_RNG(rng);
+  const int64_t R = 37, C = 29;
+  std::vector<float> a = uniform_bf16(R * C, rng, -4.0f, 4.0f), b = uniform_bf16(R * C, rng, -4.0f, 4.0f);
+  b[0] = -a[0];  // an exact zero
+  for (bool alias : {false, true}) {
+    const auto run = [&](Backend& k) {
+      std::vector<float> x = a, out(R * C);
+      const Tensor tx = k.put(x, {R, C}, DType::BF16);
+      add(k.ctx(), alias ? tx : k.put(out, {R, C}, DType::BF16), tx, k.put(b, {R, C}, DType::BF16));
+      return k.get(alias ? x : out);
+    };
+    const std::vector<float> out = run_exact(GetParam(), run, alias ? "add out aliasing a" : "add out");
+    expect_bf16_representable(out, "a + b");
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], num::round_bf16(a[i] + b[i])) << i;
+  }
+  if (!on_cuda()) return;
+  Backend gpu(Device::CUDA);
+  std::vector<float> out(R * C);
+  const Tensor f32 = gpu.put(a, {R, C}, DType::F32), o = gpu.put(out, {R, C}, DType::BF16);
+  expect_error_containing([&] { add(gpu.ctx(), o, f32, gpu.put(b, {R, C}, DType::BF16)); },
+                          {"add", "a [37, 29] f32", "bf16"});
+}
+
+// Every byte zero: f32 (more than one 1 MiB chunk, with a tail), bf16 (the GPU's) and i32.
+TEST_P(Elementwise, FillZero) {
+  PL_SEEDED_RNG(rng);
+  Backend k(GetParam());
+  const int64_t n = (1 << 19) + 37;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    std::vector<float> x = uniform_f32(n, rng, -1.0f, 1.0f);
+    fill_zero(k.ctx(), k.put(x, {n}, dt));
+    const std::vector<float> got = k.get(x);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(num::float_bits(got[i]), 0u) << dtype_name(dt) << " " << i;
+  }
+  std::vector<int32_t> ids = uniform_ids(1237, rng, 1000);
+  fill_zero(k.ctx(), k.put(ids, {1237}));
+  for (int32_t v : k.get(ids)) ASSERT_EQ(v, 0) << "i32";
 }
 
 }  // namespace

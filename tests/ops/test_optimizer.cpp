@@ -1,5 +1,9 @@
 // sum_of_squares (thread-count invariance, the documented fp32 schedule bit for bit, accuracy against
 // double), AdamW against a hand-computed double step, and the master -> param copy.
+// Cpu/Optimizer.* and Cuda/Optimizer.* run the same cases on each backend (the GPU also against the
+// CPU backend, bit for bit); OpsOptimizer.* are CPU-only; CudaOptimizer.* GPU-only (device range table).
+#include <limits>
+
 #include "numerics/adamw.h"
 #include "op_test_util.h"
 
@@ -98,37 +102,6 @@ void ref_adamw(std::vector<double>& p, std::vector<double>& m, std::vector<doubl
   }
 }
 
-TEST(OpsOptimizer, AdamWMatchesHandComputedStep) {
-  std::mt19937 rng(902);
-  const int64_t n = 1000;
-  const AdamWStep st{0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.5f};
-  // The float hyper-parameters, exactly, in double.
-  const Hyper h{st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_scale};
-  HostF32 master = random_f32({n}, rng, -1, 1), m({n}), v({n}), param({n});
-  std::vector<double> pd = master.d(), md(n, 0.0), vd(n, 0.0);
-  for (int64_t step = 1; step <= 3; ++step) {
-    HostF32 grad = random_f32({n}, rng, -2, 2);
-    const std::vector<double> before = master.d();
-    AdamWStep s = st;
-    s.step = step;
-    adamw_update(cpu_ctx(true), param.t(), master.t(), grad.t(), m.t(), v.t(), s);
-    ref_adamw(pd, md, vd, grad.d(), h, step);
-    // Compare the change of the master weights (not just the weights) so the update is checked tightly.
-    std::vector<double> delta(n), ref_delta(n);
-    for (int64_t i = 0; i < n; ++i) {
-      delta[i] = double(master[i]) - before[i];
-      ref_delta[i] = pd[i] - before[i];
-      pd[i] = master[i];  // continue the reference from the op's state
-    }
-    expect_close(delta, ref_delta, 1e-5, "master update at step " + std::to_string(step));
-    expect_close(m.v, md, 1e-6, "m at step " + std::to_string(step));
-    expect_close(v.v, vd, 1e-6, "v at step " + std::to_string(step));
-    md = m.d();
-    vd = v.d();
-    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(param[i], num::round_bf16(master[i])) << i;
-  }
-}
-
 TEST(OpsOptimizer, AdamWUsesSharedElementAndLargeStep) {
   std::mt19937 rng(903);
   const int64_t n = 257;
@@ -146,16 +119,6 @@ TEST(OpsOptimizer, AdamWUsesSharedElementAndLargeStep) {
   EXPECT_TRUE(bitwise_equal(m.v, e1.v));
   EXPECT_TRUE(bitwise_equal(v.v, e2.v));
   EXPECT_TRUE(bitwise_equal(param.v, master.v)) << "param = master when !round_bf16";
-}
-
-TEST(OpsOptimizer, CopyMasterToParam) {
-  std::mt19937 rng(904);
-  HostF32 master = random_f32({333}, rng), param({333});
-  copy_master_to_param(cpu_ctx(true), param.t(), master.t());
-  for (size_t i = 0; i < param.size(); ++i) ASSERT_EQ(param[i], num::round_bf16(master[i]));
-  expect_bf16_representable(param.v, "param");
-  copy_master_to_param(cpu_ctx(false), param.t(), master.t());
-  EXPECT_TRUE(bitwise_equal(param.v, master.v));
 }
 
 // The multi-tensor step over flat buffers equals one adamw_update per tensor (weight decay 0 on the
@@ -235,6 +198,157 @@ TEST(OpsOptimizer, ErrorsNameTheOp) {
                       [&] { adamw_update(cpu_ctx(false), a.t(), a.t(), a.t(), a.t(), a.t(), st); });
   expect_error_naming("copy_master_to_param", [&] { copy_master_to_param(cpu_ctx(false), b.t(), a.t()); });
   expect_error_naming("sum_of_squares", [&] { sum_of_squares(cpu_ctx(false), ia.t()); });
+}
+
+// ---- on every backend (Cpu/ and Cuda/Optimizer.*) -------------------------------------------------
+
+class Optimizer : public OnBackend {};
+PL_INSTANTIATE_BACKENDS(Optimizer);
+
+// Within 2e-5 of double (see SumOfSquaresMatchesDoubleAndIgnoresThreadCount). Exact between backends:
+// the GPU follows the CPU's fp32 summation schedule (numerics/reduce.h: chunks of 65536, 256 lanes,
+// fixed lane tree, chunk partials by the group tree). A partial last chunk with a partial lane round;
+// more than 256 chunks (two levels of the group tree); six decades: the summation order matters.
+TEST_P(Optimizer, SumOfSquares) {
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> ex(-3.0f, 3.0f);
+  Backend k(GetParam());
+  for (int64_t n : {int64_t{5}, int64_t{3 * 65536 + 12345}, int64_t{300 * 65536 + 77}}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = nd(rng) * std::pow(10.0f, ex(rng));
+    double ref = 0.0;
+    for (float v : x) ref += double(v) * v;
+    const double got = sum_of_squares(k.ctx(), k.put(x, {n}, DType::F32));
+    EXPECT_NEAR(got, ref, 2e-5 * ref) << "n = " << n;
+    if (!on_cuda()) continue;
+    const double cpu = sum_of_squares(cpu_ctx(true), host_view(x, {n}));
+    EXPECT_EQ(got, cpu) << "n = " << n << ", difference " << got - cpu;
+  }
+}
+
+// AdamW against a hand-computed double step: from zero moments over three steps, and from a trained
+// state at step 7 (n = 100003); param = round_bf16(master), BF16 or F32 storage. Exact between
+// backends: one num::adamw_element per element with the hyper-parameters built as the CPU builds them.
+TEST_P(Optimizer, AdamWMatchesHandComputedStep) {
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (DType param_dtype : {DType::BF16, DType::F32})
+    for (bool fresh : {true, false}) {
+      SCOPED_TRACE(std::string("param ") + dtype_name(param_dtype) + (fresh ? ", from zero moments" : ", at step 7"));
+      const int64_t n = fresh ? 1000 : 100003;
+      AdamWStep st = fresh ? AdamWStep{0.05f, 0.9f, 0.95f, 1e-8f, 0.1f, 1, 0.5f}
+                           : AdamWStep{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 7, 0.8f};
+      // The float hyper-parameters, exactly, in double.
+      const Hyper h{st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_scale};
+      std::vector<float> master(n), m(n, 0.0f), v(n, 0.0f), grad(n);
+      for (int64_t i = 0; i < n; ++i) {
+        master[i] = fresh ? u(rng) : 0.02f * nd(rng);
+        if (!fresh) m[i] = 1e-3f * nd(rng), v[i] = 1e-6f * std::abs(nd(rng));
+      }
+      for (int steps = fresh ? 3 : 1; steps > 0; --steps, ++st.step) {
+        for (float& g : grad) g = fresh ? 2.0f * u(rng) : 1e-2f * nd(rng);
+        const std::vector<float> got = run_exact(GetParam(), [&](Backend& k) {  // [master | m | v | param]
+          std::vector<float> ma = master, mm = m, vv = v, p(n);
+          adamw_update(k.ctx(), k.put(p, {n}, param_dtype), k.put(ma, {n}, DType::F32), k.put(grad, {n}, DType::F32),
+                       k.put(mm, {n}, DType::F32), k.put(vv, {n}, DType::F32), st);
+          return joined({k.get(ma), k.get(mm), k.get(vv), k.get(p)});
+        }, "adamw [master | m | v | param] at step " + std::to_string(st.step));
+        std::vector<double> pd(master.begin(), master.end()), md(m.begin(), m.end()), vd(v.begin(), v.end());
+        ref_adamw(pd, md, vd, std::vector<double>(grad.begin(), grad.end()), h, st.step);
+        // Compare the change of the master weights (not just the weights) so the update is checked tightly.
+        std::vector<double> delta(n), ref_delta(n);
+        for (int64_t i = 0; i < n; ++i) {
+          delta[i] = double(got[i]) - master[i];
+          ref_delta[i] = pd[i] - master[i];
+        }
+        // Continue from the op's state.
+        master.assign(got.begin(), got.begin() + n);
+        m.assign(got.begin() + n, got.begin() + 2 * n);
+        v.assign(got.begin() + 2 * n, got.begin() + 3 * n);
+        expect_close(delta, ref_delta, 1e-5, "master update at step " + std::to_string(st.step));
+        expect_close(m, md, 1e-6, "m at step " + std::to_string(st.step));
+        expect_close(v, vd, 1e-6, "v at step " + std::to_string(st.step));
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[3 * n + i], num::round_bf16(master[i])) << i;
+      }
+    }
+}
+
+// param = round_bf16(master), or master itself without rounding; F32 or BF16 storage. Exact between
+// backends, including Inf, NaN, subnormals and rounding ties.
+TEST_P(Optimizer, CopyMasterToParam) {
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 4099;
+  std::vector<float> master = uniform_f32(n, rng, -2.0f, 2.0f);
+  master[0] = std::numeric_limits<float>::infinity();
+  master[1] = -std::numeric_limits<float>::infinity();
+  master[2] = std::numeric_limits<float>::quiet_NaN();
+  master[3] = 1e-40f;                        // subnormal
+  master[4] = num::bits_float(0x3F808000u);  // a tie: rounds to even (down)
+  master[5] = num::bits_float(0x3F818000u);  // a tie: rounds to even (up)
+  master[6] = 3.4e38f;                       // rounds to +Inf in bf16
+  for (bool round : {true, false})
+    for (DType dt : {DType::F32, DType::BF16}) {
+      if (!round && dt == DType::BF16) continue;  // a BF16 param is always rounded
+      const std::string what = std::string(dtype_name(dt)) + " param" + (round ? ", rounded" : ", not rounded");
+      const std::vector<float> param = run_exact(GetParam(), [&](Backend& k) {
+        std::vector<float> p(n);
+        copy_master_to_param(k.ctx(round), k.put(p, {n}, dt), k.put(master, {n}, DType::F32));
+        return k.get(p);
+      }, what);
+      std::vector<float> want = master;
+      if (round) {
+        for (float& x : want) x = num::round_bf16(x);
+        expect_bf16_representable(param, what);
+      }
+      EXPECT_TRUE(bitwise_equal(param, want)) << what;
+    }
+}
+
+// Exact: the multi-tensor step (one launch over the flat buffers, weight decay 0 inside the no-decay
+// ranges read from a device table) against the CPU's multi-tensor step, which itself equals the
+// per-tensor steps bit for bit (OpsOptimizer.AdamWMultiTensorEqualsPerTensorBitForBit). Ranges at the
+// start, in the middle, one element long and at the end.
+TEST(CudaOptimizer, AdamwUpdateMulti) {
+  PL_REQUIRE_CUDA_DEVICE();
+  PL_SEEDED_RNG(rng);
+  const int64_t n = (int64_t{1} << 20) + 4097;
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> master(n), m(n), v(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    m[i] = 1e-3f * nd(rng);
+    v[i] = 1e-6f * std::abs(nd(rng));
+    grad[i] = 1e-2f * nd(rng);
+  }
+  const std::vector<int64_t> ranges = {0, 4096, 10000, 10001, 500000, 504096, n - 4096, n};
+  DeviceTensor d_ranges = device_tensor({static_cast<int64_t>(ranges.size()) * 2}, DType::I32);
+  copy_from_host(d_ranges.t, ranges.data());
+  const ElementRanges host_ranges{ranges.data(), nullptr, 4};
+  const ElementRanges dev_ranges{ranges.data(), static_cast<const int64_t*>(d_ranges.t.data), 4};
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 7, 0.8f};
+  std::vector<float> c_param(n), c_master = master, c_m = m, c_v = v;
+  adamw_update_multi(cpu_ctx(true), host_view(c_param, {n}), host_view(c_master, {n}), host_view(grad, {n}),
+                     host_view(c_m, {n}), host_view(c_v, {n}), host_ranges, step);
+  for (DType param_dtype : {DType::BF16, DType::F32}) {
+    SCOPED_TRACE(std::string("param ") + dtype_name(param_dtype));
+    DeviceTensor d_param = device_tensor({n}, param_dtype);
+    DeviceTensor d_master = to_device(master, {n}, DType::F32);
+    DeviceTensor d_m = to_device(m, {n}, DType::F32);
+    DeviceTensor d_v = to_device(v, {n}, DType::F32);
+    DeviceTensor d_grad = to_device(grad, {n}, DType::F32);
+    adamw_update_multi(cuda_ctx(), d_param.t, d_master.t, d_grad.t, d_m.t, d_v.t, dev_ranges, step);
+    expect_bits_equal(to_host_floats(d_master.t), c_master, "adamw_multi master");
+    expect_bits_equal(to_host_floats(d_m.t), c_m, "adamw_multi m");
+    expect_bits_equal(to_host_floats(d_v.t), c_v, "adamw_multi v");
+    expect_bits_equal(to_host_floats(d_param.t), c_param, "adamw_multi param");
+  }
+  // A missing device table is refused before any launch.
+  DeviceTensor d_master = to_device(master, {n}, DType::F32);
+  expect_error_containing([&] {
+    adamw_update_multi(cuda_ctx(), d_master.t, d_master.t, d_master.t, d_master.t, d_master.t, host_ranges, step);
+  }, {"adamw_update_multi", "device table"});
 }
 
 }  // namespace

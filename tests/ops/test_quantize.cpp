@@ -1,6 +1,8 @@
 // The quantization ops (backend/quantize.h) on the CPU: each whole-tensor schedule against an
 // independent per-block loop over the shared numerics, the copies' relations (2D, RHT, transpose),
-// stochastic rounding as a stream, and the emulated block-scaled GEMM against double precision.
+// stochastic rounding as a stream, the amaxes computed once and reused. On the GPU (Cuda*, skipped
+// without a device): every buffer of every copy byte-exact with the CPU, and on those copies
+// dequantize, quant_stats and columnwise_source (the ops the telemetry runs on a quantized copy).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,11 +19,14 @@
 #include "numerics/nvfp4.h"
 #include "numerics/swizzle.h"
 #include "matrix_util.h"
+#include "op_test_util.h"
 #include "test_util.h"
 
 namespace pl {
 namespace {
 
+using optest::cpu_ctx;
+using test::fast_bf16;
 using test::Mat;
 using test::transpose;
 
@@ -35,7 +40,7 @@ uint8_t code_at(const QuantizedCopy& c, int64_t r, int64_t k) {
 
 Mat dequant(const QuantizedCopy& c) {
   Mat out(c.rows, c.cols);
-  dequantize(OpContext{}, out.t(), c, c.format);
+  dequantize(cpu_ctx(true), out.t(), c, c.format);
   return out;
 }
 
@@ -62,7 +67,7 @@ TEST(OpsQuantize, Nvfp4RowwiseMatchesTheBlockReferenceAndSwizzlesItsScales) {
   std::vector<Buffer> owner;
   Mat x = random_bf16(48, 96, 1);
   QuantizedTensor q = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 48, 96, true, false);
-  quantize(OpContext{}, q, x.t(), QuantizeOptions{});
+  quantize(cpu_ctx(true), q, x.t(), QuantizeOptions{});
   expect_nvfp4_1x16(q.rowwise, x);
   // Swizzled: every compact scale at its §6.2 offset, zeros everywhere else.
   const int64_t sc = 96 / 16, pc = num::padded_scale_cols(sc);
@@ -80,11 +85,11 @@ TEST(OpsQuantize, Nvfp4ColumnwiseIsTheQuantizedTransposeAndRhtIsAppliedAlongItsR
   QuantizeOptions o;
   o.rowwise = false;
   o.columnwise = true;
-  quantize(OpContext{}, q, x.t(), o);
+  quantize(cpu_ctx(true), q, x.t(), o);
   expect_nvfp4_1x16(q.columnwise, transpose(x));
 
   o.rht_columnwise = true;
-  quantize(OpContext{}, q, x.t(), o);
+  quantize(cpu_ctx(true), q, x.t(), o);
   EXPECT_TRUE(q.columnwise_rht);
   Mat rht = transpose(x);  // [32, 64]: RHT each 16-chunk of each row
   for (int64_t r = 0; r < rht.rows; ++r)
@@ -96,7 +101,7 @@ TEST(OpsQuantize, Nvfp4ColumnwiseIsTheQuantizedTransposeAndRhtIsAppliedAlongItsR
   expect_nvfp4_1x16(q.columnwise, rht);
   // columnwise_source materialises the same values.
   Mat src(32, 64);
-  columnwise_source(OpContext{}, src.t(), x.t(), true);
+  columnwise_source(cpu_ctx(true), src.t(), x.t(), true);
   EXPECT_EQ(src.v, rht.v);
 }
 
@@ -107,7 +112,7 @@ TEST(OpsQuantize, Nvfp4TwoDimensionalBlocksGiveIdenticalValuesInBothCopies) {
   QuantizeOptions o;
   o.columnwise = true;
   o.block_2d = true;
-  quantize(OpContext{}, q, w.t(), o);
+  quantize(cpu_ctx(true), q, w.t(), o);
   EXPECT_EQ(q.rowwise.amax.f32()[0], q.columnwise.amax.f32()[0]);
   const Mat row = dequant(q.rowwise), col = dequant(q.columnwise);
   EXPECT_EQ(transpose(row).v, col.v);
@@ -117,7 +122,7 @@ TEST(OpsQuantize, Nvfp4TwoDimensionalBlocksGiveIdenticalValuesInBothCopies) {
   // 1x16 blocks would in general not be transposes of each other.
   QuantizedTensor q1 = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 48, 64, true, true);
   o.block_2d = false;
-  quantize(OpContext{}, q1, w.t(), o);
+  quantize(cpu_ctx(true), q1, w.t(), o);
   EXPECT_NE(transpose(dequant(q1.rowwise)).v, dequant(q1.columnwise).v);
 }
 
@@ -130,23 +135,23 @@ TEST(OpsQuantize, StochasticRoundingIsAReproducibleUnbiasedStream) {
   o.stochastic = true;
   o.seed = 42;
   o.counter = 7;
-  quantize(OpContext{}, a, x.t(), o);
-  quantize(OpContext{}, b, x.t(), o);
+  quantize(cpu_ctx(true), a, x.t(), o);
+  quantize(cpu_ctx(true), b, x.t(), o);
   EXPECT_EQ(dequant(a.rowwise).v, dequant(b.rowwise).v) << "same seed, stream and counter: same bits";
   o.counter = 8;
-  quantize(OpContext{}, b, x.t(), o);
+  quantize(cpu_ctx(true), b, x.t(), o);
   EXPECT_NE(dequant(a.rowwise).v, dequant(b.rowwise).v) << "another counter draws other bits";
   // The mean over many counters approaches x; round-to-nearest has a fixed error.
   std::vector<double> mean(x.v.size(), 0.0);
   const int draws = 256;
   for (int d = 0; d < draws; ++d) {
     o.counter = static_cast<uint64_t>(100 + d);
-    quantize(OpContext{}, b, x.t(), o);
+    quantize(cpu_ctx(true), b, x.t(), o);
     const Mat m = dequant(b.rowwise);
     for (size_t i = 0; i < mean.size(); ++i) mean[i] += m.v[i] / draws;
   }
   QuantizedTensor rn = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 16, 64, true, false);
-  quantize(OpContext{}, rn, x.t(), QuantizeOptions{});
+  quantize(cpu_ctx(true), rn, x.t(), QuantizeOptions{});
   const Mat r = dequant(rn.rowwise);
   double err_sr = 0.0, err_rn = 0.0;
   for (size_t i = 0; i < mean.size(); ++i) {
@@ -164,7 +169,7 @@ TEST(OpsQuantize, Fp8CurrentScalingAndMxfp8MatchTheirFormulas) {
   for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2}) {
     QuantizedTensor q = allocate_quantized(owner, Device::CPU, f, 32, 64, true, true);
     o.format = f;
-    quantize(OpContext{}, q, x.t(), o);
+    quantize(cpu_ctx(true), q, x.t(), o);
     float amax = 0.0f;
     for (float v : x.v) amax = std::fmax(amax, std::fabs(v));
     const bool e4 = f == QuantFormat::FP8_E4M3;
@@ -179,7 +184,7 @@ TEST(OpsQuantize, Fp8CurrentScalingAndMxfp8MatchTheirFormulas) {
   }
   QuantizedTensor m = allocate_quantized(owner, Device::CPU, QuantFormat::MXFP8, 32, 64, true, true);
   o.format = QuantFormat::MXFP8;
-  quantize(OpContext{}, m, x.t(), o);
+  quantize(cpu_ctx(true), m, x.t(), o);
   for (int64_t r = 0; r < 32; ++r)
     for (int64_t b = 0; b < 2; ++b) {
       float bamax = 0.0f;
@@ -196,40 +201,6 @@ TEST(OpsQuantize, Fp8CurrentScalingAndMxfp8MatchTheirFormulas) {
   EXPECT_EQ(m.columnwise.scales.u8()[5], num::mxfp8_block_scale(bamax));
 }
 
-Mat gemm_reference(const Mat& a, const Mat& b) { return test::matmul_nt(a, b); }
-void expect_close(const Mat& got, const Mat& want, double rel) { EXPECT_LT(test::rel_diff(got, want), rel); }
-
-TEST(OpsQuantize, EmulatedGemmEqualsTheDoubleProductOfDequantizedOperands) {
-  const int64_t M = 32, N = 48, K = 64;
-  Mat a = random_bf16(M, K, 6), b = random_bf16(N, K, 7, 0.05f);
-  std::vector<float> sa(static_cast<size_t>(N * K)), sb(static_cast<size_t>(N * K));
-  const Tensor ta(sa.data(), {N * K}, DType::F32), tb(sb.data(), {N * K}, DType::F32);
-  OpContext exact;
-  exact.round_bf16 = false;
-  struct Case {
-    QuantFormat fa, fb;
-  };
-  for (Case cs : {Case{QuantFormat::NVFP4, QuantFormat::NVFP4}, Case{QuantFormat::MXFP8, QuantFormat::MXFP8},
-                  Case{QuantFormat::FP8_E5M2, QuantFormat::FP8_E4M3}}) {
-    SCOPED_TRACE(quant_format_name(cs.fa));
-    std::vector<Buffer> owner;
-    QuantizedTensor qa = allocate_quantized(owner, Device::CPU, cs.fa, M, K, true, false);
-    QuantizedTensor qb = allocate_quantized(owner, Device::CPU, cs.fb, N, K, true, false);
-    quantize(exact, qa, a.t(), QuantizeOptions{cs.fa});
-    quantize(exact, qb, b.t(), QuantizeOptions{cs.fb});
-    Mat y(M, N);
-    quantized_gemm(exact, y.t(), qa.rowwise, qb.rowwise, cs.fa, false, ta, tb);
-    const Mat ref = gemm_reference(dequant(qa.rowwise), dequant(qb.rowwise));
-    expect_close(y, ref, 1e-6);
-    // accumulate adds onto y
-    Mat y2 = y;
-    quantized_gemm(exact, y2.t(), qa.rowwise, qb.rowwise, cs.fa, true, ta, tb);
-    for (size_t i = 0; i < y.v.size(); ++i) ASSERT_NEAR(y2.v[i], 2.0f * y.v[i], 1e-5f * (1.0f + std::fabs(y.v[i])));
-    // and the quantized product is close to the exact one
-    expect_close(y, gemm_reference(a, b), cs.fa == QuantFormat::NVFP4 ? 0.2 : 0.08);
-  }
-}
-
 TEST(OpsQuantize, ShapesThatBreakBlockRulesAreOneLineErrors) {
   std::vector<Buffer> owner;
   test::expect_one_line_error([&] { allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 16, 24, true, false); },
@@ -238,10 +209,10 @@ TEST(OpsQuantize, ShapesThatBreakBlockRulesAreOneLineErrors) {
                               {"mxfp8", "48", "32"});
   QuantizedTensor q = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 16, 32, true, false);
   Mat x(16, 48);
-  test::expect_one_line_error([&] { quantize(OpContext{}, q, x.t(), QuantizeOptions{}); }, {"quantize", "[16, 48]"});
+  test::expect_one_line_error([&] { quantize(cpu_ctx(true), q, x.t(), QuantizeOptions{}); }, {"quantize", "[16, 48]"});
   QuantizeOptions bad;
   bad.format = QuantFormat::MXFP8;
-  test::expect_one_line_error([&] { quantize(OpContext{}, q, Mat(16, 32).t(), bad); }, {"mxfp8", "nvfp4"});
+  test::expect_one_line_error([&] { quantize(cpu_ctx(true), q, Mat(16, 32).t(), bad); }, {"mxfp8", "nvfp4"});
 }
 
 // ---- amaxes computed once, reused (QuantizeOptions::columnwise_amax / amax_given) -----------------
@@ -283,20 +254,20 @@ TEST(OpsQuantize, ColumnwiseAmaxFromTheForwardReproducesTheBackwardCopyBitForBit
     all.rht_columnwise = c.rht;
     all.stochastic = c.sr;
     all.stream_id = 3;
-    quantize(OpContext{}, fresh, x.t(), all);
+    quantize(cpu_ctx(true), fresh, x.t(), all);
 
     QuantizedTensor seq = allocate_quantized(owner, Device::CPU, c.f, 96, 64, true, true);
     QuantizeOptions fwd = all;
     fwd.columnwise = false;
     fwd.columnwise_amax = true;
-    quantize(OpContext{}, seq, x.t(), fwd);
+    quantize(cpu_ctx(true), seq, x.t(), fwd);
     EXPECT_EQ(bytes_of(seq.columnwise.amax), bytes_of(fresh.columnwise.amax)) << what << ": forward's columnwise amax";
     EXPECT_EQ(bytes_of(seq.columnwise.data), std::vector<uint8_t>(seq.columnwise.data.bytes(), 0))
         << what << ": columnwise_amax must not make the copy";
     QuantizeOptions bwd = all;
     bwd.rowwise = false;
     bwd.amax_given = true;
-    quantize(OpContext{}, seq, x.t(), bwd);
+    quantize(cpu_ctx(true), seq, x.t(), bwd);
     expect_same_copy_bytes(seq.rowwise, fresh.rowwise, what + " rowwise");
     expect_same_copy_bytes(seq.columnwise, fresh.columnwise, what + " columnwise");
   }
@@ -312,14 +283,14 @@ TEST(OpsQuantize, AmaxGivenUsesTheSlotInsteadOfRecomputing) {
     QuantizedTensor b = allocate_quantized(owner, Device::CPU, f, 32, 64, true, false);
     QuantizeOptions o;
     o.format = f;
-    quantize(OpContext{}, a, x.t(), o);
+    quantize(cpu_ctx(true), a, x.t(), o);
     b.rowwise.amax.f32()[0] = 3.0f * a.rowwise.amax.f32()[0];
     o.amax_given = true;
-    quantize(OpContext{}, b, x.t(), o);
+    quantize(cpu_ctx(true), b, x.t(), o);
     EXPECT_EQ(b.rowwise.amax.f32()[0], 3.0f * a.rowwise.amax.f32()[0]) << quant_format_name(f);
     EXPECT_NE(bytes_of(a.rowwise.data), bytes_of(b.rowwise.data)) << quant_format_name(f);
     b.rowwise.amax.f32()[0] = a.rowwise.amax.f32()[0];
-    quantize(OpContext{}, b, x.t(), o);
+    quantize(cpu_ctx(true), b, x.t(), o);
     EXPECT_EQ(bytes_of(a.rowwise.data), bytes_of(b.rowwise.data)) << quant_format_name(f);
   }
 }
@@ -333,24 +304,475 @@ TEST(OpsQuantize, TheCpuAlwaysWritesCompactScales) {
   QuantizedTensor b = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
   QuantizeOptions o;
   o.columnwise = true;
-  quantize(OpContext{}, a, x.t(), o);
+  quantize(cpu_ctx(true), a, x.t(), o);
   o.compact_scales = false;
-  quantize(OpContext{}, b, x.t(), o);
+  quantize(cpu_ctx(true), b, x.t(), o);
   expect_same_copy_bytes(a.rowwise, b.rowwise, "rowwise");
   expect_same_copy_bytes(a.columnwise, b.columnwise, "columnwise");
 }
 
-// The one rule of native quantized GEMMs (backend/quantize.h), per architecture.
-TEST(OpsQuantize, NativeQuantizedGemmsPerArchitecture) {
-  for (int sm : {80, 86, 89, 90, 100, 103, 120, 121})
-    for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2})
-      EXPECT_EQ(quantized_gemm_native(f, sm), sm >= 89) << "fp8 sm_" << sm;
-  for (int sm : {80, 89, 90, 100, 103, 120, 121})
-    for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::MXFP8})
-      EXPECT_EQ(quantized_gemm_native(f, sm), sm == 100 || sm == 103) << quant_format_name(f) << " sm_" << sm;
-  EXPECT_EQ(kMinCudaSm, 80);
-  EXPECT_FALSE(quantized_gemm_native(QuantFormat::NVFP4, kPlanDefaultSm));  // the dry run plans the emulation
+// ---- CUDA: the same op on the GPU against the CPU backend ---------------------------------------
+// GPU conformance of the CUDA quantizers against the CPU reference. Each case quantizes one input on the CPU (host F32 tensor)
+// and on the GPU (BF16 device tensor, or F32 where stated) and compares, byte for byte, every buffer
+// of every copy: codes, compact scales, swizzled scales (the GPU buffers are filled with junk first,
+// so a padding byte left unwritten shows), amax and scale_inv. Then dequantize and
+// columnwise_source must be bit-exact, and quant_stats must agree exactly on amax and the counts and
+// to 1e-9 relative on the error (double sums in another order).
+// Inputs: BF16 Gaussians with outliers, an all-zero 32x32 corner (all-zero 1x16, 16x16 and 1x32
+// blocks in both copies) and a region scaled by 1e-7 (block scales that underflow to zero).
+namespace gpu {
+
+// BF16 Gaussians with outliers, a zero corner and a tiny region (see the file comment).
+Mat test_input(int64_t rows, int64_t cols, uint32_t seed) {
+  Mat m = test::random_bf16(rows, cols, seed, 1.0f, 8);
+  for (int64_t r = 0; r < std::min<int64_t>(rows, 32); ++r)
+    for (int64_t c = 0; c < std::min<int64_t>(cols, 32); ++c) m.v[r * cols + c] = 0.0f;
+  for (int64_t r = 32; r < std::min<int64_t>(rows, 48); ++r)
+    for (int64_t c = 32; c < std::min<int64_t>(cols, 64); ++c)
+      m.v[r * cols + c] = num::round_bf16(m.v[r * cols + c] * 1e-7f);
+  return m;
 }
 
+// Plain FP32 values (not BF16-representable), for the F32-input path.
+Mat f32_input(int64_t rows, int64_t cols, uint32_t seed) {
+  Mat m(rows, cols);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : m.v) x = nd(rng);
+  m.v[static_cast<size_t>(rng() % m.v.size())] = 57.0f;
+  return m;
+}
+
+// NaN, +-Inf, -0, BF16 subnormals and huge values sprinkled over a BF16 input (all BF16 values, NaN
+// as the canonical BF16 NaN the device holds).
+Mat special_input(int64_t rows, int64_t cols, uint32_t seed) {
+  Mat m = test_input(rows, cols, seed);
+  const float specials[] = {num::round_bf16(NAN), INFINITY, -INFINITY, -0.0f, 1e-39f, -3e-40f, 3.0e38f, -2.5e38f};
+  std::mt19937 rng(seed + 1);
+  for (int i = 0; i < 24; ++i) m.v[rng() % m.v.size()] = num::round_bf16(specials[i % 8]);
+  // one whole 16-run of -0 in row 40 (codes 8)
+  if (rows > 40 && cols >= 16)
+    for (int64_t c = 0; c < 16; ++c) m.v[40 * cols + c] = -0.0f;
+  return m;
+}
+
+std::vector<uint8_t> host_bytes(const Tensor& t) {
+  if (t.data == nullptr) return {};
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  return std::vector<uint8_t>(p, p + t.bytes());
+}
+
+std::vector<uint8_t> device_bytes(const Tensor& t) {
+  if (t.data == nullptr) return {};
+  return test::to_host_bytes(t);
+}
+
+void expect_same_bytes(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& gpu, const std::string& what) {
+  ASSERT_EQ(cpu.size(), gpu.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < cpu.size(); ++i)
+    if (cpu[i] != gpu[i] && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " bytes differ, first at " << first
+                     << " (cpu 0x" << std::hex << int{cpu[first]} << ", gpu 0x" << int{gpu[first]} << ")";
+}
+
+void expect_same_copy(const QuantizedCopy& cpu, const QuantizedCopy& gpu, const std::string& what) {
+  expect_same_bytes(host_bytes(cpu.data), device_bytes(gpu.data), what + " codes");
+  expect_same_bytes(host_bytes(cpu.scales), device_bytes(gpu.scales), what + " compact scales");
+  expect_same_bytes(host_bytes(cpu.scales_swizzled), device_bytes(gpu.scales_swizzled), what + " swizzled scales");
+  expect_same_bytes(host_bytes(cpu.amax), device_bytes(gpu.amax), what + " amax");
+  expect_same_bytes(host_bytes(cpu.scale_inv), device_bytes(gpu.scale_inv), what + " scale_inv");
+}
+
+// Equal bits, or both NaN (NaN payloads differ between host and device arithmetic).
+void expect_same_floats(const std::vector<float>& cpu, const std::vector<float>& gpu, const std::string& what) {
+  ASSERT_EQ(cpu.size(), gpu.size()) << what;
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    const bool same = num::float_bits(cpu[i]) == num::float_bits(gpu[i]) || (std::isnan(cpu[i]) && std::isnan(gpu[i]));
+    if (!same && bad++ == 0) first = i;
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " values differ, first at " << first << " (cpu "
+                     << cpu[first] << ", gpu " << gpu[first] << ")";
+}
+
+// Junk in every byte of a GPU copy, so that anything the kernels fail to write shows up.
+void poison(const QuantizedCopy& c) {
+  for (const Tensor* t : {&c.data, &c.scales, &c.scales_swizzled, &c.amax, &c.scale_inv}) {
+    if (t->data == nullptr) continue;
+    std::vector<uint8_t> junk(t->bytes(), 0xA5);
+    copy_from_host(*t, junk.data());
+  }
+}
+
+struct CpuSide {
+  std::vector<Buffer> owner;
+  QuantizedTensor q;
+};
+
+struct GpuSide {
+  std::vector<Buffer> owner;
+  QuantizedTensor q;
+  test::DeviceTensor x;  // the device input, kept alive with the copies
+};
+
+std::string describe(const Mat& x, const QuantizeOptions& o, DType dtype) {
+  return std::string(quant_format_name(o.format)) + " x[" + std::to_string(x.rows) + ", " + std::to_string(x.cols) +
+         "] " + dtype_name(dtype) + (o.rowwise ? " rowwise" : "") + (o.columnwise ? " columnwise" : "") +
+         (o.block_2d ? " 2d" : "") + (o.rht_columnwise ? " rht" : "") + (o.stochastic ? " sr" : "");
+}
+
+// Quantizes x on both backends, then checks every output and the side ops on the results.
+void check_quantize(Mat& x, const QuantizeOptions& o, DType dtype = DType::BF16) {
+  const std::string what = describe(x, o, dtype);
+  SCOPED_TRACE(what);
+  CpuSide cpu;
+  cpu.q = allocate_quantized(cpu.owner, Device::CPU, o.format, x.rows, x.cols, o.rowwise, o.columnwise);
+  quantize(cpu_ctx(true), cpu.q, x.t(), o);
+
+  GpuSide gpu;
+  gpu.q = allocate_quantized(gpu.owner, Device::CUDA, o.format, x.rows, x.cols, o.rowwise, o.columnwise);
+  if (o.rowwise) poison(gpu.q.rowwise);
+  if (o.columnwise) poison(gpu.q.columnwise);
+  gpu.x = test::to_device(x.v, {x.rows, x.cols}, dtype);
+  quantize(test::cuda_ctx(), gpu.q, gpu.x.t, o);
+  EXPECT_EQ(gpu.q.columnwise_rht, cpu.q.columnwise_rht);
+
+  // The values each copy was quantized from: x, and xᵀ or RHT(xᵀ) (columnwise_source on each side).
+  Mat col_src(x.cols, x.rows);
+  test::DeviceTensor gpu_col_src = test::device_tensor({x.cols, x.rows}, DType::F32);
+  if (o.columnwise) {
+    columnwise_source(cpu_ctx(true), col_src.t(), x.t(), cpu.q.columnwise_rht);
+    columnwise_source(test::cuda_ctx(), gpu_col_src.t, gpu.x.t, cpu.q.columnwise_rht);
+    expect_same_floats(col_src.v, test::to_host_floats(gpu_col_src.t), "columnwise_source");
+  }
+
+  auto check_copy = [&](const QuantizedCopy& c, const QuantizedCopy& g, const std::string& name, Mat& ref,
+                        const Tensor& gpu_ref) {
+    expect_same_copy(c, g, name);
+    Mat deq(c.rows, c.cols);
+    dequantize(cpu_ctx(true), deq.t(), c, o.format);
+    test::DeviceTensor gdeq = test::device_tensor({c.rows, c.cols}, DType::F32);
+    dequantize(test::cuda_ctx(), gdeq.t, g, o.format);
+    expect_same_floats(deq.v, test::to_host_floats(gdeq.t), name + " dequantize");
+
+    const QuantStats sc = quant_stats(cpu_ctx(true), c, o.format, ref.t());
+    const QuantStats sg = quant_stats(test::cuda_ctx(), g, o.format, gpu_ref);
+    EXPECT_EQ(num::float_bits(static_cast<float>(sc.amax)), num::float_bits(static_cast<float>(sg.amax))) << name;
+    EXPECT_EQ(sc.saturated_fraction, sg.saturated_fraction) << name;
+    EXPECT_EQ(sc.underflow_fraction, sg.underflow_fraction) << name;
+    if (!std::isfinite(sc.relative_error))  // NaN/Inf inputs
+      EXPECT_TRUE(sg.relative_error == sc.relative_error ||
+                  (std::isnan(sg.relative_error) && std::isnan(sc.relative_error)))
+          << name << ": cpu " << sc.relative_error << ", gpu " << sg.relative_error;
+    else
+      EXPECT_NEAR(sg.relative_error, sc.relative_error, 1e-9 * sc.relative_error) << name;
+  };
+  if (o.rowwise) check_copy(cpu.q.rowwise, gpu.q.rowwise, "rowwise", x, gpu.x.t);
+  if (o.columnwise) check_copy(cpu.q.columnwise, gpu.q.columnwise, "columnwise", col_src, gpu_col_src.t);
+}
+
+QuantizeOptions options(QuantFormat f, bool rowwise, bool columnwise) {
+  QuantizeOptions o;
+  o.format = f;
+  o.rowwise = rowwise;
+  o.columnwise = columnwise;
+  return o;
+}
+
+// ---- NVFP4 --------------------------------------------------------------------------------------------
+
+TEST(CudaQuantizeNvfp4, Rowwise1x16RoundToNearestIsByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  // Full 64x64 tiles; partial tiles with scale padding in rows and columns; fewer rows than a tile.
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{256, 128}, {96, 160}, {7, 64}, {130, 208}}) {
+    Mat x = test_input(r, c, static_cast<uint32_t>(r * 1000 + c));
+    check_quantize(x, options(QuantFormat::NVFP4, true, false));
+  }
+}
+
+TEST(CudaQuantizeNvfp4, Stochastic1x16UsesTheCpuStreamInBothCopies) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (bool rht : {false, true}) {
+    Mat x = test_input(96, 160, 11);
+    QuantizeOptions o = options(QuantFormat::NVFP4, true, true);
+    o.stochastic = true;
+    o.rht_columnwise = rht;
+    o.seed = 0x0123456789ABCDEFull;
+    o.stream_id = 5;
+    o.counter = (1ull << 33) + 7;  // both halves of the counter matter
+    check_quantize(x, o);
+    o.counter = 8;
+    check_quantize(x, o);
+  }
+}
+
+TEST(CudaQuantizeNvfp4, TwoDimensionalTilesAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{80, 96}, {128, 256}, {48, 16}}) {
+    Mat w = test_input(r, c, static_cast<uint32_t>(r + c));
+    for (auto [row, col] : {std::pair<bool, bool>{true, true}, {true, false}, {false, true}}) {
+      QuantizeOptions o = options(QuantFormat::NVFP4, row, col);
+      o.block_2d = true;
+      o.stochastic = true;  // ignored for 16x16 tiles, as on the CPU
+      check_quantize(w, o);
+    }
+  }
+}
+
+TEST(CudaQuantizeNvfp4, ColumnwiseWithAndWithoutRhtIsByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (bool rht : {false, true}) {
+    Mat x = test_input(112, 48, 21);
+    QuantizeOptions o = options(QuantFormat::NVFP4, false, true);
+    o.rht_columnwise = rht;
+    check_quantize(x, o);  // columnwise alone
+    o.rowwise = true;
+    check_quantize(x, o);  // both copies from one pass
+    Mat odd = test_input(64, 37, 22);  // columnwise alone: x's column count is free
+    QuantizeOptions oc = options(QuantFormat::NVFP4, false, true);
+    oc.rht_columnwise = rht;
+    check_quantize(odd, oc);
+    Mat big = test_input(256, 192, 23);
+    check_quantize(big, o);
+  }
+}
+
+TEST(CudaQuantizeNvfp4, SpecialValuesF32InputAndZeroTensorsAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  Mat s = special_input(96, 160, 31);
+  QuantizeOptions o = options(QuantFormat::NVFP4, true, true);
+  o.rht_columnwise = true;
+  check_quantize(s, o);
+  o.stochastic = true;
+  check_quantize(s, o);
+  Mat f = f32_input(64, 96, 32);
+  check_quantize(f, o, DType::F32);
+  o.rht_columnwise = false;
+  o.stochastic = false;
+  check_quantize(f, o, DType::F32);
+  o.block_2d = true;
+  check_quantize(f, o, DType::F32);
+  Mat zeros(32, 64, 0.0f);
+  check_quantize(zeros, options(QuantFormat::NVFP4, true, true));
+}
+
+// ---- MXFP8 and FP8 ------------------------------------------------------------------------------------
+
+TEST(CudaQuantizeMxfp8, BothCopiesAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (auto [r, c] : {std::pair<int64_t, int64_t>{96, 160}, {64, 64}, {32, 96}, {256, 320}}) {
+    Mat x = test_input(r, c, static_cast<uint32_t>(7 * r + c));
+    check_quantize(x, options(QuantFormat::MXFP8, true, true));
+  }
+  Mat row_only = test_input(40, 64, 41);  // rows need not be a multiple of 32 without the columnwise copy
+  check_quantize(row_only, options(QuantFormat::MXFP8, true, false));
+  Mat col_only = test_input(64, 40, 42);
+  check_quantize(col_only, options(QuantFormat::MXFP8, false, true));
+  Mat s = special_input(64, 96, 43);
+  check_quantize(s, options(QuantFormat::MXFP8, true, true));
+  Mat f = f32_input(64, 96, 44);
+  check_quantize(f, options(QuantFormat::MXFP8, true, true), DType::F32);
+}
+
+TEST(CudaQuantizeFp8, E4M3AndE5M2BothCopiesAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (QuantFormat fmt : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2}) {
+    for (auto [r, c] : {std::pair<int64_t, int64_t>{37, 53}, {128, 192}, {1, 1}, {200, 72}}) {
+      Mat x = test_input(r, c, static_cast<uint32_t>(r * 3 + c));
+      check_quantize(x, options(fmt, true, true));
+    }
+    Mat row_only = test_input(65, 130, 51);
+    check_quantize(row_only, options(fmt, true, false));
+    check_quantize(row_only, options(fmt, false, true));
+    Mat s = special_input(64, 80, 52);
+    check_quantize(s, options(fmt, true, true));
+    Mat f = f32_input(48, 80, 53);
+    check_quantize(f, options(fmt, true, true), DType::F32);
+    Mat zeros(16, 16, 0.0f);
+    check_quantize(zeros, options(fmt, true, true));  // amax 0: scale 1
+  }
+}
+
+// ---- production shapes: Llama-3-8B, micro-batch 1, seq 4096 -------------------------------------------
+// tokens 4096, hidden 4096, qkv out 6144, ffn 14336 (fc1 out 28672). The linear layer's sequences:
+// forward x rowwise + the columnwise amax (columnwise_amax), backward x columnwise with that amax
+// (amax_given); dy both copies (SR + RHT for NVFP4); W both copies (16x16 for NVFP4). The GPU skips
+// the compact scales as LinearLayer asks (compact_scales = false): its compact buffers must still
+// hold the poison afterwards, every other byte must equal the CPU's (which writes compact scales).
+
+bool all_poison(const std::vector<uint8_t>& b) {
+  return std::all_of(b.begin(), b.end(), [](uint8_t v) { return v == 0xA5; });
+}
+
+// Runs `steps` in order on one CPU and one GPU quantized tensor of x[R, C] (both copies allocated)
+// and compares every copy a step made, byte for byte; gpu_compact: the GPU writes compact scales.
+void check_quantize_sequence(const std::vector<float>& x, int64_t R, int64_t C, const std::vector<QuantizeOptions>& steps,
+                             bool gpu_compact, const std::string& what) {
+  SCOPED_TRACE(what);
+  const QuantFormat f = steps.front().format;
+  std::vector<Buffer> owner;
+  QuantizedTensor cq = allocate_quantized(owner, Device::CPU, f, R, C, true, true);
+  QuantizedTensor gq = allocate_quantized(owner, Device::CUDA, f, R, C, true, true);
+  poison(gq.rowwise);
+  poison(gq.columnwise);
+  std::vector<float> xc = x;
+  const Tensor xt(xc.data(), {R, C}, DType::F32, Device::CPU);
+  const test::DeviceTensor xd = test::to_device(x, {R, C}, DType::BF16);
+  bool made_row = false, made_col = false;
+  for (QuantizeOptions o : steps) {
+    quantize(cpu_ctx(true), cq, xt, o);
+    o.compact_scales = gpu_compact;
+    quantize(test::cuda_ctx(), gq, xd.t, o);
+    made_row = made_row || o.rowwise;
+    made_col = made_col || o.columnwise;
+  }
+  auto compare = [&](const QuantizedCopy& c, const QuantizedCopy& g, const std::string& name) {
+    expect_same_bytes(host_bytes(c.data), device_bytes(g.data), name + " codes");
+    expect_same_bytes(host_bytes(c.scales_swizzled), device_bytes(g.scales_swizzled), name + " swizzled scales");
+    expect_same_bytes(host_bytes(c.amax), device_bytes(g.amax), name + " amax");
+    expect_same_bytes(host_bytes(c.scale_inv), device_bytes(g.scale_inv), name + " scale_inv");
+    if (quant_block_size(f) == 1) return;
+    if (gpu_compact)
+      expect_same_bytes(host_bytes(c.scales), device_bytes(g.scales), name + " compact scales");
+    else
+      EXPECT_TRUE(all_poison(device_bytes(g.scales))) << name << ": compact scales written though not asked for";
+  };
+  if (made_row) compare(cq.rowwise, gq.rowwise, "rowwise");
+  if (made_col) compare(cq.columnwise, gq.columnwise, "columnwise");
+}
+
+// The linear layer's x sequence (forward, then backward) and the one-call equivalent.
+std::vector<QuantizeOptions> x_forward_backward(QuantFormat f, bool rht) {
+  QuantizeOptions fwd = options(f, true, false);
+  fwd.columnwise_amax = true;
+  fwd.rht_columnwise = rht;
+  QuantizeOptions bwd = options(f, false, true);
+  bwd.rht_columnwise = rht;
+  bwd.amax_given = true;
+  return {fwd, bwd};
+}
+
+constexpr int64_t kTok = 4096, kHidden = 4096, kQkv = 6144, kFfn = 14336, kFc1 = 2 * kFfn;
+
+TEST(CudaQuantizeProduction, Nvfp4Llama8bOperandsAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  {  // fc2's input x [4096, 14336]: forward/backward with the RHT amax kept, and in one call
+    const std::vector<float> x = fast_bf16(kTok * kFfn, 1.0f, 1);
+    check_quantize_sequence(x, kTok, kFfn, x_forward_backward(QuantFormat::NVFP4, true), false, "nvfp4 x fc2 fwd/bwd");
+    QuantizeOptions both = options(QuantFormat::NVFP4, true, true);
+    both.rht_columnwise = true;
+    check_quantize_sequence(x, kTok, kFfn, {both}, true, "nvfp4 x fc2 one call");
+  }
+  {  // fc1's output gradient dy [4096, 28672]: SR on both copies, RHT on the columnwise one
+    const std::vector<float> dy = fast_bf16(kTok * kFc1, 1e-3f, 2);
+    QuantizeOptions g = options(QuantFormat::NVFP4, true, true);
+    g.rht_columnwise = g.stochastic = true;
+    g.seed = 0x5EED;
+    g.stream_id = 8;
+    g.counter = 12345;
+    check_quantize_sequence(dy, kTok, kFc1, {g}, false, "nvfp4 dy fc1");
+  }
+  {  // fc1's weight [28672, 4096] and qkv's [6144, 4096]: 16x16 tiles, both copies
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{kFc1, kHidden}, {kQkv, kHidden}}) {
+      const std::vector<float> w = fast_bf16(rows * cols, 0.02f, 3);
+      QuantizeOptions wo = options(QuantFormat::NVFP4, true, true);
+      wo.block_2d = true;
+      check_quantize_sequence(w, rows, cols, {wo}, false, "nvfp4 w [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    }
+  }
+}
+
+TEST(CudaQuantizeProduction, Mxfp8AndFp8Llama8bOperandsAreByteExact) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const std::vector<float> x = fast_bf16(kTok * kFfn, 1.0f, 4);
+  check_quantize_sequence(x, kTok, kFfn, x_forward_backward(QuantFormat::MXFP8, false), false, "mxfp8 x fc2 fwd/bwd");
+  check_quantize_sequence(x, kTok, kFfn, {options(QuantFormat::MXFP8, true, true)}, true, "mxfp8 x fc2 one call");
+  const std::vector<float> dy = fast_bf16(kTok * kQkv, 1e-3f, 5);
+  check_quantize_sequence(dy, kTok, kQkv, {options(QuantFormat::MXFP8, true, true)}, false, "mxfp8 dy qkv");
+  const std::vector<float> xh = fast_bf16(kTok * kHidden, 1.0f, 6);
+  check_quantize_sequence(xh, kTok, kHidden, x_forward_backward(QuantFormat::FP8_E4M3, false), false,
+                          "fp8 e4m3 x qkv fwd/bwd");
+  const std::vector<float> dy1 = fast_bf16(kTok * kFc1, 1e-3f, 7);
+  check_quantize_sequence(dy1, kTok, kFc1, {options(QuantFormat::FP8_E5M2, true, true)}, false, "fp8 e5m2 dy fc1");
+}
+
+// amax_given on the GPU takes the slot as given (no amax pass): a planted amax changes the codes as
+// it does on the CPU; columnwise_amax alone leaves the columnwise copy unwritten.
+TEST(CudaQuantize, AmaxGivenAndColumnwiseAmaxMatchTheCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3, QuantFormat::MXFP8}) {
+    Mat x = test_input(128, 96, 71);
+    std::vector<Buffer> owner;
+    QuantizedTensor cq = allocate_quantized(owner, Device::CPU, f, 128, 96, true, true);
+    QuantizedTensor gq = allocate_quantized(owner, Device::CUDA, f, 128, 96, true, true);
+    poison(gq.columnwise);
+    const test::DeviceTensor xd = test::to_device(x.v, {128, 96}, DType::BF16);
+    QuantizeOptions fwd = options(f, true, false);
+    fwd.columnwise_amax = true;
+    fwd.rht_columnwise = f == QuantFormat::NVFP4;
+    quantize(cpu_ctx(true), cq, x.t(), fwd);
+    quantize(test::cuda_ctx(), gq, xd.t, fwd);
+    const std::string name = quant_format_name(f);
+    expect_same_bytes(host_bytes(cq.columnwise.amax), device_bytes(gq.columnwise.amax), name + " columnwise amax");
+    EXPECT_TRUE(all_poison(device_bytes(gq.columnwise.data))) << name << ": the columnwise codes were written";
+    if (f == QuantFormat::MXFP8) continue;  // its amax does not enter the codes
+    const float planted = 3.0f * cq.rowwise.amax.f32()[0];  // not a power of two (NVFP4 is invariant to those)
+    cq.rowwise.amax.f32()[0] = planted;
+    copy_from_host(gq.rowwise.amax, &planted);
+    QuantizeOptions again = options(f, true, false);
+    again.amax_given = true;
+    quantize(cpu_ctx(true), cq, x.t(), again);
+    quantize(test::cuda_ctx(), gq, xd.t, again);
+    expect_same_copy(cq.rowwise, gq.rowwise, name + " rowwise with a planted amax");
+    EXPECT_EQ(test::to_host_floats(gq.rowwise.amax)[0], planted) << name;
+  }
+}
+
+// ---- side ops and errors ----------------------------------------------------------------------------
+
+TEST(CudaQuantize, ColumnwiseSourceIsExactForBf16AndF32Inputs) {
+  PL_REQUIRE_CUDA_DEVICE();
+  for (DType dt : {DType::BF16, DType::F32}) {
+    for (auto [r, c, rht] : {std::tuple<int64_t, int64_t, bool>{112, 48, true}, {112, 48, false}, {37, 53, false},
+                             {256, 130, true}}) {
+      Mat x = dt == DType::BF16 ? test_input(r, c, 61) : f32_input(r, c, 62);
+      Mat want(c, r);
+      columnwise_source(cpu_ctx(true), want.t(), x.t(), rht);
+      test::DeviceTensor dx = test::to_device(x.v, {r, c}, dt);
+      test::DeviceTensor out = test::device_tensor({c, r}, DType::F32);
+      columnwise_source(test::cuda_ctx(), out.t, dx.t, rht);
+      expect_same_floats(want.v, test::to_host_floats(out.t),
+                         std::string("columnwise_source ") + dtype_name(dt) + " [" + std::to_string(r) + ", " +
+                             std::to_string(c) + "]" + (rht ? " rht" : ""));
+    }
+  }
+}
+
+TEST(CudaQuantize, BadArgumentsAreOneLineErrors) {
+  PL_REQUIRE_CUDA_DEVICE();
+  std::vector<Buffer> owner;
+  QuantizedTensor q = allocate_quantized(owner, Device::CUDA, QuantFormat::NVFP4, 32, 64, true, false);
+  test::DeviceTensor x = test::device_tensor({32, 64}, DType::BF16);
+  test::DeviceTensor wrong = test::device_tensor({32, 48}, DType::BF16);
+  QuantizeOptions o;
+  test::expect_one_line_error([&] { quantize(test::cuda_ctx(), q, wrong.t, o); }, {"quantize", "rowwise copy"});
+  o.format = QuantFormat::MXFP8;
+  test::expect_one_line_error([&] { quantize(test::cuda_ctx(), q, x.t, o); }, {"quantize", "mxfp8", "nvfp4"});
+  o.format = QuantFormat::NVFP4;
+  o.block_2d = true;
+  o.rht_columnwise = true;
+  test::expect_one_line_error([&] { quantize(test::cuda_ctx(), q, x.t, o); }, {"quantize", "RHT"});
+  std::vector<float> host(32 * 64, 0.0f);
+  Tensor on_cpu(host.data(), {32, 64}, DType::F32, Device::CPU);
+  test::expect_one_line_error([&] { quantize(test::cuda_ctx(), q, on_cpu, QuantizeOptions{}); }, {"quantize", "CUDA"});
+  test::DeviceTensor out = test::device_tensor({32, 32}, DType::F32);
+  test::expect_one_line_error([&] { dequantize(test::cuda_ctx(), out.t, q.rowwise, QuantFormat::NVFP4); },
+                              {"dequantize", "[32, 64]"});
+  test::expect_one_line_error([&] { columnwise_source(test::cuda_ctx(), out.t, wrong.t, false); },
+                              {"columnwise_source", "transpose"});
+}
+
+}  // namespace gpu
 }  // namespace
 }  // namespace pl

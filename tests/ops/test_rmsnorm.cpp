@@ -1,5 +1,7 @@
 // RMSNorm forward/backward against double references and finite differences, and the fp32 summation
 // schedule of numerics/reduce.h written out (the CUDA backend follows the same one, bit for bit).
+// Cpu/RmsNorm.* and Cuda/RmsNorm.* run the same cases on each backend (the GPU also against the CPU
+// backend, bit for bit); OpsRmsNorm.* are CPU-only (plain FP32, finite differences, the schedule).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -95,31 +97,6 @@ TEST(OpsRmsNorm, GradientsMatchFiniteDifferences) {
   expect_close(dw.v, fd_dw, 1e-5, "op dw vs finite differences");
 }
 
-TEST(OpsRmsNorm, RoundBf16) {
-  std::mt19937 rng(304);
-  HostF32 x = random_f32({kT, kH}, rng, -2, 2, true), w = random_f32({kH}, rng, 0.5, 1.5, true);
-  HostF32 g = random_f32({kT, kH}, rng, -1, 1, true), dx0 = random_f32({kT, kH}, rng, -1, 1, true);
-  HostF32 out({kT, kH}), rstd({kT}), out_plain({kT, kH}), rstd_plain({kT});
-  rmsnorm_forward(cpu_ctx(true), out.t(), rstd.t(), x.t(), w.t(), kEps);
-  rmsnorm_forward(cpu_ctx(false), out_plain.t(), rstd_plain.t(), x.t(), w.t(), kEps);
-  expect_bf16_representable(out.v, "out");
-  EXPECT_TRUE(bitwise_equal(rstd.v, rstd_plain.v)) << "rstd is fp32 and must not be rounded";
-  const RefForward ref = ref_forward(x.d(), w.d(), kT, kH, kEps);
-  expect_bf16_close(out.v, ref.out, "out");
-
-  HostF32 dx = dx0, dw({kH}, 0.5f), dx_plain = dx0, dw_plain({kH}, 0.5f);
-  rmsnorm_backward(cpu_ctx(true), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
-  rmsnorm_backward(cpu_ctx(false), dx_plain.t(), dw_plain.t(), g.t(), x.t(), w.t(), rstd.t());
-  expect_bf16_representable(dx.v, "dx");
-  EXPECT_TRUE(bitwise_equal(dw.v, dw_plain.v)) << "dw is an fp32 accumulator and must not be rounded";
-  std::vector<double> rdx, rdw;
-  ref_backward(x.d(), w.d(), g.d(), kT, kH, kEps, rdx, rdw);
-  for (size_t i = 0; i < rdx.size(); ++i) rdx[i] += dx0[i];
-  // dx = round(prefill + increment); the increment is fp32, so bf16 tolerance relative to the sum.
-  expect_bf16_close(dx.v, rdx, "dx", 1.0 / 128, 1e-3);
-  for (size_t i = 0; i < dx.size(); ++i) ASSERT_EQ(dx[i], num::round_bf16(dx_plain[i])) << i;
-}
-
 TEST(OpsRmsNorm, BackwardIndependentOfThreadCount) {
   std::mt19937 rng(305);
   const int64_t T = 33, h = 200;  // several 64-column blocks of dw, with a tail
@@ -185,6 +162,67 @@ TEST(OpsRmsNorm, ErrorsNameTheOp) {
                       [&] { rmsnorm_forward(ctx, out.t(), rstd_bad.t(), x.t(), w.t(), kEps); });
   expect_error_naming("rmsnorm_backward",
                       [&] { rmsnorm_backward(ctx, out.t(), w_bad.t(), out.t(), x.t(), w.t(), rstd.t()); });
+}
+
+// ---- on every backend (Cpu/ and Cuda/RmsNorm.*) ---------------------------------------------------
+
+class RmsNorm : public OnBackend {};
+PL_INSTANTIATE_BACKENDS(RmsNorm);
+
+// Forward and backward with round_bf16 on BF16 inputs: out and dx are BF16 values within BF16
+// rounding of double, rstd and dw are fp32 and never rounded. Exact between backends: Σx² and
+// Σ (g w) x in the CPU's fp32 lane/tree schedule (numerics/reduce.h), the same correctly rounded
+// division, sqrt and reciprocal and the same elementwise expressions; dw: the same sequential fp32
+// sums over token chunks of 128 and the same tree over the chunks (T = 301: 3 chunks, a 3-leaf tree,
+// the last one partial; h = 333 not a multiple of a block).
+TEST_P(RmsNorm, RoundBf16) {
+  PL_SEEDED_RNG(rng);
+  for (const auto& [T, h] : {std::pair<int64_t, int64_t>{kT, kH}, {301, 333}}) {
+    SCOPED_TRACE("T=" + std::to_string(T) + " h=" + std::to_string(h));
+    std::vector<float> x = uniform_bf16(T * h, rng, -2.0f, 2.0f), w = uniform_bf16(h, rng, 0.5f, 1.5f);
+    std::vector<float> g = uniform_bf16(T * h, rng, -1.0f, 1.0f);
+    const std::vector<float> dx0 = uniform_bf16(T * h, rng, -1.0f, 1.0f), dw0 = uniform_f32(h, rng, -1.0f, 1.0f);
+    const std::vector<double> xd(x.begin(), x.end()), wd(w.begin(), w.end()), gd(g.begin(), g.end());
+    const std::vector<float> fwd = run_exact(GetParam(), [&](Backend& k) {  // [out | rstd]
+      std::vector<float> out(T * h), rstd(T);
+      rmsnorm_forward(k.ctx(), k.put(out, {T, h}, DType::BF16), k.put(rstd, {T}, DType::F32),
+                      k.put(x, {T, h}, DType::BF16), k.put(w, {h}, DType::BF16), kEps);
+      return joined({k.get(out), k.get(rstd)});
+    }, "rmsnorm_forward [out | rstd]");
+    const std::vector<float> out(fwd.begin(), fwd.begin() + T * h);
+    std::vector<float> rstd(fwd.begin() + T * h, fwd.end());
+    expect_bf16_representable(out, "out");
+    expect_bf16_close(out, ref_forward(xd, wd, T, h, kEps).out, "out");
+
+    const auto backward = [&](Backend& k, bool round) {  // [dx | dw]
+      std::vector<float> dx = dx0, dw = dw0;
+      rmsnorm_backward(k.ctx(round), k.put(dx, {T, h}, DType::BF16), k.put(dw, {h}, DType::F32),
+                       k.put(g, {T, h}, DType::BF16), k.put(x, {T, h}, DType::BF16), k.put(w, {h}, DType::BF16),
+                       k.put(rstd, {T}, DType::F32));
+      return joined({k.get(dx), k.get(dw)});
+    };
+    const std::vector<float> bwd =
+        run_exact(GetParam(), [&](Backend& k) { return backward(k, true); }, "rmsnorm_backward [dx | dw]");
+    const std::vector<float> dx(bwd.begin(), bwd.begin() + T * h);
+    expect_bf16_representable(dx, "dx");
+    std::vector<double> rdx, rdw;
+    ref_backward(xd, wd, gd, T, h, kEps, rdx, rdw);
+    for (size_t i = 0; i < rdx.size(); ++i) rdx[i] += dx0[i];
+    // dx = round(prefill + increment); the increment is fp32, so bf16 tolerance relative to the sum.
+    expect_bf16_close(dx, rdx, "dx", 1.0 / 128, 1e-3);
+    if (on_cuda()) continue;
+    // Against the plain-FP32 CPU run: only out and dx are rounded.
+    Backend cpu(Device::CPU);
+    std::vector<float> out_plain(T * h), rstd_plain(T);
+    rmsnorm_forward(cpu.ctx(false), cpu.put(out_plain, {T, h}, DType::F32), cpu.put(rstd_plain, {T}, DType::F32),
+                    cpu.put(x, {T, h}, DType::F32), cpu.put(w, {h}, DType::F32), kEps);
+    EXPECT_TRUE(bitwise_equal(rstd, rstd_plain)) << "rstd is fp32 and must not be rounded";
+    const std::vector<float> plain = backward(cpu, false);
+    EXPECT_TRUE(bitwise_equal(std::vector<float>(bwd.begin() + T * h, bwd.end()),
+                              std::vector<float>(plain.begin() + T * h, plain.end())))
+        << "dw is an fp32 accumulator and must not be rounded";
+    for (int64_t i = 0; i < T * h; ++i) ASSERT_EQ(dx[i], num::round_bf16(plain[i])) << i;
+  }
 }
 
 }  // namespace

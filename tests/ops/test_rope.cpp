@@ -1,4 +1,6 @@
 // Rotary position embedding (rotate-half) against a double reference; the backward is the adjoint.
+// Cpu/Rope.* and Cuda/Rope.* run the same cases on each backend (the GPU also against the CPU
+// backend, bit for bit); OpsRope.* are CPU-only (plain FP32, finite differences, errors).
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -8,24 +10,33 @@ constexpr int64_t kB = 2, kS = 7, kNq = 4, kNkv = 2, kD = 16;
 constexpr int64_t kT = kB * kS, kWidth = (kNq + 2 * kNkv) * kD, kRot = kNq + kNkv;
 
 // cos/sin tables [S, d/2] of Llama's angles pos * theta^(-2i/d).
-void make_tables(HostF32& c, HostF32& s, int64_t S, int64_t d) {
+void make_tables(HostF32& c, HostF32& s, int64_t S, int64_t d, double theta = 10000.0) {
   c = HostF32({S, d / 2});
   s = HostF32({S, d / 2});
   for (int64_t p = 0; p < S; ++p)
     for (int64_t i = 0; i < d / 2; ++i) {
-      const double ang = double(p) * std::pow(10000.0, -2.0 * double(i) / double(d));
+      const double ang = double(p) * std::pow(theta, -2.0 * double(i) / double(d));
       c[p * (d / 2) + i] = float(std::cos(ang));
       s[p * (d / 2) + i] = float(std::sin(ang));
     }
 }
 
+struct RopeShape {
+  int64_t B, S, nq, nkv, d;
+  double theta;
+  int64_t T() const { return B * S; }
+  int64_t width() const { return (nq + 2 * nkv) * d; }
+};
+constexpr RopeShape kShape{kB, kS, kNq, kNkv, kD, 10000.0};
+
 // sign +1: the forward rotation; -1: its transpose.
-std::vector<double> ref_rope(std::vector<double> x, const HostF32& c, const HostF32& s, double sign) {
-  const int64_t half = kD / 2;
-  for (int64_t t = 0; t < kT; ++t) {
-    const int64_t p = t % kS;
-    for (int64_t h = 0; h < kRot; ++h) {
-      double* v = x.data() + t * kWidth + h * kD;
+std::vector<double> ref_rope(std::vector<double> x, const HostF32& c, const HostF32& s, double sign,
+                             const RopeShape& r = kShape) {
+  const int64_t half = r.d / 2;
+  for (int64_t t = 0; t < r.T(); ++t) {
+    const int64_t p = t % r.S;
+    for (int64_t h = 0; h < r.nq + r.nkv; ++h) {
+      double* v = x.data() + t * r.width() + h * r.d;
       for (int64_t i = 0; i < half; ++i) {
         const double cs = c[p * half + i], sn = sign * s[p * half + i];
         const double x1 = v[i], x2 = v[i + half];
@@ -77,20 +88,6 @@ TEST(OpsRope, BackwardMatchesFiniteDifferences) {
   expect_close(dg.v, fd, 1e-6, "rope_backward vs finite differences");
 }
 
-TEST(OpsRope, RoundBf16) {
-  std::mt19937 rng(404);
-  HostF32 c, s;
-  make_tables(c, s, kS, kD);
-  HostF32 x = random_f32({kT, kWidth}, rng, -1, 1, true), y = x;
-  rope_forward(cpu_ctx(true), y.t(), c.t(), s.t(), kS, kRot, kD);
-  expect_bf16_representable(y.v, "rope(x)");
-  expect_bf16_close(y.v, ref_rope(x.d(), c, s, 1.0), "rope(x)", 1.0 / 128, 1e-3);
-  HostF32 g = x;
-  rope_backward(cpu_ctx(true), g.t(), c.t(), s.t(), kS, kRot, kD);
-  expect_bf16_representable(g.v, "rope_backward(x)");
-  expect_bf16_close(g.v, ref_rope(x.d(), c, s, -1.0), "rope_backward(x)", 1.0 / 128, 1e-3);
-}
-
 TEST(OpsRope, ErrorsNameTheOp) {
   HostF32 c, s, x({kT, kWidth});
   make_tables(c, s, kS, kD);
@@ -101,6 +98,39 @@ TEST(OpsRope, ErrorsNameTheOp) {
   expect_error_naming("rope_backward", [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kS, kRot, kD + 1); });
   expect_error_naming("rope_backward",
                       [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kS, kNq + 2 * kNkv + 1, kD); });
+}
+
+// ---- on every backend (Cpu/ and Cuda/Rope.*) ------------------------------------------------------
+
+class Rope : public OnBackend {};
+PL_INSTANTIATE_BACKENDS(Rope);
+
+// rope_forward / rope_backward with round_bf16 on BF16 inputs: BF16 outputs within BF16 rounding of the
+// double rotation, and bit-identical between backends (the same fp32 expressions in the same order;
+// whole rows, so the v heads are checked to be untouched too). Also an odd half (d = 10), T = 111 and
+// Llama 3's theta.
+TEST_P(Rope, RoundBf16) {
+  PL_SEEDED_RNG(rng);
+  for (const RopeShape& r : {kShape, RopeShape{3, 37, 3, 1, 10, 500000.0}})
+    for (bool forward : {true, false}) {
+      const std::string what = forward ? "rope_forward qkv" : "rope_backward dqkv";
+      SCOPED_TRACE(what + " d=" + std::to_string(r.d));
+      HostF32 c, s;
+      make_tables(c, s, r.S, r.d, r.theta);
+      const int64_t T = r.T(), W = r.width();
+      std::vector<float> x = uniform_bf16(T * W, rng, -3.0f, 3.0f);
+      const auto op = forward ? rope_forward : rope_backward;
+      const auto run = [&](Backend& k) {
+        std::vector<float> y = x;
+        op(k.ctx(), k.put(y, {T, W}, DType::BF16), k.put(c.v, {r.S, r.d / 2}, DType::F32),
+           k.put(s.v, {r.S, r.d / 2}, DType::F32), r.S, r.nq + r.nkv, r.d);
+        return k.get(y);
+      };
+      const std::vector<float> y = run_exact(GetParam(), run, what);
+      expect_bf16_representable(y, what);
+      expect_bf16_close(y, ref_rope(std::vector<double>(x.begin(), x.end()), c, s, forward ? 1.0 : -1.0, r), what,
+                        1.0 / 128, 1e-3);
+    }
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ TEST_F(GpuBundle, GpuCheckFromTheBundleRunsTheConformanceSuiteAndFailsWhenEveryT
   EXPECT_NE(all.find("bundle: " + bundle_.string()), std::string::npos) << all;
   EXPECT_NE(all.find("cuBLASLt 13."), std::string::npos) << "library versions missing:\n" << all;
   EXPECT_NE(all.find("cuDNN 9."), std::string::npos) << all;
-  EXPECT_NE(all.find("CudaOps.AdamwUpdate"), std::string::npos) << all;
+  EXPECT_NE(all.find("Cuda/Optimizer.AdamWMatchesHandComputedStep/0"), std::string::npos) << all;
   EXPECT_NE(all.find("devices: none"), std::string::npos) << all;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(all, m, std::regex(R"(FAILED: conformance: (\d+) conformance tests did not run on the GPU: no CUDA device)")))

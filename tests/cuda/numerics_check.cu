@@ -7,7 +7,7 @@
 #include <string>
 #include <stdexcept>
 
-#include "backend/cuda/numerics_check.h"
+#include "cuda/numerics_check.h"
 #include "numerics/adamw.h"
 #include "numerics/bf16.h"
 

@@ -1,208 +1,76 @@
-// GPU conformance of the GEMMs (backend/cuda/linear.cu): every CUDA GEMM against the CPU backend on
-// fresh random inputs. BF16: the CPU linear ops (round_bf16 true) vs cuBLASLt. Quantized: operands
-// quantized on the CPU, their buffers copied to device copies, CUDA quantized_gemm vs CPU
-// quantized_gemm, for the three GEMMs of a linear layer as LinearLayer issues them, on the path the
-// GPU takes and again forced onto the emulated path (set_force_emulated_gemm), so one GPU checks both.
-// Compiled always; the device tests skip without a CUDA device.
-//
-// Tolerance. The two backends compute the same products (BF16 values, or exactly dequantized block
-// values) and differ in the FP32 summation order, so per output element
-//   |gpu − cpu| <= out_rel · max(|gpu|, |cpu|) + acc_rel · Σ_k |a_k·b_k|  (+ |y0| when accumulating)
-//   out_rel = 2^-7 for BF16 outputs: each side rounds its FP32 sum to BF16 once (<= 2^-8 relative);
-//             2^-22 for FP32 outputs (the final rounding of each side).
-//   acc_rel = 2^-12 for BF16 GEMMs: any FP32 summation order is within K·2^-24·Σ|ab| of the exact
-//             sum, i.e. <= 2^-15 for K <= 512 on each side; 4x slack.
-//           = 2^-8 for the quantized GEMMs: Hopper's FP8 tensor cores keep only ~14 accumulator bits
-//             between FP32 promotions (DeepSeek-V3 §3.3.2), block-scaled kernels scale partial sums;
-//             2^-8 covers that and TE's own NVFP4 GEMM test tolerance (8e-3), yet a wrong layout,
-//             transposition, scale or alpha gives errors of order Σ|ab| itself.
-#include <gtest/gtest.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <random>
-#include <string>
-#include <vector>
-
-#include "backend/ops.h"
+// quantized_gemm: on the CPU the emulated block-scaled GEMM against the double product of the
+// dequantized operands, and the rule of native GEMMs per architecture. On the GPU (Cuda*, skipped
+// without a device; gemm_test_util.h): operands quantized on the CPU, their buffers copied to device
+// copies, CUDA quantized_gemm vs CPU quantized_gemm for the three GEMMs of a linear layer as
+// LinearLayer issues them, on the path the GPU takes and again forced onto the emulated path, so one
+// GPU checks both; the cuBLASLt plan cache; Llama-3-8B production shapes; the path descriptions.
 #include "backend/quantize.h"
-#include "core/error.h"
-#include "core/tensor.h"
-#include "cuda/cuda_test_util.h"
-#include "numerics/bf16.h"
+#include "gemm_test_util.h"
+#include "matrix_util.h"
+#include "op_test_util.h"
 
-#if defined(PL_WITH_CUDA)
-#include "backend/cuda/gemm.h"
-#endif
-
-namespace pl {
+namespace pl::optest {
 namespace {
 
-using test::cuda_ctx;
-using test::DeviceTensor;
-using test::to_device;
-using test::to_host_floats;
-using test::fast_bf16;
+using test::Mat;
 
-constexpr double kBf16OutRel = 0x1p-7;
-constexpr double kF32OutRel = 0x1p-22;
-constexpr double kBf16AccRel = 0x1p-12;
-constexpr double kQuantAccRel = 0x1p-8;
+// Gaussian BF16 values with a few outliers, as activations look.
+Mat random_bf16(int64_t r, int64_t c, uint32_t seed, float scale = 1.0f) { return test::random_bf16(r, c, seed, scale, 5); }
 
-OpContext cpu_ctx() { return OpContext{}; }  // round_bf16 = true
-
-// n normal values of standard deviation `scale`, rounded to BF16 (the values a BF16 tensor holds).
-std::vector<float> randn_bf16(size_t n, float scale, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = num::round_bf16(nd(rng));
-  return v;
+// The exact dequantized values of a CPU copy (global scale included).
+Mat dequant(const QuantizedCopy& c) {
+  Mat out(c.rows, c.cols);
+  dequantize(cpu_ctx(true), out.t(), c, c.format);
+  return out;
 }
 
-std::vector<float> transpose(const std::vector<float>& m, int64_t rows, int64_t cols) {
-  std::vector<float> t(m.size());
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = m[r * cols + c];
-  return t;
-}
+Mat gemm_reference(const Mat& a, const Mat& b) { return test::matmul_nt(a, b); }
+void expect_close(const Mat& got, const Mat& want, double rel) { EXPECT_LT(test::rel_diff(got, want), rel); }
 
-// mag[i][j] = Σ_k |a[i][k]·b[j][k]| (+ |y0[i][j]|): the scale of each output's rounding error.
-std::vector<double> abs_products(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
-                                 int64_t K, const std::vector<float>* y0 = nullptr) {
-  std::vector<double> mag(static_cast<size_t>(M * N));
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) {
-      double s = y0 ? std::fabs((*y0)[i * N + j]) : 0.0;
-      for (int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(a[i * K + k]) * b[j * K + k]);
-      mag[i * N + j] = s;
-    }
-  return mag;
-}
-
-void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, const std::vector<double>& mag,
-                  double out_rel, double acc_rel, const std::string& what) {
-  ASSERT_EQ(gpu.size(), cpu.size()) << what;
-  ASSERT_EQ(mag.size(), cpu.size()) << what;
-  int bad = 0;
-  double max_mag = 0.0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    max_mag = std::max(max_mag, mag[i]);
-    const double g = gpu[i], c = cpu[i];
-    const double tol = out_rel * std::max(std::fabs(g), std::fabs(c)) + acc_rel * mag[i];
-    if (!(std::fabs(g - c) <= tol)) {
-      if (++bad <= 5)
-        ADD_FAILURE() << what << ": element " << i << " gpu " << g << " cpu " << c << " |diff| " << std::fabs(g - c)
-                      << " > tol " << tol << " (Σ|ab| " << mag[i] << ")";
-    }
-  }
-  EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << cpu.size() << " elements out of tolerance";
-  EXPECT_GT(max_mag, 0.0) << what << ": degenerate test data (all products zero)";
-}
-
-// ---- BF16 linear GEMMs -----------------------------------------------------------------------------
-
-struct LinearShape {
-  int64_t T, in, out;
-};
-const LinearShape kLinearShapes[] = {{64, 256, 128}, {37, 40, 24}, {7, 19, 5}, {128, 512, 384}};
-
-TEST(CudaGemm, LinearForwardMatchesCpu) {
-  PL_REQUIRE_CUDA_DEVICE();
-  for (const LinearShape& s : kLinearShapes) {
-    const std::string what = "linear_forward T=" + std::to_string(s.T) + " in=" + std::to_string(s.in) +
-                             " out=" + std::to_string(s.out);
-    // x lives at row 1 of a [T+1, in] buffer, so its pointer is not 256-byte aligned (exercises the
-    // alignment preferences of the algorithm cache).
-    std::vector<float> xbig = randn_bf16(static_cast<size_t>((s.T + 1) * s.in), 1.0f, 11);
-    std::vector<float> x(xbig.begin() + s.in, xbig.end());
-    std::vector<float> w = randn_bf16(static_cast<size_t>(s.out * s.in), 0.05f, 12);
-    std::vector<float> y(static_cast<size_t>(s.T * s.out));
-    linear_forward(cpu_ctx(), test::host_view(y, {s.T, s.out}), test::host_view(x, {s.T, s.in}),
-                   test::host_view(w, {s.out, s.in}));
-
-    DeviceTensor dxbig = to_device(xbig, {s.T + 1, s.in}, DType::BF16);
-    DeviceTensor dw = to_device(w, {s.out, s.in}, DType::BF16);
-    DeviceTensor dy = test::device_tensor({s.T, s.out}, DType::BF16);
-    linear_forward(cuda_ctx(), dy.t, dxbig.t.rows(1, s.T), dw.t);
-    expect_close(to_host_floats(dy.t), y, abs_products(x, w, s.T, s.out, s.in), kBf16OutRel, kBf16AccRel, what);
+TEST(OpsQuantizedGemm, EmulatedEqualsTheDoubleProductOfDequantizedOperands) {
+  const int64_t M = 32, N = 48, K = 64;
+  Mat a = random_bf16(M, K, 6), b = random_bf16(N, K, 7, 0.05f);
+  std::vector<float> sa(static_cast<size_t>(N * K)), sb(static_cast<size_t>(N * K));
+  const Tensor ta(sa.data(), {N * K}, DType::F32), tb(sb.data(), {N * K}, DType::F32);
+  OpContext exact;
+  exact.round_bf16 = false;
+  struct Case {
+    QuantFormat fa, fb;
+  };
+  for (Case cs : {Case{QuantFormat::NVFP4, QuantFormat::NVFP4}, Case{QuantFormat::MXFP8, QuantFormat::MXFP8},
+                  Case{QuantFormat::FP8_E5M2, QuantFormat::FP8_E4M3}}) {
+    SCOPED_TRACE(quant_format_name(cs.fa));
+    std::vector<Buffer> owner;
+    QuantizedTensor qa = allocate_quantized(owner, Device::CPU, cs.fa, M, K, true, false);
+    QuantizedTensor qb = allocate_quantized(owner, Device::CPU, cs.fb, N, K, true, false);
+    quantize(exact, qa, a.t(), QuantizeOptions{cs.fa});
+    quantize(exact, qb, b.t(), QuantizeOptions{cs.fb});
+    Mat y(M, N);
+    quantized_gemm(exact, y.t(), qa.rowwise, qb.rowwise, cs.fa, false, ta, tb);
+    const Mat ref = gemm_reference(dequant(qa.rowwise), dequant(qb.rowwise));
+    expect_close(y, ref, 1e-6);
+    // accumulate adds onto y
+    Mat y2 = y;
+    quantized_gemm(exact, y2.t(), qa.rowwise, qb.rowwise, cs.fa, true, ta, tb);
+    for (size_t i = 0; i < y.v.size(); ++i) ASSERT_NEAR(y2.v[i], 2.0f * y.v[i], 1e-5f * (1.0f + std::fabs(y.v[i])));
+    // and the quantized product is close to the exact one
+    expect_close(y, gemm_reference(a, b), cs.fa == QuantFormat::NVFP4 ? 0.2 : 0.08);
   }
 }
 
-TEST(CudaGemm, LinearBackwardInputMatchesCpu) {
-  PL_REQUIRE_CUDA_DEVICE();
-  for (const LinearShape& s : kLinearShapes) {
-    const std::string what = "linear_backward_input T=" + std::to_string(s.T) + " in=" + std::to_string(s.in) +
-                             " out=" + std::to_string(s.out);
-    std::vector<float> dy = randn_bf16(static_cast<size_t>(s.T * s.out), 1.0f, 21);
-    std::vector<float> w = randn_bf16(static_cast<size_t>(s.out * s.in), 0.05f, 22);
-    std::vector<float> dx(static_cast<size_t>(s.T * s.in));
-    linear_backward_input(cpu_ctx(), test::host_view(dx, {s.T, s.in}), test::host_view(dy, {s.T, s.out}),
-                          test::host_view(w, {s.out, s.in}));
-
-    DeviceTensor ddy = to_device(dy, {s.T, s.out}, DType::BF16);
-    DeviceTensor dw = to_device(w, {s.out, s.in}, DType::BF16);
-    DeviceTensor ddx = test::device_tensor({s.T, s.in}, DType::BF16);
-    linear_backward_input(cuda_ctx(), ddx.t, ddy.t, dw.t);
-    // dx[t][i] = Σ_o dy[t][o]·w[o][i]: b = wᵀ [in, out]
-    expect_close(to_host_floats(ddx.t), dx, abs_products(dy, transpose(w, s.out, s.in), s.T, s.in, s.out),
-                 kBf16OutRel, kBf16AccRel, what);
-  }
+// The one rule of native quantized GEMMs (backend/quantize.h), per architecture.
+TEST(OpsQuantizedGemm, NativePerArchitecture) {
+  for (int sm : {80, 86, 89, 90, 100, 103, 120, 121})
+    for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2})
+      EXPECT_EQ(quantized_gemm_native(f, sm), sm >= 89) << "fp8 sm_" << sm;
+  for (int sm : {80, 89, 90, 100, 103, 120, 121})
+    for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::MXFP8})
+      EXPECT_EQ(quantized_gemm_native(f, sm), sm == 100 || sm == 103) << quant_format_name(f) << " sm_" << sm;
+  EXPECT_EQ(kMinCudaSm, 80);
+  EXPECT_FALSE(quantized_gemm_native(QuantFormat::NVFP4, kPlanDefaultSm));  // the dry run plans the emulation
 }
 
-TEST(CudaGemm, LinearBackwardWeightAccumulatesLikeCpu) {
-  PL_REQUIRE_CUDA_DEVICE();
-  for (const LinearShape& s : kLinearShapes) {
-    const std::string what = "linear_backward_weight T=" + std::to_string(s.T) + " in=" + std::to_string(s.in) +
-                             " out=" + std::to_string(s.out);
-    std::vector<float> dy = randn_bf16(static_cast<size_t>(s.T * s.out), 1.0f, 31);
-    std::vector<float> x = randn_bf16(static_cast<size_t>(s.T * s.in), 1.0f, 32);
-    std::vector<float> dy2 = randn_bf16(static_cast<size_t>(s.T * s.out), 1.0f, 33);
-    std::mt19937 rng(34);
-    std::normal_distribution<float> nd(0.0f, 3.0f);
-    std::vector<float> dw0(static_cast<size_t>(s.out * s.in));
-    for (float& v : dw0) v = nd(rng);  // an FP32 accumulator already holding a gradient
-
-    // Two accumulations (two micro-batches) on both backends.
-    std::vector<float> dw = dw0;
-    linear_backward_weight(cpu_ctx(), test::host_view(dw, {s.out, s.in}), test::host_view(dy, {s.T, s.out}),
-                           test::host_view(x, {s.T, s.in}));
-    linear_backward_weight(cpu_ctx(), test::host_view(dw, {s.out, s.in}), test::host_view(dy2, {s.T, s.out}),
-                           test::host_view(x, {s.T, s.in}));
-
-    DeviceTensor ddy = to_device(dy, {s.T, s.out}, DType::BF16);
-    DeviceTensor ddy2 = to_device(dy2, {s.T, s.out}, DType::BF16);
-    DeviceTensor dx = to_device(x, {s.T, s.in}, DType::BF16);
-    DeviceTensor ddw = to_device(dw0, {s.out, s.in}, DType::F32);
-    linear_backward_weight(cuda_ctx(), ddw.t, ddy.t, dx.t);
-    linear_backward_weight(cuda_ctx(), ddw.t, ddy2.t, dx.t);
-
-    // dw[o][i] = dw0 + Σ_t dy[t][o]·x[t][i] + Σ_t dy2[t][o]·x[t][i]: a = [dy | dy2]ᵀ, b = [x | x]ᵀ.
-    std::vector<float> a2 = transpose(dy, s.T, s.out), b2 = transpose(x, s.T, s.in);
-    const std::vector<float> a2b = transpose(dy2, s.T, s.out);
-    std::vector<float> a(static_cast<size_t>(s.out * 2 * s.T)), b(static_cast<size_t>(s.in * 2 * s.T));
-    for (int64_t o = 0; o < s.out; ++o)
-      for (int64_t t = 0; t < s.T; ++t) {
-        a[o * 2 * s.T + t] = a2[o * s.T + t];
-        a[o * 2 * s.T + s.T + t] = a2b[o * s.T + t];
-      }
-    for (int64_t i = 0; i < s.in; ++i)
-      for (int64_t t = 0; t < s.T; ++t) b[i * 2 * s.T + t] = b[i * 2 * s.T + s.T + t] = b2[i * s.T + t];
-    expect_close(to_host_floats(ddw.t), dw, abs_products(a, b, s.out, s.in, 2 * s.T, &dw0), kF32OutRel, kBf16AccRel,
-                 what);
-  }
-}
-
-TEST(CudaGemm, LinearRejectsWrongDtypes) {
-  PL_REQUIRE_CUDA_DEVICE();
-  DeviceTensor x = test::device_tensor({8, 16}, DType::F32);  // must be bf16
-  DeviceTensor w = test::device_tensor({16, 16}, DType::BF16);
-  DeviceTensor y = test::device_tensor({8, 16}, DType::BF16);
-  EXPECT_THROW(linear_forward(cuda_ctx(), y.t, x.t, w.t), Error);
-}
-
-// ---- quantized GEMMs -----------------------------------------------------------------------------------
+// ---- CUDA: the same op on the GPU against the CPU backend ---------------------------------------
 
 // A device QuantizedTensor holding the same bytes as a CPU one (codes, compact and swizzled scales,
 // amax, scale_inv of every copy present).
@@ -224,13 +92,6 @@ QuantizedTensor to_device_quantized(std::vector<Buffer>& owner, const QuantizedT
   return d;
 }
 
-// The exact dequantized values of a CPU copy (global scale included): for the error scale only.
-std::vector<float> dequantized(const QuantizedCopy& c) {
-  std::vector<float> v(static_cast<size_t>(c.rows * c.cols));
-  dequantize(cpu_ctx(), test::host_view(v, {c.rows, c.cols}), c, c.format);
-  return v;
-}
-
 // One quantized_gemm on both backends: y[M,N] (+)= a · bᵀ with y bf16 (fresh) or f32 (accumulating
 // into random y0), compared within the tolerance above.
 void check_quantized_gemm(const QuantizedCopy& ha, const QuantizedCopy& hb, const QuantizedCopy& da,
@@ -244,14 +105,14 @@ void check_quantized_gemm(const QuantizedCopy& ha, const QuantizedCopy& hb, cons
   }
   std::vector<float> y = y0;
   std::vector<float> sa(static_cast<size_t>(M * K)), sb(static_cast<size_t>(N * K));
-  quantized_gemm(cpu_ctx(), test::host_view(y, {M, N}), ha, hb, ha.format, accumulate, test::host_view(sa, {M * K}),
-                 test::host_view(sb, {N * K}));
+  quantized_gemm(cpu_ctx(true), host_view(y, {M, N}), ha, hb, ha.format, accumulate, host_view(sa, {M * K}),
+                 host_view(sb, {N * K}));
 
   DeviceTensor dy = to_device(y0, {M, N}, accumulate ? DType::F32 : DType::BF16);
-  DeviceTensor dsa = test::device_tensor({M * K}, DType::F32);
-  DeviceTensor dsb = test::device_tensor({N * K}, DType::F32);
+  DeviceTensor dsa = device_tensor({M * K}, DType::F32);
+  DeviceTensor dsb = device_tensor({N * K}, DType::F32);
   quantized_gemm(cuda_ctx(), dy.t, da, db, da.format, accumulate, dsa.t, dsb.t);
-  expect_close(to_host_floats(dy.t), y, abs_products(dequantized(ha), dequantized(hb), M, N, K, accumulate ? &y0 : nullptr),
+  expect_gemm_close(to_host_floats(dy.t), y, abs_products(dequant(ha).v, dequant(hb).v, M, N, K, accumulate ? &y0 : nullptr),
                accumulate ? kF32OutRel : kBf16OutRel, kQuantAccRel, what);
 }
 
@@ -280,16 +141,16 @@ void check_linear_layer_gemms(const QuantCase& qc, int64_t T, int64_t in, int64_
   wo.format = qc.x_format;
   wo.rowwise = wo.columnwise = true;
   wo.block_2d = qc.nvfp4_recipe;
-  quantize(cpu_ctx(), wq, test::host_view(w, {out, in}), wo);
+  quantize(cpu_ctx(true), wq, host_view(w, {out, in}), wo);
   QuantizeOptions xo;
   xo.format = qc.x_format;
   xo.rowwise = true;
   xo.columnwise = false;
-  quantize(cpu_ctx(), xq, test::host_view(x, {T, in}), xo);
+  quantize(cpu_ctx(true), xq, host_view(x, {T, in}), xo);
   xo.rowwise = false;
   xo.columnwise = true;
   xo.rht_columnwise = qc.nvfp4_recipe;
-  quantize(cpu_ctx(), xq, test::host_view(x, {T, in}), xo);
+  quantize(cpu_ctx(true), xq, host_view(x, {T, in}), xo);
   QuantizeOptions go;
   go.format = qc.dy_format;
   go.rowwise = go.columnwise = true;
@@ -297,7 +158,7 @@ void check_linear_layer_gemms(const QuantCase& qc, int64_t T, int64_t in, int64_
   go.seed = 0x5EED;
   go.stream_id = 7;
   go.counter = 3;
-  quantize(cpu_ctx(), dyq, test::host_view(dy, {T, out}), go);
+  quantize(cpu_ctx(true), dyq, host_view(dy, {T, out}), go);
 
   const QuantizedTensor dwq = to_device_quantized(owner, wq, out, in);
   const QuantizedTensor dxq = to_device_quantized(owner, xq, T, in);
@@ -309,15 +170,8 @@ void check_linear_layer_gemms(const QuantCase& qc, int64_t T, int64_t in, int64_
   check_quantized_gemm(dyq.columnwise, xq.columnwise, ddyq.columnwise, dxq.columnwise, true, label + " wgrad" + shape);
 }
 
-#if defined(PL_WITH_CUDA)
 // Runs `body` on the path the GPU takes by default, then once more forced onto the emulated path
-// (the same path on a GPU without the native GEMM).
-struct ForceEmulated {
-  explicit ForceEmulated(bool on) { cuda::set_force_emulated_gemm(on); }
-  ~ForceEmulated() { cuda::set_force_emulated_gemm(false); }
-};
-#endif
-
+// (ForceEmulated, cuda_test_util.h).
 template <class Body>
 void on_both_paths(Body body) {
 #if defined(PL_WITH_CUDA)
@@ -332,7 +186,7 @@ void on_both_paths(Body body) {
 
 const int64_t kQuantShapes[][3] = {{128, 256, 192}, {96, 160, 64}};  // T, in, out: scale tiles padded (192, 96, 160, 64)
 
-TEST(CudaGemm, Nvfp4MatchesCpu) {
+TEST(CudaQuantizedGemm, Nvfp4MatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
   const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements();
@@ -350,7 +204,7 @@ TEST(CudaGemm, Nvfp4MatchesCpu) {
 #endif
 }
 
-TEST(CudaGemm, Mxfp8MatchesCpu) {
+TEST(CudaQuantizedGemm, Mxfp8MatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
   const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements();
@@ -365,7 +219,7 @@ TEST(CudaGemm, Mxfp8MatchesCpu) {
 #endif
 }
 
-TEST(CudaGemm, Fp8PerTensorMatchesCpu) {
+TEST(CudaQuantizedGemm, Fp8PerTensorMatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
   on_both_paths([](const std::string& path) {
     for (const auto& s : kQuantShapes) {
@@ -379,7 +233,7 @@ TEST(CudaGemm, Fp8PerTensorMatchesCpu) {
   });
 }
 
-TEST(CudaGemm, Fp8E4M3TimesE5M2MatchesCpu) {
+TEST(CudaQuantizedGemm, Fp8E4M3TimesE5M2MatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
   const int64_t M = 48, N = 80, K = 96;
   std::vector<float> a = randn_bf16(static_cast<size_t>(M * K), 1.0f, 51);
@@ -387,8 +241,8 @@ TEST(CudaGemm, Fp8E4M3TimesE5M2MatchesCpu) {
   std::vector<Buffer> owner;
   QuantizedTensor qa = allocate_quantized(owner, Device::CPU, QuantFormat::FP8_E4M3, M, K, true, false);
   QuantizedTensor qb = allocate_quantized(owner, Device::CPU, QuantFormat::FP8_E5M2, N, K, true, false);
-  quantize(cpu_ctx(), qa, test::host_view(a, {M, K}), QuantizeOptions{QuantFormat::FP8_E4M3, true, false});
-  quantize(cpu_ctx(), qb, test::host_view(b, {N, K}), QuantizeOptions{QuantFormat::FP8_E5M2, true, false});
+  quantize(cpu_ctx(true), qa, host_view(a, {M, K}), QuantizeOptions{QuantFormat::FP8_E4M3, true, false});
+  quantize(cpu_ctx(true), qb, host_view(b, {N, K}), QuantizeOptions{QuantFormat::FP8_E5M2, true, false});
   const QuantizedTensor da = to_device_quantized(owner, qa, M, K);
   const QuantizedTensor db = to_device_quantized(owner, qb, N, K);
   on_both_paths([&](const std::string& path) {
@@ -403,16 +257,16 @@ QuantizedTensor device_copy_of_random(std::vector<Buffer>& owner, QuantFormat f,
                                       uint32_t seed) {
   std::vector<float> v = randn_bf16(static_cast<size_t>(rows * cols), 1.0f, seed);
   QuantizedTensor q = allocate_quantized(owner, Device::CPU, f, rows, cols, true, false);
-  quantize(cpu_ctx(), q, test::host_view(v, {rows, cols}), QuantizeOptions{f, true, false});
+  quantize(cpu_ctx(true), q, host_view(v, {rows, cols}), QuantizeOptions{f, true, false});
   return to_device_quantized(owner, q, rows, cols);
 }
 
 void expect_quantized_gemm_error(const QuantizedTensor& a, const QuantizedTensor& b, DType ydtype,
                                  const std::string& needle) {
   const int64_t M = a.rowwise.rows, N = b.rowwise.rows, K = a.rowwise.cols;
-  DeviceTensor y = test::device_tensor({M, N}, ydtype);
-  DeviceTensor sa = test::device_tensor({M * K}, DType::F32);
-  DeviceTensor sb = test::device_tensor({N * K}, DType::F32);
+  DeviceTensor y = device_tensor({M, N}, ydtype);
+  DeviceTensor sa = device_tensor({M * K}, DType::F32);
+  DeviceTensor sb = device_tensor({N * K}, DType::F32);
   try {
     quantized_gemm(cuda_ctx(), y.t, a.rowwise, b.rowwise, a.format, ydtype == DType::F32, sa.t, sb.t);
     ADD_FAILURE() << "expected an error containing '" << needle << "'";
@@ -422,7 +276,7 @@ void expect_quantized_gemm_error(const QuantizedTensor& a, const QuantizedTensor
   }
 }
 
-TEST(CudaGemm, QuantizedRejectsUnsupportedCombinationsAndShapes) {
+TEST(CudaQuantizedGemm, QuantizedRejectsUnsupportedCombinationsAndShapes) {
   PL_REQUIRE_CUDA_DEVICE();
   std::vector<Buffer> owner;
   // E5M2 x E5M2: no cuBLASLt kernel.
@@ -449,7 +303,7 @@ TEST(CudaGemm, QuantizedRejectsUnsupportedCombinationsAndShapes) {
 
 // A GEMM whose (shape, types, alignment) key was seen makes no new descriptor, layout or heuristic
 // query, and gives bit-identical results from other buffers of the same key.
-TEST(CudaGemm, RepeatedShapesReuseTheirCuBlasLtPlans) {
+TEST(CudaQuantizedGemm, RepeatedShapesReuseTheirCuBlasLtPlans) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
   for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3}) {
@@ -457,17 +311,17 @@ TEST(CudaGemm, RepeatedShapesReuseTheirCuBlasLtPlans) {
     const QuantizedTensor a = device_copy_of_random(owner, f, 64, 128, 81);
     const QuantizedTensor b = device_copy_of_random(owner, f, 96, 128, 82);
     auto run = [&](bool fast) {
-      DeviceTensor y = test::device_tensor({64, 96}, DType::BF16);
-      DeviceTensor sa = test::device_tensor({64 * 128}, DType::F32), sb = test::device_tensor({96 * 128}, DType::F32);
+      DeviceTensor y = device_tensor({64, 96}, DType::BF16);
+      DeviceTensor sa = device_tensor({64 * 128}, DType::F32), sb = device_tensor({96 * 128}, DType::F32);
       quantized_gemm(cuda_ctx(), y.t, a.rowwise, b.rowwise, f, false, sa.t, sb.t, fast);
-      return test::to_host_floats(y.t);
+      return to_host_floats(y.t);
     };
     DeviceTensor bx = to_device(randn_bf16(64 * 128, 1.0f, 83), {64, 128}, DType::BF16);
     DeviceTensor bw = to_device(randn_bf16(96 * 128, 0.05f, 84), {96, 128}, DType::BF16);
     auto run_bf16 = [&] {
-      DeviceTensor y = test::device_tensor({64, 96}, DType::BF16);
+      DeviceTensor y = device_tensor({64, 96}, DType::BF16);
       linear_forward(cuda_ctx(), y.t, bx.t, bw.t);
-      return test::to_host_floats(y.t);
+      return to_host_floats(y.t);
     };
     on_both_paths([&](const std::string& path) {
       for (bool fast : {false, true}) {
@@ -518,26 +372,26 @@ void check_quantized_gemm_rows(const QuantizedCopy& ha, const QuantizedCopy& hb,
   const std::vector<float> ycpu0 = ycpu;
   {
     std::vector<float> sa(static_cast<size_t>(n * K)), sb(static_cast<size_t>(N * K));
-    quantized_gemm(cpu_ctx(), test::host_view(ycpu, {n, N}), as, hb, ha.format, accumulate,
-                   test::host_view(sa, {n * K}), test::host_view(sb, {N * K}));
+    quantized_gemm(cpu_ctx(true), host_view(ycpu, {n, N}), as, hb, ha.format, accumulate,
+                   host_view(sa, {n * K}), host_view(sb, {N * K}));
   }
   // Σ|a·b| per output (+|y0|) by an FP32 GEMM of the absolute dequantized values.
   std::vector<double> mag(static_cast<size_t>(n * N));
   {
-    std::vector<float> aa = dequantized(as), bb = dequantized(hb), m(static_cast<size_t>(n * N));
+    std::vector<float> aa = dequant(as).v, bb = dequant(hb).v, m(static_cast<size_t>(n * N));
     for (float& v : aa) v = std::fabs(v);
     for (float& v : bb) v = std::fabs(v);
     OpContext f32;
     f32.round_bf16 = false;
-    linear_forward(f32, test::host_view(m, {n, N}), test::host_view(aa, {n, K}), test::host_view(bb, {N, K}));
+    linear_forward(f32, host_view(m, {n, N}), host_view(aa, {n, K}), host_view(bb, {N, K}));
     for (size_t i = 0; i < mag.size(); ++i) mag[i] = static_cast<double>(m[i]) + std::fabs(ycpu0[i]);
   }
   on_both_paths([&](const std::string& path) {
-    DeviceTensor y = accumulate ? to_device(y0, {M, N}, DType::F32) : test::device_tensor({M, N}, DType::BF16);
-    DeviceTensor sa = test::device_tensor({(M * K + 1) / 2}, DType::F32);  // BF16 operands of the emulation
-    DeviceTensor sb = test::device_tensor({(N * K + 1) / 2}, DType::F32);
+    DeviceTensor y = accumulate ? to_device(y0, {M, N}, DType::F32) : device_tensor({M, N}, DType::BF16);
+    DeviceTensor sa = device_tensor({(M * K + 1) / 2}, DType::F32);  // BF16 operands of the emulation
+    DeviceTensor sb = device_tensor({(N * K + 1) / 2}, DType::F32);
     quantized_gemm(cuda_ctx(), y.t, da, db, da.format, accumulate, sa.t, sb.t, fast_accum);
-    expect_close(to_host_floats(y.t.rows(r0, n)), ycpu, mag, accumulate ? kF32OutRel : kBf16OutRel, quant_acc_rel(K),
+    expect_gemm_close(to_host_floats(y.t.rows(r0, n)), ycpu, mag, accumulate ? kF32OutRel : kBf16OutRel, quant_acc_rel(K),
                  what + path + " rows [" + std::to_string(r0) + ", " + std::to_string(r0 + n) + ")");
   });
 }
@@ -555,12 +409,12 @@ void check_production_linear(const QuantCase& qc, int64_t in, int64_t out, const
   wo.format = qc.x_format;
   wo.rowwise = wo.columnwise = true;
   wo.block_2d = qc.nvfp4_recipe;
-  quantize(cpu_ctx(), wq, test::host_view(w, {out, in}), wo);
+  quantize(cpu_ctx(true), wq, host_view(w, {out, in}), wo);
   QuantizeOptions xo;
   xo.format = qc.x_format;
   xo.rowwise = xo.columnwise = true;
   xo.rht_columnwise = qc.nvfp4_recipe;
-  quantize(cpu_ctx(), xq, test::host_view(x, {T, in}), xo);
+  quantize(cpu_ctx(true), xq, host_view(x, {T, in}), xo);
   QuantizeOptions go;
   go.format = qc.dy_format;
   go.rowwise = go.columnwise = true;
@@ -568,7 +422,7 @@ void check_production_linear(const QuantCase& qc, int64_t in, int64_t out, const
   go.seed = 0x5EED;
   go.stream_id = 7;
   go.counter = 3;
-  quantize(cpu_ctx(), dyq, test::host_view(dy, {T, out}), go);
+  quantize(cpu_ctx(true), dyq, host_view(dy, {T, out}), go);
   const QuantizedTensor dwq = to_device_quantized(owner, wq, out, in);
   const QuantizedTensor dxq = to_device_quantized(owner, xq, T, in);
   const QuantizedTensor ddyq = to_device_quantized(owner, dyq, T, out);
@@ -581,7 +435,7 @@ void check_production_linear(const QuantCase& qc, int64_t in, int64_t out, const
 
 constexpr int64_t kHidden = 4096, kQkvOut = 6144, kFfn = 14336;
 
-TEST(CudaGemmProduction, Nvfp4Llama8bLinears) {
+TEST(CudaQuantizedGemmProduction, Nvfp4Llama8bLinears) {
   PL_REQUIRE_CUDA_DEVICE();
   const QuantCase qc{QuantFormat::NVFP4, QuantFormat::NVFP4, true};
   check_production_linear(qc, kHidden, kQkvOut, "nvfp4 qkv");
@@ -589,14 +443,14 @@ TEST(CudaGemmProduction, Nvfp4Llama8bLinears) {
   check_production_linear(qc, kFfn, kHidden, "nvfp4 fc2");
 }
 
-TEST(CudaGemmProduction, Mxfp8Llama8bLinears) {
+TEST(CudaQuantizedGemmProduction, Mxfp8Llama8bLinears) {
   PL_REQUIRE_CUDA_DEVICE();
   const QuantCase qc{QuantFormat::MXFP8, QuantFormat::MXFP8, false};
   check_production_linear(qc, kHidden, kQkvOut, "mxfp8 qkv");
   check_production_linear(qc, kFfn, kHidden, "mxfp8 fc2");
 }
 
-TEST(CudaGemmProduction, Fp8HybridLlama8bLinears) {
+TEST(CudaQuantizedGemmProduction, Fp8HybridLlama8bLinears) {
   PL_REQUIRE_CUDA_DEVICE();
   const QuantCase qc{QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2, false};
   check_production_linear(qc, kHidden, kQkvOut, "fp8 hybrid qkv");
@@ -605,7 +459,7 @@ TEST(CudaGemmProduction, Fp8HybridLlama8bLinears) {
 
 // ---- what runs (pure; runs without a device) ----------------------------------------------------------
 
-TEST(CudaGemmDescription, NamesNativeAndEmulatedPaths) {
+TEST(CudaQuantizedGemmDescription, NamesNativeAndEmulatedPaths) {
 #if defined(PL_WITH_CUDA)
   using cuda::GemmExecution;
   EXPECT_EQ(cuda::gemm_backend_description(QuantFormat::NVFP4, 100),
@@ -648,7 +502,7 @@ TEST(CudaGemmDescription, NamesNativeAndEmulatedPaths) {
 }
 
 // The device the tests run on is one the build has code for, and the context accepted it.
-TEST(CudaGemmDescription, TheCurrentGpuIsSupported) {
+TEST(CudaQuantizedGemmDescription, TheCurrentGpuIsSupported) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
   EXPECT_NO_THROW(cuda::prepare_device_state());
@@ -660,4 +514,4 @@ TEST(CudaGemmDescription, TheCurrentGpuIsSupported) {
 }
 
 }  // namespace
-}  // namespace pl
+}  // namespace pl::optest
