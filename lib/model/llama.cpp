@@ -156,10 +156,9 @@ void LlamaModel::allocate_activations() {
   LinearExecution exec;
   exec.device = ctx_.device;
   exec.telemetry = opt_.quant_telemetry;
-  // A model about to allocate on the GPU opens it (so the plan is the GPU's); a plan-only one never
-  // does, and falls back to the default unless a GPU is already open or one is named.
-  const int opened = ctx_.device == Device::CUDA && !opt_.plan_only && opt_.gpu_sm == 0 ? current_gpu_sm()
-                                                                                         : opened_gpu_sm();
+  // The GPU of the context's device state (so the plan is the GPU's); without one (a plan-only model,
+  // --dry-run) the default, unless a GPU is named.
+  const int opened = device_sm(ctx_);
   exec.gpu_sm = opt_.gpu_sm > 0 ? opt_.gpu_sm : (opened > 0 ? opened : kPlanDefaultSm);
   int64_t scratch_a = 0, scratch_b = 0;
   std::vector<LinearFormat> quantized_formats;

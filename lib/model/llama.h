@@ -63,7 +63,7 @@ struct ModelOptions {
   // the trainer sets its micro-batches per iteration, so the loss is read once per iteration.
   int64_t loss_micro_batches = 1;
   // --deterministic-mode: the plan counts the workspace of cuDNN's deterministic attention backward
-  // (the algorithm itself is chosen by cuda::set_attention_deterministic, which the app sets too).
+  // (the algorithm itself is chosen by the device state's deterministic_attention, which the app sets too).
   bool deterministic_attention = false;
 };
 
