@@ -288,8 +288,9 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
   constexpr const char* op = "swiglu_forward";
   arg(ctx, op, "out", out, act(ctx), 2);
   arg(ctx, op, "fc1", fc1, act(ctx), 2);
-  PL_CHECK(fc1.dim(0) == out.dim(0) && fc1.dim(1) == 2 * out.dim(1), "{}: fc1 {} does not match out {} (expected [{}, {}])",
-           op, fc1.shape_str(), out.shape_str(), out.dim(0), 2 * out.dim(1));
+  PL_CHECK(fc1.dim(0) == out.dim(0) && fc1.dim(1) == 2 * out.dim(1),
+           "{}: fc1 {} does not match out {} (expected [{}, {}])", op, fc1.shape_str(), out.shape_str(), out.dim(0),
+           2 * out.dim(1));
 }
 
 void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
@@ -369,7 +370,8 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   // The range table, on its host copy (the device copy is the same table, uploaded once by its owner).
   const int64_t n = master.numel();
   PL_CHECK(no_decay.count == 0 || (no_decay.host != nullptr && (!on_gpu(ctx) || no_decay.device != nullptr)),
-           "{}: {} no-decay ranges need the host table{}", op, no_decay.count, on_gpu(ctx) ? " and the device table" : "");
+           "{}: {} no-decay ranges need the host table{}", op, no_decay.count,
+           on_gpu(ctx) ? " and the device table" : "");
   for (int64_t r = 0; r < no_decay.count; ++r) {
     const int64_t b = no_decay.host[2 * r], e = no_decay.host[2 * r + 1];
     const int64_t prev_end = r > 0 ? no_decay.host[2 * r - 1] : 0;
@@ -387,7 +389,8 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
   PL_CHECK(opt.format == q.format, "{}: options ask for {} but the tensor was allocated for {}", op,
            quant_format_name(opt.format), quant_format_name(q.format));
   PL_CHECK(opt.format == QuantFormat::NVFP4 || (!opt.block_2d && !opt.rht_columnwise && !opt.stochastic),
-           "{}: 16x16 blocks, RHT and stochastic rounding are NVFP4 options, not {}", op, quant_format_name(opt.format));
+           "{}: 16x16 blocks, RHT and stochastic rounding are NVFP4 options, not {}", op,
+           quant_format_name(opt.format));
   PL_CHECK(!(opt.block_2d && opt.rht_columnwise), "{}: RHT is not applied to 16x16-block (weight) tensors", op);
   if (opt.rowwise) {
     PL_CHECK(q.has_rowwise && q.rowwise.rows == rows && q.rowwise.cols == cols,

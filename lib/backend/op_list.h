@@ -35,7 +35,8 @@ PL_OP(embedding_forward, void, TimerId::Embedding,
       (const OpContext& ctx, const Tensor& out, const Tensor& tokens, const Tensor& table), (ctx, out, tokens, table))
 // dtable[V,h] += scatter of dout[T,h] by tokens             deterministic (no atomics order dependence)
 PL_OP(embedding_backward, void, TimerId::Embedding,
-      (const OpContext& ctx, const Tensor& dtable, const Tensor& dout, const Tensor& tokens), (ctx, dtable, dout, tokens))
+      (const OpContext& ctx, const Tensor& dtable, const Tensor& dout, const Tensor& tokens),
+      (ctx, dtable, dout, tokens))
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
 // out[T,h] = x * rstd * w,  rstd[T] = 1/sqrt(mean(x²) + eps) (fp32, saved for backward)
@@ -120,14 +121,16 @@ PL_OP(adamw_update_multi, void, TimerId::OptimizerInnerStep,
 
 // ---- quantization (backend/quantize.h) -------------------------------------------------------------
 // x: [rows, cols] (f32 on the CPU; bf16 or f32 on the GPU) holding the values to quantize (BF16
-// values where the recipe requires BF16; RHT requires it). Writes the copies requested in opt (which must have been allocated).
+// values where the recipe requires BF16; RHT requires it). Writes the copies requested in opt (which
+// must have been allocated).
 PL_QUANT_OP(quantize, void, TimerId::Quantization,
             (const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt), (ctx, q, x, opt))
 // The `format` arguments below must equal the copy's own format (checked); a GEMM may mix
 // FP8_E4M3 and FP8_E5M2 copies (Megatron's "hybrid": E4M3 forward, E5M2 gradients).
 // out[rows, cols] f32 = the exact dequantized values of one copy (global scale included).
 PL_QUANT_OP(dequantize, void, TimerId::QuantStats,
-            (const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format), (ctx, out, c, format))
+            (const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format),
+            (ctx, out, c, format))
 // y[M, N] = alpha · A[M, K] · B[N, K]ᵀ (+ y when accumulate), alpha from the two copies' global
 // scales as cuBLASLt gets it. fast_accumulation: a native FP8 (per-tensor or MXFP8) GEMM may use
 // cuBLASLt's FAST_ACCUM (TE does for the forward GEMM only); ignored elsewhere and on the CPU.

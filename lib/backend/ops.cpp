@@ -1,7 +1,8 @@
 // The dispatcher of every op of backend/op_list.h: the device must have a backend (a build without
 // CUDA fails naming the op), the arguments are checked once (check::<op>, backend/op_checks.cpp; no
-// GPU needed for that), a CUDA op needs its device state (ctx.gpu), the op is timed by an OpTimer of its category (core/timers.h: --timing-log-level; with timing off that
-// is one load and one branch per op) and runs on ctx.device's backend.
+// GPU needed for that), a CUDA op needs its device state (ctx.gpu), the op is timed by an OpTimer of its category
+// (core/timers.h: --timing-log-level; with timing off that is one load and one branch per op) and runs on ctx.device's
+// backend.
 #include "backend/ops.h"
 
 #include "backend/cpu/cpu_ops.h"

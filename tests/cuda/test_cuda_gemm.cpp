@@ -2,7 +2,7 @@
 // fresh random inputs. BF16: the CPU linear ops (round_bf16 true) vs cuBLASLt. Quantized: operands
 // quantized on the CPU, their buffers copied to device copies, CUDA quantized_gemm vs CPU
 // quantized_gemm, for the three GEMMs of a linear layer as LinearLayer issues them, on the path the
-// GPU takes and again forced onto the emulated path (set_force_emulated_gemm), so one GPU checks both.
+// GPU takes and again forced onto the emulated path (test::ForceEmulated, the device state's force_emulated_gemm), so one GPU checks both.
 // Compiled always; the device tests skip without a CUDA device.
 //
 // Tolerance. The two backends compute the same products (BF16 values, or exactly dequantized block

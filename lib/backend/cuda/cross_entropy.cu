@@ -71,8 +71,8 @@ void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, 
   constexpr const char* op = "cross_entropy_forward_backward";
   const int64_t T = logits.dim(0), V = logits.dim(1);
   if (T == 0) return;
-  cross_entropy_kernel<<<static_cast<unsigned>(T), kThreads, 0, ctx.gpu->stream>>>(f32_out(losses), bf16_out(logits), i32_in(targets), V,
-                                                                grad_scale);
+  cross_entropy_kernel<<<static_cast<unsigned>(T), kThreads, 0, ctx.gpu->stream>>>(f32_out(losses), bf16_out(logits),
+                                                                                   i32_in(targets), V, grad_scale);
   check_launch(*ctx.gpu, op, "logits " + dims(T, V));
 }
 

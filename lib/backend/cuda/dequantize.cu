@@ -31,7 +31,8 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
   const CopyView v = qk::copy_view(c, f);
   const unsigned grid = qk::grid_stride_blocks(c.rows * c.cols, kThreads, st.num_sms);
   dequantize_kernel<<<grid, kThreads, 0, st.stream>>>(v, out.ptr<float>());
-  check_launch(st, "dequantize: dequantize_kernel", std::string(quant_format_name(f)) + " copy " + dims(c.rows, c.cols));
+  check_launch(st, "dequantize: dequantize_kernel",
+               std::string(quant_format_name(f)) + " copy " + dims(c.rows, c.cols));
 }
 
 }  // namespace pl::cuda

@@ -82,8 +82,8 @@ void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& to
   const int64_t T = out.dim(0), h = out.dim(1), V = table.dim(0);
   if (T * h == 0) return;
   const std::string what = "out " + dims(T, h) + " table " + dims(V, h);
-  embedding_forward_kernel<<<static_cast<unsigned>(T), kGatherThreads, 0, ctx.gpu->stream>>>(bf16_out(out), i32_in(tokens),
-                                                                          bf16_in(table), h, V);
+  embedding_forward_kernel<<<static_cast<unsigned>(T), kGatherThreads, 0, ctx.gpu->stream>>>(
+      bf16_out(out), i32_in(tokens), bf16_in(table), h, V);
   check_launch(*ctx.gpu, op, what);
 }
 
@@ -111,10 +111,11 @@ void embedding_backward(const OpContext& ctx, const Tensor& dtable, const Tensor
   embedding_positions_kernel<<<grid_for(T, kScatterThreads), kScatterThreads, 0, ctx.gpu->stream>>>(pos_in, T);
   check_launch(*ctx.gpu, op, what + " (positions)");
   // Stable LSD radix sort over all 32 bits: equal ids keep token order.
-  check(cub::DeviceRadixSort::SortPairs(base, temp_bytes, ids_in, ids_out, pos_in, pos_out, n, 0, 32, ctx.gpu->stream), op,
-        what + " (radix sort of token ids)");
+  check(cub::DeviceRadixSort::SortPairs(base, temp_bytes, ids_in, ids_out, pos_in, pos_out, n, 0, 32, ctx.gpu->stream),
+        op, what + " (radix sort of token ids)");
   const dim3 grid(static_cast<unsigned>(T), grid_for(h, kScatterThreads));
-  embedding_backward_kernel<<<grid, kScatterThreads, 0, ctx.gpu->stream>>>(f32_out(dtable), bf16_in(dout), ids_out, pos_out, T, h, V);
+  embedding_backward_kernel<<<grid, kScatterThreads, 0, ctx.gpu->stream>>>(f32_out(dtable), bf16_in(dout), ids_out,
+                                                                           pos_out, T, h, V);
   check_launch(*ctx.gpu, op, what);
 }
 

@@ -17,7 +17,8 @@ namespace pl::cuda {
 namespace {
 // An empty reduction (K = 0): y = 0.
 void zero_output(const DeviceState& st, const char* op, const Tensor& t) {
-  check(cudaMemsetAsync(t.data, 0, t.bytes(), st.stream), op, "cudaMemsetAsync of " + t.shape_str() + " (empty reduction)");
+  check(cudaMemsetAsync(t.data, 0, t.bytes(), st.stream), op,
+        "cudaMemsetAsync of " + t.shape_str() + " (empty reduction)");
 }
 }  // namespace
 

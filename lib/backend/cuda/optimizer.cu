@@ -130,12 +130,13 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " (" +
                            std::to_string(no_decay.count) + " no-decay ranges)";
   if (param.dtype == DType::BF16)
-    adamw_multi_kernel<uint16_t><<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_out(master), f32_out(m), f32_out(v),
-                                                     f32_in(grad), n, no_decay.device, no_decay.count, decay, plain,
-                                                     ctx.round_bf16);
+    adamw_multi_kernel<uint16_t><<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_out(master), f32_out(m),
+                                                                         f32_out(v), f32_in(grad), n, no_decay.device,
+                                                                         no_decay.count, decay, plain, ctx.round_bf16);
   else
-    adamw_multi_kernel<float><<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_out(master), f32_out(m), f32_out(v), f32_in(grad),
-                                                  n, no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
+    adamw_multi_kernel<float><<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_out(master), f32_out(m),
+                                                                      f32_out(v), f32_in(grad), n, no_decay.device,
+                                                                      no_decay.count, decay, plain, ctx.round_bf16);
   check_launch(*ctx.gpu, op, what);
 }
 
@@ -145,9 +146,11 @@ void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tenso
   if (n == 0) return;
   const unsigned grid = grid_capped(n, kThreads);
   if (param.dtype == DType::BF16)
-    copy_master_kernel<uint16_t><<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_in(master), n, ctx.round_bf16);
+    copy_master_kernel<uint16_t>
+        <<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_in(master), n, ctx.round_bf16);
   else
-    copy_master_kernel<float><<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_in(master), n, ctx.round_bf16);
+    copy_master_kernel<float>
+        <<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_in(master), n, ctx.round_bf16);
   check_launch(*ctx.gpu, op, "master " + master.shape_str() + " param " + param.shape_str());
 }
 

@@ -195,11 +195,11 @@ void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x,
   const int64_t tiles = (rows + kTile - 1) / kTile * tiles_c;
   const std::string what = "x " + x.shape_str() + (rht ? " rht" : "");
   if (x.dtype == DType::BF16)
-    columnwise_source_kernel<uint16_t><<<static_cast<unsigned>(tiles), kThreads, 0, st.stream>>>(x.ptr<const uint16_t>(), rows, cols,
-                                                                                   tiles_c, rht, out.ptr<float>());
+    columnwise_source_kernel<uint16_t><<<static_cast<unsigned>(tiles), kThreads, 0, st.stream>>>(
+        x.ptr<const uint16_t>(), rows, cols, tiles_c, rht, out.ptr<float>());
   else
-    columnwise_source_kernel<float><<<static_cast<unsigned>(tiles), kThreads, 0, st.stream>>>(x.ptr<const float>(), rows, cols,
-                                                                                tiles_c, rht, out.ptr<float>());
+    columnwise_source_kernel<float><<<static_cast<unsigned>(tiles), kThreads, 0, st.stream>>>(
+        x.ptr<const float>(), rows, cols, tiles_c, rht, out.ptr<float>());
   check_launch(st, "columnwise_source: columnwise_source_kernel", what);
 }
 

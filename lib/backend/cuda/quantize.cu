@@ -336,15 +336,17 @@ unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
 }
 
 template <typename T>
-void launch_amax(const DeviceState& st, const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht, const std::string& what) {
+void launch_amax(const DeviceState& st, const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht,
+                 const std::string& what) {
   const int64_t items = rht != nullptr ? (R / 16) * C : (R * C + 7) / 8;
-  amax_kernel<T><<<qk::grid_stride_blocks(items, kThreads, st.num_sms), kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht);
+  amax_kernel<T>
+      <<<qk::grid_stride_blocks(items, kThreads, st.num_sms), kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht);
   check_launch(st, "quantize: amax_kernel", what + (rht != nullptr ? " (with RHT)" : ""));
 }
 
 template <typename T>
-void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                    const std::string& what) {
+void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                    const QuantizeOptions& opt, const std::string& what) {
   Nvfp4Args a;
   a.rows = R;
   a.cols = C;
@@ -397,8 +399,8 @@ void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64
 }
 
 template <typename T>
-void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                    const std::string& what) {
+void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                    const QuantizeOptions& opt, const std::string& what) {
   Mxfp8Args a;
   a.rows = R;
   a.cols = C;
@@ -431,8 +433,8 @@ void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64
 }
 
 template <typename T>
-void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                  const std::string& what) {
+void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                  const QuantizeOptions& opt, const std::string& what) {
   Fp8Args a;
   a.rows = R;
   a.cols = C;
@@ -459,8 +461,8 @@ void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t
 }
 
 template <typename T>
-void quantize_typed(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                    const std::string& what) {
+void quantize_typed(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                    const QuantizeOptions& opt, const std::string& what) {
   switch (opt.format) {
     case QuantFormat::NVFP4: return quantize_nvfp4(st, q, x, R, C, opt, what);
     case QuantFormat::MXFP8: return quantize_mxfp8(st, q, x, R, C, opt, what);

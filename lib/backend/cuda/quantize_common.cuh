@@ -123,7 +123,8 @@ __device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t (&b)[N])
     }
   }
   if (aligned_to(dst, 8)) {
-    for (int i = 0; i < N / 8; ++i) reinterpret_cast<uint2*>(dst)[i] = make_uint2(word_of(b + 8 * i), word_of(b + 8 * i + 4));
+    for (int i = 0; i < N / 8; ++i)
+      reinterpret_cast<uint2*>(dst)[i] = make_uint2(word_of(b + 8 * i), word_of(b + 8 * i + 4));
     return;
   }
   for (int i = 0; i < N; ++i) dst[i] = b[i];

@@ -42,8 +42,8 @@
 // fits; only larger products overflow, to Inf in FP32 on the CPU too). The smallest nonzero element
 // of a block is 2^-9 (the least E4M3 code) times its scale, and the scale is at least bamax/448, so
 // only blocks whose amax is below 448·2^-121 (~2^-112) can reach the inexact range; there BF16 rounds
-// to nearest (an absolute error <= 2^-134 per element). The kernel counts such elements (emulated_gemm_inexact_elements(), gemm.h) instead of
-// failing. FP8 E4M3 and E5M2 values are always exact in BF16.
+// to nearest (an absolute error <= 2^-134 per element). The kernel counts such elements
+// (emulated_gemm_inexact_elements(), gemm.h) instead of failing. FP8 E4M3 and E5M2 values are always exact in BF16.
 //
 // Shape rules of quantized_gemm (cuBLASLt's 16-byte rules for FP8/FP4 operands, SPEC-GPU §2, applied
 // on every GPU so that a configuration that runs emulated on sm_90 also runs natively on sm_100;

@@ -90,8 +90,8 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
   constexpr const char* op = "rmsnorm_forward";
   const int64_t T = x.dim(0), h = x.dim(1);
   if (T == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, ctx.gpu->stream>>>(bf16_out(out), f32_out(rstd), bf16_in(x),
-                                                                    bf16_in(w), h, eps);
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, ctx.gpu->stream>>>(bf16_out(out), f32_out(rstd),
+                                                                                        bf16_in(x), bf16_in(w), h, eps);
   check_launch(*ctx.gpu, op, "x " + dims(T, h));
 }
 
@@ -102,17 +102,19 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
   if (T == 0) return;
   const std::string what = "x " + dims(T, h);
 
-  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, ctx.gpu->stream>>>(bf16_out(dx), bf16_in(dout), bf16_in(x),
-                                                                         bf16_in(w), f32_in(rstd), h);
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, ctx.gpu->stream>>>(
+      bf16_out(dx), bf16_in(dout), bf16_in(x), bf16_in(w), f32_in(rstd), h);
   check_launch(*ctx.gpu, op, what + " (dx)");
 
   const int64_t chunks = (T + kDwRows - 1) / kDwRows;
   DeviceScratch& scratch = ctx.gpu->scratch.rmsnorm_dw;
   auto* partial = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks * h)));
   const dim3 grid(grid_for(h, kDwThreads), static_cast<unsigned>(chunks));
-  rmsnorm_backward_dw_partial_kernel<<<grid, kDwThreads, 0, ctx.gpu->stream>>>(partial, bf16_in(dout), bf16_in(x), f32_in(rstd), T, h);
+  rmsnorm_backward_dw_partial_kernel<<<grid, kDwThreads, 0, ctx.gpu->stream>>>(partial, bf16_in(dout), bf16_in(x),
+                                                                               f32_in(rstd), T, h);
   check_launch(*ctx.gpu, op, what + " (dw partial sums)");
-  rmsnorm_backward_dw_final_kernel<<<grid_for(h, kDwThreads), kDwThreads, 0, ctx.gpu->stream>>>(f32_out(dw), partial, chunks, h);
+  rmsnorm_backward_dw_final_kernel<<<grid_for(h, kDwThreads), kDwThreads, 0, ctx.gpu->stream>>>(f32_out(dw), partial,
+                                                                                                chunks, h);
   check_launch(*ctx.gpu, op, what + " (dw)");
 }
 

@@ -33,14 +33,14 @@ __global__ void rope_kernel(uint16_t* qkv, const float* cos_t, const float* sin_
   }
 }
 
-void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
-          int64_t seq_len, int64_t rotated_heads, int64_t head_dim, float sign) {
+void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& qkv, const Tensor& cos,
+          const Tensor& sin, int64_t seq_len, int64_t rotated_heads, int64_t head_dim, float sign) {
   const std::string n = name;
   const int64_t T = qkv.dim(0), width = qkv.dim(1), half = head_dim / 2;
   const int64_t pairs = T * rotated_heads * half;
   if (pairs == 0) return;
-  rope_kernel<<<grid_capped(pairs, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(qkv), f32_in(cos), f32_in(sin), T, width, seq_len,
-                                                          rotated_heads, half, sign);
+  rope_kernel<<<grid_capped(pairs, kThreads), kThreads, 0, ctx.gpu->stream>>>(
+      bf16_out(qkv), f32_in(cos), f32_in(sin), T, width, seq_len, rotated_heads, half, sign);
   check_launch(*ctx.gpu, op, n + " " + dims(T, width) + " seq_len " + std::to_string(seq_len) + " rotated heads " +
                        std::to_string(rotated_heads) + " head_dim " + std::to_string(head_dim));
 }

@@ -46,7 +46,8 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
   constexpr const char* op = "swiglu_forward";
   const int64_t T = out.dim(0), f = out.dim(1);
   if (T * f == 0) return;
-  swiglu_forward_kernel<<<grid_capped(T * f, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(fc1), T, f);
+  swiglu_forward_kernel<<<grid_capped(T * f, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(fc1), T,
+                                                                                        f);
   check_launch(*ctx.gpu, op, "out " + dims(T, f));
 }
 
@@ -54,8 +55,8 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dou
   constexpr const char* op = "swiglu_backward";
   const int64_t T = dout.dim(0), f = dout.dim(1);
   if (T * f == 0) return;
-  swiglu_backward_kernel<<<grid_capped(T * f, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(dfc1), bf16_in(dout), bf16_in(fc1), T,
-                                                                     f);
+  swiglu_backward_kernel<<<grid_capped(T * f, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(dfc1), bf16_in(dout),
+                                                                                         bf16_in(fc1), T, f);
   check_launch(*ctx.gpu, op, "dout " + dims(T, f));
 }
 
