@@ -179,12 +179,11 @@ struct AttentionGraphs {
   Buffer workspace;
 };
 
+std::shared_ptr<AttentionGraphs> make_attention_graphs() { return std::make_shared<AttentionGraphs>(); }
+
 namespace {
 
-AttentionGraphs& graphs_of(DeviceState& state) {
-  if (!state.attention) state.attention = std::make_shared<AttentionGraphs>();
-  return *state.attention;
-}
+AttentionGraphs& graphs_of(DeviceState& state) { return *state.attention; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> bhsd(fe::graph::Graph& g, const char* name, int64_t uid, int64_t B,
                                                    int64_t H, int64_t S, int64_t d, int64_t row_stride) {
@@ -367,6 +366,9 @@ std::string attention_validate_graph(const AttentionShape& s, bool backward, int
 }
 
 #else  // !PL_HAVE_CUDNN_FRONTEND
+
+struct AttentionGraphs {};
+std::shared_ptr<AttentionGraphs> make_attention_graphs() { return std::make_shared<AttentionGraphs>(); }
 
 namespace {
 [[noreturn]] void no_frontend(const char* op, const AttentionShape& s) {

@@ -38,6 +38,8 @@ DeviceState* open_device_state() {
   s->workspace_bytes = size_t{32} << 20;
   check(cudaMalloc(&s->workspace, s->workspace_bytes), "cudaMalloc", "cuBLASLt workspace 32 MiB");
   check(cudnnCreate(&s->cudnn), "cudnnCreate", "");
+  s->plans = make_lt_plan_cache();
+  s->attention = make_attention_graphs();
   // [0] alpha slot, [1] 0.0f, [2] 1.0f, [3] unused, then the 8-byte inexact counter at byte 16.
   void* p = nullptr;
   check(cudaMalloc(&p, 256), "cudaMalloc", "GEMM device scalars (256 bytes, once per device state)");

@@ -66,7 +66,8 @@ struct DeviceState {
   size_t workspace_bytes = 0;
   cudnnHandle_t cudnn = nullptr;
   GemmScalars scalars;
-  // Made on first use by gemm.cpp / attention.cpp (shared_ptr: their types are complete only there).
+  // Empty caches made when the state is opened (shared_ptr: their types are complete only in gemm.cpp
+  // and attention.cpp, whose make_* functions below create them).
   std::shared_ptr<LtPlanCache> plans;
   std::shared_ptr<AttentionGraphs> attention;
   // Grow-only scratch, one per op that needs temporary device memory.
@@ -89,6 +90,9 @@ struct DeviceState {
   DeviceState(const DeviceState&) = delete;
   DeviceState& operator=(const DeviceState&) = delete;
 };
+
+std::shared_ptr<LtPlanCache> make_lt_plan_cache();          // gemm.cpp
+std::shared_ptr<AttentionGraphs> make_attention_graphs();  // attention.cpp
 
 // Opens the current GPU (see the top of this file); close_device_state releases what it holds.
 DeviceState* open_device_state();

@@ -292,8 +292,9 @@ struct LtPlanCache {
   }
 };
 
+std::shared_ptr<LtPlanCache> make_lt_plan_cache() { return std::make_shared<LtPlanCache>(); }
+
 size_t lt_plan_count(const DeviceState& state) {
-  if (!state.plans) return 0;
   std::lock_guard<std::mutex> lock(state.plans->mu);
   return state.plans->plans.size();
 }
@@ -304,7 +305,6 @@ void lt_matmul(DeviceState& state, const LtMatmul& g) {
     if (st != CUBLAS_STATUS_SUCCESS) check(st, g.op, std::string(call) + ": " + describe(g));
   };
   const PlanKey key = key_of(g);
-  if (!state.plans) state.plans = std::make_shared<LtPlanCache>();
   LtPlanCache& cache = *state.plans;
   // Held through the launch: the cached descriptor is written (scale pointers) and read by it.
   std::lock_guard<std::mutex> lock(cache.mu);
