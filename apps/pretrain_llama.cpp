@@ -33,7 +33,7 @@
 #include <dlfcn.h>
 
 #include "backend/cuda/attention_graph.h"
-#include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/device_state.h"
 #include "backend/cuda/gemm.h"
 #endif
 #include "log/megatron_log.h"
@@ -412,7 +412,7 @@ int run(int argc, char** argv) {
     popt.quant_telemetry = t.quant_stats_interval > 0;
     popt.loss_micro_batches = t.num_micro_batches();
     popt.deterministic_attention = t.deterministic_mode;
-    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, planned, plan, popt, opened_gpu_sm());
+    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, planned, plan, popt, 0 /* no GPU is opened: kPlanDefaultSm */);
     const MegatronParamCounts pc = megatron_param_counts(mc);
     out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
               model_source, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
@@ -438,6 +438,7 @@ int run(int argc, char** argv) {
   OpContext ctx;
   ctx.device = device;
   ctx.round_bf16 = !t.fp32_reference;
+  DeviceStateHandle gpu_state;  // the GPU's state (opened below), outliving the model and every op
 
   out->info("pretrain_llama | model {} ({}): {} layers, hidden {}, ffn {}, heads {} ({} kv groups, head dim {}), "
             "vocab {}, {:.3f} M parameters",
@@ -460,13 +461,14 @@ int run(int argc, char** argv) {
     PL_CHECK(cuda::attention_has_cudnn_frontend(),
              "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
              "nvidia-cudnn-frontend, then reconfigure), so it cannot train on the GPU; use --device cpu");
-    cuda::set_attention_deterministic(t.deterministic_mode);
-    cuda::set_sync_every_launch(t.cuda_sync_every_launch);
-    cuda::prepare_device_state();
+    gpu_state = open_device_state(Device::CUDA);
+    ctx.gpu = gpu_state.get();
+    ctx.gpu->deterministic_attention = t.deterministic_mode;
+    ctx.gpu->sync_every_launch = t.cuda_sync_every_launch;
     std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
     for (const LinearPlan& p : plan.linears)
       if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
-    for (const std::string& line : cuda::gemm_backend_lines(used)) out->info("pretrain_llama |   {}", line);
+    for (const std::string& line : cuda::gemm_backend_lines(*ctx.gpu, used)) out->info("pretrain_llama |   {}", line);
     if (t.cuda_sync_every_launch)
       out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
                 "a fault names its op (slow: timings are not representative)");
@@ -492,7 +494,7 @@ int run(int argc, char** argv) {
   mopt.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
   mopt.deterministic_attention = t.deterministic_mode;
   {
-    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, plan, mopt, opened_gpu_sm());
+    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, plan, mopt, device_sm(ctx));
     check_memory_fits(mem, mc, t, device, o.recompute);
     // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the context.
     if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
@@ -510,7 +512,7 @@ int run(int argc, char** argv) {
     // The cuDNN attention graphs are built now (not in the first step), and the workspace cuDNN asks
     // for in the chosen mode is allocated in the arena; the banner says which algorithm was built.
     const cuda::AttentionPlan ap = cuda::attention_prepare(
-        AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads, mc.num_query_groups, mc.kv_channels});
+        *ctx.gpu, AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads, mc.num_query_groups, mc.kv_channels});
     out->info("pretrain_llama |   attention: cuDNN SDPA, backward algorithm {}{}; workspace forward {:.1f} MiB, "
               "backward {:.1f} MiB (planned {:.1f} MiB with cuBLASLt's 32 MiB)",
               ap.deterministic_backward ? "deterministic" : "non-deterministic",

@@ -30,7 +30,7 @@ fi
 
 # Kernels allowed to keep FP64 (demangled-name substrings), each with its reason. Only kernels that are
 # not on the training path belong here.
-#   quant_stats_kernel, quant_stats_final_kernel (backend/cuda/quantize_aux.cu): the quantization
+#   quant_stats_kernel, quant_stats_final_kernel (backend/cuda/quant_stats.cu): the quantization
 #   telemetry behind quant_stats (LinearLayer statistics, quantize_tensor). They run only when
 #   statistics are collected, never in a training step, and their error sums are doubles by design
 #   (relative errors of whole tensors, reduced in a fixed order).

@@ -1,15 +1,8 @@
-// Quantized-tensor allocation (device-agnostic) and dispatch of the quantization ops, each
-// bracketed by an OpTimer of its category (core/timers.h).
+// Quantized-tensor allocation (device-agnostic) and the format rules; the quantization ops are
+// dispatched with the others (backend/ops.cpp).
 #include "backend/quantize.h"
 
-#include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
-#include "core/timers.h"
-
-#if defined(PL_WITH_CUDA)
-#include "backend/cuda/cuda_ops.h"
-#include "backend/cuda/gemm.h"
-#endif
 #include "numerics/swizzle.h"
 
 namespace pl {
@@ -106,92 +99,6 @@ bool quantized_gemm_native(QuantFormat format, int sm) {
     case QuantFormat::FP8_E5M2: return sm >= 89;
   }
   return false;
-}
-
-int opened_gpu_sm() {
-#if defined(PL_WITH_CUDA)
-  return cuda::opened_context_sm();
-#else
-  return 0;
-#endif
-}
-
-int current_gpu_sm() {
-#if defined(PL_WITH_CUDA)
-  return cuda::current_context_sm();
-#else
-  fail("current_gpu_sm: this build has no CUDA backend (configure with nvcc present)");
-#endif
-}
-
-namespace {
-[[maybe_unused]] [[noreturn]] void no_cuda(const char* op) {
-  fail("op {} needs the CUDA backend, which this build does not have (configure with nvcc present)", op);
-}
-// The timer category of a quantized GEMM (--timing-log-level 2): by A's format; FP8 E4M3 and E5M2
-// (Megatron's "hybrid") are one category.
-TimerId gemm_timer(QuantFormat f) {
-  switch (f) {
-    case QuantFormat::NVFP4: return TimerId::GemmNvfp4;
-    case QuantFormat::MXFP8: return TimerId::GemmMxfp8;
-    case QuantFormat::FP8_E4M3:
-    case QuantFormat::FP8_E5M2: return TimerId::GemmFp8;
-  }
-  return TimerId::GemmFp8;
-}
-}  // namespace
-
-void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
-  OpTimer timer(TimerId::Quantization);
-  if (ctx.device == Device::CPU) return cpu::quantize(ctx, q, x, opt);
-#if defined(PL_WITH_CUDA)
-  return cuda::quantize(ctx, q, x, opt);
-#else
-  no_cuda("quantize");
-#endif
-}
-
-void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format) {
-  OpTimer timer(TimerId::QuantStats);
-  if (ctx.device == Device::CPU) return cpu::dequantize(ctx, out, c, format);
-#if defined(PL_WITH_CUDA)
-  return cuda::dequantize(ctx, out, c, format);
-#else
-  no_cuda("dequantize");
-#endif
-}
-
-void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
-                    bool fast_accumulation) {
-  OpTimer timer(gemm_timer(format));
-  if (ctx.device == Device::CPU)
-    return cpu::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b, fast_accumulation);
-#if defined(PL_WITH_CUDA)
-  return cuda::quantized_gemm(ctx, y, a, b, format, accumulate, scratch_a, scratch_b, fast_accumulation);
-#else
-  no_cuda("quantized_gemm");
-#endif
-}
-
-QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat format, const Tensor& reference) {
-  OpTimer timer(TimerId::QuantStats);
-  if (ctx.device == Device::CPU) return cpu::quant_stats(ctx, c, format, reference);
-#if defined(PL_WITH_CUDA)
-  return cuda::quant_stats(ctx, c, format, reference);
-#else
-  no_cuda("quant_stats");
-#endif
-}
-
-void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht) {
-  OpTimer timer(TimerId::QuantStats);
-  if (ctx.device == Device::CPU) return cpu::columnwise_source(ctx, out, x, rht);
-#if defined(PL_WITH_CUDA)
-  return cuda::columnwise_source(ctx, out, x, rht);
-#else
-  no_cuda("columnwise_source");
-#endif
 }
 
 }  // namespace pl

@@ -82,27 +82,6 @@ QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, Qu
 // The bytes allocate_quantized would take (for memory planning without allocating).
 size_t quantized_tensor_bytes(QuantFormat format, int64_t rows, int64_t cols, bool rowwise, bool columnwise);
 
-// x: [rows, cols] f32 (CPU) holding the values to quantize (BF16 values where the recipe requires
-// BF16; RHT requires it). Writes the copies requested in opt (which must have been allocated).
-void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt);
-
-// The `format` arguments below must equal the copy's own format (checked); a GEMM may mix
-// FP8_E4M3 and FP8_E5M2 copies (Megatron's "hybrid": E4M3 forward, E5M2 gradients).
-// out[rows, cols] f32 = the exact dequantized values of one copy (global scale included).
-void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format);
-
-// y[M, N] = alpha · A[M, K] · B[N, K]ᵀ (+ y when accumulate), alpha from the two copies' global
-// scales as cuBLASLt gets it. fast_accumulation: a native FP8 (per-tensor or MXFP8) GEMM may use
-// cuBLASLt's FAST_ACCUM (TE does for the forward GEMM only); ignored elsewhere and on the CPU.
-// Scratch: the CPU needs scratch_a/scratch_b of >= M·K / N·K f32 elements; the CUDA backend needs
-// them only on its emulated path, and there only M·K / N·K BF16 values (half the bytes). Both copies blocked along K; `format` is A's (B may be the other FP8). On the CPU every operand is dequantized
-// exactly (block scale included, global scale in alpha) into the scratch buffers and multiplied by
-// BLAS with FP32 accumulation: an emulation of the block-scaled GEMM, equal up to summation order.
-// y: bf16 activation (rounded when ctx.round_bf16 and !accumulate) or fp32 accumulator.
-void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
-                    bool fast_accumulation = false);
-
 // ---- where the quantized GEMMs run natively (the one rule; pure, no device needed) ------------------
 // A GPU of compute capability `sm` (major·10 + minor: 80, 89, 90, 100, 103, 120, ...) runs `format`'s
 // GEMM natively in cuBLASLt, or else the CUDA backend emulates it (exact dequantization to BF16 + a
@@ -120,25 +99,22 @@ constexpr int kMinCudaSm = 80;
 // The GPU the memory plan assumes when no GPU has been opened (--dry-run): Hopper (H100/H200), where
 // NVFP4/MXFP8 are emulated, the larger plan of the two.
 constexpr int kPlanDefaultSm = 90;
-// The compute capability of the GPU this process has opened (the CUDA backend's context), or 0 when
-// none has been opened yet or the build has no CUDA backend. Never opens one.
-int opened_gpu_sm();
-// The same, opening the GPU (the CUDA context) first if needed: for code about to allocate on it.
-// A one-line error without a CUDA backend or device.
-int current_gpu_sm();
 
-// Telemetry of one copy against the values it was quantized from (x: [rows, cols] for rowwise;
-// for columnwise, the [cols, rows] transpose of x, RHT'd if the copy was).
+// Telemetry of one copy against the values it was quantized from (quant_stats, backend/op_list.h).
 struct QuantStats {
   double amax = 0.0;
   double saturated_fraction = 0.0;   // elements whose code is ±max (E2M1 ±6, E4M3 ±448, E5M2 ±57344)
   double underflow_fraction = 0.0;   // blocks with a nonzero amax whose scale became zero
   double relative_error = 0.0;       // ‖x̂ − x‖ / ‖x‖ (0 when x is all zeros)
 };
-QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat format, const Tensor& reference);
 
-// The high-precision values a copy was quantized from: x (rowwise) or xᵀ / RHT(xᵀ) (columnwise),
-// written to out [cols, rows]. Used by telemetry and tests.
-void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht);
+// quantize, dequantize, quantized_gemm, quant_stats, columnwise_source: documented in backend/op_list.h.
+#define PL_OP(name, ret, timer, params, args)
+#define PL_QUANT_OP(name, ret, timer, params, args) ret name params;
+#include "backend/op_list.h"
+// The one redeclaration: it gives fast_accumulation its default.
+void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
+                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
+                    bool fast_accumulation = false);
 
 }  // namespace pl

@@ -22,9 +22,8 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
            options.loss_micro_batches);
   PL_CHECK(plan_.num_layers() == cfg.num_layers, "internal: precision plan for {} layers, model has {}",
            plan_.num_layers(), cfg.num_layers);
-  // A model about to allocate on the GPU opens it, so the plan is the GPU's.
-  mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_,
-                     ctx_.device == Device::CUDA && opt_.gpu_sm == 0 ? current_gpu_sm() : opened_gpu_sm());
+  // On the GPU the plan is the context's GPU's.
+  mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_, device_sm(ctx_));
   const size_t n = static_cast<size_t>(num_params());
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
   grad_buf_ = Buffer(n * 4, ctx_.device);

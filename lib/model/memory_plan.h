@@ -24,7 +24,7 @@ struct ModelOptions {
   // (the trainer: its micro-batches per iteration, so the loss is read once per iteration).
   int64_t loss_micro_batches = 1;
   // --deterministic-mode: plan the workspace of cuDNN's deterministic attention backward (chosen by
-  // cuda::set_attention_deterministic).
+  // the device state's deterministic_attention).
   bool deterministic_attention = false;
 };
 

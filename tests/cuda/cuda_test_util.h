@@ -25,6 +25,9 @@
 
 #include "backend/ops.h"
 #include "core/error.h"
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/device_state.h"
+#endif
 #include "core/tensor.h"
 #include "numerics/bf16.h"
 
@@ -40,11 +43,29 @@ namespace pl::test {
     if (::pl::cuda_device_count(&why_) == 0) GTEST_SKIP() << "no CUDA device: " << why_; \
   } while (0)
 
+// A context on the test process's one GPU device state, opened on first use and kept to the end of
+// the process (released on purpose: tearing cuDNN and cuBLASLt down after the CUDA runtime's own
+// exit-time teardown is not safe). Tests flip its switches (ForceEmulated) and restore them. Without
+// a GPU the state is null: the argument checks still run (they come first), the ops then fail.
 inline OpContext cuda_ctx() {
+  static cuda::DeviceState* const state =
+      cuda_device_count() > 0 ? open_device_state(Device::CUDA).release() : nullptr;
   OpContext c;
   c.device = Device::CUDA;
+  c.gpu = state;
   return c;
 }
+
+#if defined(PL_WITH_CUDA)
+// While alive, every quantized GEMM on the test GPU takes the emulated path even where the native one
+// exists (DeviceState::force_emulated_gemm), so one GPU checks both paths.
+struct ForceEmulated {
+  explicit ForceEmulated(bool on) { cuda_ctx().gpu->force_emulated_gemm = on; }
+  ~ForceEmulated() { cuda_ctx().gpu->force_emulated_gemm = false; }
+  ForceEmulated(const ForceEmulated&) = delete;
+  ForceEmulated& operator=(const ForceEmulated&) = delete;
+};
+#endif
 
 // A device tensor that owns its memory.
 struct DeviceTensor {
@@ -211,14 +232,5 @@ void expect_error_containing(F&& f, std::initializer_list<const char*> parts) {
     for (const char* p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg;
   }
 }
-
-#if defined(PL_WITH_CUDA)
-// Runs `body` on the path the GPU takes by default, then once more forced onto the emulated path
-// (the same path on a GPU without the native GEMM).
-struct ForceEmulated {
-  explicit ForceEmulated(bool on) { cuda::set_force_emulated_gemm(on); }
-  ~ForceEmulated() { cuda::set_force_emulated_gemm(false); }
-};
-#endif
 
 }  // namespace pl::test

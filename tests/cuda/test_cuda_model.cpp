@@ -25,8 +25,7 @@ StepResult one_step(Device device, const std::string& recipe) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   const PrecisionPlan plan =
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
-  OpContext ctx;
-  ctx.device = device;
+  OpContext ctx = device == Device::CUDA ? test::cuda_ctx() : OpContext{};
   LlamaModel model(m, 2, 64, ctx, plan);
   model.init_parameters(1234);
   std::mt19937 rng(7);
@@ -80,8 +79,7 @@ TEST(CudaModel, OneNvfp4TrainingStepMatchesTheCpu) {
 TEST(CudaModel, QueuedMicroBatchesWithOneLossReadEqualOneAtATime) {
   PL_REQUIRE_CUDA_DEVICE();
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
-  OpContext ctx;
-  ctx.device = Device::CUDA;
+  OpContext ctx = test::cuda_ctx();
   ModelOptions o;
   o.loss_micro_batches = 3;
   LlamaModel model(m, 2, 64, ctx, bf16_plan(m), o);

@@ -365,14 +365,14 @@ TEST(CudaAttention, BackwardMatchesCpuDqkv) {
 struct DeterministicMode {
   explicit DeterministicMode(bool on) {
 #if defined(PL_WITH_CUDA)
-    cuda::set_attention_deterministic(on);
+    test::cuda_ctx().gpu->deterministic_attention = on;
 #else
     (void)on;
 #endif
   }
   ~DeterministicMode() {
 #if defined(PL_WITH_CUDA)
-    cuda::set_attention_deterministic(false);
+    test::cuda_ctx().gpu->deterministic_attention = false;
 #endif
   }
 };
@@ -417,7 +417,7 @@ TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
     SCOPED_TRACE(deterministic ? "deterministic backward" : "default (non-deterministic) backward");
     DeterministicMode mode(deterministic);
 #if defined(PL_WITH_CUDA)
-    const cuda::AttentionPlan plan = cuda::attention_prepare(c.shape());
+    const cuda::AttentionPlan plan = cuda::attention_prepare(*test::cuda_ctx().gpu, c.shape());
     EXPECT_EQ(plan.deterministic_requested, deterministic);
     std::printf("[ info ] %s: backward %s, workspace forward %.1f MiB, backward %.1f MiB\n", c.name().c_str(),
                 plan.deterministic_backward ? "deterministic" : "non-deterministic",
@@ -441,7 +441,7 @@ TEST(CudaAttention, ForwardAndBackwardAreDeterministic) {
   PL_SEEDED_RNG(rng);
   DeterministicMode mode(true);
 #if defined(PL_WITH_CUDA)
-  EXPECT_TRUE(cuda::attention_prepare(AttentionShape{2, 256, 8, 2, 128}).deterministic_backward)
+  EXPECT_TRUE(cuda::attention_prepare(*test::cuda_ctx().gpu, AttentionShape{2, 256, 8, 2, 128}).deterministic_backward)
       << "cuDNN refused the deterministic backward for this shape";
 #endif
   const Case c{2, 256, 8, 2, 128};

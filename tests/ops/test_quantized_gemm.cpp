@@ -189,7 +189,7 @@ const int64_t kQuantShapes[][3] = {{128, 256, 192}, {96, 160, 64}};  // T, in, o
 TEST(CudaQuantizedGemm, Nvfp4MatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
-  const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements();
+  const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements(*cuda_ctx().gpu);
 #endif
   on_both_paths([](const std::string& path) {
     for (const auto& s : kQuantShapes) {
@@ -200,14 +200,14 @@ TEST(CudaQuantizedGemm, Nvfp4MatchesCpu) {
   });
 #if defined(PL_WITH_CUDA)
   // E2M1 x E4M3 is always exact in BF16.
-  EXPECT_EQ(cuda::emulated_gemm_inexact_elements(), inexact0);
+  EXPECT_EQ(cuda::emulated_gemm_inexact_elements(*cuda_ctx().gpu), inexact0);
 #endif
 }
 
 TEST(CudaQuantizedGemm, Mxfp8MatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
-  const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements();
+  const uint64_t inexact0 = cuda::emulated_gemm_inexact_elements(*cuda_ctx().gpu);
 #endif
   on_both_paths([](const std::string& path) {
     for (const auto& s : kQuantShapes)
@@ -215,7 +215,7 @@ TEST(CudaQuantizedGemm, Mxfp8MatchesCpu) {
   });
 #if defined(PL_WITH_CUDA)
   // Ordinary data keeps every E4M3 x 2^k value far above BF16's subnormal range.
-  EXPECT_EQ(cuda::emulated_gemm_inexact_elements(), inexact0);
+  EXPECT_EQ(cuda::emulated_gemm_inexact_elements(*cuda_ctx().gpu), inexact0);
 #endif
 }
 
@@ -327,10 +327,10 @@ TEST(CudaQuantizedGemm, RepeatedShapesReuseTheirCuBlasLtPlans) {
       for (bool fast : {false, true}) {
         const std::vector<float> first = run(fast);
         const std::vector<float> bf_first = run_bf16();
-        const size_t plans = cuda::lt_plan_count();
+        const size_t plans = cuda::lt_plan_count(*cuda_ctx().gpu);
         EXPECT_EQ(run(fast), first) << quant_format_name(f) << path;
         EXPECT_EQ(run_bf16(), bf_first) << path;
-        EXPECT_EQ(cuda::lt_plan_count(), plans) << quant_format_name(f) << path << ": a repeated GEMM made a plan";
+        EXPECT_EQ(cuda::lt_plan_count(*cuda_ctx().gpu), plans) << quant_format_name(f) << path << ": a repeated GEMM made a plan";
       }
     });
   }
@@ -495,7 +495,7 @@ TEST(CudaQuantizedGemmDescription, NamesNativeAndEmulatedPaths) {
     EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, sm), GemmExecution::Native);
   EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E4M3, 80), GemmExecution::Emulated);
   EXPECT_EQ(cuda::quantized_gemm_execution(QuantFormat::FP8_E5M2, 86), GemmExecution::Emulated);
-  EXPECT_NE(cuda::gemm_backend_description(Device::CPU).find("emulated"), std::string::npos);
+  EXPECT_NE(cuda::gemm_backend_description(OpContext{}).find("emulated"), std::string::npos);
 #else
   GTEST_SKIP() << "this build has no CUDA backend";
 #endif
@@ -505,11 +505,11 @@ TEST(CudaQuantizedGemmDescription, NamesNativeAndEmulatedPaths) {
 TEST(CudaQuantizedGemmDescription, TheCurrentGpuIsSupported) {
   PL_REQUIRE_CUDA_DEVICE();
 #if defined(PL_WITH_CUDA)
-  EXPECT_NO_THROW(cuda::prepare_device_state());
-  EXPECT_GE(opened_gpu_sm(), kMinCudaSm);
-  const std::vector<std::string> lines = cuda::gemm_backend_lines({QuantFormat::NVFP4});
+  EXPECT_NO_THROW(cuda_ctx());
+  EXPECT_GE(device_sm(cuda_ctx()), kMinCudaSm);
+  const std::vector<std::string> lines = cuda::gemm_backend_lines(*cuda_ctx().gpu, {QuantFormat::NVFP4});
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_NE(lines[1].find("sm_" + std::to_string(opened_gpu_sm())), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("sm_" + std::to_string(device_sm(cuda_ctx()))), std::string::npos) << lines[1];
 #endif
 }
 

@@ -23,38 +23,12 @@
 #include <limits>
 #include <vector>
 
-#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
-
 namespace {
-
-void check_shape(const char* op, const AttentionShape& s) {
-  PL_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
-               s.q_heads % s.kv_heads == 0,
-           "{}: invalid shape batch={} seq={} q_heads={} kv_heads={} head_dim={} (q_heads must be a "
-           "multiple of kv_heads)",
-           op, s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim);
-}
-
-void check_2d(const char* op, const char* name, const Tensor& t, int64_t rows, int64_t cols,
-              const AttentionShape& s) {
-  check_cpu(op, name, t, DType::F32, 2);
-  PL_CHECK(t.dim(0) == rows && t.dim(1) == cols,
-           "{}: {} {} does not match batch={} seq={} q_heads={} kv_heads={} head_dim={} (expected [{}, {}])",
-           op, name, t.shape_str(), s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, rows, cols);
-}
-
-void check_lse(const char* op, const Tensor& lse, const AttentionShape& s) {
-  check_cpu(op, "lse", lse, DType::F32, 3);
-  PL_CHECK(lse.dim(0) == s.batch && lse.dim(1) == s.q_heads && lse.dim(2) == s.seq,
-           "{}: lse {} does not match batch={} q_heads={} seq={} (expected [{}, {}, {}])", op,
-           lse.shape_str(), s.batch, s.q_heads, s.seq, s.batch, s.q_heads, s.seq);
-}
-
 // Addresses inside a [B*S, (nq+2nkv)*d] qkv-shaped row-major buffer.
 struct QkvLayout {
   int64_t S, nq, nkv, d, width;
@@ -117,12 +91,7 @@ constexpr int64_t kRowBlock = 64;  // query rows (forward, dq) or key rows (dk, 
 
 void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                        const AttentionShape& s) {
-  constexpr const char* op = "attention_forward";
-  check_shape(op, s);
-  const int64_t T = s.batch * s.seq, d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-  check_2d(op, "qkv", qkv, T, (nq + 2 * nkv) * d, s);
-  check_2d(op, "out", out, T, nq * d, s);
-  check_lse(op, lse, s);
+  const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
 
   const QkvLayout L{s.seq, nq, nkv, d, (nq + 2 * nkv) * d};
   const int64_t S = s.seq, group = nq / nkv, BH = s.batch * nq;
@@ -169,14 +138,7 @@ void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& ls
 
 void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
-  constexpr const char* op = "attention_backward";
-  check_shape(op, s);
-  const int64_t T = s.batch * s.seq, d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-  check_2d(op, "dqkv", dqkv, T, (nq + 2 * nkv) * d, s);
-  check_2d(op, "dout", dout, T, nq * d, s);
-  check_2d(op, "out", out, T, nq * d, s);
-  check_lse(op, lse, s);
-  check_2d(op, "qkv", qkv, T, (nq + 2 * nkv) * d, s);
+  const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
 
   const QkvLayout L{s.seq, nq, nkv, d, (nq + 2 * nkv) * d};
   const int64_t S = s.seq, group = nq / nkv, B = s.batch, BH = B * nq, BG = B * nkv;

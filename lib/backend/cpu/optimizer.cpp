@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/adamw.h"
@@ -12,36 +11,12 @@
 #include "numerics/reduce.h"
 
 namespace pl::cpu {
-
-namespace {
-
-void check_numel(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
-  check_cpu(op, name, t);
-  PL_CHECK(t.numel() == ref.numel(), "{}: {} {} does not match {} {} (element counts differ)", op, name,
-           t.shape_str(), ref_name, ref.shape_str());
-}
-
-// AdamW's arguments: CPU tensors of one element count, a 1-based step (the range table is checked by
-// the dispatcher, backend/ops.cpp).
-void check_adamw_args(const char* op, const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
-                      const Tensor& v, const AdamWStep& step) {
-  check_cpu(op, "master", master);
-  check_numel(op, "param", param, "master", master);
-  check_numel(op, "grad", grad, "master", master);
-  check_numel(op, "m", m, "master", master);
-  check_numel(op, "v", v, "master", master);
-  PL_CHECK(step.step >= 1, "{}: step = {} must be >= 1 (1-based)", op, step.step);
-}
-
-}  // namespace
-
 // Σ x² in fp32 with the schedule of numerics/reduce.h, shared with the CUDA backend (bit-identical):
 // fixed chunks of kSumSquaresChunk elements, each a num::lane_sum of x² with kTreeGroup lanes; the chunk
 // partials combined by num::group_tree_sum. The result is a function of the data alone, not of the
 // thread count. The chunk partials live in a thread_local vector of the calling thread that only grows.
 double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   (void)ctx;
-  check_cpu("sum_of_squares", "x", x);
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
@@ -63,8 +38,6 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 // is the same num::adamw_element with num::adamw_hyper's hyper-parameters as the CUDA backend's.
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
-  constexpr const char* op = "adamw_update_multi";
-  check_adamw_args(op, param, master, grad, m, v, step);
   const int64_t n = master.numel();
   const num::AdamWHyper decay =
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
@@ -92,9 +65,6 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
-  constexpr const char* op = "copy_master_to_param";
-  check_cpu(op, "master", master);
-  check_numel(op, "param", param, "master", master);
   const int64_t n = master.numel();
   float* pp = param.f32();
   const float* mp = master.f32();

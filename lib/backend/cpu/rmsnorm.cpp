@@ -10,34 +10,19 @@
 #include <cmath>
 #include <vector>
 
-#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
 #include "numerics/reduce.h"
 
 namespace pl::cpu {
-
 namespace {
-
 constexpr int64_t kColumnBlock = 64;  // columns of dw one thread owns at a time
 
 }  // namespace
 
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x,
                      const Tensor& w, float eps) {
-  constexpr const char* op = "rmsnorm_forward";
-  check_cpu(op, "out", out, DType::F32, 2);
-  check_cpu(op, "rstd", rstd, DType::F32, 1);
-  check_cpu(op, "x", x, DType::F32, 2);
-  check_cpu(op, "w", w, DType::F32, 1);
-  PL_CHECK(x.dim(1) == w.dim(0) && x.dim(1) > 0, "{}: x {} does not match w {}", op, x.shape_str(),
-           w.shape_str());
-  PL_CHECK(out.dim(0) == x.dim(0) && out.dim(1) == x.dim(1), "{}: out {} does not match x {}", op,
-           out.shape_str(), x.shape_str());
-  PL_CHECK(rstd.dim(0) == x.dim(0), "{}: rstd {} does not match x {} (expected [{}])", op, rstd.shape_str(),
-           x.shape_str(), x.dim(0));
-  PL_CHECK(eps >= 0.0f, "{}: eps = {} must be >= 0", op, eps);
   const int64_t T = x.dim(0), h = x.dim(1);
   const float* xp = x.f32();
   const float* wp = w.f32();
@@ -61,22 +46,6 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
 
 void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
                       const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  constexpr const char* op = "rmsnorm_backward";
-  check_cpu(op, "dx", dx, DType::F32, 2);
-  check_cpu(op, "dw", dw, DType::F32, 1);
-  check_cpu(op, "dout", dout, DType::F32, 2);
-  check_cpu(op, "x", x, DType::F32, 2);
-  check_cpu(op, "w", w, DType::F32, 1);
-  check_cpu(op, "rstd", rstd, DType::F32, 1);
-  PL_CHECK(x.dim(1) == w.dim(0) && x.dim(1) > 0, "{}: x {} does not match w {}", op, x.shape_str(),
-           w.shape_str());
-  PL_CHECK(dw.dim(0) == w.dim(0), "{}: dw {} does not match w {}", op, dw.shape_str(), w.shape_str());
-  PL_CHECK(dout.dim(0) == x.dim(0) && dout.dim(1) == x.dim(1), "{}: dout {} does not match x {}", op,
-           dout.shape_str(), x.shape_str());
-  PL_CHECK(dx.dim(0) == x.dim(0) && dx.dim(1) == x.dim(1), "{}: dx {} does not match x {}", op,
-           dx.shape_str(), x.shape_str());
-  PL_CHECK(rstd.dim(0) == x.dim(0), "{}: rstd {} does not match x {} (expected [{}])", op, rstd.shape_str(),
-           x.shape_str(), x.dim(0));
   const int64_t T = x.dim(0), h = x.dim(1);
   const float* xp = x.f32();
   const float* wp = w.f32();

@@ -4,33 +4,12 @@
 // The backward applies the transposed rotation (angle -θ). Both work in place on the first
 // rotated_heads heads of every row of qkv, OpenMP over rows; results are rounded to bf16 when
 // ctx.round_bf16 (qkv and dqkv are bf16 activations).
-#include "backend/cpu/check.h"
 #include "backend/cpu/cpu_ops.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
-
 namespace {
-
-void check_rope(const char* op, const char* name, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
-                int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  check_cpu(op, name, qkv, DType::F32, 2);
-  check_cpu(op, "cos", cos, DType::F32, 2);
-  check_cpu(op, "sin", sin, DType::F32, 2);
-  PL_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim = {} must be even and positive", op, head_dim);
-  PL_CHECK(seq_len > 0 && qkv.dim(0) % seq_len == 0, "{}: {} {} rows are not a multiple of seq_len = {}", op,
-           name, qkv.shape_str(), seq_len);
-  PL_CHECK(rotated_heads >= 0 && qkv.dim(1) % head_dim == 0 && rotated_heads * head_dim <= qkv.dim(1),
-           "{}: {} {} does not hold {} rotated heads of head_dim {}", op, name, qkv.shape_str(),
-           rotated_heads, head_dim);
-  PL_CHECK(cos.dim(0) >= seq_len && cos.dim(1) == head_dim / 2,
-           "{}: cos {} does not match seq_len = {} and head_dim = {} (expected [{}, {}])", op,
-           cos.shape_str(), seq_len, head_dim, seq_len, head_dim / 2);
-  PL_CHECK(sin.dim(0) == cos.dim(0) && sin.dim(1) == cos.dim(1), "{}: sin {} does not match cos {}", op,
-           sin.shape_str(), cos.shape_str());
-}
-
 // sign = +1: forward rotation by θ; sign = -1: rotation by -θ (the adjoint).
 void rotate(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
             int64_t rotated_heads, int64_t head_dim, float sign) {
@@ -67,13 +46,11 @@ void rotate(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Te
 
 void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
                   int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  check_rope("rope_forward", "qkv", qkv, cos, sin, seq_len, rotated_heads, head_dim);
   rotate(ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim, 1.0f);
 }
 
 void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin,
                    int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  check_rope("rope_backward", "dqkv", dqkv, cos, sin, seq_len, rotated_heads, head_dim);
   rotate(ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim, -1.0f);
 }
 

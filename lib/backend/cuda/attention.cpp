@@ -50,7 +50,7 @@
 //     NVTE_ALLOW_NONDETERMINISTIC_ALGO defaults to "1" (transformer_engine/pytorch/attention/
 //     dot_product_attention/dot_product_attention.py: self.deterministic = not
 //     bool(int(os.getenv("NVTE_ALLOW_NONDETERMINISTIC_ALGO", "1"))) or
-//     torch.are_deterministic_algorithms_enabled()). set_attention_deterministic(true) — pretrain_llama
+//     torch.are_deterministic_algorithms_enabled()). DeviceState::deterministic_attention — pretrain_llama
 //     --deterministic-mode, Megatron's flag (megatron/training/arguments.py: "Choose code that has
 //     deterministic execution. This usually means slower execution, but is good for debugging and
 //     testing."), which Megatron pairs with NVTE_ALLOW_NONDETERMINISTIC_ALGO=0 — asks for cuDNN's
@@ -61,10 +61,9 @@
 //     attention_prepare() reports which algorithm was built and the workspace it asked for.
 //
 // Graphs are built once per (B, S, nq, nkv, d, direction, deterministic) and cached for the life of the process
-// (building is the slow part: tens to hundreds of ms). The workspace is one grow-only device Buffer
-// shared by all graphs: it is reallocated only when a newly built graph needs more, never per call.
-// All work runs on the default stream (context.h). The state is never destroyed (its teardown would
-// race the CUDA runtime's at exit).
+// (building is the slow part: tens to hundreds of ms) in the device state (AttentionGraphs, destroyed
+// with it). The workspace is one grow-only device Buffer shared by all graphs: it is reallocated only
+// when a newly built graph needs more, never per call. All work runs on the state's compute stream.
 //
 // What runs without a GPU: the argument checks, and the frontend's validation of both graphs for a
 // given target architecture (attention_graph.h; tests CudaAttentionArgs, CudaAttentionGraph). With
@@ -75,7 +74,6 @@
 // GPU: they are checked by the CudaAttention tests on a GPU.
 #include <cmath>
 #include <cstdint>
-#include <atomic>
 #include <cstdio>
 #include <initializer_list>
 #include <map>
@@ -88,7 +86,7 @@
 #include <fmt/format.h>
 
 #include "backend/cuda/attention_graph.h"
-#include "backend/cuda/context.h"
+#include "backend/cuda/device_state.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "core/error.h"
@@ -102,19 +100,13 @@
 namespace pl::cuda {
 
 namespace {
-std::atomic<bool> g_deterministic{false};
-}  // namespace
-
-void set_attention_deterministic(bool on) { g_deterministic.store(on); }
-bool attention_deterministic() { return g_deterministic.load(); }
-
-namespace {
 
 std::string shape_text(const AttentionShape& s) {
   return fmt::format("batch={} seq={} q_heads={} kv_heads={} head_dim={}", s.batch, s.seq, s.q_heads,
                      s.kv_heads, s.head_dim);
 }
 
+// attention_prepare's shape (the ops' arguments are checked in backend/op_checks.cpp, with the same rules).
 void check_shape(const char* op, const AttentionShape& s) {
   PL_CHECK(s.batch > 0 && s.seq > 0 && s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0 &&
                s.q_heads % s.kv_heads == 0,
@@ -123,41 +115,6 @@ void check_shape(const char* op, const AttentionShape& s) {
   // 128 for the Blackwell backward; the finer limits are cuDNN's to report.
   PL_CHECK(s.head_dim % 8 == 0 && s.head_dim <= 256,
            "{}: cuDNN attention needs head_dim a multiple of 8 and at most 256, got {}", op, shape_text(s));
-}
-
-void check_tensor(const char* op, const char* name, const Tensor& t, DType dtype,
-                  std::initializer_list<int64_t> shape, const AttentionShape& s) {
-  bool same = t.ndim == static_cast<int>(shape.size());
-  int i = 0;
-  std::string want;
-  for (int64_t n : shape) {
-    same = same && t.dim(i++) == n;
-    want += (want.empty() ? "" : ", ") + std::to_string(n);
-  }
-  PL_CHECK(t.device == Device::CUDA && t.dtype == dtype && same && t.data != nullptr,
-           "{}: {} must be a {} CUDA tensor of shape [{}] for {}, got {} on {}", op, name, dtype_name(dtype),
-           want, shape_text(s), t.shape_str(), device_name(t.device));
-  PL_CHECK(reinterpret_cast<uintptr_t>(t.data) % 16 == 0, "{}: {} must be 16-byte aligned for cuDNN", op, name);
-}
-
-void check_forward_args(const char* op, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                        const AttentionShape& s) {
-  check_shape(op, s);
-  const int64_t T = s.batch * s.seq, d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-  check_tensor(op, "qkv", qkv, DType::BF16, {T, (nq + 2 * nkv) * d}, s);
-  check_tensor(op, "out", out, DType::BF16, {T, nq * d}, s);
-  check_tensor(op, "lse", lse, DType::F32, {s.batch, nq, s.seq}, s);
-}
-
-void check_backward_args(const char* op, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
-                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
-  check_shape(op, s);
-  const int64_t T = s.batch * s.seq, d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-  check_tensor(op, "dqkv", dqkv, DType::BF16, {T, (nq + 2 * nkv) * d}, s);
-  check_tensor(op, "dout", dout, DType::BF16, {T, nq * d}, s);
-  check_tensor(op, "out", out, DType::BF16, {T, nq * d}, s);
-  check_tensor(op, "lse", lse, DType::F32, {s.batch, nq, s.seq}, s);
-  check_tensor(op, "qkv", qkv, DType::BF16, {T, (nq + 2 * nkv) * d}, s);
 }
 
 }  // namespace
@@ -212,16 +169,21 @@ struct Built {
   int64_t workspace = 0;       // get_workspace_size() of the plan
 };
 
-struct State {
+}  // namespace
+
+// The graphs of one device state and their shared grow-only workspace (all run on its compute
+// stream, in order).
+struct AttentionGraphs {
   std::mutex mu;
   std::map<Key, Built> graphs;
-  Buffer workspace;  // grow-only, shared by every graph (all run on the default stream, in order)
+  Buffer workspace;
 };
 
-State& state() {
-  static State* s = new State;  // never destroyed (see the file comment)
-  return *s;
-}
+std::shared_ptr<AttentionGraphs> make_attention_graphs() { return std::make_shared<AttentionGraphs>(); }
+
+namespace {
+
+AttentionGraphs& graphs_of(DeviceState& state) { return *state.attention; }
 
 std::shared_ptr<fe::graph::Tensor_attributes> bhsd(fe::graph::Graph& g, const char* name, int64_t uid, int64_t B,
                                                    int64_t H, int64_t S, int64_t d, int64_t row_stride) {
@@ -246,7 +208,7 @@ fe::error_object build_steps(fe::graph::Graph& g, cudnnHandle_t handle, std::str
   return g.build_plans(handle);
 }
 
-// sm: the target's compute capability ×10 (the device's, from context()); given before the SDPA node is
+// sm: the target's compute capability ×10 (the device state's); given before the SDPA node is
 // added, so that node's checks use it instead of asking the CUDA runtime.
 std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction dir, bool deterministic, int sm) {
   const int64_t B = s.batch, S = s.seq, nq = s.q_heads, nkv = s.kv_heads, d = s.head_dim;
@@ -299,31 +261,31 @@ std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction 
 
 // The cached graph for this shape and direction (built on first use) in the current determinism mode,
 // with the shared workspace grown to cover it. Called with the state's mutex held.
-const Built& graph_for(State& st, const char* op, const AttentionShape& s, Direction dir) {
-  const bool want_det = dir == Direction::Backward && g_deterministic.load();
+const Built& graph_for(const DeviceState& dev, AttentionGraphs& st, const char* op, const AttentionShape& s,
+                       Direction dir) {
+  const bool want_det = dir == Direction::Backward && dev.deterministic_attention;
   const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir), want_det};
   if (auto it = st.graphs.find(key); it != st.graphs.end()) return it->second;
 
-  Context& ctx = context();
   const std::string what = shape_text(s);
   std::shared_ptr<fe::graph::Graph> g;
   bool built_det = want_det;
   std::string step, first;  // first: the deterministic backward's error, when it had one
   try {
-    g = make_graph(s, dir, want_det, ctx.sm);
-    fe::error_object e = build_steps(*g, ctx.cudnn, &step);
+    g = make_graph(s, dir, want_det, dev.sm);
+    fe::error_object e = build_steps(*g, dev.cudnn, &step);
     if (e.is_bad() && want_det) {
       built_det = false;
       first = step + ": " + fe_error_text(e);
-      g = make_graph(s, dir, /*deterministic=*/false, ctx.sm);
-      e = build_steps(*g, ctx.cudnn, &step);
+      g = make_graph(s, dir, /*deterministic=*/false, dev.sm);
+      e = build_steps(*g, dev.cudnn, &step);
       if (e.is_good())
         std::fprintf(stderr, "%s %s: cuDNN has no deterministic backward here (%s); using the non-deterministic one\n",
                      op, what.c_str(), first.c_str());
       else
         first = "; deterministic graph: " + first;
     }
-    fe_check(e, op, what + " (graph " + step + ", sm " + std::to_string(ctx.sm) + ", cuDNN " +
+    fe_check(e, op, what + " (graph " + step + ", sm " + std::to_string(dev.sm) + ", cuDNN " +
                         std::to_string(cudnnGetVersion()) + ")" + (e.is_bad() ? first : std::string()));
   } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers
     throw_error(std::string(op) + " " + what + ": cuDNN frontend exception while building the graph: " + e.what());
@@ -341,57 +303,55 @@ const Built& graph_for(State& st, const char* op, const AttentionShape& s, Direc
   return st.graphs.emplace(key, Built{std::move(g), built_det, bytes}).first->second;
 }
 
-void execute(const char* op, const AttentionShape& s, Direction dir, std::unordered_map<int64_t, void*>& pack) {
-  State& st = state();
+void execute(DeviceState& dev, const char* op, const AttentionShape& s, Direction dir,
+             std::unordered_map<int64_t, void*>& pack) {
+  AttentionGraphs& st = graphs_of(dev);
   std::lock_guard<std::mutex> lock(st.mu);
-  fe::graph::Graph& g = *graph_for(st, op, s, dir).graph;
-  Context& ctx = context();
-  check(cudnnSetStream(ctx.cudnn, nullptr), "cudnnSetStream", std::string(op) + " default stream");
+  fe::graph::Graph& g = *graph_for(dev, st, op, s, dir).graph;
+  check(cudnnSetStream(dev.cudnn, dev.stream), "cudnnSetStream", std::string(op) + " compute stream");
   try {
-    fe_check(g.execute(ctx.cudnn, pack, st.workspace.data()), op, shape_text(s) + " (graph execute)");
+    fe_check(g.execute(dev.cudnn, pack, st.workspace.data()), op, shape_text(s) + " (graph execute)");
   } catch (const fe::cudnnException& e) {
     throw_error(std::string(op) + " " + shape_text(s) + ": cuDNN frontend exception in execute: " + e.what());
   }
-  check_launch(op, shape_text(s));
+  check_launch(dev, op, shape_text(s));
 }
 
 }  // namespace
 
-void attention_forward(const OpContext&, const Tensor& out, const Tensor& lse, const Tensor& qkv,
+void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                        const AttentionShape& s) {
   constexpr const char* op = "attention_forward";
-  check_forward_args(op, out, lse, qkv, s);
   const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
   auto* x = static_cast<uint16_t*>(qkv.data);  // bf16 elements
   std::unordered_map<int64_t, void*> pack = {
       {kQ, x}, {kK, x + nq * d}, {kV, x + (nq + nkv) * d}, {kO, out.data}, {kStats, lse.data}};
-  execute(op, s, Direction::Forward, pack);
+  execute(*ctx.gpu, op, s, Direction::Forward, pack);
 }
 
-void attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
+void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
   constexpr const char* op = "attention_backward";
-  check_backward_args(op, dqkv, dout, out, lse, qkv, s);
   const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
   auto* x = static_cast<uint16_t*>(qkv.data);
   auto* dx = static_cast<uint16_t*>(dqkv.data);
   std::unordered_map<int64_t, void*> pack = {
       {kQ, x},        {kK, x + nq * d},   {kV, x + (nq + nkv) * d},   {kO, out.data},
       {kdO, dout.data}, {kStats, lse.data}, {kdQ, dx}, {kdK, dx + nq * d}, {kdV, dx + (nq + nkv) * d}};
-  execute(op, s, Direction::Backward, pack);
+  execute(*ctx.gpu, op, s, Direction::Backward, pack);
 }
 
 bool attention_has_cudnn_frontend() { return true; }
 
-AttentionPlan attention_prepare(const AttentionShape& s) {
+AttentionPlan attention_prepare(DeviceState& state, const AttentionShape& s) {
   constexpr const char* op = "attention_prepare";
   check_shape(op, s);
-  State& st = state();
+  AttentionGraphs& st = graphs_of(state);
   std::lock_guard<std::mutex> lock(st.mu);
-  const Built& f = graph_for(st, "attention_forward", s, Direction::Forward);
-  const Built& b = graph_for(st, "attention_backward", s, Direction::Backward);
+  const Built& f = graph_for(state, st, "attention_forward", s, Direction::Forward);
+  const Built& b = graph_for(state, st, "attention_backward", s, Direction::Backward);
   AttentionPlan p;
-  p.deterministic_requested = g_deterministic.load();
+  p.deterministic_requested = state.deterministic_attention;
   p.deterministic_backward = b.deterministic;
   p.forward_workspace = f.workspace;
   p.backward_workspace = b.workspace;
@@ -407,6 +367,9 @@ std::string attention_validate_graph(const AttentionShape& s, bool backward, int
 
 #else  // !PL_HAVE_CUDNN_FRONTEND
 
+struct AttentionGraphs {};
+std::shared_ptr<AttentionGraphs> make_attention_graphs() { return std::make_shared<AttentionGraphs>(); }
+
 namespace {
 [[noreturn]] void no_frontend(const char* op, const AttentionShape& s) {
   fail("{} {}: this build has no cudnn-frontend headers, which CUDA attention needs: run scripts/setup.sh "
@@ -416,23 +379,18 @@ namespace {
 }
 }  // namespace
 
-void attention_forward(const OpContext&, const Tensor& out, const Tensor& lse, const Tensor& qkv,
-                       const AttentionShape& s) {
-  constexpr const char* op = "attention_forward";
-  check_forward_args(op, out, lse, qkv, s);
-  no_frontend(op, s);
+void attention_forward(const OpContext&, const Tensor&, const Tensor&, const Tensor&, const AttentionShape& s) {
+  no_frontend("attention_forward", s);
 }
 
-void attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
-                        const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
-  constexpr const char* op = "attention_backward";
-  check_backward_args(op, dqkv, dout, out, lse, qkv, s);
-  no_frontend(op, s);
+void attention_backward(const OpContext&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const AttentionShape& s) {
+  no_frontend("attention_backward", s);
 }
 
 bool attention_has_cudnn_frontend() { return false; }
 
-AttentionPlan attention_prepare(const AttentionShape& s) { no_frontend("attention_prepare", s); }
+AttentionPlan attention_prepare(DeviceState&, const AttentionShape& s) { no_frontend("attention_prepare", s); }
 
 std::string attention_validate_graph(const AttentionShape&, bool, int, bool) {
   return "this build has no cudnn-frontend headers";

@@ -18,13 +18,6 @@ bool attention_has_cudnn_frontend();
 // `deterministic`: the backward graph asks for cuDNN's deterministic algorithm.
 std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm, bool deterministic = false);
 
-// The backward's algorithm: false (the default) lets cuDNN pick its fastest, possibly
-// non-deterministic one, as Transformer Engine does by default; true asks for the deterministic one
-// (pretrain_llama --deterministic-mode). Set by the application; read when a graph is built (graphs
-// of both modes are cached separately, so tests may switch).
-void set_attention_deterministic(bool on);
-bool attention_deterministic();
-
 // What attention_prepare() built for a shape in the current mode.
 struct AttentionPlan {
   bool deterministic_requested = false;
@@ -33,8 +26,10 @@ struct AttentionPlan {
   int64_t backward_workspace = 0;
   int64_t workspace_allocated = 0;      // the shared workspace Buffer now (>= both)
 };
-// Builds (or finds) the forward and backward graphs for `s` on the current device and allocates the
-// shared workspace they need, so that neither happens inside the training loop. Needs a GPU.
-AttentionPlan attention_prepare(const AttentionShape& s);
+// Builds (or finds) the forward and backward graphs for `s` in `state` (in its determinism mode,
+// DeviceState::deterministic_attention) and allocates the shared workspace they need, so that neither
+// happens inside the training loop. Needs a GPU.
+struct DeviceState;  // device_state.h
+AttentionPlan attention_prepare(DeviceState& state, const AttentionShape& s);
 
 }  // namespace pl::cuda

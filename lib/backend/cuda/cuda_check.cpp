@@ -2,18 +2,15 @@
 
 #include <fmt/format.h>
 
-#include <atomic>
-
+#include "backend/cuda/device_state.h"
 #include "core/error.h"
 
 namespace pl::cuda {
 
-namespace {
-std::atomic<bool> g_sync_every_launch{false};
-}  // namespace
-
-void set_sync_every_launch(bool on) { g_sync_every_launch.store(on, std::memory_order_relaxed); }
-bool sync_every_launch() { return g_sync_every_launch.load(std::memory_order_relaxed); }
+void check_launch(const DeviceState& state, const char* op, const std::string& what) {
+  check(cudaGetLastError(), op, what);
+  if (state.sync_every_launch) sync_after_launch(op, what);
+}
 
 void sync_after_launch(const char* op, const std::string& what) {
   const cudaError_t st = cudaDeviceSynchronize();

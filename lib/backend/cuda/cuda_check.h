@@ -21,22 +21,14 @@ void check(cudnnStatus_t st, const char* op, const std::string& what);
 std::string dims(int64_t a, int64_t b);
 std::string dims(int64_t a, int64_t b, int64_t c);
 
-// Debug mode (pretrain_llama --cuda-sync-every-launch, the CUDA_LAUNCH_BLOCKING=1 idea as a program
-// switch): check_launch then waits for the device after every launch, so an asynchronous fault (an
-// illegal address, a trap) is reported by the op that caused it, with its shapes, instead of by
-// whichever later call happens to see it. Off by default (it serializes host and device). Set by the
-// application through this call; the library reads no environment variable for it.
-void set_sync_every_launch(bool on);
-bool sync_every_launch();
 // The synchronizing half of check_launch: cudaDeviceSynchronize, failing with the op and its shapes.
 void sync_after_launch(const char* op, const std::string& what);
 
+struct DeviceState;  // device_state.h
 // After a kernel launch (or a library call that launches work): the launch error (bad configuration)
-// names the kernel and its shape; in the debug mode above, so does an asynchronous fault.
-inline void check_launch(const char* op, const std::string& what) {
-  check(cudaGetLastError(), op, what);
-  if (sync_every_launch()) sync_after_launch(op, what);
-}
+// names the kernel and its shape; with state.sync_every_launch (--cuda-sync-every-launch), so does an
+// asynchronous fault, found by waiting for the device right after the op.
+void check_launch(const DeviceState& state, const char* op, const std::string& what);
 
 // Blocks of `threads` covering n items.
 inline unsigned grid_for(int64_t n, int threads) { return static_cast<unsigned>((n + threads - 1) / threads); }

@@ -1,16 +1,14 @@
 #pragma once
-// CUDA implementations of the ops in backend/ops.h and backend/quantize.h (same signatures; see there
-// for shapes and semantics). One .cu per op family under backend/cuda/, the kernel and its launcher
-// together. Storage on the GPU: "bf16 activation" tensors and the weights are DType::BF16; fp32
-// accumulators, rstd, lse, losses, master weights and moments are F32; token ids I32.
+// CUDA implementations of every op of backend/op_list.h (same signatures; shapes and semantics there).
+// One .cu per op family under backend/cuda/, the kernel and its launcher together. Arguments arrive
+// checked (backend/op_checks.cpp). Storage on the GPU: "bf16 activation" tensors and the weights are
+// DType::BF16; fp32 accumulators, rstd, lse, losses, master weights and moments are F32; token ids I32.
+// Each op runs on ctx.gpu's compute stream with ctx.gpu's handles and scratch (device_state.h).
 #include "backend/ops.h"
 #include "backend/quantize.h"
 
 namespace pl::cuda {
-#include "backend/backend_ops.inc"
-
-// pretrain_llama --cuda-sync-every-launch: check_launch synchronizes after every launch so an
-// asynchronous fault names its op (declared with its neighbours in cuda_check.h; repeated here for
-// callers that do not include the CUDA headers).
-void set_sync_every_launch(bool on);
+#define PL_OP(name, ret, timer, params, args) ret name params;
+#define PL_QUANT_OP PL_OP
+#include "backend/op_list.h"
 }  // namespace pl::cuda

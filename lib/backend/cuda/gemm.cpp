@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -16,7 +15,7 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/cuda/context.h"
+#include "backend/cuda/device_state.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
@@ -26,8 +25,6 @@ namespace pl::cuda {
 // ---- descriptions --------------------------------------------------------------------------------
 
 namespace {
-
-std::atomic<bool> g_force_emulated{false};
 
 const char* format_label(QuantFormat f) {
   switch (f) {
@@ -42,7 +39,7 @@ const char* format_label(QuantFormat f) {
 }  // namespace
 
 GemmExecution quantized_gemm_execution(QuantFormat format, int sm) {
-  // The one rule (backend/quantize.h), also behind Context::native and the memory plan.
+  // The one rule (backend/quantize.h), also behind gemm_native(DeviceState) and the memory plan.
   return quantized_gemm_native(format, sm) ? GemmExecution::Native : GemmExecution::Emulated;
 }
 
@@ -77,62 +74,24 @@ std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used
   return lines;
 }
 
-std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used) {
-  std::vector<std::string> lines = gemm_backend_lines(used, context().sm);
-  if (force_emulated_gemm()) lines.push_back("quantized GEMMs forced onto the emulated path (test hook)");
+std::vector<std::string> gemm_backend_lines(const DeviceState& state, const std::vector<QuantFormat>& used) {
+  std::vector<std::string> lines = gemm_backend_lines(used, state.sm);
+  if (state.force_emulated_gemm) lines.push_back("quantized GEMMs forced onto the emulated path (test hook)");
   return lines;
 }
 
-std::string gemm_backend_description(Device device) {
-  if (device == Device::CPU)
+std::string gemm_backend_description(const OpContext& ctx) {
+  if (ctx.device == Device::CPU)
     return "GEMMs on the CPU: BF16 as FP32 OpenBLAS SGEMM; FP8, MXFP8 and NVFP4 emulated (exact dequantization "
            "to FP32 + OpenBLAS SGEMM)";
-  std::string s = gemm_backend_description(context().sm);
-  if (force_emulated_gemm()) s += " [quantized GEMMs forced onto the emulated path]";
+  std::string s = gemm_backend_description(ctx.gpu->sm);
+  if (ctx.gpu->force_emulated_gemm) s += " [quantized GEMMs forced onto the emulated path]";
   return s;
 }
 
-void set_force_emulated_gemm(bool on) { g_force_emulated.store(on); }
-bool force_emulated_gemm() { return g_force_emulated.load(); }
-
-// ---- device scalars --------------------------------------------------------------------------------
-
-namespace {
-
-std::atomic<const GemmScalars*> g_scalars{nullptr};
-
-GemmScalars make_scalars() {
-  context();  // the device and its cuBLASLt handle first
-  // [0] alpha slot, [1] 0.0f, [2] 1.0f, [3] unused, then the 8-byte inexact counter at byte 16.
-  void* p = nullptr;
-  check(cudaMalloc(&p, 256), "cudaMalloc", "GEMM device scalars (256 bytes, once per process)");
-  unsigned char init[24] = {};
-  const float f[4] = {0.0f, 0.0f, 1.0f, 0.0f};
-  static_assert(sizeof f == 16);
-  std::memcpy(init, f, sizeof f);  // counter bytes stay 0
-  check(cudaMemcpy(p, init, sizeof init, cudaMemcpyHostToDevice), "cudaMemcpy", "GEMM device scalars init");
-  GemmScalars s;
-  auto* fp = static_cast<float*>(p);
-  s.alpha = fp;
-  s.zero = fp + 1;
-  s.one = fp + 2;
-  s.inexact = reinterpret_cast<unsigned long long*>(static_cast<unsigned char*>(p) + 16);
-  return s;
-}
-
-}  // namespace
-
-const GemmScalars& gemm_scalars() {
-  static const GemmScalars s = make_scalars();
-  g_scalars.store(&s);
-  return s;
-}
-
-uint64_t emulated_gemm_inexact_elements() {
-  const GemmScalars* s = g_scalars.load();
-  if (s == nullptr) return 0;
+uint64_t emulated_gemm_inexact_elements(const DeviceState& state) {
   unsigned long long n = 0;
-  check(cudaMemcpy(&n, s->inexact, sizeof n, cudaMemcpyDeviceToHost), "emulated_gemm_inexact_elements",
+  check(cudaMemcpy(&n, state.scalars.inexact, sizeof n, cudaMemcpyDeviceToHost), "emulated_gemm_inexact_elements",
         "cudaMemcpy of the counter");
   return static_cast<uint64_t>(n);
 }
@@ -194,22 +153,13 @@ struct PlanKey {
 
 // Everything cuBLASLt needs for one key, made once: the matmul descriptor (every attribute but the
 // scale pointers, which are written per call), the A, B and C/D layouts and the heuristic's
-// algorithm. Kept for the life of the process (a handful per model shape; never destroyed, as the
-// cuBLASLt handle they belong to is not).
+// algorithm. Kept for the life of the device state (a handful per model shape).
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulAlgo_t algo{};
 };
 
-struct PlanCache {
-  std::mutex mu;
-  std::map<PlanKey, LtPlan> plans;  // node-based: a plan's address is stable
-};
-PlanCache& plan_cache() {
-  static PlanCache c;
-  return c;
-}
 
 // RAII owner of the preference, used only while a plan is made.
 struct Preference {
@@ -245,8 +195,7 @@ PlanKey key_of(const LtMatmul& g) {
 // Makes the plan of key k (the first call with it); chk checks every cuBLASLt status. On an error
 // the partly made plan is destroyed.
 template <class Check>
-LtPlan make_plan(const PlanKey& k, const LtMatmul& g, Check chk) {
-  Context& ctx = context();
+LtPlan make_plan(const DeviceState& state, const PlanKey& k, const LtMatmul& g, Check chk) {
   struct Owner {  // destroys a partly made plan if a call below throws
     LtPlan p;
     bool keep = false;
@@ -300,7 +249,7 @@ LtPlan make_plan(const PlanKey& k, const LtMatmul& g, Check chk) {
 
   Preference pref;
   chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
-  const uint64_t ws = ctx.workspace_bytes;
+  const uint64_t ws = state.workspace_bytes;
   chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
       "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
   const uint32_t aligns[3] = {k.align_a, k.align_b, k.align_d};
@@ -318,7 +267,7 @@ LtPlan make_plan(const PlanKey& k, const LtMatmul& g, Check chk) {
       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
-  chk(cublasLtMatmulAlgoGetHeuristic(ctx.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
+  chk(cublasLtMatmulAlgoGetHeuristic(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
       "cublasLtMatmulAlgoGetHeuristic");
   if (returned == 0) chk(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic returned no algorithm");
   chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
@@ -329,25 +278,38 @@ LtPlan make_plan(const PlanKey& k, const LtMatmul& g, Check chk) {
 
 }  // namespace
 
-size_t lt_plan_count() {
-  PlanCache& cache = plan_cache();
-  std::lock_guard<std::mutex> lock(cache.mu);
-  return cache.plans.size();
+// The plans of one device state (node-based map: a plan's address is stable).
+struct LtPlanCache {
+  std::mutex mu;
+  std::map<PlanKey, LtPlan> plans;
+  ~LtPlanCache() {
+    for (auto& [key, p] : plans) {
+      cublasLtMatmulDescDestroy(p.desc);
+      cublasLtMatrixLayoutDestroy(p.la);
+      cublasLtMatrixLayoutDestroy(p.lb);
+      cublasLtMatrixLayoutDestroy(p.ld);
+    }
+  }
+};
+
+std::shared_ptr<LtPlanCache> make_lt_plan_cache() { return std::make_shared<LtPlanCache>(); }
+
+size_t lt_plan_count(const DeviceState& state) {
+  std::lock_guard<std::mutex> lock(state.plans->mu);
+  return state.plans->plans.size();
 }
 
-void lt_matmul(const LtMatmul& g) {
-  Context& ctx = context();
-  const GemmScalars& scalars = gemm_scalars();
+void lt_matmul(DeviceState& state, const LtMatmul& g) {
   // The message (shapes, cuBLASLt view) is formatted only when a call fails.
   auto chk = [&](cublasStatus_t st, const char* call) {
     if (st != CUBLAS_STATUS_SUCCESS) check(st, g.op, std::string(call) + ": " + describe(g));
   };
   const PlanKey key = key_of(g);
-  PlanCache& cache = plan_cache();
+  LtPlanCache& cache = *state.plans;
   // Held through the launch: the cached descriptor is written (scale pointers) and read by it.
   std::lock_guard<std::mutex> lock(cache.mu);
   auto it = cache.plans.find(key);
-  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(key, g, chk)).first;
+  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(state, key, g, chk)).first;
   const LtPlan& p = it->second;
   if (g.a_scale)
     chk(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof g.a_scale),
@@ -358,19 +320,13 @@ void lt_matmul(const LtMatmul& g) {
 
   const float beta_host = g.accumulate ? 1.0f : 0.0f;
   const void* alpha = g.alpha_device ? static_cast<const void*>(g.alpha_device) : &g.alpha_host;
-  const void* beta = g.alpha_device ? static_cast<const void*>(g.accumulate ? scalars.one : scalars.zero)
+  const void* beta = g.alpha_device ? static_cast<const void*>(g.accumulate ? state.scalars.one : state.scalars.zero)
                                     : static_cast<const void*>(&beta_host);
-  chk(cublasLtMatmul(ctx.lt, p.desc, alpha, g.A, p.la, g.B, p.lb, beta, g.D, p.ld, g.D, p.ld, &p.algo, ctx.workspace,
-                     ctx.workspace_bytes, /*stream=*/0),
+  chk(cublasLtMatmul(state.lt, p.desc, alpha, g.A, p.la, g.B, p.lb, beta, g.D, p.ld, g.D, p.ld, &p.algo,
+                     state.workspace, state.workspace_bytes, state.stream),
       "cublasLtMatmul");
   // --cuda-sync-every-launch: a fault inside the GEMM is reported here, naming it, not by the next op.
-  if (sync_every_launch()) sync_after_launch(g.op, "cublasLtMatmul: " + describe(g));
-}
-
-void prepare_device_state() {
-  (void)context();  // rejects GPUs older than sm_80 (context.cpp)
-  check_kernel_image();
-  (void)gemm_scalars();
+  if (state.sync_every_launch) sync_after_launch(g.op, "cublasLtMatmul: " + describe(g));
 }
 
 }  // namespace pl::cuda

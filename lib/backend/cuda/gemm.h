@@ -6,7 +6,7 @@
 //   BF16 linear GEMMs             cuBLASLt BF16 x BF16, FP32 accumulate, every GPU (sm_80 and newer)
 //   FP8 per-tensor (E4M3/E5M2)    cuBLASLt FP8 (scalar FP32 scales), native on sm_89 and newer
 //   MXFP8, NVFP4                  cuBLASLt block-scaled GEMMs, native on sm_100 / sm_103
-//   (the rule: backend/quantize.h quantized_gemm_native, asked through Context::native); elsewhere
+//   (the rule: backend/quantize.h quantized_gemm_native, asked through gemm_native(DeviceState)); elsewhere
 //   EMULATED: each operand is dequantized exactly into BF16 and multiplied by a BF16 cuBLASLt GEMM
 //   with the same alpha — the numbers of the native path up to the FP32 summation order, slower.
 #include <cstddef>
@@ -18,6 +18,8 @@
 #include "core/tensor.h"
 
 namespace pl::cuda {
+
+struct DeviceState;  // device_state.h
 
 enum class GemmExecution : uint8_t { Native, Emulated };
 
@@ -31,44 +33,25 @@ std::string gemm_backend_description(QuantFormat format, int sm);
 // The banner: "BF16 GEMMs: native on sm_N (...)" then one gemm_backend_description line per format
 // in `used` (FP8_E4M3 and FP8_E5M2 give one "FP8" line). Pure.
 std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used, int sm);
-// The same for the current GPU (pl::cuda::context(), so it needs one), plus a line when the test
-// hook below forces the emulated path.
-std::vector<std::string> gemm_backend_lines(const std::vector<QuantFormat>& used);
+// The same for the GPU of `state`, plus a line when its test switch forces the emulated path.
+std::vector<std::string> gemm_backend_lines(const DeviceState& state, const std::vector<QuantFormat>& used);
 // All formats in one line: "GEMMs on sm_90: BF16 native (cuBLASLt); FP8 native (cuBLASLt); MXFP8
 // emulated (dequantize to BF16 + BF16 GEMM); NVFP4 emulated (dequantize to BF16 + BF16 GEMM)". Pure.
 std::string gemm_backend_description(int sm);
-// The same for a device: CPU describes the CPU backend's emulation; CUDA asks the current GPU
-// (pl::cuda::context(), so it needs one).
-std::string gemm_backend_description(Device device);
+// The same for a context: the CPU backend's emulation, or ctx.gpu's GPU.
+std::string gemm_backend_description(const OpContext& ctx);
 
-// Creates the CUDA context (cuBLASLt and cuDNN handles, workspace) and the GEMM's device scalars
-// now, before the training loop, so the loop allocates nothing. Needs a GPU. Fails with one line on
-// a GPU older than sm_80 (context creation) or one this build has no device code for
-// (check_kernel_image).
-void prepare_device_state();
 // Throws a one-line error naming the GPU's sm_ and this build's CUDA architectures when the build
-// holds no kernel image (SASS or JIT-able PTX) for the current GPU. Needs a GPU.
-void check_kernel_image();
+// holds no kernel image (SASS or JIT-able PTX) for the GPU of `state` (open_device_state calls it).
+void check_kernel_image(const DeviceState& state);
 
-// The compute capability of the GPU whose context this process has created, or 0 before that (never
-// creates one; backend/quantize.h opened_gpu_sm).
-int opened_context_sm();
-// The same, creating the context first if needed (needs a GPU).
-int current_context_sm();
+// For tests: the cuBLASLt plans (descriptor, layouts, algorithm) `state` has made so far; a GEMM whose
+// key was seen before adds none (gemm_lt.h).
+size_t lt_plan_count(const DeviceState& state);
 
-// Test hook: the cuBLASLt plans (descriptor, layouts, algorithm) made so far; a GEMM whose key was
-// seen before adds none (gemm_lt.h).
-size_t lt_plan_count();
-
-// Test hook: when true, every quantized GEMM (FP8, MXFP8, NVFP4) takes the emulated path even where
-// the native one exists, so one GPU checks both paths. Off by default.
-void set_force_emulated_gemm(bool on);
-bool force_emulated_gemm();
-
-// Elements the emulated path has dequantized into BF16 inexactly since the process started (read
-// from the device; synchronizes). NVFP4 (E2M1 x E4M3) is always exact; MXFP8 (E4M3 x 2^k) is exact
-// unless a nonzero value falls below 2^-130, where BF16 is subnormal (see linear.cu). 0 until the
-// first emulated GEMM.
-uint64_t emulated_gemm_inexact_elements();
+// Elements the emulated path has dequantized into BF16 inexactly on `state`'s GPU since it was opened
+// (read from the device; synchronizes). NVFP4 (E2M1 x E4M3) is always exact; MXFP8 (E4M3 x 2^k) is exact
+// unless a nonzero value falls below 2^-130, where BF16 is subnormal (see quantized_gemm.cu).
+uint64_t emulated_gemm_inexact_elements(const DeviceState& state);
 
 }  // namespace pl::cuda

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <string>
 
+#include "backend/cuda/device_state.h"
+
 namespace pl::cuda {
 
 struct LtMatmul {
@@ -45,24 +47,14 @@ struct LtMatmul {
   float alpha_host = 1.0f;
 };
 
-// Runs it on the default stream with context().workspace. The matmul descriptor, the three layouts
+// Runs it on state.stream with state.workspace. The matmul descriptor, the three layouts
 // and the algorithm (cublasLtMatmulAlgoGetHeuristic) are made once per (shape, types, layouts,
-// transposes, scale mode, pointer mode, FAST_ACCUM, operand alignments) and cached for the process;
+// transposes, scale mode, pointer mode, FAST_ACCUM, operand alignments) and cached in state.plans;
 // a later call with that key only writes its scale pointers into the cached descriptor (host
 // memory) and launches: no descriptor is created or destroyed in steady state. Every cuBLASLt call
 // is checked (op, shapes, status); the message is built only on failure.
-void lt_matmul(const LtMatmul& g);
+void lt_matmul(DeviceState& state, const LtMatmul& g);
 
-// Device scalars allocated once per process (no allocation per call): a slot the GEMM alpha is
-// computed into (GEMMs are stream-ordered on the default stream, so one slot is enough), the
-// constants 0 and 1 (beta in device pointer mode), and the emulation's inexact-element counter.
-struct GemmScalars {
-  float* alpha = nullptr;
-  const float* zero = nullptr;
-  const float* one = nullptr;
-  unsigned long long* inexact = nullptr;
-};
-const GemmScalars& gemm_scalars();
 
 // "bf16", "e4m3", "e2m1", ... for messages.
 const char* lt_type_name(cudaDataType_t t);

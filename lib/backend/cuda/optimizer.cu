@@ -6,7 +6,7 @@
 // num::lane_sum), the lanes combined by num::block_tree_sum; then the chunk partials combined by
 // num::group_tree_sum: one launch per level, one block per group of kTreeGroup partials (a 8B-parameter
 // model: ~122k chunks, 3 levels). The single float result is read back (the one blocking host read of
-// the norm per iteration) and returned as double. Partials live in a grow-only function-static scratch.
+// the norm per iteration) and returned as double. Partials live in the device state's grow-only scratch.
 // adamw_update_multi / copy_master_to_param: one element per thread calling the shared num::adamw_element
 // and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
 // them (bias corrections in double, then float), so master, m, v and param are bit-identical.
@@ -91,49 +91,25 @@ __global__ void copy_master_kernel(PARAM* param, const float* master, int64_t n,
   }
 }
 
-void check_numel(const char* op, const char* name, const Tensor& t, const Tensor& master) {
-  require(t.numel() == master.numel(), op,
-          std::string(name) + " " + describe(t) + " does not match master " + describe(master) +
-              " (element counts differ)");
-}
-
-// AdamW's arguments: five CUDA tensors of one element count, a 1-based step (the range table is
-// checked by the dispatcher, backend/ops.cpp).
-void check_adamw_args(const char* op, const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m,
-                      const Tensor& v, const AdamWStep& step) {
-  check_arg2(op, "param", param, DType::BF16, DType::F32);
-  check_arg(op, "master", master, DType::F32);
-  check_arg(op, "grad", grad, DType::F32);
-  check_arg(op, "m", m, DType::F32);
-  check_arg(op, "v", v, DType::F32);
-  check_numel(op, "param", param, master);
-  check_numel(op, "grad", grad, master);
-  check_numel(op, "m", m, master);
-  check_numel(op, "v", v, master);
-  require(step.step >= 1, op, "step = " + std::to_string(step.step) + " must be >= 1 (1-based)");
-}
-
 }  // namespace
 
-double sum_of_squares(const OpContext&, const Tensor& x) {
+double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   constexpr const char* op = "sum_of_squares";
-  check_arg(op, "x", x, DType::F32);
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
   const std::string what = "x " + x.shape_str() + " (" + std::to_string(chunks) + " chunks)";
-  require(chunks < (int64_t{1} << 31), op, what + ": more chunks than a grid holds");
   // [chunk partials | level buffer]: the levels ping-pong between the two regions.
   const int64_t level_slots = (chunks + kSumThreads - 1) / kSumThreads;
-  static DeviceScratch scratch;
+  DeviceScratch& scratch = ctx.gpu->scratch.sum_of_squares;
   auto* a = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks + level_slots)));
   float* b = a + chunks;
-  sum_of_squares_chunks_kernel<<<static_cast<unsigned>(chunks), kSumThreads>>>(a, f32_in(x), n);
-  check_launch(op, what);
+  sum_of_squares_chunks_kernel<<<static_cast<unsigned>(chunks), kSumThreads, 0, ctx.gpu->stream>>>(a, f32_in(x), n);
+  check_launch(*ctx.gpu, op, what);
   for (int64_t m = chunks; m > 1; m = (m + kSumThreads - 1) / kSumThreads) {
     const int64_t groups = (m + kSumThreads - 1) / kSumThreads;
-    sum_of_squares_level_kernel<<<static_cast<unsigned>(groups), kSumThreads>>>(b, a, m);
-    check_launch(op, what + " (tree level of " + std::to_string(m) + " partials)");
+    sum_of_squares_level_kernel<<<static_cast<unsigned>(groups), kSumThreads, 0, ctx.gpu->stream>>>(b, a, m);
+    check_launch(*ctx.gpu, op, what + " (tree level of " + std::to_string(m) + " partials)");
     std::swap(a, b);
   }
   float result = 0.0f;
@@ -144,7 +120,6 @@ double sum_of_squares(const OpContext&, const Tensor& x) {
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
-  check_adamw_args(op, param, master, grad, m, v, step);
   const int64_t n = master.numel();
   const num::AdamWHyper decay =
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
@@ -155,28 +130,28 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " (" +
                            std::to_string(no_decay.count) + " no-decay ranges)";
   if (param.dtype == DType::BF16)
-    adamw_multi_kernel<uint16_t><<<grid, kThreads>>>(bf16_out(param), f32_out(master), f32_out(m), f32_out(v),
-                                                     f32_in(grad), n, no_decay.device, no_decay.count, decay, plain,
-                                                     ctx.round_bf16);
+    adamw_multi_kernel<uint16_t><<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_out(master), f32_out(m),
+                                                                         f32_out(v), f32_in(grad), n, no_decay.device,
+                                                                         no_decay.count, decay, plain, ctx.round_bf16);
   else
-    adamw_multi_kernel<float><<<grid, kThreads>>>(f32_out(param), f32_out(master), f32_out(m), f32_out(v), f32_in(grad),
-                                                  n, no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
-  check_launch(op, what);
+    adamw_multi_kernel<float><<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_out(master), f32_out(m),
+                                                                      f32_out(v), f32_in(grad), n, no_decay.device,
+                                                                      no_decay.count, decay, plain, ctx.round_bf16);
+  check_launch(*ctx.gpu, op, what);
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   constexpr const char* op = "copy_master_to_param";
-  check_arg2(op, "param", param, DType::BF16, DType::F32);
-  check_arg(op, "master", master, DType::F32);
-  check_numel(op, "param", param, master);
   const int64_t n = master.numel();
   if (n == 0) return;
   const unsigned grid = grid_capped(n, kThreads);
   if (param.dtype == DType::BF16)
-    copy_master_kernel<uint16_t><<<grid, kThreads>>>(bf16_out(param), f32_in(master), n, ctx.round_bf16);
+    copy_master_kernel<uint16_t>
+        <<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_in(master), n, ctx.round_bf16);
   else
-    copy_master_kernel<float><<<grid, kThreads>>>(f32_out(param), f32_in(master), n, ctx.round_bf16);
-  check_launch(op, "master " + master.shape_str() + " param " + param.shape_str());
+    copy_master_kernel<float>
+        <<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_in(master), n, ctx.round_bf16);
+  check_launch(*ctx.gpu, op, "master " + master.shape_str() + " param " + param.shape_str());
 }
 
 }  // namespace pl::cuda

@@ -3,7 +3,7 @@
 // (backend/cpu/quantize.cpp): every scale and code comes from the same lib/numerics/ functions on
 // the same float values, and the only cross-thread reductions are maxima (order-independent).
 //
-// Schedule, all on the default stream with no host round trip:
+// Schedule, all on the device state's compute stream with no host round trip:
 //   1. zero the amax slots (and the swizzled scale arrays when they have padding);
 //   2. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
 //      RHT outputs, computed in the same pass over x), reduced per block and combined with an
@@ -22,7 +22,7 @@
 #include <cstdint>
 #include <string>
 
-#include "backend/cuda/context.h"
+#include "backend/cuda/device_state.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/quantize_common.cuh"
@@ -317,55 +317,36 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
 
 // ---- host side -------------------------------------------------------------------------------------
 
-[[noreturn]] void fail_op(const std::string& msg) { throw_error("quantize: " + msg); }
-
-void require(bool ok, const std::string& msg) {
-  if (!ok) fail_op(msg);
-}
-
-std::string copy_shape(const QuantizedCopy& c) { return dims(c.rows, c.cols); }
-
-void require_copy_buffers(const QuantizedCopy& c, const char* which, bool blocked) {
-  const bool on_gpu = c.data.data != nullptr && c.data.device == Device::CUDA && c.amax.data != nullptr &&
-                      c.amax.device == Device::CUDA && c.scale_inv.data != nullptr &&
-                      c.scale_inv.device == Device::CUDA &&
-                      (!blocked || (c.scales.data != nullptr && c.scales.device == Device::CUDA &&
-                                    c.scales_swizzled.data != nullptr && c.scales_swizzled.device == Device::CUDA));
-  require(on_gpu, std::string("the ") + which + " copy " + copy_shape(c) +
-                      " is not allocated on the GPU (allocate_quantized(owner, Device::CUDA, ...))");
-}
-
-void zero(void* p, size_t bytes, const std::string& what) {
-  check(cudaMemsetAsync(p, 0, bytes, 0), "quantize: cudaMemsetAsync", what);
+void zero(const DeviceState& st, void* p, size_t bytes, const std::string& what) {
+  check(cudaMemsetAsync(p, 0, bytes, st.stream), "quantize: cudaMemsetAsync", what);
 }
 
 // Zeroes the swizzled scale array when it has padding (rows % 128 or blocks-per-row % 4); the encode
 // pass writes every non-padding byte.
-void zero_swizzle_padding(const QuantizedCopy& c, int64_t block, const std::string& what) {
+void zero_swizzle_padding(const DeviceState& st, const QuantizedCopy& c, int64_t block, const std::string& what) {
   const int64_t nb = c.cols / block;
   if (num::padded_scale_rows(c.rows) * num::padded_scale_cols(nb) != c.rows * nb)
-    zero(c.scales_swizzled.data, c.scales_swizzled.bytes(), what + " swizzled scale padding");
+    zero(st, c.scales_swizzled.data, c.scales_swizzled.bytes(), what + " swizzled scale padding");
 }
 
-int num_sms() { return context().num_sms; }
-
-unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c, const std::string& what) {
+// The grid of 64x64 tiles (its size is checked in backend/op_checks.cpp).
+unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
   *tiles_c = (cols + kTile - 1) / kTile;
-  const int64_t tiles = (rows + kTile - 1) / kTile * *tiles_c;
-  require(tiles <= 0x7FFFFFFF, what + " needs " + std::to_string(tiles) + " tiles of 64x64, over the grid limit");
-  return static_cast<unsigned>(tiles);
+  return static_cast<unsigned>((rows + kTile - 1) / kTile * *tiles_c);
 }
 
 template <typename T>
-void launch_amax(const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht, const std::string& what) {
+void launch_amax(const DeviceState& st, const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht,
+                 const std::string& what) {
   const int64_t items = rht != nullptr ? (R / 16) * C : (R * C + 7) / 8;
-  amax_kernel<T><<<qk::grid_stride_blocks(items, kThreads, num_sms()), kThreads>>>(x, R, C, plain0, plain1, rht);
-  check_launch("quantize: amax_kernel", what + (rht != nullptr ? " (with RHT)" : ""));
+  amax_kernel<T>
+      <<<qk::grid_stride_blocks(items, kThreads, st.num_sms), kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht);
+  check_launch(st, "quantize: amax_kernel", what + (rht != nullptr ? " (with RHT)" : ""));
 }
 
 template <typename T>
-void quantize_nvfp4(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                    const std::string& what) {
+void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                    const QuantizeOptions& opt, const std::string& what) {
   Nvfp4Args a;
   a.rows = R;
   a.cols = C;
@@ -395,31 +376,31 @@ void quantize_nvfp4(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
     a.row = out(q.rowwise, opt.stream_id);
     if (!opt.amax_given) {
       plain0 = q.rowwise.amax.ptr<float>();
-      zero(plain0, 4, what + " rowwise amax");
+      zero(st, plain0, 4, what + " rowwise amax");
     }
-    zero_swizzle_padding(q.rowwise, 16, what + " rowwise");
+    zero_swizzle_padding(st, q.rowwise, 16, what + " rowwise");
   }
   if (opt.columnwise) {
     a.col = out(q.columnwise, opt.stream_id + 1);
-    zero_swizzle_padding(q.columnwise, 16, what + " columnwise");
+    zero_swizzle_padding(st, q.columnwise, 16, what + " columnwise");
   }
   if (col_amax) {
     if (opt.rht_columnwise)
       rht = q.columnwise.amax.ptr<float>();
     else
       plain1 = q.columnwise.amax.ptr<float>();
-    zero(q.columnwise.amax.data, 4, what + " columnwise amax");
+    zero(st, q.columnwise.amax.data, 4, what + " columnwise amax");
   }
-  if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) launch_amax(x, R, C, plain0, plain1, rht, what);
+  if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) launch_amax(st, x, R, C, plain0, plain1, rht, what);
   if (!opt.rowwise && !opt.columnwise) return;
-  const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
-  nvfp4_encode_kernel<T><<<grid, kThreads>>>(x, a);
-  check_launch("quantize: nvfp4_encode_kernel", what);
+  const unsigned grid = tile_grid(R, C, &a.tiles_c);
+  nvfp4_encode_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, a);
+  check_launch(st, "quantize: nvfp4_encode_kernel", what);
 }
 
 template <typename T>
-void quantize_mxfp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                    const std::string& what) {
+void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                    const QuantizeOptions& opt, const std::string& what) {
   Mxfp8Args a;
   a.rows = R;
   a.cols = C;
@@ -431,8 +412,8 @@ void quantize_mxfp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
     o.amax = c.amax.ptr<float>();
     o.scale_inv = c.scale_inv.ptr<float>();
     o.padded_cols = num::padded_scale_cols(c.cols / 32);
-    zero(o.amax, 4, what + " " + which + " amax");
-    zero_swizzle_padding(c, 32, what + " " + which);
+    zero(st, o.amax, 4, what + " " + which + " amax");
+    zero_swizzle_padding(st, c, 32, what + " " + which);
     return o;
   };
   // MXFP8's amax (telemetry only: the scales are per block) is reduced by the encode pass whether or
@@ -441,19 +422,19 @@ void quantize_mxfp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const 
   if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
   if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
   if (!opt.columnwise && opt.columnwise_amax) {
-    zero(q.columnwise.amax.data, 4, what + " columnwise amax");
-    if (!opt.rowwise) return launch_amax(x, R, C, nullptr, q.columnwise.amax.ptr<float>(), nullptr, what);
+    zero(st, q.columnwise.amax.data, 4, what + " columnwise amax");
+    if (!opt.rowwise) return launch_amax(st, x, R, C, nullptr, q.columnwise.amax.ptr<float>(), nullptr, what);
     a.col_amax_only = q.columnwise.amax.ptr<float>();
   }
   if (!opt.rowwise && !opt.columnwise) return;
-  const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
-  mxfp8_encode_kernel<T><<<grid, kThreads>>>(x, a);
-  check_launch("quantize: mxfp8_encode_kernel", what);
+  const unsigned grid = tile_grid(R, C, &a.tiles_c);
+  mxfp8_encode_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, a);
+  check_launch(st, "quantize: mxfp8_encode_kernel", what);
 }
 
 template <typename T>
-void quantize_fp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                  const std::string& what) {
+void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                  const QuantizeOptions& opt, const std::string& what) {
   Fp8Args a;
   a.rows = R;
   a.cols = C;
@@ -470,69 +451,30 @@ void quantize_fp8(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const Qu
   // The columnwise copy holds the same values as the rowwise one: one plain amax serves both.
   float* plain0 = opt.rowwise && !opt.amax_given ? q.rowwise.amax.ptr<float>() : nullptr;
   float* plain1 = (opt.columnwise ? !opt.amax_given : opt.columnwise_amax) ? q.columnwise.amax.ptr<float>() : nullptr;
-  if (plain0 != nullptr) zero(plain0, 4, what + " rowwise amax");
-  if (plain1 != nullptr) zero(plain1, 4, what + " columnwise amax");
-  if (plain0 != nullptr || plain1 != nullptr) launch_amax(x, R, C, plain0, plain1, nullptr, what);
+  if (plain0 != nullptr) zero(st, plain0, 4, what + " rowwise amax");
+  if (plain1 != nullptr) zero(st, plain1, 4, what + " columnwise amax");
+  if (plain0 != nullptr || plain1 != nullptr) launch_amax(st, x, R, C, plain0, plain1, nullptr, what);
   if (!opt.rowwise && !opt.columnwise) return;
-  const unsigned grid = tile_grid(R, C, &a.tiles_c, what);
-  fp8_encode_kernel<T><<<grid, kThreads>>>(x, a);
-  check_launch("quantize: fp8_encode_kernel", what);
+  const unsigned grid = tile_grid(R, C, &a.tiles_c);
+  fp8_encode_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, a);
+  check_launch(st, "quantize: fp8_encode_kernel", what);
 }
 
 template <typename T>
-void quantize_typed(QuantizedTensor& q, const T* x, int64_t R, int64_t C, const QuantizeOptions& opt,
-                    const std::string& what) {
+void quantize_typed(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t R, int64_t C,
+                    const QuantizeOptions& opt, const std::string& what) {
   switch (opt.format) {
-    case QuantFormat::NVFP4: return quantize_nvfp4(q, x, R, C, opt, what);
-    case QuantFormat::MXFP8: return quantize_mxfp8(q, x, R, C, opt, what);
+    case QuantFormat::NVFP4: return quantize_nvfp4(st, q, x, R, C, opt, what);
+    case QuantFormat::MXFP8: return quantize_mxfp8(st, q, x, R, C, opt, what);
     case QuantFormat::FP8_E4M3:
-    case QuantFormat::FP8_E5M2: return quantize_fp8(q, x, R, C, opt, what);
+    case QuantFormat::FP8_E5M2: return quantize_fp8(st, q, x, R, C, opt, what);
   }
 }
 
 }  // namespace
 
 void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
-  (void)ctx;
-  require(x.device == Device::CUDA && x.data != nullptr, "x " + x.shape_str() + " must be a CUDA tensor");
-  require(x.ndim == 2, "x " + x.shape_str() + " must be 2-D [rows, cols]");
-  require(x.dtype == DType::BF16 || x.dtype == DType::F32, "x " + x.shape_str() + " must be bf16 or f32");
   const int64_t rows = x.dim(0), cols = x.dim(1);
-  require(opt.format == q.format, std::string("options ask for ") + quant_format_name(opt.format) +
-                                      " but the tensor was allocated for " + quant_format_name(q.format));
-  const bool nvfp4 = opt.format == QuantFormat::NVFP4;
-  require(nvfp4 || (!opt.block_2d && !opt.rht_columnwise && !opt.stochastic),
-          std::string("16x16 blocks, RHT and stochastic rounding are NVFP4 options, not ") +
-              quant_format_name(opt.format));
-  require(!(opt.block_2d && opt.rht_columnwise), "RHT is not applied to 16x16-block (weight) tensors");
-  const int64_t blk = quant_block_size(opt.format);
-  if (opt.rowwise) {
-    require(q.has_rowwise && q.rowwise.rows == rows && q.rowwise.cols == cols && q.rowwise.format == opt.format,
-            "x " + x.shape_str() + " does not match the allocated rowwise copy " + copy_shape(q.rowwise));
-    require_copy_buffers(q.rowwise, "rowwise", blk > 1);
-    require(cols % blk == 0, "rowwise copy: cols " + std::to_string(cols) + " is not a multiple of " +
-                                 std::to_string(blk));
-  }
-  if (opt.columnwise) {
-    require(q.has_columnwise && q.columnwise.rows == cols && q.columnwise.cols == rows &&
-                q.columnwise.format == opt.format,
-            "x " + x.shape_str() + " does not match the allocated columnwise copy " + copy_shape(q.columnwise) +
-                " (the transpose)");
-    require_copy_buffers(q.columnwise, "columnwise", blk > 1);
-    require(rows % blk == 0, "columnwise copy: rows " + std::to_string(rows) + " is not a multiple of " +
-                                 std::to_string(blk));
-  }
-  if (opt.columnwise_amax && !opt.columnwise) {
-    require(q.has_columnwise && q.columnwise.rows == cols && q.columnwise.cols == rows &&
-                q.columnwise.amax.data != nullptr && q.columnwise.amax.device == Device::CUDA,
-            "x " + x.shape_str() + " does not match the allocated columnwise copy " + copy_shape(q.columnwise) +
-                " whose amax columnwise_amax asks for");
-    require(!opt.rht_columnwise || rows % 16 == 0,
-            "RHT amax: the row count of x " + x.shape_str() + " must be a multiple of 16");
-  }
-  if (opt.block_2d && (opt.rowwise || opt.columnwise))
-    require(rows % 16 == 0 && cols % 16 == 0,
-            "nvfp4 16x16 blocks: x " + x.shape_str() + " must have rows and cols that are multiples of 16");
   if (opt.columnwise) q.columnwise_rht = opt.rht_columnwise;  // a rowwise-only call leaves the flag alone
   if (!opt.rowwise && !opt.columnwise && !opt.columnwise_amax) return;
   const std::string what = "x " + x.shape_str() + " -> " + quant_format_name(opt.format) +
@@ -541,9 +483,9 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
                            (opt.stochastic ? " sr" : "") + (opt.amax_given ? " (amax given)" : "") +
                            (opt.columnwise_amax && !opt.columnwise ? " (+ columnwise amax)" : "");
   if (x.dtype == DType::BF16)
-    quantize_typed(q, static_cast<const uint16_t*>(x.data), rows, cols, opt, what);
+    quantize_typed(*ctx.gpu, q, static_cast<const uint16_t*>(x.data), rows, cols, opt, what);
   else
-    quantize_typed(q, static_cast<const float*>(x.data), rows, cols, opt, what);
+    quantize_typed(*ctx.gpu, q, static_cast<const float*>(x.data), rows, cols, opt, what);
 }
 
 }  // namespace pl::cuda

@@ -1,5 +1,6 @@
 #pragma once
-// Device helpers shared by the quantization kernels (quantize.cu, quantize_aux.cu): element loads
+// Device helpers shared by the quantization kernels (quantize.cu, dequantize.cu, quant_stats.cu,
+// quantized_gemm.cu): element loads
 // from BF16 (as uint16 bits) or F32 storage, the 64x64 shared-memory tile every copy is made from,
 // NaN-ignoring max reductions and vectorised byte stores. No numerics here: the per-element and
 // per-block math is the shared lib/numerics/ code, called by the kernels.
@@ -9,7 +10,12 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/quantize.h"
 #include "core/tensor.h"
+#include "numerics/fp4.h"
+#include "numerics/fp8.h"
+#include "numerics/nvfp4.h"
+#include "numerics/swizzle.h"
 #include "numerics/bf16.h"
 
 namespace pl::cuda::qk {
@@ -117,7 +123,8 @@ __device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t (&b)[N])
     }
   }
   if (aligned_to(dst, 8)) {
-    for (int i = 0; i < N / 8; ++i) reinterpret_cast<uint2*>(dst)[i] = make_uint2(word_of(b + 8 * i), word_of(b + 8 * i + 4));
+    for (int i = 0; i < N / 8; ++i)
+      reinterpret_cast<uint2*>(dst)[i] = make_uint2(word_of(b + 8 * i), word_of(b + 8 * i + 4));
     return;
   }
   for (int i = 0; i < N; ++i) dst[i] = b[i];
@@ -130,5 +137,56 @@ inline unsigned grid_stride_blocks(int64_t items, int threads, int num_sms) {
   return static_cast<unsigned>(want < 1 ? 1 : (want < cap ? want : cap));
 }
 
+
+// ---- a copy as the reading kernels see it (dequantize.cu, quant_stats.cu) ---------------------------
+// One copy as the kernels see it. The block scales are read from the swizzled array (what the GEMMs
+// read): the compact one is not written by a quantize with compact_scales = false.
+struct CopyView {
+  const uint8_t* data = nullptr;
+  const uint8_t* scales = nullptr;  // swizzled, NVFP4 / MXFP8 only
+  int64_t padded_cols = 0;          // of the swizzled array: roundup(cols/block, 4)
+  const float* amax = nullptr;
+  const float* scale_inv = nullptr;
+  int64_t rows = 0, cols = 0;
+  int format = 0;  // QuantFormat
+};
+
+constexpr int kNvfp4 = static_cast<int>(QuantFormat::NVFP4);
+constexpr int kMxfp8 = static_cast<int>(QuantFormat::MXFP8);
+constexpr int kE4M3 = static_cast<int>(QuantFormat::FP8_E4M3);
+
+// Scale of block b of copy row r.
+__device__ __forceinline__ uint8_t block_scale(const CopyView& c, int64_t r, int64_t b) {
+  return c.scales[num::swizzled_scale_offset(r, b, c.padded_cols)];
+}
+
+// The CPU's dequantized_value(c, r, k): code value times block scale, global scale included.
+__device__ __forceinline__ float dequantized_value(const CopyView& c, int64_t r, int64_t k) {
+  if (c.format == kNvfp4) {
+    const uint8_t byte = c.data[r * (c.cols / 2) + k / 2];
+    const uint8_t code = (k & 1) ? static_cast<uint8_t>(byte >> 4) : static_cast<uint8_t>(byte & 0xF);
+    return num::e2m1_to_float(code) * num::nvfp4_dequant_factor(block_scale(c, r, k / 16), *c.amax);
+  }
+  if (c.format == kMxfp8)
+    return num::e4m3_to_float(c.data[r * c.cols + k]) * num::ue8m0_to_float(block_scale(c, r, k / 32));
+  const uint8_t code = c.data[r * c.cols + k];
+  const float v = c.format == kE4M3 ? num::e4m3_to_float(code) : num::e5m2_to_float(code);
+  return v * *c.scale_inv;
+}
+
+// The view of a checked copy of format f (backend/op_checks.cpp).
+inline CopyView copy_view(const QuantizedCopy& c, QuantFormat f) {
+  const int64_t blk = quant_block_size(f);
+  CopyView v;
+  v.data = c.data.ptr<const uint8_t>();
+  v.scales = blk > 1 ? c.scales_swizzled.ptr<const uint8_t>() : nullptr;
+  v.padded_cols = blk > 1 ? num::padded_scale_cols(c.cols / blk) : 0;
+  v.amax = c.amax.ptr<const float>();
+  v.scale_inv = c.scale_inv.ptr<const float>();
+  v.rows = c.rows;
+  v.cols = c.cols;
+  v.format = static_cast<int>(f);
+  return v;
+}
 
 }  // namespace pl::cuda::qk

@@ -85,60 +85,37 @@ __global__ void rmsnorm_backward_dw_final_kernel(float* dw, float* partial, int6
 
 }  // namespace
 
-void rmsnorm_forward(const OpContext&, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
+void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
                      float eps) {
   constexpr const char* op = "rmsnorm_forward";
-  check_arg(op, "out", out, DType::BF16, 2);
-  check_arg(op, "rstd", rstd, DType::F32, 1);
-  check_arg(op, "x", x, DType::BF16, 2);
-  check_arg(op, "w", w, DType::BF16, 1);
-  require(x.dim(1) == w.dim(0) && x.dim(1) > 0, op, "x " + describe(x) + " does not match w " + describe(w));
-  require(out.dim(0) == x.dim(0) && out.dim(1) == x.dim(1), op,
-          "out " + describe(out) + " does not match x " + describe(x));
-  require(rstd.dim(0) == x.dim(0), op, "rstd " + describe(rstd) + " does not match x " + describe(x));
-  require(eps >= 0.0f, op, "eps = " + std::to_string(eps) + " must be >= 0");
   const int64_t T = x.dim(0), h = x.dim(1);
-  require(T < (int64_t{1} << 31), op, "x " + describe(x) + " has more rows than a grid holds");
   if (T == 0) return;
-  rmsnorm_forward_kernel<<<static_cast<unsigned>(T), kRowThreads>>>(bf16_out(out), f32_out(rstd), bf16_in(x),
-                                                                    bf16_in(w), h, eps);
-  check_launch(op, "x " + dims(T, h));
+  rmsnorm_forward_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, ctx.gpu->stream>>>(bf16_out(out), f32_out(rstd),
+                                                                                        bf16_in(x), bf16_in(w), h, eps);
+  check_launch(*ctx.gpu, op, "x " + dims(T, h));
 }
 
-void rmsnorm_backward(const OpContext&, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
+void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
                       const Tensor& w, const Tensor& rstd) {
   constexpr const char* op = "rmsnorm_backward";
-  check_arg(op, "dx", dx, DType::BF16, 2);
-  check_arg(op, "dw", dw, DType::F32, 1);
-  check_arg(op, "dout", dout, DType::BF16, 2);
-  check_arg(op, "x", x, DType::BF16, 2);
-  check_arg(op, "w", w, DType::BF16, 1);
-  check_arg(op, "rstd", rstd, DType::F32, 1);
-  require(x.dim(1) == w.dim(0) && x.dim(1) > 0, op, "x " + describe(x) + " does not match w " + describe(w));
-  require(dw.dim(0) == w.dim(0), op, "dw " + describe(dw) + " does not match w " + describe(w));
-  require(dout.dim(0) == x.dim(0) && dout.dim(1) == x.dim(1), op,
-          "dout " + describe(dout) + " does not match x " + describe(x));
-  require(dx.dim(0) == x.dim(0) && dx.dim(1) == x.dim(1), op,
-          "dx " + describe(dx) + " does not match x " + describe(x));
-  require(rstd.dim(0) == x.dim(0), op, "rstd " + describe(rstd) + " does not match x " + describe(x));
   const int64_t T = x.dim(0), h = x.dim(1);
-  require(T < (int64_t{1} << 31), op, "x " + describe(x) + " has more rows than a grid holds");
   if (T == 0) return;
   const std::string what = "x " + dims(T, h);
 
-  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(T), kRowThreads>>>(bf16_out(dx), bf16_in(dout), bf16_in(x),
-                                                                         bf16_in(w), f32_in(rstd), h);
-  check_launch(op, what + " (dx)");
+  rmsnorm_backward_dx_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, ctx.gpu->stream>>>(
+      bf16_out(dx), bf16_in(dout), bf16_in(x), bf16_in(w), f32_in(rstd), h);
+  check_launch(*ctx.gpu, op, what + " (dx)");
 
   const int64_t chunks = (T + kDwRows - 1) / kDwRows;
-  require(chunks <= 65535, op, what + " has more token chunks than a grid's y dimension holds");
-  static DeviceScratch scratch;
+  DeviceScratch& scratch = ctx.gpu->scratch.rmsnorm_dw;
   auto* partial = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks * h)));
   const dim3 grid(grid_for(h, kDwThreads), static_cast<unsigned>(chunks));
-  rmsnorm_backward_dw_partial_kernel<<<grid, kDwThreads>>>(partial, bf16_in(dout), bf16_in(x), f32_in(rstd), T, h);
-  check_launch(op, what + " (dw partial sums)");
-  rmsnorm_backward_dw_final_kernel<<<grid_for(h, kDwThreads), kDwThreads>>>(f32_out(dw), partial, chunks, h);
-  check_launch(op, what + " (dw)");
+  rmsnorm_backward_dw_partial_kernel<<<grid, kDwThreads, 0, ctx.gpu->stream>>>(partial, bf16_in(dout), bf16_in(x),
+                                                                               f32_in(rstd), T, h);
+  check_launch(*ctx.gpu, op, what + " (dw partial sums)");
+  rmsnorm_backward_dw_final_kernel<<<grid_for(h, kDwThreads), kDwThreads, 0, ctx.gpu->stream>>>(f32_out(dw), partial,
+                                                                                                chunks, h);
+  check_launch(*ctx.gpu, op, what + " (dw)");
 }
 
 }  // namespace pl::cuda

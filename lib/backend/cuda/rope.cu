@@ -33,42 +33,28 @@ __global__ void rope_kernel(uint16_t* qkv, const float* cos_t, const float* sin_
   }
 }
 
-void rope(const char* op, const char* name, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
-          int64_t seq_len, int64_t rotated_heads, int64_t head_dim, float sign) {
-  check_arg(op, name, qkv, DType::BF16, 2);
-  check_arg(op, "cos", cos, DType::F32, 2);
-  check_arg(op, "sin", sin, DType::F32, 2);
+void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& qkv, const Tensor& cos,
+          const Tensor& sin, int64_t seq_len, int64_t rotated_heads, int64_t head_dim, float sign) {
   const std::string n = name;
-  require(head_dim > 0 && head_dim % 2 == 0, op, "head_dim = " + std::to_string(head_dim) + " must be even and positive");
-  require(seq_len > 0 && qkv.dim(0) % seq_len == 0, op,
-          n + " " + describe(qkv) + " rows are not a multiple of seq_len = " + std::to_string(seq_len));
-  require(rotated_heads >= 0 && qkv.dim(1) % head_dim == 0 && rotated_heads * head_dim <= qkv.dim(1), op,
-          n + " " + describe(qkv) + " does not hold " + std::to_string(rotated_heads) + " rotated heads of head_dim " +
-              std::to_string(head_dim));
-  require(cos.dim(0) >= seq_len && cos.dim(1) == head_dim / 2, op,
-          "cos " + describe(cos) + " does not match seq_len = " + std::to_string(seq_len) + " and head_dim = " +
-              std::to_string(head_dim) + " (expected " + dims(seq_len, head_dim / 2) + ")");
-  require(sin.dim(0) == cos.dim(0) && sin.dim(1) == cos.dim(1), op,
-          "sin " + describe(sin) + " does not match cos " + describe(cos));
   const int64_t T = qkv.dim(0), width = qkv.dim(1), half = head_dim / 2;
   const int64_t pairs = T * rotated_heads * half;
   if (pairs == 0) return;
-  rope_kernel<<<grid_capped(pairs, kThreads), kThreads>>>(bf16_out(qkv), f32_in(cos), f32_in(sin), T, width, seq_len,
-                                                          rotated_heads, half, sign);
-  check_launch(op, n + " " + dims(T, width) + " seq_len " + std::to_string(seq_len) + " rotated heads " +
+  rope_kernel<<<grid_capped(pairs, kThreads), kThreads, 0, ctx.gpu->stream>>>(
+      bf16_out(qkv), f32_in(cos), f32_in(sin), T, width, seq_len, rotated_heads, half, sign);
+  check_launch(*ctx.gpu, op, n + " " + dims(T, width) + " seq_len " + std::to_string(seq_len) + " rotated heads " +
                        std::to_string(rotated_heads) + " head_dim " + std::to_string(head_dim));
 }
 
 }  // namespace
 
-void rope_forward(const OpContext&, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
+void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
                   int64_t rotated_heads, int64_t head_dim) {
-  rope("rope_forward", "qkv", qkv, cos, sin, seq_len, rotated_heads, head_dim, 1.0f);
+  rope(ctx, "rope_forward", "qkv", qkv, cos, sin, seq_len, rotated_heads, head_dim, 1.0f);
 }
 
-void rope_backward(const OpContext&, const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
+void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
                    int64_t rotated_heads, int64_t head_dim) {
-  rope("rope_backward", "dqkv", dqkv, cos, sin, seq_len, rotated_heads, head_dim, -1.0f);
+  rope(ctx, "rope_backward", "dqkv", dqkv, cos, sin, seq_len, rotated_heads, head_dim, -1.0f);
 }
 
 }  // namespace pl::cuda
