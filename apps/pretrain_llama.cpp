@@ -348,14 +348,9 @@ BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_bat
   };
 }
 
-int run(int argc, char** argv) {
-  Options o;
-  CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
-               "Megatron-Bridge's format"};
-  add_flags(app, o);
-  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "pretrain_llama")) return *rc;
-  if (o.print_library_versions) return print_library_versions();
-  TrainConfig& t = o.train;
+// The flag rules CLI11 cannot express; one line naming the flag each.
+void validate_flags(const Options& o, const CLI::App& app) {
+  const TrainConfig& t = o.train;
   validate_train_config(t);
   validate_checkpoint_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
@@ -371,110 +366,135 @@ int run(int argc, char** argv) {
            "{} cannot be combined with --init-from-hf (the Hugging Face weights fix the model's shape)",
            o.shape.describe());
   PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
-  std::string recipe_note;
+}
+
+// What the flags resolve to before any device is touched: the model, the recipe and its plan.
+struct RunSetup {
+  ModelConfig mc;
+  std::string model_source;  // where the shape came from, for the banner
+  PrecisionRecipe recipe;
+  std::string recipe_path;
+  std::string recipe_note;  // the flags that changed the recipe, for the banner
+  PrecisionPlan plan;
+};
+
+RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* argv0) {
+  RunSetup s;
   if (o.disable_fp4) {
     if (app.count("--recipe") && o.recipe != "bf16_mixed")
-      recipe_note = fmt::format(" | --disable-fp4 overrides --recipe {}", o.recipe);
+      s.recipe_note = fmt::format(" | --disable-fp4 overrides --recipe {}", o.recipe);
     o.recipe = "bf16_mixed";
   }
-
   const bool from_hf = !o.init_from_hf.empty();
   const std::string model_path = from_hf ? o.init_from_hf + "/config.json, Hugging Face"
-                                         : resolve_config("models", o.model, argv[0]);
-  const std::string recipe_path = resolve_config("recipes", o.recipe, argv[0]);
-  const ModelConfig mc =
-      from_hf ? hf_model_config_for_run(o.init_from_hf, app.count("--model") ? resolve_config("models", o.model, argv[0]) : "")
-              : apply_shape_overrides(load_model_config(model_path), o.shape);
-  // Where the shape came from, for the banner: the file, plus the shape flags when given.
-  const std::string model_source = from_hf ? model_path : mc.file;
-  PrecisionRecipe recipe = load_precision_recipe(recipe_path);
+                                         : resolve_config("models", o.model, argv0);
+  s.recipe_path = resolve_config("recipes", o.recipe, argv0);
+  s.mc = from_hf ? hf_model_config_for_run(o.init_from_hf, app.count("--model") ? resolve_config("models", o.model, argv0) : "")
+                 : apply_shape_overrides(load_model_config(model_path), o.shape);
+  s.model_source = from_hf ? model_path : s.mc.file;
+  s.recipe = load_precision_recipe(s.recipe_path);
   for (auto [flag, value, field] : {std::tuple{"--num-layers-at-start-in-bf16", o.bf16_layers_at_start,
-                                               &recipe.num_layers_at_start_in_bf16},
+                                               &s.recipe.num_layers_at_start_in_bf16},
                                     std::tuple{"--num-layers-at-end-in-bf16", o.bf16_layers_at_end,
-                                               &recipe.num_layers_at_end_in_bf16}}) {
+                                               &s.recipe.num_layers_at_end_in_bf16}}) {
     if (!app.count(flag)) continue;
     PL_CHECK(value >= 0, "{} must be >= 0, got {}", flag, value);
-    if (!recipe.first_last_layers_bf16) {
-      recipe.first_last_layers_bf16 = true;
-      recipe.num_layers_at_start_in_bf16 = recipe.num_layers_at_end_in_bf16 = 0;
+    if (!s.recipe.first_last_layers_bf16) {
+      s.recipe.first_last_layers_bf16 = true;
+      s.recipe.num_layers_at_start_in_bf16 = s.recipe.num_layers_at_end_in_bf16 = 0;
     }
     *field = value;
-    recipe_note += fmt::format(" | {} {}", flag, value);
+    s.recipe_note += fmt::format(" | {} {}", flag, value);
   }
-  const PrecisionPlan plan = make_precision_plan(mc, recipe);
-  check_tokens_block_rule(plan, t.micro_batch_size, t.seq_length);
+  s.plan = make_precision_plan(s.mc, s.recipe);
+  check_tokens_block_rule(s.plan, o.train.micro_batch_size, o.train.seq_length);
+  return s;
+}
 
-  auto out = make_output();
-  if (o.dry_run) {
-    // Plan for the GPU unless --device cpu; nothing is allocated and no GPU is touched.
-    const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
-    ModelOptions popt{o.recompute == "full"};
-    popt.quant_telemetry = t.quant_stats_interval > 0;
-    popt.loss_micro_batches = t.num_micro_batches();
-    popt.deterministic_attention = t.deterministic_mode;
-    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, planned, plan, popt, 0 /* no GPU is opened: kPlanDefaultSm */);
-    const MegatronParamCounts pc = megatron_param_counts(mc);
-    out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", mc.name,
-              model_source, recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
-    out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
-              static_cast<double>(mc.num_parameters()) / 1e9, pc.total() / 1e9);
-    for (const std::string& line : plan.describe()) out->info("pretrain_llama | plan   {}", line);
-    for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note))
-      out->info("pretrain_llama | memory {}", line);
-    if (planned == Device::CUDA)
-      out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
-                "({}), estimated; the GPU run reports cuDNN's own figure",
-                t.deterministic_mode ? "deterministic" : "non-deterministic",
-                t.deterministic_mode ? "--deterministic-mode" : "the default, as Transformer Engine's");
-    out->info("pretrain_llama | memory Megatron's theoretical weight and optimizer={:.2f} MB counts {:.0f} more "
-              "parameters (a bias per norm; RMSNorm has none)",
-              pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
-              pc.total() - static_cast<double>(mc.num_parameters()));
-    return 0;
-  }
-  const Device device = resolve_device(t, out);
-  PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
-  const int threads = configure_threads(t.threads);
-  OpContext ctx;
-  ctx.device = device;
-  ctx.round_bf16 = !t.fp32_reference;
-  DeviceStateHandle gpu_state;  // the GPU's state (opened below), outliving the model and every op
+ModelOptions model_options(const Options& o) {
+  const TrainConfig& t = o.train;
+  ModelOptions m;
+  m.recompute = o.recompute == "full";
+  m.quant_telemetry = t.quant_stats_interval > 0;
+  m.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
+  m.deterministic_attention = t.deterministic_mode;
+  return m;
+}
 
+// --dry-run: the plan for the GPU unless --device cpu; nothing is allocated and no GPU is touched.
+void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<spdlog::logger>& out) {
+  const TrainConfig& t = o.train;
+  const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
+  const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, model_options(o),
+                                     0 /* no GPU is opened: kPlanDefaultSm */);
+  const MegatronParamCounts pc = megatron_param_counts(s.mc);
+  out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", s.mc.name,
+            s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+  out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
+            static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
+  for (const std::string& line : s.plan.describe()) out->info("pretrain_llama | plan   {}", line);
+  for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note))
+    out->info("pretrain_llama | memory {}", line);
+  if (planned == Device::CUDA)
+    out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
+              "({}), estimated; the GPU run reports cuDNN's own figure",
+              t.deterministic_mode ? "deterministic" : "non-deterministic",
+              t.deterministic_mode ? "--deterministic-mode" : "the default, as Transformer Engine's");
+  out->info("pretrain_llama | memory Megatron's theoretical weight and optimizer={:.2f} MB counts {:.0f} more "
+            "parameters (a bias per norm; RMSNorm has none)",
+            pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
+            pc.total() - static_cast<double>(s.mc.num_parameters()));
+}
+
+void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads,
+                          const std::shared_ptr<spdlog::logger>& out) {
+  const ModelConfig& mc = s.mc;
   out->info("pretrain_llama | model {} ({}): {} layers, hidden {}, ffn {}, heads {} ({} kv groups, head dim {}), "
             "vocab {}, {:.3f} M parameters",
-            mc.name, model_source, mc.num_layers, mc.hidden_size, mc.ffn_hidden_size, mc.num_attention_heads,
+            mc.name, s.model_source, mc.num_layers, mc.hidden_size, mc.ffn_hidden_size, mc.num_attention_heads,
             mc.num_query_groups, mc.kv_channels, mc.vocab_size, static_cast<double>(mc.num_parameters()) / 1e6);
   out->info("pretrain_llama | device {} | OpenMP threads {} | BLAS {}", device_name(device), threads,
             openblas_get_config());
-  out->info("pretrain_llama | recipe {} ({}){}{}", recipe.name, recipe_path, recipe_note,
+  out->info("pretrain_llama | recipe {} ({}){}{}", s.recipe.name, s.recipe_path, s.recipe_note,
             t.fp32_reference ? " | --fp32-reference: activations kept in FP32" : "");
   out->info("pretrain_llama | precision plan:");
-  for (const std::string& line : plan.describe()) out->info("pretrain_llama |   {}", line);
-  for (const std::string& note : plan.notes) out->info("pretrain_llama |   note: {}", note);
-  if (device == Device::CPU && !plan.all_bf16())
+  for (const std::string& line : s.plan.describe()) out->info("pretrain_llama |   {}", line);
+  for (const std::string& note : s.plan.notes) out->info("pretrain_llama |   note: {}", note);
+  if (device == Device::CPU && !s.plan.all_bf16())
     out->info("pretrain_llama |   note: {} GEMMs are emulated on the cpu (each operand dequantized exactly, FP32 "
               "BLAS accumulation, global scales as alpha): the recipe's numerics, not its speed",
-              format_name(plan.quantized()));
-#if defined(PL_WITH_CUDA)
-  if (device == Device::CUDA) {
-    check_gpu_gemm_rules(plan, mc, t.micro_batch_size, t.seq_length);
-    PL_CHECK(cuda::attention_has_cudnn_frontend(),
-             "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
-             "nvidia-cudnn-frontend, then reconfigure), so it cannot train on the GPU; use --device cpu");
-    gpu_state = open_device_state(Device::CUDA);
-    ctx.gpu = gpu_state.get();
-    ctx.gpu->deterministic_attention = t.deterministic_mode;
-    ctx.gpu->sync_every_launch = t.cuda_sync_every_launch;
-    std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
-    for (const LinearPlan& p : plan.linears)
-      if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
-    for (const std::string& line : cuda::gemm_backend_lines(*ctx.gpu, used)) out->info("pretrain_llama |   {}", line);
-    if (t.cuda_sync_every_launch)
-      out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
-                "a fault names its op (slow: timings are not representative)");
-  }
-#endif
+              format_name(s.plan.quantized()));
+}
 
+// The GPU's state, opened once and owned by the caller: checks what the GPU run needs, applies the
+// debugging and determinism switches and prints how each quantized format's GEMM runs.
+DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx,
+                           const std::shared_ptr<spdlog::logger>& out) {
+#if defined(PL_WITH_CUDA)
+  check_gpu_gemm_rules(s.plan, s.mc, t.micro_batch_size, t.seq_length);
+  PL_CHECK(cuda::attention_has_cudnn_frontend(),
+           "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
+           "nvidia-cudnn-frontend, then reconfigure), so it cannot train on the GPU; use --device cpu");
+  DeviceStateHandle state = open_device_state(Device::CUDA);
+  ctx.gpu = state.get();
+  ctx.gpu->deterministic_attention = t.deterministic_mode;
+  ctx.gpu->sync_every_launch = t.cuda_sync_every_launch;
+  std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
+  for (const LinearPlan& p : s.plan.linears)
+    if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
+  for (const std::string& line : cuda::gemm_backend_lines(*ctx.gpu, used)) out->info("pretrain_llama |   {}", line);
+  if (t.cuda_sync_every_launch)
+    out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
+              "a fault names its op (slow: timings are not representative)");
+  return state;
+#else
+  (void)s, (void)t, (void)ctx, (void)out;
+  return open_device_state(Device::CUDA);  // a one-line error: no CUDA backend
+#endif
+}
+
+void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t,
+                                   const std::shared_ptr<spdlog::logger>& out) {
   out->info("pretrain_llama | training: {} iterations, global batch {} = {} micro-batches x {} samples x {} tokens, "
             "lr {:.3g} -> {:.3g} (cosine, warmup {}), seed {}, log interval {}",
             t.train_iters, t.global_batch_size, t.num_micro_batches(), t.micro_batch_size, t.seq_length, t.lr,
@@ -487,60 +507,109 @@ int run(int argc, char** argv) {
     if (b == std::string::npos) b = lines.size();
     out->info("{}", lines.substr(a, b - a));
   }
+}
 
-  ModelOptions mopt;
-  mopt.recompute = o.recompute == "full";
-  mopt.quant_telemetry = t.quant_stats_interval > 0;
-  mopt.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
-  mopt.deterministic_attention = t.deterministic_mode;
-  {
-    const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, plan, mopt, device_sm(ctx));
-    check_memory_fits(mem, mc, t, device, o.recompute);
-    // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the context.
-    if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
-  }
-  // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
-  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, recipe.name, out);
-  const TrainState start = ckpt ? ckpt->state : TrainState{};
-  if (ckpt)
-    out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
-  const data::TrainingData dataset = build_data(o.data, mc, t, out);
-
-  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, plan, mopt);
+// The cuDNN attention graphs are built now (not in the first step), and the workspace cuDNN asks for
+// in the chosen mode is allocated in the arena; the banner says which algorithm was built.
+void prepare_gpu_attention(const OpContext& ctx, const ModelConfig& mc, const TrainConfig& t, double planned_workspace,
+                           const std::shared_ptr<spdlog::logger>& out) {
 #if defined(PL_WITH_CUDA)
-  if (device == Device::CUDA) {
-    // The cuDNN attention graphs are built now (not in the first step), and the workspace cuDNN asks
-    // for in the chosen mode is allocated in the arena; the banner says which algorithm was built.
-    const cuda::AttentionPlan ap = cuda::attention_prepare(
-        *ctx.gpu, AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads, mc.num_query_groups, mc.kv_channels});
-    out->info("pretrain_llama |   attention: cuDNN SDPA, backward algorithm {}{}; workspace forward {:.1f} MiB, "
-              "backward {:.1f} MiB (planned {:.1f} MiB with cuBLASLt's 32 MiB)",
-              ap.deterministic_backward ? "deterministic" : "non-deterministic",
-              ap.deterministic_requested
-                  ? (ap.deterministic_backward ? " (--deterministic-mode)"
-                                               : " (--deterministic-mode asked for the deterministic one; cuDNN has "
-                                                 "none for this shape on this GPU)")
-                  : " (the default, as Transformer Engine's; --deterministic-mode for the deterministic one)",
-              static_cast<double>(ap.forward_workspace) / 1048576.0,
-              static_cast<double>(ap.backward_workspace) / 1048576.0, model.memory_plan().workspace / 1048576.0);
-  }
+  const cuda::AttentionPlan ap = cuda::attention_prepare(
+      *ctx.gpu, AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads, mc.num_query_groups, mc.kv_channels});
+  out->info("pretrain_llama |   attention: cuDNN SDPA, backward algorithm {}{}; workspace forward {:.1f} MiB, "
+            "backward {:.1f} MiB (planned {:.1f} MiB with cuBLASLt's 32 MiB)",
+            ap.deterministic_backward ? "deterministic" : "non-deterministic",
+            ap.deterministic_requested
+                ? (ap.deterministic_backward ? " (--deterministic-mode)"
+                                             : " (--deterministic-mode asked for the deterministic one; cuDNN has "
+                                               "none for this shape on this GPU)")
+                : " (the default, as Transformer Engine's; --deterministic-mode for the deterministic one)",
+            static_cast<double>(ap.forward_workspace) / 1048576.0,
+            static_cast<double>(ap.backward_workspace) / 1048576.0, planned_workspace / 1048576.0);
+#else
+  (void)ctx, (void)mc, (void)t, (void)planned_workspace, (void)out;
 #endif
-  if (from_hf)
-    out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
-  else
-    model.init_parameters(t.seed);
+}
 
+// What a checkpoint records about the run that wrote it (metadata.json).
+RunDescription describe_run(const RunSetup& s, const Options& o, int argc, char** argv) {
   RunDescription desc;
-  desc.model = mc;
-  desc.recipe_name = recipe.name;
-  desc.recipe_file = recipe_path;
-  desc.plan = plan.describe();
-  desc.train = t;
+  desc.model = s.mc;
+  desc.recipe_name = s.recipe.name;
+  desc.recipe_file = s.recipe_path;
+  desc.plan = s.plan.describe();
+  desc.train = o.train;
   desc.command_line.assign(argv, argv + argc);
   desc.data = o.data.data_path.empty()
                   ? std::string("Megatron MockGPTDataset (split 1,1,1)")
                   : fmt::format("--data-path {} --split {} --data-seed {}", fmt::join(o.data.data_path, " "), o.data.split,
                                 o.data.seed);
+  return desc;
+}
+
+void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start,
+                   const std::shared_ptr<spdlog::logger>& out) {
+  if (r.loss.empty()) {
+    out->info("pretrain_llama | summary: no iterations run (the checkpoint is at iteration {} of {})", start.iteration,
+              t.train_iters);
+    return;
+  }
+  if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
+    out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
+  const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
+  out->info("pretrain_llama | summary: iterations {}-{} of {} (run by this process: {}-{}): mean step time {:.3f} s, "
+            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s | final lm loss {:.6E} | nan iterations {}",
+            r.summary_first, r.summary_last, t.train_iters, r.first_iteration, r.state.iteration, r.mean_seconds,
+            r.mean_tflops, tokens_per_iter / r.mean_seconds, r.loss.back(), r.nan_iterations);
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
+               "Megatron-Bridge's format"};
+  add_flags(app, o);
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "pretrain_llama")) return *rc;
+  if (o.print_library_versions) return print_library_versions();
+  const TrainConfig& t = o.train;
+  validate_flags(o, app);
+  const RunSetup setup = resolve_model_and_plan(o, app, argv[0]);
+  const ModelConfig& mc = setup.mc;
+  auto out = make_output();
+  if (o.dry_run) {
+    print_dry_run(setup, o, out);
+    return 0;
+  }
+
+  const Device device = resolve_device(t, out);
+  PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
+  const int threads = configure_threads(t.threads);
+  OpContext ctx;
+  ctx.device = device;
+  ctx.round_bf16 = !t.fp32_reference;
+  print_model_and_plan(setup, t, device, threads, out);
+  // The GPU's state outlives the model and every op.
+  const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
+  print_training_and_parameters(mc, t, out);
+
+  const ModelOptions mopt = model_options(o);
+  const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, setup.plan, mopt, device_sm(ctx));
+  check_memory_fits(mem, mc, t, device, o.recompute);
+  // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
+  if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
+  // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
+  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, out);
+  const TrainState start = ckpt ? ckpt->state : TrainState{};
+  if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
+  const data::TrainingData dataset = build_data(o.data, mc, t, out);
+
+  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, mopt);
+  if (device == Device::CUDA) prepare_gpu_attention(ctx, mc, t, model.memory_plan().workspace, out);
+  if (!o.init_from_hf.empty())
+    out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
+  else
+    model.init_parameters(t.seed);
+
+  const RunDescription desc = describe_run(setup, o, argc, argv);
   int64_t last_saved = -1;
   std::unique_ptr<Trainer> trainer;
   // Megatron's save points (megatron/training/training.py): every --save-interval iterations, and
@@ -555,15 +624,13 @@ int run(int argc, char** argv) {
     out->info("{}", log::saved_checkpoint_line(st.iteration, o.save, rep.path, rep.bytes, rep.seconds));
     for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);
   };
+  const auto eval_batches = [&](data::Split s) {
+    return dataset.split(s) ? batches_of(dataset, s, t.micro_batch_size, mc.vocab_size) : BatchFn{};
+  };
   trainer = std::make_unique<Trainer>(
-      model, t,
-      batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
+      model, t, batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
       [&](const std::string& line) { out->info("{}", line); },
-      EvalData{dataset.split(data::Split::valid) ? batches_of(dataset, data::Split::valid, t.micro_batch_size, mc.vocab_size)
-                                                 : BatchFn{},
-               dataset.split(data::Split::test) ? batches_of(dataset, data::Split::test, t.micro_batch_size, mc.vocab_size)
-                                                : BatchFn{}},
-      checkpoint);
+      EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint);
   if (ckpt) {
     const auto t_load = std::chrono::steady_clock::now();
     restore_checkpoint(*ckpt, model, trainer->optimizer());
@@ -573,18 +640,7 @@ int run(int argc, char** argv) {
   }
   const TrainResult r = trainer->run(start);
   out->info("{}", log::final_memory_line(memory_stats(device)));
-  if (r.loss.empty()) {
-    out->info("pretrain_llama | summary: no iterations run (the checkpoint is at iteration {} of {})", start.iteration,
-              t.train_iters);
-    return 0;
-  }
-  if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
-    out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
-  const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
-  out->info("pretrain_llama | summary: iterations {}-{} of {} (run by this process: {}-{}): mean step time {:.3f} s, "
-            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s | final lm loss {:.6E} | nan iterations {}",
-            r.summary_first, r.summary_last, t.train_iters, r.first_iteration, r.state.iteration, r.mean_seconds,
-            r.mean_tflops, tokens_per_iter / r.mean_seconds, r.loss.back(), r.nan_iterations);
+  print_summary(r, t, start, out);
   return 0;
 }
 
