@@ -121,6 +121,43 @@ struct QuantCase {
   bool nvfp4_recipe;  // 2D weight blocks, RHT on the wgrad copies, stochastic rounding of dy
 };
 
+// A linear layer's operands w[out,in], x[T,in], dy[T,out] quantized on the CPU with both copies, as
+// LinearLayer quantizes them, and their device copies (owned by `owner`).
+struct LinearOperands {
+  QuantizedTensor wq, xq, dyq;     // CPU
+  QuantizedTensor dwq, dxq, ddyq;  // the same bytes on the GPU
+};
+LinearOperands quantize_linear_operands(std::vector<Buffer>& owner, const QuantCase& qc, std::vector<float>& w,
+                                        std::vector<float>& x, std::vector<float>& dy, int64_t T, int64_t in,
+                                        int64_t out) {
+  LinearOperands o;
+  o.wq = allocate_quantized(owner, Device::CPU, qc.x_format, out, in, true, true);
+  o.xq = allocate_quantized(owner, Device::CPU, qc.x_format, T, in, true, true);
+  o.dyq = allocate_quantized(owner, Device::CPU, qc.dy_format, T, out, true, true);
+  QuantizeOptions wo;
+  wo.format = qc.x_format;
+  wo.rowwise = wo.columnwise = true;
+  wo.block_2d = qc.nvfp4_recipe;
+  quantize(cpu_ctx(true), o.wq, host_view(w, {out, in}), wo);
+  QuantizeOptions xo;
+  xo.format = qc.x_format;
+  xo.rowwise = xo.columnwise = true;
+  xo.rht_columnwise = qc.nvfp4_recipe;
+  quantize(cpu_ctx(true), o.xq, host_view(x, {T, in}), xo);
+  QuantizeOptions go;
+  go.format = qc.dy_format;
+  go.rowwise = go.columnwise = true;
+  go.rht_columnwise = go.stochastic = qc.nvfp4_recipe;
+  go.seed = 0x5EED;
+  go.stream_id = 7;
+  go.counter = 3;
+  quantize(cpu_ctx(true), o.dyq, host_view(dy, {T, out}), go);
+  o.dwq = to_device_quantized(owner, o.wq, out, in);
+  o.dxq = to_device_quantized(owner, o.xq, T, in);
+  o.ddyq = to_device_quantized(owner, o.dyq, T, out);
+  return o;
+}
+
 // The three GEMMs of a linear layer, as LinearLayer (lib/model/linear_layer.cpp) issues them:
 //   fprop  y[T,out]   = x rowwise · w rowwise ᵀ               bf16, overwrite
 //   dgrad  dx[T,in]   = dy rowwise · w columnwise ᵀ           bf16, overwrite
@@ -134,35 +171,7 @@ void check_linear_layer_gemms(const QuantCase& qc, int64_t T, int64_t in, int64_
   dy[static_cast<size_t>(T * out) - 3] = -0.5f;
 
   std::vector<Buffer> owner;
-  QuantizedTensor wq = allocate_quantized(owner, Device::CPU, qc.x_format, out, in, true, true);
-  QuantizedTensor xq = allocate_quantized(owner, Device::CPU, qc.x_format, T, in, true, true);
-  QuantizedTensor dyq = allocate_quantized(owner, Device::CPU, qc.dy_format, T, out, true, true);
-  QuantizeOptions wo;
-  wo.format = qc.x_format;
-  wo.rowwise = wo.columnwise = true;
-  wo.block_2d = qc.nvfp4_recipe;
-  quantize(cpu_ctx(true), wq, host_view(w, {out, in}), wo);
-  QuantizeOptions xo;
-  xo.format = qc.x_format;
-  xo.rowwise = true;
-  xo.columnwise = false;
-  quantize(cpu_ctx(true), xq, host_view(x, {T, in}), xo);
-  xo.rowwise = false;
-  xo.columnwise = true;
-  xo.rht_columnwise = qc.nvfp4_recipe;
-  quantize(cpu_ctx(true), xq, host_view(x, {T, in}), xo);
-  QuantizeOptions go;
-  go.format = qc.dy_format;
-  go.rowwise = go.columnwise = true;
-  go.rht_columnwise = go.stochastic = qc.nvfp4_recipe;
-  go.seed = 0x5EED;
-  go.stream_id = 7;
-  go.counter = 3;
-  quantize(cpu_ctx(true), dyq, host_view(dy, {T, out}), go);
-
-  const QuantizedTensor dwq = to_device_quantized(owner, wq, out, in);
-  const QuantizedTensor dxq = to_device_quantized(owner, xq, T, in);
-  const QuantizedTensor ddyq = to_device_quantized(owner, dyq, T, out);
+  const auto [wq, xq, dyq, dwq, dxq, ddyq] = quantize_linear_operands(owner, qc, w, x, dy, T, in, out);
 
   const std::string shape = " T=" + std::to_string(T) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
   check_quantized_gemm(xq.rowwise, wq.rowwise, dxq.rowwise, dwq.rowwise, false, label + " fprop" + shape);
@@ -402,30 +411,7 @@ void check_production_linear(const QuantCase& qc, int64_t in, int64_t out, const
   SCOPED_TRACE(label + shape);
   std::vector<float> x = fast_bf16(T * in, 1.0f, 91), w = fast_bf16(out * in, 0.02f, 92), dy = fast_bf16(T * out, 1e-3f, 93);
   std::vector<Buffer> owner;
-  QuantizedTensor wq = allocate_quantized(owner, Device::CPU, qc.x_format, out, in, true, true);
-  QuantizedTensor xq = allocate_quantized(owner, Device::CPU, qc.x_format, T, in, true, true);
-  QuantizedTensor dyq = allocate_quantized(owner, Device::CPU, qc.dy_format, T, out, true, true);
-  QuantizeOptions wo;
-  wo.format = qc.x_format;
-  wo.rowwise = wo.columnwise = true;
-  wo.block_2d = qc.nvfp4_recipe;
-  quantize(cpu_ctx(true), wq, host_view(w, {out, in}), wo);
-  QuantizeOptions xo;
-  xo.format = qc.x_format;
-  xo.rowwise = xo.columnwise = true;
-  xo.rht_columnwise = qc.nvfp4_recipe;
-  quantize(cpu_ctx(true), xq, host_view(x, {T, in}), xo);
-  QuantizeOptions go;
-  go.format = qc.dy_format;
-  go.rowwise = go.columnwise = true;
-  go.rht_columnwise = go.stochastic = qc.nvfp4_recipe;
-  go.seed = 0x5EED;
-  go.stream_id = 7;
-  go.counter = 3;
-  quantize(cpu_ctx(true), dyq, host_view(dy, {T, out}), go);
-  const QuantizedTensor dwq = to_device_quantized(owner, wq, out, in);
-  const QuantizedTensor dxq = to_device_quantized(owner, xq, T, in);
-  const QuantizedTensor ddyq = to_device_quantized(owner, dyq, T, out);
+  const auto [wq, xq, dyq, dwq, dxq, ddyq] = quantize_linear_operands(owner, qc, w, x, dy, T, in, out);
   check_quantized_gemm_rows(xq.rowwise, wq.rowwise, dxq.rowwise, dwq.rowwise, false, true, label + " fprop" + shape);
   check_quantized_gemm_rows(dyq.rowwise, wq.columnwise, ddyq.rowwise, dwq.columnwise, false, false,
                             label + " dgrad" + shape);
