@@ -1,8 +1,9 @@
-// The quantization ops (backend/quantize.h) on the CPU: each whole-tensor schedule against an
+// The quantization op (backend/quantize.h) on the CPU: each whole-tensor schedule against an
 // independent per-block loop over the shared numerics, the copies' relations (2D, RHT, transpose),
 // stochastic rounding as a stream, the amaxes computed once and reused. On the GPU (Cuda*, skipped
-// without a device): every buffer of every copy byte-exact with the CPU, and on those copies
-// dequantize, quant_stats and columnwise_source (the ops the telemetry runs on a quantized copy).
+// without a device): every buffer of every copy byte-exact with the CPU over the shared quantize cases
+// (quant_test_util.h) and the production shapes. dequantize: test_dequantize.cpp; quant_stats and
+// columnwise_source: test_quant_stats.cpp (the same cases).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "numerics/swizzle.h"
 #include "matrix_util.h"
 #include "op_test_util.h"
+#include "quant_test_util.h"
 #include "test_util.h"
 
 namespace pl {
@@ -312,286 +314,73 @@ TEST(OpsQuantize, TheCpuAlwaysWritesCompactScales) {
 }
 
 // ---- CUDA: the same op on the GPU against the CPU backend ---------------------------------------
-// GPU conformance of the CUDA quantizers against the CPU reference. Each case quantizes one input on the CPU (host F32 tensor)
+// GPU conformance of the CUDA quantizers against the CPU reference, over the shared quantize cases
+// (quant_test_util.h; test_dequantize.cpp and test_quant_stats.cpp run dequantize, quant_stats and
+// columnwise_source on the same cases). Each case quantizes one input on the CPU (host F32 tensor)
 // and on the GPU (BF16 device tensor, or F32 where stated) and compares, byte for byte, every buffer
 // of every copy: codes, compact scales, swizzled scales (the GPU buffers are filled with junk first,
-// so a padding byte left unwritten shows), amax and scale_inv. Then dequantize and
-// columnwise_source must be bit-exact, and quant_stats must agree exactly on amax and the counts and
-// to 1e-9 relative on the error (double sums in another order).
-// Inputs: BF16 Gaussians with outliers, an all-zero 32x32 corner (all-zero 1x16, 16x16 and 1x32
-// blocks in both copies) and a region scaled by 1e-7 (block scales that underflow to zero).
+// so a padding byte left unwritten shows), amax and scale_inv.
 namespace gpu {
 
-// BF16 Gaussians with outliers, a zero corner and a tiny region (see the file comment).
-Mat test_input(int64_t rows, int64_t cols, uint32_t seed) {
-  Mat m = test::random_bf16(rows, cols, seed, 1.0f, 8);
-  for (int64_t r = 0; r < std::min<int64_t>(rows, 32); ++r)
-    for (int64_t c = 0; c < std::min<int64_t>(cols, 32); ++c) m.v[r * cols + c] = 0.0f;
-  for (int64_t r = 32; r < std::min<int64_t>(rows, 48); ++r)
-    for (int64_t c = 32; c < std::min<int64_t>(cols, 64); ++c)
-      m.v[r * cols + c] = num::round_bf16(m.v[r * cols + c] * 1e-7f);
-  return m;
-}
+using namespace qtest;
 
-// Plain FP32 values (not BF16-representable), for the F32-input path.
-Mat f32_input(int64_t rows, int64_t cols, uint32_t seed) {
-  Mat m(rows, cols);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  for (float& x : m.v) x = nd(rng);
-  m.v[static_cast<size_t>(rng() % m.v.size())] = 57.0f;
-  return m;
-}
-
-// NaN, +-Inf, -0, BF16 subnormals and huge values sprinkled over a BF16 input (all BF16 values, NaN
-// as the canonical BF16 NaN the device holds).
-Mat special_input(int64_t rows, int64_t cols, uint32_t seed) {
-  Mat m = test_input(rows, cols, seed);
-  const float specials[] = {num::round_bf16(NAN), INFINITY, -INFINITY, -0.0f, 1e-39f, -3e-40f, 3.0e38f, -2.5e38f};
-  std::mt19937 rng(seed + 1);
-  for (int i = 0; i < 24; ++i) m.v[rng() % m.v.size()] = num::round_bf16(specials[i % 8]);
-  // one whole 16-run of -0 in row 40 (codes 8)
-  if (rows > 40 && cols >= 16)
-    for (int64_t c = 0; c < 16; ++c) m.v[40 * cols + c] = -0.0f;
-  return m;
-}
-
-std::vector<uint8_t> host_bytes(const Tensor& t) {
-  if (t.data == nullptr) return {};
-  const auto* p = static_cast<const uint8_t*>(t.data);
-  return std::vector<uint8_t>(p, p + t.bytes());
-}
-
-std::vector<uint8_t> device_bytes(const Tensor& t) {
-  if (t.data == nullptr) return {};
-  return test::to_host_bytes(t);
-}
-
-void expect_same_bytes(const std::vector<uint8_t>& cpu, const std::vector<uint8_t>& gpu, const std::string& what) {
-  ASSERT_EQ(cpu.size(), gpu.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < cpu.size(); ++i)
-    if (cpu[i] != gpu[i] && bad++ == 0) first = i;
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " bytes differ, first at " << first
-                     << " (cpu 0x" << std::hex << int{cpu[first]} << ", gpu 0x" << int{gpu[first]} << ")";
-}
-
-void expect_same_copy(const QuantizedCopy& cpu, const QuantizedCopy& gpu, const std::string& what) {
-  expect_same_bytes(host_bytes(cpu.data), device_bytes(gpu.data), what + " codes");
-  expect_same_bytes(host_bytes(cpu.scales), device_bytes(gpu.scales), what + " compact scales");
-  expect_same_bytes(host_bytes(cpu.scales_swizzled), device_bytes(gpu.scales_swizzled), what + " swizzled scales");
-  expect_same_bytes(host_bytes(cpu.amax), device_bytes(gpu.amax), what + " amax");
-  expect_same_bytes(host_bytes(cpu.scale_inv), device_bytes(gpu.scale_inv), what + " scale_inv");
-}
-
-// Equal bits, or both NaN (NaN payloads differ between host and device arithmetic).
-void expect_same_floats(const std::vector<float>& cpu, const std::vector<float>& gpu, const std::string& what) {
-  ASSERT_EQ(cpu.size(), gpu.size()) << what;
-  size_t bad = 0, first = 0;
-  for (size_t i = 0; i < cpu.size(); ++i) {
-    const bool same = num::float_bits(cpu[i]) == num::float_bits(gpu[i]) || (std::isnan(cpu[i]) && std::isnan(gpu[i]));
-    if (!same && bad++ == 0) first = i;
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << cpu.size() << " values differ, first at " << first << " (cpu "
-                     << cpu[first] << ", gpu " << gpu[first] << ")";
-}
-
-// Junk in every byte of a GPU copy, so that anything the kernels fail to write shows up.
-void poison(const QuantizedCopy& c) {
-  for (const Tensor* t : {&c.data, &c.scales, &c.scales_swizzled, &c.amax, &c.scale_inv}) {
-    if (t->data == nullptr) continue;
-    std::vector<uint8_t> junk(t->bytes(), 0xA5);
-    copy_from_host(*t, junk.data());
-  }
-}
-
-struct CpuSide {
-  std::vector<Buffer> owner;
-  QuantizedTensor q;
-};
-
-struct GpuSide {
-  std::vector<Buffer> owner;
-  QuantizedTensor q;
-  test::DeviceTensor x;  // the device input, kept alive with the copies
-};
-
-std::string describe(const Mat& x, const QuantizeOptions& o, DType dtype) {
-  return std::string(quant_format_name(o.format)) + " x[" + std::to_string(x.rows) + ", " + std::to_string(x.cols) +
-         "] " + dtype_name(dtype) + (o.rowwise ? " rowwise" : "") + (o.columnwise ? " columnwise" : "") +
-         (o.block_2d ? " 2d" : "") + (o.rht_columnwise ? " rht" : "") + (o.stochastic ? " sr" : "");
-}
-
-// Quantizes x on both backends, then checks every output and the side ops on the results.
-void check_quantize(Mat& x, const QuantizeOptions& o, DType dtype = DType::BF16) {
-  const std::string what = describe(x, o, dtype);
-  SCOPED_TRACE(what);
-  CpuSide cpu;
-  cpu.q = allocate_quantized(cpu.owner, Device::CPU, o.format, x.rows, x.cols, o.rowwise, o.columnwise);
-  quantize(cpu_ctx(true), cpu.q, x.t(), o);
-
-  GpuSide gpu;
-  gpu.q = allocate_quantized(gpu.owner, Device::CUDA, o.format, x.rows, x.cols, o.rowwise, o.columnwise);
-  if (o.rowwise) poison(gpu.q.rowwise);
-  if (o.columnwise) poison(gpu.q.columnwise);
-  gpu.x = test::to_device(x.v, {x.rows, x.cols}, dtype);
-  quantize(test::cuda_ctx(), gpu.q, gpu.x.t, o);
+void check_quantize(QuantCase& qc) {
+  SCOPED_TRACE(qc.name());
+  Quantized cpu, gpu;
+  quantize_case(cpu, qc, Device::CPU);
+  quantize_case(gpu, qc, Device::CUDA);
   EXPECT_EQ(gpu.q.columnwise_rht, cpu.q.columnwise_rht);
-
-  // The values each copy was quantized from: x, and xᵀ or RHT(xᵀ) (columnwise_source on each side).
-  Mat col_src(x.cols, x.rows);
-  test::DeviceTensor gpu_col_src = test::device_tensor({x.cols, x.rows}, DType::F32);
-  if (o.columnwise) {
-    columnwise_source(cpu_ctx(true), col_src.t(), x.t(), cpu.q.columnwise_rht);
-    columnwise_source(test::cuda_ctx(), gpu_col_src.t, gpu.x.t, cpu.q.columnwise_rht);
-    expect_same_floats(col_src.v, test::to_host_floats(gpu_col_src.t), "columnwise_source");
-  }
-
-  auto check_copy = [&](const QuantizedCopy& c, const QuantizedCopy& g, const std::string& name, Mat& ref,
-                        const Tensor& gpu_ref) {
-    expect_same_copy(c, g, name);
-    Mat deq(c.rows, c.cols);
-    dequantize(cpu_ctx(true), deq.t(), c, o.format);
-    test::DeviceTensor gdeq = test::device_tensor({c.rows, c.cols}, DType::F32);
-    dequantize(test::cuda_ctx(), gdeq.t, g, o.format);
-    expect_same_floats(deq.v, test::to_host_floats(gdeq.t), name + " dequantize");
-
-    const QuantStats sc = quant_stats(cpu_ctx(true), c, o.format, ref.t());
-    const QuantStats sg = quant_stats(test::cuda_ctx(), g, o.format, gpu_ref);
-    EXPECT_EQ(num::float_bits(static_cast<float>(sc.amax)), num::float_bits(static_cast<float>(sg.amax))) << name;
-    EXPECT_EQ(sc.saturated_fraction, sg.saturated_fraction) << name;
-    EXPECT_EQ(sc.underflow_fraction, sg.underflow_fraction) << name;
-    if (!std::isfinite(sc.relative_error))  // NaN/Inf inputs
-      EXPECT_TRUE(sg.relative_error == sc.relative_error ||
-                  (std::isnan(sg.relative_error) && std::isnan(sc.relative_error)))
-          << name << ": cpu " << sc.relative_error << ", gpu " << sg.relative_error;
-    else
-      EXPECT_NEAR(sg.relative_error, sc.relative_error, 1e-9 * sc.relative_error) << name;
-  };
-  if (o.rowwise) check_copy(cpu.q.rowwise, gpu.q.rowwise, "rowwise", x, gpu.x.t);
-  if (o.columnwise) check_copy(cpu.q.columnwise, gpu.q.columnwise, "columnwise", col_src, gpu_col_src.t);
+  if (qc.o.rowwise) expect_same_copy(cpu.q.rowwise, gpu.q.rowwise, "rowwise");
+  if (qc.o.columnwise) expect_same_copy(cpu.q.columnwise, gpu.q.columnwise, "columnwise");
 }
 
-QuantizeOptions options(QuantFormat f, bool rowwise, bool columnwise) {
-  QuantizeOptions o;
-  o.format = f;
-  o.rowwise = rowwise;
-  o.columnwise = columnwise;
-  return o;
+void check_group(const std::string& group) {
+  std::vector<QuantCase> cases = quant_cases(group);
+  ASSERT_FALSE(cases.empty()) << group;
+  for (QuantCase& qc : cases) check_quantize(qc);
 }
 
 // ---- NVFP4 --------------------------------------------------------------------------------------------
 
+// Full 64x64 tiles; partial tiles with scale padding in rows and columns; fewer rows than a tile.
 TEST(CudaQuantizeNvfp4, Rowwise1x16RoundToNearestIsByteExact) {
   PL_REQUIRE_CUDA_DEVICE();
-  // Full 64x64 tiles; partial tiles with scale padding in rows and columns; fewer rows than a tile.
-  for (auto [r, c] : {std::pair<int64_t, int64_t>{256, 128}, {96, 160}, {7, 64}, {130, 208}}) {
-    Mat x = test_input(r, c, static_cast<uint32_t>(r * 1000 + c));
-    check_quantize(x, options(QuantFormat::NVFP4, true, false));
-  }
+  check_group("nvfp4 rowwise");
 }
 
+// Both halves of the counter matter; another counter, other bits.
 TEST(CudaQuantizeNvfp4, Stochastic1x16UsesTheCpuStreamInBothCopies) {
   PL_REQUIRE_CUDA_DEVICE();
-  for (bool rht : {false, true}) {
-    Mat x = test_input(96, 160, 11);
-    QuantizeOptions o = options(QuantFormat::NVFP4, true, true);
-    o.stochastic = true;
-    o.rht_columnwise = rht;
-    o.seed = 0x0123456789ABCDEFull;
-    o.stream_id = 5;
-    o.counter = (1ull << 33) + 7;  // both halves of the counter matter
-    check_quantize(x, o);
-    o.counter = 8;
-    check_quantize(x, o);
-  }
+  check_group("nvfp4 sr");
 }
 
+// Stochastic rounding is asked for and ignored for 16x16 tiles, as on the CPU.
 TEST(CudaQuantizeNvfp4, TwoDimensionalTilesAreByteExact) {
   PL_REQUIRE_CUDA_DEVICE();
-  for (auto [r, c] : {std::pair<int64_t, int64_t>{80, 96}, {128, 256}, {48, 16}}) {
-    Mat w = test_input(r, c, static_cast<uint32_t>(r + c));
-    for (auto [row, col] : {std::pair<bool, bool>{true, true}, {true, false}, {false, true}}) {
-      QuantizeOptions o = options(QuantFormat::NVFP4, row, col);
-      o.block_2d = true;
-      o.stochastic = true;  // ignored for 16x16 tiles, as on the CPU
-      check_quantize(w, o);
-    }
-  }
+  check_group("nvfp4 2d");
 }
 
+// Columnwise alone, both copies from one pass, x's column count free (columnwise alone).
 TEST(CudaQuantizeNvfp4, ColumnwiseWithAndWithoutRhtIsByteExact) {
   PL_REQUIRE_CUDA_DEVICE();
-  for (bool rht : {false, true}) {
-    Mat x = test_input(112, 48, 21);
-    QuantizeOptions o = options(QuantFormat::NVFP4, false, true);
-    o.rht_columnwise = rht;
-    check_quantize(x, o);  // columnwise alone
-    o.rowwise = true;
-    check_quantize(x, o);  // both copies from one pass
-    Mat odd = test_input(64, 37, 22);  // columnwise alone: x's column count is free
-    QuantizeOptions oc = options(QuantFormat::NVFP4, false, true);
-    oc.rht_columnwise = rht;
-    check_quantize(odd, oc);
-    Mat big = test_input(256, 192, 23);
-    check_quantize(big, o);
-  }
+  check_group("nvfp4 columnwise");
 }
 
 TEST(CudaQuantizeNvfp4, SpecialValuesF32InputAndZeroTensorsAreByteExact) {
   PL_REQUIRE_CUDA_DEVICE();
-  Mat s = special_input(96, 160, 31);
-  QuantizeOptions o = options(QuantFormat::NVFP4, true, true);
-  o.rht_columnwise = true;
-  check_quantize(s, o);
-  o.stochastic = true;
-  check_quantize(s, o);
-  Mat f = f32_input(64, 96, 32);
-  check_quantize(f, o, DType::F32);
-  o.rht_columnwise = false;
-  o.stochastic = false;
-  check_quantize(f, o, DType::F32);
-  o.block_2d = true;
-  check_quantize(f, o, DType::F32);
-  Mat zeros(32, 64, 0.0f);
-  check_quantize(zeros, options(QuantFormat::NVFP4, true, true));
+  check_group("nvfp4 special");
 }
 
 // ---- MXFP8 and FP8 ------------------------------------------------------------------------------------
 
 TEST(CudaQuantizeMxfp8, BothCopiesAreByteExact) {
   PL_REQUIRE_CUDA_DEVICE();
-  for (auto [r, c] : {std::pair<int64_t, int64_t>{96, 160}, {64, 64}, {32, 96}, {256, 320}}) {
-    Mat x = test_input(r, c, static_cast<uint32_t>(7 * r + c));
-    check_quantize(x, options(QuantFormat::MXFP8, true, true));
-  }
-  Mat row_only = test_input(40, 64, 41);  // rows need not be a multiple of 32 without the columnwise copy
-  check_quantize(row_only, options(QuantFormat::MXFP8, true, false));
-  Mat col_only = test_input(64, 40, 42);
-  check_quantize(col_only, options(QuantFormat::MXFP8, false, true));
-  Mat s = special_input(64, 96, 43);
-  check_quantize(s, options(QuantFormat::MXFP8, true, true));
-  Mat f = f32_input(64, 96, 44);
-  check_quantize(f, options(QuantFormat::MXFP8, true, true), DType::F32);
+  check_group("mxfp8");
 }
 
 TEST(CudaQuantizeFp8, E4M3AndE5M2BothCopiesAreByteExact) {
   PL_REQUIRE_CUDA_DEVICE();
-  for (QuantFormat fmt : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2}) {
-    for (auto [r, c] : {std::pair<int64_t, int64_t>{37, 53}, {128, 192}, {1, 1}, {200, 72}}) {
-      Mat x = test_input(r, c, static_cast<uint32_t>(r * 3 + c));
-      check_quantize(x, options(fmt, true, true));
-    }
-    Mat row_only = test_input(65, 130, 51);
-    check_quantize(row_only, options(fmt, true, false));
-    check_quantize(row_only, options(fmt, false, true));
-    Mat s = special_input(64, 80, 52);
-    check_quantize(s, options(fmt, true, true));
-    Mat f = f32_input(48, 80, 53);
-    check_quantize(f, options(fmt, true, true), DType::F32);
-    Mat zeros(16, 16, 0.0f);
-    check_quantize(zeros, options(fmt, true, true));  // amax 0: scale 1
-  }
+  check_group("fp8");
 }
 
 // ---- production shapes: Llama-3-8B, micro-batch 1, seq 4096 -------------------------------------------
@@ -729,25 +518,7 @@ TEST(CudaQuantize, AmaxGivenAndColumnwiseAmaxMatchTheCpu) {
   }
 }
 
-// ---- side ops and errors ----------------------------------------------------------------------------
-
-TEST(CudaQuantize, ColumnwiseSourceIsExactForBf16AndF32Inputs) {
-  PL_REQUIRE_CUDA_DEVICE();
-  for (DType dt : {DType::BF16, DType::F32}) {
-    for (auto [r, c, rht] : {std::tuple<int64_t, int64_t, bool>{112, 48, true}, {112, 48, false}, {37, 53, false},
-                             {256, 130, true}}) {
-      Mat x = dt == DType::BF16 ? test_input(r, c, 61) : f32_input(r, c, 62);
-      Mat want(c, r);
-      columnwise_source(cpu_ctx(true), want.t(), x.t(), rht);
-      test::DeviceTensor dx = test::to_device(x.v, {r, c}, dt);
-      test::DeviceTensor out = test::device_tensor({c, r}, DType::F32);
-      columnwise_source(test::cuda_ctx(), out.t, dx.t, rht);
-      expect_same_floats(want.v, test::to_host_floats(out.t),
-                         std::string("columnwise_source ") + dtype_name(dt) + " [" + std::to_string(r) + ", " +
-                             std::to_string(c) + "]" + (rht ? " rht" : ""));
-    }
-  }
-}
+// ---- errors ----------------------------------------------------------------------------
 
 TEST(CudaQuantize, BadArgumentsAreOneLineErrors) {
   PL_REQUIRE_CUDA_DEVICE();
