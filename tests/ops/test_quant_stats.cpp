@@ -121,6 +121,40 @@ TEST_P(QuantStatsOp, EveryQuantizeCaseMatchesADirectComputation) {
   }
 }
 
+// The telemetry of a linear layer's NVFP4 operands (Gaussian BF16 data, the default recipe: 16x16
+// weight tiles, RHT on the columnwise copies, SR on dy) on this backend: each nonzero block's largest
+// element lands on the code ±6 (its block scale is chosen so), so at least one element per block (16,
+// or 256 for the 16x16 weight tiles) sits at ±max; Gaussian data puts ~11% of 1x16-block elements
+// there. The error is that of 4-bit codes; no block scale underflows.
+TEST_P(QuantStatsOp, Nvfp4GaussianOperandsHaveTheExpectedTelemetry) {
+  const int64_t T = 64, in = 64, out = 32;  // tests/model/test_linear_layer.cpp's Fixture
+  QuantizeOptions wo = options(QuantFormat::NVFP4, true, true), xo = options(QuantFormat::NVFP4, true, true),
+                  go = options(QuantFormat::NVFP4, true, true);
+  wo.block_2d = true;
+  xo.rht_columnwise = go.rht_columnwise = true;
+  go.stochastic = true;
+  go.seed = 0x5EED;
+  go.counter = 3;
+  QuantCase cases[] = {{"w", test::random_bf16(out, in, 2, 0.05f), wo},
+                       {"x", test::random_bf16(T, in, 1, 1.0f), xo},
+                       {"dy", test::random_bf16(T, out, 3, 1e-3f), go}};
+  for (QuantCase& qc : cases) {
+    Quantized q;
+    quantize_case(q, qc, GetParam());
+    for (auto [c, col] : made_copies(q, qc.o)) {
+      const std::string operand = qc.group + (col ? " columnwise" : " rowwise");
+      SCOPED_TRACE(operand);
+      const QuantStats s = quant_stats(on_cuda() ? test::cuda_ctx() : cpu_ctx(true), *c, qc.o.format, q.source(col));
+      EXPECT_GT(s.amax, 0.0);
+      EXPECT_GT(s.relative_error, 0.01);
+      EXPECT_LT(s.relative_error, 0.2);
+      EXPECT_GE(s.saturated_fraction, qc.o.block_2d ? 1.0 / 256 : 1.0 / 16);
+      EXPECT_LE(s.saturated_fraction, 0.25);
+      EXPECT_EQ(s.underflow_fraction, 0.0);
+    }
+  }
+}
+
 PL_INSTANTIATE_BACKENDS(QuantStatsOp);
 
 // ---- columnwise_source --------------------------------------------------------------------------------
