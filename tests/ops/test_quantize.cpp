@@ -6,9 +6,11 @@
 // columnwise_source: test_quant_stats.cpp (the same cases).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/quantize.h"
@@ -324,64 +326,140 @@ namespace gpu {
 
 using namespace qtest;
 
-void check_quantize(QuantCase& qc) {
+// ---- the per-block reference of one copy (the CPU side of the shared cases) ---------------------------
+
+// |y| clamped to 6 lies between two E2M1 magnitudes lo <= |y| <= hi.
+std::pair<float, float> e2m1_neighbours(float y) {
+  static const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float a = std::fmin(std::fabs(y), 6.0f);
+  int i = 0;
+  while (i < 7 && grid[i + 1] <= a) ++i;
+  return {grid[i], grid[i] == a ? a : grid[i + 1]};
+}
+
+// A copy against an independent loop over its source src [c.rows, c.cols] (x, or xᵀ / RHT(xᵀ)):
+// amax = max |src| (NaN ignored, as fmax does); NVFP4 block (or 16x16 tile) scales from the block
+// amax and codes from the block encode scale, RN, or with SR one of the two E2M1 neighbours of the
+// scaled value; MXFP8 UE8M0 scales per 32 and E4M3 codes; FP8 current scaling; swizzled scales
+// every compact scale at its §6.2 offset and zeros elsewhere.
+void expect_block_reference(const QuantizedCopy& c, const std::vector<float>& src, const QuantizeOptions& o,
+                            const std::string& what) {
+  SCOPED_TRACE(what);
+  const int64_t R = c.rows, C = c.cols;
+  float amax = 0.0f;
+  for (float v : src) amax = std::fmax(amax, std::fabs(v));
+  if (c.format != QuantFormat::MXFP8) {
+    ASSERT_EQ(num::float_bits(c.amax.f32()[0]), num::float_bits(amax)) << "amax";
+  }
+  auto at = [&](int64_t r, int64_t k) { return src[static_cast<size_t>(r * C + k)]; };
+  if (c.format == QuantFormat::FP8_E4M3 || c.format == QuantFormat::FP8_E5M2) {
+    const bool e4 = c.format == QuantFormat::FP8_E4M3;
+    const float scale = num::fp8_current_scale(amax, e4 ? num::kE4M3Max : num::kE5M2Max);
+    ASSERT_EQ(num::float_bits(c.scale_inv.f32()[0]), num::float_bits(1.0f / scale)) << "scale_inv";
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t k = 0; k < C; ++k)
+        ASSERT_EQ(c.data.u8()[r * C + k], e4 ? num::float_to_e4m3(at(r, k) * scale) : num::float_to_e5m2(at(r, k) * scale))
+            << r << "," << k;
+    return;
+  }
+  const int64_t blk = quant_block_size(c.format), nb = C / blk;
+  if (c.format == QuantFormat::MXFP8) {
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        float bamax = 0.0f;
+        for (int64_t k = b * 32; k < b * 32 + 32; ++k) bamax = std::fmax(bamax, std::fabs(at(r, k)));
+        const uint8_t e = num::mxfp8_block_scale(bamax);
+        ASSERT_EQ(c.scales.u8()[r * nb + b], e) << r << "," << b;
+        for (int64_t k = b * 32; k < b * 32 + 32; ++k)
+          ASSERT_EQ(c.data.u8()[r * C + k], num::float_to_e4m3(at(r, k) * num::mxfp8_element_scale(e))) << r << "," << k;
+      }
+  } else {
+    const float s_enc = num::nvfp4_global_encode_scale(amax), s_dec = num::nvfp4_global_decode_scale(s_enc);
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        float bamax = 0.0f;
+        const int64_t r0 = o.block_2d ? r / 16 * 16 : r, r1 = o.block_2d ? std::min(r0 + 16, R) : r + 1;
+        for (int64_t rr = r0; rr < r1; ++rr)
+          for (int64_t k = b * 16; k < b * 16 + 16; ++k) bamax = std::fmax(bamax, std::fabs(at(rr, k)));
+        const uint8_t scale = num::nvfp4_block_scale(bamax, s_enc);
+        ASSERT_EQ(c.scales.u8()[r * nb + b], scale) << r << "," << b;
+        const float enc = num::nvfp4_block_encode(scale, s_dec);
+        for (int64_t k = b * 16; k < b * 16 + 16; ++k) {
+          const uint8_t byte = c.data.u8()[r * (C / 2) + k / 2];
+          const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
+          const float y = at(r, k) * enc;
+          if (!o.stochastic || o.block_2d) {  // SR is ignored for 16x16 tiles
+            ASSERT_EQ(code, num::float_to_e2m1(y)) << r << "," << k;
+          } else if (std::isfinite(y)) {
+            const float q = ref_e2m1(code);
+            const auto [lo, hi] = e2m1_neighbours(y);
+            ASSERT_TRUE((std::fabs(q) == lo || std::fabs(q) == hi) && (q == 0.0f || std::signbit(q) == std::signbit(y)))
+                << r << "," << k << ": code " << int{code} << " (" << q << ") for " << y;
+          }
+        }
+      }
+  }
+  const int64_t pc = num::padded_scale_cols(nb);
+  std::vector<uint8_t> swz(static_cast<size_t>(num::padded_scale_rows(R) * pc), 0);
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t k = 0; k < nb; ++k) swz[num::swizzled_scale_offset(r, k, pc)] = c.scales.u8()[r * nb + k];
+  EXPECT_EQ(host_bytes(c.scales_swizzled), swz) << "swizzled scales";
+}
+
+// ---- the shared cases on every backend -----------------------------------------------------------------
+// CPU: each copy against the per-block reference of its source (x, or the independent xᵀ / RHT(xᵀ)).
+// GPU: every buffer of every copy byte-exact with the CPU's.
+void check_quantize(QuantCase& qc, Device d) {
   SCOPED_TRACE(qc.name());
-  Quantized cpu, gpu;
+  Quantized cpu;
   quantize_case(cpu, qc, Device::CPU);
+  if (d == Device::CPU) {
+    EXPECT_EQ(cpu.q.columnwise_rht, qc.o.columnwise && qc.o.rht_columnwise);
+    if (qc.o.rowwise) expect_block_reference(cpu.q.rowwise, qc.x.v, qc.o, "rowwise");
+    if (qc.o.columnwise)
+      expect_block_reference(cpu.q.columnwise, reference_columnwise_source(qc.x, qc.o.rht_columnwise).v, qc.o,
+                             "columnwise");
+    return;
+  }
+  Quantized gpu;
   quantize_case(gpu, qc, Device::CUDA);
   EXPECT_EQ(gpu.q.columnwise_rht, cpu.q.columnwise_rht);
   if (qc.o.rowwise) expect_same_copy(cpu.q.rowwise, gpu.q.rowwise, "rowwise");
   if (qc.o.columnwise) expect_same_copy(cpu.q.columnwise, gpu.q.columnwise, "columnwise");
 }
 
-void check_group(const std::string& group) {
-  std::vector<QuantCase> cases = quant_cases(group);
-  ASSERT_FALSE(cases.empty()) << group;
-  for (QuantCase& qc : cases) check_quantize(qc);
-}
+class Quantize : public optest::OnBackend {
+ protected:
+  void check_group(const std::string& group) {
+    std::vector<QuantCase> cases = quant_cases(group);
+    ASSERT_FALSE(cases.empty()) << group;
+    for (QuantCase& qc : cases) check_quantize(qc, GetParam());
+  }
+};
 
 // ---- NVFP4 --------------------------------------------------------------------------------------------
 
 // Full 64x64 tiles; partial tiles with scale padding in rows and columns; fewer rows than a tile.
-TEST(CudaQuantizeNvfp4, Rowwise1x16RoundToNearestIsByteExact) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("nvfp4 rowwise");
-}
+TEST_P(Quantize, Nvfp4Rowwise1x16RoundToNearest) { check_group("nvfp4 rowwise"); }
 
-// Both halves of the counter matter; another counter, other bits.
-TEST(CudaQuantizeNvfp4, Stochastic1x16UsesTheCpuStreamInBothCopies) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("nvfp4 sr");
-}
+// Both copies; both halves of the counter matter; another counter, other bits (on the GPU: the CPU's).
+TEST_P(Quantize, Nvfp4Stochastic1x16InBothCopies) { check_group("nvfp4 sr"); }
 
-// Stochastic rounding is asked for and ignored for 16x16 tiles, as on the CPU.
-TEST(CudaQuantizeNvfp4, TwoDimensionalTilesAreByteExact) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("nvfp4 2d");
-}
+// Stochastic rounding is asked for and ignored for 16x16 tiles.
+TEST_P(Quantize, Nvfp4TwoDimensionalTiles) { check_group("nvfp4 2d"); }
 
 // Columnwise alone, both copies from one pass, x's column count free (columnwise alone).
-TEST(CudaQuantizeNvfp4, ColumnwiseWithAndWithoutRhtIsByteExact) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("nvfp4 columnwise");
-}
+TEST_P(Quantize, Nvfp4ColumnwiseWithAndWithoutRht) { check_group("nvfp4 columnwise"); }
 
-TEST(CudaQuantizeNvfp4, SpecialValuesF32InputAndZeroTensorsAreByteExact) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("nvfp4 special");
-}
+TEST_P(Quantize, Nvfp4SpecialValuesF32InputAndZeroTensors) { check_group("nvfp4 special"); }
 
 // ---- MXFP8 and FP8 ------------------------------------------------------------------------------------
 
-TEST(CudaQuantizeMxfp8, BothCopiesAreByteExact) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("mxfp8");
-}
+TEST_P(Quantize, Mxfp8BothCopies) { check_group("mxfp8"); }
 
-TEST(CudaQuantizeFp8, E4M3AndE5M2BothCopiesAreByteExact) {
-  PL_REQUIRE_CUDA_DEVICE();
-  check_group("fp8");
-}
+TEST_P(Quantize, Fp8E4M3AndE5M2BothCopies) { check_group("fp8"); }
+
+PL_INSTANTIATE_BACKENDS(Quantize);
 
 // ---- production shapes: Llama-3-8B, micro-batch 1, seq 4096 -------------------------------------------
 // tokens 4096, hidden 4096, qkv out 6144, ffn 14336 (fc1 out 28672). The linear layer's sequences:
