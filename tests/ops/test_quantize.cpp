@@ -10,6 +10,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -219,110 +220,14 @@ TEST(OpsQuantize, ShapesThatBreakBlockRulesAreOneLineErrors) {
   test::expect_one_line_error([&] { quantize(cpu_ctx(true), q, Mat(16, 32).t(), bad); }, {"mxfp8", "nvfp4"});
 }
 
-// ---- amaxes computed once, reused (QuantizeOptions::columnwise_amax / amax_given) -----------------
-
-std::vector<uint8_t> bytes_of(const Tensor& t) {
-  const auto* p = static_cast<const uint8_t*>(t.data);
-  return std::vector<uint8_t>(p, p + t.bytes());
-}
-
-void expect_same_copy_bytes(const QuantizedCopy& a, const QuantizedCopy& b, const std::string& what) {
-  EXPECT_EQ(bytes_of(a.data), bytes_of(b.data)) << what << " codes";
-  if (quant_block_size(a.format) > 1) {
-    EXPECT_EQ(bytes_of(a.scales), bytes_of(b.scales)) << what << " compact scales";
-    EXPECT_EQ(bytes_of(a.scales_swizzled), bytes_of(b.scales_swizzled)) << what << " swizzled scales";
-  }
-  EXPECT_EQ(bytes_of(a.amax), bytes_of(b.amax)) << what << " amax";
-  EXPECT_EQ(bytes_of(a.scale_inv), bytes_of(b.scale_inv)) << what << " scale_inv";
-}
-
-// A linear layer's sequence: forward quantizes x rowwise and only the amax of its columnwise copy;
-// backward makes the columnwise copy with that amax given. Both copies must be bit-identical to
-// quantizing them from scratch, and the forward's columnwise amax must be the columnwise copy's.
-TEST(OpsQuantize, ColumnwiseAmaxFromTheForwardReproducesTheBackwardCopyBitForBit) {
-  struct Case {
-    QuantFormat f;
-    bool rht, sr;
-  };
-  for (const Case& c : {Case{QuantFormat::NVFP4, true, false}, Case{QuantFormat::NVFP4, false, false},
-                        Case{QuantFormat::NVFP4, true, true}, Case{QuantFormat::MXFP8, false, false},
-                        Case{QuantFormat::FP8_E4M3, false, false}, Case{QuantFormat::FP8_E5M2, false, false}}) {
-    const std::string what = std::string(quant_format_name(c.f)) + (c.rht ? " rht" : "") + (c.sr ? " sr" : "");
-    Mat x = random_bf16(96, 64, 501);
-    x.v[7] = 300.0f;  // the amax, so that a wrong amax changes the scales
-    std::vector<Buffer> owner;
-    QuantizedTensor fresh = allocate_quantized(owner, Device::CPU, c.f, 96, 64, true, true);
-    QuantizeOptions all;
-    all.format = c.f;
-    all.rowwise = all.columnwise = true;
-    all.rht_columnwise = c.rht;
-    all.stochastic = c.sr;
-    all.stream_id = 3;
-    quantize(cpu_ctx(true), fresh, x.t(), all);
-
-    QuantizedTensor seq = allocate_quantized(owner, Device::CPU, c.f, 96, 64, true, true);
-    QuantizeOptions fwd = all;
-    fwd.columnwise = false;
-    fwd.columnwise_amax = true;
-    quantize(cpu_ctx(true), seq, x.t(), fwd);
-    EXPECT_EQ(bytes_of(seq.columnwise.amax), bytes_of(fresh.columnwise.amax)) << what << ": forward's columnwise amax";
-    EXPECT_EQ(bytes_of(seq.columnwise.data), std::vector<uint8_t>(seq.columnwise.data.bytes(), 0))
-        << what << ": columnwise_amax must not make the copy";
-    QuantizeOptions bwd = all;
-    bwd.rowwise = false;
-    bwd.amax_given = true;
-    quantize(cpu_ctx(true), seq, x.t(), bwd);
-    expect_same_copy_bytes(seq.rowwise, fresh.rowwise, what + " rowwise");
-    expect_same_copy_bytes(seq.columnwise, fresh.columnwise, what + " columnwise");
-  }
-}
-
-// amax_given really takes the slot's value (it does not recompute): a tripled amax (not a power of
-// two, to which NVFP4's two-level scales are invariant) changes the NVFP4 and FP8 codes.
-TEST(OpsQuantize, AmaxGivenUsesTheSlotInsteadOfRecomputing) {
-  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3}) {
-    Mat x = random_bf16(32, 64, 502);
-    std::vector<Buffer> owner;
-    QuantizedTensor a = allocate_quantized(owner, Device::CPU, f, 32, 64, true, false);
-    QuantizedTensor b = allocate_quantized(owner, Device::CPU, f, 32, 64, true, false);
-    QuantizeOptions o;
-    o.format = f;
-    quantize(cpu_ctx(true), a, x.t(), o);
-    b.rowwise.amax.f32()[0] = 3.0f * a.rowwise.amax.f32()[0];
-    o.amax_given = true;
-    quantize(cpu_ctx(true), b, x.t(), o);
-    EXPECT_EQ(b.rowwise.amax.f32()[0], 3.0f * a.rowwise.amax.f32()[0]) << quant_format_name(f);
-    EXPECT_NE(bytes_of(a.rowwise.data), bytes_of(b.rowwise.data)) << quant_format_name(f);
-    b.rowwise.amax.f32()[0] = a.rowwise.amax.f32()[0];
-    quantize(cpu_ctx(true), b, x.t(), o);
-    EXPECT_EQ(bytes_of(a.rowwise.data), bytes_of(b.rowwise.data)) << quant_format_name(f);
-  }
-}
-
-// The CPU reads its compact scales (GEMM emulation, dequantize, telemetry): it writes them whatever
-// compact_scales says.
-TEST(OpsQuantize, TheCpuAlwaysWritesCompactScales) {
-  Mat x = random_bf16(32, 64, 503);
-  std::vector<Buffer> owner;
-  QuantizedTensor a = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
-  QuantizedTensor b = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
-  QuantizeOptions o;
-  o.columnwise = true;
-  quantize(cpu_ctx(true), a, x.t(), o);
-  o.compact_scales = false;
-  quantize(cpu_ctx(true), b, x.t(), o);
-  expect_same_copy_bytes(a.rowwise, b.rowwise, "rowwise");
-  expect_same_copy_bytes(a.columnwise, b.columnwise, "columnwise");
-}
-
-// ---- CUDA: the same op on the GPU against the CPU backend ---------------------------------------
-// GPU conformance of the CUDA quantizers against the CPU reference, over the shared quantize cases
-// (quant_test_util.h; test_dequantize.cpp and test_quant_stats.cpp run dequantize, quant_stats and
-// columnwise_source on the same cases). Each case quantizes one input on the CPU (host F32 tensor)
-// and on the GPU (BF16 device tensor, or F32 where stated) and compares, byte for byte, every buffer
-// of every copy: codes, compact scales, swizzled scales (the GPU buffers are filled with junk first,
-// so a padding byte left unwritten shows), amax and scale_inv.
-namespace gpu {
+// ---- the shared quantize cases on every backend (Cpu/ and Cuda/Quantize.*) ----------------------------
+// Over the shared quantize cases (quant_test_util.h; test_dequantize.cpp and test_quant_stats.cpp run
+// dequantize, quant_stats and columnwise_source on the same cases). On the CPU each copy is checked
+// against a per-block reference; on the GPU each case quantizes one input on the CPU (host F32
+// tensor) and on the GPU (BF16 device tensor, or F32 where stated) and compares, byte for byte, every
+// buffer of every copy: codes, compact scales, swizzled scales (the GPU buffers are filled with junk
+// first, so a padding byte left unwritten shows), amax and scale_inv.
+namespace backends {
 
 using namespace qtest;
 
@@ -459,7 +364,135 @@ TEST_P(Quantize, Mxfp8BothCopies) { check_group("mxfp8"); }
 
 TEST_P(Quantize, Fp8E4M3AndE5M2BothCopies) { check_group("fp8"); }
 
+// ---- amaxes computed once, reused (QuantizeOptions::columnwise_amax / amax_given) -----------------
+
+// The bytes of a tensor on either backend; every byte of it set to `b`; two copies' buffers equal.
+std::vector<uint8_t> bytes_on(const Tensor& t) { return t.device == Device::CUDA ? device_bytes(t) : host_bytes(t); }
+void fill_bytes(const Tensor& t, uint8_t b) {
+  std::vector<uint8_t> v(t.bytes(), b);
+  if (t.device == Device::CUDA)
+    copy_from_host(t, v.data());
+  else
+    std::copy(v.begin(), v.end(), static_cast<uint8_t*>(t.data));
+}
+void expect_same_copy_on(const QuantizedCopy& a, const QuantizedCopy& b, const std::string& what) {
+  for (auto [ta, tb, name] : {std::tuple<const Tensor*, const Tensor*, const char*>{&a.data, &b.data, " codes"},
+                              {&a.scales, &b.scales, " compact scales"},
+                              {&a.scales_swizzled, &b.scales_swizzled, " swizzled scales"},
+                              {&a.amax, &b.amax, " amax"},
+                              {&a.scale_inv, &b.scale_inv, " scale_inv"}})
+    expect_same_bytes(bytes_on(*ta), bytes_on(*tb), what + name);
+}
+
+// A linear layer's sequence: forward quantizes x rowwise and only the amax of its columnwise copy;
+// backward makes the columnwise copy with that amax given. On this backend, both copies must be
+// bit-identical to quantizing them from scratch (on the GPU: and to the CPU's), the forward's
+// columnwise amax must be the columnwise copy's, and the forward must leave the columnwise codes alone.
+TEST_P(Quantize, ColumnwiseAmaxFromTheForwardReproducesTheBackwardCopyBitForBit) {
+  const Device d = GetParam();
+  struct Case {
+    QuantFormat f;
+    bool rht, sr;
+  };
+  Mat planted = random_bf16(96, 64, 501), other = test_input(128, 96, 71);
+  planted.v[7] = 300.0f;  // the amax, so that a wrong amax changes the scales
+  for (Mat* xp : {&planted, &other})
+    for (const Case& c : {Case{QuantFormat::NVFP4, true, false}, Case{QuantFormat::NVFP4, false, false},
+                          Case{QuantFormat::NVFP4, true, true}, Case{QuantFormat::MXFP8, false, false},
+                          Case{QuantFormat::FP8_E4M3, false, false}, Case{QuantFormat::FP8_E5M2, false, false}}) {
+      QuantizeOptions all = options(c.f, true, true);
+      all.rht_columnwise = c.rht;
+      all.stochastic = c.sr;
+      all.stream_id = 3;
+      Mat& x = *xp;
+      QuantCase qc{"amax", x, all};
+      SCOPED_TRACE(qc.name());
+      Quantized fresh;
+      quantize_case(fresh, qc, d);
+      if (d == Device::CUDA) {
+        Quantized cpu;
+        quantize_case(cpu, qc, Device::CPU);
+        expect_same_copy(cpu.q.rowwise, fresh.q.rowwise, "gpu vs cpu rowwise");
+        expect_same_copy(cpu.q.columnwise, fresh.q.columnwise, "gpu vs cpu columnwise");
+      }
+      Quantized seq;
+      QuantCase fwd_case = qc;
+      fwd_case.o.columnwise = false;
+      fwd_case.o.columnwise_amax = true;
+      seq.q = allocate_quantized(seq.owner, d, c.f, x.rows, x.cols, true, true);
+      fill_bytes(seq.q.columnwise.data, 0xA5);
+      const OpContext ctx = d == Device::CUDA ? test::cuda_ctx() : cpu_ctx(true);
+      const test::DeviceTensor xd = d == Device::CUDA ? test::to_device(x.v, {x.rows, x.cols}, DType::BF16)
+                                                      : test::DeviceTensor{};
+      const Tensor xt = d == Device::CUDA ? xd.t : x.t();
+      quantize(ctx, seq.q, xt, fwd_case.o);
+      expect_same_bytes(bytes_on(fresh.q.columnwise.amax), bytes_on(seq.q.columnwise.amax), "forward's columnwise amax");
+      const std::vector<uint8_t> codes = bytes_on(seq.q.columnwise.data);
+      EXPECT_TRUE(std::all_of(codes.begin(), codes.end(), [](uint8_t v) { return v == 0xA5; }))
+          << "columnwise_amax must not make the copy";
+      QuantizeOptions bwd = all;
+      bwd.rowwise = false;
+      bwd.amax_given = true;
+      quantize(ctx, seq.q, xt, bwd);
+      expect_same_copy_on(fresh.q.rowwise, seq.q.rowwise, "rowwise");
+      expect_same_copy_on(fresh.q.columnwise, seq.q.columnwise, "columnwise");
+    }
+}
+
+// amax_given really takes the slot's value (it does not recompute): a tripled amax (not a power of
+// two, to which NVFP4's two-level scales are invariant) changes the NVFP4 and FP8 codes, the slot
+// keeps it, and the true amax given back restores them. On the GPU the planted-amax copy is also the
+// CPU's.
+TEST_P(Quantize, AmaxGivenUsesTheSlotInsteadOfRecomputing) {
+  const Device d = GetParam();
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3}) {
+    SCOPED_TRACE(quant_format_name(f));
+    QuantCase qc{"amax given", random_bf16(32, 64, 502), options(f, true, false)};
+    Quantized a, b, cpu_planted;
+    quantize_case(a, qc, d);
+    const float amax = floats_of(a.q.rowwise.amax)[0], planted = 3.0f * amax;
+    b.q = allocate_quantized(b.owner, d, f, 32, 64, true, false);
+    auto run_given = [&](Quantized& q, Device dev, float given) {
+      const OpContext c = dev == Device::CUDA ? test::cuda_ctx() : cpu_ctx(true);
+      if (dev == Device::CUDA)
+        copy_from_host(q.q.rowwise.amax, &given);
+      else
+        q.q.rowwise.amax.f32()[0] = given;
+      QuantizeOptions o = qc.o;
+      o.amax_given = true;
+      const Tensor xt = dev == Device::CUDA ? a.x : qc.x.t();
+      quantize(c, q.q, xt, o);
+    };
+    run_given(b, d, planted);
+    EXPECT_EQ(floats_of(b.q.rowwise.amax)[0], planted);
+    EXPECT_NE(bytes_on(a.q.rowwise.data), bytes_on(b.q.rowwise.data));
+    if (d == Device::CUDA) {
+      cpu_planted.q = allocate_quantized(cpu_planted.owner, Device::CPU, f, 32, 64, true, false);
+      run_given(cpu_planted, Device::CPU, planted);
+      expect_same_copy(cpu_planted.q.rowwise, b.q.rowwise, "rowwise with a planted amax (gpu vs cpu)");
+    }
+    run_given(b, d, amax);
+    EXPECT_EQ(bytes_on(a.q.rowwise.data), bytes_on(b.q.rowwise.data));
+  }
+}
+
 PL_INSTANTIATE_BACKENDS(Quantize);
+
+// The CPU reads its compact scales (GEMM emulation, dequantize, telemetry): it writes them whatever
+// compact_scales says.
+TEST(OpsQuantize, TheCpuAlwaysWritesCompactScales) {
+  Mat x = random_bf16(32, 64, 503);
+  std::vector<Buffer> owner;
+  QuantizedTensor a = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
+  QuantizedTensor b = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 32, 64, true, true);
+  QuantizeOptions o;
+  o.columnwise = true;
+  quantize(cpu_ctx(true), a, x.t(), o);
+  o.compact_scales = false;
+  quantize(cpu_ctx(true), b, x.t(), o);
+  expect_same_copy_on(a.rowwise, b.rowwise, "rowwise");
+  expect_same_copy_on(a.columnwise, b.columnwise, "columnwise");
+}
 
 // ---- production shapes: Llama-3-8B, micro-batch 1, seq 4096 -------------------------------------------
 // tokens 4096, hidden 4096, qkv out 6144, ffn 14336 (fc1 out 28672). The linear layer's sequences:
@@ -564,38 +597,6 @@ TEST(CudaQuantizeProduction, Mxfp8AndFp8Llama8bOperandsAreByteExact) {
   check_quantize_sequence(dy1, kTok, kFc1, {options(QuantFormat::FP8_E5M2, true, true)}, false, "fp8 e5m2 dy fc1");
 }
 
-// amax_given on the GPU takes the slot as given (no amax pass): a planted amax changes the codes as
-// it does on the CPU; columnwise_amax alone leaves the columnwise copy unwritten.
-TEST(CudaQuantize, AmaxGivenAndColumnwiseAmaxMatchTheCpu) {
-  PL_REQUIRE_CUDA_DEVICE();
-  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3, QuantFormat::MXFP8}) {
-    Mat x = test_input(128, 96, 71);
-    std::vector<Buffer> owner;
-    QuantizedTensor cq = allocate_quantized(owner, Device::CPU, f, 128, 96, true, true);
-    QuantizedTensor gq = allocate_quantized(owner, Device::CUDA, f, 128, 96, true, true);
-    poison(gq.columnwise);
-    const test::DeviceTensor xd = test::to_device(x.v, {128, 96}, DType::BF16);
-    QuantizeOptions fwd = options(f, true, false);
-    fwd.columnwise_amax = true;
-    fwd.rht_columnwise = f == QuantFormat::NVFP4;
-    quantize(cpu_ctx(true), cq, x.t(), fwd);
-    quantize(test::cuda_ctx(), gq, xd.t, fwd);
-    const std::string name = quant_format_name(f);
-    expect_same_bytes(host_bytes(cq.columnwise.amax), device_bytes(gq.columnwise.amax), name + " columnwise amax");
-    EXPECT_TRUE(all_poison(device_bytes(gq.columnwise.data))) << name << ": the columnwise codes were written";
-    if (f == QuantFormat::MXFP8) continue;  // its amax does not enter the codes
-    const float planted = 3.0f * cq.rowwise.amax.f32()[0];  // not a power of two (NVFP4 is invariant to those)
-    cq.rowwise.amax.f32()[0] = planted;
-    copy_from_host(gq.rowwise.amax, &planted);
-    QuantizeOptions again = options(f, true, false);
-    again.amax_given = true;
-    quantize(cpu_ctx(true), cq, x.t(), again);
-    quantize(test::cuda_ctx(), gq, xd.t, again);
-    expect_same_copy(cq.rowwise, gq.rowwise, name + " rowwise with a planted amax");
-    EXPECT_EQ(test::to_host_floats(gq.rowwise.amax)[0], planted) << name;
-  }
-}
-
 // ---- errors ----------------------------------------------------------------------------
 
 TEST(CudaQuantize, BadArgumentsAreOneLineErrors) {
@@ -622,6 +623,6 @@ TEST(CudaQuantize, BadArgumentsAreOneLineErrors) {
                               {"columnwise_source", "transpose"});
 }
 
-}  // namespace gpu
+}  // namespace backends
 }  // namespace
 }  // namespace pl
