@@ -1,8 +1,9 @@
-// The quantization op (backend/quantize.h) on the CPU: each whole-tensor schedule against an
-// independent per-block loop over the shared numerics, the copies' relations (2D, RHT, transpose),
-// stochastic rounding as a stream, the amaxes computed once and reused. On the GPU (Cuda*, skipped
-// without a device): every buffer of every copy byte-exact with the CPU over the shared quantize cases
-// (quant_test_util.h) and the production shapes. dequantize: test_dequantize.cpp; quant_stats and
+// The quantization op (backend/quantize.h) on every backend over the shared quantize cases
+// (quant_test_util.h; Cpu/ and Cuda/Quantize.*): on the CPU each copy against an independent per-block
+// loop over the shared numerics, on the GPU every buffer of every copy byte-exact with the CPU; the
+// amaxes computed once and reused, on both. CPU only (OpsQuantize.*): the copies' relations (2D, RHT,
+// transpose), stochastic rounding as a stream, errors. GPU only (Cuda*, skipped without a device): the
+// production shapes and the GPU's errors. dequantize: test_dequantize.cpp; quant_stats and
 // columnwise_source: test_quant_stats.cpp (the same cases).
 #include <gtest/gtest.h>
 
@@ -66,21 +67,6 @@ void expect_nvfp4_1x16(const QuantizedCopy& c, const Mat& src) {
         ASSERT_EQ(code_at(c, r, b * 16 + k), num::float_to_e2m1(src.v[r * src.cols + b * 16 + k] * enc))
             << r << "," << b * 16 + k;
     }
-}
-
-TEST(OpsQuantize, Nvfp4RowwiseMatchesTheBlockReferenceAndSwizzlesItsScales) {
-  std::vector<Buffer> owner;
-  Mat x = random_bf16(48, 96, 1);
-  QuantizedTensor q = allocate_quantized(owner, Device::CPU, QuantFormat::NVFP4, 48, 96, true, false);
-  quantize(cpu_ctx(true), q, x.t(), QuantizeOptions{});
-  expect_nvfp4_1x16(q.rowwise, x);
-  // Swizzled: every compact scale at its §6.2 offset, zeros everywhere else.
-  const int64_t sc = 96 / 16, pc = num::padded_scale_cols(sc);
-  std::vector<uint8_t> expect(static_cast<size_t>(num::padded_scale_rows(48) * pc), 0);
-  for (int64_t r = 0; r < 48; ++r)
-    for (int64_t k = 0; k < sc; ++k) expect[num::swizzled_scale_offset(r, k, pc)] = q.rowwise.scales.u8()[r * sc + k];
-  ASSERT_EQ(q.rowwise.scales_swizzled.numel(), static_cast<int64_t>(expect.size()));
-  for (size_t i = 0; i < expect.size(); ++i) ASSERT_EQ(q.rowwise.scales_swizzled.u8()[i], expect[i]) << i;
 }
 
 TEST(OpsQuantize, Nvfp4ColumnwiseIsTheQuantizedTransposeAndRhtIsAppliedAlongItsRows) {
@@ -164,46 +150,6 @@ TEST(OpsQuantize, StochasticRoundingIsAReproducibleUnbiasedStream) {
     err_rn += (r.v[i] - x.v[i]) * (r.v[i] - x.v[i]);
   }
   EXPECT_LT(err_sr, 0.1 * err_rn) << "mean of SR draws should be far closer to x than RN";
-}
-
-TEST(OpsQuantize, Fp8CurrentScalingAndMxfp8MatchTheirFormulas) {
-  std::vector<Buffer> owner;
-  Mat x = random_bf16(32, 64, 5);
-  QuantizeOptions o;
-  o.columnwise = true;
-  for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2}) {
-    QuantizedTensor q = allocate_quantized(owner, Device::CPU, f, 32, 64, true, true);
-    o.format = f;
-    quantize(cpu_ctx(true), q, x.t(), o);
-    float amax = 0.0f;
-    for (float v : x.v) amax = std::fmax(amax, std::fabs(v));
-    const bool e4 = f == QuantFormat::FP8_E4M3;
-    const float scale = num::fp8_current_scale(amax, e4 ? num::kE4M3Max : num::kE5M2Max);
-    EXPECT_EQ(q.rowwise.scale_inv.f32()[0], 1.0f / scale);
-    for (int64_t r = 0; r < 32; ++r)
-      for (int64_t c = 0; c < 64; ++c) {
-        const uint8_t expect = e4 ? num::float_to_e4m3(x.v[r * 64 + c] * scale) : num::float_to_e5m2(x.v[r * 64 + c] * scale);
-        ASSERT_EQ(q.rowwise.data.u8()[r * 64 + c], expect);
-        ASSERT_EQ(q.columnwise.data.u8()[c * 32 + r], expect) << "per-tensor: the transpose holds the same codes";
-      }
-  }
-  QuantizedTensor m = allocate_quantized(owner, Device::CPU, QuantFormat::MXFP8, 32, 64, true, true);
-  o.format = QuantFormat::MXFP8;
-  quantize(cpu_ctx(true), m, x.t(), o);
-  for (int64_t r = 0; r < 32; ++r)
-    for (int64_t b = 0; b < 2; ++b) {
-      float bamax = 0.0f;
-      for (int k = 0; k < 32; ++k) bamax = std::fmax(bamax, std::fabs(x.v[r * 64 + b * 32 + k]));
-      const uint8_t e = num::mxfp8_block_scale(bamax);
-      ASSERT_EQ(m.rowwise.scales.u8()[r * 2 + b], e);
-      for (int k = 0; k < 32; ++k)
-        ASSERT_EQ(m.rowwise.data.u8()[r * 64 + b * 32 + k],
-                  num::float_to_e4m3(x.v[r * 64 + b * 32 + k] * num::mxfp8_element_scale(e)));
-    }
-  // Columnwise MXFP8 blocks run along x's rows: one scale per 32 rows of a column.
-  float bamax = 0.0f;
-  for (int r = 0; r < 32; ++r) bamax = std::fmax(bamax, std::fabs(x.v[r * 64 + 5]));
-  EXPECT_EQ(m.columnwise.scales.u8()[5], num::mxfp8_block_scale(bamax));
 }
 
 TEST(OpsQuantize, ShapesThatBreakBlockRulesAreOneLineErrors) {
