@@ -203,12 +203,9 @@ TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
     EXPECT_GT(s.stats.amax, 0.0);
     EXPECT_GT(s.stats.relative_error, 0.01);
     EXPECT_LT(s.stats.relative_error, 0.2);
-    EXPECT_GE(s.stats.saturated_fraction, 0.0);
-    // Each nonzero block's largest element lands on the code ±6 (its block scale is chosen so), so
-    // at least one element per block (16, or 256 for the 16x16 weight tiles) sits at ±max;
-    // Gaussian data puts ~11% of 1x16-block elements there.
-    EXPECT_GE(s.stats.saturated_fraction, s.operand == std::string("w rowwise") ? 1.0 / 256 : 1.0 / 16);
-    EXPECT_LE(s.stats.saturated_fraction, 0.25);
+    // What quant_stats gives on these operands (saturation per block, error range) is checked at op
+    // level: Cpu/QuantStatsOp.Nvfp4GaussianOperandsHaveTheExpectedTelemetry (tests/ops/test_quant_stats.cpp).
+    EXPECT_GT(s.stats.saturated_fraction, 0.0);
     EXPECT_EQ(s.stats.underflow_fraction, 0.0);
   }
 }

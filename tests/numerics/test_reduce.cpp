@@ -1,6 +1,7 @@
 // The fixed-order FP32 sums of lib/numerics/reduce.h: the tree's exact order of additions, the lane
 // assignment, the group levels, and the accuracy against double. The CUDA side (block_tree_sum) is
-// checked through the ops that use it in tests/cuda/test_cuda_ops.cpp (bit-identical with the CPU).
+// checked through the ops that use it (rmsnorm, cross_entropy, optimizer): the Cuda/ cases of
+// tests/ops/test_<op>.cpp compare them with the CPU (bit-exact where the op is).
 #include <gtest/gtest.h>
 
 #include <cmath>
