@@ -115,7 +115,9 @@ TEST_F(GpuBundle, HoldsEverythingItsProgramsLoadExceptNvidiasLibrariesAndIsUnder
   const double mib = static_cast<double>(tree_bytes(bundle_)) / 1048576.0;
   ASSERT_TRUE(std::regex_search(result_->out, m, std::regex(R"(: ([0-9.]+) MiB \(CUDA architectures ([^)]*)\))")))
       << result_->out;
-  EXPECT_NEAR(std::stod(m[1]), mib, 0.06);
+  // The script prints `du -sb` (file bytes plus a few KiB of directory entries) rounded to 0.1 MiB;
+  // tree_bytes counts file bytes only.
+  EXPECT_NEAR(std::stod(m[1]), mib, 0.15);
   EXPECT_EQ(m[2], archs);
   EXPECT_LT(mib, 48.0) << "the bundle of this build (CUDA architectures " << archs << ") is " << mib << " MiB";
   std::printf("bundle of this build (CUDA architectures %s): %.1f MiB\n", archs.c_str(), mib);
