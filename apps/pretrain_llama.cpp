@@ -169,6 +169,21 @@ void add_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
+  app.add_flag("--use-precision-aware-optimizer", t.use_precision_aware_optimizer,
+               "Megatron's flag: let the optimizer states below take lower-precision dtypes (one rank: its "
+               "distributed optimizer is the whole state, so --use-distributed-optimizer is not needed)");
+  app.add_option("--main-grads-dtype", t.main_grads_dtype,
+                 "Megatron's flag: dtype of the main gradients, fp32 | bf16 (bf16: not implemented yet)")
+      ->capture_default_str();
+  app.add_option("--main-params-dtype", t.main_params_dtype,
+                 "Megatron's flag: dtype of the master weights, fp32 | fp16 (fp16: not implemented yet)")
+      ->capture_default_str();
+  app.add_option("--exp-avg-dtype", t.exp_avg_dtype,
+                 "Megatron's flag: dtype of Adam's first moment, fp32 | fp16 | bf16 (fp16: not implemented yet)")
+      ->capture_default_str();
+  app.add_option("--exp-avg-sq-dtype", t.exp_avg_sq_dtype,
+                 "Megatron's flag: dtype of Adam's second moment, fp32 | fp16 | bf16 (fp16: not implemented yet)")
+      ->capture_default_str();
   app.add_flag("--deterministic-mode", t.deterministic_mode,
                "Megatron's flag: choose code that has deterministic execution (slower): cuDNN's deterministic "
                "attention backward. Default: cuDNN's fastest backward, as Transformer Engine's default");
@@ -411,6 +426,15 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
   return s;
 }
 
+// The precision-aware optimizer's one banner line (only when --use-precision-aware-optimizer is given,
+// so default logs are unchanged).
+void print_optimizer_state(const TrainConfig& t, const std::shared_ptr<spdlog::logger>& out) {
+  if (!t.use_precision_aware_optimizer) return;
+  out->info("pretrain_llama | optimizer state (--use-precision-aware-optimizer): main grads {}, master weights {}, "
+            "exp_avg {}, exp_avg_sq {} (one rank: its distributed optimizer holds the whole state)",
+            t.main_grads_dtype, t.main_params_dtype, t.exp_avg_dtype, t.exp_avg_sq_dtype);
+}
+
 ModelOptions model_options(const Options& o) {
   const TrainConfig& t = o.train;
   ModelOptions m;
@@ -418,6 +442,9 @@ ModelOptions model_options(const Options& o) {
   m.quant_telemetry = t.quant_stats_interval > 0;
   m.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
   m.deterministic_attention = t.deterministic_mode;
+  const OptimizerConfig oc = optimizer_config(t);  // validates the precision-aware optimizer's flags
+  m.exp_avg = oc.exp_avg_dtype;
+  m.exp_avg_sq = oc.exp_avg_sq_dtype;
   return m;
 }
 
@@ -432,8 +459,9 @@ void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<sp
             s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
   out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
             static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
+  print_optimizer_state(t, out);
   for (const std::string& line : s.plan.describe()) out->info("pretrain_llama | plan   {}", line);
-  for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note))
+  for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label))
     out->info("pretrain_llama | memory {}", line);
   if (planned == Device::CUDA)
     out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
@@ -499,6 +527,7 @@ void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t,
             "lr {:.3g} -> {:.3g} (cosine, warmup {}), seed {}, log interval {}",
             t.train_iters, t.global_batch_size, t.num_micro_batches(), t.micro_batch_size, t.seq_length, t.lr,
             t.min_lr, t.warmup_iters, t.seed, t.log_interval);
+  print_optimizer_state(t, out);
   const MegatronParamCounts pc = megatron_param_counts(mc);
   std::string lines = log::parameter_lines(pc.transformer_layers, pc.embedding_layers,
                                            kWeightAndOptimizerBytesPerParam);

@@ -360,8 +360,9 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   arg(ctx, op, "param", param, act(ctx), -1, DType::F32);
   arg(ctx, op, "master", master, DType::F32);
   arg(ctx, op, "grad", grad, DType::F32);
-  arg(ctx, op, "m", m, DType::F32);
-  arg(ctx, op, "v", v, DType::F32);
+  // The moments: F32, or BF16 (2-byte bf16 bits on every backend) under the precision-aware optimizer.
+  arg(ctx, op, "m", m, DType::F32, -1, DType::BF16);
+  arg(ctx, op, "v", v, DType::F32, -1, DType::BF16);
   same_numel(op, "param", param, "master", master);
   same_numel(op, "grad", grad, "master", master);
   same_numel(op, "m", m, "master", master);

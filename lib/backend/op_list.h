@@ -109,9 +109,9 @@ PL_OP(cross_entropy_forward_backward, void, TimerId::CrossEntropy,
 // thread count and is bit-identical between the CPU and CUDA backends; returned as double. No FP64 on
 // the device. (x² overflows fp32 past |x| ~ 1.8e19: the norm is then +Inf.)
 PL_OP(sum_of_squares, double, TimerId::OptimizerClipMainGrad, (const OpContext& ctx, const Tensor& x), (ctx, x))
-// Multi-tensor AdamW: one step over the whole flat buffers master/m/v/grad fp32 [n] in one pass (one
+// Multi-tensor AdamW: one step over the whole flat buffers master/grad fp32, m/v fp32 or bf16 (their dtypes) [n] in one pass (one
 // launch on the GPU); param (bf16 weights the model reads) receives round_bf16(master) (or master itself
-// when !ctx.round_bf16). Every element gets num::adamw_element with `step`'s hyper-parameters, except
+// when !ctx.round_bf16). Every element gets num::adamw_element_stored with `step`'s hyper-parameters, except
 // that the elements inside `no_decay` (the 1-D norm weights) use weight_decay 0: bit-identical to a
 // per-tensor adamw_update (ops.h: this op without ranges) with weight_decay = is_matrix ? wd : 0.
 PL_OP(adamw_update_multi, void, TimerId::OptimizerInnerStep,

@@ -40,6 +40,21 @@ struct TrainConfig {
   // names its op (debugging; slow). No effect on the CPU.
   bool cuda_sync_every_launch = false;
 
+  // Megatron's precision-aware optimizer (--use-precision-aware-optimizer with --main-grads-dtype,
+  // --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype; Megatron-LM
+  // megatron/core/optimizer/optimizer_config.py): the dtype of each optimizer state buffer. Without the
+  // flag every dtype must stay fp32. See validate_train_config for what is refused and why.
+  bool use_precision_aware_optimizer = false;
+  std::string main_grads_dtype = "fp32";   // fp32 | bf16
+  std::string main_params_dtype = "fp32";  // fp32 | fp16
+  std::string exp_avg_dtype = "fp32";      // fp32 | fp16 | bf16
+  std::string exp_avg_sq_dtype = "fp32";   // fp32 | fp16 | bf16
+  // Any state dtype other than fp32 (the banner line and the checkpoint manifest say which).
+  bool low_precision_optimizer_state() const {
+    return main_grads_dtype != "fp32" || main_params_dtype != "fp32" || exp_avg_dtype != "fp32" ||
+           exp_avg_sq_dtype != "fp32";
+  }
+
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global
   // batches; (train_iters / eval_interval + 1) * eval_iters for validation (one evaluation every
@@ -51,5 +66,7 @@ struct TrainConfig {
 
 // Checks ranges and divisibility; one-line error naming the flag.
 void validate_train_config(const TrainConfig& t);
+// The precision-aware optimizer's flags alone (part of validate_train_config).
+void validate_optimizer_dtypes(const TrainConfig& t);
 
 }  // namespace pl

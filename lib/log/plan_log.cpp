@@ -6,7 +6,8 @@
 
 namespace pl::log {
 
-std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note) {
+std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note,
+                                           const std::string& optimizer_label) {
   static constexpr const char* kNames[7] = {"weights (bf16)",          "gradients (fp32)",
                                             "master weights (fp32)",   "optimizer state (Adam m, v fp32)",
                                             "activations and scratch", "quantized copies",
@@ -15,7 +16,8 @@ std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, con
     return fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", name, b / 1e9, b / 1048576.0);
   };
   std::vector<std::string> out;
-  for (size_t i = 0; i < bytes.size(); ++i) out.push_back(row(kNames[i], bytes[i]));
+  for (size_t i = 0; i < bytes.size(); ++i)
+    out.push_back(row(i == 3 && !optimizer_label.empty() ? optimizer_label.c_str() : kNames[i], bytes[i]));
   out.push_back(row("weights and optimizer (Megatron's category)", bytes[0] + bytes[1] + bytes[2] + bytes[3]));
   out.push_back(row("total", std::accumulate(bytes.begin(), bytes.end(), 0.0)));
   if (!gemm_note.empty()) out.push_back(gemm_note);

@@ -11,7 +11,9 @@ namespace pl::log {
 // copies, library workspaces (MemoryPlan::categories()). One row per category, then Megatron's
 // category (the first four) and the total, "<name> <GB (1e9)> GB  <MB (2^20)> MB"; gemm_note, when
 // not empty, as the last line.
-std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note);
+// optimizer_label: the optimizer row's name when the moments are not fp32 (empty: the default name).
+std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note,
+                                           const std::string& optimizer_label = "");
 // The one line of a plan that does not fit: the biggest categories and the flags that shrink them.
 // slack: op scratch and free margin beyond the plan; recompute_off: --recompute none.
 std::string memory_does_not_fit_line(const std::string& model, int64_t micro_batch, int64_t seq_length,

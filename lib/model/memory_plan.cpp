@@ -15,7 +15,11 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   const DType act = float_storage(device);
   mem.weights = static_cast<double>(n * dtype_size(act));
   mem.grads = mem.master = static_cast<double>(n * 4);
-  mem.optimizer = static_cast<double>(n * 8);  // AdamW m and v, fp32 (allocated by AdamW)
+  // AdamW m and v in their dtypes (fp32, or bf16 under the precision-aware optimizer; allocated by AdamW)
+  mem.optimizer = static_cast<double>(n * (dtype_size(opt.exp_avg) + dtype_size(opt.exp_avg_sq)));
+  if (opt.exp_avg != DType::F32 || opt.exp_avg_sq != DType::F32)
+    mem.optimizer_label = fmt::format("optimizer (Adam m {}, v {})", opt.exp_avg == DType::BF16 ? "bf16" : "fp32",
+                                      opt.exp_avg_sq == DType::BF16 ? "bf16" : "fp32");
 
   const int64_t T = B * S, h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
   const int64_t nq = cfg.num_attention_heads, d = cfg.kv_channels, qkv = cfg.qkv_dim(), L = cfg.num_layers;

@@ -26,6 +26,9 @@ struct ModelOptions {
   // --deterministic-mode: plan the workspace of cuDNN's deterministic attention backward (chosen by
   // the device state's deterministic_attention).
   bool deterministic_attention = false;
+  // The precision-aware optimizer's moment dtypes (--exp-avg-dtype / --exp-avg-sq-dtype): F32 or BF16.
+  DType exp_avg = DType::F32;
+  DType exp_avg_sq = DType::F32;
 };
 
 // The storage of "bf16" weights and activations: FP32 holding bf16 values on the CPU (backend/ops.h).
@@ -66,6 +69,9 @@ struct MemoryPlan {
   // GPU plans with quantized layers: the execution their GEMMs' buffers are sized for ("quantized
   // GEMMs planned for sm_90 ...: nvfp4 emulated; ..."); empty otherwise. Last of log::memory_plan_lines.
   std::string gemm_note;
+  // The optimizer row's name in log::memory_plan_lines: empty for the FP32 moments (the default name),
+  // else the moments' dtypes ("optimizer (Adam m bf16, v bf16)").
+  std::string optimizer_label;
   Activations<ArenaSlot> arena;  // the activation arena (activations bytes)
   // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
   // the first linear [layer*4 + kind] that uses it; workspace_of[linear] indexes them (-1: BF16).

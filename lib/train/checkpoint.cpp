@@ -90,18 +90,23 @@ struct StateBuffer {
   DType file_dtype;
 };
 
+StateBuffer moment_buffer(const std::string& stem, const Tensor& t) {
+  return {stem + (t.dtype == DType::BF16 ? "_bf16.bin" : "_fp32.bin"), t, t.dtype};
+}
+
 // The bf16 weights file holds 2-byte bf16; under --fp32-reference the weights are not bf16 values
 // and are stored as f32.
 std::vector<StateBuffer> state_buffers(const LlamaModel& model, const AdamW& opt) {
   auto& m = const_cast<LlamaModel&>(model);  // views only; nothing is modified through them
-  const int64_t n = model.num_params();
   const bool bf16_weights = model.context().round_bf16;
   return {
       {"master_fp32.bin", m.master().flat, DType::F32},
       {bf16_weights ? "weights_bf16.bin" : "weights_fp32.bin", m.weights().flat,
        bf16_weights ? DType::BF16 : DType::F32},
-      {"adam_m_fp32.bin", opt.moment1().as({n}, DType::F32), DType::F32},
-      {"adam_v_fp32.bin", opt.moment2().as({n}, DType::F32), DType::F32},
+      // The moments in their own dtypes (the precision-aware optimizer's --exp-avg-dtype /
+      // --exp-avg-sq-dtype): adam_m_fp32.bin or adam_m_bf16.bin, the manifest's dtype f32 or bf16.
+      moment_buffer("adam_m", opt.moment1_tensor()),
+      moment_buffer("adam_v", opt.moment2_tensor()),
   };
 }
 
@@ -122,6 +127,12 @@ void tensor_to_file_dtype(const void* src, DType from, void* dst, DType to, size
 void file_to_tensor_dtype(const void* src, DType from, void* dst, DType to, size_t count) {
   if (from == to) {
     if (src != dst) std::memcpy(dst, src, count * dtype_size(to));
+    return;
+  }
+  if (from == DType::F32 && to == DType::BF16) {  // an fp32 moment into a bf16 one: round to nearest even
+    const auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < count; ++i) d[i] = num::float_to_bf16_bits(s[i]);  // forwards: in place is safe
     return;
   }
   PL_CHECK(from == DType::BF16 && to == DType::F32, "internal: no conversion {} -> {}", dtype_name(from),
@@ -541,6 +552,18 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
     if (v.first != v.second)
       notes.push_back(fmt::format("checkpoint saved with {} {}, resuming with {} (data continues at consumed sample {})",
                                   flag, v.first, v.second, c.state.consumed_samples));
+  // The moments' dtypes (the precision-aware optimizer's): the manifest names each file in its dtype.
+  auto saved_dtype = [&](const std::string& stem) {
+    for (const CheckpointFile& f : c.files)
+      if (f.name == stem + "_bf16.bin") return std::string("bf16");
+    return std::string("fp32");
+  };
+  const std::string saved_m = saved_dtype("adam_m"), saved_v = saved_dtype("adam_v");
+  if (saved_m != t.exp_avg_dtype || saved_v != t.exp_avg_sq_dtype)
+    notes.push_back(fmt::format("checkpoint saved with optimizer state exp_avg {}, exp_avg_sq {}; this run keeps "
+                                "exp_avg {}, exp_avg_sq {}: converted on load (bf16 -> fp32 exact, fp32 -> bf16 "
+                                "round-to-nearest-even)",
+                                saved_m, saved_v, t.exp_avg_dtype, t.exp_avg_sq_dtype));
   if (c.train.lr != t.lr || c.train.min_lr != t.min_lr)
     notes.push_back(fmt::format("checkpoint saved with --lr {} --min-lr {}, resuming with --lr {} --min-lr {}",
                                 c.train.lr, c.train.min_lr, t.lr, t.min_lr));
@@ -584,6 +607,14 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
       f = find(b.name == "weights_bf16.bin" ? "weights_fp32.bin" : "weights_bf16.bin");
       if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
     }
+    // A moment saved in the other dtype (fp32 <-> bf16, the precision-aware optimizer's): converted on
+    // load, bf16 -> fp32 exactly, fp32 -> bf16 rounded to nearest even (compare_checkpoint_with_run's line).
+    const bool moment = b.name.rfind("adam_", 0) == 0;
+    if (f == nullptr && moment) {
+      const std::string stem = b.name.substr(0, b.name.rfind('_'));
+      f = find(stem + (b.tensor.dtype == DType::BF16 ? "_fp32.bin" : "_bf16.bin"));
+      if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
+    }
     PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
     PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
     PL_CHECK(f->bytes == static_cast<uint64_t>(n) * dtype_size(b.file_dtype),
@@ -591,8 +622,9 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
              dtype_name(b.file_dtype));
     PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
              dtype_name(b.file_dtype));
-    PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32),
-             "{}: a {} file cannot be loaded into {} weights", (dir / f->name).string(), f->dtype,
+    PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32) ||
+                 (moment && b.file_dtype == DType::F32 && b.tensor.dtype == DType::BF16),
+             "{}: a {} file cannot be loaded into {} state", (dir / f->name).string(), f->dtype,
              dtype_name(b.tensor.dtype));
     plan.emplace_back(b, *f);
   }

@@ -2,13 +2,29 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace pl {
+
+DType optimizer_state_dtype(const std::string& flag_value) {
+  PL_CHECK(flag_value == "fp32" || flag_value == "bf16", "internal: optimizer state dtype '{}' not stored here",
+           flag_value);
+  return flag_value == "bf16" ? DType::BF16 : DType::F32;
+}
+
+OptimizerConfig optimizer_config(const TrainConfig& t) {
+  validate_optimizer_dtypes(t);
+  OptimizerConfig c;
+  c.exp_avg_dtype = optimizer_state_dtype(t.exp_avg_dtype);
+  c.exp_avg_sq_dtype = optimizer_state_dtype(t.exp_avg_sq_dtype);
+  return c;
+}
 
 AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg) {
   const size_t n = static_cast<size_t>(model.num_params());
   const Device dev = model.grads().flat.device;
-  m_ = Buffer(n * 4, dev);
-  v_ = Buffer(n * 4, dev);
+  m_ = Buffer(n * dtype_size(cfg.exp_avg_dtype), dev);  // zeroed (a zero bf16 is 0x0000)
+  v_ = Buffer(n * dtype_size(cfg.exp_avg_sq_dtype), dev);
   // Decay applies to 2-D tensors only: the others become no-decay ranges (adjacent ones merged).
   for (const ParamEntry& e : model.param_entries()) {
     if (e.is_matrix) continue;
@@ -39,7 +55,7 @@ AdamW::Result AdamW::step(double lr) {
   const float grad_scale = clip < 1.0 ? static_cast<float>(clip) : 1.0f;
   ++step_;
   const int64_t n = model_.num_params();
-  const Tensor m = m_.as({n}, DType::F32), v = v_.as({n}, DType::F32);
+  const Tensor m = m_.as({n}, cfg_.exp_avg_dtype), v = v_.as({n}, cfg_.exp_avg_sq_dtype);
   AdamWStep s;
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(cfg_.beta1);

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "config/train_config.h"
+#include "core/tensor.h"
 #include "model/llama.h"
 
 namespace pl {
@@ -15,7 +17,16 @@ struct OptimizerConfig {
   double eps = 1e-8;
   double weight_decay = 0.033;  // Bridge's effective decay (the scheduler's constant 0.033)
   double clip_grad = 1.0;
+  // The precision-aware optimizer's moment dtypes (--exp-avg-dtype / --exp-avg-sq-dtype): F32 or BF16
+  // (stored as 2-byte bf16 on every backend; num::adamw_element_stored loads, computes in FP32, stores RNE).
+  DType exp_avg_dtype = DType::F32;
+  DType exp_avg_sq_dtype = DType::F32;
 };
+
+// The optimizer settings of a run: the defaults with the run's state dtypes (validated flags).
+OptimizerConfig optimizer_config(const TrainConfig& t);
+// "fp32" -> F32, "bf16" -> BF16 (the moment dtypes this optimizer stores).
+DType optimizer_state_dtype(const std::string& flag_value);
 
 class AdamW {
  public:
@@ -28,9 +39,12 @@ class AdamW {
   // One step at learning rate lr. A non-finite gradient norm skips the update (nothing changes).
   Result step(double lr);
   int64_t steps_taken() const { return step_; }
-  // Checkpoint access: the moments (flat fp32, the layout of the master weights) and the step count.
+  // Checkpoint access: the moments (flat, the layout of the master weights, in their dtypes) and the step count.
   const Buffer& moment1() const { return m_; }
   const Buffer& moment2() const { return v_; }
+  Tensor moment1_tensor() const { return m_.as({model_.num_params()}, cfg_.exp_avg_dtype); }
+  Tensor moment2_tensor() const { return v_.as({model_.num_params()}, cfg_.exp_avg_sq_dtype); }
+  const OptimizerConfig& config() const { return cfg_; }
   void restore_steps_taken(int64_t steps) { step_ = steps; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 

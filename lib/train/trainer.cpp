@@ -22,7 +22,7 @@ Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, Lin
       out_(std::move(out)),
       eval_(std::move(eval)),
       checkpoint_(std::move(checkpoint)),
-      opt_(model, OptimizerConfig{}),
+      opt_(model, optimizer_config(cfg)),
       schedule_(LrSchedule::from_iterations(cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
                                             cfg.global_batch_size)) {
   validate_train_config(cfg_);

@@ -3,6 +3,7 @@
 // Cpu/Optimizer.* and Cuda/Optimizer.* run the same cases on each backend (the GPU also against the
 // CPU backend, bit for bit); OpsOptimizer.* are CPU-only; CudaOptimizer.* GPU-only (device range table).
 #include <limits>
+#include <optional>
 
 #include "numerics/adamw.h"
 #include "op_test_util.h"
@@ -304,6 +305,132 @@ TEST_P(Optimizer, CopyMasterToParam) {
       }
       EXPECT_TRUE(bitwise_equal(param, want)) << what;
     }
+}
+
+// ---- the precision-aware optimizer's BF16 moments ------------------------------------------------------
+
+// The double-precision reference of a BF16 store: the nearest bf16 value of x, ties to the even
+// mantissa, |x| past the largest finite bf16's rounding boundary -> +-Inf (as RNE does).
+double ref_bf16(float x) {
+  if (std::isnan(x) || std::isinf(x)) return x;
+  const double d = x;
+  if (d == 0.0) return d;
+  int e;
+  std::frexp(std::abs(d), &e);                      // |d| in [2^(e-1), 2^e)
+  const int q = std::max(e - 8, -133);              // spacing 2^q: 8 significant bits, subnormals below 2^-126
+  const double ulp = std::ldexp(1.0, q);
+  const double lo = std::floor(d / ulp) * ulp, hi = lo + ulp;
+  double r;
+  if (d - lo < hi - d) r = lo;
+  else if (d - lo > hi - d) r = hi;
+  else r = std::fmod(std::abs(lo / ulp), 2.0) == 0.0 ? lo : hi;  // tie: the even multiple of the spacing
+  const double max_bf16 = std::ldexp(255.0, 120);                  // 0x7F7F
+  if (std::abs(r) > max_bf16) return std::copysign(std::numeric_limits<double>::infinity(), d);
+  return r;
+}
+
+// num::state_store / state_load for a BF16 state against the double reference: random values over the
+// whole range, ties both ways, subnormals, the overflow boundary (-> Inf) and signed zeros; FP32 states
+// are plain copies.
+TEST(OpsOptimizer, Bf16StateStoreRoundsToNearestEvenAgainstDouble) {
+  PL_SEEDED_RNG(rng);
+  std::uniform_int_distribution<uint32_t> bits(0, 0x7F7FFFFFu);
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, num::bits_float(0x3F808000u) /* tie, down to even */,
+                           num::bits_float(0x3F818000u) /* tie, up to even */, num::bits_float(0x3F808001u),
+                           num::bits_float(0x00008000u) /* subnormal tie */, num::bits_float(0x00018000u),
+                           1e-40f, -3e-39f, num::bits_float(0x7F7F7FFFu) /* just below the overflow tie */,
+                           num::bits_float(0x7F7F8000u) /* the overflow tie: -> Inf */, 3.4e38f, -3.4e38f};
+  for (int i = 0; i < 100000; ++i) {
+    const float x = num::bits_float(bits(rng));
+    xs.push_back(i % 2 ? x : -x);
+  }
+  for (float x : xs) {
+    uint16_t b = 0;
+    num::state_store(b, x);
+    const float back = num::state_load(b);
+    const double want = ref_bf16(x);
+    ASSERT_TRUE(back == want && std::signbit(back) == std::signbit(x))
+        << "x = " << x << " (0x" << std::hex << num::float_bits(x) << "): stored " << back << ", want " << want;
+    float f = 0.0f;
+    num::state_store(f, x);
+    ASSERT_EQ(num::float_bits(num::state_load(f)), num::float_bits(x));
+  }
+}
+
+// A BF16 master-weight step with BF16 moments (any of the four m/v dtype pairs): every element loads its
+// moments to FP32, computes the FP32 step and stores them RNE, so the master weights and params equal the
+// FP32-moment step's from the same (bf16-valued) state bit for bit, and the stored moments are exactly
+// round_bf16 of the FP32 step's. Exact between backends.
+TEST_P(Optimizer, AdamWBf16MomentsLoadComputeFp32AndStoreRne) {
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 70001;
+  std::vector<float> master(n), m(n), v(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    m[i] = num::round_bf16(1e-3f * nd(rng));  // bf16 values: the state a BF16 moment holds
+    v[i] = num::round_bf16(1e-6f * std::abs(nd(rng)));
+    grad[i] = 1e-2f * nd(rng);
+  }
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 7, 0.8f};
+  // The FP32-moment step on the CPU: the reference.
+  std::vector<float> r_param(n), r_master = master, r_m = m, r_v = v;
+  adamw_update(cpu_ctx(true), host_view(r_param, {n}), host_view(r_master, {n}), host_view(grad, {n}),
+               host_view(r_m, {n}), host_view(r_v, {n}), step);
+  for (DType mt : {DType::F32, DType::BF16})
+    for (DType vt : {DType::F32, DType::BF16}) {
+      const std::string what = std::string("m ") + dtype_name(mt) + ", v " + dtype_name(vt);
+      SCOPED_TRACE(what);
+      auto run = [&](Backend& k) {  // [master | m | v | param]
+        std::vector<float> p(n), ma = master;
+        std::vector<float> mf = m, vf = v;
+        std::vector<uint16_t> mb(n), vb(n);
+        for (int64_t i = 0; i < n; ++i) mb[i] = num::float_to_bf16_bits(m[i]), vb[i] = num::float_to_bf16_bits(v[i]);
+        std::optional<DeviceTensor> dm, dv;
+        auto moment = [&](std::vector<float>& f, std::vector<uint16_t>& b, DType dt) {
+          if (dt == DType::F32) return k.put(f, {n}, DType::F32);
+          if (!k.cuda()) return Tensor(b.data(), {n}, DType::BF16, Device::CPU);
+          return (&f == &mf ? dm : dv).emplace(to_device(f, {n}, DType::BF16)).t;
+        };
+        const Tensor tm = moment(mf, mb, mt), tv = moment(vf, vb, vt);
+        adamw_update(k.ctx(), k.put(p, {n}, DType::F32), k.put(ma, {n}, DType::F32), k.put(grad, {n}, DType::F32),
+                     tm, tv, step);
+        auto back = [&](const Tensor& t, std::vector<float>& f, const std::vector<uint16_t>& b) {
+          if (t.dtype == DType::F32) return k.get(f);
+          if (k.cuda()) return to_host_floats(t);
+          std::vector<float> out(n);
+          for (int64_t i = 0; i < n; ++i) out[i] = num::bf16_bits_to_float(b[i]);
+          return out;
+        };
+        return joined({k.get(ma), back(tm, mf, mb), back(tv, vf, vb), k.get(p)});
+      };
+      const std::vector<float> got = run_exact(GetParam(), run, "adamw " + what);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(num::float_bits(got[i]), num::float_bits(r_master[i])) << "master " << i;
+        const float want_m = mt == DType::BF16 ? num::round_bf16(r_m[i]) : r_m[i];
+        const float want_v = vt == DType::BF16 ? num::round_bf16(r_v[i]) : r_v[i];
+        ASSERT_EQ(num::float_bits(got[n + i]), num::float_bits(want_m)) << "m " << i;
+        ASSERT_EQ(num::float_bits(got[2 * n + i]), num::float_bits(want_v)) << "v " << i;
+        ASSERT_EQ(num::float_bits(got[3 * n + i]), num::float_bits(r_param[i])) << "param " << i;
+      }
+      // The stored moments differ from the FP32 ones somewhere (the rounding is real, not a no-op).
+      if (mt == DType::BF16) {
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; ++i) differ += got[n + i] != r_m[i];
+        EXPECT_GT(differ, n / 2);
+      }
+    }
+}
+
+// A moment of another dtype than F32/BF16 is refused, naming the op and the tensor.
+TEST(OpsOptimizer, AdamWRefusesAnI32Moment) {
+  std::vector<float> a(4);
+  std::vector<int32_t> bad(4);
+  const Tensor t = host_view(a, {4});
+  expect_error_naming("adamw_update_multi", [&] {
+    adamw_update(cpu_ctx(true), t, t, t, Tensor(bad.data(), {4}, DType::I32, Device::CPU), t,
+                 AdamWStep{1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1, 1.0f});
+  });
 }
 
 // Exact: the multi-tensor step (one launch over the flat buffers, weight decay 0 inside the no-decay

@@ -35,19 +35,20 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 
 // One pass over the flat buffers: the segments between and inside the no-decay ranges, in order, each
 // with its hyper-parameters (weight decay 0 inside a range), in one OpenMP region. Per element the math
-// is the same num::adamw_element with num::adamw_hyper's hyper-parameters as the CUDA backend's.
-void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
-                        const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
+// is the same num::adamw_element_stored with num::adamw_hyper's hyper-parameters as the CUDA backend's;
+// the moments are stored as their tensors' dtypes say (F32, or BF16 bits under the precision-aware
+// optimizer: loaded to FP32, stored RNE).
+namespace {
+template <class M, class V>
+void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
+                 const ElementRanges& no_decay, const num::AdamWHyper& decay, const num::AdamWHyper& plain,
+                 bool round) {
   const int64_t n = master.numel();
-  const num::AdamWHyper decay =
-      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
-  const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
   float* pp = param.f32();
   float* mp = master.f32();
   const float* gp = grad.f32();
-  float* m1 = m.f32();
-  float* m2 = v.f32();
-  const bool round = ctx.round_bf16;
+  M* m1 = m.ptr<M>();
+  V* m2 = v.ptr<V>();
   const int64_t segments = 2 * no_decay.count + 1;  // decayed, range 0, decayed, range 1, ..., decayed
 #pragma omp parallel
   for (int64_t sgm = 0; sgm < segments; ++sgm) {
@@ -58,10 +59,28 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
     const num::AdamWHyper& h = in_range ? plain : decay;
 #pragma omp for schedule(static)
     for (int64_t i = i0; i < i1; ++i) {
-      num::adamw_element(mp[i], m1[i], m2[i], gp[i], h);
+      num::adamw_element_stored(mp[i], m1[i], m2[i], gp[i], h);
       pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
     }
   }
+}
+}  // namespace
+
+void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                        const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
+  const num::AdamWHyper decay =
+      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
+  const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
+  const bool round = ctx.round_bf16;
+  const bool m16 = m.dtype == DType::BF16, v16 = v.dtype == DType::BF16;
+  if (!m16 && !v16)
+    adamw_multi<float, float>(param, master, grad, m, v, no_decay, decay, plain, round);
+  else if (m16 && !v16)
+    adamw_multi<uint16_t, float>(param, master, grad, m, v, no_decay, decay, plain, round);
+  else if (!m16 && v16)
+    adamw_multi<float, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
+  else
+    adamw_multi<uint16_t, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {

@@ -7,8 +7,8 @@
 // num::group_tree_sum: one launch per level, one block per group of kTreeGroup partials (a 8B-parameter
 // model: ~122k chunks, 3 levels). The single float result is read back (the one blocking host read of
 // the norm per iteration) and returned as double. Partials live in the device state's grow-only scratch.
-// adamw_update_multi / copy_master_to_param: one element per thread calling the shared num::adamw_element
-// and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
+// adamw_update_multi / copy_master_to_param: one element per thread calling the shared
+// num::adamw_element_stored (moments f32 or bf16) and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
 // them (bias corrections in double, then float), so master, m, v and param are bit-identical.
 #include <cmath>
 #include <utility>
@@ -59,16 +59,20 @@ __device__ __forceinline__ bool in_ranges(const int64_t* rg, int64_t count, int6
 }
 
 // One AdamW element per thread over the whole flat buffers (grid-stride): elements inside the no-decay
-// ranges use `plain` (weight decay 0), all others `decay`; param is bf16 bits (PARAM = uint16_t) or f32.
-template <class PARAM>
-__global__ void adamw_multi_kernel(PARAM* param, float* master, float* m, float* v, const float* grad, int64_t n,
+// ranges use `plain` (weight decay 0), all others `decay`; param is bf16 bits (PARAM = uint16_t) or f32;
+// the moments M, V are f32 or bf16 bits (the precision-aware optimizer), through the shared
+// num::adamw_element_stored (load to FP32, FP32 math, RNE store), as the CPU.
+template <class PARAM, class M, class V>
+__global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, const float* grad, int64_t n,
                                    const int64_t* no_decay, int64_t ranges, num::AdamWHyper decay,
                                    num::AdamWHyper plain, bool round) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const num::AdamWHyper& h = in_ranges(no_decay, ranges, i) ? plain : decay;
-    float p = master[i], m1 = m[i], m2 = v[i];
-    num::adamw_element(p, m1, m2, grad[i], h);
+    float p = master[i];
+    M m1 = m[i];
+    V m2 = v[i];
+    num::adamw_element_stored(p, m1, m2, grad[i], h);
     master[i] = p;
     m[i] = m1;
     v[i] = m2;
@@ -77,6 +81,30 @@ __global__ void adamw_multi_kernel(PARAM* param, float* master, float* m, float*
     else
       param[i] = round ? num::round_bf16(p) : p;
   }
+}
+
+template <class PARAM, class M, class V>
+void launch_adamw(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                  const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const num::AdamWHyper& decay,
+                  const num::AdamWHyper& plain, unsigned grid) {
+  adamw_multi_kernel<PARAM, M, V><<<grid, kThreads, 0, ctx.gpu->stream>>>(
+      static_cast<PARAM*>(param.data), f32_out(master), static_cast<M*>(m.data), static_cast<V*>(v.data),
+      f32_in(grad), master.numel(), no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
+}
+
+template <class PARAM>
+void launch_adamw_moments(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
+                          const Tensor& m, const Tensor& v, const ElementRanges& no_decay,
+                          const num::AdamWHyper& decay, const num::AdamWHyper& plain, unsigned grid) {
+  const bool m16 = m.dtype == DType::BF16, v16 = v.dtype == DType::BF16;
+  if (!m16 && !v16)
+    launch_adamw<PARAM, float, float>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
+  else if (m16 && !v16)
+    launch_adamw<PARAM, uint16_t, float>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
+  else if (!m16 && v16)
+    launch_adamw<PARAM, float, uint16_t>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
+  else
+    launch_adamw<PARAM, uint16_t, uint16_t>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
 }
 
 // param[n] = master[n] as bf16 bits (PARAM = uint16_t) or f32 (rounded to bf16 values when `round`)
@@ -127,16 +155,13 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
   if (n == 0) return;
   const unsigned grid = grid_capped(n, kThreads);
-  const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " (" +
+  const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " m " +
+                           dtype_name(m.dtype) + " v " + dtype_name(v.dtype) + " (" +
                            std::to_string(no_decay.count) + " no-decay ranges)";
   if (param.dtype == DType::BF16)
-    adamw_multi_kernel<uint16_t><<<grid, kThreads, 0, ctx.gpu->stream>>>(bf16_out(param), f32_out(master), f32_out(m),
-                                                                         f32_out(v), f32_in(grad), n, no_decay.device,
-                                                                         no_decay.count, decay, plain, ctx.round_bf16);
+    launch_adamw_moments<uint16_t>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
   else
-    adamw_multi_kernel<float><<<grid, kThreads, 0, ctx.gpu->stream>>>(f32_out(param), f32_out(master), f32_out(m),
-                                                                      f32_out(v), f32_in(grad), n, no_decay.device,
-                                                                      no_decay.count, decay, plain, ctx.round_bf16);
+    launch_adamw_moments<float>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
   check_launch(*ctx.gpu, op, what);
 }
 
