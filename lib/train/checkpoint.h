@@ -6,8 +6,10 @@
 //   DIR/latest_checkpointed_iteration.txt   the iteration of the newest complete checkpoint
 //   DIR/iter_0000010/master_fp32.bin         one file per flat state buffer (DESIGN "State in flat
 //                    weights_bf16.bin        buffers"): raw little-endian, the flat layout of
-//                    adam_m_fp32.bin         LlamaModel::param_entries()
-//                    adam_v_fp32.bin
+//                    adam_m_fp32.bin         LlamaModel::param_entries(); the moments in their
+//                    adam_v_fp32.bin         dtypes (adam_m_bf16.bin / adam_v_bf16.bin under
+//                                            --exp-avg-dtype / --exp-avg-sq-dtype bf16; the
+//                                            manifest's dtype says which; the other dtype converts on load)
 //                    metadata.json           model config, recipe, train state, data position, RNG,
 //                                            command line, timestamp
 //                    manifest.json           format version; per file name, dtype, shape, bytes, checksum

@@ -1,0 +1,183 @@
+// Megatron's precision-aware optimizer end to end (pretrain_llama --use-precision-aware-optimizer with
+// --exp-avg-dtype / --exp-avg-sq-dtype / --main-grads-dtype / --main-params-dtype) on the CPU backend:
+// the flags' rules (one line naming the flag), FP32 state through the flag is bit-identical to the
+// default, BF16 moments stay within a stated loss gap of FP32 state on llama_small, and checkpoints keep
+// each moment in its dtype (resume bit-identically; loading into FP32 state converts with a line).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+using pl::test::ProcessResult;
+
+const std::string kApp = PL_APP_PATH;
+const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
+const std::string kSmall = std::string(PL_CONFIG_DIR) + "/models/llama_small.json";
+const std::vector<std::string> kBf16Moments = {"--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16",
+                                               "--exp-avg-sq-dtype", "bf16"};
+
+std::vector<std::string> tiny(const std::vector<std::string>& extra, const std::string& iters = "20") {
+  std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "2", "--train-iters", iters,
+                                "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "64"};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+
+std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+ProcessResult run_ok(const std::vector<std::string>& args) {
+  ProcessResult r = pl::test::run_process(kApp, args, 600.0);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r;
+}
+
+// The iteration lines from `first` on, without the timestamp and the timing field.
+std::vector<std::string> iteration_lines(const std::string& out, int first) {
+  static const std::regex iter(R"(^ \[[^\]]*\] iteration +(\d+)/)");
+  static const std::regex timing(R"(elapsed time per iteration \(ms\): [0-9.]+ \|)");
+  std::vector<std::string> lines;
+  for (const std::string& l : pl::test::split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_search(l, m, iter) || std::stoi(m[1]) < first) continue;
+    lines.push_back(std::regex_replace(l.substr(l.find(']') + 1), timing, ""));
+  }
+  return lines;
+}
+
+double last_lm_loss(const std::string& out) {
+  static const std::regex loss(R"(lm loss: ([0-9.E+-]+))");
+  double v = -1.0;
+  for (const std::string& l : pl::test::split_lines(out)) {
+    std::smatch m;
+    if (std::regex_search(l, m, loss)) v = std::stod(m[1]);
+  }
+  return v;
+}
+
+void expect_one_line_failure(const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
+  const ProcessResult r = pl::test::run_process(kApp, plus({"--model", kTiny, "--device", "cpu", "--dry-run"}, extra), 60.0);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  const auto lines = pl::test::split_lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  for (const std::string& n : needles) EXPECT_NE(lines[0].find(n), std::string::npos) << "'" << n << "' not in: " << lines[0];
+}
+
+// Megatron's rules (optimizer_config.py): the value sets; a non-fp32 dtype needs the flag; and what is
+// not implemented here yet is refused with one line naming the flag.
+TEST(PrecisionAwareOptimizer, BadFlagCombinationsAreRefusedNamingTheFlag) {
+  expect_one_line_failure({"--exp-avg-dtype", "bf16"}, {"--exp-avg-dtype", "--use-precision-aware-optimizer"});
+  expect_one_line_failure({"--exp-avg-sq-dtype", "bf16"}, {"--exp-avg-sq-dtype", "--use-precision-aware-optimizer"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-dtype", "fp8"}, {"--exp-avg-dtype", "fp8"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-params-dtype", "bf16"},
+                          {"--main-params-dtype", "fp32, fp16"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-grads-dtype", "fp16"},
+                          {"--main-grads-dtype", "fp32, bf16"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-grads-dtype", "bf16"},
+                          {"--main-grads-dtype bf16", "not implemented yet"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-params-dtype", "fp16"},
+                          {"--main-params-dtype fp16", "not implemented yet"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-dtype", "fp16"},
+                          {"--exp-avg-dtype fp16", "not implemented yet"});
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-sq-dtype", "fp16"},
+                          {"--exp-avg-sq-dtype fp16", "not implemented yet"});
+}
+
+// The switch changes storage, not math: all-fp32 state with the flag prints the default run's iteration
+// lines; the banner line appears only with the flag. --dry-run shows the BF16 moments' smaller row.
+TEST(PrecisionAwareOptimizer, Fp32StateWithTheFlagIsBitIdenticalAndBf16ShrinksThePlan) {
+  const ProcessResult plain = run_ok(tiny({"--disable-fp4"}));
+  const ProcessResult flagged = run_ok(tiny({"--disable-fp4", "--use-precision-aware-optimizer", "--exp-avg-dtype",
+                                             "fp32", "--main-params-dtype", "fp32"}));
+  const auto a = iteration_lines(plain.out, 1), b = iteration_lines(flagged.out, 1);
+  ASSERT_EQ(a.size(), 20u);
+  EXPECT_EQ(a, b);
+  const std::string banner = "optimizer state (--use-precision-aware-optimizer): main grads fp32, master weights fp32, "
+                             "exp_avg fp32, exp_avg_sq fp32";
+  EXPECT_EQ(plain.out.find("--use-precision-aware-optimizer"), std::string::npos);
+  EXPECT_NE(flagged.out.find(banner), std::string::npos) << flagged.out;
+
+  auto optimizer_mb = [](const std::string& out, const std::string& row) {
+    const std::regex re("memory " + row + R"( +[0-9.]+ GB +([0-9.]+) MB)");
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, re)) << out;
+    return m.size() > 1 ? std::stod(m[1]) : -1.0;
+  };
+  const ProcessResult d32 = run_ok(tiny({"--dry-run"}));
+  const ProcessResult d16 = run_ok(plus(tiny({"--dry-run"}), kBf16Moments));
+  const ProcessResult d16m = run_ok(plus(tiny({"--dry-run"}), {"--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16"}));
+  const double full = optimizer_mb(d32.out, R"(optimizer state \(Adam m, v fp32\))");
+  EXPECT_NEAR(optimizer_mb(d16.out, R"(optimizer \(Adam m bf16, v bf16\))"), full / 2, 0.01);
+  EXPECT_NEAR(optimizer_mb(d16m.out, R"(optimizer \(Adam m bf16, v fp32\))"), full * 3 / 4, 0.01);
+}
+
+// BF16 moments against FP32 state on llama_small (8 layers, hidden 256, 32k vocab; BF16 linears), 100
+// iterations of 4 x 128 tokens (about a minute of CPU each on this project's 2-core machine): the final
+// log interval's loss (the mean of iterations 81-100) within 0.25 of the FP32-state run's. Measured
+// (this commit): 8.0722 FP32 state vs 8.1113 BF16 moments (gap +0.039). For scale, 200-iteration runs
+// of the same shape: gaps -0.215 (seed 1234) and +0.159 (seed 1235) at iteration 200, while the
+// FP32-state runs of the two seeds differ by 0.254: the BF16 moments' gap is within seed-to-seed noise.
+TEST(PrecisionAwareOptimizer, Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall) {
+  const std::vector<std::string> base = {"--model", kSmall, "--device", "cpu", "--threads", "2", "--train-iters", "100",
+                                         "--global-batch-size", "4", "--micro-batch-size", "4", "--seq-length", "128",
+                                         "--disable-fp4", "--lr", "1e-3", "--min-lr", "1e-4", "--warmup-iters", "20",
+                                         "--log-interval", "20"};
+  const double fp32 = last_lm_loss(run_ok(base).out);
+  const ProcessResult r = run_ok(plus(base, kBf16Moments));
+  const double bf16 = last_lm_loss(r.out);
+  std::printf("llama_small, 100 iterations: lm loss (iterations 81-100) fp32 state %.6f, bf16 moments %.6f, gap %.6f\n",
+              fp32, bf16, bf16 - fp32);
+  ASSERT_GT(fp32, 0.0);
+  EXPECT_LT(fp32, 9.0);  // it learned (from ~10.4)
+  EXPECT_LT(std::abs(bf16 - fp32), 0.25);
+  EXPECT_NE(bf16, fp32);  // the BF16 moments are in effect
+}
+
+// Checkpoints keep each moment in its dtype (adam_m_bf16.bin, the manifest's dtype bf16), a BF16-moment
+// run resumes bit-identically, and a run with FP32 state loads it with a line saying it converts.
+TEST(PrecisionAwareOptimizer, Bf16MomentCheckpointsResumeBitIdenticallyAndConvertIntoFp32State) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  const auto with = [&](const std::vector<std::string>& extra) { return tiny(plus(extra, kBf16Moments)); };
+  const ProcessResult straight = run_ok(with({}));
+  run_ok(with({"--save", d, "--save-interval", "10", "--exit-interval", "10"}));
+  const std::string it = d + "/iter_0000010";
+  EXPECT_TRUE(std::filesystem::exists(it + "/adam_m_bf16.bin"));
+  EXPECT_TRUE(std::filesystem::exists(it + "/adam_v_bf16.bin"));
+  EXPECT_FALSE(std::filesystem::exists(it + "/adam_m_fp32.bin"));
+  const int64_t n = static_cast<int64_t>(std::filesystem::file_size(it + "/master_fp32.bin")) / 4;
+  EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(it + "/adam_m_bf16.bin")), 2 * n);
+  const std::string manifest = pl::test::read_text_file(it + "/manifest.json");
+  for (const char* f : {"adam_m_bf16\\.bin", "adam_v_bf16\\.bin"}) {
+    std::smatch entry;  // the manifest's entry of the file: its dtype is bf16
+    ASSERT_TRUE(std::regex_search(manifest, entry, std::regex(std::string(R"(\{[^{}]*")") + f + R"("[^{}]*\})")))
+        << manifest;
+    EXPECT_TRUE(std::regex_search(entry.str(), std::regex(R"("dtype": *"bf16")"))) << entry.str();
+  }
+
+  const ProcessResult resumed = run_ok(with({"--load", d}));
+  const auto expected = iteration_lines(straight.out, 11);
+  ASSERT_EQ(expected.size(), 10u);
+  EXPECT_EQ(iteration_lines(resumed.out, 1), expected);
+  EXPECT_EQ(resumed.out.find("converted on load"), std::string::npos);
+
+  const ProcessResult into_fp32 = run_ok(tiny({"--load", d}));
+  EXPECT_NE(into_fp32.out.find("checkpoint saved with optimizer state exp_avg bf16, exp_avg_sq bf16; this run keeps "
+                               "exp_avg fp32, exp_avg_sq fp32: converted on load"),
+            std::string::npos)
+      << into_fp32.out;
+  EXPECT_EQ(iteration_lines(into_fp32.out, 1).size(), 10u);
+}
+
+}  // namespace
