@@ -2,7 +2,8 @@
 // --exp-avg-dtype / --exp-avg-sq-dtype / --main-grads-dtype / --main-params-dtype) on the CPU backend:
 // the flags' rules (one line naming the flag), FP32 state through the flag is bit-identical to the
 // default, BF16 moments stay within a stated loss gap of FP32 state on llama_small, and checkpoints keep
-// each moment in its dtype (resume bit-identically; loading into FP32 state converts with a line).
+// each moment in its dtype (resume bit-identically; loading into FP32 state converts with a line;
+// convert_checkpoint exports the FP32 masters as before).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -178,6 +179,12 @@ TEST(PrecisionAwareOptimizer, Bf16MomentCheckpointsResumeBitIdenticallyAndConver
             std::string::npos)
       << into_fp32.out;
   EXPECT_EQ(iteration_lines(into_fp32.out, 1).size(), 10u);
+
+  // convert_checkpoint still exports the FP32 master weights of a BF16-moment checkpoint.
+  const std::string hf = (dir.path() / "hf").string();
+  const ProcessResult c = pl::test::run_process(PL_CONVERT_CHECKPOINT_PATH, {"--load", it, "--to-hf", hf}, 120.0);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_TRUE(std::filesystem::exists(hf + "/model.safetensors")) << c.out;
 }
 
 }  // namespace
