@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -125,6 +126,21 @@ inline std::vector<std::string> split_lines(const std::string& s) {
   std::istringstream in(s);
   std::string line;
   while (std::getline(in, line)) lines.push_back(line);
+  return lines;
+}
+
+// The iteration lines of a pretrain_llama log from iteration `first` on, with the timestamp and the
+// timing field removed: what must be identical between two runs of the same numbers (loss, grad
+// norm, lr, consumed samples).
+inline std::vector<std::string> iteration_lines(const std::string& out, int first) {
+  static const std::regex iter(R"(^ \[[^\]]*\] iteration +(\d+)/)");
+  static const std::regex timing(R"(elapsed time per iteration \(ms\): [0-9.]+ \|)");
+  std::vector<std::string> lines;
+  for (const std::string& l : split_lines(out)) {
+    std::smatch m;
+    if (!std::regex_search(l, m, iter) || std::stoi(m[1]) < first) continue;
+    lines.push_back(std::regex_replace(l.substr(l.find(']') + 1), timing, ""));
+  }
   return lines;
 }
 

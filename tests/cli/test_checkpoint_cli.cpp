@@ -22,6 +22,8 @@
 
 namespace {
 
+using pl::test::iteration_lines;
+
 namespace fs = std::filesystem;
 using pl::test::ProcessResult;
 
@@ -44,19 +46,6 @@ ProcessResult run_ok(const std::vector<std::string>& args) {
   return r;
 }
 
-// The iteration lines from `first` on with the timestamp and the timing fields removed: what must
-// be identical between a resumed and an uninterrupted run (loss, grad norm, lr, consumed samples).
-std::vector<std::string> iteration_lines(const std::string& out, int first) {
-  static const std::regex iter(R"(^ \[[^\]]*\] iteration +(\d+)/)");
-  static const std::regex timing(R"(elapsed time per iteration \(ms\): [0-9.]+ \|)");
-  std::vector<std::string> lines;
-  for (const std::string& l : pl::test::split_lines(out)) {
-    std::smatch m;
-    if (!std::regex_search(l, m, iter) || std::stoi(m[1]) < first) continue;
-    lines.push_back(std::regex_replace(l.substr(l.find(']') + 1), timing, ""));
-  }
-  return lines;
-}
 
 void expect_resume_matches(const std::vector<std::string>& recipe_flags) {
   pl::test::TempDir dir;

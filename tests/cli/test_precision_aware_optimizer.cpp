@@ -17,6 +17,8 @@
 
 namespace {
 
+using pl::test::iteration_lines;
+
 using pl::test::ProcessResult;
 
 const std::string kApp = PL_APP_PATH;
@@ -43,18 +45,6 @@ ProcessResult run_ok(const std::vector<std::string>& args) {
   return r;
 }
 
-// The iteration lines from `first` on, without the timestamp and the timing field.
-std::vector<std::string> iteration_lines(const std::string& out, int first) {
-  static const std::regex iter(R"(^ \[[^\]]*\] iteration +(\d+)/)");
-  static const std::regex timing(R"(elapsed time per iteration \(ms\): [0-9.]+ \|)");
-  std::vector<std::string> lines;
-  for (const std::string& l : pl::test::split_lines(out)) {
-    std::smatch m;
-    if (!std::regex_search(l, m, iter) || std::stoi(m[1]) < first) continue;
-    lines.push_back(std::regex_replace(l.substr(l.find(']') + 1), timing, ""));
-  }
-  return lines;
-}
 
 double last_lm_loss(const std::string& out) {
   static const std::regex loss(R"(lm loss: ([0-9.E+-]+))");
