@@ -252,19 +252,22 @@ LtPlan make_plan(const DeviceState& state, const PlanKey& k, const LtMatmul& g, 
   const uint64_t ws = state.workspace_bytes;
   chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
       "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
-  const uint32_t aligns[3] = {k.align_a, k.align_b, k.align_d};
-  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aligns[0],
-                                           sizeof aligns[0]),
-      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)");
-  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &aligns[1],
-                                           sizeof aligns[1]),
-      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)");
-  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &aligns[2],
-                                           sizeof aligns[2]),
-      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)");
-  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &aligns[2],
-                                           sizeof aligns[2]),
-      "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)");
+  // The operands' pointer alignments (C and D are the same buffer).
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    uint32_t bytes;
+    const char* name;
+  } aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_a,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)"},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_b,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)"},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_d,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)"},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"}};
+  for (const auto& a : aligns)
+    chk(cublasLtMatmulPreferenceSetAttribute(pref.h, a.attr, &a.bytes, sizeof a.bytes), a.name);
   cublasLtMatmulHeuristicResult_t result{};
   int returned = 0;
   chk(cublasLtMatmulAlgoGetHeuristic(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
