@@ -184,6 +184,14 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--exp-avg-sq-dtype", t.exp_avg_sq_dtype,
                  "Megatron's flag: dtype of Adam's second moment, fp32 | fp16 | bf16 (fp16: not implemented yet)")
       ->capture_default_str();
+  app.add_flag("--optimizer-cpu-offload", t.optimizer_cpu_offload,
+               "Megatron's flag: keep the FP32 master weights and Adam's moments in host memory and run AdamW on "
+               "the host (gradients copied down during the last backward, updated weights copied up); needs "
+               "--use-precision-aware-optimizer, as Megatron");
+  app.add_option("--optimizer-offload-fraction", t.optimizer_offload_fraction,
+                 "Megatron's flag: the fraction of the optimizer offloaded to the host (1.0 only: a split is not "
+                 "implemented yet)")
+      ->capture_default_str();
   app.add_flag("--deterministic-mode", t.deterministic_mode,
                "Megatron's flag: choose code that has deterministic execution (slower): cuDNN's deterministic "
                "attention backward. Default: cuDNN's fastest backward, as Transformer Engine's default");
@@ -281,12 +289,28 @@ double available_host_bytes() {
   return 0.0;
 }
 
+// The memory plan's rows (the offload's split into device and host when it is on).
+std::vector<std::string> plan_lines(const MemoryPlan& mem, Device device) {
+  const log::OffloadRows offload{mem.host_grads, mem.host_staging, device == Device::CUDA ? "GPU" : "CPU"};
+  return log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label, mem.offload ? &offload : nullptr);
+}
+
 // The plan must fit the device before anything is allocated; otherwise one line that names the
-// biggest categories and the flags that shrink them.
+// biggest categories and the flags that shrink them. With the optimizer offloaded, the host must also
+// have the offload's bytes available (on the CPU backend: both parts together).
 void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainConfig& t, Device device,
                        const std::string& recompute) {
-  const double avail = device == Device::CPU ? available_host_bytes()
-                                             : static_cast<double>(device_memory_info(device).free);
+  const double host_avail = available_host_bytes();
+  const double host_need = p.host_total() + (device == Device::CPU ? p.total() : 0.0);
+  PL_CHECK(!p.offload || host_avail == 0.0 || host_need < host_avail,
+           "--optimizer-cpu-offload needs {:.1f} GB of host memory (master weights {:.1f} GB, optimizer state {:.1f} GB, "
+           "pinned gradient copy {:.1f} GB, weight staging {:.2f} GB{}) but {:.1f} GB are available; use "
+           "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, or a host with more memory",
+           host_need / 1e9, p.master / 1e9, p.optimizer / 1e9, p.host_grads / 1e9, p.host_staging / 1e9,
+           device == Device::CPU ? fmt::format(", the model on the CPU {:.1f} GB", p.total() / 1e9) : "",
+           host_avail / 1e9);
+  if (p.offload && device == Device::CPU) return;
+  const double avail = device == Device::CPU ? host_avail : static_cast<double>(device_memory_info(device).free);
   // On the GPU the arena also leaves device_memory_margin() free outside it (core/tensor.h).
   const double slack =
       device == Device::CUDA
@@ -294,7 +318,7 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
           : 0.0;
   if (avail == 0.0 || p.total() + slack < avail) return;
   fail("{}", log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
-                                           p.categories(), slack, avail, recompute == "none"));
+                                           p.device_categories(), slack, avail, recompute == "none"));
 }
 
 void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
@@ -433,6 +457,11 @@ void print_optimizer_state(const TrainConfig& t, const std::shared_ptr<spdlog::l
   out->info("pretrain_llama | optimizer state (--use-precision-aware-optimizer): main grads {}, master weights {}, "
             "exp_avg {}, exp_avg_sq {} (one rank: its distributed optimizer holds the whole state)",
             t.main_grads_dtype, t.main_params_dtype, t.exp_avg_dtype, t.exp_avg_sq_dtype);
+  if (t.optimizer_cpu_offload)
+    out->info("pretrain_llama | optimizer CPU offload (--optimizer-cpu-offload, fraction {}): FP32 master weights and "
+              "Adam's moments in host memory, AdamW on the host over the shared element math; gradients copied to "
+              "the host as each layer's are final in the last micro-batch",
+              t.optimizer_offload_fraction);
 }
 
 ModelOptions model_options(const Options& o) {
@@ -445,6 +474,7 @@ ModelOptions model_options(const Options& o) {
   const OptimizerConfig oc = optimizer_config(t);  // validates the precision-aware optimizer's flags
   m.exp_avg = oc.exp_avg_dtype;
   m.exp_avg_sq = oc.exp_avg_sq_dtype;
+  m.optimizer_offload = t.optimizer_cpu_offload;
   return m;
 }
 
@@ -461,8 +491,7 @@ void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<sp
             static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
   print_optimizer_state(t, out);
   for (const std::string& line : s.plan.describe()) out->info("pretrain_llama | plan   {}", line);
-  for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label))
-    out->info("pretrain_llama | memory {}", line);
+  for (const std::string& line : plan_lines(mem, planned)) out->info("pretrain_llama | memory {}", line);
   if (planned == Device::CUDA)
     out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
               "({}), estimated; the GPU run reports cuDNN's own figure",

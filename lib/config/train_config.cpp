@@ -48,7 +48,7 @@ void validate_train_config(const TrainConfig& t) {
 // accepted as they are. Not implemented yet, refused with one line: BF16 main grads (the backward's
 // FP32 dW accumulation: the GEMMs with beta = 1, embedding_backward, rmsnorm_backward), and the FP16
 // states (Transformer Engine's FusedAdam keeps an FP16 master or moment with a per-tensor scale,
-// absmax / (65504 / 2), that this project does not implement).
+// absmax / (65504 / 2), that this project does not implement), and an offload fraction below 1.
 void validate_optimizer_dtypes(const TrainConfig& t) {
   struct Flag {
     const char* name;
@@ -79,6 +79,15 @@ void validate_optimizer_dtypes(const TrainConfig& t) {
            "--exp-avg-dtype fp16 is not implemented yet (TE keeps an FP16 moment with a per-tensor scale; use bf16)");
   PL_CHECK(t.exp_avg_sq_dtype != "fp16",
            "--exp-avg-sq-dtype fp16 is not implemented yet (TE keeps an FP16 moment with a per-tensor scale; use bf16)");
+  // Megatron's optimizer CPU offload check (megatron/training/arguments.py, validate_args).
+  PL_CHECK(t.optimizer_offload_fraction >= 0.0 && t.optimizer_offload_fraction <= 1.0,
+           "--optimizer-offload-fraction must be in [0, 1], got {}", t.optimizer_offload_fraction);
+  PL_CHECK(!t.optimizer_cpu_offload || t.use_precision_aware_optimizer,
+           "--optimizer-cpu-offload needs --use-precision-aware-optimizer (as Megatron: the offloaded optimizer "
+           "reuses its code path)");
+  PL_CHECK(!t.optimizer_cpu_offload || t.optimizer_offload_fraction == 1.0,
+           "--optimizer-offload-fraction {} is not implemented yet (1.0 only: the whole optimizer on the host)",
+           t.optimizer_offload_fraction);
 }
 
 }  // namespace pl

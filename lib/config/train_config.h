@@ -49,6 +49,12 @@ struct TrainConfig {
   std::string main_params_dtype = "fp32";  // fp32 | fp16
   std::string exp_avg_dtype = "fp32";      // fp32 | fp16 | bf16
   std::string exp_avg_sq_dtype = "fp32";   // fp32 | fp16 | bf16
+  // Megatron's --optimizer-cpu-offload / --optimizer-offload-fraction (megatron/training/arguments.py;
+  // Megatron asserts --use-precision-aware-optimizer with it, "as the hybrid device optimizer reuses the
+  // code path of this flag", and so does this project): the FP32 master weights and Adam's moments live
+  // in host memory and AdamW runs on the host. Fraction: 1.0 only (a split is not implemented yet).
+  bool optimizer_cpu_offload = false;
+  double optimizer_offload_fraction = 1.0;
   // Any state dtype other than fp32 (the banner line and the checkpoint manifest say which).
   bool low_precision_optimizer_state() const {
     return main_grads_dtype != "fp32" || main_params_dtype != "fp32" || exp_avg_dtype != "fp32" ||

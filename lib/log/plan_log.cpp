@@ -7,7 +7,7 @@
 namespace pl::log {
 
 std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note,
-                                           const std::string& optimizer_label) {
+                                           const std::string& optimizer_label, const OffloadRows* offload) {
   static constexpr const char* kNames[7] = {"weights (bf16)",          "gradients (fp32)",
                                             "master weights (fp32)",   "optimizer state (Adam m, v fp32)",
                                             "activations and scratch", "quantized copies",
@@ -16,10 +16,23 @@ std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, con
     return fmt::format("{:<34} {:>10.3f} GB  {:>12.2f} MB", name, b / 1e9, b / 1048576.0);
   };
   std::vector<std::string> out;
-  for (size_t i = 0; i < bytes.size(); ++i)
-    out.push_back(row(i == 3 && !optimizer_label.empty() ? optimizer_label.c_str() : kNames[i], bytes[i]));
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string name = i == 3 && !optimizer_label.empty() ? optimizer_label : kNames[i];
+    if (offload && (i == 2 || i == 3)) name.insert(name.size() - 1, ", host");
+    out.push_back(row(name.c_str(), bytes[i]));
+    if (offload && i == 3) {
+      out.push_back(row("gradient copy (fp32, host, pinned)", offload->host_grads));
+      out.push_back(row("weight staging (host, pinned)", offload->host_staging));
+    }
+  }
   out.push_back(row("weights and optimizer (Megatron's category)", bytes[0] + bytes[1] + bytes[2] + bytes[3]));
-  out.push_back(row("total", std::accumulate(bytes.begin(), bytes.end(), 0.0)));
+  const double all = std::accumulate(bytes.begin(), bytes.end(), 0.0);
+  if (!offload) {
+    out.push_back(row("total", all));
+  } else {
+    out.push_back(row(fmt::format("total on the {}", offload->device).c_str(), all - bytes[2] - bytes[3]));
+    out.push_back(row("total on the host", bytes[2] + bytes[3] + offload->host_grads + offload->host_staging));
+  }
   if (!gemm_note.empty()) out.push_back(gemm_note);
   return out;
 }

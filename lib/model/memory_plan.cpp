@@ -20,6 +20,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   if (opt.exp_avg != DType::F32 || opt.exp_avg_sq != DType::F32)
     mem.optimizer_label = fmt::format("optimizer (Adam m {}, v {})", opt.exp_avg == DType::BF16 ? "bf16" : "fp32",
                                       opt.exp_avg_sq == DType::BF16 ? "bf16" : "fp32");
+  if (opt.optimizer_offload) {
+    mem.offload = true;
+    mem.host_grads = static_cast<double>(n * 4);
+    const size_t slot = static_cast<size_t>(std::min<int64_t>(kOffloadChunkElements, static_cast<int64_t>(n)));
+    mem.host_staging = static_cast<double>(slot * dtype_size(act) * kOffloadStagingSlots);
+  }
 
   const int64_t T = B * S, h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
   const int64_t nq = cfg.num_attention_heads, d = cfg.kv_channels, qkv = cfg.qkv_dim(), L = cfg.num_layers;

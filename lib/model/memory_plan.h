@@ -29,7 +29,16 @@ struct ModelOptions {
   // The precision-aware optimizer's moment dtypes (--exp-avg-dtype / --exp-avg-sq-dtype): F32 or BF16.
   DType exp_avg = DType::F32;
   DType exp_avg_sq = DType::F32;
+  // --optimizer-cpu-offload: the FP32 master weights and the moments live on the host, with a pinned host
+  // copy of the gradients and a pinned staging ring for the updated weights (AdamW's offload path).
+  bool optimizer_offload = false;
 };
+
+// The offload's host step runs over the flat buffers in chunks of this many elements; the updated
+// weights of a chunk go to the device through one of kOffloadStagingSlots pinned slots (a ring: a slot
+// is refilled once its previous upload has finished).
+inline constexpr int64_t kOffloadChunkElements = int64_t{1} << 24;  // 16 Mi elements: 32 MiB of bf16
+inline constexpr int kOffloadStagingSlots = 4;
 
 // The storage of "bf16" weights and activations: FP32 holding bf16 values on the CPU (backend/ops.h).
 inline DType float_storage(Device d) { return d == Device::CPU ? DType::F32 : DType::BF16; }
@@ -66,6 +75,10 @@ struct Activations {
 // Bytes the model needs on its device, by category, and where its buffers go.
 struct MemoryPlan {
   double weights = 0, grads = 0, master = 0, optimizer = 0, activations = 0, quantized = 0, workspace = 0;
+  // --optimizer-cpu-offload: master and optimizer are on the host, with these pinned host buffers:
+  // the FP32 copy of the gradients and the weight staging ring (0 without offload).
+  bool offload = false;
+  double host_grads = 0, host_staging = 0;
   // GPU plans with quantized layers: the execution their GEMMs' buffers are sized for ("quantized
   // GEMMs planned for sm_90 ...: nvfp4 emulated; ..."); empty otherwise. Last of log::memory_plan_lines.
   std::string gemm_note;
@@ -76,9 +89,18 @@ struct MemoryPlan {
   // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
   // the first linear [layer*4 + kind] that uses it; workspace_of[linear] indexes them (-1: BF16).
   std::vector<int64_t> workspaces, workspace_of;
-  double total() const { return weights + grads + master + optimizer + activations + quantized + workspace; }
+  // Bytes on the model's device (without offload: every category).
+  double total() const {
+    return weights + grads + (offload ? 0.0 : master + optimizer) + activations + quantized + workspace;
+  }
+  // Bytes the offload keeps on the host (0 without offload).
+  double host_total() const { return offload ? master + optimizer + host_grads + host_staging : 0.0; }
   double weights_and_optimizer() const { return weights + grads + master + optimizer; }
   std::array<double, 7> categories() const { return {weights, grads, master, optimizer, activations, quantized, workspace}; }
+  // The categories on the model's device (with offload, master and optimizer are 0 there).
+  std::array<double, 7> device_categories() const {
+    return {weights, grads, offload ? 0.0 : master, offload ? 0.0 : optimizer, activations, quantized, workspace};
+  }
 };
 
 // micro_batch x seq_length tokens per forward on `device`. opened_sm: the compute capability of the
