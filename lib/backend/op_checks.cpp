@@ -38,6 +38,12 @@ void arg(const OpContext& ctx, const char* op, const char* name, const Tensor& t
            alt != DType::U8 ? fmt::format(" or {}", dtype_name(alt)) : "", device_word(ctx.device));
 }
 
+// The bf16 parameters an optimizer op writes: the device's storage (BF16 on the GPU, FP32 on the CPU),
+// or on the CPU also BF16 bits (the staging of the optimizer offload, bound for a GPU's weights).
+void param_arg(const OpContext& ctx, const char* op, const Tensor& param) {
+  arg(ctx, op, "param", param, act(ctx), -1, on_gpu(ctx) ? DType::F32 : DType::BF16);
+}
+
 void same_numel(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
   PL_CHECK(t.numel() == ref.numel(), "{}: {} {} does not match {} {} (element counts differ)", op, name,
            t.shape_str(), ref_name, ref.shape_str());
@@ -324,7 +330,7 @@ void fill_zero(const OpContext& ctx, const Tensor& x) {
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   constexpr const char* op = "copy_master_to_param";
-  arg(ctx, op, "param", param, act(ctx), -1, DType::F32);
+  param_arg(ctx, op, param);
   arg(ctx, op, "master", master, DType::F32);
   same_numel(op, "param", param, "master", master);
 }
@@ -357,7 +363,7 @@ void sum_of_squares(const OpContext& ctx, const Tensor& x) {
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
-  arg(ctx, op, "param", param, act(ctx), -1, DType::F32);
+  param_arg(ctx, op, param);
   arg(ctx, op, "master", master, DType::F32);
   arg(ctx, op, "grad", grad, DType::F32);
   // The moments: F32, or BF16 (2-byte bf16 bits on every backend) under the precision-aware optimizer.

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor.h"
@@ -36,7 +38,22 @@ static void cuda_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind k
 bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes) {
   return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess;
 }
+void* pinned_host_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t st = cudaMallocHost(&p, bytes);
+  PL_CHECK(st == cudaSuccess, "cudaMallocHost of {} bytes ({:.3f} GB of page-locked host memory) failed: {}", bytes,
+           bytes / 1e9, cudaGetErrorString(st));
+  return p;
+}
+void pinned_host_free(void* p) {
+  const cudaError_t st = cudaFreeHost(p);
+  if (st != cudaSuccess) std::fprintf(stderr, "pretrain_llama: warning: cudaFreeHost failed: %s\n", cudaGetErrorString(st));
+}
 #else
+void* pinned_host_alloc(size_t bytes) {
+  fail("cannot allocate {} bytes of page-locked host memory: this build has no CUDA support", bytes);
+}
+void pinned_host_free(void*) {}
 bool cuda_mem_info(size_t*, size_t*) { return false; }
 void* cuda_alloc(size_t bytes) {
   fail("cannot allocate {} bytes on the GPU: this build has no CUDA support (reconfigure with nvcc present)", bytes);
@@ -187,6 +204,125 @@ void UploadStaging::upload(std::initializer_list<std::pair<Tensor, const void*>>
   pending_[slot] = true;
 #else
   (void)total;
+#endif
+}
+
+// ---- the copy stream of the optimizer offload --------------------------------------------------------
+
+#if defined(PL_WITH_CUDA)
+namespace {
+void check_copy(cudaError_t st, const char* what, size_t bytes = 0) {
+  PL_CHECK(st == cudaSuccess, "copy stream: {}{} failed: {}", what,
+           bytes ? fmt::format(" of {} bytes", bytes) : std::string(), cudaGetErrorString(st));
+}
+cudaEvent_t new_event() {
+  cudaEvent_t e = nullptr;
+  check_copy(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return e;
+}
+}  // namespace
+#endif
+
+CopyStream::CopyStream(Device device, int marks) : device_(device) {
+  PL_CHECK(marks >= 1, "internal: CopyStream with {} marks", marks);
+  pending_.assign(static_cast<size_t>(marks), 0);
+  if (device != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  cudaStream_t s = nullptr;
+  check_copy(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  stream_ = s;
+  ready_ = new_event();
+  marks_.resize(static_cast<size_t>(marks));
+  for (void*& m : marks_) m = new_event();
+#else
+  fail("a copy stream for the GPU in a build without CUDA");
+#endif
+}
+
+CopyStream::~CopyStream() { release(); }
+
+void CopyStream::release() {
+#if defined(PL_WITH_CUDA)
+  // Destructors must not throw: the stream is drained first (no copy still reads or writes memory that
+  // is about to be freed), failures go to stderr.
+  if (stream_) {
+    const cudaError_t st = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+    if (st != cudaSuccess)
+      std::fprintf(stderr, "pretrain_llama: warning: copy stream synchronize failed: %s\n", cudaGetErrorString(st));
+    (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+  }
+  if (ready_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  for (void* m : marks_)
+    if (m) (void)cudaEventDestroy(static_cast<cudaEvent_t>(m));
+#endif
+  stream_ = ready_ = nullptr;
+  marks_.clear();
+  pending_.clear();
+}
+
+CopyStream::CopyStream(CopyStream&& o) noexcept { *this = std::move(o); }
+
+CopyStream& CopyStream::operator=(CopyStream&& o) noexcept {
+  if (this != &o) {
+    release();
+    device_ = o.device_;
+    stream_ = std::exchange(o.stream_, nullptr);
+    ready_ = std::exchange(o.ready_, nullptr);
+    marks_ = std::move(o.marks_);
+    pending_ = std::move(o.pending_);
+    o.marks_.clear();
+    o.pending_.clear();
+  }
+  return *this;
+}
+
+void CopyStream::to_host(void* dst, const Tensor& src, int mark) {
+  PL_CHECK(src.device == device_ && mark >= 0 && static_cast<size_t>(mark) < pending_.size(),
+           "internal: copy of {} ({}) to the host through a {} copy stream, mark {} of {}", src.shape_str(),
+           device_name(src.device), device_name(device_), mark, pending_.size());
+  if (device_ != Device::CUDA) return copy_to_host(dst, src);
+#if defined(PL_WITH_CUDA)
+  auto* s = static_cast<cudaStream_t>(stream_);
+  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(ready_), /*legacy default stream=*/0), "cudaEventRecord");
+  check_copy(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ready_), 0), "cudaStreamWaitEvent");
+  check_copy(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync to the host",
+             src.bytes());
+  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)]), s), "cudaEventRecord");
+  pending_[static_cast<size_t>(mark)] = 1;
+#endif
+}
+
+void CopyStream::to_device(const Tensor& dst, const void* src, int mark) {
+  PL_CHECK(dst.device == device_ && mark >= 0 && static_cast<size_t>(mark) < pending_.size(),
+           "internal: copy of {} ({}) from the host through a {} copy stream, mark {} of {}", dst.shape_str(),
+           device_name(dst.device), device_name(device_), mark, pending_.size());
+  if (device_ != Device::CUDA) return copy_from_host(dst, src);
+#if defined(PL_WITH_CUDA)
+  auto* s = static_cast<cudaStream_t>(stream_);
+  check_copy(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync to the device",
+             dst.bytes());
+  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)]), s), "cudaEventRecord");
+  pending_[static_cast<size_t>(mark)] = 1;
+#endif
+}
+
+void CopyStream::wait(int mark) {
+  PL_CHECK(mark >= 0 && static_cast<size_t>(mark) < pending_.size(), "internal: copy stream mark {} of {}", mark,
+           pending_.size());
+  if (!pending_[static_cast<size_t>(mark)]) return;
+#if defined(PL_WITH_CUDA)
+  check_copy(cudaEventSynchronize(static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)])),
+             "waiting for a copy (cudaEventSynchronize)");
+#endif
+  pending_[static_cast<size_t>(mark)] = 0;
+}
+
+void CopyStream::compute_waits_for_copies() {
+  if (device_ != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(ready_), static_cast<cudaStream_t>(stream_)), "cudaEventRecord");
+  check_copy(cudaStreamWaitEvent(/*legacy default stream=*/0, static_cast<cudaEvent_t>(ready_), 0),
+             "cudaStreamWaitEvent");
 #endif
 }
 

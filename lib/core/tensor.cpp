@@ -112,6 +112,8 @@ void* cuda_alloc(size_t bytes);  // core/device_memory.cpp (fails without CUDA)
 bool cuda_mem_info(size_t* free_bytes, size_t* total_bytes);  // false without a device
 void cuda_free(void* p);
 void cuda_zero(void* p, size_t bytes);
+void* pinned_host_alloc(size_t bytes);  // core/device_memory.cpp: cudaMallocHost (fails without CUDA)
+void pinned_host_free(void* p);
 
 size_t ArenaBlocks::take(size_t bytes) {
   const size_t need = (bytes + 255) / 256 * 256;
@@ -231,9 +233,23 @@ Buffer::Buffer(size_t bytes, Device device) : bytes_(bytes), device_(device) {
 
 Buffer::~Buffer() { release(); }
 
+Buffer Buffer::pinned_host(size_t bytes, Device for_device) {
+  if (for_device != Device::CUDA || bytes == 0) return Buffer(bytes, Device::CPU);
+  Buffer b;
+  b.bytes_ = bytes;
+  b.device_ = Device::CPU;
+  b.data_ = pinned_host_alloc(bytes);
+  b.pinned_ = true;
+  std::memset(b.data_, 0, bytes);
+  record_alloc(Device::CPU, bytes);
+  return b;
+}
+
 void Buffer::release() {
   if (!data_) return;
-  if (device_ == Device::CPU)
+  if (pinned_)
+    pinned_host_free(data_);
+  else if (device_ == Device::CPU)
     std::free(data_);
   else
     device_free(data_, bytes_);
@@ -241,7 +257,7 @@ void Buffer::release() {
   data_ = nullptr;
 }
 
-Buffer::Buffer(Buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), device_(o.device_) {
+Buffer::Buffer(Buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), device_(o.device_), pinned_(o.pinned_) {
   o.data_ = nullptr;
 }
 
@@ -251,6 +267,7 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
     data_ = o.data_;
     bytes_ = o.bytes_;
     device_ = o.device_;
+    pinned_ = o.pinned_;
     o.data_ = nullptr;
   }
   return *this;

@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace pl {
 
@@ -59,6 +60,9 @@ class Buffer {
  public:
   Buffer() = default;
   Buffer(size_t bytes, Device device);
+  // Host memory, page-locked (cudaMallocHost) when `for_device` is CUDA so asynchronous copies to and
+  // from that device can use it; plain host memory otherwise. Zeroed, counted as CPU memory.
+  static Buffer pinned_host(size_t bytes, Device for_device);
   ~Buffer();
   Buffer(Buffer&& o) noexcept;
   Buffer& operator=(Buffer&& o) noexcept;
@@ -75,6 +79,7 @@ class Buffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
   Device device_ = Device::CPU;
+  bool pinned_ = false;  // host memory from cudaMallocHost
 };
 
 MemoryStats memory_stats(Device device);
@@ -150,6 +155,43 @@ class UploadStaging {
   char* host_ = nullptr;          // slots_ * slot_bytes_ pinned bytes
   void* events_[4] = {};          // cudaEvent_t per slot (recorded after its copies)
   bool pending_[4] = {};          // an event was recorded for the slot
+};
+
+// Copies between pinned host memory and one device on a stream of their own, so they run while the
+// compute stream works (the optimizer offload: gradients go down during the backward, updated weights
+// come up during the host's optimizer step). Each copy marks one of `marks` completion slots; the host
+// waits on a slot, the compute stream waits on every copy queued so far. The copy stream is created
+// non-blocking: it never synchronizes implicitly with the legacy default stream the ops run on, so
+// every ordering between them is one of the two explicit waits below. On the CPU a copy is a memcpy
+// done at once and the waits return.
+class CopyStream {
+ public:
+  CopyStream() = default;
+  CopyStream(Device device, int marks);
+  ~CopyStream();
+  CopyStream(CopyStream&& o) noexcept;
+  CopyStream& operator=(CopyStream&& o) noexcept;
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+
+  // dst (pinned host, src.bytes()) <- src (a device tensor), after all work queued so far on the
+  // compute stream (src is final there); marks `mark`.
+  void to_host(void* dst, const Tensor& src, int mark);
+  // dst (a device tensor) <- src (pinned host, dst.bytes()), in order after the copies queued before
+  // on this stream; marks `mark`. src must stay untouched until wait(mark).
+  void to_device(const Tensor& dst, const void* src, int mark);
+  // Blocks the host until the copy that last marked `mark` has finished (at once if none is pending).
+  void wait(int mark);
+  // The compute stream waits (on the device; the host goes on) for every copy queued so far.
+  void compute_waits_for_copies();
+
+ private:
+  void release();
+  Device device_ = Device::CPU;
+  void* stream_ = nullptr;         // cudaStream_t (non-blocking)
+  void* ready_ = nullptr;          // cudaEvent_t recorded on the compute stream before a download
+  std::vector<void*> marks_;       // cudaEvent_t per mark
+  std::vector<uint8_t> pending_;   // the mark's event was recorded and not yet waited on
 };
 
 }  // namespace pl

@@ -22,6 +22,7 @@ struct TimerInfo {
 // megatron/core/pipeline_parallel/schedules.py (where each is created with its log_level).
 constexpr std::array<TimerInfo, kTimerCount> kInfo = {{
     {"forward-backward", 1},
+    {"optimizer-copy-to-main-grad", 1},
     {"optimizer-clip-main-grad", 1},
     {"optimizer-inner-step", 1},
     {"optimizer-copy-main-to-model-params", 1},

@@ -35,10 +35,12 @@ namespace pl {
 // Every timer this program has, in print order: Megatron's level-1 names in training_log's order,
 // then Megatron's level-2 names, then this program's per-op categories (level 2). A Megatron timer
 // this program has no counterpart of (gradient all-reduces, params-all-gather, pipeline send/recv,
-// optimizer-copy-to-main-grad, optimizer-unscale-and-check-inf, optimizer-count-zeros) is absent.
+// optimizer-unscale-and-check-inf, optimizer-count-zeros) is absent.
 enum class TimerId : uint8_t {
   // level 1 (Megatron's names)
   ForwardBackward,                 // "forward-backward": every micro-batch's batch, forward and backward
+  OptimizerCopyToMainGrad,         // "optimizer-copy-to-main-grad": with --optimizer-cpu-offload, the host
+                                   //   waiting for each chunk's gradient copy (and its staging slot's upload)
   OptimizerClipMainGrad,           // "optimizer-clip-main-grad": the gradient norm (the clip is fused
                                    //   into the AdamW update) -- the sum_of_squares op
   OptimizerInnerStep,              // "optimizer-inner-step": the AdamW update ops

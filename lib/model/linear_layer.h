@@ -17,6 +17,7 @@
 // compact block scales (QuantizeOptions::compact_scales = false): every GPU consumer reads the
 // swizzled ones; the CPU writes both.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct OperandStats {
 struct StepOptions {
   uint64_t counter = 0;              // distinct per (iteration, micro-batch): seeds the stochastic rounding
   bool collect_quant_stats = false;  // the backward records telemetry of every quantized operand it makes
+  // The last micro-batch of an iteration with the optimizer offloaded: called during the backward each
+  // time the gradients of the flat elements [begin, num_params) are final (the LM head and final norm,
+  // then each layer from the last, then the embedding with begin = 0), so their copy to the host can
+  // start while the rest of the backward runs. Null: nobody listens.
+  const std::function<void(int64_t begin)>* grads_final_from = nullptr;
 };
 
 // The transient quantized copies of x and dy that one GEMM triple needs while it runs. Only the

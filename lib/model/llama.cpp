@@ -27,7 +27,8 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   const size_t n = static_cast<size_t>(num_params());
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
   grad_buf_ = Buffer(n * 4, ctx_.device);
-  master_buf_ = Buffer(n * 4, ctx_.device);
+  // With the optimizer offloaded the FP32 master weights live in host memory, where AdamW updates them.
+  master_buf_ = Buffer(n * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
   weights_ = views_of(weight_buf_, float_storage(ctx_.device));
   grads_ = views_of(grad_buf_, DType::F32);
   master_ = views_of(master_buf_, DType::F32);
@@ -137,19 +138,36 @@ void LlamaModel::init_parameters(uint64_t seed) {
   for (size_t i = 0; i < entries_.size(); ++i) {
     const ParamEntry& e = entries_[i];
     const Tensor dst = master_.flat.rows(e.offset, e.numel());
-    float* m = ctx_.device == Device::CPU ? dst.f32() : (staging.resize(static_cast<size_t>(e.numel())), staging.data());
+    float* m = dst.device == Device::CPU ? dst.f32() : (staging.resize(static_cast<size_t>(e.numel())), staging.data());
     if (e.init_std == 0.0)
       fill_ones(m, e.numel());
     else
       fill_normal(m, e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
-    if (ctx_.device != Device::CPU) copy_from_host(dst, m);
+    if (dst.device != Device::CPU) copy_from_host(dst, m);
   }
   sync_weights_from_master();
   zero_grads();
 }
 
 void LlamaModel::sync_weights_from_master() {
-  copy_master_to_param(ctx_, weights_.flat, master_.flat);
+  if (master_.flat.device == weights_.flat.device) {
+    copy_master_to_param(ctx_, weights_.flat, master_.flat);
+  } else {
+    // Master on the host (optimizer offload), weights on the GPU: rounded on the host by the same op
+    // (bf16 bits), uploaded piece by piece. Runs at initialisation and checkpoint load, not in the loop.
+    OpContext host = ctx_;
+    host.device = Device::CPU;
+    host.gpu = nullptr;
+    const DType storage = weights_.flat.dtype;
+    const int64_t n = num_params(), piece = std::min<int64_t>(n, kOffloadChunkElements);
+    std::vector<uint8_t> bytes(static_cast<size_t>(piece) * dtype_size(storage));
+    for (int64_t b = 0; b < n; b += piece) {
+      const int64_t len = std::min(piece, n - b);
+      const Tensor staged(bytes.data(), {len}, storage, Device::CPU);
+      copy_master_to_param(host, staged, master_.flat.rows(b, len));
+      copy_from_host(weights_.flat.rows(b, len), bytes.data());
+    }
+  }
   prepare_weights();
 }
 
@@ -267,10 +285,16 @@ void LlamaModel::run_backward(const StepOptions& step) {
   const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   // acts_.logits now holds dlogits.
+  // The offload's listener learns which gradients are final: flat offsets of the parameter entries
+  // (embedding, 6 per layer, final norm, LM head: param_layout's order).
+  auto final_from = [&](size_t entry) {
+    if (step.grads_final_from) (*step.grads_final_from)(entries_[entry].offset);
+  };
   linear_backward_weight(ctx_, grads_.lm_head, acts_.logits, acts_.lnf);
   linear_backward_input(ctx_, acts_.d_ln, acts_.logits, weights_.lm_head);
   fill_zero(ctx_, acts_.d_resid);
   rmsnorm_backward(ctx_, acts_.d_resid, grads_.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm, acts_.rstdf);
+  final_from(1 + 6 * static_cast<size_t>(cfg_.num_layers));
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
     // Full recomputation: refill the shared activations from the kept layer input (the layer
     // output goes to scratch; the stored outputs are never needed again).
@@ -289,8 +313,10 @@ void LlamaModel::run_backward(const StepOptions& step) {
     rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
     linear(l, kQkv).backward(ctx_, acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
+    final_from(1 + 6 * static_cast<size_t>(l));
   }
   embedding_backward(ctx_, grads_.embedding, acts_.d_resid, acts_.tokens);
+  final_from(0);
 }
 
 void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out) {

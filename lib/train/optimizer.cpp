@@ -1,8 +1,10 @@
 #include "train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "core/timers.h"
 
 namespace pl {
 
@@ -17,14 +19,20 @@ OptimizerConfig optimizer_config(const TrainConfig& t) {
   OptimizerConfig c;
   c.exp_avg_dtype = optimizer_state_dtype(t.exp_avg_dtype);
   c.exp_avg_sq_dtype = optimizer_state_dtype(t.exp_avg_sq_dtype);
+  c.offload = t.optimizer_cpu_offload;
   return c;
 }
 
-AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg) {
+AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg), offload_(cfg.offload) {
   const size_t n = static_cast<size_t>(model.num_params());
   const Device dev = model.grads().flat.device;
-  m_ = Buffer(n * dtype_size(cfg.exp_avg_dtype), dev);  // zeroed (a zero bf16 is 0x0000)
-  v_ = Buffer(n * dtype_size(cfg.exp_avg_sq_dtype), dev);
+  PL_CHECK(dev == Device::CPU || offload_ == (model.master().flat.device == Device::CPU),
+           "internal: optimizer offload {} but the model's master weights are on the {}", offload_ ? "on" : "off",
+           device_name(model.master().flat.device));
+  // The moments live beside the master weights (on the host when offloaded).
+  const Device state = offload_ ? Device::CPU : dev;
+  m_ = Buffer(n * dtype_size(cfg.exp_avg_dtype), state);  // zeroed (a zero bf16 is 0x0000)
+  v_ = Buffer(n * dtype_size(cfg.exp_avg_sq_dtype), state);
   // Decay applies to 2-D tensors only: the others become no-decay ranges (adjacent ones merged).
   for (const ParamEntry& e : model.param_entries()) {
     if (e.is_matrix) continue;
@@ -41,6 +49,76 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg
                    no_decay_host_.data());
     no_decay_.device = static_cast<const int64_t*>(no_decay_device_.data());
   }
+  if (offload_) prepare_offload();
+}
+
+void AdamW::prepare_offload() {
+  const int64_t n = model_.num_params();
+  const Device dev = model_.grads().flat.device;
+  const int64_t chunk = std::min(cfg_.offload_chunk_elements, n);
+  PL_CHECK(chunk >= 1, "internal: offload chunk of {} elements", cfg_.offload_chunk_elements);
+  for (int64_t b = 0; b < n; b += chunk) {
+    Chunk c{b, std::min(chunk, n - b), {}};
+    for (size_t r = 0; r < no_decay_host_.size(); r += 2) {  // the no-decay ranges clipped to the chunk
+      const int64_t lo = std::max(no_decay_host_[r], b), hi = std::min(no_decay_host_[r + 1], b + c.size);
+      if (lo < hi) c.no_decay.insert(c.no_decay.end(), {lo - b, hi - b});
+    }
+    chunks_.push_back(std::move(c));
+  }
+  host_grads_ = Buffer::pinned_host(static_cast<size_t>(n) * 4, dev);
+  const DType storage = model_.weights().flat.dtype;
+  staging_ = Buffer::pinned_host(static_cast<size_t>(chunk) * dtype_size(storage) * kOffloadStagingSlots, dev);
+  copies_ = CopyStream(dev, static_cast<int>(chunks_.size()) + kOffloadStagingSlots);
+  on_final_ = [this](int64_t begin) { queue_gradient_copies(begin); };
+}
+
+// Chunks are queued from the top of the flat buffers down (the backward finishes the LM head first and
+// the embedding last): every chunk lying wholly in [final_from, n) that is not queued yet.
+void AdamW::queue_gradient_copies(int64_t final_from) {
+  const int64_t count = static_cast<int64_t>(chunks_.size());
+  while (copied_down_ < count) {
+    const int64_t c = count - 1 - copied_down_;
+    const Chunk& ch = chunks_[static_cast<size_t>(c)];
+    if (ch.begin < final_from) break;
+    copies_.to_host(host_grads_.as({ch.size}, DType::F32, static_cast<size_t>(ch.begin) * 4).data,
+                    model_.grads().flat.rows(ch.begin, ch.size), static_cast<int>(c));
+    ++copied_down_;
+  }
+}
+
+// The host's AdamW, chunk by chunk in the order the gradient copies were queued: wait for the chunk's
+// gradients, update its masters and moments and write its new weights into a staging slot (the CPU
+// backend's op: the same element math as every backend), then queue the slot's upload. A slot is
+// refilled only once its previous upload is done. At the end the compute stream waits for the uploads.
+void AdamW::host_step(const AdamWStep& s) {
+  queue_gradient_copies(0);  // whatever the backward did not announce (e.g. a step without a listener)
+  copied_down_ = 0;
+  OpContext host = model_.context();
+  host.device = Device::CPU;
+  host.gpu = nullptr;
+  const DType storage = model_.weights().flat.dtype;
+  const int64_t slot_elems = std::min(cfg_.offload_chunk_elements, model_.num_params());
+  const int count = static_cast<int>(chunks_.size());
+  Timers* timers = active_timers();
+  for (int i = 0; i < count; ++i) {
+    const int c = count - 1 - i, slot = i % kOffloadStagingSlots, slot_mark = count + slot;
+    const Chunk& ch = chunks_[static_cast<size_t>(c)];
+    if (timers) timers->start(TimerId::OptimizerCopyToMainGrad);
+    copies_.wait(c);
+    copies_.wait(slot_mark);
+    if (timers) timers->stop(TimerId::OptimizerCopyToMainGrad);
+    const Tensor staged = staging_.as({ch.size}, storage, static_cast<size_t>(slot * slot_elems) * dtype_size(storage));
+    ElementRanges nd;
+    nd.host = ch.no_decay.data();
+    nd.count = static_cast<int64_t>(ch.no_decay.size() / 2);
+    const auto rows = [&](const Buffer& b, DType t) {
+      return b.as({ch.size}, t, static_cast<size_t>(ch.begin) * dtype_size(t));
+    };
+    adamw_update_multi(host, staged, model_.master().flat.rows(ch.begin, ch.size), rows(host_grads_, DType::F32),
+                       rows(m_, cfg_.exp_avg_dtype), rows(v_, cfg_.exp_avg_sq_dtype), nd, s);
+    copies_.to_device(model_.weights().flat.rows(ch.begin, ch.size), staged.data, slot_mark);
+  }
+  copies_.compute_waits_for_copies();
 }
 
 AdamW::Result AdamW::step(double lr) {
@@ -49,13 +127,13 @@ AdamW::Result AdamW::step(double lr) {
   r.grad_norm = std::sqrt(sum_of_squares(ctx, model_.grads().flat));
   if (!std::isfinite(r.grad_norm)) {
     r.skipped = true;
+    copied_down_ = 0;
     return r;
   }
   const double clip = cfg_.clip_grad / (r.grad_norm + 1e-6);
   const float grad_scale = clip < 1.0 ? static_cast<float>(clip) : 1.0f;
   ++step_;
   const int64_t n = model_.num_params();
-  const Tensor m = m_.as({n}, cfg_.exp_avg_dtype), v = v_.as({n}, cfg_.exp_avg_sq_dtype);
   AdamWStep s;
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(cfg_.beta1);
@@ -64,7 +142,12 @@ AdamW::Result AdamW::step(double lr) {
   s.weight_decay = static_cast<float>(cfg_.weight_decay);  // 0 inside no_decay_ (the norm weights)
   s.step = step_;
   s.grad_scale = grad_scale;
+  if (offload_) {
+    host_step(s);
+    return r;
+  }
   // One pass over the flat buffers (one launch on the GPU), bit-identical to one adamw_update per tensor.
+  const Tensor m = m_.as({n}, cfg_.exp_avg_dtype), v = v_.as({n}, cfg_.exp_avg_sq_dtype);
   adamw_update_multi(ctx, model_.weights().flat, model_.master().flat, model_.grads().flat, m, v, no_decay_, s);
   return r;
 }

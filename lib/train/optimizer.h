@@ -2,12 +2,22 @@
 // AdamW on the fp32 master weights with global-norm clipping, as Megatron's optimizer with
 // bf16_mixed: grad norm over all fp32 grads before clipping, clip_coeff = max_norm/(norm+1e-6)
 // applied when < 1, decoupled weight decay on 2-D tensors only, new bf16 weights from the masters.
+//
+// Offloaded (Megatron's --optimizer-cpu-offload): the master weights and moments stay in host memory.
+// During the last micro-batch's backward each chunk of gradients is copied down as soon as it is final
+// (CopyStream: a second stream, under the rest of the backward); the gradient norm is computed where the
+// gradients are (the same op, bit-identical on every backend); then the host runs the CPU backend's
+// adamw_update_multi chunk by chunk, in the order the copies arrive, writing the new bf16 weights into
+// a pinned staging slot whose upload starts at once (under the next chunk's host work). The per-element
+// math is the same num::adamw_element_stored, so offloaded and on-device steps agree bit for bit.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "config/train_config.h"
 #include "core/tensor.h"
 #include "model/llama.h"
+#include "model/memory_plan.h"
 
 namespace pl {
 
@@ -21,6 +31,10 @@ struct OptimizerConfig {
   // (stored as 2-byte bf16 on every backend; num::adamw_element_stored loads, computes in FP32, stores RNE).
   DType exp_avg_dtype = DType::F32;
   DType exp_avg_sq_dtype = DType::F32;
+  // --optimizer-cpu-offload: master (the model's, allocated on the host) and moments in host memory;
+  // AdamW runs on the host over chunks of this many elements (tests use small ones to cross boundaries).
+  bool offload = false;
+  int64_t offload_chunk_elements = kOffloadChunkElements;
 };
 
 // The optimizer settings of a run: the defaults with the run's state dtypes (validated flags).
@@ -38,6 +52,11 @@ class AdamW {
   };
   // One step at learning rate lr. A non-finite gradient norm skips the update (nothing changes).
   Result step(double lr);
+  // The offload's listener for the last micro-batch's backward (StepOptions::grads_final_from): queues
+  // the copy to the host of every chunk whose gradients are now final. Null without offload.
+  const std::function<void(int64_t)>* gradient_copy_listener() const { return offload_ ? &on_final_ : nullptr; }
+  // An iteration that does not step (its loss was not finite): the copies it queued are dropped.
+  void drop_queued_gradient_copies() { copied_down_ = 0; }
   int64_t steps_taken() const { return step_; }
   // Checkpoint access: the moments (flat, the layout of the master weights, in their dtypes) and the step count.
   const Buffer& moment1() const { return m_; }
@@ -49,6 +68,15 @@ class AdamW {
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
 
  private:
+  // The optimizer offload (--optimizer-cpu-offload): one chunk of the flat buffers and its no-decay
+  // ranges relative to the chunk.
+  struct Chunk {
+    int64_t begin = 0, size = 0;
+    std::vector<int64_t> no_decay;
+  };
+  void prepare_offload();
+  void queue_gradient_copies(int64_t final_from);
+  void host_step(const AdamWStep& s);
   LlamaModel& model_;
   OptimizerConfig cfg_;
   Buffer m_, v_;
@@ -58,6 +86,15 @@ class AdamW {
   Buffer no_decay_device_;
   ElementRanges no_decay_;
   int64_t step_ = 0;
+  // Offload state: the chunks (in flat order), the pinned host copy of the gradients, the ring of
+  // pinned staging slots for the updated weights, the copy stream (marks: one per chunk, then one
+  // per staging slot), and how many chunks from the top have been queued down this iteration.
+  bool offload_ = false;
+  std::vector<Chunk> chunks_;
+  Buffer host_grads_, staging_;
+  CopyStream copies_;
+  int64_t copied_down_ = 0;
+  std::function<void(int64_t)> on_final_;
 };
 
 }  // namespace pl

@@ -106,7 +106,10 @@ TrainResult Trainer::run(const TrainState& start) {
       // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
       // resumed run draws the same stochastic-rounding bits as one that never stopped.
       // Telemetry of the last micro-batch of the iteration.
-      const StepOptions step{static_cast<uint64_t>(st.micro_batches_done + m), stats_now && m == M - 1};
+      // With the optimizer offloaded, the last micro-batch's backward announces the gradients that are
+      // final, so their copy to the host runs under the rest of the backward.
+      const StepOptions step{static_cast<uint64_t>(st.micro_batches_done + m), stats_now && m == M - 1,
+                             m == M - 1 ? opt_.gradient_copy_listener() : nullptr};
       // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
       const int64_t slot = m % model_.loss_slots();
       model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale, step);
@@ -126,6 +129,7 @@ TrainResult Trainer::run(const TrainState& start) {
     } else {
       step.grad_norm = std::nan("");
       step.skipped = true;
+      opt_.drop_queued_gradient_copies();
     }
     st.consumed_samples += cfg_.global_batch_size;
     if (!step.skipped) {

@@ -39,12 +39,17 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
 // the moments are stored as their tensors' dtypes say (F32, or BF16 bits under the precision-aware
 // optimizer: loaded to FP32, stored RNE).
 namespace {
-template <class M, class V>
+// A parameter element as its tensor stores it: FP32 (the CPU model's bf16 values in FP32 storage), or
+// bf16 bits (the staging of the optimizer offload, whose bytes go to a GPU's BF16 weights).
+inline void store_param(float& dst, float master, bool round) { dst = round ? num::round_bf16(master) : master; }
+inline void store_param(uint16_t& dst, float master, bool) { dst = num::float_to_bf16_bits(master); }
+
+template <class P, class M, class V>
 void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const ElementRanges& no_decay, const num::AdamWHyper& decay, const num::AdamWHyper& plain,
                  bool round) {
   const int64_t n = master.numel();
-  float* pp = param.f32();
+  P* pp = param.ptr<P>();
   float* mp = master.f32();
   const float* gp = grad.f32();
   M* m1 = m.ptr<M>();
@@ -60,7 +65,7 @@ void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, 
 #pragma omp for schedule(static)
     for (int64_t i = i0; i < i1; ++i) {
       num::adamw_element_stored(mp[i], m1[i], m2[i], gp[i], h);
-      pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
+      store_param(pp[i], mp[i], round);
     }
   }
 }
@@ -72,24 +77,36 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
   const bool round = ctx.round_bf16;
-  const bool m16 = m.dtype == DType::BF16, v16 = v.dtype == DType::BF16;
-  if (!m16 && !v16)
-    adamw_multi<float, float>(param, master, grad, m, v, no_decay, decay, plain, round);
-  else if (m16 && !v16)
-    adamw_multi<uint16_t, float>(param, master, grad, m, v, no_decay, decay, plain, round);
-  else if (!m16 && v16)
-    adamw_multi<float, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
+  // One instantiation per storage combination (param, m, v each FP32 or bf16 bits).
+  auto run = [&]<class P>(P*) {
+    const bool m16 = m.dtype == DType::BF16, v16 = v.dtype == DType::BF16;
+    if (!m16 && !v16)
+      adamw_multi<P, float, float>(param, master, grad, m, v, no_decay, decay, plain, round);
+    else if (m16 && !v16)
+      adamw_multi<P, uint16_t, float>(param, master, grad, m, v, no_decay, decay, plain, round);
+    else if (!m16 && v16)
+      adamw_multi<P, float, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
+    else
+      adamw_multi<P, uint16_t, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
+  };
+  if (param.dtype == DType::BF16)
+    run(static_cast<uint16_t*>(nullptr));
   else
-    adamw_multi<uint16_t, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
+    run(static_cast<float*>(nullptr));
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   const int64_t n = master.numel();
-  float* pp = param.f32();
   const float* mp = master.f32();
   const bool round = ctx.round_bf16;
+  auto run = [&]<class P>(P* pp) {
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) pp[i] = round ? num::round_bf16(mp[i]) : mp[i];
+    for (int64_t i = 0; i < n; ++i) store_param(pp[i], mp[i], round);
+  };
+  if (param.dtype == DType::BF16)
+    run(param.ptr<uint16_t>());
+  else
+    run(param.f32());
 }
 
 }  // namespace pl::cpu
