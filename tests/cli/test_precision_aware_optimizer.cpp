@@ -177,4 +177,86 @@ TEST(PrecisionAwareOptimizer, Bf16MomentCheckpointsResumeBitIdenticallyAndConver
   EXPECT_TRUE(std::filesystem::exists(hf + "/model.safetensors")) << c.out;
 }
 
+// ---- the optimizer CPU offload (--optimizer-cpu-offload) ------------------------------------------------
+
+const std::vector<std::string> kOffload = {"--use-precision-aware-optimizer", "--optimizer-cpu-offload"};
+
+// Megatron's rules (arguments.py): offload needs the precision-aware optimizer; the fraction is in
+// [0, 1]; a fraction other than 1 is not implemented here yet.
+TEST(OptimizerCpuOffload, BadFlagCombinationsAreRefusedNamingTheFlag) {
+  expect_one_line_failure({"--optimizer-cpu-offload"}, {"--optimizer-cpu-offload", "--use-precision-aware-optimizer"});
+  expect_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "0.5"}),
+                          {"--optimizer-offload-fraction 0.5", "not implemented yet"});
+  expect_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "1.5"}),
+                          {"--optimizer-offload-fraction", "[0, 1]"});
+}
+
+// Offload moves the state, not the math: the offloaded run prints the on-device run's iteration lines
+// (FP32 and BF16 moments), says so in its banner, and its timers include the gradient copy's wait.
+TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
+  for (const std::vector<std::string>& moments :
+       {std::vector<std::string>{"--use-precision-aware-optimizer"}, kBf16Moments}) {
+    const ProcessResult on_device = run_ok(tiny(moments));
+    const ProcessResult offloaded = run_ok(tiny(plus(moments, {"--optimizer-cpu-offload"})));
+    const auto a = iteration_lines(on_device.out, 1), b = iteration_lines(offloaded.out, 1);
+    ASSERT_EQ(a.size(), 20u);
+    EXPECT_EQ(a, b);
+    EXPECT_NE(offloaded.out.find("optimizer CPU offload (--optimizer-cpu-offload, fraction 1)"), std::string::npos)
+        << offloaded.out;
+    EXPECT_EQ(on_device.out.find("optimizer CPU offload"), std::string::npos);
+  }
+  const ProcessResult timed = run_ok(tiny(plus(kOffload, {"--timing-log-level", "1", "--log-interval", "10"})));
+  EXPECT_NE(timed.out.find("optimizer-copy-to-main-grad"), std::string::npos) << timed.out;
+}
+
+// A checkpoint does not record where the state lived: saved offloaded, it resumes bit-identically with
+// or without offload.
+TEST(OptimizerCpuOffload, CheckpointsResumeBitIdenticallyWithOrWithoutOffload) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  const auto with = [&](const std::vector<std::string>& extra) { return tiny(plus(extra, kBf16Moments)); };
+  const ProcessResult straight = run_ok(with({}));
+  run_ok(with({"--optimizer-cpu-offload", "--save", d, "--save-interval", "10", "--exit-interval", "10"}));
+  const auto expected = iteration_lines(straight.out, 11);
+  ASSERT_EQ(expected.size(), 10u);
+  EXPECT_EQ(iteration_lines(run_ok(with({"--optimizer-cpu-offload", "--load", d})).out, 1), expected);
+  EXPECT_EQ(iteration_lines(run_ok(with({"--load", d})).out, 1), expected);
+}
+
+// --dry-run books master and moments on the host: the GPU total drops by exactly those rows, the host
+// total is them plus the pinned gradient copy and staging.
+TEST(OptimizerCpuOffload, DryRunSplitsThePlanIntoGpuAndHost) {
+  const std::vector<std::string> base = {"--model", "llama3_8b", "--micro-batch-size", "1", "--dry-run"};
+  auto mb = [](const std::string& out, const std::string& row) {
+    const std::regex re("memory " + row + R"( +[0-9.]+ GB +([0-9.]+) MB)");
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, re)) << row << " not in:\n" << out;
+    return m.size() > 1 ? std::stod(m[1]) : -1.0;
+  };
+  const ProcessResult on_device = run_ok(plus(base, kBf16Moments));
+  const ProcessResult off = run_ok(plus(plus(base, kBf16Moments), {"--optimizer-cpu-offload"}));
+  const double master = mb(off.out, R"(master weights \(fp32, host\))");
+  const double moments = mb(off.out, R"(optimizer \(Adam m bf16, v bf16, host\))");
+  const double grads = mb(off.out, R"(gradient copy \(fp32, host, pinned\))");
+  const double staging = mb(off.out, R"(weight staging \(host, pinned\))");
+  EXPECT_NEAR(mb(on_device.out, "total") - mb(off.out, "total on the GPU"), master + moments, 0.02);
+  EXPECT_NEAR(mb(off.out, "total on the host"), master + moments + grads + staging, 0.02);
+  EXPECT_NEAR(grads, master, 0.01);  // both fp32, one element per parameter
+}
+
+// Start-up refuses, with one line, an offload the host cannot hold (a 400-layer 8B shape: ~1.4 TB).
+TEST(OptimizerCpuOffload, HostWithoutTheMemoryIsOneLine) {
+  const ProcessResult r = pl::test::run_process(
+      kApp, plus({"--model", "llama3_8b", "--num-layers", "400", "--device", "cpu", "--train-iters", "1",
+                  "--global-batch-size", "1", "--micro-batch-size", "1", "--seq-length", "128"},
+                 kOffload),
+      120.0);
+  ASSERT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto lines = pl::test::split_lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_NE(lines[0].find("--optimizer-cpu-offload needs"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("GB of host memory"), std::string::npos) << lines[0];
+}
+
 }  // namespace
