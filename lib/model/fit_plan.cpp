@@ -32,15 +32,15 @@ namespace {
 //   H200                 143771 MiB   sm_90
 //   B200                 183359 MiB   sm_100
 //   GeForce RTX 5090      32607 MiB   sm_120
-// GB300 (its B300 GPU, sm_103 but planned as sm_100: the same native NVFP4/MXFP8 GEMMs): no public
-// nvidia-smi line was found; 288 GiB is NOMINAL (the 288 GB of HBM3e as 8 stacks of 36 GiB). What
+// GB300 (its B300 GPU: sm_103, compute capability 10.3 as public B300 reports print it; NVFP4/MXFP8 GEMMs
+// native as on sm_100): no public nvidia-smi line was found; 288 GiB is NOMINAL (the 288 GB of HBM3e as 8 stacks of 36 GiB). What
 // nvidia-smi prints is likely less (an NVML mock profile of NVIDIA's says 284672 MiB for "NVIDIA GB300
 // NVL"; cloud listings say 275-279 GB per GPU); replace it when a GB300 run reports its total.
 constexpr std::array<GpuSpec, 5> kGpus = {{
     {"h100", "H100 80GB", 81559, 90},
     {"h200", "H200 141GB", 143771, 90},
     {"b200", "B200 180GB", 183359, 100},
-    {"gb300", "GB300 288GB", 288 * 1024, 100},  // nominal, see above
+    {"gb300", "GB300 288GB", 288 * 1024, 103},  // nominal, see above
     {"rtx5090", "RTX 5090 32GB", 32607, 120},
 }};
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
@@ -11,6 +12,7 @@
 #include "model/fit_plan.h"
 #include "model/memory_plan.h"
 #include "model/precision_plan.h"
+#include "log/plan_log.h"
 
 namespace pl {
 namespace {
@@ -126,7 +128,8 @@ TEST(FitPlan, Llama8bFitsGb300AsGiven) {
   EXPECT_EQ(f.device_total, p.total());
   EXPECT_EQ(f.as_given_total, p.total());
   EXPECT_EQ(f.host_total, 0.0);
-  // Planned for sm_100: NVFP4 native, so no emulation scratch; smaller than the sm_90 plan.
+  // Planned for sm_103: NVFP4 native, so no emulation scratch; smaller than the sm_90 plan.
+  EXPECT_EQ(gb300.sm, 103);
   EXPECT_LT(p.total(), m.plan_with(gpu("h100"), 1, false, false, false).total());
 }
 
@@ -169,6 +172,27 @@ TEST(FitPlan, TheUsersFlagsAreKeptAndNotRepeated) {
   EXPECT_TRUE(f.chosen.options.recompute);  // never removed
   EXPECT_EQ(f.flags, "--optimizer-cpu-offload");
   EXPECT_EQ(f.device_total, m.plan_with(gpu("h100"), 1, true, true, true).total());
+}
+
+// The table's text: a row that fits, one whose flags change the micro-batch (said to replace the given
+// one, host part only with offload), one that nothing fits; the footer; --dry-run-gpu's line.
+TEST(FitPlan, TableLines) {
+  std::vector<log::FitRow> rows(3);
+  rows[0] = {"GB300 288GB", 103, 298.35e9, 172.63e9, true, true, "", 0, 172.63e9, 0};
+  rows[1] = {"H200 141GB", 90, 144.62e9, 235.77e9, false, true, "--micro-batch-size 1 --recompute full", 4, 140.98e9, 0};
+  rows[2] = {"H100 80GB", 90, 81.34e9, 235.77e9, false, true, "--optimizer-cpu-offload", 0, 76.74e9, 96.5e9};
+  const std::vector<std::string> t = log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack);
+  ASSERT_EQ(t.size(), 6u);
+  EXPECT_NE(t[0].find("0.5 GiB CUDA context"), std::string::npos) << t[0];
+  EXPECT_EQ(t[2], "GB300 288GB (sm_103)      298.35    172.63  yes");
+  EXPECT_EQ(t[3], "H200 141GB (sm_90)        144.62    235.77  no    --micro-batch-size 1 --recompute full (GPU 140.98 GB; "
+                  "--micro-batch-size replaces the given 4)");
+  EXPECT_EQ(t[4], "H100 80GB (sm_90)          81.34    235.77  no    --optimizer-cpu-offload (GPU 76.74 GB, host 96.50 GB)");
+  EXPECT_EQ(t[5], "data-parallel sharding (issue 13): not built yet");
+  EXPECT_EQ(log::cheapest_flags_line(rows[0]), "cheapest flags for GB300 288GB (298.35 GB usable): as given (GPU 172.63 GB)");
+  log::FitRow none = rows[2];
+  none.found = false;
+  EXPECT_NE(log::cheapest_flags_line(none).find("does not fit with any of these"), std::string::npos);
 }
 
 }  // namespace
