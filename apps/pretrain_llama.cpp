@@ -39,6 +39,7 @@
 #include "log/megatron_log.h"
 #include "log/plan_log.h"
 #include "model/accounting.h"
+#include "model/fit_plan.h"
 #include "model/hf_llama.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
@@ -46,9 +47,6 @@
 #include "train/trainer.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
-// Room in the device arena beyond the planned categories, for ops' grow-only scratch (cuDNN and CUB
-// workspaces, reduction buffers).
-constexpr double kArenaSlack = 1.0 * 1024 * 1024 * 1024;
 extern "C" char* openblas_get_config(void);
 
 namespace {
@@ -62,6 +60,7 @@ struct Options {
   bool disable_fp4 = false;
   std::string recompute = "none";
   bool dry_run = false;
+  std::string dry_run_gpu;  // --dry-run-gpu: plan for this GPU of the fit table (model/fit_plan.h)
   bool print_library_versions = false;
   // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
   // lives in TrainConfig because the trainer stops there.
@@ -133,7 +132,11 @@ void add_flags(CLI::App& app, Options& o) {
                  "from its config.json (--model, if also given, must agree on every shape field) and its weights "
                  "replace the random initialisation");
   app.add_flag("--dry-run", o.dry_run,
-               "Print the memory plan (GB per category and total) and exit; touches no GPU");
+               "Print the memory plan (GB per category and total) and a fit table (which GPUs it fits, and the "
+               "cheapest flags that make it fit where it does not) and exit; touches no GPU");
+  app.add_option("--dry-run-gpu", o.dry_run_gpu,
+                 "With --dry-run: plan for this GPU (its compute capability) and name the cheapest flags that "
+                 "fit it: " + known_gpu_keys());
   app.add_option("--save", o.save, "Directory to save checkpoints in (DIR/iter_0000010/, "
                  "DIR/latest_checkpointed_iteration.txt); the last iteration run is always saved");
   app.add_option("--save-interval", o.save_interval, "Also save every N iterations (needs --save)");
@@ -311,11 +314,10 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
            host_avail / 1e9);
   if (p.offload && device == Device::CPU) return;
   const double avail = device == Device::CPU ? host_avail : static_cast<double>(device_memory_info(device).free);
-  // On the GPU the arena also leaves device_memory_margin() free outside it (core/tensor.h).
+  // On the GPU the arena's slack and the margin it leaves free outside it: the fit rule's (model/fit_plan.h),
+  // shared with --dry-run's fit table.
   const double slack =
-      device == Device::CUDA
-          ? kArenaSlack + device_memory_margin(static_cast<double>(device_memory_info(device).total))
-          : 0.0;
+      device == Device::CUDA ? device_fit_slack(static_cast<double>(device_memory_info(device).total)) : 0.0;
   if (avail == 0.0 || p.total() + slack < avail) return;
   fail("{}", log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
                                            p.device_categories(), slack, avail, recompute == "none"));
@@ -405,6 +407,13 @@ void validate_flags(const Options& o, const CLI::App& app) {
            "{} cannot be combined with --init-from-hf (the Hugging Face weights fix the model's shape)",
            o.shape.describe());
   PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
+  if (app.count("--dry-run-gpu")) {
+    PL_CHECK(o.dry_run, "--dry-run-gpu {} needs --dry-run (it plans without a GPU)", o.dry_run_gpu);
+    PL_CHECK(find_gpu(o.dry_run_gpu) != nullptr, "--dry-run-gpu: unknown GPU '{}' (known: {})", o.dry_run_gpu,
+             known_gpu_keys());
+    PL_CHECK(o.train.device != "cpu", "--dry-run-gpu {} plans a GPU; it cannot be combined with --device cpu",
+             o.dry_run_gpu);
+  }
 }
 
 // What the flags resolve to before any device is touched: the model, the recipe and its plan.
@@ -478,15 +487,40 @@ ModelOptions model_options(const Options& o) {
   return m;
 }
 
-// --dry-run: the plan for the GPU unless --device cpu; nothing is allocated and no GPU is touched.
+// The --dry-run fit table's row for `gpu`: the plan as given on it and the cheapest flag set (fit_plan.h).
+log::FitRow fit_row(const FitRequest& req, const GpuSpec& gpu) {
+  const FitResult f = cheapest_fit(req, gpu);
+  log::FitRow row;
+  row.gpu = gpu.name;
+  row.sm = gpu.sm;
+  row.usable = f.usable;
+  row.needed = f.as_given_total;
+  row.fits = f.fits_as_given;
+  row.found = f.found;
+  row.flags = f.flags;
+  row.given_micro_batch = f.micro_batch_changed ? req.micro_batch : 0;
+  row.flag_device = f.device_total;
+  row.flag_host = f.host_total;
+  return row;
+}
+
+// --dry-run: the plan for the GPU unless --device cpu (for the --dry-run-gpu GPU's sm when given), then the
+// fit table; nothing is allocated and no GPU is touched.
 void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<spdlog::logger>& out) {
   const TrainConfig& t = o.train;
   const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
-  const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, model_options(o),
-                                     0 /* no GPU is opened: kPlanDefaultSm */);
+  const GpuSpec* gpu = o.dry_run_gpu.empty() ? nullptr : find_gpu(o.dry_run_gpu);
+  ModelOptions mopt = model_options(o);
+  if (gpu) mopt.gpu_sm = gpu->sm;
+  const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, mopt,
+                                     0 /* no GPU is opened: --dry-run-gpu's sm, else kPlanDefaultSm */);
   const MegatronParamCounts pc = megatron_param_counts(s.mc);
   out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", s.mc.name,
             s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+  if (gpu)
+    out->info("pretrain_llama | dry run for GPU {} (--dry-run-gpu {}): sm_{}, {} MiB in total (nvidia-smi), {:.2f} GB "
+              "usable by the plan",
+              gpu->name, gpu->key, gpu->sm, gpu->total_mib, usable_device_bytes(gpu->total_bytes()) / 1e9);
   out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
             static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
   print_optimizer_state(t, out);
@@ -501,6 +535,13 @@ void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<sp
             "parameters (a bias per norm; RMSNorm has none)",
             pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
             pc.total() - static_cast<double>(s.mc.num_parameters()));
+  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, model_options(o),
+                       t.use_precision_aware_optimizer};
+  std::vector<log::FitRow> rows;
+  for (const GpuSpec& g : known_gpus()) rows.push_back(fit_row(req, g));
+  for (const std::string& line : log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack))
+    out->info("pretrain_llama | fit    {}", line);
+  if (gpu) out->info("pretrain_llama | {}", log::cheapest_flags_line(fit_row(req, *gpu)));
 }
 
 void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads,

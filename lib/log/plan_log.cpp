@@ -51,4 +51,44 @@ std::string memory_does_not_fit_line(const std::string& model, int64_t micro_bat
       bytes[4] / 1e9, bytes[5] / 1e9, bytes[6] / 1e9, slack / 1e9, available / 1e9, hint);
 }
 
+namespace {
+
+// "<flags> (GPU x GB, host y GB)" for a row whose cheapest set is found; the host part only when it
+// offloads; a changed micro-batch is said to replace the given one (the flag cannot be repeated).
+std::string flag_set(const FitRow& r) {
+  std::string s = fmt::format("{} (GPU {:.2f} GB", r.flags, r.flag_device / 1e9);
+  if (r.flag_host > 0) s += fmt::format(", host {:.2f} GB", r.flag_host / 1e9);
+  if (r.given_micro_batch > 0) s += fmt::format("; --micro-batch-size replaces the given {}", r.given_micro_batch);
+  return s + ")";
+}
+
+constexpr const char* kNothingFits =
+    "does not fit with any of these (BF16 moments, a smaller --micro-batch-size, --optimizer-cpu-offload, "
+    "--recompute full)";
+
+}  // namespace
+
+std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack) {
+  std::vector<std::string> out;
+  out.push_back(fmt::format(
+      "fit on one GPU: usable = total (nvidia-smi) - {:.1f} GiB CUDA context (an estimate) - {:.1f} GiB arena slack - "
+      "max(2 GiB, 3%) kept free; needed = the plan as given on that GPU's sm; GB = 1e9 bytes",
+      context_reserve / 1073741824.0, arena_slack / 1073741824.0));
+  out.push_back(fmt::format("{:<22} {:>9} {:>9}  {:<4}  {}", "GPU", "usable GB", "needed GB", "fits",
+                            "cheapest flags that fit (in order: BF16 moments, smaller micro-batch, offload, recompute)"));
+  for (const FitRow& r : rows) {
+    const std::string line = fmt::format("{:<22} {:>9.2f} {:>9.2f}  ", fmt::format("{} (sm_{})", r.gpu, r.sm),
+                                         r.usable / 1e9, r.needed / 1e9);
+    out.push_back(line + (r.fits ? "yes" : "no    " + (r.found ? flag_set(r) : std::string(kNothingFits))));
+  }
+  out.push_back("data-parallel sharding (issue 13): not built yet");
+  return out;
+}
+
+std::string cheapest_flags_line(const FitRow& r) {
+  const std::string head = fmt::format("cheapest flags for {} ({:.2f} GB usable): ", r.gpu, r.usable / 1e9);
+  if (r.fits) return head + fmt::format("as given (GPU {:.2f} GB)", r.needed / 1e9);
+  return head + (r.found ? flag_set(r) : std::string(kNothingFits));
+}
+
 }  // namespace pl::log

@@ -29,4 +29,24 @@ std::string memory_does_not_fit_line(const std::string& model, int64_t micro_bat
                                      const char* device, std::span<const double, 7> bytes, double slack,
                                      double available, bool recompute_off);
 
+// One GPU of the --dry-run fit table (model/fit_plan.h computes it; GB = 1e9 bytes as the plan's rows).
+struct FitRow {
+  std::string gpu;       // "H100 80GB"
+  int sm = 0;
+  double usable = 0;     // bytes a plan may take on it (the fit rule's usable)
+  double needed = 0;     // the plan as given, on this GPU (total on the GPU)
+  bool fits = false;     // needed <= usable
+  // The cheapest flag set that fits (for a row that does not fit as given): found = false when nothing
+  // on the ladder fits; flags as the exact text to add; the GPU and host totals of that plan.
+  bool found = false;
+  std::string flags;
+  int64_t given_micro_batch = 0;  // > 0: flags change --micro-batch-size from this value
+  double flag_device = 0, flag_host = 0;
+};
+// The fit table: a header (the fit rule), one row per GPU "<gpu> <usable GB> <needed GB> yes|no
+// [<flags> (GPU x GB[, host y GB])]", and a footer naming what is not on the ladder.
+std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack);
+// --dry-run-gpu: the one line naming the cheapest flag set for that GPU.
+std::string cheapest_flags_line(const FitRow& row);
+
 }  // namespace pl::log

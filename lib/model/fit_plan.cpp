@@ -1,0 +1,122 @@
+#include "model/fit_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace pl {
+
+double device_fit_slack(double total_device_bytes) {
+  return kArenaSlack + device_memory_margin(total_device_bytes);
+}
+
+double usable_device_bytes(double total_device_bytes) {
+  return total_device_bytes - kCudaContextReserve - device_fit_slack(total_device_bytes);
+}
+
+bool plan_fits(const MemoryPlan& plan, double total_device_bytes) {
+  return plan.total() <= usable_device_bytes(total_device_bytes);
+}
+
+namespace {
+
+// The total memory nvidia-smi prints ("<used>MiB / <total>MiB"), as seen in public nvidia-smi
+// outputs pasted in GitHub issues and logs (found with a text search over public repositories):
+//   H100 80GB HBM3 (SXM)  81559 MiB   sm_90
+//   H200                 143771 MiB   sm_90
+//   B200                 183359 MiB   sm_100
+//   GeForce RTX 5090      32607 MiB   sm_120
+// GB300 (its B300 GPU: sm_103, compute capability 10.3 as public B300 reports print it; NVFP4/MXFP8 GEMMs
+// native as on sm_100): no public nvidia-smi line was found; 288 GiB is NOMINAL (the 288 GB of HBM3e as 8 stacks of 36 GiB). What
+// nvidia-smi prints is likely less (an NVML mock profile of NVIDIA's says 284672 MiB for "NVIDIA GB300
+// NVL"; cloud listings say 275-279 GB per GPU); replace it when a GB300 run reports its total.
+constexpr std::array<GpuSpec, 5> kGpus = {{
+    {"h100", "H100 80GB", 81559, 90},
+    {"h200", "H200 141GB", 143771, 90},
+    {"b200", "B200 180GB", 183359, 100},
+    {"gb300", "GB300 288GB", 288 * 1024, 103},  // nominal, see above
+    {"rtx5090", "RTX 5090 32GB", 32607, 120},
+}};
+
+// The micro-batches the ladder tries below `mbs`, largest first: halved while even, else 1 (each one
+// divides the given micro-batch, so it divides the global batch too).
+std::vector<int64_t> micro_batches_from(int64_t mbs) {
+  std::vector<int64_t> out{mbs};
+  while (out.back() > 1) out.push_back(out.back() % 2 == 0 ? out.back() / 2 : 1);
+  return out;
+}
+
+}  // namespace
+
+std::span<const GpuSpec> known_gpus() { return kGpus; }
+
+const GpuSpec* find_gpu(std::string_view key) {
+  for (const GpuSpec& g : kGpus)
+    if (key == g.key) return &g;
+  return nullptr;
+}
+
+std::string known_gpu_keys() {
+  std::string s;
+  for (const GpuSpec& g : kGpus) s += (s.empty() ? "" : ", ") + std::string(g.key);
+  return s;
+}
+
+MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const ModelOptions& options, const GpuSpec& gpu) {
+  ModelOptions o = options;
+  o.gpu_sm = gpu.sm;
+  // The global batch stays: loss_micro_batches x micro_batch samples per iteration.
+  o.loss_micro_batches = std::max<int64_t>(1, options.loss_micro_batches * r.micro_batch / micro_batch);
+  return plan_memory(*r.model, micro_batch, r.seq_length, Device::CUDA, *r.plan, o, 0);
+}
+
+std::string candidate_flags(const FitRequest& r, const FitCandidate& c) {
+  std::vector<std::string> f;
+  if (c.micro_batch != r.micro_batch) f.push_back(fmt::format("--micro-batch-size {}", c.micro_batch));
+  const bool moments = c.options.exp_avg != r.options.exp_avg || c.options.exp_avg_sq != r.options.exp_avg_sq;
+  const bool offload = c.options.optimizer_offload && !r.options.optimizer_offload;
+  if ((moments || offload) && !r.precision_aware_given) f.push_back("--use-precision-aware-optimizer");
+  if (c.options.exp_avg != r.options.exp_avg) f.push_back("--exp-avg-dtype bf16");
+  if (c.options.exp_avg_sq != r.options.exp_avg_sq) f.push_back("--exp-avg-sq-dtype bf16");
+  if (offload) f.push_back("--optimizer-cpu-offload");
+  if (c.options.recompute && !r.options.recompute) f.push_back("--recompute full");
+  return fmt::format("{}", fmt::join(f, " "));
+}
+
+FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
+  FitResult res;
+  res.usable = usable_device_bytes(gpu.total_bytes());
+  // The rungs' options, cumulative over the user's (a flag the user gave is never turned off).
+  ModelOptions bf16 = r.options;
+  bf16.exp_avg = bf16.exp_avg_sq = DType::BF16;
+  ModelOptions off = bf16, rec = bf16, both = bf16;
+  off.optimizer_offload = both.optimizer_offload = true;
+  rec.recompute = both.recompute = true;
+  std::vector<FitCandidate> ladder = {{'a', r.micro_batch, r.options}, {'b', r.micro_batch, bf16}};
+  const std::vector<int64_t> smaller = micro_batches_from(r.micro_batch);
+  for (size_t i = 1; i < smaller.size(); ++i) ladder.push_back({'c', smaller[i], bf16});
+  for (const auto& [rung, opt] : {std::pair{'d', off}, std::pair{'e', rec}, std::pair{'f', both}})
+    for (int64_t m : smaller) ladder.push_back({rung, m, opt});
+  for (const FitCandidate& c : ladder) {
+    const MemoryPlan p = plan_for_gpu(r, c.micro_batch, c.options, gpu);
+    if (c.rung == 'a') res.as_given_total = p.total();
+    if (!plan_fits(p, gpu.total_bytes())) continue;
+    res.found = true;
+    res.fits_as_given = c.rung == 'a';
+    res.chosen = c;
+    res.flags = candidate_flags(r, c);
+    res.micro_batch_changed = c.micro_batch != r.micro_batch;
+    res.device_total = p.total();
+    res.host_total = p.host_total();
+    return res;
+  }
+  return res;
+}
+
+}  // namespace pl

@@ -1,0 +1,115 @@
+#pragma once
+// Which GPUs a run fits, and the cheapest switches that make it fit: pure functions of the memory plan
+// (plan_memory), used by pretrain_llama --dry-run (the fit table, --dry-run-gpu) and, for the one fit
+// rule, by the start-up check on a real GPU.
+//
+// The fit rule. A plan fits a GPU of `total` bytes (what nvidia-smi reports) when
+//     plan.total() <= usable(total) = total - kCudaContextReserve - device_fit_slack(total)
+// device_fit_slack(total) = kArenaSlack + device_memory_margin(total) is what the start-up check adds to
+// the plan before comparing with the opened GPU's free bytes (which already exclude the CUDA context),
+// so --dry-run and the start-up check apply the same rule; the dry run, having no GPU, subtracts an
+// estimate of the context instead of reading free bytes.
+//
+// The ladder. The cheapest flag set is the first of these, cumulative and starting from the user's
+// flags (nothing the user gave is removed), whose plan fits, in order of the throughput they cost:
+//   a. the flags as given;
+//   b. BF16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16):
+//      storage only; the AdamW math is the same FP32 element math, no throughput cost;
+//   c. b + a smaller --micro-batch-size, halved down to 1 (only if it is > 1; --global-batch-size is
+//      unchanged, so an iteration runs more, smaller micro-batches): the same work in smaller GEMMs,
+//      less GEMM efficiency; the largest micro-batch that fits is taken;
+//   d. c + --optimizer-cpu-offload: AdamW runs on the host each step, its copies overlapped with the
+//      last backward; cheap when an iteration has many micro-batches (large global batches);
+//   e. c + --recompute full: every layer's forward runs again in the backward, about a third more
+//      compute per micro-batch, every step;
+//   f. c + --optimizer-cpu-offload + --recompute full.
+// In d, e and f the micro-batch is also halved from the given one down to 1, and the largest that fits
+// is taken (offload saves the same bytes at any micro-batch; a larger micro-batch costs less).
+// Data-parallel sharding of the optimizer (issue 13) is not built yet and is not on the ladder.
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "config/model_config.h"
+#include "model/memory_plan.h"
+#include "model/precision_plan.h"
+
+namespace pl {
+
+// Room in the device arena beyond the planned categories, for ops' grow-only scratch (cuDNN and CUB
+// workspaces, reduction buffers). pretrain_llama reserves the arena as the plan plus this.
+inline constexpr double kArenaSlack = 1.0 * 1024 * 1024 * 1024;
+// What the CUDA context and the cuBLASLt and cuDNN handles take on a GPU before the plan is reserved
+// (the start-up check sees it as memory already not free). An estimate, to be checked on a GPU: a CUDA
+// 12/13 context with lazy loading is a few hundred MiB; 0.5 GiB is that with some room.
+inline constexpr double kCudaContextReserve = 0.5 * 1024 * 1024 * 1024;
+
+// Bytes a GPU of `total_device_bytes` must have free beyond the plan: kArenaSlack +
+// device_memory_margin(total) (core/tensor.h). The start-up check compares plan + this with free bytes.
+double device_fit_slack(double total_device_bytes);
+// Bytes of a GPU of `total_device_bytes` a plan may take: total - kCudaContextReserve - device_fit_slack.
+double usable_device_bytes(double total_device_bytes);
+// The fit rule: plan.total() (the device part) <= usable_device_bytes(total).
+bool plan_fits(const MemoryPlan& plan, double total_device_bytes);
+
+// A GPU of the fit table: its memory as nvidia-smi reports it (MiB) and its compute capability, which
+// decides how the quantized GEMMs run (native or emulated) and so their scratch.
+struct GpuSpec {
+  const char* key;   // --dry-run-gpu NAME
+  const char* name;  // the table's name
+  int64_t total_mib;
+  int sm;
+  double total_bytes() const { return static_cast<double>(total_mib) * 1048576.0; }
+};
+// H100 80 GB, H200 141 GB, B200 180 GB, GB300 288 GB, RTX 5090 32 GB (fit_plan.cpp says where each
+// figure comes from).
+std::span<const GpuSpec> known_gpus();
+// The GPU named `key` (h100, h200, b200, gb300, rtx5090), or nullptr.
+const GpuSpec* find_gpu(std::string_view key);
+// "h100, h200, b200, gb300, rtx5090" (for the unknown-name error).
+std::string known_gpu_keys();
+
+// What the user asked for: the model, the micro-batch, the sequence, the precision plan and the
+// ModelOptions their flags give (gpu_sm is replaced by each GPU's), and whether
+// --use-precision-aware-optimizer was already given (so the flag text does not repeat it).
+struct FitRequest {
+  const ModelConfig* model = nullptr;
+  int64_t micro_batch = 1;
+  int64_t seq_length = 1;
+  const PrecisionPlan* plan = nullptr;
+  ModelOptions options;
+  bool precision_aware_given = false;
+};
+
+// One point of the ladder: the micro-batch and options it plans with, and the flags to add.
+struct FitCandidate {
+  char rung = 'a';  // 'a'..'f' as in the header
+  int64_t micro_batch = 1;
+  ModelOptions options;
+};
+
+// The cheapest flag set for one GPU.
+struct FitResult {
+  bool fits_as_given = false;  // rung a fits: nothing to add
+  bool found = false;          // some rung fits (false: "does not fit with any of these")
+  FitCandidate chosen;         // the rung that fits (meaningful when found)
+  // The exact command-line text to add to the user's flags ("" when it fits as given), e.g.
+  // "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 --optimizer-cpu-offload".
+  // When the micro-batch changes it starts with "--micro-batch-size N", which replaces the given one.
+  std::string flags;
+  bool micro_batch_changed = false;
+  double device_total = 0, host_total = 0;  // the chosen plan's total() and host_total()
+  double usable = 0;                        // usable_device_bytes(gpu.total_bytes())
+  double as_given_total = 0;                // the plan as given on this GPU (rung a's total())
+};
+
+// The memory plan of the request at `micro_batch` with `options` on `gpu` (its sm; CUDA storage). The one
+// plan_memory call the ladder makes; loss_micro_batches is scaled so the global batch stays the same.
+MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const ModelOptions& options, const GpuSpec& gpu);
+// The ladder for `gpu`: the first candidate whose plan fits.
+FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu);
+// The flag text that turns the request into `c` (what FitResult::flags holds for it).
+std::string candidate_flags(const FitRequest& r, const FitCandidate& c);
+
+}  // namespace pl

@@ -1,0 +1,199 @@
+// The fit table's arithmetic (model/fit_plan.h): the fit rule, and the cheapest flag set walked over the
+// ladder for llama3_8b at seq 4096, micro-batch 1 with the playbook's NVFP4 recipe, checked against
+// plan_memory recomputed here for the same flags.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "config/precision_recipe.h"
+#include "core/tensor.h"
+#include "model/fit_plan.h"
+#include "model/memory_plan.h"
+#include "model/precision_plan.h"
+#include "log/plan_log.h"
+
+namespace pl {
+namespace {
+
+struct Llama8b {
+  ModelConfig model = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
+  PrecisionPlan plan = make_precision_plan(
+      model, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  // pretrain_llama's defaults but micro-batch 1: global batch 64, so 64 micro-batches' losses.
+  FitRequest request(int64_t micro_batch = 1) const {
+    FitRequest r{&model, micro_batch, 4096, &plan, ModelOptions{}, false};
+    r.options.loss_micro_batches = 64 / micro_batch;
+    r.options.quant_telemetry = false;
+    return r;
+  }
+  // plan_memory for `gpu` as pretrain_llama would plan it with these flags (independent of fit_plan's
+  // plan_for_gpu: the options are spelled out here).
+  MemoryPlan plan_with(const GpuSpec& gpu, int64_t mbs, bool bf16, bool offload, bool recompute) const {
+    ModelOptions o;
+    o.loss_micro_batches = 64 / mbs;
+    o.quant_telemetry = false;
+    o.gpu_sm = gpu.sm;
+    o.exp_avg = o.exp_avg_sq = bf16 ? DType::BF16 : DType::F32;
+    o.optimizer_offload = offload;
+    o.recompute = recompute;
+    return plan_memory(model, mbs, 4096, Device::CUDA, plan, o, 0);
+  }
+};
+
+const GpuSpec& gpu(const char* key) {
+  const GpuSpec* g = find_gpu(key);
+  EXPECT_NE(g, nullptr) << key;
+  return *g;
+}
+
+constexpr const char* kBf16Flags = "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16";
+
+TEST(FitPlan, TheFitRuleIsTotalLessContextSlackAndMargin) {
+  const GpuSpec& h100 = gpu("h100");
+  const double total = 81559.0 * 1048576.0;
+  EXPECT_EQ(h100.total_bytes(), total);
+  EXPECT_DOUBLE_EQ(device_fit_slack(total), kArenaSlack + device_memory_margin(total));
+  EXPECT_DOUBLE_EQ(usable_device_bytes(total), total - kCudaContextReserve - kArenaSlack - device_memory_margin(total));
+  // The margin is 3% on an 80 GB GPU and the 2 GiB floor on a 32 GB one.
+  EXPECT_GT(device_memory_margin(total), 2.0 * 1073741824.0);
+  EXPECT_DOUBLE_EQ(device_memory_margin(gpu("rtx5090").total_bytes()), 2.0 * 1073741824.0);
+  MemoryPlan p;
+  p.activations = usable_device_bytes(total);
+  EXPECT_TRUE(plan_fits(p, total));
+  p.activations += 1.0;
+  EXPECT_FALSE(plan_fits(p, total));
+  // Offloaded master and moments are not on the GPU.
+  p.offload = true;
+  p.master = p.optimizer = 1e12;
+  p.activations -= 1.0;
+  EXPECT_TRUE(plan_fits(p, total));
+}
+
+TEST(FitPlan, KnownGpusAndNames) {
+  EXPECT_EQ(known_gpu_keys(), "h100, h200, b200, gb300, rtx5090");
+  EXPECT_EQ(known_gpus().size(), 5u);
+  EXPECT_EQ(gpu("h200").total_mib, 143771);
+  EXPECT_EQ(gpu("b200").sm, 100);
+  EXPECT_EQ(gpu("rtx5090").sm, 120);
+  EXPECT_EQ(find_gpu("a100"), nullptr);
+  EXPECT_EQ(find_gpu("H100"), nullptr);  // the keys are lower case, as --dry-run-gpu takes them
+}
+
+TEST(FitPlan, Llama8bOnH200FitsWithBf16MomentsAndRecompute) {
+  const Llama8b m;
+  const GpuSpec& h200 = gpu("h200");
+  EXPECT_FALSE(plan_fits(m.plan_with(h200, 1, false, false, false), h200.total_bytes()));
+  EXPECT_TRUE(plan_fits(m.plan_with(h200, 1, true, false, true), h200.total_bytes()));
+  // The ladder's choice fits and is no further down than BF16 moments + recompute (rung e).
+  const FitResult f = cheapest_fit(m.request(), h200);
+  ASSERT_TRUE(f.found);
+  EXPECT_FALSE(f.fits_as_given);
+  EXPECT_LE(f.chosen.rung, 'e');
+  EXPECT_FALSE(f.chosen.options.optimizer_offload);
+  EXPECT_EQ(f.flags.rfind(kBf16Flags, 0), 0u) << f.flags;
+  EXPECT_LE(f.device_total, f.usable);
+}
+
+TEST(FitPlan, Llama8bOnH100NeedsTheOffload) {
+  const Llama8b m;
+  const GpuSpec& h100 = gpu("h100");
+  // BF16 moments alone, even with full recomputation, do not fit 80 GB.
+  EXPECT_FALSE(plan_fits(m.plan_with(h100, 1, true, false, false), h100.total_bytes()));
+  EXPECT_FALSE(plan_fits(m.plan_with(h100, 1, true, false, true), h100.total_bytes()));
+  const MemoryPlan off = m.plan_with(h100, 1, true, true, false);
+  EXPECT_TRUE(plan_fits(off, h100.total_bytes()));
+  const FitResult f = cheapest_fit(m.request(), h100);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.chosen.rung, 'd');
+  EXPECT_EQ(f.flags, std::string(kBf16Flags) + " --optimizer-cpu-offload");
+  EXPECT_FALSE(f.micro_batch_changed);
+  // The reported totals are plan_memory's for those flags.
+  EXPECT_EQ(f.device_total, off.total());
+  EXPECT_EQ(f.host_total, off.host_total());
+  EXPECT_GT(f.host_total, 0.0);
+  EXPECT_EQ(f.as_given_total, m.plan_with(h100, 1, false, false, false).total());
+  EXPECT_EQ(f.usable, usable_device_bytes(h100.total_bytes()));
+}
+
+TEST(FitPlan, Llama8bFitsGb300AsGiven) {
+  const Llama8b m;
+  const GpuSpec& gb300 = gpu("gb300");
+  const FitResult f = cheapest_fit(m.request(), gb300);
+  EXPECT_TRUE(f.fits_as_given);
+  EXPECT_TRUE(f.found);
+  EXPECT_EQ(f.flags, "");
+  const MemoryPlan p = m.plan_with(gb300, 1, false, false, false);
+  EXPECT_EQ(f.device_total, p.total());
+  EXPECT_EQ(f.as_given_total, p.total());
+  EXPECT_EQ(f.host_total, 0.0);
+  // Planned for sm_103: NVFP4 native, so no emulation scratch; smaller than the sm_90 plan.
+  EXPECT_EQ(gb300.sm, 103);
+  EXPECT_LT(p.total(), m.plan_with(gpu("h100"), 1, false, false, false).total());
+}
+
+TEST(FitPlan, Llama8bDoesNotFitAnRtx5090WithAnyOfThese) {
+  const Llama8b m;
+  const GpuSpec& rtx = gpu("rtx5090");
+  const FitResult f = cheapest_fit(m.request(), rtx);
+  EXPECT_FALSE(f.found);
+  EXPECT_FALSE(f.fits_as_given);
+  // The ladder's last rung is the smallest plan, and it is over the 5090's usable memory.
+  EXPECT_GT(m.plan_with(rtx, 1, true, true, true).total(), usable_device_bytes(rtx.total_bytes()));
+}
+
+TEST(FitPlan, TheMicroBatchIsHalvedBeforeOffloadAndRecompute) {
+  // llama3_8b at micro-batch 8 on an H200: BF16 moments alone do not fit, a smaller micro-batch does
+  // (rung c), which is cheaper than the offload.
+  const Llama8b m;
+  const GpuSpec& h200 = gpu("h200");
+  const FitResult f = cheapest_fit(m.request(8), h200);
+  ASSERT_TRUE(f.found);
+  EXPECT_FALSE(plan_fits(m.plan_with(h200, 8, true, false, false), h200.total_bytes()));
+  EXPECT_EQ(f.chosen.rung, 'c');
+  EXPECT_TRUE(f.micro_batch_changed);
+  EXPECT_LT(f.chosen.micro_batch, 8);
+  // The largest halved micro-batch that fits: twice it does not.
+  EXPECT_TRUE(plan_fits(m.plan_with(h200, f.chosen.micro_batch, true, false, false), h200.total_bytes()));
+  EXPECT_FALSE(plan_fits(m.plan_with(h200, 2 * f.chosen.micro_batch, true, false, false), h200.total_bytes()));
+  EXPECT_EQ(f.flags, "--micro-batch-size " + std::to_string(f.chosen.micro_batch) + " " + kBf16Flags);
+  EXPECT_EQ(f.device_total, m.plan_with(h200, f.chosen.micro_batch, true, false, false).total());
+}
+
+TEST(FitPlan, TheUsersFlagsAreKeptAndNotRepeated) {
+  const Llama8b m;
+  FitRequest r = m.request();
+  r.options.recompute = true;  // --recompute full given
+  r.options.exp_avg = r.options.exp_avg_sq = DType::BF16;
+  r.precision_aware_given = true;
+  const FitResult f = cheapest_fit(r, gpu("h100"));
+  ASSERT_TRUE(f.found);
+  EXPECT_TRUE(f.chosen.options.recompute);  // never removed
+  EXPECT_EQ(f.flags, "--optimizer-cpu-offload");
+  EXPECT_EQ(f.device_total, m.plan_with(gpu("h100"), 1, true, true, true).total());
+}
+
+// The table's text: a row that fits, one whose flags change the micro-batch (said to replace the given
+// one, host part only with offload), one that nothing fits; the footer; --dry-run-gpu's line.
+TEST(FitPlan, TableLines) {
+  std::vector<log::FitRow> rows(3);
+  rows[0] = {"GB300 288GB", 103, 298.35e9, 172.63e9, true, true, "", 0, 172.63e9, 0};
+  rows[1] = {"H200 141GB", 90, 144.62e9, 235.77e9, false, true, "--micro-batch-size 1 --recompute full", 4, 140.98e9, 0};
+  rows[2] = {"H100 80GB", 90, 81.34e9, 235.77e9, false, true, "--optimizer-cpu-offload", 0, 76.74e9, 96.5e9};
+  const std::vector<std::string> t = log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack);
+  ASSERT_EQ(t.size(), 6u);
+  EXPECT_NE(t[0].find("0.5 GiB CUDA context"), std::string::npos) << t[0];
+  EXPECT_EQ(t[2], "GB300 288GB (sm_103)      298.35    172.63  yes");
+  EXPECT_EQ(t[3], "H200 141GB (sm_90)        144.62    235.77  no    --micro-batch-size 1 --recompute full (GPU 140.98 GB; "
+                  "--micro-batch-size replaces the given 4)");
+  EXPECT_EQ(t[4], "H100 80GB (sm_90)          81.34    235.77  no    --optimizer-cpu-offload (GPU 76.74 GB, host 96.50 GB)");
+  EXPECT_EQ(t[5], "data-parallel sharding (issue 13): not built yet");
+  EXPECT_EQ(log::cheapest_flags_line(rows[0]), "cheapest flags for GB300 288GB (298.35 GB usable): as given (GPU 172.63 GB)");
+  log::FitRow none = rows[2];
+  none.found = false;
+  EXPECT_NE(log::cheapest_flags_line(none).find("does not fit with any of these"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pl
