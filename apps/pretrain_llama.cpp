@@ -301,8 +301,10 @@ std::vector<std::string> plan_lines(const MemoryPlan& mem, Device device) {
 // The plan must fit the device before anything is allocated; otherwise one line that names the
 // biggest categories and the flags that shrink them. With the optimizer offloaded, the host must also
 // have the offload's bytes available (on the CPU backend: both parts together).
-void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainConfig& t, Device device,
-                       const std::string& recompute) {
+log::FitRow fit_row(const FitRequest& req, const GpuSpec& gpu);
+
+void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm) {
+  const ModelConfig& m = *req.model;
   const double host_avail = available_host_bytes();
   const double host_need = p.host_total() + (device == Device::CPU ? p.total() : 0.0);
   PL_CHECK(!p.offload || host_avail == 0.0 || host_need < host_avail,
@@ -319,8 +321,14 @@ void check_memory_fits(const MemoryPlan& p, const ModelConfig& m, const TrainCon
   const double slack =
       device == Device::CUDA ? device_fit_slack(static_cast<double>(device_memory_info(device).total)) : 0.0;
   if (avail == 0.0 || p.total() + slack < avail) return;
-  fail("{}", log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
-                                           p.device_categories(), slack, avail, recompute == "none"));
+  std::string line = log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
+                                                   p.device_categories(), slack, avail, !req.options.recompute);
+  // On a GPU, the fit table's ladder for this GPU (its memory and compute capability), in the same line.
+  if (device == Device::CUDA) {
+    const GpuSpec here{"", "this GPU", static_cast<int64_t>(device_memory_info(device).total / 1048576), sm};
+    line += "; " + log::cheapest_flags_line(fit_row(req, here));
+  }
+  fail("{}", line);
 }
 
 void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
@@ -692,7 +700,9 @@ int run(int argc, char** argv) {
 
   const ModelOptions mopt = model_options(o);
   const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, setup.plan, mopt, device_sm(ctx));
-  check_memory_fits(mem, mc, t, device, o.recompute);
+  check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
+                                    t.use_precision_aware_optimizer},
+                    t, device, device_sm(ctx));
   // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
   if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
