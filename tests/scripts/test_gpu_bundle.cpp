@@ -103,7 +103,8 @@ TEST_F(GpuBundle, HoldsEverythingItsProgramsLoadExceptNvidiasLibrariesAndIsUnder
                         "bin/preprocess_data", "bin/convert_checkpoint"})
     EXPECT_TRUE(fs::is_regular_file(bundle_ / f) || fs::is_regular_file(bundle_ / (std::string(f) + ".gz")))
         << f << " (or " << f << ".gz) missing";
-  for (const char* f : {"scripts/gpu_check.sh", "configs/models/llama3_8b.json", "configs/recipes/bf16_with_nvfp4_mixed.json"})
+  for (const char* f : {"scripts/gpu_check.sh", "scripts/gpu_8b_fit.sh", "configs/models/llama3_8b.json",
+                        "configs/recipes/bf16_with_nvfp4_mixed.json"})
     EXPECT_TRUE(fs::is_regular_file(bundle_ / f)) << f;
   const std::string info = pl::test::read_text_file((bundle_ / "BUILD_INFO").string());
   std::smatch m;
@@ -218,6 +219,36 @@ TEST_F(GpuBundle, GpuCheckFromTheBundleRunsTheConformanceSuiteAndFailsWhenEveryT
   const std::string report = pl::test::read_text_file((out.path() / "gpu_check.txt").string());
   EXPECT_NE(report.find("conformance tests did not run on the GPU"), std::string::npos) << report;
   EXPECT_TRUE(fs::is_regular_file(out.path() / "gpu_check_logs.tar.gz"));
+}
+
+// The bundle's gpu_8b_fit.sh with a fake H100: the fit table's flags for it (the CPU optimizer offload)
+// and the plan's totals reach the report; the 8B run itself then fails (no device), exit 1, one line.
+TEST_F(GpuBundle, Gpu8bFitPicksTheFitTablesFlagsForTheGpuAndReportsTheRun) {
+  if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: gpu_8b_fit.sh would run for real";
+  TempDir bin, out;
+  const ProcessResult r = bash("PATH='" + fake_nvidia_smi(bin, "gpu") + ":/usr/bin:/bin' OUT='" + out.path().string() +
+                                   "' '" + (bundle_ / "scripts/gpu_8b_fit.sh").string() + "' --iters 2",
+                               240);
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(r.exit_code, 1) << all;
+  const std::string report = pl::test::read_text_file((out.path() / "gpu_8b_fit.txt").string());
+  EXPECT_NE(report.find("(fit table: h100)"), std::string::npos) << report;
+  EXPECT_NE(report.find("cheapest flags for H100 80GB"), std::string::npos) << report;
+  EXPECT_NE(report.find("run: pretrain_llama --device cuda --model llama3_8b --micro-batch-size 1 --seq-length 4096 --global-batch-size 8  "
+                        "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16 "
+                        "--optimizer-cpu-offload --train-iters 2"),
+            std::string::npos)
+      << report;
+  EXPECT_TRUE(std::regex_search(report, std::regex(R"(plan: total on the GPU +[0-9.]+ GB)"))) << report;
+  EXPECT_TRUE(std::regex_search(report, std::regex(R"(plan: total on the host +[0-9.]+ GB)"))) << report;
+  EXPECT_NE(report.find("FAILED (rc "), std::string::npos) << report;
+  EXPECT_TRUE(fs::is_regular_file(out.path() / "gpu_8b_fit.log"));
+  // Without any GPU: one line, exit 3.
+  TempDir empty;
+  const ProcessResult none = bash("PATH='" + fake_nvidia_smi(empty, "none") + ":/usr/bin:/bin' '" +
+                                  (bundle_ / "scripts/gpu_8b_fit.sh").string() + "'", 60);
+  EXPECT_EQ(none.exit_code, 3) << none.out << none.err;
+  EXPECT_EQ(split_lines(none.out + none.err).size(), 1u) << none.out << none.err;
 }
 
 }  // namespace

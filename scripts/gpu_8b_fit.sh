@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Issue 12's GPU record: the whole llama3_8b (32 layers, the playbook's NVFP4 recipe with its last 4
+# layers in BF16, seq 4096, micro-batch 1) on the one GPU of this machine, with the flags the fit table
+# names for it (`pretrain_llama --dry-run --dry-run-gpu NAME`: on an H100 the CPU optimizer offload, on
+# an H200 the precision-aware optimizer's BF16 moments). Prints the flags, the dry run's GPU and host
+# totals, then one line of measurements from the run's summary and memory lines: mean step time,
+# tokens/s, MODEL_TFLOP/s, peak GPU memory (the memory line's max allocated), final loss. Offline, from
+# the bundle (gpu_check.sh --unpack sets it up); builds nothing.
+#
+#   scripts/gpu_8b_fit.sh [--bundle DIR] [--gpu h100|h200|b200|gb300|rtx5090] [--iters N] [--gbs N]
+#                         [--extra "FLAGS"]
+#
+# --gpu: the fit table's GPU (default: from nvidia-smi's name). --iters 10 and --gbs 8 (8 micro-batches
+# per iteration: the playbook's GBS 64 would take several minutes per iteration on one GPU) by default.
+# With $OUT set (the device tool) the report and the log go there. Exit 0 when the run finished with
+# finite losses, 1 otherwise, 2 on bad arguments or nothing to run, 3 without a GPU.
+set -uo pipefail
+self_dir=$(cd "$(dirname "$0")" && pwd)
+bundle="" gpu="" iters=10 gbs=8 extra=""
+while (($#)); do
+  case $1 in
+    --bundle) bundle=${2:?}; shift 2 ;;
+    --gpu) gpu=${2:?}; shift 2 ;;
+    --iters) iters=${2:?}; shift 2 ;;
+    --gbs) gbs=${2:?}; shift 2 ;;
+    --extra) extra=${2:?}; shift 2 ;;
+    -h|--help) awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; exit 0 ;;
+    *) echo "gpu_8b_fit: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+[[ $iters =~ ^[1-9][0-9]*$ && $gbs =~ ^[1-9][0-9]*$ ]] || { echo "gpu_8b_fit: --iters and --gbs take a positive number" >&2; exit 2; }
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]' ||
+  { echo "gpu_8b_fit: no GPU is present: nothing to run" >&2; exit 3; }
+
+# The bundle's programs, unpacked with their libraries by gpu_check.sh (one place knows how).
+[[ -z $bundle ]] && for d in "$self_dir/.." "$self_dir/../.device"; do [[ -f $d/BUILD_INFO ]] && bundle=$d && break; done
+[[ -n $bundle ]] || { echo "gpu_8b_fit: no bundle (.device/, made by scripts/gpu_bundle.sh)" >&2; exit 2; }
+rt=$(mktemp -d "${TMPDIR:-/tmp}/pl_8b.XXXXXX")
+trap 'rm -rf "$rt"' EXIT
+bash "$self_dir/gpu_check.sh" --bundle "$bundle" --unpack "$rt/u" >/dev/null || { echo "gpu_8b_fit: cannot unpack $bundle" >&2; exit 2; }
+# shellcheck disable=SC1091
+source "$rt/u/env.sh"
+app=$rt/u/bin/pretrain_llama
+
+if [[ -z $gpu ]]; then
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)
+  case $name in
+    *GB300*) gpu=gb300 ;; *H200*) gpu=h200 ;; *H100*) gpu=h100 ;; *B200*) gpu=b200 ;; *5090*) gpu=rtx5090 ;;
+    *) echo "gpu_8b_fit: no fit-table entry for '$name': give --gpu" >&2; exit 2 ;;
+  esac
+fi
+out=${OUT:-$rt}
+report=$out/gpu_8b_fit.txt log=$out/gpu_8b_fit.log
+say() { printf '%s\n' "$*" | tee -a "$report"; }
+shape=(--device cuda --model llama3_8b --micro-batch-size 1 --seq-length 4096 --global-batch-size "$gbs")
+
+# shellcheck disable=SC2086
+dry=$("$app" "${shape[@]}" $extra --dry-run --dry-run-gpu "$gpu" 2>&1) || { say "FAILED: dry run: $(tail -n 1 <<<"$dry")"; exit 1; }
+line=$(grep 'cheapest flags for' <<<"$dry" | tail -n 1)
+say "== llama3_8b on $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1) (fit table: $gpu)"
+say "   ${line#*| }"
+grep -q 'does not fit with any' <<<"$line" && { say "FAILED: the fit table finds no flags for $gpu"; exit 1; }
+# "cheapest flags for X (N GB usable): as given (...)" or ": --flag ... (GPU a GB, host b GB)"
+flags=$(sed -nE 's/.*usable\): (.*) \(GPU [0-9.]+ GB.*/\1/p' <<<"$line")
+[[ $flags == "as given" ]] && flags=""
+# shellcheck disable=SC2086
+plan=$("$app" "${shape[@]}" $extra $flags --dry-run --dry-run-gpu "$gpu" 2>&1 | grep -E 'memory total' | sed 's/^pretrain_llama | memory //')
+while IFS= read -r l; do say "   plan: $l"; done <<<"$plan"
+
+say "   run: pretrain_llama ${shape[*]} $extra $flags --train-iters $iters --log-interval 1 --timing-log-level 1"
+start=$(date +%s)
+# shellcheck disable=SC2086
+timeout -k 10 570 "$app" "${shape[@]}" $extra $flags --train-iters "$iters" --log-interval 1 --timing-log-level 1 >"$log" 2>&1
+rc=$?
+s=$(grep 'summary: iterations' "$log" | tail -n 1)
+peak=$(grep -oE 'mem-max-allocated-gigabytes: [0-9.]+' "$log" | tail -n 1 | awk '{print $2}')
+if ((rc != 0)) || [[ -z $s ]]; then
+  say "FAILED (rc $rc after $(( $(date +%s) - start )) s): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-200)"; exit 1
+fi
+say "   ${s#*| }"
+say "   peak GPU memory (max allocated): ${peak:-?} GB; wall $(( $(date +%s) - start )) s including start-up"
+grep -E 'optimizer-(copy-to-main-grad|inner-step|copy-main-to-model-params)' "$log" | tail -n 3 | sed 's/^/   /' | tee -a "$report"
+grep -q 'nan iterations 0' <<<"$s" || { say "FAILED: non-finite losses"; exit 1; }
