@@ -176,7 +176,8 @@ void add_flags(CLI::App& app, Options& o) {
                "Megatron's flag: let the optimizer states below take lower-precision dtypes (one rank: its "
                "distributed optimizer is the whole state, so --use-distributed-optimizer is not needed)");
   app.add_option("--main-grads-dtype", t.main_grads_dtype,
-                 "Megatron's flag: dtype of the main gradients, fp32 | bf16 (bf16: not implemented yet)")
+                 "Megatron's flag: dtype of the main gradients, fp32 | bf16 (bf16: each micro-batch's FP32 gradients added "
+                 "into BF16 main grads, rounded once)")
       ->capture_default_str();
   app.add_option("--main-params-dtype", t.main_params_dtype,
                  "Megatron's flag: dtype of the master weights, fp32 | fp16 (fp16: not implemented yet)")
@@ -295,7 +296,8 @@ double available_host_bytes() {
 // The memory plan's rows (the offload's split into device and host when it is on).
 std::vector<std::string> plan_lines(const MemoryPlan& mem, Device device) {
   const log::OffloadRows offload{mem.host_grads, mem.host_staging, device == Device::CUDA ? "GPU" : "CPU"};
-  return log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label, mem.offload ? &offload : nullptr);
+  return log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label, mem.offload ? &offload : nullptr,
+                                mem.grads_label);
 }
 
 // The plan must fit the device before anything is allocated; otherwise one line that names the
@@ -492,6 +494,7 @@ ModelOptions model_options(const Options& o) {
   m.exp_avg = oc.exp_avg_dtype;
   m.exp_avg_sq = oc.exp_avg_sq_dtype;
   m.optimizer_offload = t.optimizer_cpu_offload;
+  m.bf16_main_grads = t.main_grads_dtype == "bf16";
   return m;
 }
 

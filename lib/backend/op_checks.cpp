@@ -328,6 +328,13 @@ void fill_zero(const OpContext& ctx, const Tensor& x) {
            device_word(ctx.device));
 }
 
+void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delta) {
+  constexpr const char* op = "accumulate_bf16";
+  arg(ctx, op, "acc", acc, act(ctx));
+  arg(ctx, op, "delta", delta, DType::F32);
+  same_numel(op, "delta", delta, "acc", acc);
+}
+
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {
   constexpr const char* op = "copy_master_to_param";
   param_arg(ctx, op, param);
@@ -355,7 +362,8 @@ void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, 
 // ---- optimizer ----------------------------------------------------------------------------------------------------
 
 void sum_of_squares(const OpContext& ctx, const Tensor& x) {
-  arg(ctx, "sum_of_squares", "x", x, DType::F32);
+  // FP32, or the GPU's BF16 main grads (--main-grads-dtype bf16; the CPU keeps them in FP32 storage)
+  arg(ctx, "sum_of_squares", "x", x, DType::F32, -1, act(ctx));
   PL_CHECK(!on_gpu(ctx) || x.numel() / num::kSumSquaresChunk < (int64_t{1} << 31) - 1,
            "sum_of_squares: x {} has more chunks than a grid holds", x.shape_str());
 }
@@ -365,7 +373,9 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   constexpr const char* op = "adamw_update_multi";
   param_arg(ctx, op, param);
   arg(ctx, op, "master", master, DType::F32);
-  arg(ctx, op, "grad", grad, DType::F32);
+  // FP32 main grads, or BF16 (the GPU's --main-grads-dtype bf16; on the CPU the bf16 bits of a GPU's
+  // gradients copied to the host by the optimizer offload)
+  arg(ctx, op, "grad", grad, DType::F32, -1, DType::BF16);
   // The moments: F32, or BF16 (2-byte bf16 bits on every backend) under the precision-aware optimizer.
   arg(ctx, op, "m", m, DType::F32, -1, DType::BF16);
   arg(ctx, op, "v", v, DType::F32, -1, DType::BF16);

@@ -89,6 +89,10 @@ PL_OP(add, void, TimerId::Elementwise, (const OpContext& ctx, const Tensor& out,
       (ctx, out, a, b))
 // x = 0
 PL_OP(fill_zero, void, TimerId::Elementwise, (const OpContext& ctx, const Tensor& x), (ctx, x))
+// acc = bf16(acc + delta)   acc [n]: bf16 storage (rounded when ctx.round_bf16), delta [n] fp32: one
+// micro-batch's FP32 gradients added into BF16 main grads (--main-grads-dtype bf16)
+PL_OP(accumulate_bf16, void, TimerId::Elementwise, (const OpContext& ctx, const Tensor& acc, const Tensor& delta),
+      (ctx, acc, delta))
 // param = round_bf16(master)   (initial copy of the fp32 master weights into the bf16 weights)
 PL_OP(copy_master_to_param, void, TimerId::Elementwise,
       (const OpContext& ctx, const Tensor& param, const Tensor& master), (ctx, param, master))

@@ -45,8 +45,7 @@ void validate_train_config(const TrainConfig& t) {
 // fp32 when not using precision-aware optimizer", and the same for the other three). Megatron also
 // asserts --use-distributed-optimizer with the precision-aware optimizer; this project has no such flag
 // yet and runs one rank, whose distributed optimizer would hold the whole state, so the flags are
-// accepted as they are. Not implemented yet, refused with one line: BF16 main grads (the backward's
-// FP32 dW accumulation: the GEMMs with beta = 1, embedding_backward, rmsnorm_backward), and the FP16
+// accepted as they are. Not implemented yet, refused with one line: the FP16
 // states (Transformer Engine's FusedAdam keeps an FP16 master or moment with a per-tensor scale,
 // absmax / (65504 / 2), that this project does not implement), and an offload fraction below 1.
 void validate_optimizer_dtypes(const TrainConfig& t) {
@@ -71,8 +70,6 @@ void validate_optimizer_dtypes(const TrainConfig& t) {
              "{} {} needs --use-precision-aware-optimizer (without it every optimizer state is fp32, as Megatron)",
              f.name, f.value);
   }
-  PL_CHECK(t.main_grads_dtype == "fp32",
-           "--main-grads-dtype bf16 is not implemented yet (the backward accumulates dW into FP32 main grads)");
   PL_CHECK(t.main_params_dtype == "fp32",
            "--main-params-dtype fp16 is not implemented yet (TE keeps an FP16 master with a per-tensor scale)");
   PL_CHECK(t.exp_avg_dtype != "fp16",

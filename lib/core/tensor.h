@@ -89,8 +89,9 @@ MemoryStats memory_stats(Device device);
 // the arena (a free list, coalesced with its neighbours; first fit), so grow-only scratch that is
 // reallocated larger does not leak its old space. Reuse is safe because all device work runs on the
 // default stream, in order: a kernel queued before the free finishes before any kernel queued after
-// the reallocation touches the same bytes. A Buffer that does not fit is an error naming the
-// shortfall. Without a reservation each CUDA Buffer is its own cudaMalloc.
+// the reallocation touches the same bytes. (The one other stream, the optimizer offload's CopyStream,
+// only touches the model's weights and gradients, which live as long as the model and are never freed
+// while its copies are pending.) A Buffer that does not fit is an error naming the shortfall. Without a reservation each CUDA Buffer is its own cudaMalloc.
 // The reservation refuses, with one line, to leave less than device_memory_margin() free outside the
 // arena (see there).
 void reserve_device_arena(Device device, double bytes);

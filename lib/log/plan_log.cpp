@@ -7,7 +7,8 @@
 namespace pl::log {
 
 std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note,
-                                           const std::string& optimizer_label, const OffloadRows* offload) {
+                                           const std::string& optimizer_label, const OffloadRows* offload,
+                                           const std::string& grads_label) {
   static constexpr const char* kNames[7] = {"weights (bf16)",          "gradients (fp32)",
                                             "master weights (fp32)",   "optimizer state (Adam m, v fp32)",
                                             "activations and scratch", "quantized copies",
@@ -17,11 +18,13 @@ std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, con
   };
   std::vector<std::string> out;
   for (size_t i = 0; i < bytes.size(); ++i) {
-    std::string name = i == 3 && !optimizer_label.empty() ? optimizer_label : kNames[i];
+    std::string name = i == 3 && !optimizer_label.empty() ? optimizer_label
+                       : i == 1 && !grads_label.empty()   ? grads_label
+                                                          : kNames[i];
     if (offload && (i == 2 || i == 3)) name.insert(name.size() - 1, ", host");
     out.push_back(row(name.c_str(), bytes[i]));
     if (offload && i == 3) {
-      out.push_back(row("gradient copy (fp32, host, pinned)", offload->host_grads));
+      out.push_back(row("gradient copy (host, pinned)", offload->host_grads));
       out.push_back(row("weight staging (host, pinned)", offload->host_staging));
     }
   }

@@ -26,13 +26,16 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_, device_sm(ctx_));
   const size_t n = static_cast<size_t>(num_params());
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
-  grad_buf_ = Buffer(n * 4, ctx_.device);
+  // Main grads: FP32, or BF16 with --main-grads-dtype bf16 (the device's bf16 storage: FP32 on the CPU).
+  const DType grad_type = opt_.bf16_main_grads ? float_storage(ctx_.device) : DType::F32;
+  grad_buf_ = Buffer(n * dtype_size(grad_type), ctx_.device);
   // With the optimizer offloaded the FP32 master weights live in host memory, where AdamW updates them.
   master_buf_ = Buffer(n * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
   weights_ = views_of(weight_buf_, float_storage(ctx_.device));
-  grads_ = views_of(grad_buf_, DType::F32);
+  grads_ = views_of(grad_buf_, grad_type);
   master_ = views_of(master_buf_, DType::F32);
   allocate_activations();
+  if (opt_.bf16_main_grads) grad_work_ = grad_scratch_views();
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
   // happen now rather than in the training loop.
   if (ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
@@ -85,6 +88,37 @@ ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const {
   v.final_norm = view(entries_[i++]);
   v.lm_head = view(entries_[i++]);
   v.flat = buf.as({num_params()}, t);
+  return v;
+}
+
+// BF16 main grads: the views the backward writes one group's FP32 gradients through, each parameter at
+// its offset within its group (the embedding; layer l; the final norm with the LM head), all in
+// acts_.grad_scratch (so every layer's views share the same memory).
+ParamViews LlamaModel::grad_scratch_views() const {
+  char* base = static_cast<char*>(acts_.grad_scratch.data);
+  auto view = [&](const ParamEntry& e, int64_t group_begin) {
+    void* p = base + static_cast<size_t>(e.offset - group_begin) * sizeof(float);
+    return e.rows == 1 ? Tensor(p, {e.cols}, DType::F32, ctx_.device)
+                       : Tensor(p, {e.rows, e.cols}, DType::F32, ctx_.device);
+  };
+  ParamViews v;
+  size_t i = 0;
+  v.embedding = view(entries_[i++], 0);
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const int64_t b = entries_[i].offset;
+    LayerParams lp;
+    lp.ln1 = view(entries_[i++], b);
+    lp.qkv = view(entries_[i++], b);
+    lp.proj = view(entries_[i++], b);
+    lp.ln2 = view(entries_[i++], b);
+    lp.fc1 = view(entries_[i++], b);
+    lp.fc2 = view(entries_[i++], b);
+    v.layers.push_back(lp);
+  }
+  const int64_t head = entries_[i].offset;
+  v.final_norm = view(entries_[i++], head);
+  v.lm_head = view(entries_[i++], head);
+  v.flat = acts_.grad_scratch;
   return v;
 }
 
@@ -285,23 +319,40 @@ void LlamaModel::run_backward(const StepOptions& step) {
   const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   // acts_.logits now holds dlogits.
-  // The offload's listener learns which gradients are final: flat offsets of the parameter entries
-  // (embedding, 6 per layer, final norm, LM head: param_layout's order).
-  auto final_from = [&](size_t entry) {
-    if (step.grads_final_from) (*step.grads_final_from)(entries_[entry].offset);
+  // The gradients are final group by group: the final norm with the LM head, each layer from the last,
+  // the embedding (entries of param_layout: embedding, 6 per layer, final norm, LM head). With BF16 main
+  // grads a group's gradients of this micro-batch go to the FP32 scratch (zeroed first) and are then
+  // added into the BF16 main grads, rounded once; then the offload's listener hears that everything
+  // from the group's first element on is final.
+  const bool bf16 = opt_.bf16_main_grads;
+  ParamViews& g_all = bf16 ? grad_work_ : grads_;
+  auto group_size = [&](size_t first, size_t next) {
+    return (next < entries_.size() ? entries_[next].offset : num_params()) - entries_[first].offset;
   };
-  linear_backward_weight(ctx_, grads_.lm_head, acts_.logits, acts_.lnf);
+  auto begin_group = [&](size_t first, size_t next) {
+    if (bf16) fill_zero(ctx_, acts_.grad_scratch.rows(0, group_size(first, next)));
+  };
+  auto end_group = [&](size_t first, size_t next) {
+    const int64_t b = entries_[first].offset, size = group_size(first, next);
+    if (bf16) accumulate_bf16(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
+    if (step.grads_final_from) (*step.grads_final_from)(b);
+  };
+  const size_t head = 1 + 6 * static_cast<size_t>(cfg_.num_layers);
+  begin_group(head, entries_.size());
+  linear_backward_weight(ctx_, g_all.lm_head, acts_.logits, acts_.lnf);
   linear_backward_input(ctx_, acts_.d_ln, acts_.logits, weights_.lm_head);
   fill_zero(ctx_, acts_.d_resid);
-  rmsnorm_backward(ctx_, acts_.d_resid, grads_.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm, acts_.rstdf);
-  final_from(1 + 6 * static_cast<size_t>(cfg_.num_layers));
+  rmsnorm_backward(ctx_, acts_.d_resid, g_all.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm, acts_.rstdf);
+  end_group(head, entries_.size());
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
     // Full recomputation: refill the shared activations from the kept layer input (the layer
     // output goes to scratch; the stored outputs are never needed again).
     if (opt_.recompute) layer_forward(l, acts_.d_h);
     auto& a = acts_.layers[l];
     const LayerParams& w = weights_.layers[l];
-    LayerParams& g = grads_.layers[l];
+    LayerParams& g = g_all.layers[l];
+    const size_t first = 1 + 6 * static_cast<size_t>(l);
+    begin_group(first, first + 6);
     // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
     linear(l, kFc2).backward(ctx_, acts_.d_swi, g.fc2, acts_.d_resid, a.swi, w.fc2, step);
     swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1);
@@ -313,10 +364,11 @@ void LlamaModel::run_backward(const StepOptions& step) {
     rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
     linear(l, kQkv).backward(ctx_, acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
-    final_from(1 + 6 * static_cast<size_t>(l));
+    end_group(first, first + 6);
   }
-  embedding_backward(ctx_, grads_.embedding, acts_.d_resid, acts_.tokens);
-  final_from(0);
+  begin_group(0, 1);
+  embedding_backward(ctx_, g_all.embedding, acts_.d_resid, acts_.tokens);
+  end_group(0, 1);
 }
 
 void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out) {

@@ -105,6 +105,7 @@ class LlamaModel {
 
  private:
   ParamViews views_of(const Buffer& buf, DType t) const;
+  ParamViews grad_scratch_views() const;
   void allocate_activations();
   void layer_forward(int64_t l, const Tensor& out);
   void run_forward(float grad_scale, bool want_grad);
@@ -127,6 +128,7 @@ class LlamaModel {
   std::vector<ParamEntry> entries_;
   Buffer weight_buf_, grad_buf_, master_buf_;
   ParamViews weights_, grads_, master_;
+  ParamViews grad_work_;  // BF16 main grads: where the backward writes a group's FP32 gradients
 
   // Activations of one micro-batch (saved for backward) and backward scratch, all in arena_ as
   // mem_.arena places them.

@@ -8,13 +8,22 @@
 
 namespace pl {
 
+int64_t largest_grad_group(const ModelConfig& cfg) {
+  const int64_t h = cfg.hidden_size, V = cfg.vocab_size, f = cfg.ffn_hidden_size;
+  const int64_t layer = 2 * h + cfg.qkv_dim() * h + h * cfg.q_dim() + 2 * f * h + h * f;
+  return std::max({V * h + h, V * h, layer});  // LM head + final norm, embedding, one layer
+}
+
 MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,
                        const ModelOptions& opt, int opened_sm) {
   MemoryPlan mem;
   const size_t n = static_cast<size_t>(cfg.num_parameters());
   const DType act = float_storage(device);
   mem.weights = static_cast<double>(n * dtype_size(act));
-  mem.grads = mem.master = static_cast<double>(n * 4);
+  mem.master = static_cast<double>(n * 4);
+  // BF16 main grads: 2 bytes on the GPU (the CPU keeps bf16 values in FP32 storage).
+  mem.grads = static_cast<double>(n * (opt.bf16_main_grads ? dtype_size(act) : 4));
+  if (opt.bf16_main_grads) mem.grads_label = "gradients (bf16)";
   // AdamW m and v in their dtypes (fp32, or bf16 under the precision-aware optimizer; allocated by AdamW)
   mem.optimizer = static_cast<double>(n * (dtype_size(opt.exp_avg) + dtype_size(opt.exp_avg_sq)));
   if (opt.exp_avg != DType::F32 || opt.exp_avg_sq != DType::F32)
@@ -22,7 +31,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
                                       opt.exp_avg_sq == DType::BF16 ? "bf16" : "fp32");
   if (opt.optimizer_offload) {
     mem.offload = true;
-    mem.host_grads = static_cast<double>(n * 4);
+    mem.host_grads = mem.grads;  // the host copy of the gradients, in their dtype
     const size_t slot = static_cast<size_t>(std::min<int64_t>(kOffloadChunkElements, static_cast<int64_t>(n)));
     mem.host_staging = static_cast<double>(slot * dtype_size(act) * kOffloadStagingSlots);
   }
@@ -110,6 +119,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
     mem.workspaces.push_back(static_cast<int64_t>(i));
     mem.quantized += static_cast<double>(LinearWorkspace::bytes(p, T));
   }
+  if (opt.bf16_main_grads) want(a.grad_scratch, {largest_grad_group(cfg)}, DType::F32);
   if (scratch_a > 0) want(a.quant_scratch_a, {scratch_a}, DType::F32);
   if (scratch_b > 0) want(a.quant_scratch_b, {scratch_b}, DType::F32);
   mem.activations = static_cast<double>(total);

@@ -32,12 +32,18 @@ struct ModelOptions {
   // --optimizer-cpu-offload: the FP32 master weights and the moments live on the host, with a pinned host
   // copy of the gradients and a pinned staging ring for the updated weights (AdamW's offload path).
   bool optimizer_offload = false;
+  // --main-grads-dtype bf16: the main grads are BF16 (FP32 storage of bf16 values on the CPU); each
+  // micro-batch's gradients of one group of parameters (the LM head with the final norm, one layer, the
+  // embedding) are computed in an FP32 scratch of the largest group and added in, rounded once.
+  bool bf16_main_grads = false;
 };
 
 // The offload's host step runs over the flat buffers in chunks of this many elements; the updated
 // weights of a chunk go to the device through one of kOffloadStagingSlots pinned slots (a ring: a slot
 // is refilled once its previous upload has finished).
-inline constexpr int64_t kOffloadChunkElements = int64_t{1} << 24;  // 16 Mi elements: 32 MiB of bf16
+// 64 Mi elements (128 MiB of bf16 per slot): about 120 chunks for 8B parameters, so the per-chunk timer
+// events stay well inside the timers' level-1 event pool.
+inline constexpr int64_t kOffloadChunkElements = int64_t{1} << 26;
 inline constexpr int kOffloadStagingSlots = 4;
 
 // The storage of "bf16" weights and activations: FP32 holding bf16 values on the CPU (backend/ops.h).
@@ -64,11 +70,12 @@ struct Activations {
   std::vector<Layer> layers;  // with full recomputation layers 1.. share layer 0's slots but resid_in
   T tokens, labels, embed_out, resid_out, lnf, rstdf, logits, losses_all, rope_cos, rope_sin;
   T d_resid, d_ln, d_h, d_qkv, d_attn, d_fc1, d_swi, quant_scratch_a, quant_scratch_b;
+  T grad_scratch;  // fp32 [largest parameter group] with BF16 main grads (ModelOptions::bf16_main_grads)
   template <class S>
   static auto all(S& s) {
     return std::array{&s.tokens, &s.labels, &s.embed_out, &s.resid_out, &s.lnf, &s.rstdf, &s.logits,
                       &s.losses_all, &s.rope_cos, &s.rope_sin, &s.d_resid, &s.d_ln, &s.d_h, &s.d_qkv,
-                      &s.d_attn, &s.d_fc1, &s.d_swi, &s.quant_scratch_a, &s.quant_scratch_b};
+                      &s.d_attn, &s.d_fc1, &s.d_swi, &s.quant_scratch_a, &s.quant_scratch_b, &s.grad_scratch};
   }
 };
 
@@ -85,6 +92,8 @@ struct MemoryPlan {
   // The optimizer row's name in log::memory_plan_lines: empty for the FP32 moments (the default name),
   // else the moments' dtypes ("optimizer (Adam m bf16, v bf16)").
   std::string optimizer_label;
+  // The gradients row's name: empty for FP32 main grads, "gradients (bf16)" with --main-grads-dtype bf16.
+  std::string grads_label;
   Activations<ArenaSlot> arena;  // the activation arena (activations bytes)
   // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
   // the first linear [layer*4 + kind] that uses it; workspace_of[linear] indexes them (-1: BF16).
@@ -102,6 +111,10 @@ struct MemoryPlan {
     return {weights, grads, offload ? 0.0 : master, offload ? 0.0 : optimizer, activations, quantized, workspace};
   }
 };
+
+// Elements of the largest group of parameters whose gradients become final together in the backward:
+// the LM head with the final norm, one decoder layer, or the embedding (the BF16 main grads' scratch).
+int64_t largest_grad_group(const ModelConfig& cfg);
 
 // micro_batch x seq_length tokens per forward on `device`. opened_sm: the compute capability of the
 // GPU this process has opened, or 0 (used when options.gpu_sm is 0; neither: kPlanDefaultSm).

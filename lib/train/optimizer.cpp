@@ -65,11 +65,11 @@ void AdamW::prepare_offload() {
     }
     chunks_.push_back(std::move(c));
   }
-  host_grads_ = Buffer::pinned_host(static_cast<size_t>(n) * 4, dev);
+  // The host copy of the gradients in their dtype (bf16 bits for a GPU's BF16 main grads).
+  host_grads_ = Buffer::pinned_host(static_cast<size_t>(n) * dtype_size(model_.grads().flat.dtype), dev);
   const DType storage = model_.weights().flat.dtype;
   staging_ = Buffer::pinned_host(static_cast<size_t>(chunk) * dtype_size(storage) * kOffloadStagingSlots, dev);
   copies_ = CopyStream(dev, static_cast<int>(chunks_.size()) + kOffloadStagingSlots);
-  on_final_ = [this](int64_t begin) { queue_gradient_copies(begin); };
 }
 
 // Chunks are queued from the top of the flat buffers down (the backward finishes the LM head first and
@@ -80,8 +80,9 @@ void AdamW::queue_gradient_copies(int64_t final_from) {
     const int64_t c = count - 1 - copied_down_;
     const Chunk& ch = chunks_[static_cast<size_t>(c)];
     if (ch.begin < final_from) break;
-    copies_.to_host(host_grads_.as({ch.size}, DType::F32, static_cast<size_t>(ch.begin) * 4).data,
-                    model_.grads().flat.rows(ch.begin, ch.size), static_cast<int>(c));
+    const Tensor src = model_.grads().flat.rows(ch.begin, ch.size);
+    copies_.to_host(static_cast<char*>(host_grads_.data()) + static_cast<size_t>(ch.begin) * dtype_size(src.dtype), src,
+                    static_cast<int>(c));
     ++copied_down_;
   }
 }
@@ -114,7 +115,8 @@ void AdamW::host_step(const AdamWStep& s) {
     const auto rows = [&](const Buffer& b, DType t) {
       return b.as({ch.size}, t, static_cast<size_t>(ch.begin) * dtype_size(t));
     };
-    adamw_update_multi(host, staged, model_.master().flat.rows(ch.begin, ch.size), rows(host_grads_, DType::F32),
+    adamw_update_multi(host, staged, model_.master().flat.rows(ch.begin, ch.size),
+                       rows(host_grads_, model_.grads().flat.dtype),
                        rows(m_, cfg_.exp_avg_dtype), rows(v_, cfg_.exp_avg_sq_dtype), nd, s);
     copies_.to_device(model_.weights().flat.rows(ch.begin, ch.size), staged.data, slot_mark);
   }
@@ -127,7 +129,7 @@ AdamW::Result AdamW::step(double lr) {
   r.grad_norm = std::sqrt(sum_of_squares(ctx, model_.grads().flat));
   if (!std::isfinite(r.grad_norm)) {
     r.skipped = true;
-    copied_down_ = 0;
+    drop_queued_gradient_copies();
     return r;
   }
   const double clip = cfg_.clip_grad / (r.grad_norm + 1e-6);

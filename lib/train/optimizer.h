@@ -54,9 +54,18 @@ class AdamW {
   Result step(double lr);
   // The offload's listener for the last micro-batch's backward (StepOptions::grads_final_from): queues
   // the copy to the host of every chunk whose gradients are now final. Null without offload.
-  const std::function<void(int64_t)>* gradient_copy_listener() const { return offload_ ? &on_final_ : nullptr; }
-  // An iteration that does not step (its loss was not finite): the copies it queued are dropped.
-  void drop_queued_gradient_copies() { copied_down_ = 0; }
+  // (Bound to this object at each call, so a moved AdamW hands out a listener that points at itself.)
+  const std::function<void(int64_t)>* gradient_copy_listener() {
+    if (!offload_) return nullptr;
+    on_final_ = [this](int64_t begin) { queue_gradient_copies(begin); };
+    return &on_final_;
+  }
+  // An iteration that does not step (its loss or gradient norm was not finite): the copies it queued
+  // are forgotten, and the compute stream waits for them before it overwrites the gradients they read.
+  void drop_queued_gradient_copies() {
+    copied_down_ = 0;
+    if (offload_) copies_.compute_waits_for_copies();
+  }
   int64_t steps_taken() const { return step_; }
   // Checkpoint access: the moments (flat, the layout of the master weights, in their dtypes) and the step count.
   const Buffer& moment1() const { return m_; }

@@ -1,4 +1,4 @@
-// add (with aliasing and rounding) and fill_zero.
+// add (with aliasing and rounding), accumulate_bf16 and fill_zero.
 // Cpu/Elementwise.* and Cuda/Elementwise.* run the same cases on each backend (the GPU also against
 // the CPU backend, bit for bit); OpsElementwise.* are CPU-only (plain FP32, errors).
 #include "op_test_util.h"
@@ -50,6 +50,26 @@ TEST_P(Elementwise, AddRoundsAndMayAlias) {
   const Tensor f32 = gpu.put(a, {R, C}, DType::F32), o = gpu.put(out, {R, C}, DType::BF16);
   expect_error_containing([&] { add(gpu.ctx(), o, f32, gpu.put(b, {R, C}, DType::BF16)); },
                           {"add", "a [37, 29] f32", "bf16"});
+}
+
+// acc = round_bf16(acc + delta) with an fp32 delta (BF16 main grads), exact on every backend; deltas far
+// below acc's ulp are lost by the rounding (what accumulating in BF16 costs), one equal to -acc gives 0.
+TEST_P(Elementwise, AccumulateBf16AddsFp32DeltaRoundedOnce) {
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 4099;
+  std::vector<float> acc = uniform_bf16(n, rng, -2.0f, 2.0f), delta = uniform_f32(n, rng, -1e-2f, 1e-2f);
+  delta[0] = -acc[0];
+  acc[1] = 1.0f, delta[1] = 1e-4f;  // below half an ulp of 1.0 in bf16 (2^-8): lost
+  const auto run = [&](Backend& k) {
+    std::vector<float> a = acc;
+    accumulate_bf16(k.ctx(), k.put(a, {n}, DType::BF16), k.put(delta, {n}, DType::F32));
+    return k.get(a);
+  };
+  const std::vector<float> out = run_exact(GetParam(), run, "accumulate_bf16");
+  expect_bf16_representable(out, "acc + delta");
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[i], num::round_bf16(acc[i] + delta[i])) << i;
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 1.0f);
 }
 
 // Every byte zero: f32 (more than one 1 MiB chunk, with a tail), bf16 (the GPU's) and i32.

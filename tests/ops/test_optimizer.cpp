@@ -423,6 +423,45 @@ TEST_P(Optimizer, AdamWBf16MomentsLoadComputeFp32AndStoreRne) {
 }
 
 // A moment of another dtype than F32/BF16 is refused, naming the op and the tensor.
+// BF16 main grads (--main-grads-dtype bf16): the gradient is read as its bf16 value, widened exactly, so
+// a step from BF16 gradients equals the FP32-gradient step from the same (bf16-representable) values, bit
+// for bit, on every backend: the GPU's BF16 grads, and the CPU reading bf16 bits (the offload's host copy
+// of a GPU's gradients). sum_of_squares of the GPU's BF16 grads equals the CPU's sum of the same values.
+TEST_P(Optimizer, AdamWAndTheNormReadBf16GradsAsTheirValues) {
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 50021;
+  std::vector<float> master(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    grad[i] = num::round_bf16(1e-2f * nd(rng));  // the values BF16 main grads hold
+  }
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 3, 0.7f};
+  std::vector<float> r_param(n), r_master = master, r_m(n), r_v(n);
+  adamw_update(cpu_ctx(true), host_view(r_param, {n}), host_view(r_master, {n}), host_view(grad, {n}),
+               host_view(r_m, {n}), host_view(r_v, {n}), step);
+  const double r_norm = sum_of_squares(cpu_ctx(true), host_view(grad, {n}));
+  auto run = [&](Backend& k) {  // [master | m | v | param | norm]
+    std::vector<float> p(n), ma = master, m(n), v(n), g = grad;
+    std::vector<uint16_t> gb(n);
+    for (int64_t i = 0; i < n; ++i) gb[i] = num::float_to_bf16_bits(grad[i]);
+    // The GPU: its BF16 storage; the CPU: the bf16 bits a GPU's gradients arrive as on the host.
+    const Tensor tg = k.cuda() ? k.put(g, {n}, DType::BF16) : Tensor(gb.data(), {n}, DType::BF16, Device::CPU);
+    adamw_update(k.ctx(), k.put(p, {n}, DType::F32), k.put(ma, {n}, DType::F32), tg, k.put(m, {n}, DType::F32),
+                 k.put(v, {n}, DType::F32), step);
+    const float norm = k.cuda() ? static_cast<float>(sum_of_squares(k.ctx(), tg)) : static_cast<float>(r_norm);
+    return joined({k.get(ma), k.get(m), k.get(v), k.get(p), std::vector<float>{norm}});
+  };
+  const std::vector<float> got = run_exact(GetParam(), run, "adamw with bf16 grads");
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(num::float_bits(got[i]), num::float_bits(r_master[i])) << "master " << i;
+    ASSERT_EQ(num::float_bits(got[n + i]), num::float_bits(r_m[i])) << "m " << i;
+    ASSERT_EQ(num::float_bits(got[2 * n + i]), num::float_bits(r_v[i])) << "v " << i;
+    ASSERT_EQ(num::float_bits(got[3 * n + i]), num::float_bits(r_param[i])) << "param " << i;
+  }
+  EXPECT_EQ(got[4 * n], static_cast<float>(r_norm));
+}
+
 TEST(OpsOptimizer, AdamWRefusesAnI32Moment) {
   std::vector<float> a(4);
   std::vector<int32_t> bad(4);

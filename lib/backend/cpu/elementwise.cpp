@@ -1,5 +1,6 @@
 // CPU elementwise ops: add (a bf16-activation output, rounded when ctx.round_bf16; out may alias a or
-// b since each element is read before it is written) and fill_zero. OpenMP over elements.
+// b since each element is read before it is written), accumulate_bf16 (an FP32 delta added into bf16
+// storage, rounded the same way) and fill_zero. OpenMP over elements.
 #include <algorithm>
 #include <cstring>
 
@@ -21,6 +22,15 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) o[i] = ap[i] + bp[i];
   }
+}
+
+void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delta) {
+  const int64_t n = acc.numel();
+  float* a = acc.f32();
+  const float* d = delta.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = round ? num::round_bf16(a[i] + d[i]) : a[i] + d[i];
 }
 
 void fill_zero(const OpContext& ctx, const Tensor& x) {

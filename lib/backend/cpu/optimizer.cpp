@@ -44,14 +44,23 @@ namespace {
 inline void store_param(float& dst, float master, bool round) { dst = round ? num::round_bf16(master) : master; }
 inline void store_param(uint16_t& dst, float master, bool) { dst = num::float_to_bf16_bits(master); }
 
-template <class P, class M, class V>
+// f(T*) with T the element type a tensor of `dtype` stores: float (F32) or uint16_t (BF16 bits).
+template <class F>
+void with_storage(DType dtype, F&& f) {
+  if (dtype == DType::BF16)
+    f(static_cast<uint16_t*>(nullptr));
+  else
+    f(static_cast<float*>(nullptr));
+}
+
+template <class P, class G, class M, class V>
 void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const ElementRanges& no_decay, const num::AdamWHyper& decay, const num::AdamWHyper& plain,
                  bool round) {
   const int64_t n = master.numel();
   P* pp = param.ptr<P>();
   float* mp = master.f32();
-  const float* gp = grad.f32();
+  const G* gp = grad.ptr<G>();
   M* m1 = m.ptr<M>();
   V* m2 = v.ptr<V>();
   const int64_t segments = 2 * no_decay.count + 1;  // decayed, range 0, decayed, range 1, ..., decayed
@@ -64,7 +73,7 @@ void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, 
     const num::AdamWHyper& h = in_range ? plain : decay;
 #pragma omp for schedule(static)
     for (int64_t i = i0; i < i1; ++i) {
-      num::adamw_element_stored(mp[i], m1[i], m2[i], gp[i], h);
+      num::adamw_element_stored(mp[i], m1[i], m2[i], num::state_load(gp[i]), h);
       store_param(pp[i], mp[i], round);
     }
   }
@@ -77,22 +86,16 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
   const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
   const bool round = ctx.round_bf16;
-  // One instantiation per storage combination (param, m, v each FP32 or bf16 bits).
-  auto run = [&]<class P>(P*) {
-    const bool m16 = m.dtype == DType::BF16, v16 = v.dtype == DType::BF16;
-    if (!m16 && !v16)
-      adamw_multi<P, float, float>(param, master, grad, m, v, no_decay, decay, plain, round);
-    else if (m16 && !v16)
-      adamw_multi<P, uint16_t, float>(param, master, grad, m, v, no_decay, decay, plain, round);
-    else if (!m16 && v16)
-      adamw_multi<P, float, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
-    else
-      adamw_multi<P, uint16_t, uint16_t>(param, master, grad, m, v, no_decay, decay, plain, round);
-  };
-  if (param.dtype == DType::BF16)
-    run(static_cast<uint16_t*>(nullptr));
-  else
-    run(static_cast<float*>(nullptr));
+  // One instantiation per storage combination (param, grad, m, v each FP32 or bf16 bits).
+  with_storage(param.dtype, [&]<class P>(P*) {
+    with_storage(grad.dtype, [&]<class G>(G*) {
+      with_storage(m.dtype, [&]<class M>(M*) {
+        with_storage(v.dtype, [&]<class V>(V*) {
+          adamw_multi<P, G, M, V>(param, master, grad, m, v, no_decay, decay, plain, round);
+        });
+      });
+    });
+  });
 }
 
 void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tensor& master) {

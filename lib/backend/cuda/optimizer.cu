@@ -8,9 +8,10 @@
 // model: ~122k chunks, 3 levels). The single float result is read back (the one blocking host read of
 // the norm per iteration) and returned as double. Partials live in the device state's grow-only scratch.
 // adamw_update_multi / copy_master_to_param: one element per thread calling the shared
-// num::adamw_element_stored (moments f32 or bf16) and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
+// num::adamw_element_stored (grads and moments f32 or bf16) and num::float_to_bf16_bits; the hyper-parameters are built on the host exactly as the CPU builds
 // them (bias corrections in double, then float), so master, m, v and param are bit-identical.
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/cuda_ops.h"
@@ -25,13 +26,18 @@ namespace {
 constexpr int kSumThreads = num::kTreeGroup;  // one thread per lane of a chunk / slot of a tree group
 constexpr int kThreads = 256;
 
-// partial[chunk] f32 = lane sum of x² over chunk `blockIdx.x` of x[n] f32 (the CPU's schedule)
-__global__ void sum_of_squares_chunks_kernel(float* partial, const float* x, int64_t n) {
+// partial[chunk] f32 = lane sum of x² over chunk `blockIdx.x` of x[n] (the CPU's schedule); X: f32, or
+// bf16 bits (BF16 main grads, widened exactly: the CPU sums the same values from FP32 storage)
+template <class X>
+__global__ void sum_of_squares_chunks_kernel(float* partial, const X* x, int64_t n) {
   __shared__ float lanes[kSumThreads];
   const int64_t i0 = static_cast<int64_t>(blockIdx.x) * num::kSumSquaresChunk;
   const int64_t i1 = i0 + num::kSumSquaresChunk < n ? i0 + num::kSumSquaresChunk : n;
   float acc = 0.0f;
-  for (int64_t i = i0 + threadIdx.x; i < i1; i += kSumThreads) acc = acc + x[i] * x[i];
+  for (int64_t i = i0 + threadIdx.x; i < i1; i += kSumThreads) {
+    const float v = num::state_load(x[i]);
+    acc = acc + v * v;
+  }
   acc = num::block_tree_sum<kSumThreads>(acc, lanes);
   if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -62,8 +68,8 @@ __device__ __forceinline__ bool in_ranges(const int64_t* rg, int64_t count, int6
 // ranges use `plain` (weight decay 0), all others `decay`; param is bf16 bits (PARAM = uint16_t) or f32;
 // the moments M, V are f32 or bf16 bits (the precision-aware optimizer), through the shared
 // num::adamw_element_stored (load to FP32, FP32 math, RNE store), as the CPU.
-template <class PARAM, class M, class V>
-__global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, const float* grad, int64_t n,
+template <class PARAM, class G, class M, class V>
+__global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, const G* grad, int64_t n,
                                    const int64_t* no_decay, int64_t ranges, num::AdamWHyper decay,
                                    num::AdamWHyper plain, bool round) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -72,7 +78,7 @@ __global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, cons
     float p = master[i];
     M m1 = m[i];
     V m2 = v[i];
-    num::adamw_element_stored(p, m1, m2, grad[i], h);
+    num::adamw_element_stored(p, m1, m2, num::state_load(grad[i]), h);
     master[i] = p;
     m[i] = m1;
     v[i] = m2;
@@ -83,28 +89,13 @@ __global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, cons
   }
 }
 
-template <class PARAM, class M, class V>
-void launch_adamw(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
-                  const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const num::AdamWHyper& decay,
-                  const num::AdamWHyper& plain, unsigned grid) {
-  adamw_multi_kernel<PARAM, M, V><<<grid, kThreads, 0, ctx.gpu->stream>>>(
-      static_cast<PARAM*>(param.data), f32_out(master), static_cast<M*>(m.data), static_cast<V*>(v.data),
-      f32_in(grad), master.numel(), no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
-}
-
-template <class PARAM>
-void launch_adamw_moments(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
-                          const Tensor& m, const Tensor& v, const ElementRanges& no_decay,
-                          const num::AdamWHyper& decay, const num::AdamWHyper& plain, unsigned grid) {
-  const bool m16 = m.dtype == DType::BF16, v16 = v.dtype == DType::BF16;
-  if (!m16 && !v16)
-    launch_adamw<PARAM, float, float>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
-  else if (m16 && !v16)
-    launch_adamw<PARAM, uint16_t, float>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
-  else if (!m16 && v16)
-    launch_adamw<PARAM, float, uint16_t>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
+// f(T*) with T the element type a tensor of `dtype` stores: float (F32) or uint16_t (BF16 bits).
+template <class F>
+void with_storage(DType dtype, F&& f) {
+  if (dtype == DType::BF16)
+    f(static_cast<uint16_t*>(nullptr));
   else
-    launch_adamw<PARAM, uint16_t, uint16_t>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
+    f(static_cast<float*>(nullptr));
 }
 
 // param[n] = master[n] as bf16 bits (PARAM = uint16_t) or f32 (rounded to bf16 values when `round`)
@@ -132,7 +123,11 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   DeviceScratch& scratch = ctx.gpu->scratch.sum_of_squares;
   auto* a = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks + level_slots)));
   float* b = a + chunks;
-  sum_of_squares_chunks_kernel<<<static_cast<unsigned>(chunks), kSumThreads, 0, ctx.gpu->stream>>>(a, f32_in(x), n);
+  with_storage(x.dtype, [&](auto* type) {
+    using X = std::remove_pointer_t<decltype(type)>;
+    sum_of_squares_chunks_kernel<X>
+        <<<static_cast<unsigned>(chunks), kSumThreads, 0, ctx.gpu->stream>>>(a, static_cast<const X*>(x.data), n);
+  });
   check_launch(*ctx.gpu, op, what);
   for (int64_t m = chunks; m > 1; m = (m + kSumThreads - 1) / kSumThreads) {
     const int64_t groups = (m + kSumThreads - 1) / kSumThreads;
@@ -155,13 +150,25 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
       num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
   if (n == 0) return;
   const unsigned grid = grid_capped(n, kThreads);
-  const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " m " +
-                           dtype_name(m.dtype) + " v " + dtype_name(v.dtype) + " (" +
+  const std::string what = "master " + master.shape_str() + " param " + param.shape_str() + " grad " +
+                           dtype_name(grad.dtype) + " m " + dtype_name(m.dtype) + " v " + dtype_name(v.dtype) + " (" +
                            std::to_string(no_decay.count) + " no-decay ranges)";
-  if (param.dtype == DType::BF16)
-    launch_adamw_moments<uint16_t>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
-  else
-    launch_adamw_moments<float>(ctx, param, master, grad, m, v, no_decay, decay, plain, grid);
+  // One instantiation per storage combination (param, grad, m, v each FP32 or bf16 bits).
+  with_storage(param.dtype, [&](auto* p) {
+    with_storage(grad.dtype, [&](auto* g) {
+      with_storage(m.dtype, [&](auto* m1) {
+        with_storage(v.dtype, [&](auto* m2) {
+          using P = std::remove_pointer_t<decltype(p)>;
+          using G = std::remove_pointer_t<decltype(g)>;
+          using M = std::remove_pointer_t<decltype(m1)>;
+          using V = std::remove_pointer_t<decltype(m2)>;
+          adamw_multi_kernel<P, G, M, V><<<grid, kThreads, 0, ctx.gpu->stream>>>(
+              static_cast<P*>(param.data), f32_out(master), static_cast<M*>(m.data), static_cast<V*>(v.data),
+              static_cast<const G*>(grad.data), n, no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
+        });
+      });
+    });
+  });
   check_launch(*ctx.gpu, op, what);
 }
 

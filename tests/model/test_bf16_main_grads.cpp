@@ -1,0 +1,87 @@
+// BF16 main grads (--main-grads-dtype bf16): each micro-batch's gradients of a group of parameters are
+// computed in FP32 (the scratch) and added into the BF16 main grads, rounded once per micro-batch. On the
+// CPU backend (bf16 values in FP32 storage) that is exactly checkable: after micro-batches with FP32
+// gradients G1, G2 (each from its own FP32-grads backward), the main grads must hold
+// round_bf16(round_bf16(0 + G1) + G2) for every element, with BF16 and NVFP4 layers, with and without
+// full recomputation.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "config/model_config.h"
+#include "config/precision_recipe.h"
+#include "data/mock_dataset.h"
+#include "model/llama.h"
+#include "model/precision_plan.h"
+#include "numerics/bf16.h"
+
+namespace pl {
+namespace {
+
+std::vector<float> host_copy(const Tensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  copy_to_host(v.data(), t);
+  return v;
+}
+
+void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  const int64_t B = 2, S = 32, T = B * S;
+  ModelOptions fp32, bf16;
+  fp32.recompute = bf16.recompute = recompute;
+  bf16.bf16_main_grads = true;
+  LlamaModel a(m, B, S, OpContext{}, plan, fp32), b(m, B, S, OpContext{}, plan, bf16);
+  a.init_parameters(1234);
+  b.init_parameters(1234);
+  data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, S, 16, 7});
+  std::vector<int32_t> tok(static_cast<size_t>(T)), lab(static_cast<size_t>(T));
+  std::vector<std::vector<float>> g;
+  b.zero_grads();
+  for (int mb = 0; mb < 2; ++mb) {
+    data.micro_batch(0, mb, B, tok, lab);
+    const StepOptions step{static_cast<uint64_t>(10 + mb)};  // the same stochastic rounding on both sides
+    a.zero_grads();
+    const double la = a.forward_backward(tok.data(), lab.data(), 0.25f, step);
+    g.push_back(host_copy(a.grads().flat));
+    EXPECT_EQ(la, b.forward_backward(tok.data(), lab.data(), 0.25f, step)) << "micro-batch " << mb;
+  }
+  const std::vector<float> got = host_copy(b.grads().flat);
+  ASSERT_EQ(got.size(), g[0].size());
+  size_t nonzero = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const float want = num::round_bf16(num::round_bf16(g[0][i]) + g[1][i]);
+    ASSERT_EQ(num::float_bits(got[i]), num::float_bits(want)) << "element " << i;
+    nonzero += got[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, got.size() / 2);  // the comparison is between real gradients
+}
+
+TEST(Bf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  const PrecisionPlan nvfp4 = make_precision_plan(
+      m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  ASSERT_FALSE(nvfp4.all_bf16());
+  expect_bf16_accumulation(bf16_plan(m), false);
+  expect_bf16_accumulation(nvfp4, false);
+  expect_bf16_accumulation(nvfp4, true);
+}
+
+// The plan: 2 bytes of gradient per parameter on the GPU, plus an FP32 scratch of the largest group (here
+// the embedding or the LM head with the final norm) in the activations.
+TEST(Bf16MainGrads, MemoryPlanHalvesTheGradientsAndAddsTheGroupScratch) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
+  ModelOptions fp32, bf16;
+  bf16.bf16_main_grads = true;
+  const MemoryPlan a = plan_memory(m, 1, 4096, Device::CUDA, bf16_plan(m), fp32, 90);
+  const MemoryPlan b = plan_memory(m, 1, 4096, Device::CUDA, bf16_plan(m), bf16, 90);
+  EXPECT_DOUBLE_EQ(b.grads, a.grads / 2);
+  EXPECT_EQ(b.grads_label, "gradients (bf16)");
+  EXPECT_EQ(largest_grad_group(m), m.vocab_size * m.hidden_size + m.hidden_size);
+  const double scratch = static_cast<double>((largest_grad_group(m) * 4 + 255) / 256 * 256);
+  EXPECT_DOUBLE_EQ(b.activations - a.activations, scratch);
+  EXPECT_DOUBLE_EQ(a.total() - b.total(), a.grads / 2 - scratch);
+}
+
+}  // namespace
+}  // namespace pl
