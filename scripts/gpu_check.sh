@@ -377,7 +377,7 @@ if ((sanitize)); then
     # The small-shape suites only: compute-sanitizer slows every launch by 10-100x. (Cuda/* are the op
     # cases run on every backend, the quantize/dequantize/quant_stats cases among them; CudaQuantize*
     # covers the quantizers' GPU-only cases and CudaQuantizedGemm; the production shapes are left out.)
-    filter=${SANITIZE_FILTER:-'Cuda/*:CudaCrossEntropy.*:CudaOptimizer.*:CudaOffload.*:CudaLinear.*:CudaQuantize*:CudaConformance.*-CudaQuantizeProduction.*:CudaQuantizedGemmProduction.*:CudaQuantizedGemmDescription.*'}
+    filter=${SANITIZE_FILTER:-'Cuda/*:CudaCrossEntropy.*:CudaOptimizer.*:CudaOffload.*:CudaBf16MainGrads.*:CudaLinear.*:CudaQuantize*:CudaConformance.*-CudaQuantizeProduction.*:CudaQuantizedGemmProduction.*:CudaQuantizedGemmDescription.*'}
     lim=$(step_limit "$sanitize_limit")
     if ((lim < 20)); then fail "sanitize: not run (time budget)"
     else

@@ -19,6 +19,16 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 const char* device_name(Device d);
 
+// f(T*) (a null pointer) with T the element type a tensor of `dtype` stores as a float value: float for
+// F32, uint16_t (bf16 bits) for BF16. The ops that take either storage instantiate one kernel per type.
+template <class F>
+void with_float_storage(DType dtype, F&& f) {
+  if (dtype == DType::BF16)
+    f(static_cast<uint16_t*>(nullptr));
+  else
+    f(static_cast<float*>(nullptr));
+}
+
 struct Tensor {
   static constexpr int kMaxDims = 4;
   void* data = nullptr;

@@ -257,4 +257,36 @@ TEST(OptimizerCpuOffload, HostWithoutTheMemoryIsOneLine) {
   EXPECT_NE(lines[0].find("GB of host memory"), std::string::npos) << lines[0];
 }
 
+// ---- BF16 main grads (--main-grads-dtype bf16) -----------------------------------------------------------
+
+// BF16 main grads train (llama_tiny, 20 iterations, NVFP4 recipe): the final loss stays within 0.05 of
+// the FP32-grads run's (measured: 2.8394 vs 2.8441, gap -0.005) yet differs from it (the rounding is in
+// effect); offloaded, the run is bit-identical; the GPU plan's gradients row is half the FP32 one.
+TEST(PrecisionAwareOptimizer, Bf16MainGradsTrainAndOffloadBitIdentically) {
+  const std::vector<std::string> bf16_grads = plus(kBf16Moments, {"--main-grads-dtype", "bf16"});
+  const ProcessResult fp32 = run_ok(tiny(kBf16Moments));
+  const ProcessResult bf16 = run_ok(tiny(bf16_grads));
+  const ProcessResult off = run_ok(tiny(plus(bf16_grads, {"--optimizer-cpu-offload"})));
+  const auto a = iteration_lines(fp32.out, 1), b = iteration_lines(bf16.out, 1);
+  ASSERT_EQ(b.size(), 20u);
+  EXPECT_EQ(iteration_lines(off.out, 1), b);
+  EXPECT_NE(a, b);
+  const double la = last_lm_loss(fp32.out), lb = last_lm_loss(bf16.out);
+  std::printf("llama_tiny, 20 iterations: lm loss fp32 main grads %.6f, bf16 main grads %.6f, gap %.6f\n", la, lb,
+              lb - la);
+  EXPECT_LT(std::abs(lb - la), 0.05);
+  EXPECT_NE(bf16.out.find("main grads bf16, master weights fp32"), std::string::npos) << bf16.out;
+
+  auto mb = [](const std::string& out, const std::string& row) {
+    const std::regex re("memory " + row + R"( +[0-9.]+ GB +([0-9.]+) MB)");
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, re)) << row << " not in:\n" << out;
+    return m.size() > 1 ? std::stod(m[1]) : -1.0;
+  };
+  // The GPU's plan (without --device cpu: the CPU keeps bf16 values in FP32 storage).
+  const ProcessResult d32 = run_ok(plus({"--model", kTiny, "--dry-run"}, kBf16Moments));
+  const ProcessResult d16 = run_ok(plus({"--model", kTiny, "--dry-run"}, bf16_grads));
+  EXPECT_NEAR(mb(d16.out, R"(gradients \(bf16\))"), mb(d32.out, R"(gradients \(fp32\))") / 2, 0.01);
+}
+
 }  // namespace

@@ -67,6 +67,25 @@ struct ForceEmulated {
 };
 #endif
 
+// While alive, the test GPU's attention backward is cuDNN's deterministic one (DeviceState::
+// deterministic_attention), so two backward passes over the same inputs give the same bits: what tests
+// comparing two GPU runs exactly need. Does nothing without a device.
+struct DeterministicAttention {
+  DeterministicAttention() { set(true); }
+  ~DeterministicAttention() { set(false); }
+  DeterministicAttention(const DeterministicAttention&) = delete;
+  DeterministicAttention& operator=(const DeterministicAttention&) = delete;
+
+ private:
+  static void set(bool on) {
+#if defined(PL_WITH_CUDA)
+    if (cuda_ctx().gpu) cuda_ctx().gpu->deterministic_attention = on;
+#else
+    (void)on;
+#endif
+  }
+};
+
 // A device tensor that owns its memory.
 struct DeviceTensor {
   Buffer buf;

@@ -3,13 +3,14 @@
 // CPU backend (bf16 values in FP32 storage) that is exactly checkable: after micro-batches with FP32
 // gradients G1, G2 (each from its own FP32-grads backward), the main grads must hold
 // round_bf16(round_bf16(0 + G1) + G2) for every element, with BF16 and NVFP4 layers, with and without
-// full recomputation.
+// full recomputation; on a GPU the same against the GPU's own FP32-grads backward (CudaBf16MainGrads).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "config/model_config.h"
+#include "cuda/cuda_test_util.h"
 #include "config/precision_recipe.h"
 #include "data/mock_dataset.h"
 #include "model/llama.h"
@@ -19,19 +20,26 @@
 namespace pl {
 namespace {
 
+// The values of an F32 or BF16 tensor on any device.
 std::vector<float> host_copy(const Tensor& t) {
   std::vector<float> v(static_cast<size_t>(t.numel()));
-  copy_to_host(v.data(), t);
+  if (t.dtype == DType::F32) {
+    copy_to_host(v.data(), t);
+    return v;
+  }
+  std::vector<uint16_t> bits(v.size());
+  copy_to_host(bits.data(), t);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = num::bf16_bits_to_float(bits[i]);
   return v;
 }
 
-void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute) {
+void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const OpContext& ctx = {}) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   const int64_t B = 2, S = 32, T = B * S;
   ModelOptions fp32, bf16;
   fp32.recompute = bf16.recompute = recompute;
   bf16.bf16_main_grads = true;
-  LlamaModel a(m, B, S, OpContext{}, plan, fp32), b(m, B, S, OpContext{}, plan, bf16);
+  LlamaModel a(m, B, S, ctx, plan, fp32), b(m, B, S, ctx, plan, bf16);
   a.init_parameters(1234);
   b.init_parameters(1234);
   data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, S, 16, 7});
@@ -65,6 +73,18 @@ TEST(Bf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
   expect_bf16_accumulation(bf16_plan(m), false);
   expect_bf16_accumulation(nvfp4, false);
   expect_bf16_accumulation(nvfp4, true);
+}
+
+// The same on a GPU: its BF16 main grads (bf16 storage) against its own FP32-grads backward (the GPU's
+// GEMMs, the same accumulate_bf16 rounding). Compiled always; skipped without a device.
+TEST(CudaBf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const test::DeterministicAttention deterministic;  // the two backward passes give the same bits
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  const PrecisionPlan nvfp4 = make_precision_plan(
+      m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  expect_bf16_accumulation(bf16_plan(m), false, test::cuda_ctx());
+  expect_bf16_accumulation(nvfp4, true, test::cuda_ctx());
 }
 
 // The plan: 2 bytes of gradient per parameter on the GPU, plus an FP32 scratch of the largest group (here

@@ -44,15 +44,6 @@ namespace {
 inline void store_param(float& dst, float master, bool round) { dst = round ? num::round_bf16(master) : master; }
 inline void store_param(uint16_t& dst, float master, bool) { dst = num::float_to_bf16_bits(master); }
 
-// f(T*) with T the element type a tensor of `dtype` stores: float (F32) or uint16_t (BF16 bits).
-template <class F>
-void with_storage(DType dtype, F&& f) {
-  if (dtype == DType::BF16)
-    f(static_cast<uint16_t*>(nullptr));
-  else
-    f(static_cast<float*>(nullptr));
-}
-
 template <class P, class G, class M, class V>
 void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const ElementRanges& no_decay, const num::AdamWHyper& decay, const num::AdamWHyper& plain,
@@ -87,10 +78,10 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
   const bool round = ctx.round_bf16;
   // One instantiation per storage combination (param, grad, m, v each FP32 or bf16 bits).
-  with_storage(param.dtype, [&]<class P>(P*) {
-    with_storage(grad.dtype, [&]<class G>(G*) {
-      with_storage(m.dtype, [&]<class M>(M*) {
-        with_storage(v.dtype, [&]<class V>(V*) {
+  with_float_storage(param.dtype, [&]<class P>(P*) {
+    with_float_storage(grad.dtype, [&]<class G>(G*) {
+      with_float_storage(m.dtype, [&]<class M>(M*) {
+        with_float_storage(v.dtype, [&]<class V>(V*) {
           adamw_multi<P, G, M, V>(param, master, grad, m, v, no_decay, decay, plain, round);
         });
       });
@@ -102,14 +93,11 @@ void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tenso
   const int64_t n = master.numel();
   const float* mp = master.f32();
   const bool round = ctx.round_bf16;
-  auto run = [&]<class P>(P* pp) {
+  with_float_storage(param.dtype, [&]<class P>(P*) {
+    P* pp = param.ptr<P>();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) store_param(pp[i], mp[i], round);
-  };
-  if (param.dtype == DType::BF16)
-    run(param.ptr<uint16_t>());
-  else
-    run(param.f32());
+  });
 }
 
 }  // namespace pl::cpu

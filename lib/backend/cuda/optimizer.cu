@@ -89,15 +89,6 @@ __global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, cons
   }
 }
 
-// f(T*) with T the element type a tensor of `dtype` stores: float (F32) or uint16_t (BF16 bits).
-template <class F>
-void with_storage(DType dtype, F&& f) {
-  if (dtype == DType::BF16)
-    f(static_cast<uint16_t*>(nullptr));
-  else
-    f(static_cast<float*>(nullptr));
-}
-
 // param[n] = master[n] as bf16 bits (PARAM = uint16_t) or f32 (rounded to bf16 values when `round`)
 template <class PARAM>
 __global__ void copy_master_kernel(PARAM* param, const float* master, int64_t n, bool round) {
@@ -123,7 +114,7 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   DeviceScratch& scratch = ctx.gpu->scratch.sum_of_squares;
   auto* a = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks + level_slots)));
   float* b = a + chunks;
-  with_storage(x.dtype, [&](auto* type) {
+  with_float_storage(x.dtype, [&](auto* type) {
     using X = std::remove_pointer_t<decltype(type)>;
     sum_of_squares_chunks_kernel<X>
         <<<static_cast<unsigned>(chunks), kSumThreads, 0, ctx.gpu->stream>>>(a, static_cast<const X*>(x.data), n);
@@ -154,10 +145,10 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
                            dtype_name(grad.dtype) + " m " + dtype_name(m.dtype) + " v " + dtype_name(v.dtype) + " (" +
                            std::to_string(no_decay.count) + " no-decay ranges)";
   // One instantiation per storage combination (param, grad, m, v each FP32 or bf16 bits).
-  with_storage(param.dtype, [&](auto* p) {
-    with_storage(grad.dtype, [&](auto* g) {
-      with_storage(m.dtype, [&](auto* m1) {
-        with_storage(v.dtype, [&](auto* m2) {
+  with_float_storage(param.dtype, [&](auto* p) {
+    with_float_storage(grad.dtype, [&](auto* g) {
+      with_float_storage(m.dtype, [&](auto* m1) {
+        with_float_storage(v.dtype, [&](auto* m2) {
           using P = std::remove_pointer_t<decltype(p)>;
           using G = std::remove_pointer_t<decltype(g)>;
           using M = std::remove_pointer_t<decltype(m1)>;
