@@ -118,7 +118,8 @@ TEST(PrecisionAwareOptimizer, Fp32StateWithTheFlagIsBitIdenticalAndBf16ShrinksTh
 // of the same shape: gaps -0.215 (seed 1234) and +0.159 (seed 1235) at iteration 200, while the
 // FP32-state runs of the two seeds differ by 0.254: the BF16 moments' gap is within seed-to-seed noise.
 // BF16 main grads on top (--main-grads-dtype bf16), same bound; 200 iterations of seed 1234 (iterations
-// 181-200): FP32 state 6.9707, BF16 moments 6.7560, BF16 moments and main grads 6.6855 (gap -0.285). At 100 iterations BF16 moments and main grads: 8.0889 (gap +0.017).
+// 181-200): FP32 state 6.9707, BF16 moments 6.7560, BF16 moments and main grads 6.6855 (gap -0.285).
+// At 100 iterations, BF16 moments and main grads: 8.0889 (gap +0.017).
 TEST(PrecisionAwareOptimizer, Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall) {
   const std::vector<std::string> base = {"--model", kSmall, "--device", "cpu", "--threads", "2", "--train-iters", "100",
                                          "--global-batch-size", "4", "--micro-batch-size", "4", "--seq-length", "128",
