@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""Compare training logs: pretrain_llama's and Megatron-LM / Megatron-Bridge's own.
+
+Prints one table (one row per log, the first log is the reference) and, with --png, writes one figure.
+Only the standard library and numpy; matplotlib only for --png (Agg backend, no display needed).
+"""
+
+import argparse
+import math
+import os
+import re
+import sys
+import tempfile
+
+PROG = "compare_logs.py"
+
+HELP_EPILOG = """\
+how the columns are computed:
+  iterations     iteration lines compared (logs of different lengths: the common prefix, said so)
+  window         the averaging window, as pretrain_llama's summary line: the last 60%% of the n
+                 compared iteration lines, from line round(0.4*n) on (iterations 20-50 of 50);
+                 with --log-interval > 1 each line is the mean of its interval
+  step ms        mean 'elapsed time per iteration (ms)' over the window
+  TFLOP/s/GPU    the FLOPs per iteration over the window's mean step time; the FLOPs from
+                 pretrain_llama's summary line (its TFLOP/s x its mean step time: more digits than the
+                 per-line .1f values), else the mean over the window of a line's TFLOP/s/GPU x its
+                 step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
+                 'Step Time : ... MODEL_TFLOP/s/GPU' line before it); '-' when the log has neither
+  tok/s/GPU      global batch size x seq length / mean step time / GPUs; the seq length from the
+                 log's banner (pretrain_llama's 'training:' line, Megatron's 'seq_length ....' argument
+                 or 'seq_length: N'), else --seq-length; the GPUs from Megatron's 'world_size ....'
+                 argument, else --gpus (default 1); the 'seq' column says where the length came from
+  speed-up       the first log's window step time / this log's
+  final loss     the last compared iteration line's lm loss
+  loss gap       (loss - first log's loss) / first log's loss at the same iteration, averaged over the
+                 last 10%% of the compared iterations (at least one), iterations where both are finite
+  non-finite     iteration lines whose lm loss is nan/inf or missing (Megatron leaves the loss out
+                 when every iteration of the interval was skipped); they are never dropped silently:
+                 a gap is averaged over the finite iterations only and the count is shown
+  val loss       the last 'validation loss at iteration N' (test-set lines are ignored) within the
+                 compared iterations; val gap: relative to the first log's at the same iteration;
+                 blank when there is none
+"""
+
+ITER_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([-+0-9.eE]+|nan|inf)s\s+GPU utilization:\s*([-+0-9.eE]+|nan|inf)\s*MODEL_TFLOP")
+VALID_RE = re.compile(r"validation loss at (?:iteration\s+(\d+))(.*?)\|\s*lm loss value:\s*(\S+)\s*\|")
+SEQ_RES = [
+    (re.compile(r"pretrain_llama \| training: .*? x (\d+) tokens"), "banner"),
+    (re.compile(r"\bseq_length\s*\.{2,}\s*(\d+)"), "banner"),
+    (re.compile(r"\bseq_length\s*[:=]\s*(\d+)"), "banner"),
+]
+WORLD_RE = re.compile(r"\bworld_size\s*\.{2,}\s*(\d+)")
+SUMMARY_RE = re.compile(r"pretrain_llama \| summary: .*?mean step time ([0-9.eE+-]+) s, ([0-9.eE+-]+) MODEL_TFLOP/s/GPU")
+
+
+class Error(Exception):
+    pass
+
+
+def to_float(text):
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def parse_fields(line):
+    """The 'key: value |' pairs of an iteration line."""
+    fields = {}
+    for part in line.split("|"):
+        key, sep, value = part.rpartition(":")
+        if sep and key.strip():
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+class Log:
+    def __init__(self, path):
+        self.path = path
+        self.label = os.path.basename(path)
+        self.iters = []      # iteration numbers, one per iteration line
+        self.ms = []         # elapsed time per iteration (ms)
+        self.loss = []       # lm loss (nan when missing or non-finite)
+        self.flops = []      # FLOPs per iteration per GPU (nan when unknown)
+        self.gbs = []        # global batch size
+        self.valid = {}      # iteration -> validation lm loss
+        self.seq_length = None
+        self.world_size = None
+        self.summary_flops = None  # FLOPs per iteration per GPU from pretrain_llama's summary line
+
+
+def parse_log(path):
+    try:
+        with open(path, "r", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+    except OSError as e:
+        raise Error(f"cannot read {path}: {e.strerror or e}")
+    log = Log(path)
+    pending_tflops = None
+    seen = {}
+    for line in text.splitlines():
+        m = STEP_TIME_RE.search(line)
+        if m:
+            pending_tflops = to_float(m.group(2))
+            continue
+        m = VALID_RE.search(line)
+        if m:
+            if "test set" not in m.group(2):
+                log.valid[int(m.group(1))] = to_float(m.group(3))
+            continue
+        m = ITER_RE.search(line)
+        if m and "elapsed time per iteration" in line:
+            f = parse_fields(line[m.end():])
+            it = int(m.group(1))
+            ms = to_float(f.get("elapsed time per iteration (ms)", "nan"))
+            tflops = to_float(f["throughput per GPU (TFLOP/s/GPU)"]) if "throughput per GPU (TFLOP/s/GPU)" in f \
+                else (pending_tflops if pending_tflops is not None else math.nan)
+            pending_tflops = None
+            loss = to_float(f.get("lm loss", "nan"))
+            gbs = to_float(f.get("global batch size", "nan"))
+            if it in seen:  # a resumed run repeats iterations: the later line wins
+                i = seen[it]
+                log.ms[i], log.loss[i], log.flops[i], log.gbs[i] = ms, loss, tflops * 1e12 * ms / 1e3, gbs
+                continue
+            seen[it] = len(log.iters)
+            log.iters.append(it)
+            log.ms.append(ms)
+            log.loss.append(loss)
+            log.flops.append(tflops * 1e12 * ms / 1e3)
+            log.gbs.append(gbs)
+            continue
+        m = SUMMARY_RE.search(line)
+        if m:
+            log.summary_flops = float(m.group(1)) * float(m.group(2)) * 1e12
+            continue
+        if log.seq_length is None:
+            for rx, _ in SEQ_RES:
+                s = rx.search(line)
+                if s:
+                    log.seq_length = int(s.group(1))
+                    break
+        if log.world_size is None:
+            w = WORLD_RE.search(line)
+            if w:
+                log.world_size = int(w.group(1))
+    if not log.iters:
+        raise Error(f"{path}: no iteration lines (expected Megatron's ' iteration N/ M | ... | elapsed time per "
+                    f"iteration (ms): ...' lines)")
+    order = sorted(range(len(log.iters)), key=lambda i: log.iters[i])
+    for name in ("iters", "ms", "loss", "flops", "gbs"):
+        values = getattr(log, name)
+        setattr(log, name, [values[i] for i in order])
+    return log
+
+
+def window_start(n):
+    """0-based index of the first line of the averaging window (lib/train/trainer.cpp's rule)."""
+    return min(max(int(math.floor(0.4 * n + 0.5)) - 1, 0), n - 1)
+
+
+def fmt_num(x, spec):
+    if x is None:
+        return ""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    return format(x, spec)
+
+
+def analyse(logs, seq_option, gpus_option, np):
+    notes = []
+    last = min(log.iters[-1] for log in logs)
+    if any(log.iters[-1] != last for log in logs):
+        lengths = ", ".join(f"{log.label}: {log.iters[-1]}" for log in logs)
+        notes.append(f"note: the logs have different lengths ({lengths} iterations); comparing the common prefix, "
+                     f"iterations up to {last}")
+    rows = []
+    for log in logs:
+        k = sum(1 for it in log.iters if it <= last)
+        log.n = k
+        log.w0 = window_start(k)
+        ms = np.array(log.ms[:k], dtype=float)
+        win = ms[log.w0:]
+        log.mean_ms = float(np.mean(win))
+        flops = np.array(log.flops[log.w0:k], dtype=float)
+        flops = flops[np.isfinite(flops)]
+        if log.summary_flops is not None:
+            log.tflops = log.summary_flops / (log.mean_ms / 1e3) / 1e12
+        else:
+            log.tflops = float(np.mean(flops)) / (log.mean_ms / 1e3) / 1e12 if flops.size else None
+        if log.seq_length is not None:
+            seq, seq_src = log.seq_length, "log"
+        elif seq_option is not None:
+            seq, seq_src = seq_option, "option"
+        else:
+            seq, seq_src = None, ""
+        gpus = log.world_size if log.world_size is not None else gpus_option
+        gbs = log.gbs[k - 1]
+        log.tokens = gbs * seq / (log.mean_ms / 1e3) / gpus if seq is not None and math.isfinite(gbs) else None
+        log.seq_src = seq_src
+        log.final_loss = log.loss[k - 1]
+        log.nonfinite = sum(1 for x in log.loss[:k] if not math.isfinite(x))
+        vals = [(it, v) for it, v in log.valid.items() if it <= last]
+        log.val_iter, log.val_loss = max(vals) if vals else (None, None)
+    ref = logs[0]
+    ref_loss = dict(zip(ref.iters, ref.loss))
+    tail = max(1, int(math.ceil(0.1 * ref.n)))
+    tail_iters = set(ref.iters[ref.n - tail:ref.n])
+    for log in logs:
+        log.speedup = ref.mean_ms / log.mean_ms
+        gaps = []
+        log.gap_series = ([], [])
+        for it, x in zip(log.iters[:log.n], log.loss[:log.n]):
+            r = ref_loss.get(it)
+            if r is None or not (math.isfinite(x) and math.isfinite(r)) or r == 0:
+                continue
+            log.gap_series[0].append(it)
+            log.gap_series[1].append((x - r) / r)
+            if it in tail_iters:
+                gaps.append((x - r) / r)
+        log.gap = float(np.mean(gaps)) if gaps else None
+        log.val_gap = None
+        if log.val_loss is not None and log.val_iter in ref.valid:
+            r = ref.valid[log.val_iter]
+            if math.isfinite(r) and r != 0:
+                log.val_gap = (log.val_loss - r) / r
+        seq_col = {"log": "log", "option": "--seq-length", "": "-"}[log.seq_src]
+        rows.append([
+            log.label,
+            str(log.n),
+            f"{log.iters[log.w0]}-{log.iters[log.n - 1]}",
+            fmt_num(log.mean_ms, ".1f"),
+            fmt_num(log.tflops, ".3f") if log.tflops is not None else "-",
+            fmt_num(log.tokens, ".0f") if log.tokens is not None else "-",
+            seq_col,
+            fmt_num(log.speedup, ".3f") + "x",
+            fmt_num(log.final_loss, ".4f"),
+            ("" if log is ref else "-") if log.gap is None else fmt_num(100 * log.gap, "+.2f") + "%",
+            str(log.nonfinite),
+            fmt_num(log.val_loss, ".4f") if log.val_loss is not None else "",
+            "" if log.val_gap is None else fmt_num(100 * log.val_gap, "+.2f") + "%",
+        ])
+    header = ["log", "iterations", "window", "step ms", "TFLOP/s/GPU", "tok/s/GPU", "seq", "speed-up",
+              "final loss", f"loss gap (last {tail})", "non-finite", "val loss", "val gap"]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    lines = list(notes)
+    fmt_row = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    lines.append(fmt_row(header).rstrip())
+    lines.append("  ".join("-" * w for w in widths))
+    lines.extend(fmt_row(r).rstrip() for r in rows)
+    return "\n".join(lines) + "\n"
+
+
+def smooth(np, y, span):
+    """Moving average over finite values (nan-aware), centred on trailing `span` points."""
+    y = np.asarray(y, dtype=float)
+    ok = np.isfinite(y)
+    vals = np.where(ok, y, 0.0)
+    c = np.cumsum(np.concatenate([[0.0], vals]))
+    n = np.cumsum(np.concatenate([[0], ok.astype(int)]))
+    idx = np.arange(1, y.size + 1)
+    lo = np.maximum(idx - span, 0)
+    cnt = n[idx] - n[lo]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(cnt > 0, (c[idx] - c[lo]) / np.maximum(cnt, 1), np.nan)
+
+
+def write_png(path, logs, np):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise Error("--png needs matplotlib (Debian: apt-get install python3-matplotlib)")
+    fig, (ax_loss, ax_gap, ax_time) = plt.subplots(3, 1, figsize=(10, 11), sharex=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, log in enumerate(logs):
+        c = colors[i % len(colors)]
+        it = np.array(log.iters[:log.n])
+        loss = np.array(log.loss[:log.n], dtype=float)
+        span = min(log.n, max(3, log.n // 20))  # trailing moving average of this many iterations
+        ax_loss.plot(it, loss, color=c, linewidth=0.6, alpha=0.35)
+        ax_loss.plot(it, smooth(np, loss, span), color=c, linewidth=1.6, label=f"{log.label} (train, mean of {span})")
+        bad = ~np.isfinite(loss)
+        if bad.any():
+            ax_loss.plot(it[bad], np.full(bad.sum(), np.nanmax(loss) if np.isfinite(loss).any() else 0.0), "x",
+                         color=c, label=f"{log.label}: {int(bad.sum())} non-finite")
+        vi = sorted(v for v in log.valid if v <= log.iters[log.n - 1])
+        if vi:
+            ax_loss.plot(vi, [log.valid[v] for v in vi], "o--", color=c, markersize=4, label=f"{log.label} (validation)")
+        if i > 0:
+            ax_gap.plot(log.gap_series[0], 100 * np.array(log.gap_series[1]), color=c, linewidth=0.6, alpha=0.35)
+            ax_gap.plot(log.gap_series[0], 100 * smooth(np, log.gap_series[1], span), color=c, linewidth=1.6,
+                        label=f"{log.label} vs {logs[0].label}")
+        ax_time.plot(it, log.ms[:log.n], color=c, linewidth=1.0, label=log.label)
+    ref = logs[0]
+    ax_time.axvspan(ref.iters[ref.w0], ref.iters[ref.n - 1], color="grey", alpha=0.15,
+                    label=f"averaging window {ref.iters[ref.w0]}-{ref.iters[ref.n - 1]}")
+    ax_gap.axhline(0.0, color="black", linewidth=0.8)
+    ax_loss.set_ylabel("lm loss")
+    ax_gap.set_ylabel(f"relative loss gap vs {ref.label} (%)")
+    ax_time.set_ylabel("step time (ms)")
+    ax_time.set_xlabel("iteration")
+    for ax in (ax_loss, ax_gap, ax_time):
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".compare_logs.", suffix=".png", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=100)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    finally:
+        plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
+        description="Compare two or more training logs (pretrain_llama's, Megatron-LM's or Megatron-Bridge's): "
+                    "one table, the first log is the reference; --png FILE also writes one figure (training and "
+                    "validation loss, relative loss gap, step time with the averaging window shaded).")
+    ap.add_argument("logs", nargs="+", metavar="LOG")
+    ap.add_argument("--png", metavar="FILE", help="write the figure to FILE (needs matplotlib)")
+    ap.add_argument("--seq-length", type=int, help="sequence length for logs whose banner does not give one")
+    ap.add_argument("--gpus", type=int, default=1, help="GPUs per run for tokens/s/GPU when the log does not say "
+                    "(Megatron's world_size argument); default 1")
+    args = ap.parse_args(argv)
+    try:
+        if len(args.logs) < 2:
+            raise Error("give at least two logs (the first is the reference)")
+        try:
+            import numpy as np
+        except ImportError:
+            raise Error("needs numpy (Debian: apt-get install python3-numpy)")
+        logs = [parse_log(p) for p in args.logs]
+        table = analyse(logs, args.seq_length, args.gpus, np)
+        if args.png:
+            write_png(args.png, logs, np)
+    except Error as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
