@@ -22,8 +22,8 @@ how the columns are computed:
                  with --log-interval > 1 each line is the mean of its interval
   step ms        mean 'elapsed time per iteration (ms)' over the window
   TFLOP/s/GPU    the FLOPs per iteration over the window's mean step time; the FLOPs from
-                 pretrain_llama's summary line (its TFLOP/s x its mean step time: more digits than the
-                 per-line .1f values), else the mean over the window of a line's TFLOP/s/GPU x its
+                 pretrain_llama's summary line (its TFLOP/s x global batch x seq length / its tokens/s:
+                 more digits than the per-line .1f values), else the mean over the window of a line's TFLOP/s/GPU x its
                  step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
                  'Step Time : ... MODEL_TFLOP/s/GPU' line before it); '-' when the log has neither
   tok/s/GPU      global batch size x seq length / mean step time / GPUs; the seq length from the
@@ -37,8 +37,9 @@ how the columns are computed:
   non-finite     iteration lines whose lm loss is nan/inf or missing (Megatron leaves the loss out
                  when every iteration of the interval was skipped); they are never dropped silently:
                  a gap is averaged over the finite iterations only and the count is shown
-  val loss       the last 'validation loss at iteration N' (test-set lines are ignored) within the
-                 compared iterations; val gap: relative to the first log's at the same iteration;
+  val loss       the last 'validation loss at iteration N' (test-set lines are ignored; the
+                 after-training 'on validation set' value replaces the in-loop one at its iteration) within
+                 the compared iterations; val gap: relative to the first log's at the same iteration;
                  blank when there is none
 """
 
@@ -51,7 +52,8 @@ SEQ_RES = [
     (re.compile(r"\bseq_length\s*[:=]\s*(\d+)"), "banner"),
 ]
 WORLD_RE = re.compile(r"\bworld_size\s*\.{2,}\s*(\d+)")
-SUMMARY_RE = re.compile(r"pretrain_llama \| summary: .*?mean step time ([0-9.eE+-]+) s, ([0-9.eE+-]+) MODEL_TFLOP/s/GPU")
+SUMMARY_RE = re.compile(r"pretrain_llama \| summary: .*?mean step time ([0-9.eE+-]+) s, ([0-9.eE+-]+) "
+                        r"MODEL_TFLOP/s/GPU, ([0-9.eE+-]+) tokens/s")
 
 
 class Error(Exception):
@@ -87,7 +89,7 @@ class Log:
         self.valid = {}      # iteration -> validation lm loss
         self.seq_length = None
         self.world_size = None
-        self.summary_flops = None  # FLOPs per iteration per GPU from pretrain_llama's summary line
+        self.summary = None  # (mean step s, TFLOP/s/GPU, tokens/s) of pretrain_llama's summary line
 
 
 def parse_log(path):
@@ -132,7 +134,7 @@ def parse_log(path):
             continue
         m = SUMMARY_RE.search(line)
         if m:
-            log.summary_flops = float(m.group(1)) * float(m.group(2)) * 1e12
+            log.summary = (float(m.group(1)), float(m.group(2)), float(m.group(3)))
             continue
         if log.seq_length is None:
             for rx, _ in SEQ_RES:
@@ -184,10 +186,6 @@ def analyse(logs, seq_option, gpus_option, np):
         log.mean_ms = float(np.mean(win))
         flops = np.array(log.flops[log.w0:k], dtype=float)
         flops = flops[np.isfinite(flops)]
-        if log.summary_flops is not None:
-            log.tflops = log.summary_flops / (log.mean_ms / 1e3) / 1e12
-        else:
-            log.tflops = float(np.mean(flops)) / (log.mean_ms / 1e3) / 1e12 if flops.size else None
         if log.seq_length is not None:
             seq, seq_src = log.seq_length, "log"
         elif seq_option is not None:
@@ -196,6 +194,14 @@ def analyse(logs, seq_option, gpus_option, np):
             seq, seq_src = None, ""
         gpus = log.world_size if log.world_size is not None else gpus_option
         gbs = log.gbs[k - 1]
+        if log.summary is not None:
+            step_s, tf, tok_s = log.summary
+            # FLOPs per iteration: TFLOP/s x tokens per iteration / tokens/s keeps more digits than
+            # TFLOP/s x the summary's 3-decimal step time.
+            per_iter = tf * 1e12 * gbs * seq / tok_s if seq is not None and tok_s > 0 else tf * 1e12 * step_s
+            log.tflops = per_iter / (log.mean_ms / 1e3) / 1e12
+        else:
+            log.tflops = float(np.mean(flops)) / (log.mean_ms / 1e3) / 1e12 if flops.size else None
         log.tokens = gbs * seq / (log.mean_ms / 1e3) / gpus if seq is not None and math.isfinite(gbs) else None
         log.seq_src = seq_src
         log.final_loss = log.loss[k - 1]
@@ -307,7 +313,11 @@ def write_png(path, logs, np):
             ax.legend(fontsize=8)
     fig.tight_layout()
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".compare_logs.", suffix=".png", dir=directory)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".compare_logs.", suffix=".png", dir=directory)
+    except OSError as e:
+        plt.close(fig)
+        raise Error(f"cannot write {path}: {e.strerror or e}")
     try:
         with os.fdopen(fd, "wb") as fh:
             fig.savefig(fh, format="png", dpi=100)
@@ -315,11 +325,13 @@ def write_png(path, logs, np):
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise Error(f"cannot write {path}: {e.strerror or e}")
         raise
     finally:
         plt.close(fig)
