@@ -72,7 +72,7 @@ install_cuda_binutils() {
 }
 
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
-          libopenblas-openmp-dev libpcre2-dev pkg-config)
+          libopenblas-openmp-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
