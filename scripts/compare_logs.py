@@ -17,14 +17,15 @@ PROG = "compare_logs.py"
 HELP_EPILOG = """\
 how the columns are computed:
   iterations     iteration lines compared (logs of different lengths: the common prefix, said so)
-  window         the averaging window, as pretrain_llama's summary line: the last 60%% of the n
-                 compared iteration lines, from line round(0.4*n) on (iterations 20-50 of 50);
+  window         the averaging window, as pretrain_llama's summary line: the last 60% of the n
+                 compared iteration lines, from line round(0.4*n) on (iterations 20-50 of 50,
+                 12-30 of 30: lib/train/trainer.cpp's rule);
                  with --log-interval > 1 each line is the mean of its interval
   step ms        mean 'elapsed time per iteration (ms)' over the window
   TFLOP/s/GPU    the FLOPs per iteration over the window's mean step time; the FLOPs from
-                 pretrain_llama's summary line (its TFLOP/s x global batch x seq length / its tokens/s:
-                 more digits than the per-line .1f values), else the mean over the window of a line's TFLOP/s/GPU x its
-                 step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
+                 pretrain_llama's summary line (its TFLOP/s x global batch x seq length / its
+                 tokens/s: more digits than the per-line .1f values), else the mean over the window
+                 of a line's TFLOP/s/GPU x its step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
                  'Step Time : ... MODEL_TFLOP/s/GPU' line before it); '-' when the log has neither
   tok/s/GPU      global batch size x seq length / mean step time / GPUs; the seq length from the
                  log's banner (pretrain_llama's 'training:' line, Megatron's 'seq_length ....' argument
@@ -33,13 +34,13 @@ how the columns are computed:
   speed-up       the first log's window step time / this log's
   final loss     the last compared iteration line's lm loss
   loss gap       (loss - first log's loss) / first log's loss at the same iteration, averaged over the
-                 last 10%% of the compared iterations (at least one), iterations where both are finite
+                 last 10% of the compared iterations (at least one), iterations where both are finite
   non-finite     iteration lines whose lm loss is nan/inf or missing (Megatron leaves the loss out
                  when every iteration of the interval was skipped); they are never dropped silently:
                  a gap is averaged over the finite iterations only and the count is shown
   val loss       the last 'validation loss at iteration N' (test-set lines are ignored; the
-                 after-training 'on validation set' value replaces the in-loop one at its iteration) within
-                 the compared iterations; val gap: relative to the first log's at the same iteration;
+                 after-training 'on validation set' value replaces the in-loop one at its
+                 iteration) within the compared iterations; val gap: relative to the first log's at the same iteration;
                  blank when there is none
 """
 
