@@ -35,7 +35,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   grads_ = views_of(grad_buf_, grad_type);
   master_ = views_of(master_buf_, DType::F32);
   allocate_activations();
-  if (opt_.bf16_main_grads) grad_work_ = grad_scratch_views();
+  if (opt_.bf16_main_grads) grad_work_ = views_at(acts_.grad_scratch.data, DType::F32, ctx_.device, true);
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
   // happen now rather than in the training loop.
   if (ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
@@ -67,39 +67,14 @@ std::vector<ParamEntry> param_layout(const ModelConfig& cfg) {
   return entries;
 }
 
-ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const {
+// Views of flat storage at `base` by parameter. group_relative: each parameter at its offset within its
+// group of kEntriesPerLayer-entry layers (the embedding; layer l; the final norm with the LM head), so all
+// layers share the same memory: the BF16 main grads' FP32 scratch of one group.
+ParamViews LlamaModel::views_at(void* base, DType t, Device d, bool group_relative) const {
   const size_t es = dtype_size(t);
-  auto view = [&](const ParamEntry& e) {
-    return e.rows == 1 ? buf.as({e.cols}, t, e.offset * es) : buf.as({e.rows, e.cols}, t, e.offset * es);
-  };
-  ParamViews v;
-  size_t i = 0;
-  v.embedding = view(entries_[i++]);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    LayerParams lp;
-    lp.ln1 = view(entries_[i++]);
-    lp.qkv = view(entries_[i++]);
-    lp.proj = view(entries_[i++]);
-    lp.ln2 = view(entries_[i++]);
-    lp.fc1 = view(entries_[i++]);
-    lp.fc2 = view(entries_[i++]);
-    v.layers.push_back(lp);
-  }
-  v.final_norm = view(entries_[i++]);
-  v.lm_head = view(entries_[i++]);
-  v.flat = buf.as({num_params()}, t);
-  return v;
-}
-
-// BF16 main grads: the views the backward writes one group's FP32 gradients through, each parameter at
-// its offset within its group (the embedding; layer l; the final norm with the LM head), all in
-// acts_.grad_scratch (so every layer's views share the same memory).
-ParamViews LlamaModel::grad_scratch_views() const {
-  char* base = static_cast<char*>(acts_.grad_scratch.data);
   auto view = [&](const ParamEntry& e, int64_t group_begin) {
-    void* p = base + static_cast<size_t>(e.offset - group_begin) * sizeof(float);
-    return e.rows == 1 ? Tensor(p, {e.cols}, DType::F32, ctx_.device)
-                       : Tensor(p, {e.rows, e.cols}, DType::F32, ctx_.device);
+    void* p = static_cast<char*>(base) + static_cast<size_t>(e.offset - (group_relative ? group_begin : 0)) * es;
+    return e.rows == 1 ? Tensor(p, {e.cols}, t, d) : Tensor(p, {e.rows, e.cols}, t, d);
   };
   ParamViews v;
   size_t i = 0;
@@ -118,9 +93,11 @@ ParamViews LlamaModel::grad_scratch_views() const {
   const int64_t head = entries_[i].offset;
   v.final_norm = view(entries_[i++], head);
   v.lm_head = view(entries_[i++], head);
-  v.flat = acts_.grad_scratch;
+  v.flat = Tensor(base, {group_relative ? largest_grad_group(cfg_) : num_params()}, t, d);
   return v;
 }
+
+ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const { return views_at(buf.data(), t, buf.device(), false); }
 
 void LlamaModel::allocate_activations() {
   arena_ = Buffer(static_cast<size_t>(mem_.activations), ctx_.device);
@@ -320,7 +297,7 @@ void LlamaModel::run_backward(const StepOptions& step) {
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   // acts_.logits now holds dlogits.
   // The gradients are final group by group: the final norm with the LM head, each layer from the last,
-  // the embedding (entries of param_layout: embedding, 6 per layer, final norm, LM head). With BF16 main
+  // the embedding (entries of param_layout: embedding, kEntriesPerLayer per layer, final norm, LM head). With BF16 main
   // grads a group's gradients of this micro-batch go to the FP32 scratch (zeroed first) and are then
   // added into the BF16 main grads, rounded once; then the offload's listener hears that everything
   // from the group's first element on is final.
@@ -337,7 +314,7 @@ void LlamaModel::run_backward(const StepOptions& step) {
     if (bf16) accumulate_bf16(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
     if (step.grads_final_from) (*step.grads_final_from)(b);
   };
-  const size_t head = 1 + 6 * static_cast<size_t>(cfg_.num_layers);
+  const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);
   begin_group(head, entries_.size());
   linear_backward_weight(ctx_, g_all.lm_head, acts_.logits, acts_.lnf);
   linear_backward_input(ctx_, acts_.d_ln, acts_.logits, weights_.lm_head);
@@ -351,8 +328,8 @@ void LlamaModel::run_backward(const StepOptions& step) {
     auto& a = acts_.layers[l];
     const LayerParams& w = weights_.layers[l];
     LayerParams& g = g_all.layers[l];
-    const size_t first = 1 + 6 * static_cast<size_t>(l);
-    begin_group(first, first + 6);
+    const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
+    begin_group(first, first + kEntriesPerLayer);
     // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
     linear(l, kFc2).backward(ctx_, acts_.d_swi, g.fc2, acts_.d_resid, a.swi, w.fc2, step);
     swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1);
@@ -364,7 +341,7 @@ void LlamaModel::run_backward(const StepOptions& step) {
     rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
     linear(l, kQkv).backward(ctx_, acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
-    end_group(first, first + 6);
+    end_group(first, first + kEntriesPerLayer);
   }
   begin_group(0, 1);
   embedding_backward(ctx_, g_all.embedding, acts_.d_resid, acts_.tokens);

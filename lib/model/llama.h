@@ -1,9 +1,10 @@
 #pragma once
 // The Llama decoder, written once against backend/ops.h.
 //
-// State lives in flat buffers (DESIGN "State in flat buffers"): weights (bf16 values), fp32 grads,
-// fp32 master weights and the two Adam moments each occupy one Buffer with the same layout, so the
-// optimizer and the gradient norm are single passes. Activations for one micro-batch live in one
+// State lives in flat buffers (DESIGN "State in flat buffers"): weights (bf16 values), grads (fp32, or
+// bf16 with --main-grads-dtype bf16), fp32 master weights (in host memory with the optimizer offload) and
+// the two Adam moments each occupy one Buffer with the same layout, so the optimizer and the gradient
+// norm are single passes. Activations for one micro-batch live in one
 // arena sized at construction: nothing is allocated by forward/backward.
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,9 @@
 #include "model/precision_plan.h"
 
 namespace pl {
+
+// Parameter entries of one decoder layer in param_layout (ln1, qkv, proj, ln2, fc1, fc2).
+inline constexpr size_t kEntriesPerLayer = 6;
 
 // One parameter tensor inside the flat buffers.
 struct ParamEntry {
@@ -104,8 +108,8 @@ class LlamaModel {
   int64_t loss_slots() const { return opt_.loss_micro_batches; }
 
  private:
+  ParamViews views_at(void* base, DType t, Device d, bool group_relative) const;
   ParamViews views_of(const Buffer& buf, DType t) const;
-  ParamViews grad_scratch_views() const;
   void allocate_activations();
   void layer_forward(int64_t l, const Tensor& out);
   void run_forward(float grad_scale, bool want_grad);
@@ -139,7 +143,8 @@ class LlamaModel {
   UploadStaging staging_;            // pinned host staging of tokens+labels (CUDA), 2 slots
 };
 
-// The parameters in the order of the flat buffers (Megatron names, shapes, offsets, init).
+// The parameters in the order of the flat buffers (Megatron names, shapes, offsets, init): the embedding,
+// kEntriesPerLayer per decoder layer (ln1, qkv, proj, ln2, fc1, fc2), the final norm, the LM head.
 std::vector<ParamEntry> param_layout(const ModelConfig& cfg);
 
 // cos/sin tables [S, d/2] of Megatron's rotary embedding (Llama 3.1 frequency scaling if enabled).

@@ -5,13 +5,20 @@
 #include <algorithm>
 
 #include "model/linear_layer.h"
+#include "model/llama.h"
 
 namespace pl {
 
 int64_t largest_grad_group(const ModelConfig& cfg) {
-  const int64_t h = cfg.hidden_size, V = cfg.vocab_size, f = cfg.ffn_hidden_size;
-  const int64_t layer = 2 * h + cfg.qkv_dim() * h + h * cfg.q_dim() + 2 * f * h + h * f;
-  return std::max({V * h + h, V * h, layer});  // LM head + final norm, embedding, one layer
+  // The groups of param_layout: the embedding, each layer's kEntriesPerLayer entries, the final norm
+  // with the LM head (up to the end).
+  const std::vector<ParamEntry> e = param_layout(cfg);
+  int64_t largest = e[1].offset;  // the embedding
+  for (size_t first = 1; first < e.size(); first += kEntriesPerLayer) {
+    const size_t next = first + kEntriesPerLayer;
+    largest = std::max(largest, (next < e.size() ? e[next].offset : cfg.num_parameters()) - e[first].offset);
+  }
+  return largest;
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,

@@ -43,7 +43,7 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg
   }
   no_decay_.host = no_decay_host_.data();
   no_decay_.count = static_cast<int64_t>(no_decay_host_.size() / 2);
-  if (dev == Device::CUDA && no_decay_.count > 0) {
+  if (dev == Device::CUDA && !offload_ && no_decay_.count > 0) {  // (the offload's step reads the host table)
     no_decay_device_ = Buffer(no_decay_host_.size() * sizeof(int64_t), dev);
     copy_from_host(no_decay_device_.as({static_cast<int64_t>(no_decay_host_.size()) * 2}, DType::I32),
                    no_decay_host_.data());
