@@ -26,6 +26,8 @@
 #include "core/error.h"
 #include "core/step_timer.h"
 #include "data/data_pipeline.h"
+#include "dist/communicator.h"
+#include "dist/world.h"
 #if defined(PL_WITH_CUDA)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -61,6 +63,8 @@ struct Options {
   std::string recompute = "none";
   bool dry_run = false;
   std::string dry_run_gpu;  // --dry-run-gpu: plan for this GPU of the fit table (model/fit_plan.h)
+  int64_t dry_run_world_size = 0;  // --dry-run-world-size: plan one GPU of this many data-parallel ranks
+  int64_t dp_rank = 0;             // this process's data-parallel rank (the World's rank)
   bool print_library_versions = false;
   // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
   // lives in TrainConfig because the trainer stops there.
@@ -76,8 +80,8 @@ struct Options {
 
 // Every line of the run goes through one stdout logger with the bare "%v" pattern, so Megatron's
 // formats come out to the character and are flushed line by line.
-std::shared_ptr<spdlog::logger> make_output() {
-  auto out = spdlog::stdout_logger_mt("pretrain_llama");
+std::shared_ptr<spdlog::logger> make_output(const std::string& name) {
+  auto out = spdlog::stdout_logger_mt(name);
   out->set_pattern("%v");
   out->flush_on(spdlog::level::info);
   return out;
@@ -202,6 +206,21 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_flag("--cuda-sync-every-launch", t.cuda_sync_every_launch,
                "Debugging: synchronize the GPU after every kernel launch, so an asynchronous fault names the op "
                "that caused it (as CUDA_LAUNCH_BLOCKING=1; slow). No effect on the CPU");
+  app.add_flag("--use-distributed-optimizer", t.use_distributed_optimizer,
+               "Megatron's flag: shard the FP32 master weights and Adam's moments over the data-parallel ranks "
+               "(gradients reduce-scattered, BF16 weights all-gathered after each step)");
+  app.add_flag("--overlap-grad-reduce", t.overlap_grad_reduce,
+               "Megatron's flag: reduce each bucket of gradients on the communication stream as soon as the last "
+               "micro-batch's backward has finished it");
+  app.add_flag("--overlap-param-gather", t.overlap_param_gather,
+               "Megatron's flag: overlap the weight all-gather with the next forward (not implemented yet)");
+  app.add_option("--ddp-bucket-size", t.ddp_bucket_size,
+                 "Megatron's flag: elements per gradient bucket with --overlap-grad-reduce (0 = Megatron's default "
+                 "max(40000000, 1000000 x data-parallel size))")
+      ->capture_default_str();
+  app.add_option("--dry-run-world-size", o.dry_run_world_size,
+                 "With --dry-run: plan one GPU of a run with this many data-parallel ranks (default: the MPI world "
+                 "this process was started in, 1 without mpirun)");
   app.add_flag("--print-library-versions", o.print_library_versions,
                "Print the versions of the CUDA driver and of the CUDA libraries this process loads, and exit");
 }
@@ -417,6 +436,10 @@ void validate_flags(const Options& o, const CLI::App& app) {
            "{} cannot be combined with --init-from-hf (the Hugging Face weights fix the model's shape)",
            o.shape.describe());
   PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
+  PL_CHECK(!app.count("--dry-run-world-size") || o.dry_run, "--dry-run-world-size {} needs --dry-run",
+           o.dry_run_world_size);
+  PL_CHECK(!app.count("--dry-run-world-size") || o.dry_run_world_size >= 1, "--dry-run-world-size must be >= 1, got {}",
+           o.dry_run_world_size);
   if (app.count("--dry-run-gpu")) {
     PL_CHECK(o.dry_run, "--dry-run-gpu {} needs --dry-run (it plans without a GPU)", o.dry_run_gpu);
     PL_CHECK(find_gpu(o.dry_run_gpu) != nullptr, "--dry-run-gpu: unknown GPU '{}' (known: {})", o.dry_run_gpu,
@@ -495,6 +518,9 @@ ModelOptions model_options(const Options& o) {
   m.exp_avg_sq = oc.exp_avg_sq_dtype;
   m.optimizer_offload = t.optimizer_cpu_offload;
   m.bf16_main_grads = t.main_grads_dtype == "bf16";
+  m.dp_size = t.data_parallel_size;
+  m.dp_rank = o.dp_rank;
+  m.distributed_optimizer = t.use_distributed_optimizer;
   return m;
 }
 
@@ -528,6 +554,13 @@ void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<sp
   const MegatronParamCounts pc = megatron_param_counts(s.mc);
   out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", s.mc.name,
             s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+  if (t.data_parallel_size > 1)
+    out->info("pretrain_llama | dry run for {} data-parallel ranks: the plan of one rank's GPU (rank 0){}",
+              t.data_parallel_size,
+              t.use_distributed_optimizer
+                  ? fmt::format("; distributed optimizer: master weights and moments of {} of {} parameters",
+                                shard_layout(s.mc.num_parameters(), mopt).shard, s.mc.num_parameters())
+                  : std::string("; without --use-distributed-optimizer every rank holds the whole optimizer state"));
   if (gpu)
     out->info("pretrain_llama | dry run for GPU {} (--dry-run-gpu {}): sm_{}, {} MiB in total (nvidia-smi), {:.2f} GB "
               "usable by the plan",
@@ -673,7 +706,51 @@ void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState&
             r.mean_tflops, tokens_per_iter / r.mean_seconds, r.loss.back(), r.nan_iterations);
 }
 
-int run(int argc, char** argv) {
+// The start-up line of a data-parallel run (only with more than one rank or a data-parallel flag, so
+// one-rank logs are unchanged).
+void print_data_parallel(const dist::World& world, const dist::Communicator& comm, const TrainConfig& t,
+                         const LlamaModel& model, size_t buckets, const std::shared_ptr<spdlog::logger>& out) {
+  if (world.size() == 1 && !t.use_distributed_optimizer && !t.overlap_grad_reduce) return;
+  const ShardLayout& sh = model.shard();
+  out->info("pretrain_llama | data parallel: world size {}, data-parallel size {} ({}), {} micro-batches per rank per "
+            "iteration (global batch {} = {} x {} samples x {} ranks), communicator {}",
+            world.size(), t.data_parallel_size, world.describe(), t.num_micro_batches(), t.global_batch_size,
+            t.num_micro_batches(), t.micro_batch_size, t.data_parallel_size, comm.name());
+  out->info("pretrain_llama | data parallel: {}; gradients {} in FP32 ({}, as Megatron-Bridge's Llama 3 recipes: "
+            "grad_reduce_in_fp32)",
+            t.use_distributed_optimizer
+                ? fmt::format("distributed optimizer: each rank owns {} of {} elements (padded from {}) of the master "
+                              "weights and moments",
+                              sh.shard, sh.padded, sh.num_params)
+                : std::string("every rank holds the whole optimizer state (no --use-distributed-optimizer)"),
+            t.use_distributed_optimizer ? "reduce-scattered" : "all-reduced",
+            t.overlap_grad_reduce ? fmt::format("--overlap-grad-reduce: {} buckets, each reduced as the last backward "
+                                                "finishes it", buckets)
+                                  : std::string("one bucket, after the backward"));
+}
+
+// Errors every rank meets alike (the flags, the config files): printed once, by rank 0, when all ranks
+// failed; otherwise each failing rank prints its own line. Every rank then returns 1 (no abort needed:
+// no rank has started a collective). Returns the exit code, or 0 when every rank succeeded.
+template <class Fn>
+int agree_or_fail(const dist::World& world, Fn&& fn) {
+  std::string error;
+  try {
+    fn();
+  } catch (const pl::Error& e) {
+    error = e.what();
+  }
+  const double failed = world.all_reduce_sum(error.empty() ? 0.0 : 1.0);
+  if (failed == 0.0) return 0;
+  if (!error.empty() && (failed < world.size() || world.rank() == 0))
+    app::print_error_line(world.size() > 1 && failed < world.size() ? fmt::format("pretrain_llama (rank {} of {})",
+                                                                                   world.rank(), world.size()).c_str()
+                                                                     : "pretrain_llama",
+                          "error", error);
+  return 1;
+}
+
+int run(const dist::World& world, int argc, char** argv) {
   Options o;
   CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
                "Megatron-Bridge's format"};
@@ -681,15 +758,30 @@ int run(int argc, char** argv) {
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "pretrain_llama")) return *rc;
   if (o.print_library_versions) return print_library_versions();
   const TrainConfig& t = o.train;
-  validate_flags(o, app);
-  const RunSetup setup = resolve_model_and_plan(o, app, argv[0]);
+  // Data parallelism: one rank per GPU, the data-parallel size is the world's (--dry-run-world-size plans
+  // another).
+  o.train.data_parallel_size = o.dry_run && o.dry_run_world_size > 0 ? o.dry_run_world_size : world.size();
+  o.dp_rank = o.dry_run ? 0 : world.rank();
+  RunSetup setup;
+  if (const int rc = agree_or_fail(world, [&] {
+        validate_flags(o, app);
+        setup = resolve_model_and_plan(o, app, argv[0]);
+      }))
+    return rc;
   const ModelConfig& mc = setup.mc;
-  auto out = make_output();
+  // Megatron prints the start-up lines from rank 0 (print_rank_0) and the iteration lines from the last
+  // rank (print_rank_last): `out` is rank 0's; the trainer chooses its own rank for `lines`.
+  auto out = make_output("pretrain_llama");
+  auto lines = make_output("pretrain_llama.lines");
+  if (world.rank() != 0) out->set_level(spdlog::level::off);
   if (o.dry_run) {
     print_dry_run(setup, o, out);
     return 0;
   }
+  PL_CHECK(world.size() == 1 || (o.save.empty() && o.load.empty()),
+           "--save/--load with {} data-parallel ranks: not implemented yet", world.size());
 
+  dist::select_local_device(world);  // the node's GPU of this rank, before anything touches CUDA
   const Device device = resolve_device(t, out);
   PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
   const int threads = configure_threads(t.threads);
@@ -699,6 +791,7 @@ int run(int argc, char** argv) {
   print_model_and_plan(setup, t, device, threads, out);
   // The GPU's state outlives the model and every op.
   const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
+  const std::unique_ptr<dist::Communicator> comm = dist::make_communicator(world, ctx);
   print_training_and_parameters(mc, t, out);
 
   const ModelOptions mopt = model_options(o);
@@ -715,6 +808,7 @@ int run(int argc, char** argv) {
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, mopt);
+  model.set_communicator(comm.get());
   if (device == Device::CUDA) prepare_gpu_attention(ctx, mc, t, model.memory_plan().workspace, out);
   if (!o.init_from_hf.empty())
     out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
@@ -741,8 +835,10 @@ int run(int argc, char** argv) {
   };
   trainer = std::make_unique<Trainer>(
       model, t, batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
-      [&](const std::string& line) { out->info("{}", line); },
-      EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint);
+      [&](const std::string& line) { lines->info("{}", line); },
+      EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
+      DataParallelRanks{&world, comm.get()});
+  print_data_parallel(world, *comm, t, model, trainer->gradient_buckets(), out);
   if (ckpt) {
     const auto t_load = std::chrono::steady_clock::now();
     restore_checkpoint(*ckpt, model, trainer->optimizer());
@@ -752,10 +848,29 @@ int run(int argc, char** argv) {
   }
   const TrainResult r = trainer->run(start);
   out->info("{}", log::final_memory_line(memory_stats(device)));
-  print_summary(r, t, start, out);
+  // The summary comes from the rank that printed the iteration lines (its timings).
+  if (world.rank() == world.size() - 1) print_summary(r, t, start, lines);
   return 0;
+}
+
+// Every rank runs `run`. An error after the ranks have started working together ends all of them: the
+// failing rank prints its line (naming itself) and aborts the world (MPI_Abort, after ncclCommAbort), so no
+// rank waits forever in a collective. One rank: the usual one line and exit code (app_main.h).
+int run_rank(int argc, char** argv) {
+  const dist::World world(argc, argv);
+  if (world.size() == 1) return run(world, argc, argv);
+  const std::string who = fmt::format("pretrain_llama (rank {} of {})", world.rank(), world.size());
+  try {
+    return run(world, argc, argv);
+  } catch (const pl::Error& e) {
+    app::print_error_line(who.c_str(), "error", e.what());
+    world.abort(1);
+  } catch (const std::exception& e) {
+    app::print_error_line(who.c_str(), "internal error", e.what());
+    world.abort(3);
+  }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) { return pl::app::guarded_main("pretrain_llama", run, argc, argv); }
+int main(int argc, char** argv) { return pl::app::guarded_main("pretrain_llama", run_rank, argc, argv); }

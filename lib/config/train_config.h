@@ -11,7 +11,18 @@ struct TrainConfig {
   int64_t global_batch_size = 64;
   int64_t micro_batch_size = 4;
   int64_t seq_length = 4096;
+  // Data parallelism (issue 13): the data-parallel size is the world size (one rank per GPU, started by
+  // mpirun/srun; set by the app, or --dry-run-world-size for a plan). Megatron's flags:
+  // --use-distributed-optimizer (ZeRO-1: FP32 master weights and Adam moments sharded over the ranks,
+  // gradients reduce-scattered, BF16 weights all-gathered), --overlap-grad-reduce (each bucket of
+  // gradients reduced as the last micro-batch's backward finishes it), --overlap-param-gather (not
+  // implemented yet), --ddp-bucket-size (elements per bucket; 0 = Megatron's default
+  // max(40000000, 1000000 * data-parallel size), one bucket without --overlap-grad-reduce).
   int64_t data_parallel_size = 1;
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
+  int64_t ddp_bucket_size = 0;
   double lr = 3e-4;
   double min_lr = 3e-5;
   uint64_t seed = 1234;
@@ -72,6 +83,8 @@ struct TrainConfig {
 
 // Checks ranges and divisibility; one-line error naming the flag.
 void validate_train_config(const TrainConfig& t);
+// The data-parallel flags alone (part of validate_train_config).
+void validate_data_parallel(const TrainConfig& t);
 // The precision-aware optimizer's flags alone (part of validate_train_config).
 void validate_optimizer_dtypes(const TrainConfig& t);
 

@@ -27,6 +27,8 @@ constexpr std::array<TimerInfo, kTimerCount> kInfo = {{
     {"optimizer-inner-step", 1},
     {"optimizer-copy-main-to-model-params", 1},
     {"optimizer", 1},
+    {"all-grads-sync", 1},
+    {"params-all-gather", 1},
     {"batch-generator", 2},
     {"forward-compute", 2},
     {"backward-compute", 2},

@@ -47,6 +47,9 @@ enum class TimerId : uint8_t {
   OptimizerCopyMainToModelParams,  // "optimizer-copy-main-to-model-params": quantized weight copies for
                                    //   the next step (prepare_weights; the bf16 copy is fused into AdamW)
   Optimizer,                       // "optimizer": the whole optimizer step, the three above included
+  AllGradsSync,                    // "all-grads-sync": data parallelism, after the last backward: the
+                                   //   gradient reduction still outstanding (finalize_model_grads)
+  ParamsAllGather,                 // "params-all-gather": the distributed optimizer's weight all-gather
   // level 2 (Megatron's names)
   BatchGenerator,  // "batch-generator": filling one micro-batch's tokens and labels (inside forward-compute)
   ForwardCompute,  // "forward-compute": batch, upload, forward and the loss of each micro-batch

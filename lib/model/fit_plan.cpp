@@ -79,6 +79,7 @@ MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const ModelOpt
 std::string candidate_flags(const FitRequest& r, const FitCandidate& c) {
   std::vector<std::string> f;
   if (c.micro_batch != r.micro_batch) f.push_back(fmt::format("--micro-batch-size {}", c.micro_batch));
+  if (c.options.distributed_optimizer && !r.options.distributed_optimizer) f.push_back("--use-distributed-optimizer");
   const bool moments = c.options.exp_avg != r.options.exp_avg || c.options.exp_avg_sq != r.options.exp_avg_sq;
   const bool offload = c.options.optimizer_offload && !r.options.optimizer_offload;
   if ((moments || offload) && !r.precision_aware_given) f.push_back("--use-precision-aware-optimizer");
@@ -92,17 +93,26 @@ std::string candidate_flags(const FitRequest& r, const FitCandidate& c) {
 FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   FitResult res;
   res.usable = usable_device_bytes(gpu.total_bytes());
-  // The rungs' options, cumulative over the user's (a flag the user gave is never turned off).
-  ModelOptions bf16 = r.options;
+  // The rungs' options, cumulative over the user's (a flag the user gave is never turned off). With more
+  // than one data-parallel rank the distributed optimizer comes first (it shards the master weights and
+  // moments: the biggest saving, and Megatron needs it for the precision-aware optimizer), and the offload
+  // rungs are left out (not implemented with data parallelism).
+  const bool data_parallel = r.options.dp_size > 1;
+  ModelOptions sharded = r.options;
+  sharded.distributed_optimizer = sharded.distributed_optimizer || data_parallel;
+  ModelOptions bf16 = sharded;
   bf16.exp_avg = bf16.exp_avg_sq = DType::BF16;
   ModelOptions off = bf16, rec = bf16, both = bf16;
   off.optimizer_offload = both.optimizer_offload = true;
   rec.recompute = both.recompute = true;
-  std::vector<FitCandidate> ladder = {{'a', r.micro_batch, r.options}, {'b', r.micro_batch, bf16}};
+  std::vector<FitCandidate> ladder = {{'a', r.micro_batch, r.options}};
+  if (sharded.distributed_optimizer != r.options.distributed_optimizer) ladder.push_back({'g', r.micro_batch, sharded});
+  ladder.push_back({'b', r.micro_batch, bf16});
   const std::vector<int64_t> smaller = micro_batches_from(r.micro_batch);
   for (size_t i = 1; i < smaller.size(); ++i) ladder.push_back({'c', smaller[i], bf16});
   for (const auto& [rung, opt] : {std::pair{'d', off}, std::pair{'e', rec}, std::pair{'f', both}})
-    for (int64_t m : smaller) ladder.push_back({rung, m, opt});
+    if (!(data_parallel && opt.optimizer_offload))
+      for (int64_t m : smaller) ladder.push_back({rung, m, opt});
   for (const FitCandidate& c : ladder) {
     const MemoryPlan p = plan_for_gpu(r, c.micro_batch, c.options, gpu);
     if (c.rung == 'a') res.as_given_total = p.total();

@@ -13,6 +13,10 @@
 // The ladder. The cheapest flag set is the first of these, cumulative and starting from the user's
 // flags (nothing the user gave is removed), whose plan fits, in order of the throughput they cost:
 //   a. the flags as given;
+//   g. with more than one data-parallel rank (ModelOptions::dp_size), --use-distributed-optimizer when
+//      not given: the master weights and moments sharded over the ranks (a reduce-scatter and an
+//      all-gather per step instead of one all-reduce: the same bytes on the wire), and every later rung
+//      builds on it;
 //   b. BF16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16):
 //      storage only; the AdamW math is the same FP32 element math, no throughput cost;
 //   c. b + a smaller --micro-batch-size, halved down to 1 (only if it is > 1; --global-batch-size is
@@ -25,7 +29,8 @@
 //   f. c + --optimizer-cpu-offload + --recompute full.
 // In d, e and f the micro-batch is also halved from the given one down to 1, and the largest that fits
 // is taken (offload saves the same bytes at any micro-batch; a larger micro-batch costs less).
-// Data-parallel sharding of the optimizer (issue 13) is not built yet and is not on the ladder.
+// With more than one data-parallel rank, d and f are left out (the offload is not implemented with data
+// parallelism).
 #include <cstdint>
 #include <span>
 #include <string>
@@ -84,7 +89,7 @@ struct FitRequest {
 
 // One point of the ladder: the micro-batch and options it plans with, and the flags to add.
 struct FitCandidate {
-  char rung = 'a';  // 'a'..'f' as in the header
+  char rung = 'a';  // 'a'..'g' as in the header
   int64_t micro_batch = 1;
   ModelOptions options;
 };

@@ -357,16 +357,13 @@ HfImportReport import_hf(const std::string& dir, LlamaModel& model) {
   }
   rep.num_tensors = static_cast<int64_t>(used.size());
 
-  // 2. Into the FP32 master weights, tensor by tensor (directly on the CPU, through a host staging
-  // vector elsewhere, as init_parameters does).
-  const Tensor master = model.master().flat;
-  const bool host = model.context().device == Device::CPU;
+  // 2. Into the FP32 master weights, tensor by tensor through a host staging vector (as init_parameters
+  // does; with the distributed optimizer each rank keeps the part in its shard).
   std::vector<float> staging;
   for (const HfTensorSlot& s : slots) {
-    const Tensor dst = master.rows(s.offset, s.numel());
-    float* p = host ? dst.f32() : (staging.resize(static_cast<size_t>(s.numel())), staging.data());
-    ckpt.read_float(source_of(s), p);
-    if (!host) copy_from_host(dst, p);
+    staging.resize(static_cast<size_t>(s.numel()));
+    ckpt.read_float(source_of(s), staging.data());
+    model.write_master(s.offset, staging.data(), s.numel());
   }
   model.sync_weights_from_master();
   model.zero_grads();
@@ -388,6 +385,8 @@ std::vector<std::string> export_hf(const ModelConfig& cfg, std::span<const float
 }
 
 std::vector<std::string> export_hf(LlamaModel& model, const std::string& dir, const HfExportOptions& opts) {
+  PL_CHECK(!model.sharded(), "export_hf: the master weights are sharded over the data-parallel ranks; export "
+           "from a checkpoint instead (convert_checkpoint)");
   std::vector<float> host(static_cast<size_t>(model.num_params()));
   copy_to_host(host.data(), model.master().flat);
   return export_hf(model.config(), host, dir, opts);

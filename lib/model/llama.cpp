@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "model/init.h"
 
 namespace pl {
@@ -24,16 +25,22 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
            plan_.num_layers(), cfg.num_layers);
   // On the GPU the plan is the context's GPU's.
   mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_, device_sm(ctx_));
-  const size_t n = static_cast<size_t>(num_params());
+  // The distributed optimizer pads the weights and gradients and keeps only this rank's shard of the
+  // master weights (ShardLayout); otherwise the shard is the whole buffer.
+  shard_ = shard_layout(num_params(), opt_);
+  const size_t n = static_cast<size_t>(shard_.padded);
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
   // Main grads: FP32, or BF16 with --main-grads-dtype bf16 (the device's bf16 storage: FP32 on the CPU).
   const DType grad_type = opt_.bf16_main_grads ? float_storage(ctx_.device) : DType::F32;
   grad_buf_ = Buffer(n * dtype_size(grad_type), ctx_.device);
   // With the optimizer offloaded the FP32 master weights live in host memory, where AdamW updates them.
-  master_buf_ = Buffer(n * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
+  master_buf_ = Buffer(static_cast<size_t>(shard_.shard) * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
   weights_ = views_of(weight_buf_, float_storage(ctx_.device));
   grads_ = views_of(grad_buf_, grad_type);
-  master_ = views_of(master_buf_, DType::F32);
+  if (sharded())
+    master_.flat = master_buf_.as({shard_.shard}, DType::F32);
+  else
+    master_ = views_of(master_buf_, DType::F32);
   allocate_activations();
   if (opt_.bf16_main_grads) grad_work_ = views_at(acts_.grad_scratch.data, DType::F32, ctx_.device, true);
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
@@ -142,26 +149,39 @@ void LlamaModel::allocate_activations() {
   staging_ = UploadStaging(2 * static_cast<size_t>(T) * sizeof(int32_t), 2, ctx_.device);
 }
 
+void LlamaModel::write_master(int64_t offset, const float* values, int64_t count) {
+  const int64_t lo = std::max(offset, shard_.begin), hi = std::min(offset + count, shard_.real_end());
+  if (lo >= hi) return;
+  copy_from_host(master_.flat.rows(lo - shard_.begin, hi - lo), values + (lo - offset));
+}
+
 void LlamaModel::init_parameters(uint64_t seed) {
-  // Values are generated on the host (counter-based, so identical for every device) tensor by
-  // tensor and copied into the fp32 master buffer wherever it lives.
+  // Values are generated on the host (counter-based, so identical for every device and every rank)
+  // tensor by tensor and copied into the fp32 master buffer wherever it lives: with the distributed
+  // optimizer only the tensors that reach into this rank's shard, and only that part of them.
   std::vector<float> staging;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const ParamEntry& e = entries_[i];
-    const Tensor dst = master_.flat.rows(e.offset, e.numel());
-    float* m = dst.device == Device::CPU ? dst.f32() : (staging.resize(static_cast<size_t>(e.numel())), staging.data());
+    if (e.offset + e.numel() <= shard_.begin || e.offset >= shard_.real_end()) continue;
+    staging.resize(static_cast<size_t>(e.numel()));
     if (e.init_std == 0.0)
-      fill_ones(m, e.numel());
+      fill_ones(staging.data(), e.numel());
     else
-      fill_normal(m, e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
-    if (dst.device != Device::CPU) copy_from_host(dst, m);
+      fill_normal(staging.data(), e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
+    write_master(e.offset, staging.data(), e.numel());
   }
   sync_weights_from_master();
   zero_grads();
 }
 
 void LlamaModel::sync_weights_from_master() {
-  if (master_.flat.device == weights_.flat.device) {
+  if (sharded()) {
+    // This rank's shard of the weights from its masters, then every rank's shard to every rank.
+    PL_CHECK(comm_ != nullptr, "internal: sharded master weights but no communicator to gather the weights");
+    copy_master_to_param(ctx_, weights_padded().rows(shard_.begin, shard_.shard), master_.flat);
+    comm_->all_gather(weights_padded(), false);
+    comm_->wait();
+  } else if (master_.flat.device == weights_.flat.device) {
     copy_master_to_param(ctx_, weights_.flat, master_.flat);
   } else {
     // Master on the host (optimizer offload), weights on the GPU: rounded on the host by the same op
@@ -198,7 +218,8 @@ std::vector<LinearStats> LlamaModel::quant_stats() const {
   return out;
 }
 
-void LlamaModel::zero_grads() { fill_zero(ctx_, grads_.flat); }
+// The padding of the distributed optimizer's buffers too: its gradients must stay zero.
+void LlamaModel::zero_grads() { fill_zero(ctx_, grads_padded()); }
 
 // The only check of the ids: the GPU kernels (embedding, cross-entropy) trust them and read nothing
 // back. An id outside [0, V) fails here, naming the sample of the micro-batch and the position.

@@ -19,6 +19,9 @@
 #include "model/precision_plan.h"
 
 namespace pl {
+namespace dist {
+class Communicator;
+}
 
 // Parameter entries of one decoder layer in param_layout (ln1, qkv, proj, ln2, fc1, fc2).
 inline constexpr size_t kEntriesPerLayer = 6;
@@ -72,7 +75,20 @@ class LlamaModel {
 
   ParamViews& weights() { return weights_; }
   ParamViews& grads() { return grads_; }
+  // The FP32 master weights. With the distributed optimizer only this rank's shard exists: master().flat
+  // is [shard().shard] (elements shard().begin .. of the flat layout) and the per-parameter views are empty.
   ParamViews& master() { return master_; }
+  // Data parallelism: which part of the flat buffers this rank's optimizer owns (the whole buffer
+  // without the distributed optimizer), and the weights and gradients over the padded length.
+  const ShardLayout& shard() const { return shard_; }
+  bool sharded() const { return opt_.distributed_optimizer; }
+  Tensor weights_padded() const { return weight_buf_.as({shard_.padded}, weights_.flat.dtype); }
+  Tensor grads_padded() const { return grad_buf_.as({shard_.padded}, grads_.flat.dtype); }
+  // The communicator the sharded weights are all-gathered through (sync_weights_from_master); the trainer's.
+  void set_communicator(dist::Communicator* comm) { comm_ = comm; }
+  // Host values of the flat elements [offset, offset + count) into the master weights: the part this rank
+  // owns (all of it without the distributed optimizer). Initialisation and imports, not the loop.
+  void write_master(int64_t offset, const float* values, int64_t count);
 
   // Megatron initialisation into the fp32 master weights (deterministic in seed), copied to the
   // bf16 weights. N(0, std) for matrices; linear_proj and linear_fc2 use std/sqrt(2L); norms 1.
@@ -130,6 +146,8 @@ class LlamaModel {
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
   std::vector<ParamEntry> entries_;
+  ShardLayout shard_;
+  dist::Communicator* comm_ = nullptr;
   Buffer weight_buf_, grad_buf_, master_buf_;
   ParamViews weights_, grads_, master_;
   ParamViews grad_work_;  // BF16 main grads: where the backward writes a group's FP32 gradients

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "model/linear_layer.h"
 #include "model/llama.h"
 
@@ -21,18 +22,34 @@ int64_t largest_grad_group(const ModelConfig& cfg) {
   return largest;
 }
 
+ShardLayout shard_layout(int64_t num_params, const ModelOptions& options) {
+  ShardLayout s;
+  s.num_params = s.padded = s.shard = num_params;
+  if (!options.distributed_optimizer) return s;
+  PL_CHECK(options.dp_size >= 1 && options.dp_rank >= 0 && options.dp_rank < options.dp_size,
+           "internal: data-parallel rank {} of {}", options.dp_rank, options.dp_size);
+  const int64_t unit = options.dp_size * kShardAlignElements;
+  s.padded = (num_params + unit - 1) / unit * unit;
+  s.shard = s.padded / options.dp_size;
+  s.begin = options.dp_rank * s.shard;
+  return s;
+}
+
 MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,
                        const ModelOptions& opt, int opened_sm) {
   MemoryPlan mem;
-  const size_t n = static_cast<size_t>(cfg.num_parameters());
+  // With the distributed optimizer the weights and gradients are padded (every rank holds all of them)
+  // and the master weights and moments are one rank's shard.
+  const ShardLayout shard = shard_layout(cfg.num_parameters(), opt);
+  const size_t n = static_cast<size_t>(shard.padded), owned = static_cast<size_t>(shard.shard);
   const DType act = float_storage(device);
   mem.weights = static_cast<double>(n * dtype_size(act));
-  mem.master = static_cast<double>(n * 4);
+  mem.master = static_cast<double>(owned * 4);
   // BF16 main grads: 2 bytes on the GPU (the CPU keeps bf16 values in FP32 storage).
   mem.grads = static_cast<double>(n * (opt.bf16_main_grads ? dtype_size(act) : 4));
   if (opt.bf16_main_grads) mem.grads_label = "gradients (bf16)";
   // AdamW m and v in their dtypes (fp32, or bf16 under the precision-aware optimizer; allocated by AdamW)
-  mem.optimizer = static_cast<double>(n * (dtype_size(opt.exp_avg) + dtype_size(opt.exp_avg_sq)));
+  mem.optimizer = static_cast<double>(owned * (dtype_size(opt.exp_avg) + dtype_size(opt.exp_avg_sq)));
   if (opt.exp_avg != DType::F32 || opt.exp_avg_sq != DType::F32)
     mem.optimizer_label = fmt::format("optimizer (Adam m {}, v {})", opt.exp_avg == DType::BF16 ? "bf16" : "fp32",
                                       opt.exp_avg_sq == DType::BF16 ? "bf16" : "fp32");

@@ -1,6 +1,7 @@
 #pragma once
 // The memory a model takes on its device, by category, and its activation arena's layout, from config,
 // plan and options alone: --dry-run and the fit check build no model; LlamaModel allocates this layout.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -36,7 +37,33 @@ struct ModelOptions {
   // micro-batch's gradients of one group of parameters (the LM head with the final norm, one layer, the
   // embedding) are computed in an FP32 scratch of the largest group and added in, rounded once.
   bool bf16_main_grads = false;
+  // Data parallelism (issue 13): the ranks and, with --use-distributed-optimizer, the sharding of the
+  // optimizer state (ShardLayout below): the weights and gradients padded to the sharded size, the FP32
+  // master weights and the moments only for this rank's shard.
+  int64_t dp_size = 1;
+  int64_t dp_rank = 0;
+  bool distributed_optimizer = false;
 };
+
+// The flat buffers across the data-parallel ranks with Megatron's distributed optimizer (ZeRO-1): the
+// buffer is padded to `padded` elements and rank r owns the contiguous range [r*shard, (r+1)*shard) of
+// the master weights, the moments and the reduced gradients. Megatron pads each bucket to a multiple of
+// lcm(dp, 128) elements (megatron/core/distributed/param_and_grad_buffer.py, _pad_end_of_bucket_if_needed)
+// so every rank's slice is aligned for NCCL; here the one flat buffer is padded so that every shard is a
+// multiple of kShardAlignElements (128 elements: 256-byte aligned in BF16 and FP32). Without the
+// distributed optimizer: one shard that is the whole, unpadded buffer. The padding's gradients stay zero,
+// so its master weights and moments stay zero through every step.
+inline constexpr int64_t kShardAlignElements = 128;
+struct ShardLayout {
+  int64_t num_params = 0;  // the model's parameters (the real elements)
+  int64_t padded = 0;      // the flat weights and gradients (num_params rounded up)
+  int64_t shard = 0;       // elements per rank
+  int64_t begin = 0;       // this rank's first element
+  int64_t end() const { return begin + shard; }
+  // This rank's real elements: [begin, real_end()).
+  int64_t real_end() const { return std::min(end(), num_params); }
+};
+ShardLayout shard_layout(int64_t num_params, const ModelOptions& options);
 
 // The offload's host step runs over the flat buffers in chunks of this many elements; the updated
 // weights of a chunk go to the device through one of kOffloadStagingSlots pinned slots (a ring: a slot

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/timers.h"
+#include "dist/world.h"
 
 namespace pl {
 
@@ -23,8 +24,21 @@ OptimizerConfig optimizer_config(const TrainConfig& t) {
   return c;
 }
 
-AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg_(cfg), offload_(cfg.offload) {
-  const size_t n = static_cast<size_t>(model.num_params());
+// The [begin, end) ranges of `ranges` that fall inside [begin, begin + size), relative to begin.
+static std::vector<int64_t> clip_ranges(const std::vector<int64_t>& ranges, int64_t begin, int64_t size) {
+  std::vector<int64_t> out;
+  for (size_t r = 0; r < ranges.size(); r += 2) {
+    const int64_t lo = std::max(ranges[r], begin), hi = std::min(ranges[r + 1], begin + size);
+    if (lo < hi) out.insert(out.end(), {lo - begin, hi - begin});
+  }
+  return out;
+}
+
+AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg, const dist::World* world)
+    : model_(model), cfg_(cfg), world_(world), offload_(cfg.offload) {
+  PL_CHECK(!(offload_ && model.sharded()), "internal: the optimizer offload with the distributed optimizer");
+  PL_CHECK(!model.sharded() || world_ != nullptr, "internal: a sharded optimizer without its world");
+  const size_t n = static_cast<size_t>(state_elements());
   const Device dev = model.grads().flat.device;
   PL_CHECK(dev == Device::CPU || offload_ == (model.master().flat.device == Device::CPU),
            "internal: optimizer offload {} but the model's master weights are on the {}", offload_ ? "on" : "off",
@@ -41,6 +55,7 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg) : model_(model), cfg
     else
       no_decay_host_.insert(no_decay_host_.end(), {e.offset, e.offset + e.numel()});
   }
+  if (model.sharded()) no_decay_host_ = clip_ranges(no_decay_host_, model.shard().begin, model.shard().shard);
   no_decay_.host = no_decay_host_.data();
   no_decay_.count = static_cast<int64_t>(no_decay_host_.size() / 2);
   if (dev == Device::CUDA && !offload_ && no_decay_.count > 0) {  // (the offload's step reads the host table)
@@ -58,12 +73,8 @@ void AdamW::prepare_offload() {
   const int64_t chunk = std::min(cfg_.offload_chunk_elements, n);
   PL_CHECK(chunk >= 1, "internal: offload chunk of {} elements", cfg_.offload_chunk_elements);
   for (int64_t b = 0; b < n; b += chunk) {
-    Chunk c{b, std::min(chunk, n - b), {}};
-    for (size_t r = 0; r < no_decay_host_.size(); r += 2) {  // the no-decay ranges clipped to the chunk
-      const int64_t lo = std::max(no_decay_host_[r], b), hi = std::min(no_decay_host_[r + 1], b + c.size);
-      if (lo < hi) c.no_decay.insert(c.no_decay.end(), {lo - b, hi - b});
-    }
-    chunks_.push_back(std::move(c));
+    const int64_t size = std::min(chunk, n - b);
+    chunks_.push_back({b, size, clip_ranges(no_decay_host_, b, size)});
   }
   // The host copy of the gradients in their dtype (bf16 bits for a GPU's BF16 main grads).
   host_grads_ = Buffer::pinned_host(static_cast<size_t>(n) * dtype_size(model_.grads().flat.dtype), dev);
@@ -126,7 +137,13 @@ void AdamW::host_step(const AdamWStep& s) {
 AdamW::Result AdamW::step(double lr) {
   const OpContext& ctx = model_.context();
   Result r;
-  r.grad_norm = std::sqrt(sum_of_squares(ctx, model_.grads().flat));
+  // The distributed optimizer: this rank's shard of the reduced gradients, and the sum over the ranks
+  // (World::all_reduce_sum adds in rank order, so every rank gets the same bits).
+  const ShardLayout& shard = model_.shard();
+  const Tensor grads = model_.sharded() ? model_.grads_padded().rows(shard.begin, shard.shard) : model_.grads().flat;
+  double squares = sum_of_squares(ctx, grads);
+  if (model_.sharded()) squares = world_->all_reduce_sum(squares);
+  r.grad_norm = std::sqrt(squares);
   if (!std::isfinite(r.grad_norm)) {
     r.skipped = true;
     drop_queued_gradient_copies();
@@ -135,7 +152,7 @@ AdamW::Result AdamW::step(double lr) {
   const double clip = cfg_.clip_grad / (r.grad_norm + 1e-6);
   const float grad_scale = clip < 1.0 ? static_cast<float>(clip) : 1.0f;
   ++step_;
-  const int64_t n = model_.num_params();
+  const int64_t n = state_elements();
   AdamWStep s;
   s.lr = static_cast<float>(lr);
   s.beta1 = static_cast<float>(cfg_.beta1);
@@ -150,7 +167,8 @@ AdamW::Result AdamW::step(double lr) {
   }
   // One pass over the flat buffers (one launch on the GPU), bit-identical to one adamw_update per tensor.
   const Tensor m = m_.as({n}, cfg_.exp_avg_dtype), v = v_.as({n}, cfg_.exp_avg_sq_dtype);
-  adamw_update_multi(ctx, model_.weights().flat, model_.master().flat, model_.grads().flat, m, v, no_decay_, s);
+  const Tensor weights = model_.sharded() ? model_.weights_padded().rows(shard.begin, shard.shard) : model_.weights().flat;
+  adamw_update_multi(ctx, weights, model_.master().flat, grads, m, v, no_decay_, s);
   return r;
 }
 

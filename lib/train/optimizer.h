@@ -20,6 +20,9 @@
 #include "model/memory_plan.h"
 
 namespace pl {
+namespace dist {
+class World;
+}
 
 struct OptimizerConfig {
   double beta1 = 0.9;
@@ -42,9 +45,14 @@ OptimizerConfig optimizer_config(const TrainConfig& t);
 // "fp32" -> F32, "bf16" -> BF16 (the moment dtypes this optimizer stores).
 DType optimizer_state_dtype(const std::string& flag_value);
 
+// With Megatron's distributed optimizer (the model's ShardLayout) AdamW holds the moments of this rank's
+// shard only and updates that shard of the master weights and bf16 weights from the reduced gradients of
+// the shard; the gradient norm is the square root of the sum over the ranks of each shard's sum of squares
+// (`world`), so it is the norm of the whole gradient. The weight all-gather is the trainer's
+// (GradientSync::gather_weights).
 class AdamW {
  public:
-  AdamW(LlamaModel& model, const OptimizerConfig& cfg);
+  AdamW(LlamaModel& model, const OptimizerConfig& cfg, const dist::World* world = nullptr);
 
   struct Result {
     double grad_norm = 0.0;  // before clipping
@@ -70,8 +78,9 @@ class AdamW {
   // Checkpoint access: the moments (flat, the layout of the master weights, in their dtypes) and the step count.
   const Buffer& moment1() const { return m_; }
   const Buffer& moment2() const { return v_; }
-  Tensor moment1_tensor() const { return m_.as({model_.num_params()}, cfg_.exp_avg_dtype); }
-  Tensor moment2_tensor() const { return v_.as({model_.num_params()}, cfg_.exp_avg_sq_dtype); }
+  // [num_params], or with the distributed optimizer [shard] (elements model.shard().begin ..).
+  Tensor moment1_tensor() const { return m_.as({state_elements()}, cfg_.exp_avg_dtype); }
+  Tensor moment2_tensor() const { return v_.as({state_elements()}, cfg_.exp_avg_sq_dtype); }
   const OptimizerConfig& config() const { return cfg_; }
   void restore_steps_taken(int64_t steps) { step_ = steps; }
   size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
@@ -83,14 +92,17 @@ class AdamW {
     int64_t begin = 0, size = 0;
     std::vector<int64_t> no_decay;
   };
+  int64_t state_elements() const { return model_.master().flat.numel(); }
   void prepare_offload();
   void queue_gradient_copies(int64_t final_from);
   void host_step(const AdamWStep& s);
   LlamaModel& model_;
   OptimizerConfig cfg_;
+  const dist::World* world_ = nullptr;  // sums the shards' squared norms (distributed optimizer)
   Buffer m_, v_;
   // The elements without weight decay (the 1-D norm weights) as sorted [begin, end) ranges of the flat
-  // buffers: on the host, and on the device once (built at construction, read by every step).
+  // buffers (of this rank's shard, relative to its start, with the distributed optimizer): on the host,
+  // and on the device once (built at construction, read by every step).
   std::vector<int64_t> no_decay_host_;
   Buffer no_decay_device_;
   ElementRanges no_decay_;

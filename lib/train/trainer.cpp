@@ -14,18 +14,33 @@
 
 namespace pl {
 
+namespace {
+std::unique_ptr<dist::World> one_rank_world_unless(const DataParallelRanks& r) {
+  PL_CHECK((r.world == nullptr) == (r.comm == nullptr), "internal: a trainer needs both its world and its communicator");
+  return r.world ? nullptr : std::make_unique<dist::World>(dist::World::single());
+}
+}  // namespace
+
 Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, EvalData eval,
-                 CheckpointFn checkpoint)
+                 CheckpointFn checkpoint, DataParallelRanks ranks)
     : model_(model),
       cfg_(cfg),
       batches_(std::move(batches)),
       out_(std::move(out)),
       eval_(std::move(eval)),
       checkpoint_(std::move(checkpoint)),
-      opt_(model, optimizer_config(cfg)),
+      own_world_(one_rank_world_unless(ranks)),
+      own_comm_(own_world_ ? dist::make_communicator(*own_world_, model.context()) : nullptr),
+      world_(own_world_ ? own_world_.get() : ranks.world),
+      comm_(own_comm_ ? own_comm_.get() : ranks.comm),
+      opt_(model, optimizer_config(cfg), world_),
+      sync_(model, *comm_, cfg),
       schedule_(LrSchedule::from_iterations(cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
                                             cfg.global_batch_size)) {
   validate_train_config(cfg_);
+  PL_CHECK(world_->size() == cfg.data_parallel_size && comm_->size() == cfg.data_parallel_size,
+           "internal: data-parallel size {} but {} ranks", cfg.data_parallel_size, world_->size());
+  model_.set_communicator(comm_);
   PL_CHECK(model.tokens_per_micro_batch() == cfg.micro_batch_size * cfg.seq_length,
            "internal: model built for {} tokens per micro-batch, trainer needs {}", model.tokens_per_micro_batch(),
            cfg.micro_batch_size * cfg.seq_length);
@@ -34,7 +49,7 @@ Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, Lin
 void Trainer::log_quant_stats(int64_t iteration) {
   for (const LinearStats& ls : model_.quant_stats())
     for (const OperandStats& o : ls.operands)
-      out_(fmt::format("quant stats | iteration {:8d} | layer {:3d} {:<11} | {:<13} | {:<8} | amax {:.6E} | saturated "
+      print_last(fmt::format("quant stats | iteration {:8d} | layer {:3d} {:<11} | {:<13} | {:<8} | amax {:.6E} | saturated "
                        "{:.6f} | underflow blocks {:.6f} | rel error {:.6f}",
                        iteration, ls.layer, ls.linear, o.operand, quant_format_name(o.format), o.stats.amax,
                        o.stats.saturated_fraction, o.stats.underflow_fraction, o.stats.relative_error));
@@ -42,7 +57,7 @@ void Trainer::log_quant_stats(int64_t iteration) {
 
 double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t first_sample) {
   const int64_t T = model_.tokens_per_micro_batch();
-  const int64_t M = cfg_.num_micro_batches();
+  const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
   const ActiveTimers untimed(nullptr);  // the evaluation's ops are not in the training timers
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
@@ -52,13 +67,15 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const int64_t K = model_.loss_slots();
   for (int64_t e = 0; e < cfg_.eval_iters; ++e)
     for (int64_t m = 0; m < M; ++m) {
-      data(first_sample + e * cfg_.global_batch_size, m, tokens, labels);
+      data(first_sample + e * cfg_.global_batch_size, m * dp + rank, tokens, labels);  // the sampler's slice
       const int64_t slot = (e * M + m) % K;
       model_.queue_forward(slot, tokens.data(), labels.data());
       if (slot == K - 1 || (e == cfg_.eval_iters - 1 && m == M - 1)) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
-  const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * cfg_.eval_iters));
-  for (const std::string& line : log::validation_lines(prefix, loss)) out_(line);
+  // Megatron all-reduces the sums over the data-parallel group.
+  loss_sum = world_->all_reduce_sum(loss_sum);
+  const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp * cfg_.eval_iters));
+  for (const std::string& line : log::validation_lines(prefix, loss)) print_last(line);
   return loss;
 }
 
@@ -69,11 +86,13 @@ TrainResult Trainer::run(const TrainState& start) {
   Timers timers(model_.context().device, cfg_.timing_log_level);
   const ActiveTimers timed_ops(cfg_.timing_log_level > 0 ? &timers : nullptr);
   const int64_t T = model_.tokens_per_micro_batch();
-  const int64_t M = cfg_.num_micro_batches();
+  const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   const double iter_flops = flops_per_iteration(model_.config(), cfg_.global_batch_size, cfg_.seq_length);
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
-  // Megatron's backward: each micro-batch's mean token loss divided by the number of micro-batches.
-  const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M)));
+  // Megatron's backward: each micro-batch's mean token loss divided by the number of micro-batches, and
+  // the data-parallel gradients averaged over the ranks: one scale, 1 / (tokens of the global batch),
+  // the same float on every rank count, and the reduction sums.
+  const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
 
   TrainResult res;
   TrainState st = start;  // all the loop's state; the validation sampler continues at
@@ -101,15 +120,17 @@ TrainResult Trainer::run(const TrainState& start) {
     for (int64_t m = 0; m < M; ++m) {
       timers.start(TimerId::ForwardCompute);
       timers.start(TimerId::BatchGenerator);
-      batches_(st.consumed_samples, m, tokens, labels);
+      batches_(st.consumed_samples, m * dp + rank, tokens, labels);  // the sampler's slice (see trainer.h)
       timers.stop(TimerId::BatchGenerator);
       // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
       // resumed run draws the same stochastic-rounding bits as one that never stopped.
       // Telemetry of the last micro-batch of the iteration.
       // With the optimizer offloaded, the last micro-batch's backward announces the gradients that are
       // final, so their copy to the host runs under the rest of the backward.
-      const StepOptions step{static_cast<uint64_t>(st.micro_batches_done + m), stats_now && m == M - 1,
-                             m == M - 1 ? opt_.gradient_copy_listener() : nullptr};
+      // With data parallelism the last backward reduces the buckets it finishes (--overlap-grad-reduce).
+      const auto* listener = opt_.gradient_copy_listener() ? opt_.gradient_copy_listener() : sync_.listener();
+      const StepOptions step{static_cast<uint64_t>(st.micro_batches_done + m * dp + rank), stats_now && m == M - 1,
+                             m == M - 1 ? listener : nullptr};
       // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
       const int64_t slot = m % model_.loss_slots();
       model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale, step);
@@ -117,9 +138,14 @@ TrainResult Trainer::run(const TrainState& start) {
       if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
     timers.stop(TimerId::ForwardBackward);
-    st.micro_batches_done += M;
-    // Reported loss: the token-weighted mean over the global batch.
-    const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M));
+    st.micro_batches_done += M * dp;
+    // (Timed with more than one rank only, so one-rank logs keep their timer lines.)
+    if (dp > 1) timers.start(TimerId::AllGradsSync);
+    sync_.finish_gradient_reduction();
+    if (dp > 1) timers.stop(TimerId::AllGradsSync);
+    // Reported loss: the token-weighted mean over the global batch (the sum over the ranks).
+    loss_sum = world_->all_reduce_sum(loss_sum);
+    const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp));
     const double lr = schedule_.lr_at(st.scheduler_samples);
     timers.start(TimerId::Optimizer);
     AdamW::Result step{};
@@ -134,6 +160,9 @@ TrainResult Trainer::run(const TrainState& start) {
     st.consumed_samples += cfg_.global_batch_size;
     if (!step.skipped) {
       st.scheduler_samples += cfg_.global_batch_size;
+      if (model_.sharded()) timers.start(TimerId::ParamsAllGather);
+      sync_.gather_weights();  // the distributed optimizer's updated shards to every rank
+      if (model_.sharded()) timers.stop(TimerId::ParamsAllGather);
       timers.start(TimerId::OptimizerCopyMainToModelParams);
       model_.prepare_weights();  // quantized weight copies for the next step's micro-batches
       timers.stop(TimerId::OptimizerCopyMainToModelParams);
@@ -168,7 +197,7 @@ TrainResult Trainer::run(const TrainState& start) {
     if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) {
       const double per_iter = interval_seconds / static_cast<double>(interval_timed);
       const double tflops = iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
-      out_(log::step_time_line(per_iter, tflops));
+      print_last(log::step_time_line(per_iter, tflops));
       log::IterationFields f;
       f.iteration = iteration;
       f.train_iters = cfg_.train_iters;
@@ -180,9 +209,9 @@ TrainResult Trainer::run(const TrainState& start) {
       f.grad_norm = step.grad_norm;
       f.skipped_iterations = st.interval_skipped;
       f.nan_iterations = st.interval_nan;
-      out_(log::iteration_line(f, log::now_timestamp()));
+      print_last(log::iteration_line(f, log::now_timestamp()));
       if (!memory_reported) {
-        out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
+        if (rank == 0) out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
         memory_reported = true;
       }
       // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
@@ -190,7 +219,7 @@ TrainResult Trainer::run(const TrainState& start) {
       if (timers.level() > 0)
         for (const std::string& line : log::timer_lines(timers.read(static_cast<double>(interval_timed)),
                                                         cfg_.timing_log_option))
-          out_(line);
+          print_last(line);
       if (stats_now) log_quant_stats(iteration);
       interval_seconds = st.interval_loss = 0.0;
       interval_timed = 0;

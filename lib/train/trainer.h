@@ -4,13 +4,17 @@
 #include <cstdint>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "config/train_config.h"
+#include "dist/communicator.h"
+#include "dist/world.h"
 #include "model/llama.h"
+#include "train/data_parallel.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -64,10 +68,26 @@ struct TrainResult {
   TrainState state;                  // after the last iteration
 };
 
+// The ranks a trainer runs over (data parallelism; the app's World and its Communicator). Both null: one
+// rank (the trainer makes its own one-rank world and communicator).
+struct DataParallelRanks {
+  const dist::World* world = nullptr;
+  dist::Communicator* comm = nullptr;
+};
+
+// With data parallelism (cfg.data_parallel_size = the world's size) every rank runs this loop in step:
+// rank r's micro-batch m of an iteration holds the samples Megatron's MegatronPretrainingSampler gives it
+// (megatron/legacy/data/data_samplers.py: the sampler collects micro_batch_size x dp consecutive sample
+// indices from consumed_samples on and yields slice [r * micro_batch_size, (r + 1) * micro_batch_size) of
+// them), i.e. global micro-batch m * dp + r of the one-rank order, with that micro-batch's stochastic-rounding
+// counter; so the ranks together compute exactly the one-rank run's micro-batches. The loss and the
+// gradient norm are sums over all ranks, the NaN skip is decided on them (so on every rank alike). The
+// lines are printed by the rank Megatron prints them from: the iteration, timer and validation lines by
+// the last rank (print_rank_last), the memory line by rank 0 (report_memory on data-parallel rank 0).
 class Trainer {
  public:
   Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, EvalData eval = {},
-          CheckpointFn checkpoint = {});
+          CheckpointFn checkpoint = {}, DataParallelRanks ranks = {});
   // Runs iterations start.iteration+1 .. cfg.train_iters, or stops after the first one divisible by
   // cfg.exit_interval (then, as Megatron's train() exits, without the final evaluation). Throws
   // pl::Error when max_consecutive_nan_iterations consecutive iterations had a non-finite loss or
@@ -75,6 +95,7 @@ class Trainer {
   TrainResult run(const TrainState& start = {});
   // The optimizer's moments and step count, for checkpoints.
   AdamW& optimizer() { return opt_; }
+  size_t gradient_buckets() const { return sync_.bucket_count(); }
 
  private:
   void log_quant_stats(int64_t iteration);
@@ -82,13 +103,22 @@ class Trainer {
   // validation lines and returns the token-weighted mean loss.
   double evaluate(const std::string& prefix, const BatchFn& data, int64_t first_sample);
   bool validation_on() const { return cfg_.eval_iters > 0 && static_cast<bool>(eval_.valid); }
+  // Megatron's print_rank_last.
+  void print_last(const std::string& line) const {
+    if (world_->rank() == world_->size() - 1) out_(line);
+  }
   LlamaModel& model_;
   TrainConfig cfg_;
   BatchFn batches_;
   LineFn out_;
   EvalData eval_;
   CheckpointFn checkpoint_;
+  std::unique_ptr<dist::World> own_world_;
+  std::unique_ptr<dist::Communicator> own_comm_;
+  const dist::World* world_;
+  dist::Communicator* comm_;
   AdamW opt_;
+  GradientSync sync_;
   LrSchedule schedule_;
 };
 

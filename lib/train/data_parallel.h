@@ -1,0 +1,61 @@
+#pragma once
+// Data parallelism's gradient and weight synchronisation, as Megatron's DistributedDataParallel with its
+// ParamAndGradBuffer (megatron/core/distributed/): the gradients of every rank are summed (each rank's
+// backward already scaled them by 1 / (tokens of the whole global batch)), then
+//   - plain data parallelism: all-reduced, every rank steps the whole model;
+//   - the distributed optimizer: reduced onto the rank that owns each element (its shard, ShardLayout),
+//     which steps its shard; then the updated BF16 weights are all-gathered.
+// Buckets (--overlap-grad-reduce): ranges of the flat gradients made of whole groups of parameters (the
+// LM head with the final norm, each layer, the embedding: the order in which the backward finishes
+// them), from the top down, each closed once it holds --ddp-bucket-size elements (Megatron's default
+// max(40M, 1M x data-parallel size)); the last micro-batch's backward announces each finished group
+// (StepOptions::grads_final_from) and every bucket now complete is reduced on the communication stream
+// while the rest of the backward runs: all-reduced (plain), or each owner's part of it reduced to its
+// owner (the distributed optimizer; rank-contiguous shards, so a bucket is cut at shard boundaries).
+// Without --overlap-grad-reduce: one bucket, reduced after the backward (one reduce-scatter or
+// all-reduce of the whole buffer).
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "config/train_config.h"
+#include "dist/communicator.h"
+#include "model/llama.h"
+
+namespace pl {
+
+// [begin, end) ranges of the flat buffer.
+struct GradBucket {
+  int64_t begin = 0, end = 0;
+};
+// The buckets, top down (the order the backward completes them); the top one reaches `padded`.
+std::vector<GradBucket> grad_buckets(const std::vector<ParamEntry>& entries, int64_t num_params, int64_t padded,
+                                     int64_t bucket_elements);
+// Megatron's bucket size in elements: --ddp-bucket-size, else max(40000000, 1000000 * dp) with the
+// overlap, else everything in one bucket (0 here).
+int64_t ddp_bucket_elements(const TrainConfig& t);
+
+class GradientSync {
+ public:
+  GradientSync(LlamaModel& model, dist::Communicator& comm, const TrainConfig& cfg);
+  // For the last micro-batch's backward: reduces each bucket as soon as it is complete (with
+  // --overlap-grad-reduce and more than one rank; null otherwise). Bound at each call (see AdamW's).
+  const std::function<void(int64_t)>* listener();
+  // After the last backward: reduces the buckets not reduced yet and waits for all of them. Then the
+  // summed gradients are in place: the whole buffer, or this rank's shard (distributed optimizer).
+  void finish_gradient_reduction();
+  // After a step of the distributed optimizer: every rank's updated weight shard to every rank.
+  void gather_weights();
+  size_t bucket_count() const { return buckets_.size(); }
+
+ private:
+  void reduce_bucket(const GradBucket& b, bool async);
+  LlamaModel& model_;
+  dist::Communicator& comm_;
+  bool overlap_ = false;
+  std::vector<GradBucket> buckets_;
+  size_t launched_ = 0;  // buckets (from the top) whose reduction is queued this iteration
+  std::function<void(int64_t)> on_final_;
+};
+
+}  // namespace pl
