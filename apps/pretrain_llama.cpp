@@ -366,8 +366,10 @@ void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
 // checkpoint yet. Megatron then warns and starts from random (megatron/training/checkpointing.py,
 // _load_base_checkpoint); we do so only in that resume-or-start case, because a --load that points
 // at the wrong directory should not silently train from scratch.
+// With data parallelism rank 0 reads every byte of the checkpoint (its checksums); the others check the
+// manifest, the metadata and the sizes, and read only their ranges when restoring.
 std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelConfig& mc, const std::string& recipe,
-                                                  const std::shared_ptr<spdlog::logger>& out) {
+                                                  const dist::World& world, const std::shared_ptr<spdlog::logger>& out) {
   if (o.load.empty()) return std::nullopt;
   std::error_code ec;
   if (!o.save.empty() && std::filesystem::weakly_canonical(o.load, ec) == std::filesystem::weakly_canonical(o.save, ec) &&
@@ -375,7 +377,7 @@ std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelC
     for (const std::string& line : log::no_checkpoint_lines(o.load, kCheckpointTracker)) out->info("{}", line);
     return std::nullopt;
   }
-  VerifiedCheckpoint c = verify_checkpoint(o.load);
+  VerifiedCheckpoint c = verify_checkpoint(o.load, world.rank() == 0);
   for (const std::string& note : compare_checkpoint_with_run(c, mc, recipe, o.train))
     out->info("pretrain_llama | checkpoint: {}", note);
   return c;
@@ -583,7 +585,8 @@ void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<sp
                        t.use_precision_aware_optimizer};
   std::vector<log::FitRow> rows;
   for (const GpuSpec& g : known_gpus()) rows.push_back(fit_row(req, g));
-  for (const std::string& line : log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack))
+  for (const std::string& line : log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack, t.data_parallel_size,
+                                                        t.use_distributed_optimizer))
     out->info("pretrain_llama | fit    {}", line);
   if (gpu) out->info("pretrain_llama | {}", log::cheapest_flags_line(fit_row(req, *gpu)));
 }
@@ -778,8 +781,6 @@ int run(const dist::World& world, int argc, char** argv) {
     print_dry_run(setup, o, out);
     return 0;
   }
-  PL_CHECK(world.size() == 1 || (o.save.empty() && o.load.empty()),
-           "--save/--load with {} data-parallel ranks: not implemented yet", world.size());
 
   dist::select_local_device(world);  // the node's GPU of this rank, before anything touches CUDA
   const Device device = resolve_device(t, out);
@@ -802,7 +803,7 @@ int run(const dist::World& world, int argc, char** argv) {
   // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
   if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
-  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, out);
+  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
   const TrainState start = ckpt ? ckpt->state : TrainState{};
   if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
@@ -825,7 +826,7 @@ int run(const dist::World& world, int argc, char** argv) {
     const bool interval = o.save_interval > 0 && st.iteration % o.save_interval == 0;
     if (!(interval || last) || st.iteration == last_saved) return;
     out->info("{}", log::saving_checkpoint_line(st.iteration, o.save));
-    const SaveReport rep = save_checkpoint(o.save, o.keep_last, model, trainer->optimizer(), st, desc);
+    const SaveReport rep = save_checkpoint(o.save, o.keep_last, model, trainer->optimizer(), st, desc, {}, &world);
     last_saved = st.iteration;
     out->info("{}", log::saved_checkpoint_line(st.iteration, o.save, rep.path, rep.bytes, rep.seconds));
     for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);

@@ -62,6 +62,19 @@ void Checksum64::update(const void* data, size_t bytes) {
 
 uint64_t Checksum64::digest() const { return fnv_word(fold_, total_); }
 
+uint64_t checksum_chunk_digest(const void* chunk, size_t bytes) {
+  PL_CHECK(bytes <= Checksum64::kChunkBytes, "internal: a checksum chunk of {} bytes", bytes);
+  return chunk_digest(static_cast<const unsigned char*>(chunk), bytes);
+}
+
+uint64_t checksum_from_chunks(const std::vector<uint64_t>& digests, uint64_t total) {
+  PL_CHECK(digests.size() == (total + Checksum64::kChunkBytes - 1) / Checksum64::kChunkBytes,
+           "internal: {} chunk digests for {} bytes", digests.size(), total);
+  uint64_t fold = kFnvBasis;
+  for (uint64_t d : digests) fold = fnv_word(fold, d);
+  return fnv_word(fold, total);
+}
+
 uint64_t checksum64(const void* data, size_t bytes) {
   Checksum64 c;
   c.update(data, bytes);

@@ -29,4 +29,11 @@ class Checksum64 {
 // The checksum of one contiguous byte range.
 uint64_t checksum64(const void* data, size_t bytes);
 
+// The same checksum put together from pieces written by different processes (a checkpoint file written
+// by every data-parallel rank): the digest of chunk c, bytes [c * kChunkBytes, min((c + 1) * kChunkBytes,
+// total)), taken by whoever holds those bytes, and the file's checksum from all its chunk digests in
+// order. checksum_from_chunks(digests of every chunk, total) == checksum64(data, total).
+uint64_t checksum_chunk_digest(const void* chunk, size_t bytes);
+uint64_t checksum_from_chunks(const std::vector<uint64_t>& digests, uint64_t total);
+
 }  // namespace pl

@@ -71,20 +71,34 @@ constexpr const char* kNothingFits =
 
 }  // namespace
 
-std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack) {
+std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack,
+                                         int64_t dp_size, bool distributed_optimizer) {
   std::vector<std::string> out;
+  const bool dp = dp_size > 1;
   out.push_back(fmt::format(
-      "fit on one GPU: usable = total (nvidia-smi) - {:.1f} GiB CUDA context (an estimate) - {:.1f} GiB arena slack - "
+      "fit on one GPU{}: usable = total (nvidia-smi) - {:.1f} GiB CUDA context (an estimate) - {:.1f} GiB arena slack - "
       "max(2 GiB, 3%) kept free; needed = the plan as given on that GPU's sm; GB = 1e9 bytes",
-      context_reserve / 1073741824.0, arena_slack / 1073741824.0));
+      dp ? fmt::format(" of {} data-parallel ranks", dp_size) : "", context_reserve / 1073741824.0,
+      arena_slack / 1073741824.0));
   out.push_back(fmt::format("{:<22} {:>9} {:>9}  {:<4}  {}", "GPU", "usable GB", "needed GB", "fits",
-                            "cheapest flags that fit (in order: BF16 moments, smaller micro-batch, offload, recompute)"));
+                            dp ? "cheapest flags that fit (in order: distributed optimizer, BF16 moments, smaller "
+                                 "micro-batch, recompute)"
+                               : "cheapest flags that fit (in order: BF16 moments, smaller micro-batch, offload, "
+                                 "recompute)"));
   for (const FitRow& r : rows) {
     const std::string line = fmt::format("{:<22} {:>9.2f} {:>9.2f}  ", fmt::format("{} (sm_{})", r.gpu, r.sm),
                                          r.usable / 1e9, r.needed / 1e9);
     out.push_back(line + (r.fits ? "yes" : "no    " + (r.found ? flag_set(r) : std::string(kNothingFits))));
   }
-  out.push_back("data-parallel sharding (issue 13): not built yet");
+  if (!dp)
+    out.push_back("one data-parallel rank; a run on N GPUs: --dry-run-world-size N (under mpirun: its world size)");
+  else if (distributed_optimizer)
+    out.push_back(fmt::format("every GPU holds the whole BF16 weights and FP32 gradients and 1/{} of the master weights "
+                              "and Adam's moments (--use-distributed-optimizer)",
+                              dp_size));
+  else
+    out.push_back("every GPU holds the whole model and optimizer state (plain data parallelism; "
+                  "--use-distributed-optimizer shards the master weights and moments)");
   return out;
 }
 

@@ -46,7 +46,9 @@ struct FitRow {
 };
 // The fit table: a header (the fit rule), one row per GPU "<gpu> <usable GB> <needed GB> yes|no
 // [<flags> (GPU x GB[, host y GB])]", and a footer naming what is not on the ladder.
-std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack);
+// dp_size > 1: the table is for one GPU of that many data-parallel ranks (the footer says what is sharded).
+std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack,
+                                         int64_t dp_size = 1, bool distributed_optimizer = false);
 // --dry-run-gpu: the one line naming the cheapest flag set for that GPU.
 std::string cheapest_flags_line(const FitRow& row);
 

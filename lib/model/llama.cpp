@@ -174,13 +174,18 @@ void LlamaModel::init_parameters(uint64_t seed) {
   zero_grads();
 }
 
+void LlamaModel::gather_weights() {
+  if (!sharded()) return;
+  PL_CHECK(comm_ != nullptr, "internal: sharded weights but no communicator to gather them");
+  comm_->all_gather(weights_padded(), false);
+  comm_->wait();
+}
+
 void LlamaModel::sync_weights_from_master() {
   if (sharded()) {
     // This rank's shard of the weights from its masters, then every rank's shard to every rank.
-    PL_CHECK(comm_ != nullptr, "internal: sharded master weights but no communicator to gather the weights");
     copy_master_to_param(ctx_, weights_padded().rows(shard_.begin, shard_.shard), master_.flat);
-    comm_->all_gather(weights_padded(), false);
-    comm_->wait();
+    gather_weights();
   } else if (master_.flat.device == weights_.flat.device) {
     copy_master_to_param(ctx_, weights_.flat, master_.flat);
   } else {

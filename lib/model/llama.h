@@ -86,6 +86,8 @@ class LlamaModel {
   Tensor grads_padded() const { return grad_buf_.as({shard_.padded}, grads_.flat.dtype); }
   // The communicator the sharded weights are all-gathered through (sync_weights_from_master); the trainer's.
   void set_communicator(dist::Communicator* comm) { comm_ = comm; }
+  // With the distributed optimizer: every rank's shard of the weights to every rank (no-op otherwise).
+  void gather_weights();
   // Host values of the flat elements [offset, offset + count) into the master weights: the part this rank
   // owns (all of it without the distributed optimizer). Initialisation and imports, not the loop.
   void write_master(int64_t offset, const float* values, int64_t count);

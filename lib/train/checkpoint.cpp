@@ -86,12 +86,14 @@ CheckpointFile write_text_file(const fs::path& path, const std::string& text, co
 // One flat state buffer and how it is stored.
 struct StateBuffer {
   std::string name;
-  Tensor tensor;  // flat [n] on the model's device (f32; the weights are bf16 on CUDA)
+  Tensor tensor;  // flat [n] on the model's device (f32; the weights are bf16 on CUDA); with the distributed
+                  // optimizer the master weights and moments are this rank's shard
   DType file_dtype;
+  int64_t first = 0;  // the flat element tensor's element 0 holds (the shard's begin)
 };
 
-StateBuffer moment_buffer(const std::string& stem, const Tensor& t) {
-  return {stem + (t.dtype == DType::BF16 ? "_bf16.bin" : "_fp32.bin"), t, t.dtype};
+StateBuffer moment_buffer(const std::string& stem, const Tensor& t, int64_t first) {
+  return {stem + (t.dtype == DType::BF16 ? "_bf16.bin" : "_fp32.bin"), t, t.dtype, first};
 }
 
 // The bf16 weights file holds 2-byte bf16; under --fp32-reference the weights are not bf16 values
@@ -99,14 +101,15 @@ StateBuffer moment_buffer(const std::string& stem, const Tensor& t) {
 std::vector<StateBuffer> state_buffers(const LlamaModel& model, const AdamW& opt) {
   auto& m = const_cast<LlamaModel&>(model);  // views only; nothing is modified through them
   const bool bf16_weights = model.context().round_bf16;
+  const int64_t first = model.shard().begin;  // 0 unless the optimizer state is sharded
   return {
-      {"master_fp32.bin", m.master().flat, DType::F32},
+      {"master_fp32.bin", m.master().flat, DType::F32, first},
       {bf16_weights ? "weights_bf16.bin" : "weights_fp32.bin", m.weights().flat,
-       bf16_weights ? DType::BF16 : DType::F32},
+       bf16_weights ? DType::BF16 : DType::F32, 0},
       // The moments in their own dtypes (the precision-aware optimizer's --exp-avg-dtype /
       // --exp-avg-sq-dtype): adam_m_fp32.bin or adam_m_bf16.bin, the manifest's dtype f32 or bf16.
-      moment_buffer("adam_m", opt.moment1_tensor()),
-      moment_buffer("adam_v", opt.moment2_tensor()),
+      moment_buffer("adam_m", opt.moment1_tensor(), first),
+      moment_buffer("adam_v", opt.moment2_tensor(), first),
   };
 }
 
@@ -156,6 +159,112 @@ CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std
     f.write(staging.data(), static_cast<size_t>(cnt) * file_elem);
   }
   return f.commit(dtype_name(b.file_dtype), n);
+}
+
+// ---- data-parallel ranks: each writes and reads its own range --------------------------------
+//
+// With the distributed optimizer every rank writes the flat elements of its shard ([shard.begin,
+// shard.real_end())) of every state file (positioned writes into files rank 0 created at their full
+// size), so the files are the same, byte for byte, whatever the number of ranks. The checksum of a file
+// is put together from its 1 MiB chunks (core/checksum.h): each rank digests the chunks wholly inside
+// the bytes it wrote; rank 0 gathers those and reads back only the chunks that straddle two ranks.
+
+int open_or_fail(const fs::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  PL_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
+  return fd;
+}
+
+void pwrite_all(int fd, const char* data, size_t bytes, uint64_t offset, const fs::path& path) {
+  while (bytes > 0) {
+    const ssize_t w = ::pwrite(fd, data, bytes, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    PL_CHECK(w > 0, "{}: write of {} bytes at offset {} failed: {}", path.string(), bytes, offset,
+             w < 0 ? std::strerror(errno) : "no progress");
+    data += w;
+    bytes -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
+  }
+}
+
+void pread_all(int fd, char* data, size_t bytes, uint64_t offset, const fs::path& path) {
+  while (bytes > 0) {
+    const ssize_t r = ::pread(fd, data, bytes, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    PL_CHECK(r > 0, "{}: read of {} bytes at offset {} failed: {}", path.string(), bytes, offset,
+             r < 0 ? std::strerror(errno) : "end of file (truncated?)");
+    data += r;
+    bytes -= static_cast<size_t>(r);
+    offset += static_cast<uint64_t>(r);
+  }
+}
+
+// This rank's flat elements of every state file: its shard's real elements.
+std::pair<int64_t, int64_t> rank_elements(const LlamaModel& model) {
+  const ShardLayout& sh = model.shard();
+  return {std::min(sh.begin, sh.num_params), sh.real_end()};
+}
+
+// Writes flat elements [lo, hi) of b into `path` (a file of `numel` elements of b.file_dtype) and returns
+// (chunk index, digest) pairs of the checksum chunks wholly inside the bytes written (the file's last,
+// short chunk included when the range reaches the end). Pieces are cut at chunk boundaries.
+std::vector<uint64_t> write_state_range(const fs::path& path, const StateBuffer& b, int64_t lo, int64_t hi,
+                                        int64_t numel, std::vector<char>& staging) {
+  std::vector<uint64_t> out;
+  if (lo >= hi) return out;
+  const size_t fe = dtype_size(b.file_dtype), te = dtype_size(b.tensor.dtype);
+  const uint64_t K = Checksum64::kChunkBytes, total = static_cast<uint64_t>(numel) * fe;
+  const uint64_t end = static_cast<uint64_t>(hi) * fe;
+  staging.resize(kPieceBytes / fe * std::max(fe, te));
+  const int fd = open_or_fail(path, O_WRONLY);
+  for (uint64_t pos = static_cast<uint64_t>(lo) * fe; pos < end;) {
+    const uint64_t next = std::min(end, pos % K ? (pos / K + 1) * K : pos + kPieceBytes);
+    const auto e0 = static_cast<int64_t>(pos / fe), cnt = static_cast<int64_t>((next - pos) / fe);
+    copy_to_host(staging.data(), b.tensor.rows(e0 - b.first, cnt));
+    tensor_to_file_dtype(staging.data(), b.tensor.dtype, staging.data(), b.file_dtype, static_cast<size_t>(cnt));
+    pwrite_all(fd, staging.data(), next - pos, pos, path);
+    for (uint64_t c = (pos + K - 1) / K; c * K < next; ++c) {
+      const uint64_t chunk_end = std::min((c + 1) * K, total);
+      if (chunk_end <= next) out.insert(out.end(), {c, checksum_chunk_digest(staging.data() + (c * K - pos), chunk_end - c * K)});
+    }
+    pos = next;
+  }
+  PL_CHECK(::fsync(fd) == 0, "{}: fsync failed: {}", path.string(), std::strerror(errno));
+  ::close(fd);
+  return out;
+}
+
+// Rank 0: the file's checksum from the digests every rank sent ((chunk, digest) pairs), reading back the
+// chunks nobody could digest whole.
+uint64_t checksum_from_ranks(const fs::path& path, uint64_t total, const std::vector<uint64_t>& pairs) {
+  const uint64_t K = Checksum64::kChunkBytes, chunks = (total + K - 1) / K;
+  std::vector<uint64_t> digests(chunks);
+  std::vector<bool> have(chunks, false);
+  for (size_t i = 0; i + 1 < pairs.size(); i += 2) {
+    PL_CHECK(pairs[i] < chunks, "internal: chunk {} of {} in {}", pairs[i], chunks, path.string());
+    digests[pairs[i]] = pairs[i + 1];
+    have[pairs[i]] = true;
+  }
+  std::vector<char> chunk(K);
+  int fd = -1;
+  for (uint64_t c = 0; c < chunks; ++c) {
+    if (have[c]) continue;
+    if (fd < 0) fd = open_or_fail(path, O_RDONLY);
+    const size_t bytes = static_cast<size_t>(std::min(K, total - c * K));
+    pread_all(fd, chunk.data(), bytes, c * K, path);
+    digests[c] = checksum_chunk_digest(chunk.data(), bytes);
+  }
+  if (fd >= 0) ::close(fd);
+  return checksum_from_chunks(digests, total);
+}
+
+// Sends a string from rank 0 to every rank.
+std::string broadcast_string(const dist::World& world, std::string s) {
+  uint64_t n = s.size();
+  world.broadcast(&n, sizeof n, 0);
+  s.resize(n);
+  world.broadcast(s.data(), n, 0);
+  return s;
 }
 
 // ---- metadata ----------------------------------------------------------------------------------
@@ -221,7 +330,8 @@ std::string metadata_text(const TrainState& st, int64_t optimizer_steps, const R
                     {"seq_length", t.seq_length},     {"lr", t.lr},
                     {"min_lr", t.min_lr},             {"seed", t.seed},
                     {"fp32_reference", t.fp32_reference}, {"eval_interval", t.eval_interval},
-                    {"eval_iters", t.eval_iters}};
+                    {"eval_iters", t.eval_iters},     {"data_parallel_size", t.data_parallel_size},
+                    {"use_distributed_optimizer", t.use_distributed_optimizer}};
   j["train_state"] = state_json(st);
   j["optimizer"] = json{{"steps_taken", optimizer_steps}};
   j["data"] = json{{"description", run.data},
@@ -369,7 +479,7 @@ uint64_t stream_file(const fs::path& path, uint64_t expected_bytes, std::vector<
   return sum.digest();
 }
 
-void verify_file(const fs::path& dir, const CheckpointFile& f, std::vector<char>& staging) {
+void verify_file(const fs::path& dir, const CheckpointFile& f, std::vector<char>& staging, bool read_contents) {
   const fs::path path = dir / f.name;
   std::error_code ec;
   PL_CHECK(fs::exists(path, ec), "{}: missing (listed in {})", path.string(), kManifest);
@@ -377,6 +487,7 @@ void verify_file(const fs::path& dir, const CheckpointFile& f, std::vector<char>
   PL_CHECK(!ec, "{}: cannot stat: {}", path.string(), ec.message());
   PL_CHECK(size == f.bytes, "{}: {} bytes but the manifest says {} ({})", path.string(), size, f.bytes,
            size < f.bytes ? "truncated" : "longer than written");
+  if (!read_contents) return;
   const uint64_t sum = stream_file(path, f.bytes, staging, [](const char*, size_t, uint64_t) {});
   PL_CHECK(sum == f.checksum, "{}: checksum {} but the manifest says {} (the file is corrupted)", path.string(),
            hex64(sum), hex64(f.checksum));
@@ -429,32 +540,100 @@ fs::path resolve_iteration_dir(fs::path load) {
 
 // ---- public ------------------------------------------------------------------------------------
 
+namespace {
+
+// The sharded save's part on every rank: this rank's range of every state file in `tmp`; returns the
+// (buffer, chunk, digest) triples of the chunks it digested, for rank 0.
+std::vector<uint64_t> write_rank_ranges(const fs::path& tmp, const LlamaModel& model, const AdamW& opt) {
+  const auto [lo, hi] = rank_elements(model);
+  std::vector<uint64_t> triples;
+  std::vector<char> staging;
+  const std::vector<StateBuffer> buffers = state_buffers(model, opt);
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const std::vector<uint64_t> pairs = write_state_range(tmp / buffers[i].name, buffers[i], lo, hi, model.num_params(), staging);
+    for (size_t k = 0; k < pairs.size(); k += 2) triples.insert(triples.end(), {i, pairs[k], pairs[k + 1]});
+  }
+  return triples;
+}
+
+// Rank 0 of a sharded save: creates every state file at its full size, lets the ranks write their ranges,
+// and returns the files with their checksums.
+std::vector<CheckpointFile> write_sharded_state(const fs::path& tmp, const LlamaModel& model, const AdamW& opt,
+                                                const dist::World& world) {
+  const std::vector<StateBuffer> buffers = state_buffers(model, opt);
+  const int64_t n = model.num_params();
+  for (const StateBuffer& b : buffers) {
+    const int fd = open_or_fail(tmp / b.name, O_WRONLY | O_CREAT | O_TRUNC);
+    const off_t bytes = static_cast<off_t>(static_cast<uint64_t>(n) * dtype_size(b.file_dtype));
+    PL_CHECK(::ftruncate(fd, bytes) == 0, "{}: cannot size to {} bytes: {}", (tmp / b.name).string(), bytes,
+             std::strerror(errno));
+    ::close(fd);
+  }
+  broadcast_string(world, tmp.string());
+  const std::vector<uint64_t> mine = write_rank_ranges(tmp, model, opt);
+  // Every rank has written and fsynced its ranges once its digests arrive.
+  const std::vector<uint64_t> all = world.gather(mine, 0);
+  std::vector<std::vector<uint64_t>> pairs(buffers.size());
+  PL_CHECK(all.size() % 3 == 0, "internal: {} values gathered, not (buffer, chunk, digest) triples", all.size());
+  for (size_t i = 0; i < all.size(); i += 3) {
+    PL_CHECK(all[i] < buffers.size(), "internal: buffer {} in the gathered digests", all[i]);
+    pairs[all[i]].insert(pairs[all[i]].end(), {all[i + 1], all[i + 2]});
+  }
+  std::vector<CheckpointFile> files;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const StateBuffer& b = buffers[i];
+    const uint64_t bytes = static_cast<uint64_t>(n) * dtype_size(b.file_dtype);
+    files.push_back({b.name, dtype_name(b.file_dtype), n, bytes, checksum_from_ranks(tmp / b.name, bytes, pairs[i])});
+  }
+  return files;
+}
+
+}  // namespace
+
 SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
-                           const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook) {
+                           const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook,
+                           const dist::World* world) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(dir_s);
+  const fs::path final_path = dir / iter_dir_name(state.iteration);
+  const bool ranks = world != nullptr && world->size() > 1;
+  PL_CHECK(!model.sharded() || world != nullptr, "internal: a sharded checkpoint save without its world");
+  SaveReport r;
+  r.path = final_path.string();
+  if (ranks && world->rank() != 0) {
+    // Only rank 0 writes the directory; with the distributed optimizer every rank writes its ranges into it.
+    if (model.sharded()) {
+      const fs::path tmp = broadcast_string(*world, "");
+      (void)world->gather(write_rank_ranges(tmp, model, opt), 0);
+    }
+    world->barrier();  // rank 0 has published the checkpoint
+    r.seconds = seconds_since(t0);
+    return r;
+  }
   std::error_code ec;
   fs::create_directories(dir, ec);
   PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir_s, ec.message());
-  const fs::path final_path = dir / iter_dir_name(state.iteration);
   std::vector<CheckpointFile> files;
   CheckpointFile manifest;
   write_directory_atomically(final_path.string(), [&](const std::string& tmp) {
-    std::vector<char> staging;
-    for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging, hook));
+    if (model.sharded()) {
+      files = write_sharded_state(tmp, model, opt, *world);
+    } else {
+      std::vector<char> staging;
+      for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging, hook));
+    }
     files.push_back(write_text_file(fs::path(tmp) / kMetadata, metadata_text(state, opt.steps_taken(), run), hook));
     manifest = write_text_file(fs::path(tmp) / kManifest, manifest_text(state.iteration, files), hook);
   }, process_tmp_suffix());
   // The tracker last (Megatron: iter_finalize_fn writes it after the checkpoint), replaced atomically.
   write_text_file(dir / kCheckpointTracker, fmt::format("{}\n", state.iteration), hook, process_tmp_suffix());
 
-  SaveReport r;
-  r.path = final_path.string();
   r.bytes = static_cast<double>(manifest.bytes);
   for (const CheckpointFile& f : files) r.bytes += static_cast<double>(f.bytes);
   r.seconds = seconds_since(t0);
   remove_tmp_entries(dir);
   r.pruned = prune(dir, keep_last, state.iteration);
+  if (ranks) world->barrier();
   return r;
 }
 
@@ -465,7 +644,7 @@ bool checkpoint_dir_is_empty(const std::string& dir) {
   return iteration_dirs(dir).empty();
 }
 
-VerifiedCheckpoint verify_checkpoint(const std::string& load) {
+VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir = resolve_iteration_dir(fs::path(load));
   const fs::path manifest_path = dir / kManifest;
@@ -491,7 +670,7 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load) {
     if (f.dtype != "json") f.numel = field<int64_t>(e, "numel", manifest_path);
     PL_CHECK(f.name.find('/') == std::string::npos && !f.name.empty(), "{}: bad file name '{}'",
              manifest_path.string(), f.name);
-    verify_file(dir, f, staging);
+    verify_file(dir, f, staging, read_contents || f.dtype == "json");
     v.bytes += static_cast<double>(f.bytes);
     v.files.push_back(f);
   }
@@ -515,6 +694,8 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load) {
   v.train.seq_length = field<int64_t>(t, "seq_length", meta_path);
   v.train.lr = field<double>(t, "lr", meta_path);
   v.train.min_lr = field<double>(t, "min_lr", meta_path);
+  // (Absent before data parallelism: one rank.)
+  if (t.contains("data_parallel_size")) v.train.data_parallel_size = field<int64_t>(t, "data_parallel_size", meta_path);
   v.state = state_from_json(field<json>(meta, "train_state", meta_path), meta_path);
   v.optimizer_steps = field<int64_t>(field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
   PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path.string(),
@@ -552,6 +733,10 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
     if (v.first != v.second)
       notes.push_back(fmt::format("checkpoint saved with {} {}, resuming with {} (data continues at consumed sample {})",
                                   flag, v.first, v.second, c.state.consumed_samples));
+  if (c.train.data_parallel_size != t.data_parallel_size)
+    notes.push_back(fmt::format("checkpoint saved by {} data-parallel ranks, resuming with {} (the files do not depend "
+                                "on the rank count; data continues at consumed sample {})",
+                                c.train.data_parallel_size, t.data_parallel_size, c.state.consumed_samples));
   // The moments' dtypes (the precision-aware optimizer's): the manifest names each file in its dtype.
   auto saved_dtype = [&](const std::string& stem) {
     for (const CheckpointFile& f : c.files)
@@ -630,7 +815,29 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
   }
   // Everything checked: now the model is overwritten.
   std::vector<char> staging, converted;
+  if (model.sharded()) {
+    // This rank's range of every file (verified whole by rank 0), then the weights gathered.
+    const auto [lo, hi] = rank_elements(model);
+    for (const auto& [b, f] : plan) {
+      if (lo >= hi) break;
+      const size_t file_elem = dtype_size(b.file_dtype), tensor_elem = dtype_size(b.tensor.dtype);
+      const auto per_piece = static_cast<int64_t>(kPieceBytes / file_elem);
+      staging.resize(kPieceBytes);
+      converted.resize(static_cast<size_t>(per_piece) * tensor_elem);
+      const int fd = open_or_fail(dir / f.name, O_RDONLY);
+      for (int64_t e = lo; e < hi; e += per_piece) {
+        const int64_t cnt = std::min(per_piece, hi - e);
+        pread_all(fd, staging.data(), static_cast<size_t>(cnt) * file_elem, static_cast<uint64_t>(e) * file_elem,
+                  dir / f.name);
+        file_to_tensor_dtype(staging.data(), b.file_dtype, converted.data(), b.tensor.dtype, static_cast<size_t>(cnt));
+        copy_from_host(b.tensor.rows(e - b.first, cnt), converted.data());
+      }
+      ::close(fd);
+    }
+    model.gather_weights();
+  }
   for (const auto& [b, f] : plan) {
+    if (model.sharded()) break;
     const size_t file_elem = dtype_size(b.file_dtype), tensor_elem = dtype_size(b.tensor.dtype);
     converted.resize(kPieceBytes / file_elem * tensor_elem);
     const uint64_t sum = stream_file(dir / f.name, f.bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {

@@ -24,6 +24,7 @@
 
 #include "config/model_config.h"
 #include "config/train_config.h"
+#include "dist/world.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -57,8 +58,14 @@ using CheckpointWriteHook = std::function<void(const std::string& file_name)>;
 
 // Writes the checkpoint of `state` (the state after iteration state.iteration) into `dir` as
 // described above, then, when keep_last > 0, removes all but the newest keep_last iter_ directories.
+// Data-parallel ranks (`world` with more than one rank) all call it: rank 0 writes and publishes the
+// directory; with the distributed optimizer (model.sharded()) every rank writes the elements of its shard
+// into rank 0's temporary directory (positioned writes; the files are the same bytes for any rank count)
+// and sends rank 0 the checksum digests of the 1 MiB chunks it wrote whole. Every rank returns once the
+// checkpoint is published (the report's bytes are rank 0's).
 SaveReport save_checkpoint(const std::string& dir, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
-                           const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook = {});
+                           const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook = {},
+                           const dist::World* world = nullptr);
 
 // One state file as the manifest lists it.
 struct CheckpointFile {
@@ -89,7 +96,8 @@ bool checkpoint_dir_is_empty(const std::string& dir);
 // `load` is a --save directory (the tracker names the iteration) or one iter_ directory. Reads the
 // manifest and metadata and verifies every file's size and checksum. Any problem: a one-line
 // pl::Error naming the file and the mismatch.
-VerifiedCheckpoint verify_checkpoint(const std::string& load);
+// read_contents false: the files' sizes only (the other data-parallel ranks, when rank 0 reads every byte).
+VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents = true);
 
 // Refuses (one line naming the field) a checkpoint of another model shape; returns one log line per
 // allowed difference (recipe, batch sizes, sequence length, schedule).
@@ -103,7 +111,9 @@ std::vector<float> read_master_weights(const VerifiedCheckpoint& ckpt);
 
 // Reads the state files into the model's master weights and bf16 weights and the optimizer's
 // moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and
-// returns the train state to continue from.
+// returns the train state to continue from. With the distributed optimizer each rank reads its shard's
+// range of every file (any data-parallel size: the files do not depend on it) and the weights are
+// all-gathered; the checksums are rank 0's verify_checkpoint's.
 TrainState restore_checkpoint(const VerifiedCheckpoint& ckpt, LlamaModel& model, AdamW& opt);
 
 }  // namespace pl

@@ -79,10 +79,6 @@ void GradientSync::finish_gradient_reduction() {
   launched_ = 0;
 }
 
-void GradientSync::gather_weights() {
-  if (!model_.sharded()) return;
-  comm_.all_gather(model_.weights_padded(), false);
-  comm_.wait();
-}
+void GradientSync::gather_weights() { model_.gather_weights(); }
 
 }  // namespace pl

@@ -57,7 +57,7 @@ TEST(DryRunFit, TheTableNamesAFlagSetForTheH100ThatFitsItWhenRerun) {
   // One row per GPU, then the footer.
   for (const char* gpu : {"H100 80GB", "H200 141GB", "B200 180GB", "GB300 288GB", "RTX 5090 32GB"})
     EXPECT_NE(line_with(r.out, "| fit    " + std::string(gpu)), "") << gpu << " row missing:\n" << r.out;
-  EXPECT_NE(line_with(r.out, "data-parallel sharding (issue 13): not built yet"), "") << r.out;
+  EXPECT_NE(line_with(r.out, "one data-parallel rank; a run on N GPUs: --dry-run-world-size N (under mpirun: its world size)"), "") << r.out;
   // The plan's lines come first, unchanged: the table follows the last memory line.
   EXPECT_LT(r.out.find("| memory Megatron's theoretical"), r.out.find("| fit    ")) << r.out;
 

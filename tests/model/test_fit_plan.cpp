@@ -188,7 +188,7 @@ TEST(FitPlan, TableLines) {
   EXPECT_EQ(t[3], "H200 141GB (sm_90)        144.62    235.77  no    --micro-batch-size 1 --recompute full (GPU 140.98 GB; "
                   "--micro-batch-size replaces the given 4)");
   EXPECT_EQ(t[4], "H100 80GB (sm_90)          81.34    235.77  no    --optimizer-cpu-offload (GPU 76.74 GB, host 96.50 GB)");
-  EXPECT_EQ(t[5], "data-parallel sharding (issue 13): not built yet");
+  EXPECT_EQ(t[5], "one data-parallel rank; a run on N GPUs: --dry-run-world-size N (under mpirun: its world size)");
   EXPECT_EQ(log::cheapest_flags_line(rows[0]), "cheapest flags for GB300 288GB (298.35 GB usable): as given (GPU 172.63 GB)");
   log::FitRow none = rows[2];
   none.found = false;
