@@ -170,7 +170,9 @@ for so in $(printf '%s\n' $nv_sonames libcudart.so.13 libcublasLt.so.13 libcudnn
   found=""
   for d in "${candidates[@]}"; do [[ -e $d/$so ]] && { found=$d; break; }; done
   if [[ -z $found ]]; then
-    [[ $so == libnccl.so.2 ]] && { lib_report+=("$so: not found (not needed by one GPU)"); continue; }
+    # NCCL: needed when the binaries link it (builds with NCCL: dist/nccl_communicator.cpp calls it).
+    [[ $so == libnccl.so.2 ]] && ! grep -qx libnccl.so.2 <<<"$nv_sonames" &&
+      { lib_report+=("$so: not found (the binaries do not link it)"); continue; }
     lib_report+=("$so: NOT FOUND"); continue
   fi
   found=$(cd "$found" && pwd -P)
@@ -376,8 +378,9 @@ if ((sanitize)); then
   else
     # The small-shape suites only: compute-sanitizer slows every launch by 10-100x. (Cuda/* are the op
     # cases run on every backend, the quantize/dequantize/quant_stats cases among them; CudaQuantize*
-    # covers the quantizers' GPU-only cases and CudaQuantizedGemm; the production shapes are left out.)
-    filter=${SANITIZE_FILTER:-'Cuda/*:CudaCrossEntropy.*:CudaOptimizer.*:CudaOffload.*:CudaBf16MainGrads.*:CudaLinear.*:CudaQuantize*:CudaConformance.*-CudaQuantizeProduction.*:CudaQuantizedGemmProduction.*:CudaQuantizedGemmDescription.*'}
+    # covers the quantizers' GPU-only cases and CudaQuantizedGemm; the production shapes are left out;
+    # CudaNcclOneRank: the NCCL communicator's streams and events over one rank.)
+    filter=${SANITIZE_FILTER:-'Cuda/*:CudaCrossEntropy.*:CudaOptimizer.*:CudaOffload.*:CudaBf16MainGrads.*:CudaLinear.*:CudaQuantize*:CudaConformance.*:CudaNcclOneRank.*-CudaQuantizeProduction.*:CudaQuantizedGemmProduction.*:CudaQuantizedGemmDescription.*'}
     lim=$(step_limit "$sanitize_limit")
     if ((lim < 20)); then fail "sanitize: not run (time budget)"
     else

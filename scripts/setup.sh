@@ -71,8 +71,12 @@ install_cuda_binutils() {
     "nvidia-cuda-cuobjdump==$CUDA_BINUTILS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_BINUTILS_VERSION"
 }
 
+# openmpi-bin + libopenmpi-dev: multi-rank runs (mpirun; lib/dist/) and their tests (ctest Dist.*);
+# the build works without them, single-rank. iproute2: `ip netns` for the two-hosts test (ctest
+# Dist.two_hosts; it skips saying why where namespaces cannot be made).
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
-          libopenblas-openmp-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib)
+          libopenblas-openmp-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib
+          openmpi-bin libopenmpi-dev iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

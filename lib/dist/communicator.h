@@ -65,7 +65,8 @@ class Communicator {
 // The communicator registers an abort hook with the world (ncclCommAbort) and removes it when destroyed.
 std::unique_ptr<Communicator> make_communicator(const World& world, const OpContext& ctx, bool nccl_for_one_rank = false);
 
-// Before open_device_state on a multi-GPU node: cudaSetDevice(world.local_rank()) when this build has
+// Before open_device_state on a multi-GPU node (only for --device cuda: on a CPU run it would ask the
+// CUDA runtime for GPUs the run does not use): cudaSetDevice(world.local_rank()) when this build has
 // CUDA and the world has more than one rank on this node; a pl::Error when the node has fewer GPUs than
 // local ranks ("rank 5 needs GPU 5; this node has 4 (CUDA_VISIBLE_DEVICES=...)"). No-op otherwise.
 void select_local_device(const World& world);

@@ -31,7 +31,8 @@ std::string mpi_library_version();
 
 class World {
  public:
-  // Bootstraps as described above. Only one World may exist in a process (a second is an internal error).
+  // Bootstraps as described above. Only one bootstrapped World may exist in a process (a second is an
+  // internal error: MPI is initialised once per process); World::single() is not counted.
   World(int& argc, char**& argv);
   // A one-rank world without looking at the environment (tests, tools).
   static World single();
@@ -76,9 +77,19 @@ class World {
 
  private:
   World() = default;
+  void bootstrap(int& argc, char**& argv);  // the constructor's work (world.cpp)
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   bool mpi_ = false;
-  bool owner_ = false;  // this object finalizes MPI
+  bool owner_ = false;    // this object finalizes MPI
+  bool counted_ = false;  // this object holds the one-World-per-process slot (bootstrapped, not moved from)
+  // The abort hooks in registration order, with their ids. Mutable: registering one changes no value a
+  // caller reads (the World is handed around as const&).
+  struct Hook {
+    int id;
+    std::function<void()> run;
+  };
+  mutable std::vector<Hook> hooks_;
+  mutable int next_hook_id_ = 1;
 };
 
 }  // namespace pl::dist

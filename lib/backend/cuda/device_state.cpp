@@ -15,6 +15,9 @@ DeviceState::~DeviceState() {
   // handles and the memory. Statuses are ignored: nothing can be reported from a destructor.
   attention.reset();
   plans.reset();
+  if (comm_done) cudaEventDestroy(comm_done);
+  if (compute_ready) cudaEventDestroy(compute_ready);
+  if (comm_stream) cudaStreamDestroy(comm_stream);
   if (cudnn) cudnnDestroy(cudnn);
   if (lt) cublasLtDestroy(lt);
   if (workspace) cudaFree(workspace);
@@ -38,6 +41,14 @@ DeviceState* open_device_state() {
   s->workspace_bytes = size_t{32} << 20;
   check(cudaMalloc(&s->workspace, s->workspace_bytes), "cudaMalloc", "cuBLASLt workspace 32 MiB");
   check(cudnnCreate(&s->cudnn), "cudnnCreate", "");
+  int least_priority = 0, greatest_priority = 0;  // see DeviceState::comm_stream
+  check(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority), "cudaDeviceGetStreamPriorityRange", "");
+  check(cudaStreamCreateWithPriority(&s->comm_stream, cudaStreamNonBlocking, greatest_priority),
+        "cudaStreamCreateWithPriority", "communication stream");
+  check(cudaEventCreateWithFlags(&s->compute_ready, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+        "communication: compute-ready event");
+  check(cudaEventCreateWithFlags(&s->comm_done, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+        "communication: collectives-done event");
   s->plans = make_lt_plan_cache();
   s->attention = make_attention_graphs();
   // [0] alpha slot, [1] 0.0f, [2] 1.0f, [3] unused, then the 8-byte inexact counter at byte 16.

@@ -59,8 +59,18 @@ struct DeviceState {
   // on it. It is the legacy default stream (0), deliberately: host<->device copies (core/tensor.h),
   // the arena's frees and the timers' events (core/timers.cpp) use that stream too, so everything is
   // ordered without events. A created stream means changing it here and giving those three the stream.
-  // (Later: the communication stream and per-op timer events of data parallelism live beside it.)
   cudaStream_t stream = nullptr;
+  // Data parallelism's collectives (dist/nccl_communicator.cpp) run on their own stream so a bucket's
+  // reduce-scatter overlaps the rest of the backward. Non-blocking (cudaStreamNonBlocking): a stream
+  // created with the default flag would synchronize with the legacy default stream above before and
+  // after every operation, and nothing would overlap. Highest priority: NCCL's kernels start as soon as
+  // SMs free up instead of queueing behind the compute kernels' blocks. Ordering is explicit, by events:
+  // before each collective `compute_ready` is recorded on `stream` and waited for by `comm_stream`; the
+  // communicator's wait() records `comm_done` on `comm_stream` and makes `stream` wait for it. Created
+  // when the state is opened (also for one rank: a stream and two events cost nothing), destroyed with it.
+  cudaStream_t comm_stream = nullptr;
+  cudaEvent_t compute_ready = nullptr;
+  cudaEvent_t comm_done = nullptr;
   cublasLtHandle_t lt = nullptr;
   void* workspace = nullptr;  // cuBLASLt workspace, 256-byte aligned (SPEC-GPU §2: 32 MiB on sm90/sm10x)
   size_t workspace_bytes = 0;
