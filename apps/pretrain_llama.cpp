@@ -719,17 +719,17 @@ void print_data_parallel(const dist::World& world, const dist::Communicator& com
             "iteration (global batch {} = {} x {} samples x {} ranks), communicator {}",
             world.size(), t.data_parallel_size, world.describe(), t.num_micro_batches(), t.global_batch_size,
             t.num_micro_batches(), t.micro_batch_size, t.data_parallel_size, comm.name());
-  out->info("pretrain_llama | data parallel: {}; gradients {} in FP32 ({}, as Megatron-Bridge's Llama 3 recipes: "
-            "grad_reduce_in_fp32)",
+  out->info("pretrain_llama | data parallel: {}; gradients {} in FP32 (Megatron-Bridge's Llama 3 recipes: "
+            "grad_reduce_in_fp32), {}",
             t.use_distributed_optimizer
                 ? fmt::format("distributed optimizer: each rank owns {} of {} elements (padded from {}) of the master "
                               "weights and moments",
                               sh.shard, sh.padded, sh.num_params)
                 : std::string("every rank holds the whole optimizer state (no --use-distributed-optimizer)"),
             t.use_distributed_optimizer ? "reduce-scattered" : "all-reduced",
-            t.overlap_grad_reduce ? fmt::format("--overlap-grad-reduce: {} buckets, each reduced as the last backward "
-                                                "finishes it", buckets)
-                                  : std::string("one bucket, after the backward"));
+            t.overlap_grad_reduce ? fmt::format("in {} bucket(s), each as soon as the last backward has finished it "
+                                                "(--overlap-grad-reduce)", buckets)
+                                  : std::string("in one bucket after the backward"));
 }
 
 // Errors every rank meets alike (the flags, the config files): printed once, by rank 0, when all ranks

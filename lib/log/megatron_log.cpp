@@ -160,6 +160,12 @@ std::array<std::string, 3> validation_lines(const std::string& prefix, double lm
 }
 
 std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option) {
+  std::vector<TimerOverRanks> one;
+  for (const TimerReading& t : timers) one.push_back({t.name, {{0, t.ms}}});
+  return timer_lines(std::span<const TimerOverRanks>(one), option);
+}
+
+std::vector<std::string> timer_lines(std::span<const TimerOverRanks> timers, const std::string& option) {
   // Followed: Megatron-LM megatron/core/timers.py, Timers._get_global_min_max_time_string and
   // Timers._get_all_ranks_time_string (the header, the 48-character '.' padding, {:.2f} ms).
   std::vector<std::string> out;
@@ -167,15 +173,20 @@ std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const
   const bool all = option == "all", max_only = option == "max";
   out.push_back(all ? "times across ranks (ms):" : max_only ? "max time across ranks (ms):"
                                                             : "(min, max) time across ranks (ms):");
-  for (const TimerReading& t : timers) {
+  for (const TimerOverRanks& t : timers) {
     if (all) {
       out.push_back(fmt::format("  {}:", t.name));
-      out.push_back(fmt::format("     rank {:2d}: {:.2f}", 0, t.ms));
+      for (const auto& [rank, ms] : t.rank_ms) out.push_back(fmt::format("     rank {:2d}: {:.2f}", rank, ms));
       continue;
     }
+    double lo = t.rank_ms.front().second, hi = lo;
+    for (const auto& rm : t.rank_ms) {
+      lo = std::min(lo, rm.second);
+      hi = std::max(hi, rm.second);
+    }
     const std::string padded = fmt::format("{:.<48}", std::string(t.name) + " ");
-    out.push_back(max_only ? fmt::format("    {}: {:.2f}", padded, t.ms)
-                           : fmt::format("    {}: ({:.2f}, {:.2f})", padded, t.ms, t.ms));
+    out.push_back(max_only ? fmt::format("    {}: {:.2f}", padded, hi)
+                           : fmt::format("    {}: ({:.2f}, {:.2f})", padded, lo, hi));
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -53,6 +54,12 @@ std::string parameter_lines(double transformer_params, double embedding_params, 
 //   all                          "times across ranks (ms):" / "  <name>:" / "     rank  0: 123.45"
 // The name and a space are padded with '.' to 48 characters. One process: min = max = the value.
 std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option);
+// The same over data-parallel ranks: each timer's value on every rank that ran it (rank order).
+struct TimerOverRanks {
+  const char* name;
+  std::vector<std::pair<int, double>> rank_ms;  // (rank, ms per iteration)
+};
+std::vector<std::string> timer_lines(std::span<const TimerOverRanks> timers, const std::string& option);
 
 // Megatron's checkpoint lines (megatron/training/checkpointing.py: save_checkpoint, load_checkpoint,
 // _load_base_checkpoint); the success lines with the size and speed appended.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 
@@ -77,6 +78,31 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp * cfg_.eval_iters));
   for (const std::string& line : log::validation_lines(prefix, loss)) print_last(line);
   return loss;
+}
+
+// Every rank's timer readings at the last rank (which prints them): (timer id, ms bits) pairs gathered.
+std::vector<log::TimerOverRanks> Trainer::timers_over_ranks(std::span<const TimerReading> mine) const {
+  std::vector<uint64_t> pairs;
+  for (const TimerReading& t : mine) pairs.insert(pairs.end(), {static_cast<uint64_t>(t.id), std::bit_cast<uint64_t>(t.ms)});
+  std::vector<uint64_t> counts = world_->gather(std::vector<uint64_t>{pairs.size()}, world_->size() - 1);
+  const std::vector<uint64_t> all = world_->gather(pairs, world_->size() - 1);
+  std::vector<log::TimerOverRanks> out;
+  std::vector<int> row_of(kTimerCount, -1);
+  size_t at = 0;
+  for (size_t rank = 0; rank < counts.size(); ++rank)
+    for (uint64_t k = 0; k < counts[rank]; k += 2, at += 2) {
+      const auto id = static_cast<size_t>(all[at]);
+      if (row_of[id] < 0) {
+        row_of[id] = static_cast<int>(out.size());
+        out.push_back({timer_name(static_cast<TimerId>(id)), {}});
+      }
+      out[static_cast<size_t>(row_of[id])].rank_ms.emplace_back(static_cast<int>(rank), std::bit_cast<double>(all[at + 1]));
+    }
+  // In TimerId order, as one rank prints them.
+  std::vector<log::TimerOverRanks> ordered;
+  for (size_t id = 0; id < kTimerCount; ++id)
+    if (row_of[id] >= 0) ordered.push_back(std::move(out[static_cast<size_t>(row_of[id])]));
+  return ordered;
 }
 
 TrainResult Trainer::run(const TrainState& start) {
@@ -217,8 +243,9 @@ TrainResult Trainer::run(const TrainState& start) {
       // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
       // normalized by the iterations this interval timed (= log_interval but for a last short one).
       if (timers.level() > 0)
-        for (const std::string& line : log::timer_lines(timers.read(static_cast<double>(interval_timed)),
-                                                        cfg_.timing_log_option))
+        for (const std::string& line : log::timer_lines(
+                 std::span<const log::TimerOverRanks>(timers_over_ranks(timers.read(static_cast<double>(interval_timed)))),
+                 cfg_.timing_log_option))
           print_last(line);
       if (stats_now) log_quant_stats(iteration);
       interval_seconds = st.interval_loss = 0.0;

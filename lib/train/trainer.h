@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "config/train_config.h"
+#include "core/timers.h"
+#include "log/megatron_log.h"
 #include "dist/communicator.h"
 #include "dist/world.h"
 #include "model/llama.h"
@@ -99,6 +101,7 @@ class Trainer {
 
  private:
   void log_quant_stats(int64_t iteration);
+  std::vector<log::TimerOverRanks> timers_over_ranks(std::span<const TimerReading> mine) const;
   // eval_iters global batches of `data` from sample `first_sample`, forward only; prints Megatron's
   // validation lines and returns the token-weighted mean loss.
   double evaluate(const std::string& prefix, const BatchFn& data, int64_t first_sample);

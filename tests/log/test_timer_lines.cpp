@@ -45,7 +45,7 @@ TEST(LogTimers, MaxAndAllOptions) {
 
 TEST(LogTimers, NoTimerNoBlock) {
   // Megatron's timers.log prints nothing when no timer has a value.
-  EXPECT_TRUE(pl::log::timer_lines({}, "minmax").empty());
+  EXPECT_TRUE(pl::log::timer_lines(std::span<const pl::TimerReading>{}, "minmax").empty());
 }
 
 TEST(LogTimers, EveryTimerNameFitsMegatronsPaddingAndRegex) {
@@ -65,3 +65,19 @@ TEST(LogTimers, EveryTimerNameFitsMegatronsPaddingAndRegex) {
 }
 
 }  // namespace
+
+// Data-parallel ranks: min and max over the ranks that ran each timer; "all" lists them in rank order.
+TEST(TimerLines, OverRanksMinMaxAndAll) {
+  const std::vector<pl::log::TimerOverRanks> t = {{"forward-backward", {{0, 10.0}, {1, 12.5}, {2, 11.0}}},
+                                                  {"all-grads-sync", {{0, 3.0}, {1, 1.25}}}};
+  const auto mm = pl::log::timer_lines(std::span<const pl::log::TimerOverRanks>(t), "minmax");
+  ASSERT_EQ(mm.size(), 3u);
+  EXPECT_EQ(mm[1], "    forward-backward ...............................: (10.00, 12.50)");
+  EXPECT_EQ(mm[2], "    all-grads-sync .................................: (1.25, 3.00)");
+  const auto mx = pl::log::timer_lines(std::span<const pl::log::TimerOverRanks>(t), "max");
+  EXPECT_EQ(mx[2], "    all-grads-sync .................................: 3.00");
+  const auto all = pl::log::timer_lines(std::span<const pl::log::TimerOverRanks>(t), "all");
+  ASSERT_EQ(all.size(), 1u + 4u + 3u);
+  EXPECT_EQ(all[4], "     rank  2: 11.00");
+  EXPECT_EQ(all[7], "     rank  1: 1.25");
+}
