@@ -217,6 +217,10 @@ def report(args, seeds, runs, np, plt):
               f"vocabulary, {model_line}. Data: the `fortunes` package's texts and /usr/share/common-licenses, byte "
               f"tokenizer, split 949,50,1 ({', '.join(data_lines)} per epoch). Each run:\n")
     md.append(f"```\n{args.run_command}\n```\n(OUT = the study's work directory.)\n")
+    plan = plan_of(runs[0]["bf16_with_nvfp4_mixed"]["log_path"])
+    md.append("The playbook's NVFP4 recipe keeps its last 4 layers in BF16 (of Llama 3 8B's 32); on this model its "
+              "precision plan is: " + "; ".join(f"{where.replace('  ', ' ')}: {detail.split(' (')[0]}"
+                                                for where, detail in plan) + ".\n")
     md.append("| variant | recipe | train loss | train gap vs BF16 | val loss | val gap vs BF16 | val gap per seed | "
               "seed spread train / val | gap beyond noise | non-finite | step ms |")
     md.append("|---|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|")

@@ -37,7 +37,7 @@ ITER_LOSS = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*lm loss: ([0-9.E+-]+) \|")
 FINAL_VAL = re.compile(r"validation loss at iteration \d+ on validation set \| lm loss value: (\S+) \|")
 
 FAKE_FORTUNES = """\
-The \x08\x08\x08___only fortune here, with an underline.
+The ___\x08\x08\x08one fortune here, with an underlined word.
 %
 Another one.
 
@@ -191,6 +191,61 @@ class StudySmoke(unittest.TestCase):
         self.assertIn("nvfp4_no_rht", p.stderr)
         self.assertIn("RHT off", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "baddoc", "nvfp4_study.md")))
+
+    def test_8_interrupt(self):
+        # SIGTERM mid-run: the sweep's run is killed, no partial or final log is left, exit status 130.
+        import signal
+        import time
+        work = os.path.join(self.tmp.name, "interrupted")
+        args = [("3000" if a == str(ITERS) else a) for a in self.args]
+        args[args.index("--out") + 1] = work
+        args[args.index("--out-doc") + 1] = os.path.join(self.tmp.name, "interrupted-doc")
+        p = subprocess.Popen(["bash", STUDY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env(**self.extra_env))
+        runs = os.path.join(work, "runs", "seed1234")
+        partial = os.path.join(runs, f".bf16_mixed_mbs{GBS}_seq{SEQ}.log.partial")
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(partial) and "iteration        2/" in read(partial)):
+            time.sleep(0.2)
+        self.assertTrue(os.path.exists(partial), "the first run did not start")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, out[-2000:] + err)
+        self.assertIn("nvfp4_study.sh: interrupted", err)
+        self.assertEqual(os.listdir(runs), [])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "interrupted-doc", "nvfp4_study.md")))
+
+    def test_9_second_seed(self):
+        # --seeds 2 on the same work directory: seed 1234's runs are reused, seed 1235's run; the table
+        # gains the seed spread (the run-to-run noise) and the verdict against it, checked here by hand.
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        args = list(self.args)
+        args[args.index("--seeds") + 1] = "2"
+        p = subprocess.run(["bash", STUDY, *args], capture_output=True, text=True, timeout=600, env=env(**self.extra_env))
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
+        self.assertEqual(p.stdout.count(": running -> "), 8, p.stdout)
+        self.assertIn("seed 1235 (2 of 2): runs 9-16 of 16", p.stdout)
+        val = {}
+        for seed in (1234, 1235):
+            for label, _, _ in VARIANTS:
+                text = read(os.path.join(self.work, "runs", f"seed{seed}", f"{label}_mbs{GBS}_seq{SEQ}.log"))
+                self.assertIn(f"seed {seed},", text)
+                val[label, seed] = float(FINAL_VAL.findall(text)[-1])
+        b = [val["bf16_mixed", s] for s in (1234, 1235)]
+        noise = 100 * (max(b) - min(b)) / (sum(b) / 2)
+        self.assertGreater(noise, 0.0)  # the seeds differ
+        rows = self.table()
+        self.assertEqual(len(rows), len(VARIANTS))
+        self.assertTrue(rows["BF16"][7].endswith(f" / {noise:.2f}%"), rows["BF16"][7])
+        for label, name, _ in VARIANTS[1:]:
+            gaps = [100 * (val[label, s] - val["bf16_mixed", s]) / val["bf16_mixed", s] for s in (1234, 1235)]
+            cells = rows[name]
+            self.assertEqual(cells[6], ", ".join(f"{g:+.2f}%" for g in gaps))
+            gap = sum(gaps) / 2
+            self.assertAlmostEqual(float(cells[5].rstrip("%")), gap, delta=0.006)
+            if abs(abs(gap) - noise) > 1e-6:
+                self.assertEqual(cells[8], "yes" if abs(gap) > noise else "no", (name, gap, noise))
 
     def test_7_bad_arguments(self):
         for args, message in [
