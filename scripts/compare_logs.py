@@ -206,6 +206,9 @@ def analyse(logs, seq_option, gpus_option, np):
         log.tokens = gbs * seq / (log.mean_ms / 1e3) / gpus if seq is not None and math.isfinite(gbs) else None
         log.seq_src = seq_src
         log.final_loss = log.loss[k - 1]
+        log.tail_n = max(1, int(math.ceil(0.1 * k)))
+        tail_vals = [x for x in log.loss[k - log.tail_n:k] if math.isfinite(x)]
+        log.tail_loss = sum(tail_vals) / len(tail_vals) if tail_vals else None
         log.nonfinite = sum(1 for x in log.loss[:k] if not math.isfinite(x))
         vals = [(it, v) for it, v in log.valid.items() if it <= last]
         log.val_iter, log.val_loss = max(vals) if vals else (None, None)
@@ -272,6 +275,62 @@ def smooth(np, y, span):
         return np.where(cnt > 0, (c[idx] - c[lo]) / np.maximum(cnt, 1), np.nan)
 
 
+CSV_COLUMNS = ["log", "path", "iterations", "window_first", "window_last", "step_ms", "tflops_per_gpu",
+               "tokens_per_s_per_gpu", "speedup", "final_loss", "tail_loss", "tail_iterations", "loss_gap_pct",
+               "nonfinite", "val_iteration", "val_loss", "val_gap_pct"]
+
+
+def csv_num(x):
+    """A number for the CSV: all the digits a float has, 'nan'/'inf' as such, blank when unknown."""
+    if x is None:
+        return ""
+    if isinstance(x, float):
+        if not math.isfinite(x):
+            return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+        return repr(x)
+    return str(x)
+
+
+def write_atomically(path, what, write):
+    """Writes `path` through a temp file in its directory renamed into place; `write(binary file)`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".compare_logs.", suffix=what, dir=directory)
+    except OSError as e:
+        raise Error(f"cannot write {path}: {e.strerror or e}")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise Error(f"cannot write {path}: {e.strerror or e}")
+        raise
+
+
+def write_csv(path, logs):
+    """One row per log, in the order given: the table's figures with all their digits (after analyse())."""
+    import csv
+    import io
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_COLUMNS)
+    for log in logs:
+        w.writerow([log.label, log.path, log.n, log.iters[log.w0], log.iters[log.n - 1], csv_num(log.mean_ms),
+                    csv_num(log.tflops), csv_num(log.tokens), csv_num(log.speedup), csv_num(log.final_loss),
+                    csv_num(log.tail_loss), log.tail_n, csv_num(None if log.gap is None else 100 * log.gap),
+                    log.nonfinite, csv_num(log.val_iter), csv_num(log.val_loss),
+                    csv_num(None if log.val_gap is None else 100 * log.val_gap)])
+    write_atomically(path, ".csv", lambda fh: fh.write(buf.getvalue().encode("utf-8")))
+
+
 def write_png(path, logs, np):
     try:
         import matplotlib
@@ -313,27 +372,8 @@ def write_png(path, logs, np):
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".compare_logs.", suffix=".png", dir=directory)
-    except OSError as e:
-        plt.close(fig)
-        raise Error(f"cannot write {path}: {e.strerror or e}")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=100)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise Error(f"cannot write {path}: {e.strerror or e}")
-        raise
+        write_atomically(path, ".png", lambda fh: fig.savefig(fh, format="png", dpi=100))
     finally:
         plt.close(fig)
 
@@ -346,19 +386,25 @@ def main(argv=None):
                     "validation loss, relative loss gap, step time with the averaging window shaded).")
     ap.add_argument("logs", nargs="+", metavar="LOG")
     ap.add_argument("--png", metavar="FILE", help="write the figure to FILE (needs matplotlib)")
+    ap.add_argument("--csv", metavar="FILE", help="also write the figures as CSV, one row per log with all their "
+                    "digits (columns: " + ", ".join(CSV_COLUMNS) + "; tail_loss is the mean lm loss over the "
+                    "log's last 10%% of compared iterations, tail_iterations of them; gaps in percent); with "
+                    "--csv one log is enough")
     ap.add_argument("--seq-length", type=int, help="sequence length for logs whose banner does not give one")
     ap.add_argument("--gpus", type=int, default=1, help="GPUs per run for tokens/s/GPU when the log does not say "
                     "(Megatron's world_size argument); default 1")
     args = ap.parse_args(argv)
     try:
-        if len(args.logs) < 2:
-            raise Error("give at least two logs (the first is the reference)")
+        if len(args.logs) < 2 and not args.csv:
+            raise Error("give at least two logs (the first is the reference), or one with --csv")
         try:
             import numpy as np
         except ImportError:
             raise Error("needs numpy (Debian: apt-get install python3-numpy)")
         logs = [parse_log(p) for p in args.logs]
         table = analyse(logs, args.seq_length, args.gpus, np)
+        if args.csv:
+            write_csv(args.csv, logs)
         if args.png:
             write_png(args.png, logs, np)
     except Error as e:

@@ -76,7 +76,8 @@ install_cuda_binutils() {
 # Dist.two_hosts; it skips saying why where namespaces cannot be made).
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
           libopenblas-openmp-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib
-          openmpi-bin libopenmpi-dev iproute2)
+          openmpi-bin libopenmpi-dev iproute2
+          fortunes)  # fortunes: the text of scripts/nvfp4_study.sh's corpus (/usr/share/games/fortunes)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -142,6 +142,42 @@ class OurLogs(unittest.TestCase):
         self.assertEqual(out, "")
         self.assertEqual(len(err.splitlines()), 1, err)
 
+    def test_csv(self):
+        path = os.path.join(self.tmp.name, "cmp.csv")
+        rc, out, err = compare(self.logs["bf16.log"], self.logs["nvfp4.log"], "--csv", path)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out, self.out)  # the same table
+        import csv
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        self.assertEqual([r["log"] for r in rows], ["bf16.log", "nvfp4.log"])
+        table = table_rows(self.out)
+        _, _, ref = self.hand_parse("bf16.log")
+        for r in rows:
+            its, ms, loss = self.hand_parse(r["log"])
+            cells = table[r["log"]]
+            self.assertEqual(r["path"], self.logs[r["log"]])
+            self.assertEqual(int(r["iterations"]), ITERS)
+            self.assertEqual(f'{r["window_first"]}-{r["window_last"]}', cells[WINDOW])
+            self.assertAlmostEqual(float(r["step_ms"]), sum(ms[3:]) / len(ms[3:]), places=9)  # all the digits
+            self.assertEqual(f'{float(r["step_ms"]):.1f}', cells[STEP_MS])
+            self.assertEqual(f'{float(r["tflops_per_gpu"]):.3f}', cells[TFLOPS])
+            self.assertEqual(float(r["final_loss"]), loss[-1])
+            self.assertEqual(int(r["tail_iterations"]), 1)  # ceil(0.1 * 10)
+            self.assertEqual(float(r["tail_loss"]), loss[-1])
+            self.assertAlmostEqual(float(r["loss_gap_pct"]), 100 * (loss[-1] - ref[-1]) / ref[-1], places=9)
+            self.assertEqual(f'{float(r["val_loss"]):.4f}', cells[VAL])
+            self.assertEqual(r["val_iteration"], "10")
+            self.assertEqual(r["nonfinite"], "0")
+        # One log is enough with --csv (a sweep of one point); without it, an error.
+        rc, out, err = compare(self.logs["nvfp4.log"], "--csv", path)
+        self.assertEqual(rc, 0, err)
+        with open(path, newline="") as fh:
+            self.assertEqual(len(list(csv.DictReader(fh))), 1)
+        rc, out, err = compare(self.logs["nvfp4.log"])
+        self.assertEqual(rc, 1)
+        self.assertIn("at least two logs", err)
+
     def test_different_lengths(self):
         short = os.path.join(self.tmp.name, "short.log")
         lines = read(self.logs["nvfp4.log"]).splitlines(keepends=True)

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""The report of scripts/nvfp4_study.sh: one Markdown table and one PNG from the study's runs.
+
+Reads each seed's run directory (scripts/sweep.sh's sweep.csv, made by compare_logs.py --csv, and the
+logs it names), checks from each log's precision plan that the run used the variant it is filed under,
+and writes OUT_DOC/nvfp4_study.md and OUT_DOC/nvfp4_study.png. Not meant to be run by hand (the study
+script passes everything), but harmless: it only reads the runs.
+"""
+
+import argparse
+import csv
+import math
+import os
+import re
+import sys
+import tempfile
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import compare_logs  # noqa: E402  (parse_log, smooth: the same parsing as the table's)
+
+PROG = "study_report.py"
+
+# (recipe label as sweep.sh names the logs, name in the table, what the precision plan must show)
+VARIANTS = [
+    ("bf16_mixed", "BF16", "bf16"),
+    ("bf16_with_fp8_current_scaling_mixed", "FP8 current scaling", "fp8"),
+    ("bf16_with_mxfp8_mixed", "MXFP8", "mxfp8"),
+    ("bf16_with_nvfp4_mixed", "NVFP4 (playbook recipe)", "nvfp4"),
+    ("nvfp4_no_rht", "NVFP4 without RHT", "no_rht"),
+    ("nvfp4_no_sr", "NVFP4 without stochastic rounding", "no_sr"),
+    ("nvfp4_no_2d", "NVFP4 without 2D weight blocks", "no_2d"),
+    ("nvfp4_all_layers", "NVFP4 on every layer (no BF16 layers)", "all_layers"),
+]
+ABLATIONS = ["nvfp4_no_rht", "nvfp4_no_sr", "nvfp4_no_2d", "nvfp4_all_layers"]
+
+PLAN_LINE = re.compile(r"^pretrain_llama \|\s+(layers? +[0-9-]+)\s*: linear_qkv linear_proj linear_fc1 linear_fc2 in (.*)$")
+PARAMS = re.compile(r"^pretrain_llama \| model (\S+) .*?, ([0-9.]+) M parameters")
+DATA_SPLIT = re.compile(r"^pretrain_llama \| data: dataset \d+ (train|valid|test): \d+ sequences, (\d+) tokens per epoch")
+
+
+class Error(Exception):
+    pass
+
+
+def plan_of(path):
+    """The precision plan's per-layer lines of a log: [(layers, detail)]."""
+    plan = []
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            m = PLAN_LINE.match(line.rstrip("\n"))
+            if m:
+                plan.append((m.group(1), m.group(2)))
+    return plan
+
+
+def check_plan(path, kind):
+    """Raises Error unless the log's precision plan is the variant's (the ablation really took effect)."""
+    plan = plan_of(path)
+    if not plan:
+        raise Error(f"{path}: no precision plan lines in the banner")
+    details = [d for _, d in plan]
+    quant = [d for d in details if d != "bf16"]
+    nv = [d for d in quant if d.startswith("nvfp4")]
+
+    def need(cond, what):
+        if not cond:
+            raise Error(f"{path}: the precision plan ({'; '.join(details)}) is not {what}")
+
+    if kind == "bf16":
+        need(not quant, "BF16 on every layer")
+    elif kind == "fp8":
+        need(quant and all(d.startswith("fp8 current scaling") for d in quant), "FP8 current scaling")
+    elif kind == "mxfp8":
+        need(quant and all(d.startswith("mxfp8") for d in quant), "MXFP8")
+    else:
+        need(nv and len(nv) == len(quant), "NVFP4")
+        rht = "off" if kind == "no_rht" else "on"
+        sr = "off" if kind == "no_sr" else "on"
+        blocks = "1x16" if kind == "no_2d" else "16x16"
+        need(all(f"per {blocks} weight" in d and f"RHT on wgrad {rht}" in d and f"stochastic rounding of gradients {sr}" in d
+                 for d in nv), f"NVFP4 with {blocks} weight blocks, RHT {rht}, stochastic rounding {sr}")
+        if kind == "all_layers":
+            need("bf16" not in details, "NVFP4 on every layer")
+        else:
+            need("bf16" in details, "NVFP4 with BF16 edge layers (the playbook's)")
+
+
+def read_runs(run_dir):
+    """{recipe label: CSV row} of one seed's sweep.csv."""
+    path = os.path.join(run_dir, "sweep.csv")
+    try:
+        with open(path, newline="") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as e:
+        raise Error(f"cannot read {path}: {e.strerror or e}")
+    runs = {}
+    for r in rows:
+        log = r["path"] if os.path.isabs(r["path"]) else os.path.join(run_dir, os.path.basename(r["path"]))
+        r["log_path"] = log
+        runs[r["recipe"]] = r
+    missing = [label for label, _, _ in VARIANTS if label not in runs]
+    if missing:
+        raise Error(f"{path}: no run of {', '.join(missing)}")
+    return runs
+
+
+def num(text):
+    return float(text) if text not in ("", None) else math.nan
+
+
+def mean(xs):
+    xs = [x for x in xs if math.isfinite(x)]
+    return sum(xs) / len(xs) if xs else math.nan
+
+
+def spread(xs):
+    """(max - min) / mean, in percent; nan with fewer than two finite values."""
+    xs = [x for x in xs if math.isfinite(x)]
+    return 100.0 * (max(xs) - min(xs)) / mean(xs) if len(xs) >= 2 else math.nan
+
+
+def pct(x, sign=True):
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{x:+.2f}%" if sign else f"{x:.2f}%"
+
+
+def write_atomically(path, data):
+    fd, tmp = tempfile.mkstemp(prefix=".study_report.", dir=os.path.dirname(os.path.abspath(path)))
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("run_dirs", nargs="+", help="one directory per seed, in the order of --seeds")
+    ap.add_argument("--seeds", required=True)
+    ap.add_argument("--out-doc", required=True)
+    ap.add_argument("--command", required=True, help="the study's command line")
+    ap.add_argument("--run-command", required=True, help="one run's pretrain_llama command (RECIPE for the recipe)")
+    ap.add_argument("--commit", required=True)
+    ap.add_argument("--machine", required=True)
+    ap.add_argument("--device", required=True)
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--out", required=True, help="the study's work directory (OUT in --run-command)")
+    ap.add_argument("--date", help="default: now, UTC")
+    args = ap.parse_args(argv)
+    try:
+        import numpy as np
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"{PROG}: error: needs numpy and matplotlib ({e})", file=sys.stderr)
+        return 1
+    try:
+        seeds = args.seeds.split(",")
+        if len(seeds) != len(args.run_dirs):
+            raise Error(f"{len(seeds)} seeds but {len(args.run_dirs)} run directories")
+        runs = [read_runs(d) for d in args.run_dirs]  # per seed: {label: row}
+        for per_seed in runs:
+            for label, _, kind in VARIANTS:
+                check_plan(per_seed[label]["log_path"], kind)
+        return report(args, seeds, runs, np, plt)
+    except Error as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+
+
+def report(args, seeds, runs, np, plt):
+    import datetime
+    date = args.date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    k = len(seeds)
+    stats = {}
+    for label, _, _ in VARIANTS:
+        tr = [num(r[label]["tail_loss"]) for r in runs]
+        va = [num(r[label]["val_loss"]) for r in runs]
+        tr_gap = [100 * (t - num(r["bf16_mixed"]["tail_loss"])) / num(r["bf16_mixed"]["tail_loss"]) for t, r in zip(tr, runs)]
+        va_gap = [100 * (v - num(r["bf16_mixed"]["val_loss"])) / num(r["bf16_mixed"]["val_loss"]) for v, r in zip(va, runs)]
+        stats[label] = dict(
+            train=mean(tr), train_spread=spread(tr), train_gap=mean(tr_gap), train_gaps=tr_gap,
+            val=mean(va), val_spread=spread(va), val_gap=mean(va_gap), val_gaps=va_gap,
+            nonfinite=sum(int(r[label]["nonfinite"]) for r in runs),
+            step_ms=mean([num(r[label]["step_ms"]) for r in runs]),
+            iterations=runs[0][label]["iterations"], tail=runs[0][label]["tail_iterations"])
+    noise_train = stats["bf16_mixed"]["train_spread"]
+    noise_val = stats["bf16_mixed"]["val_spread"]
+
+    # Model and data, from the first BF16 log's banner.
+    first_log = runs[0]["bf16_mixed"]["log_path"]
+    model_line, data_lines = "", []
+    with open(first_log, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            m = PARAMS.match(line)
+            if m and not model_line:
+                model_line = f"`{m.group(1)}` ({m.group(2)} M parameters)"
+            d = DATA_SPLIT.match(line)
+            if d:
+                data_lines.append(f"{d.group(1)} {int(d.group(2)):,} tokens")
+
+    md = []
+    md.append("# NVFP4 accuracy study: what each part of the recipe does to the loss\n")
+    md.append(f"Made by `scripts/nvfp4_study.sh` on {date}, commit `{args.commit}`, on {args.machine} "
+              f"(device {args.device}):\n")
+    md.append(f"```\n{args.command}\n```\n")
+    md.append(f"{len(VARIANTS)} variants x {k} seed(s) ({', '.join(seeds)}: the seed of the initialisation and of the "
+              f"data shuffle; within a seed every variant starts from the same weights and sees the same batches), "
+              f"{stats['bf16_mixed']['iterations']} iterations each. Model: `{args.model}`'s shape with the byte "
+              f"vocabulary, {model_line}. Data: the `fortunes` package's texts and /usr/share/common-licenses, byte "
+              f"tokenizer, split 949,50,1 ({', '.join(data_lines)} per epoch). Each run:\n")
+    md.append(f"```\n{args.run_command}\n```\n(OUT = the study's work directory.)\n")
+    plan = plan_of(runs[0]["bf16_with_nvfp4_mixed"]["log_path"])
+    md.append("The playbook's NVFP4 recipe keeps its last 4 layers in BF16 (of Llama 3 8B's 32); on this model its "
+              "precision plan is: " + "; ".join(f"{where.replace('  ', ' ')}: {detail.split(' (')[0]}"
+                                                for where, detail in plan) + ".\n")
+    md.append("| variant | recipe | train loss | train gap vs BF16 | val loss | val gap vs BF16 | val gap per seed | "
+              "seed spread train / val | gap beyond noise | non-finite | step ms |")
+    md.append("|---|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|")
+    for label, name, _ in VARIANTS:
+        s = stats[label]
+        is_ref = label == "bf16_mixed"
+        if k < 2:
+            beyond = "n/a (one seed)"
+        elif is_ref:
+            beyond = ""
+        else:
+            beyond = "yes" if abs(s["val_gap"]) > noise_val else "no"
+        md.append(f"| {name} | `{label}` | {s['train']:.4f} | {'' if is_ref else pct(s['train_gap'])} | {s['val']:.4f} | "
+                  f"{'' if is_ref else pct(s['val_gap'])} | "
+                  f"{'' if is_ref else ', '.join(pct(g) for g in s['val_gaps'])} | "
+                  f"{pct(s['train_spread'], sign=False) + ' / ' + pct(s['val_spread'], sign=False) if k >= 2 else 'n/a'} | "
+                  f"{beyond} | {s['nonfinite']} | "
+                  f"{s['step_ms']:.0f} |")
+    md.append("")
+    md.append(f"* **train loss**: each run's mean lm loss over its last {stats['bf16_mixed']['tail']} iteration(s) (the last "
+              "10%), averaged over the seeds; **val loss**: the after-training loss on the validation split (8 batches), "
+              "averaged over the seeds.")
+    md.append("* **gap vs BF16**: (variant - BF16) / BF16 of the same seed, averaged over the seeds; **val gap per seed**: "
+              "each seed's.")
+    md.append("* **seed spread**: (max - min) / mean of the variant's train / val loss over the seeds. The **run-to-run noise** "
+              f"is BF16's: {pct(noise_val, sign=False)} on the val loss, {pct(noise_train, sign=False)} on the train "
+              "loss. **gap beyond noise**: |val gap| > BF16's val seed spread."
+              if k >= 2 else "* **seed spread**: needs two or more seeds (`--seeds 2`); with one seed there is no noise "
+              "estimate and no gap can be called beyond noise.")
+    md.append("* **step ms**: mean step time over the summary window; on a CPU every quantized GEMM is emulated "
+              "(slower than BF16), so it says nothing about GPU speed.")
+    md.append("")
+
+    # The ablations against the full recipe (the NVFP4 paper: each ablation raises the loss).
+    md.append("## The ablations against the full NVFP4 recipe\n")
+    md.append("The NVFP4 paper's ablations find each part of the recipe matters: without RHT, without stochastic "
+              "rounding, without 2D weight blocks or without BF16 layers the loss is higher than with the full "
+              "recipe. Here (val gap of the ablation minus the full recipe's, paired by seed):\n")
+    full = stats["bf16_with_nvfp4_mixed"]
+    for label in ABLATIONS:
+        s = stats[label]
+        diffs = [a - b for a, b in zip(s["val_gaps"], full["val_gaps"])]
+        d = mean(diffs)
+        name = dict((lb, nm) for lb, nm, _ in VARIANTS)[label]
+        if k < 2:
+            verdict = "one seed: no noise estimate, not judged"
+        elif abs(d) <= noise_val:
+            verdict = f"within the run-to-run noise ({pct(noise_val, sign=False)}): not separated from the full recipe"
+        elif d > 0:
+            verdict = "worse than the full recipe, as in the paper"
+        else:
+            verdict = "**better than the full recipe: differs from the paper**"
+        md.append(f"* {name}: {pct(d)} ({', '.join(pct(x) for x in diffs)} per seed): {verdict}.")
+    order = sorted((lb for lb, _, _ in VARIANTS if lb != "bf16_mixed"), key=lambda lb: stats[lb]["val_gap"])
+    names = dict((lb, nm) for lb, nm, _ in VARIANTS)
+    md.append("")
+    md.append("Ordering by val gap, smallest first: " + ", ".join(f"{names[lb]} ({pct(stats[lb]['val_gap'])})"
+                                                                for lb in order) + ".\n")
+    md.append("![loss gap vs BF16 per variant](nvfp4_study.png)\n")
+    md.append(f"The figure: top, the training loss gap vs BF16 over the iterations (each seed's gap against its own "
+              f"BF16 run, smoothed, averaged over the seeds; markers: the validation gaps); bottom, the final val gap "
+              f"per variant (bar: the mean; dots: the seeds; grey band: +-BF16's run-to-run noise).\n")
+
+    # The figure.
+    fig, (ax_curve, ax_bar) = plt.subplots(2, 1, figsize=(11, 10))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    logs = [{label: compare_logs.parse_log(r[label]["log_path"]) for label, _, _ in VARIANTS} for r in runs]
+    for i, (label, name, _) in enumerate(VARIANTS[1:]):
+        c = colors[i % len(colors)]
+        curves, vpoints = [], {}
+        for per_seed in logs:
+            ref, log = per_seed["bf16_mixed"], per_seed[label]
+            n = min(len(ref.iters), len(log.iters))
+            r = np.array(ref.loss[:n], dtype=float)
+            x = np.array(log.loss[:n], dtype=float)
+            span = max(3, n // 10)
+            curves.append(100 * (compare_logs.smooth(np, x, span) - compare_logs.smooth(np, r, span)) /
+                          compare_logs.smooth(np, r, span))
+            for it, v in log.valid.items():
+                if it in ref.valid and ref.valid[it]:
+                    vpoints.setdefault(it, []).append(100 * (v - ref.valid[it]) / ref.valid[it])
+        n = min(len(cv) for cv in curves)
+        its = logs[0][label].iters[:n]
+        ax_curve.plot(its, np.nanmean(np.array([cv[:n] for cv in curves]), axis=0), color=c, linewidth=1.4, label=name)
+        if vpoints:
+            vi = sorted(vpoints)
+            ax_curve.plot(vi, [mean(vpoints[v]) for v in vi], "o", color=c, markersize=4)
+        s = stats[label]
+        ax_bar.bar(i, s["val_gap"], color=c, alpha=0.6)
+        ax_bar.plot([i] * len(s["val_gaps"]), s["val_gaps"], "o", color="black", markersize=4)
+    ax_curve.axhline(0.0, color="black", linewidth=0.8)
+    ax_curve.set_xlabel("iteration")
+    ax_curve.set_ylabel("train loss gap vs BF16 (%)\n(smoothed; dots: validation)")
+    ax_curve.grid(True, alpha=0.3)
+    ax_curve.legend(fontsize=8)
+    if math.isfinite(noise_val):
+        ax_bar.axhspan(-noise_val, noise_val, color="grey", alpha=0.2, label=f"BF16 run-to-run noise (+-{noise_val:.2f}%)")
+        ax_bar.legend(fontsize=8)
+    ax_bar.axhline(0.0, color="black", linewidth=0.8)
+    ax_bar.set_xticks(range(len(VARIANTS) - 1))
+    ax_bar.set_xticklabels([textwrap.fill(nm, 16) for _, nm, _ in VARIANTS[1:]], fontsize=8)
+    ax_bar.set_ylabel(f"final val loss gap vs BF16 (%)\n(bar: mean of {k} seed(s); dots: seeds)")
+    ax_bar.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(f"NVFP4 study: {args.model} (byte vocab), {stats['bf16_mixed']['iterations']} iterations, "
+                 f"{k} seed(s), {args.device}", fontsize=11)
+    fig.tight_layout()
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    os.makedirs(args.out_doc, exist_ok=True)
+    write_atomically(os.path.join(args.out_doc, "nvfp4_study.png"), buf.getvalue())
+    write_atomically(os.path.join(args.out_doc, "nvfp4_study.md"), ("\n".join(md) + "\n").encode("utf-8"))
+    print(f"{PROG}: wrote {os.path.join(args.out_doc, 'nvfp4_study.md')} and nvfp4_study.png")
+    print("\n".join(l for l in md if l.startswith("|")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""ctest NvfpStudy.smoke: scripts/nvfp4_study.sh --iterations 5 --seeds 1 on llama_tiny (small batches) into a
+temp dir: the corpus, the eight variants' runs (each log's precision plan is the variant's), the Markdown
+table (one row per variant, its values checked against the logs) and the PNG; a rerun does no training;
+the report refuses runs filed under the wrong variant; one-line errors for bad arguments. No GPU.
+
+Environment (set by tests/CMakeLists.txt): PL_APP_PATH (the built pretrain_llama; preprocess_data next to it).
+Without Debian's fortunes package (/usr/share/games/fortunes) a small stand-in fortune file is used and
+the test says so.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+STUDY = os.path.join(ROOT, "scripts", "nvfp4_study.sh")
+REPORT = os.path.join(ROOT, "scripts", "study_report.py")
+ITERS, GBS, SEQ = 5, 4, 64
+VARIANTS = [  # (log label, table name, a phrase the log's precision plan must hold)
+    ("bf16_mixed", "BF16", "in bf16"),
+    ("bf16_with_fp8_current_scaling_mixed", "FP8 current scaling", "fp8 current scaling (E4M3 forward, E5M2 gradients)"),
+    ("bf16_with_mxfp8_mixed", "MXFP8", "mxfp8 (E4M3, UE8M0 scales per 1x32 block)"),
+    ("bf16_with_nvfp4_mixed", "NVFP4 (playbook recipe)",
+     "nvfp4 (E2M1, E4M3 scales per 16x16 weight / 1x16 activation blocks, RHT on wgrad on, stochastic rounding of gradients on)"),
+    ("nvfp4_no_rht", "NVFP4 without RHT", "RHT on wgrad off, stochastic rounding of gradients on"),
+    ("nvfp4_no_sr", "NVFP4 without stochastic rounding", "RHT on wgrad on, stochastic rounding of gradients off"),
+    ("nvfp4_no_2d", "NVFP4 without 2D weight blocks", "per 1x16 weight"),
+    ("nvfp4_all_layers", "NVFP4 on every layer (no BF16 layers)", "layers 0-1   : linear_qkv linear_proj linear_fc1 linear_fc2 in nvfp4"),
+]
+ITER_LOSS = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*lm loss: ([0-9.E+-]+) \|")
+FINAL_VAL = re.compile(r"validation loss at iteration \d+ on validation set \| lm loss value: (\S+) \|")
+
+FAKE_FORTUNES = """\
+The ___\x08\x08\x08one fortune here, with an underlined word.
+%
+Another one.
+
+With a blank line inside.
+%
+"""
+
+
+def read(path):
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return fh.read()
+
+
+def env(**more):
+    e = dict(os.environ)
+    e["OMP_WAIT_POLICY"] = "PASSIVE"
+    e.setdefault("PYTHON", sys.executable)
+    e.update(more)
+    return e
+
+
+class StudySmoke(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.app = os.environ.get("PL_APP_PATH")
+        if not cls.app:
+            raise RuntimeError("PL_APP_PATH must be set (ctest sets it)")
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.work = os.path.join(cls.tmp.name, "work")
+        cls.doc = os.path.join(cls.tmp.name, "doc")
+        cls.extra_env = {}
+        if not os.path.isdir("/usr/share/games/fortunes"):
+            fake = os.path.join(cls.tmp.name, "fortunes")
+            os.makedirs(fake)
+            with open(os.path.join(fake, "stand-in"), "w") as fh:
+                fh.write(FAKE_FORTUNES * 200)
+            cls.extra_env["FORTUNES_DIR"] = fake
+            print("NvfpStudy.smoke: /usr/share/games/fortunes is missing (Debian package fortunes, scripts/setup.sh "
+                  "installs it): a stand-in fortune file is used", file=sys.stderr)
+        cls.args = ["--iterations", str(ITERS), "--seeds", "1", "--model", "llama_tiny", "--gbs", str(GBS), "--mbs",
+                    str(GBS), "--seq", str(SEQ), "--out", cls.work, "--out-doc", cls.doc, "--bin", cls.app]
+        cls.p = subprocess.run(["bash", STUDY, *cls.args], capture_output=True, text=True, timeout=600,
+                               env=env(**cls.extra_env))
+        cls.runs = os.path.join(cls.work, "runs", "seed1234")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def log(self, label):
+        return os.path.join(self.runs, f"{label}_mbs{GBS}_seq{SEQ}.log")
+
+    def table(self):
+        """{variant name: cells} of the Markdown table."""
+        rows = {}
+        for line in read(os.path.join(self.doc, "nvfp4_study.md")).splitlines():
+            if line.startswith("| ") and not line.startswith("| variant") and not line.startswith("|---"):
+                cells = [c.strip() for c in line.strip("|").split("|")]
+                rows[cells[0]] = cells
+        return rows
+
+    def test_1_ran(self):
+        self.assertEqual(self.p.returncode, 0, self.p.stdout[-3000:] + self.p.stderr[-3000:])
+        for i in range(len(VARIANTS)):
+            self.assertIn(f"[{i + 1}/8]", self.p.stdout)
+        self.assertIn("seed 1234 (1 of 1): runs 1-8 of 8", self.p.stdout)
+
+    def test_2_corpus(self):
+        corpus = read(os.path.join(self.work, "data", "corpus.txt"))
+        self.assertNotIn("\x08", corpus)  # overstrikes resolved
+        self.assertNotIn("\n%\n", corpus)  # fortune separators became blank lines
+        if os.path.exists("/usr/share/common-licenses/GPL-3"):
+            self.assertIn("GNU GENERAL PUBLIC LICENSE", corpus)
+        if "FORTUNES_DIR" not in self.extra_env:
+            self.assertIn("Rome", corpus)  # some fortune mentions it; a corpus of licenses alone would not
+        for ext in (".bin", ".idx", ".tokenizer.json"):
+            self.assertTrue(os.path.exists(os.path.join(self.work, "data", "fortunes_licenses_byte_text_document" + ext)))
+        self.assertIn('"vocab_size": 258', read(os.path.join(self.work, "model.json")))
+
+    def test_3_each_run_is_its_variant(self):
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        for label, _, phrase in VARIANTS:
+            text = read(self.log(label))
+            plan = [l for l in text.splitlines() if ": linear_qkv linear_proj linear_fc1 linear_fc2 in " in l]
+            self.assertTrue(plan, label)
+            self.assertTrue(any(phrase in l for l in plan), f"{label}: {plan}")
+            if label == "bf16_mixed":
+                self.assertTrue(all(l.endswith(" in bf16") for l in plan), plan)
+            if label == "nvfp4_all_layers":
+                self.assertFalse(any(l.endswith(" in bf16") for l in plan), plan)
+            self.assertIn(f"--data-path {self.work}/data/fortunes_licenses_byte_text_document", text.splitlines()[0])
+            self.assertIn("data: dataset 1 valid:", text)
+
+    def test_4_table_and_png(self):
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        md = read(os.path.join(self.doc, "nvfp4_study.md"))
+        rows = self.table()
+        self.assertEqual(list(rows), [name for _, name, _ in VARIANTS])  # one row per variant, in order
+        self.assertIn("scripts/nvfp4_study.sh --iterations 5 --seeds 1 --model llama_tiny", md)  # the exact command
+        self.assertRegex(md, r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC, commit `[0-9a-f]+")
+        self.assertIn(f"on {os.cpu_count()} cores, ", md)
+        # Values against the logs: train loss = the mean over the last 10% (ceil(0.5) = 1: the last iteration),
+        # val loss = the after-training validation, gap = relative to BF16, by hand.
+        loss, val = {}, {}
+        for label, name, _ in VARIANTS:
+            text = read(self.log(label))
+            losses = [float(m.group(2)) for m in ITER_LOSS.finditer(text)]
+            self.assertEqual(len(losses), ITERS)
+            loss[label], val[label] = losses[-1], float(FINAL_VAL.findall(text)[-1])
+            cells = rows[name]
+            self.assertEqual(cells[1], f"`{label}`")
+            self.assertEqual(cells[2], f"{loss[label]:.4f}")
+            self.assertEqual(cells[4], f"{val[label]:.4f}")
+            if label != "bf16_mixed":
+                gap = 100 * (val[label] - val["bf16_mixed"]) / val["bf16_mixed"]
+                self.assertAlmostEqual(float(cells[5].rstrip("%")), gap, delta=0.006)
+                tgap = 100 * (loss[label] - loss["bf16_mixed"]) / loss["bf16_mixed"]
+                self.assertAlmostEqual(float(cells[3].rstrip("%")), tgap, delta=0.006)
+            self.assertEqual(cells[8], "n/a (one seed)")  # one seed: no noise estimate
+        self.assertIn("![loss gap vs BF16 per variant](nvfp4_study.png)", md)
+        with open(os.path.join(self.doc, "nvfp4_study.png"), "rb") as fh:
+            data = fh.read()
+        self.assertGreater(len(data), 1000)
+        self.assertTrue(data.startswith(b"\x89PNG\r\n\x1a\n"))
+
+    def test_5_rerun_resumes(self):
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        before = {label: os.stat(self.log(label)).st_mtime_ns for label, _, _ in VARIANTS}
+        p = subprocess.run(["bash", STUDY, *self.args], capture_output=True, text=True, timeout=300,
+                           env=env(**self.extra_env))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
+        self.assertIn("corpus unchanged", p.stdout)
+        self.assertEqual({label: os.stat(self.log(label)).st_mtime_ns for label, _, _ in VARIANTS}, before)
+
+    def test_6_report_checks_the_variants(self):
+        # A run filed under the wrong variant (the full recipe's log as the no-RHT one): the report refuses it.
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        bad = os.path.join(self.tmp.name, "bad")
+        shutil.copytree(self.runs, bad)
+        shutil.copy(os.path.join(bad, f"bf16_with_nvfp4_mixed_mbs{GBS}_seq{SEQ}.log"),
+                    os.path.join(bad, f"nvfp4_no_rht_mbs{GBS}_seq{SEQ}.log"))
+        with open(os.path.join(bad, "sweep.csv")) as fh:
+            text = fh.read().replace(self.runs, bad)
+        with open(os.path.join(bad, "sweep.csv"), "w") as fh:
+            fh.write(text)
+        p = subprocess.run([sys.executable, REPORT, "--seeds", "1234", "--out-doc", os.path.join(self.tmp.name, "baddoc"),
+                            "--command", "x", "--run-command", "x", "--commit", "x", "--machine", "x", "--device", "cpu",
+                            "--model", "x", "--out", "x", bad], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("nvfp4_no_rht", p.stderr)
+        self.assertIn("RHT off", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "baddoc", "nvfp4_study.md")))
+
+    def test_8_interrupt(self):
+        # SIGTERM mid-run: the sweep's run is killed, no partial or final log is left, exit status 130.
+        import signal
+        import time
+        work = os.path.join(self.tmp.name, "interrupted")
+        args = [("3000" if a == str(ITERS) else a) for a in self.args]
+        args[args.index("--out") + 1] = work
+        args[args.index("--out-doc") + 1] = os.path.join(self.tmp.name, "interrupted-doc")
+        p = subprocess.Popen(["bash", STUDY, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env(**self.extra_env))
+        runs = os.path.join(work, "runs", "seed1234")
+        partial = os.path.join(runs, f".bf16_mixed_mbs{GBS}_seq{SEQ}.log.partial")
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(partial) and "iteration        2/" in read(partial)):
+            time.sleep(0.2)
+        self.assertTrue(os.path.exists(partial), "the first run did not start")
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, out[-2000:] + err)
+        self.assertIn("nvfp4_study.sh: interrupted", err)
+        self.assertEqual(os.listdir(runs), [])
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "interrupted-doc", "nvfp4_study.md")))
+
+    def test_9_second_seed(self):
+        # --seeds 2 on the same work directory: seed 1234's runs are reused, seed 1235's run; the table
+        # gains the seed spread (the run-to-run noise) and the verdict against it, checked here by hand.
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        args = list(self.args)
+        args[args.index("--seeds") + 1] = "2"
+        p = subprocess.run(["bash", STUDY, *args], capture_output=True, text=True, timeout=600, env=env(**self.extra_env))
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
+        self.assertEqual(p.stdout.count(": running -> "), 8, p.stdout)
+        self.assertIn("seed 1235 (2 of 2): runs 9-16 of 16", p.stdout)
+        val = {}
+        for seed in (1234, 1235):
+            for label, _, _ in VARIANTS:
+                text = read(os.path.join(self.work, "runs", f"seed{seed}", f"{label}_mbs{GBS}_seq{SEQ}.log"))
+                self.assertIn(f"seed {seed},", text)
+                val[label, seed] = float(FINAL_VAL.findall(text)[-1])
+        b = [val["bf16_mixed", s] for s in (1234, 1235)]
+        noise = 100 * (max(b) - min(b)) / (sum(b) / 2)
+        self.assertGreater(noise, 0.0)  # the seeds differ
+        rows = self.table()
+        self.assertEqual(len(rows), len(VARIANTS))
+        self.assertTrue(rows["BF16"][7].endswith(f" / {noise:.2f}%"), rows["BF16"][7])
+        for label, name, _ in VARIANTS[1:]:
+            gaps = [100 * (val[label, s] - val["bf16_mixed", s]) / val["bf16_mixed", s] for s in (1234, 1235)]
+            cells = rows[name]
+            self.assertEqual(cells[6], ", ".join(f"{g:+.2f}%" for g in gaps))
+            gap = sum(gaps) / 2
+            self.assertAlmostEqual(float(cells[5].rstrip("%")), gap, delta=0.006)
+            if abs(abs(gap) - noise) > 1e-6:
+                self.assertEqual(cells[8], "yes" if abs(gap) > noise else "no", (name, gap, noise))
+
+    def test_7_bad_arguments(self):
+        for args, message in [
+            (("--seeds", "0"), "--seeds '0': must be a positive integer"),
+            (("--iterations", "x"), "--iterations 'x': must be a positive integer"),
+            (("--device", "tpu"), "--device 'tpu': cpu or cuda"),
+            (("--gbs", "6", "--mbs", "4"), "--gbs 6 must be a multiple of --mbs 4"),
+            (("--model", "no_such_model"), "--model 'no_such_model'"),
+            (("--bin", "/no/such/binary"), "/no/such/binary"),
+            (("--frobnicate",), "unknown argument '--frobnicate'"),
+            (("--out",), "--out needs a value"),
+        ]:
+            with self.subTest(args=args):
+                scratch = ["--out", os.path.join(self.tmp.name, "x"), "--out-doc", os.path.join(self.tmp.name, "y")]
+                full = [*scratch, *args] if "--bin" in args else ["--bin", self.app, *scratch, *args]
+                p = subprocess.run(["bash", STUDY, *full], capture_output=True, text=True, timeout=60, env=env())
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stdout, "")
+                self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+                self.assertTrue(p.stderr.startswith("nvfp4_study.sh: error: "), p.stderr)
+                self.assertIn(message, p.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

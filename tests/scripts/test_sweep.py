@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""ctest Sweep.script: scripts/sweep.sh on a 2x1x1 grid of llama_tiny (BF16 and NVFP4, 3 iterations): the
+logs, the CSV checked against the logs, the figure, a rerun that does no work, an incomplete log rerun,
+a failed point, a seed axis, Ctrl-C, and one-line errors for bad arguments. Plain unittest; no GPU.
+
+Environment (set by tests/CMakeLists.txt): PL_APP_PATH (the built pretrain_llama).
+"""
+
+import csv
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SWEEP = os.path.normpath(os.path.join(HERE, "..", "..", "scripts", "sweep.sh"))
+RECIPES = ["bf16_mixed", "bf16_with_nvfp4_mixed"]
+ITERS, GBS, MBS, SEQ = 3, 4, 2, 32
+EXTRA = ["--model", "llama_tiny", "--device", "cpu", "--train-iters", str(ITERS), "--global-batch-size", str(GBS),
+         "--eval-interval", "3", "--eval-iters", "1", "--log-interval", "1"]
+
+ITER_LINE = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*elapsed time per iteration \(ms\): ([0-9.]+) \|.*"
+                       r"lm loss: ([0-9.E+-]+) \|")
+FINAL_VAL = re.compile(r"validation loss at iteration (\d+) on validation set \| lm loss value: (\S+) \|")
+
+
+def app():
+    path = os.environ.get("PL_APP_PATH")
+    if not path:
+        raise RuntimeError("PL_APP_PATH must be set (ctest sets it)")
+    return path
+
+
+def env():
+    e = dict(os.environ)
+    e["OMP_WAIT_POLICY"] = "PASSIVE"
+    e.setdefault("PYTHON", sys.executable)  # the python that runs this test has numpy (CMake picks it)
+    return e
+
+
+def sweep(*args, timeout=600):
+    p = subprocess.run(["bash", SWEEP, *args], capture_output=True, text=True, timeout=timeout, env=env())
+    return p.returncode, p.stdout, p.stderr
+
+
+def grid(out, recipes=RECIPES, mbs=(MBS,), extra=EXTRA, more=()):
+    return sweep("--recipes", ",".join(recipes), "--mbs", ",".join(map(str, mbs)), "--seq", str(SEQ), "--out", out,
+                 "--bin", app(), *more, "--", *extra)
+
+
+def read(path):
+    with open(path) as fh:
+        return fh.read()
+
+
+def hand_parse(path):
+    """(iterations, ms, losses, final validation loss) read from a log independently of the scripts."""
+    its, ms, loss = [], [], []
+    text = read(path)
+    for line in text.splitlines():
+        m = ITER_LINE.search(line)
+        if m:
+            its.append(int(m.group(1)))
+            ms.append(float(m.group(2)))
+            loss.append(float(m.group(3)))
+    val = FINAL_VAL.findall(text)
+    return its, ms, loss, (float(val[-1][1]) if val else None)
+
+
+def have_matplotlib():
+    return subprocess.run([env()["PYTHON"], "-c", "import matplotlib"], capture_output=True).returncode == 0
+
+
+class SweepGrid(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        cls.out = os.path.join(cls.tmp.name, "grid")
+        cls.rc, cls.stdout, cls.stderr = grid(cls.out, more=() if have_matplotlib() else ("--no-png",))
+        cls.names = [f"{r}_mbs{MBS}_seq{SEQ}" for r in RECIPES]
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def log(self, i):
+        return os.path.join(self.out, self.names[i] + ".log")
+
+    def rows(self):
+        with open(os.path.join(self.out, "sweep.csv"), newline="") as fh:
+            return list(csv.DictReader(fh))
+
+    def test_1_logs_and_csv(self):
+        self.assertEqual(self.rc, 0, self.stderr)
+        self.assertEqual(sorted(f for f in os.listdir(self.out) if f.endswith(".log")),
+                         sorted(n + ".log" for n in self.names))
+        self.assertEqual([f for f in os.listdir(self.out) if f.startswith(".")], [])  # no partial files left
+        for i, recipe in enumerate(RECIPES):
+            text = read(self.log(i))
+            first = text.splitlines()[0]
+            self.assertTrue(first.startswith(f"sweep.sh | point {self.names[i]} | pretrain_llama --recipe {recipe} "
+                                             f"--micro-batch-size {MBS} --seq-length {SEQ} --model llama_tiny"), first)
+            self.assertTrue(text.rstrip("\n").splitlines()[-1].startswith("pretrain_llama | summary: "))
+            self.assertIn(f"recipe {recipe} (", text)  # the banner: the point ran with its recipe
+            self.assertIn(f"x {MBS} samples x {SEQ} tokens", text)
+            self.assertEqual(len(re.findall(rf"\[{i + 1}/2\] {self.names[i]}: running", self.stdout)), 1, self.stdout)
+        rows = self.rows()
+        self.assertEqual(len(rows), 2)
+        ref_ms = None
+        ref_loss = None
+        for i, (row, recipe) in enumerate(zip(rows, RECIPES)):
+            its, ms, loss, val = hand_parse(self.log(i))
+            self.assertEqual(its, [1, 2, 3])
+            self.assertEqual((row["recipe"], row["mbs"], row["seq_length"]), (recipe, str(MBS), str(SEQ)))
+            self.assertEqual(row["log"], self.names[i] + ".log")
+            self.assertEqual(int(row["iterations"]), ITERS)
+            # The window of 3 lines starts at line round(0.4 * 3) = 1: all three.
+            self.assertEqual((row["window_first"], row["window_last"]), ("1", "3"))
+            mean_ms = sum(ms) / 3
+            self.assertAlmostEqual(float(row["step_ms"]), mean_ms, places=6)
+            self.assertEqual(float(row["final_loss"]), loss[-1])
+            self.assertEqual(int(row["tail_iterations"]), 1)  # ceil(0.1 * 3)
+            self.assertEqual(float(row["tail_loss"]), loss[-1])
+            self.assertEqual(int(row["nonfinite"]), 0)
+            self.assertIsNotNone(val)
+            self.assertEqual(float(row["val_loss"]), val)
+            self.assertEqual(int(row["val_iteration"]), 3)
+            tokens = GBS * SEQ / (mean_ms / 1e3)
+            self.assertAlmostEqual(float(row["tokens_per_s_per_gpu"]), tokens, delta=1e-6 * tokens)
+            if i == 0:
+                ref_ms, ref_loss, ref_val = mean_ms, loss[-1], val
+                self.assertEqual(float(row["speedup"]), 1.0)
+                self.assertEqual(float(row["loss_gap_pct"]), 0.0)
+            else:
+                self.assertAlmostEqual(float(row["speedup"]), ref_ms / mean_ms, places=9)
+                self.assertAlmostEqual(float(row["loss_gap_pct"]), 100 * (loss[-1] - ref_loss) / ref_loss, places=9)
+                self.assertAlmostEqual(float(row["val_gap_pct"]), 100 * (val - ref_val) / ref_val, places=9)
+        # The two recipes did differ (NVFP4's loss is not BF16's).
+        self.assertNotEqual(rows[0]["final_loss"], rows[1]["final_loss"])
+        # The table went to stdout too, one row per point.
+        self.assertEqual(len([l for l in self.stdout.splitlines() if l.startswith(tuple(self.names))]), 2)
+
+    def test_2_png(self):
+        if not have_matplotlib():
+            self.skipTest("matplotlib is not installed (Debian: python3-matplotlib): the figure is not checked")
+        with open(os.path.join(self.out, "sweep.png"), "rb") as fh:
+            data = fh.read()
+        self.assertGreater(len(data), 1000)
+        self.assertTrue(data.startswith(b"\x89PNG\r\n\x1a\n"))
+
+    def test_3_rerun_does_no_work(self):
+        self.assertEqual(self.rc, 0, self.stderr)
+        before = [os.stat(self.log(i)).st_mtime_ns for i in range(2)]
+        csv_before = read(os.path.join(self.out, "sweep.csv"))
+        rc, out, err = grid(self.out, more=("--no-png",))
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(out.count(": skip (complete log"), 2, out)
+        self.assertNotIn("running", out)
+        self.assertIn("(0 run now)", out)
+        self.assertEqual([os.stat(self.log(i)).st_mtime_ns for i in range(2)], before)
+        self.assertEqual(read(os.path.join(self.out, "sweep.csv")), csv_before)
+
+    def test_4_incomplete_log_is_rerun(self):
+        self.assertEqual(self.rc, 0, self.stderr)
+        keep = os.stat(self.log(0)).st_mtime_ns
+        lines = read(self.log(1)).splitlines(keepends=True)
+        with open(self.log(1), "w") as fh:
+            fh.writelines(lines[:-1])  # the summary line gone: an interrupted run's log
+        rc, out, err = grid(self.out, more=("--no-png",))
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"[1/2] {self.names[0]}: skip", out)
+        self.assertIn(f"[2/2] {self.names[1]}: running", out)
+        self.assertEqual(os.stat(self.log(0)).st_mtime_ns, keep)
+        self.assertTrue(read(self.log(1)).rstrip("\n").splitlines()[-1].startswith("pretrain_llama | summary: "))
+        self.assertEqual(len(self.rows()), 2)
+
+    def test_5_other_command_is_refused(self):
+        self.assertEqual(self.rc, 0, self.stderr)
+        extra = [("4" if a == str(ITERS) else a) for a in EXTRA]  # --train-iters 4
+        rc, out, err = grid(self.out, extra=extra)
+        self.assertEqual(rc, 2)
+        self.assertEqual(out, "")
+        self.assertEqual(len(err.splitlines()), 1, err)
+        self.assertIn("made by another command", err)
+
+
+class SweepMore(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_failed_point(self):
+        # MBS 3 does not divide GBS 4: that point fails, the other completes; exit status 1.
+        out = os.path.join(self.tmp.name, "f")
+        rc, stdout, err = grid(out, recipes=["bf16_mixed"], mbs=(2, 3), more=("--no-png",))
+        self.assertEqual(rc, 1, stdout + err)
+        self.assertIn("FAILED", err)
+        self.assertTrue(os.path.exists(os.path.join(out, f"bf16_mixed_mbs3_seq{SEQ}.failed.log")))
+        self.assertFalse(os.path.exists(os.path.join(out, f"bf16_mixed_mbs3_seq{SEQ}.log")))
+        with open(os.path.join(out, "sweep.csv"), newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        self.assertEqual([r["mbs"] for r in rows], ["2"])
+
+    def test_seeds(self):
+        out = os.path.join(self.tmp.name, "s")
+        rc, stdout, err = grid(out, recipes=["bf16_mixed"], more=("--no-png", "--seeds", "7,8"))
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(out, "sweep.csv"), newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        self.assertEqual([r["seed"] for r in rows], ["7", "8"])
+        losses = []
+        for s in (7, 8):
+            text = read(os.path.join(out, f"bf16_mixed_mbs{MBS}_seq{SEQ}_seed{s}.log"))
+            self.assertIn(f"seed {s},", text)  # the 'training:' banner
+            losses.append(hand_parse(os.path.join(out, f"bf16_mixed_mbs{MBS}_seq{SEQ}_seed{s}.log"))[2])
+        self.assertNotEqual(losses[0], losses[1])
+
+    def test_interrupt(self):
+        out = os.path.join(self.tmp.name, "i")
+        extra = [("100000" if a == str(ITERS) else a) for a in EXTRA]
+        p = subprocess.Popen(["bash", SWEEP, "--recipes", "bf16_mixed", "--mbs", str(MBS), "--seq", str(SEQ), "--out", out,
+                              "--bin", app(), "--no-png", "--", *extra],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+        partial = os.path.join(out, f".bf16_mixed_mbs{MBS}_seq{SEQ}.log.partial")
+        deadline = time.time() + 120
+        while time.time() < deadline and not (os.path.exists(partial) and "iteration        2/" in read(partial)):
+            time.sleep(0.2)
+        self.assertTrue(os.path.exists(partial), "the run did not start")
+        p.send_signal(signal.SIGINT)
+        stdout, err = p.communicate(timeout=60)
+        self.assertEqual(p.returncode, 130, stdout + err)
+        self.assertIn("interrupted", err)
+        self.assertEqual(os.listdir(out), [])  # neither a final log nor the partial one
+        # No pretrain_llama left running with this sweep's output.
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = read(f"/proc/{pid}/cmdline")
+            except OSError:
+                continue
+            self.assertFalse("pretrain_llama" in cmdline and "100000" in cmdline and out in cmdline, cmdline)
+
+    def test_bad_arguments(self):
+        out = os.path.join(self.tmp.name, "b")
+        cases = [
+            ((), "--recipes is required"),
+            (("--recipes", "bf16_mixed", "--seq", "32", "--out", out), "--mbs is required"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--out", out), "--seq is required"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32"), "--out DIR is required"),
+            (("--recipes", "no_such_recipe", "--mbs", "1", "--seq", "32", "--out", out), "no recipe 'no_such_recipe'"),
+            (("--recipes", "bf16_mixed", "--mbs", "1,x", "--seq", "32", "--out", out), "'x' is not"),
+            (("--recipes", "bf16_mixed", "--mbs", "0", "--seq", "32", "--out", out), "must be positive"),
+            (("--recipes", "bf16_mixed", "--mbs", "1,", "--seq", "32", "--out", out), "empty item"),
+            (("--recipes", "bf16_mixed,bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out), "given twice"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--frobnicate"), "unknown argument"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--", "--seq-length", "64"),
+             "give sequence lengths with --seq"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--", "--disable-fp4"),
+             "give the recipes with --recipes"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--seeds", "1", "--", "--seed", "3"),
+             "give the seeds with --seeds"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--bin", "/no/such/binary"),
+             "/no/such/binary"),
+            (("--recipes",), "--recipes needs a value"),
+        ]
+        for args, message in cases:
+            with self.subTest(args=args):
+                if "--bin" not in args and len(args) >= 2:
+                    args = (*args[:2], "--bin", app(), *args[2:])
+                rc, stdout, err = sweep(*args)
+                self.assertEqual(rc, 2, err)
+                self.assertEqual(stdout, "")
+                self.assertEqual(len(err.splitlines()), 1, err)
+                self.assertTrue(err.startswith("sweep.sh: error: "), err)
+                self.assertIn(message, err)
+        self.assertFalse(os.path.exists(out))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
