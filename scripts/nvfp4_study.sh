@@ -33,16 +33,9 @@ set -uo pipefail
 
 prog=nvfp4_study.sh
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-die() { echo "$prog: error: $*" >&2; exit 2; }
-# The words as a shell command line: plain words as they are, the others quoted (printf %q).
-quote_words() {
-  local w out=""
-  for w in "$@"; do
-    if [[ "$w" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then out+=" $w"; else out+=" $(printf '%q' "$w")"; fi
-  done
-  printf '%s' "${out# }"
-}
-usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+# shellcheck source=scripts/script_util.sh
+source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage
+usage() { print_usage "${BASH_SOURCE[0]}"; }
 
 # The exact command, for the report (before the arguments are consumed).
 invocation="scripts/nvfp4_study.sh${*:+ $(quote_words "$@")}"

@@ -23,16 +23,9 @@ set -uo pipefail
 prog=sweep.sh
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-die() { echo "$prog: error: $*" >&2; exit 2; }
-# The words as a shell command line: plain words as they are, the others quoted (printf %q).
-quote_words() {
-  local w out=""
-  for w in "$@"; do
-    if [[ "$w" =~ ^[A-Za-z0-9_./:=,+@%-]+$ ]]; then out+=" $w"; else out+=" $(printf '%q' "$w")"; fi
-  done
-  printf '%s' "${out# }"
-}
-usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+# shellcheck source=scripts/script_util.sh
+source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage
+usage() { print_usage "${BASH_SOURCE[0]}"; }
 
 recipes_arg="" mbs_arg="" seq_arg="" seeds_arg="" out="" bin="$repo/build/apps/pretrain_llama" png=1
 extra=()

@@ -175,28 +175,25 @@ int open_or_fail(const fs::path& path, int flags) {
   return fd;
 }
 
-void pwrite_all(int fd, const char* data, size_t bytes, uint64_t offset, const fs::path& path) {
+// pwrite/pread of exactly `bytes` at `offset` (retrying short transfers and EINTR), one line on failure.
+template <class Transfer, class Ptr>
+void transfer_all(Transfer transfer, const char* what, int fd, Ptr data, size_t bytes, uint64_t offset,
+                  const fs::path& path) {
   while (bytes > 0) {
-    const ssize_t w = ::pwrite(fd, data, bytes, static_cast<off_t>(offset));
-    if (w < 0 && errno == EINTR) continue;
-    PL_CHECK(w > 0, "{}: write of {} bytes at offset {} failed: {}", path.string(), bytes, offset,
-             w < 0 ? std::strerror(errno) : "no progress");
-    data += w;
-    bytes -= static_cast<size_t>(w);
-    offset += static_cast<uint64_t>(w);
+    const ssize_t n = transfer(fd, data, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    PL_CHECK(n > 0, "{}: {} of {} bytes at offset {} failed: {}", path.string(), what, bytes, offset,
+             n < 0 ? std::strerror(errno) : "end of file or no progress");
+    data += n;
+    bytes -= static_cast<size_t>(n);
+    offset += static_cast<uint64_t>(n);
   }
 }
-
+void pwrite_all(int fd, const char* data, size_t bytes, uint64_t offset, const fs::path& path) {
+  transfer_all(::pwrite, "write", fd, data, bytes, offset, path);
+}
 void pread_all(int fd, char* data, size_t bytes, uint64_t offset, const fs::path& path) {
-  while (bytes > 0) {
-    const ssize_t r = ::pread(fd, data, bytes, static_cast<off_t>(offset));
-    if (r < 0 && errno == EINTR) continue;
-    PL_CHECK(r > 0, "{}: read of {} bytes at offset {} failed: {}", path.string(), bytes, offset,
-             r < 0 ? std::strerror(errno) : "end of file (truncated?)");
-    data += r;
-    bytes -= static_cast<size_t>(r);
-    offset += static_cast<uint64_t>(r);
-  }
+  transfer_all(::pread, "read", fd, data, bytes, offset, path);
 }
 
 // This rank's flat elements of every state file: its shard's real elements.

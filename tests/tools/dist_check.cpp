@@ -20,23 +20,15 @@
 #include "core/tensor.h"
 #include "dist/communicator.h"
 #include "dist/world.h"
+#include "rank_check.h"
 
 namespace {
 
 using pl::dist::Communicator;
 using pl::dist::World;
 
-int g_rank = 0;
-int g_failures = 0;
-int g_checks = 0;
-
-void expect(bool ok, const std::string& what) {
-  ++g_checks;
-  if (ok) return;
-  ++g_failures;
-  std::printf("dist_check: rank %d: FAILED %s\n", g_rank, what.c_str());
-  std::fflush(stdout);
-}
+pl::test::RankChecks g_tally{"dist_check"};
+void expect(bool ok, const std::string& what) { g_tally.expect(ok, what); }
 
 uint32_t bits(float f) {
   uint32_t u;
@@ -278,7 +270,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   const World& world = *world_owner;
-  g_rank = world.rank();
+  g_tally.rank = world.rank();
   int abort_rank = -1;
   for (int i = 1; i + 1 < argc; ++i)
     if (std::string(argv[i]) == "--abort-on-rank") abort_rank = std::atoi(argv[i + 1]);
@@ -314,12 +306,12 @@ int main(int argc, char** argv) {
     check_bf16_is_an_error(*comm);
   } catch (const std::exception& e) {
     // The other ranks may be inside a collective this rank will never join: end them all.
-    std::printf("dist_check: rank %d: error: %s\n", g_rank, e.what());
+    std::printf("dist_check: rank %d: error: %s\n", g_tally.rank, e.what());
     world.abort(1);
   }
-  const bool any_failed = world.any(g_failures > 0);
+  const bool any_failed = world.any(g_tally.failures > 0);
   if (world.rank() == 0)
-    std::printf("dist_check: %s: %d checks on rank 0, %d ranks\n", any_failed ? "FAILED" : "passed", g_checks,
+    std::printf("dist_check: %s: %d checks on rank 0, %d ranks\n", any_failed ? "FAILED" : "passed", g_tally.checks,
                 world.size());
   return any_failed ? 1 : 0;
 }

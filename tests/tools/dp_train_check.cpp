@@ -25,6 +25,7 @@
 #include "data/mock_dataset.h"
 #include "dist/communicator.h"
 #include "dist/world.h"
+#include "rank_check.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
 #include "train/trainer.h"
@@ -33,15 +34,8 @@ namespace {
 
 using namespace pl;
 
-int g_rank = 0, g_failures = 0, g_checks = 0;
-
-void expect(bool ok, const std::string& what) {
-  ++g_checks;
-  if (ok) return;
-  ++g_failures;
-  std::printf("dp_train_check: rank %d: FAILED %s\n", g_rank, what.c_str());
-  std::fflush(stdout);
-}
+pl::test::RankChecks g_tally{"dp_train_check"};
+void expect(bool ok, const std::string& what) { g_tally.expect(ok, what); }
 
 bool close(double a, double b, double rel) {
   if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
@@ -178,7 +172,7 @@ int main(int argc, char** argv) {
     // dp_train_check [MICRO_BATCHES_PER_RANK [STRICT_ITERATIONS]]
     if (argc > 1) kMicroBatchesPerRank = std::stoll(argv[1]);
     if (argc > 2) kStrictIterations = std::stoll(argv[2]);
-    g_rank = world.rank();
+    g_tally.rank = world.rank();
     if (world.size() < 2) {
       std::printf("dp_train_check: needs 2 or more MPI ranks (run it under mpirun -np 2)\n");
       return 2;
@@ -189,12 +183,12 @@ int main(int argc, char** argv) {
       for (const auto& [distributed, overlap] : {std::pair{false, false}, std::pair{false, true},
                                                   std::pair{true, false}, std::pair{true, true}})
         check_case(Case{recipe, distributed, overlap}, world, *comm);
-    const bool any = world.any(g_failures > 0);
+    const bool any = world.any(g_tally.failures > 0);
     if (world.rank() == 0 && !any)
-      std::printf("dp_train_check: %d ranks, %d checks on rank 0 passed\n", world.size(), g_checks);
+      std::printf("dp_train_check: %d ranks, %d checks on rank 0 passed\n", world.size(), g_tally.checks);
     return any ? 1 : 0;
   } catch (const std::exception& e) {
-    std::printf("dp_train_check: rank %d: error: %s\n", g_rank, e.what());
+    std::printf("dp_train_check: rank %d: error: %s\n", g_tally.rank, e.what());
     return 1;
   }
 }
