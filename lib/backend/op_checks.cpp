@@ -368,6 +368,14 @@ void sum_of_squares(const OpContext& ctx, const Tensor& x) {
            "sum_of_squares: x {} has more chunks than a grid holds", x.shape_str());
 }
 
+void sum_of_squares_chunks(const OpContext& ctx, const Tensor& partials, const Tensor& x) {
+  check::sum_of_squares(ctx, x);  // the same rules for x
+  arg(ctx, "sum_of_squares_chunks", "partials", partials, DType::F32, 1);
+  const int64_t chunks = (x.numel() + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
+  PL_CHECK(partials.numel() == chunks, "sum_of_squares_chunks: partials {} for x {}: needs [{}] (chunks of {})",
+           partials.shape_str(), x.shape_str(), chunks, num::kSumSquaresChunk);
+}
+
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";

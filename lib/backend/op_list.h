@@ -113,6 +113,13 @@ PL_OP(cross_entropy_forward_backward, void, TimerId::CrossEntropy,
 // thread count and is bit-identical between the CPU and CUDA backends; returned as double. No FP64 on
 // the device. (x² overflows fp32 past |x| ~ 1.8e19: the norm is then +Inf.)
 PL_OP(sum_of_squares, double, TimerId::OptimizerClipMainGrad, (const OpContext& ctx, const Tensor& x), (ctx, x))
+// The chunk partials of sum_of_squares: partials[c] fp32 = the lane sum of x² over x's elements
+// [c * kSumSquaresChunk, min((c + 1) * kSumSquaresChunk, n)), partials [ceil(n / kSumSquaresChunk)] on
+// ctx's device; num::group_tree_sum over them is sum_of_squares(x). The distributed optimizer's gradient
+// norm: every rank's chunk-aligned shard gives its partials, the tree runs over all of them in order, so
+// the norm is bit-identical to the one-rank norm of the whole gradient.
+PL_OP(sum_of_squares_chunks, void, TimerId::OptimizerClipMainGrad,
+      (const OpContext& ctx, const Tensor& partials, const Tensor& x), (ctx, partials, x))
 // Multi-tensor AdamW: one step over the whole flat buffers master/grad fp32, m/v fp32 or bf16 (their dtypes) [n] in one pass (one
 // launch on the GPU); param (bf16 weights the model reads) receives round_bf16(master) (or master itself
 // when !ctx.round_bf16). Every element gets num::adamw_element_stored with `step`'s hyper-parameters, except

@@ -10,6 +10,7 @@
 #include "config/model_config.h"
 #include "core/tensor.h"
 #include "model/precision_plan.h"
+#include "numerics/reduce.h"
 
 namespace pl {
 
@@ -50,10 +51,12 @@ struct ModelOptions {
 // the master weights, the moments and the reduced gradients. Megatron pads each bucket to a multiple of
 // lcm(dp, 128) elements (megatron/core/distributed/param_and_grad_buffer.py, _pad_end_of_bucket_if_needed)
 // so every rank's slice is aligned for NCCL; here the one flat buffer is padded so that every shard is a
-// multiple of kShardAlignElements (128 elements: 256-byte aligned in BF16 and FP32). Without the
+// multiple of kShardAlignElements: the gradient norm's chunk (num::kSumSquaresChunk, 65536 elements,
+// 256-byte aligned in BF16 and FP32), so no chunk straddles two ranks and the sharded norm is the
+// one-rank norm bit for bit (AdamW, sum_of_squares_chunks; at most 65536 x dp padding elements). Without the
 // distributed optimizer: one shard that is the whole, unpadded buffer. The padding's gradients stay zero,
 // so its master weights and moments stay zero through every step.
-inline constexpr int64_t kShardAlignElements = 128;
+inline constexpr int64_t kShardAlignElements = num::kSumSquaresChunk;
 struct ShardLayout {
   int64_t num_params = 0;  // the model's parameters (the real elements)
   int64_t padded = 0;      // the flat weights and gradients (num_params rounded up)

@@ -1,11 +1,13 @@
 #include "train/optimizer.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/timers.h"
 #include "dist/world.h"
+#include "numerics/reduce.h"
 
 namespace pl {
 
@@ -65,6 +67,36 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg, const dist::World* w
     no_decay_.device = static_cast<const int64_t*>(no_decay_device_.data());
   }
   if (offload_) prepare_offload();
+  if (model.sharded()) {
+    const int64_t real = model.shard().real_end() - std::min(model.shard().begin, model.shard().real_end());
+    norm_partials_ = Buffer(static_cast<size_t>(std::max<int64_t>(1, (real + num::kSumSquaresChunk - 1) /
+                                                                         num::kSumSquaresChunk)) * 4, dev);
+  }
+}
+
+// The distributed optimizer's gradient norm: this rank's chunk partials (its shard's real elements; the
+// shards are chunk-aligned), gathered on rank 0 in rank order -- the one-rank run's partials of the whole
+// gradient -- and added with the same tree; rank 0 sends the sum to all. Bit-identical to sum_of_squares
+// over the whole gradient.
+double AdamW::sharded_sum_of_squares(const Tensor& grads) {
+  const int64_t chunks = (grads.numel() + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
+  std::vector<float> mine(static_cast<size_t>(chunks));
+  if (chunks > 0) {
+    const Tensor partials = norm_partials_.as({chunks}, DType::F32);
+    sum_of_squares_chunks(model_.context(), partials, grads);
+    copy_to_host(mine.data(), partials);
+  }
+  std::vector<uint64_t> bits(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) bits[i] = std::bit_cast<uint32_t>(mine[i]);
+  const std::vector<uint64_t> all = world_->gather(bits, 0);
+  float total = 0.0f;
+  if (world_->rank() == 0) {
+    std::vector<float> partials(all.size());
+    for (size_t i = 0; i < all.size(); ++i) partials[i] = std::bit_cast<float>(static_cast<uint32_t>(all[i]));
+    total = partials.empty() ? 0.0f : num::group_tree_sum(partials.data(), static_cast<int64_t>(partials.size()));
+  }
+  world_->broadcast(&total, sizeof total, 0);
+  return static_cast<double>(total);
 }
 
 void AdamW::prepare_offload() {
@@ -141,8 +173,10 @@ AdamW::Result AdamW::step(double lr) {
   // (World::all_reduce_sum adds in rank order, so every rank gets the same bits).
   const ShardLayout& shard = model_.shard();
   const Tensor grads = model_.sharded() ? model_.grads_padded().rows(shard.begin, shard.shard) : model_.grads().flat;
-  double squares = sum_of_squares(ctx, grads);
-  if (model_.sharded()) squares = world_->all_reduce_sum(squares);
+  const int64_t real_begin = std::min(shard.begin, shard.real_end());
+  const double squares = model_.sharded()
+                             ? sharded_sum_of_squares(model_.grads_padded().rows(real_begin, shard.real_end() - real_begin))
+                             : sum_of_squares(ctx, grads);
   r.grad_norm = std::sqrt(squares);
   if (!std::isfinite(r.grad_norm)) {
     r.skipped = true;

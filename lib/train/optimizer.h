@@ -93,12 +93,14 @@ class AdamW {
     std::vector<int64_t> no_decay;
   };
   int64_t state_elements() const { return model_.master().flat.numel(); }
+  double sharded_sum_of_squares(const Tensor& grads);
   void prepare_offload();
   void queue_gradient_copies(int64_t final_from);
   void host_step(const AdamWStep& s);
   LlamaModel& model_;
   OptimizerConfig cfg_;
   const dist::World* world_ = nullptr;  // sums the shards' squared norms (distributed optimizer)
+  Buffer norm_partials_;                 // the shard's sum_of_squares_chunks (distributed optimizer)
   Buffer m_, v_;
   // The elements without weight decay (the 1-D norm weights) as sorted [begin, end) ranges of the flat
   // buffers (of this rank's shard, relative to its start, with the distributed optimizer): on the host,

@@ -88,8 +88,15 @@ size_t count(const std::string& s, const std::string& needle) {
 
 TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
   SKIP_WITHOUT_MPI();
+  // BF16: the same bits for 12 iterations, plain and with the distributed optimizer (its gradient norm
+  // adds the shards' chunk partials with the one-rank tree). NVFP4: the same printed columns for 4; later
+  // a scaled GEMM accumulating into the gradients (alpha = the global scales) rounds once in one rank
+  // (BLAS: alpha x acc + C) and twice over two (alpha x acc on rank 1, then the sum): measured first
+  // difference at iteration 20 (seq 64).
   for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"}) {
-    const ProcessResult one = pl::test::run_process(kApp, tiny(4, {"--recipe", recipe}), 300.0);
+    const bool bf16 = std::string(recipe) == "bf16_mixed";
+    const int iters = bf16 ? 12 : 4;
+    const ProcessResult one = pl::test::run_process(kApp, tiny(iters, {"--recipe", recipe}), 300.0);
     ASSERT_EQ(one.exit_code, 0) << one.err;
     const std::vector<IterFields> ref = iterations(one.out);
     for (const std::vector<std::string>& flags :
@@ -97,10 +104,11 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
                                                                "--ddp-bucket-size", "1"}}) {
       std::vector<std::string> extra = {"--recipe", recipe};
       extra.insert(extra.end(), flags.begin(), flags.end());
-      const ProcessResult two = run_ranks(2, tiny(4, extra));
+      const ProcessResult two = run_ranks(2, tiny(iters, extra));
       const std::string what = std::string(recipe) + (flags.empty() ? " plain" : " distributed + overlap");
       ASSERT_EQ(two.exit_code, 0) << what << "\n" << two.out << two.err;
       expect_same_columns(iterations(two.out), ref, what);
+      if (bf16) EXPECT_EQ(pl::test::iteration_lines(two.out, 1), pl::test::iteration_lines(one.out, 1)) << what;
       // Each line once: the iteration lines by the last rank, the start-up lines by rank 0.
       EXPECT_EQ(count(two.out, "iteration        4/"), 1u) << two.out;
       EXPECT_EQ(count(two.out, "pretrain_llama | model llama_tiny"), 1u) << two.out;

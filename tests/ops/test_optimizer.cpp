@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "numerics/adamw.h"
+#include "numerics/reduce.h"
 #include "op_test_util.h"
 
 namespace pl::optest {
@@ -226,6 +227,31 @@ TEST_P(Optimizer, SumOfSquares) {
     const double cpu = sum_of_squares(cpu_ctx(true), host_view(x, {n}));
     EXPECT_EQ(got, cpu) << "n = " << n << ", difference " << got - cpu;
   }
+}
+
+// The chunk partials: the tree over all of them is sum_of_squares bit for bit, and the partials of two
+// chunk-aligned halves, concatenated, are the partials of the whole (the distributed optimizer's norm).
+TEST_P(Optimizer, SumOfSquaresChunksAreTheNormsPartials) {
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Backend k(GetParam());
+  const int64_t K = num::kSumSquaresChunk, n = 5 * K + 777;
+  std::vector<float> x(n);
+  for (float& v : x) v = nd(rng);
+  const Tensor xt = k.put(x, {n}, DType::F32);
+  auto partials = [&](std::vector<float>& out, const Tensor& of) {
+    sum_of_squares_chunks(k.ctx(), k.put(out, {static_cast<int64_t>(out.size())}, DType::F32), of);
+    return k.get(out);
+  };
+  std::vector<float> w(6), l(2), h(4), bad(5);
+  const std::vector<float> whole = partials(w, xt);
+  std::vector<float> tree = whole;
+  EXPECT_EQ(static_cast<double>(num::group_tree_sum(tree.data(), 6)), sum_of_squares(k.ctx(), xt));
+  std::vector<float> both = partials(l, xt.rows(0, 2 * K));
+  const std::vector<float> hi = partials(h, xt.rows(2 * K, n - 2 * K));
+  both.insert(both.end(), hi.begin(), hi.end());
+  EXPECT_EQ(both, whole);
+  EXPECT_THROW(partials(bad, xt), Error);  // x needs [6] partials
 }
 
 // AdamW against a hand-computed double step: from zero moments over three steps, and from a trained

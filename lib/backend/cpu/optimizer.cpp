@@ -15,6 +15,19 @@ namespace pl::cpu {
 // fixed chunks of kSumSquaresChunk elements, each a num::lane_sum of x² with kTreeGroup lanes; the chunk
 // partials combined by num::group_tree_sum. The result is a function of the data alone, not of the
 // thread count. The chunk partials live in a thread_local vector of the calling thread that only grows.
+namespace {
+// part[c] = the lane sum of x² over chunk c of x[n] (chunks(n) partials).
+void chunk_partials(float* part, const float* p, int64_t n) {
+  const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * num::kSumSquaresChunk, len = std::min(n - i0, num::kSumSquaresChunk);
+    const float* q = p + i0;
+    part[c] = num::lane_sum<num::kTreeGroup>(len, [q](int64_t i) { return q[i] * q[i]; });
+  }
+}
+}  // namespace
+
 double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   (void)ctx;
   const int64_t n = x.numel();
@@ -22,15 +35,13 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
   static thread_local std::vector<float> partial;
   if (partial.size() < static_cast<size_t>(chunks)) partial.resize(static_cast<size_t>(chunks));
-  float* part = partial.data();
-  const float* p = x.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t i0 = c * num::kSumSquaresChunk, len = std::min(n - i0, num::kSumSquaresChunk);
-    const float* q = p + i0;
-    part[c] = num::lane_sum<num::kTreeGroup>(len, [q](int64_t i) { return q[i] * q[i]; });
-  }
-  return static_cast<double>(num::group_tree_sum(part, chunks));
+  chunk_partials(partial.data(), x.f32(), n);
+  return static_cast<double>(num::group_tree_sum(partial.data(), chunks));
+}
+
+void sum_of_squares_chunks(const OpContext& ctx, const Tensor& partials, const Tensor& x) {
+  (void)ctx;
+  chunk_partials(partials.f32(), x.f32(), x.numel());
 }
 
 // One pass over the flat buffers: the segments between and inside the no-decay ranges, in order, each

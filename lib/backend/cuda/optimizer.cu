@@ -131,6 +131,18 @@ double sum_of_squares(const OpContext& ctx, const Tensor& x) {
   return static_cast<double>(result);
 }
 
+void sum_of_squares_chunks(const OpContext& ctx, const Tensor& partials, const Tensor& x) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  const int64_t chunks = partials.numel();
+  with_float_storage(x.dtype, [&](auto* type) {
+    using X = std::remove_pointer_t<decltype(type)>;
+    sum_of_squares_chunks_kernel<X><<<static_cast<unsigned>(chunks), kSumThreads, 0, ctx.gpu->stream>>>(
+        partials.f32(), static_cast<const X*>(x.data), n);
+  });
+  check_launch(*ctx.gpu, "sum_of_squares_chunks", "x " + x.shape_str() + " (" + std::to_string(chunks) + " chunks)");
+}
+
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
   constexpr const char* op = "adamw_update_multi";
