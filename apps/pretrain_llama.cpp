@@ -782,8 +782,9 @@ int run(const dist::World& world, int argc, char** argv) {
     return 0;
   }
 
-  dist::select_local_device(world);  // the node's GPU of this rank, before anything touches CUDA
   const Device device = resolve_device(t, out);
+  // The node's GPU of this rank (its local rank), before the device state opens a context on it.
+  if (device == Device::CUDA) dist::select_local_device(world);
   PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
   const int threads = configure_threads(t.threads);
   OpContext ctx;
