@@ -213,7 +213,9 @@ void add_flags(CLI::App& app, Options& o) {
                "Megatron's flag: reduce each bucket of gradients on the communication stream as soon as the last "
                "micro-batch's backward has finished it");
   app.add_flag("--overlap-param-gather", t.overlap_param_gather,
-               "Megatron's flag: overlap the weight all-gather with the next forward (not implemented yet)");
+               "Megatron's flag: overlap the weight all-gather after each step with the next forward (needs "
+               "--use-distributed-optimizer and --overlap-grad-reduce): each bucket's weights are waited for, and "
+               "a layer's quantized copies made, when the forward reaches them");
   app.add_option("--ddp-bucket-size", t.ddp_bucket_size,
                  "Megatron's flag: elements per gradient bucket with --overlap-grad-reduce (0 = Megatron's default "
                  "max(40000000, 1000000 x data-parallel size))")
@@ -703,10 +705,15 @@ void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState&
   if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
     out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
   const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
+  // tokens/s of the whole run, then per GPU (the data-parallel ranks) when there is more than one.
+  const double tokens_per_s = tokens_per_iter / r.mean_seconds;
+  const std::string per_gpu = t.data_parallel_size > 1
+                                  ? fmt::format(" ({:.0f} tokens/s/GPU)", tokens_per_s / static_cast<double>(t.data_parallel_size))
+                                  : std::string();
   out->info("pretrain_llama | summary: iterations {}-{} of {} (run by this process: {}-{}): mean step time {:.3f} s, "
-            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s | final lm loss {:.6E} | nan iterations {}",
+            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s{} | final lm loss {:.6E} | nan iterations {}",
             r.summary_first, r.summary_last, t.train_iters, r.first_iteration, r.state.iteration, r.mean_seconds,
-            r.mean_tflops, tokens_per_iter / r.mean_seconds, r.loss.back(), r.nan_iterations);
+            r.mean_tflops, tokens_per_s, per_gpu, r.loss.back(), r.nan_iterations);
 }
 
 // The start-up line of a data-parallel run (only with more than one rank or a data-parallel flag, so

@@ -30,7 +30,8 @@ how the columns are computed:
   tok/s/GPU      global batch size x seq length / mean step time / GPUs; the seq length from the
                  log's banner (pretrain_llama's 'training:' line, Megatron's 'seq_length ....' argument
                  or 'seq_length: N'), else --seq-length; the GPUs from Megatron's 'world_size ....'
-                 argument, else --gpus (default 1); the 'seq' column says where the length came from
+                 argument or pretrain_llama's 'data parallel: world size N' line, else --gpus (default
+                 1); the 'seq' column says where the length came from
   speed-up       the first log's window step time / this log's
   final loss     the last compared iteration line's lm loss
   loss gap       (loss - first log's loss) / first log's loss at the same iteration, averaged over the
@@ -52,7 +53,8 @@ SEQ_RES = [
     (re.compile(r"\bseq_length\s*\.{2,}\s*(\d+)"), "banner"),
     (re.compile(r"\bseq_length\s*[:=]\s*(\d+)"), "banner"),
 ]
-WORLD_RE = re.compile(r"\bworld_size\s*\.{2,}\s*(\d+)")
+# Megatron's argument dump, or pretrain_llama's data-parallel start-up line ("data parallel: world size 8").
+WORLD_RE = re.compile(r"\bworld_size\s*\.{2,}\s*(\d+)|\bdata parallel: world size (\d+)")
 SUMMARY_RE = re.compile(r"pretrain_llama \| summary: .*?mean step time ([0-9.eE+-]+) s, ([0-9.eE+-]+) "
                         r"MODEL_TFLOP/s/GPU, ([0-9.eE+-]+) tokens/s")
 
@@ -146,7 +148,7 @@ def parse_log(path):
         if log.world_size is None:
             w = WORLD_RE.search(line)
             if w:
-                log.world_size = int(w.group(1))
+                log.world_size = int(w.group(1) or w.group(2))
     if not log.iters:
         raise Error(f"{path}: no iteration lines (expected Megatron's ' iteration N/ M | ... | elapsed time per "
                     f"iteration (ms): ...' lines)")

@@ -9,8 +9,8 @@
 namespace pl {
 
 // Megatron-LM's rules (megatron/training/arguments.py, validate_args): --overlap-param-gather needs the
-// distributed optimizer and --overlap-grad-reduce. Not implemented here yet, refused with one line: the
-// param-gather overlap, and, with more than one rank, the optimizer offload and BF16 main grads (both
+// distributed optimizer and --overlap-grad-reduce. Not implemented here yet, refused with one line: with
+// more than one rank, the optimizer offload and BF16 main grads (both
 // would need the reduction in another dtype or place; Megatron-Bridge's Llama 3 recipes reduce FP32).
 void validate_data_parallel(const TrainConfig& t) {
   PL_CHECK(t.ddp_bucket_size >= 0, "--ddp-bucket-size must be >= 0 (0 = Megatron's default), got {}", t.ddp_bucket_size);
@@ -18,8 +18,6 @@ void validate_data_parallel(const TrainConfig& t) {
            "--overlap-param-gather needs --use-distributed-optimizer (as Megatron)");
   PL_CHECK(!t.overlap_param_gather || t.overlap_grad_reduce,
            "--overlap-param-gather needs --overlap-grad-reduce (as Megatron)");
-  PL_CHECK(!t.overlap_param_gather,
-           "--overlap-param-gather is not implemented yet (the weights are all-gathered after the optimizer step)");
   PL_CHECK(!(t.use_distributed_optimizer && t.optimizer_cpu_offload),
            "--optimizer-cpu-offload with --use-distributed-optimizer is not implemented yet");
   if (t.data_parallel_size > 1) {

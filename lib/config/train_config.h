@@ -15,9 +15,11 @@ struct TrainConfig {
   // mpirun/srun; set by the app, or --dry-run-world-size for a plan). Megatron's flags:
   // --use-distributed-optimizer (ZeRO-1: FP32 master weights and Adam moments sharded over the ranks,
   // gradients reduce-scattered, BF16 weights all-gathered), --overlap-grad-reduce (each bucket of
-  // gradients reduced as the last micro-batch's backward finishes it), --overlap-param-gather (not
-  // implemented yet), --ddp-bucket-size (elements per bucket; 0 = Megatron's default
+  // gradients reduced as the last micro-batch's backward finishes it), --overlap-param-gather,
+  // --ddp-bucket-size (elements per bucket; 0 = Megatron's default
   // max(40000000, 1000000 * data-parallel size), one bucket without --overlap-grad-reduce).
+  // --overlap-param-gather: the weights' all-gather after the step is queued bucket by bucket and the next
+  // forward waits for each bucket when it reaches it.
   int64_t data_parallel_size = 1;
   bool use_distributed_optimizer = false;
   bool overlap_grad_reduce = false;

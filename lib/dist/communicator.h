@@ -52,6 +52,11 @@ class Communicator {
   virtual void broadcast(const Tensor& piece, int root, bool async) = 0;
   // The compute stream (CPU: the caller) waits for every collective queued so far.
   virtual void wait() = 0;
+  // Partial waits (--overlap-param-gather: the forward waits for each bucket's weights only when it
+  // reaches them): how many collectives were queued since the last wait(), and a wait for the first
+  // `count` of them only (the later ones stay in flight; wait() still completes all).
+  virtual size_t queued() const = 0;
+  virtual void wait_first(size_t count) = 0;
 };
 
 // The communicator for ctx's backend over `world`:

@@ -1,6 +1,7 @@
 #include "dist/mpi_communicator.h"
 
 #if defined(PL_WITH_MPI)
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -95,20 +96,30 @@ class MpiCommunicator final : public Communicator {
   }
 
   void wait() override {
-    if (requests_.empty()) return;
-    std::vector<MPI_Status> statuses(requests_.size());
-    const int rc = MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), statuses.data());
-    if (rc != MPI_SUCCESS) {
-      // MPI_ERR_IN_STATUS: the failing operations say so in their status; name the first.
-      for (size_t i = 0; i < pending_.size(); ++i)
-        if (rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR != MPI_SUCCESS)
-          mpi_fail(statuses[i].MPI_ERROR, "MPI_Waitall", pending_[i].what, rank(), pending_[i].bytes);
-      mpi_fail(rc, "MPI_Waitall", std::to_string(pending_.size()) + " pending collectives, the first " + pending_[0].what,
-               rank(), pending_[0].bytes);
-    }
-    for (Pending& p : pending_) p.move.run();
+    complete(requests_.size());
     requests_.clear();
     pending_.clear();
+    completed_ = 0;
+  }
+  size_t queued() const override { return requests_.size(); }
+  void wait_first(size_t count) override { complete(std::min(count, requests_.size())); }
+
+  // Completes requests [completed_, upto) in order of starting and makes their moves.
+  void complete(size_t upto) {
+    if (upto <= completed_) return;
+    const size_t first = completed_, n = upto - first;
+    std::vector<MPI_Status> statuses(n);
+    const int rc = MPI_Waitall(static_cast<int>(n), requests_.data() + first, statuses.data());
+    if (rc != MPI_SUCCESS) {
+      // MPI_ERR_IN_STATUS: the failing operations say so in their status; name the first.
+      for (size_t i = 0; i < n; ++i)
+        if (rc == MPI_ERR_IN_STATUS && statuses[i].MPI_ERROR != MPI_SUCCESS)
+          mpi_fail(statuses[i].MPI_ERROR, "MPI_Waitall", pending_[first + i].what, rank(), pending_[first + i].bytes);
+      mpi_fail(rc, "MPI_Waitall", std::to_string(n) + " pending collectives, the first " + pending_[first].what, rank(),
+               pending_[first].bytes);
+    }
+    for (size_t i = first; i < upto; ++i) pending_[i].move.run();
+    completed_ = upto;
   }
 
  private:
@@ -154,6 +165,7 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm_ = MPI_COMM_NULL;
   std::vector<MPI_Request> requests_;  // in the order started; completed together in wait()
   std::vector<Pending> pending_;       // same order: what each is, and the move to make afterwards
+  size_t completed_ = 0;               // the first ones already completed by wait_first
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_state.h"
@@ -36,6 +37,10 @@ class NcclCommunicator final : public Communicator {
           std::to_string(world.size()) + " ranks, device " + std::to_string(gpu_->device));
     // An error on any rank ends the run through World::abort: the communicator is aborted first, so no
     // NCCL kernel keeps this GPU waiting for a peer that is gone.
+    marks_.resize(4096);
+    for (cudaEvent_t& e : marks_)
+      cuda::check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreateWithFlags",
+                  "the communicator's marks" + where());
     hook_ = world.add_abort_hook([this] {
       if (comm_ != nullptr) ncclCommAbort(comm_);
       comm_ = nullptr;
@@ -49,6 +54,7 @@ class NcclCommunicator final : public Communicator {
     // before the communicator goes; a failing run ends through World::abort instead.
     cudaStreamSynchronize(gpu_->comm_stream);
     ncclCommDestroy(comm_);
+    for (cudaEvent_t e : marks_) cudaEventDestroy(e);
   }
 
   std::string name() const override { return nccl_library_version(); }
@@ -62,6 +68,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), ncclSum, comm_,
                         gpu_->comm_stream),
           "ncclAllReduce", describe_buffer(buf));
+    mark_queued();
   }
 
   void reduce_scatter_sum(const Tensor& buf, bool) override {
@@ -74,6 +81,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclReduceScatter(buf.data, mine, static_cast<size_t>(k), nccl_type(buf.dtype), ncclSum, comm_,
                             gpu_->comm_stream),
           "ncclReduceScatter", describe_buffer(buf));
+    mark_queued();
   }
 
   void reduce_sum(const Tensor& piece, int root, bool) override {
@@ -84,6 +92,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclReduce(piece.data, piece.data, static_cast<size_t>(piece.numel()), nccl_type(piece.dtype), ncclSum, root,
                      comm_, gpu_->comm_stream),
           "ncclReduce", describe_buffer(piece) + " to rank " + std::to_string(root));
+    mark_queued();
   }
 
   void all_gather(const Tensor& buf, bool) override {
@@ -95,6 +104,7 @@ class NcclCommunicator final : public Communicator {
     const void* mine = static_cast<const char*>(buf.data) + static_cast<size_t>(k * rank()) * dtype_size(buf.dtype);
     check(ncclAllGather(mine, buf.data, static_cast<size_t>(k), nccl_type(buf.dtype), comm_, gpu_->comm_stream),
           "ncclAllGather", describe_buffer(buf));
+    mark_queued();
   }
 
   void broadcast(const Tensor& piece, int root, bool) override {
@@ -105,6 +115,7 @@ class NcclCommunicator final : public Communicator {
     check(ncclBroadcast(piece.data, piece.data, static_cast<size_t>(piece.numel()), nccl_type(piece.dtype), root,
                         comm_, gpu_->comm_stream),
           "ncclBroadcast", describe_buffer(piece) + " from rank " + std::to_string(root));
+    mark_queued();
   }
 
   void wait() override {
@@ -112,10 +123,28 @@ class NcclCommunicator final : public Communicator {
                 "communication stream (Communicator::wait)" + where());
     cuda::check(cudaStreamWaitEvent(gpu_->stream, gpu_->comm_done, 0), "cudaStreamWaitEvent",
                 "compute stream waits for the collectives (Communicator::wait)" + where());
+    queued_ = 0;
+  }
+  size_t queued() const override { return queued_; }
+  // The compute stream waits for the event recorded after the count-th collective since the last wait().
+  void wait_first(size_t count) override {
+    if (count == 0) return;
+    PL_CHECK(count <= queued_ && queued_ - count < marks_.size(),
+             "internal: wait for collective {} of {} queued (events kept for the last {})", count, queued_,
+             marks_.size());
+    cuda::check(cudaStreamWaitEvent(gpu_->stream, marks_[(count - 1) % marks_.size()], 0), "cudaStreamWaitEvent",
+                "compute stream waits for collective " + std::to_string(count) + where());
   }
 
  private:
   std::string where() const { return " on rank " + std::to_string(world_.rank()); }
+
+  // An event after the collective just queued (the ring of marks_), for wait_first.
+  void mark_queued() {
+    cuda::check(cudaEventRecord(marks_[queued_ % marks_.size()], gpu_->comm_stream), "cudaEventRecord",
+                "communication stream after collective " + std::to_string(queued_ + 1) + where());
+    ++queued_;
+  }
 
   // The communication stream waits for everything queued on the compute stream so far (the producer of
   // the buffer, e.g. the backward of a bucket's last layer).
@@ -138,6 +167,10 @@ class NcclCommunicator final : public Communicator {
   cuda::DeviceState* gpu_;
   ncclComm_t comm_ = nullptr;
   int hook_ = 0;
+  // One event per collective since the last wait(), in a ring (made once: nothing is created in the loop;
+  // a step queues at most a few hundred collectives: buckets x owners).
+  std::vector<cudaEvent_t> marks_;
+  size_t queued_ = 0;
 };
 
 }  // namespace

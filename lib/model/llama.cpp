@@ -208,11 +208,27 @@ void LlamaModel::sync_weights_from_master() {
 }
 
 void LlamaModel::prepare_weights() {
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const LayerParams& w = weights_.layers[l];
-    const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
-    for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(ctx_, *ws[k]);
-  }
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) prepare_layer_weights(l);
+  weights_pending_ = false;
+}
+
+void LlamaModel::prepare_layer_weights(int64_t l) {
+  const LayerParams& w = weights_.layers[l];
+  const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
+  for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(ctx_, *ws[k]);
+}
+
+void LlamaModel::weights_arrive_during_forward(const WeightGate* gate) {
+  gate_ = gate;
+  weights_pending_ = true;
+}
+
+// --overlap-param-gather: the weights of flat elements [begin, end) are about to be read; the first forward
+// after a step waits for them there (and makes a layer's quantized copies then), not before it starts.
+void LlamaModel::before_reading_weights(int64_t begin, int64_t end, int64_t layer) {
+  if (!weights_pending_) return;
+  (*gate_)(begin, end);
+  if (layer >= 0) prepare_layer_weights(layer);
 }
 
 std::vector<LinearStats> LlamaModel::quant_stats() const {
@@ -310,9 +326,16 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out) {
 
 void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
+  const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);
+  before_reading_weights(0, entries_[1].offset, -1);
   embedding_forward(ctx_, acts_.embed_out, acts_.tokens, weights_.embedding);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l)
+  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
+    before_reading_weights(entries_[first].offset, entries_[first + kEntriesPerLayer].offset, l);
     layer_forward(l, l + 1 < cfg_.num_layers ? acts_.layers[l + 1].resid_in : acts_.resid_out);
+  }
+  before_reading_weights(entries_[head].offset, num_params(), -1);
+  weights_pending_ = false;
   rmsnorm_forward(ctx_, acts_.lnf, acts_.rstdf, acts_.resid_out, weights_.final_norm, eps);
   linear_forward(ctx_, acts_.logits, acts_.lnf, weights_.lm_head);
   cross_entropy_forward_backward(ctx_, losses_, acts_.logits, acts_.labels, want_grad ? grad_scale : 0.0f);

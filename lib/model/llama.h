@@ -7,6 +7,7 @@
 // norm are single passes. Activations for one micro-batch live in one
 // arena sized at construction: nothing is allocated by forward/backward.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,11 @@ class LlamaModel {
   void set_communicator(dist::Communicator* comm) { comm_ = comm; }
   // With the distributed optimizer: every rank's shard of the weights to every rank (no-op otherwise).
   void gather_weights();
+  // --overlap-param-gather: after a step the weights' all-gather is still in flight; the next forward calls
+  // (*gate)(begin, end) before it reads the flat elements [begin, end) of the embedding, of each layer and
+  // of the final norm with the LM head, and makes a layer's quantized copies (prepare_weights) only then.
+  using WeightGate = std::function<void(int64_t begin, int64_t end)>;
+  void weights_arrive_during_forward(const WeightGate* gate);
   // Host values of the flat elements [offset, offset + count) into the master weights: the part this rank
   // owns (all of it without the distributed optimizer). Initialisation and imports, not the loop.
   void write_master(int64_t offset, const float* values, int64_t count);
@@ -133,6 +139,8 @@ class LlamaModel {
   void run_forward(float grad_scale, bool want_grad);
   void run_backward(const StepOptions& step);
   void upload_batch(const int32_t* tokens, const int32_t* labels);
+  void prepare_layer_weights(int64_t layer);
+  void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
 
   enum LinearKind { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };  // kLinearNames
@@ -150,6 +158,8 @@ class LlamaModel {
   std::vector<ParamEntry> entries_;
   ShardLayout shard_;
   dist::Communicator* comm_ = nullptr;
+  const WeightGate* gate_ = nullptr;  // --overlap-param-gather (weights_arrive_during_forward)
+  bool weights_pending_ = false;      // the next forward waits for the weights and prepares them
   Buffer weight_buf_, grad_buf_, master_buf_;
   ParamViews weights_, grads_, master_;
   ParamViews grad_work_;  // BF16 main grads: where the backward writes a group's FP32 gradients

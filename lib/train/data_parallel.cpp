@@ -35,10 +35,14 @@ std::vector<GradBucket> grad_buckets(const std::vector<ParamEntry>& entries, int
 }
 
 GradientSync::GradientSync(LlamaModel& model, dist::Communicator& comm, const TrainConfig& cfg)
-    : model_(model), comm_(comm), overlap_(cfg.overlap_grad_reduce && comm.size() > 1) {
+    : model_(model),
+      comm_(comm),
+      overlap_(cfg.overlap_grad_reduce && comm.size() > 1),
+      overlap_gather_(cfg.overlap_param_gather && model.sharded()) {
   PL_CHECK(comm.size() == cfg.data_parallel_size, "internal: {} ranks but data-parallel size {}", comm.size(),
            cfg.data_parallel_size);
   buckets_ = grad_buckets(model.param_entries(), model.num_params(), model.shard().padded, ddp_bucket_elements(cfg));
+  gather_mark_.assign(buckets_.size(), 0);
 }
 
 const std::function<void(int64_t)>* GradientSync::listener() {
@@ -79,6 +83,39 @@ void GradientSync::finish_gradient_reduction() {
   launched_ = 0;
 }
 
-void GradientSync::gather_weights() { model_.gather_weights(); }
+void GradientSync::gather_weights() {
+  if (!overlap_gather_) {
+    model_.gather_weights();
+    return;
+  }
+  // Bottom up (buckets_ is top down): the forward reads the embedding first.
+  const Tensor weights = model_.weights_padded();
+  const int64_t shard = model_.shard().shard;
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    const GradBucket& b = buckets_[i];
+    for (int64_t q = b.begin / shard; q < comm_.size() && q * shard < b.end; ++q) {
+      const int64_t lo = std::max(b.begin, q * shard), hi = std::min(b.end, (q + 1) * shard);
+      if (lo < hi) comm_.broadcast(weights.rows(lo, hi - lo), static_cast<int>(q), true);
+    }
+    gather_mark_[i] = comm_.queued();
+  }
+  gate_ = [this](int64_t begin, int64_t end) { wait_for_weights(begin, end); };
+  model_.weights_arrive_during_forward(&gate_);
+}
+
+// The compute stream waits for the gathers of the buckets that hold [begin, end): the latest queued of them
+// (the communicator completes collectives in the order queued).
+void GradientSync::wait_for_weights(int64_t begin, int64_t end) {
+  size_t upto = 0;
+  for (size_t i = 0; i < buckets_.size(); ++i)
+    if (buckets_[i].begin < end && begin < buckets_[i].end) upto = std::max(upto, gather_mark_[i]);
+  comm_.wait_first(upto);
+}
+
+void GradientSync::finish_weight_gather() {
+  if (!overlap_gather_) return;
+  comm_.wait();
+  std::fill(gather_mark_.begin(), gather_mark_.end(), size_t{0});
+}
 
 }  // namespace pl

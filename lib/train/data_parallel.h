@@ -44,18 +44,29 @@ class GradientSync {
   // After the last backward: reduces the buckets not reduced yet and waits for all of them. Then the
   // summed gradients are in place: the whole buffer, or this rank's shard (distributed optimizer).
   void finish_gradient_reduction();
-  // After a step of the distributed optimizer: every rank's updated weight shard to every rank.
+  // After a step of the distributed optimizer: every rank's updated weight shard to every rank. With
+  // --overlap-param-gather the gathers are only queued, bucket by bucket in the order the forward reads
+  // them (the embedding's first), each bucket's owners' parts broadcast from their owners; the model's next
+  // forward waits for each bucket when it reaches it (LlamaModel::weights_arrive_during_forward).
   void gather_weights();
+  // Waits for every weight gather still in flight (before anything but the forward reads the weights).
+  void finish_weight_gather();
   size_t bucket_count() const { return buckets_.size(); }
 
  private:
   void reduce_bucket(const GradBucket& b, bool async);
+  void wait_for_weights(int64_t begin, int64_t end);
   LlamaModel& model_;
   dist::Communicator& comm_;
   bool overlap_ = false;
   std::vector<GradBucket> buckets_;
   size_t launched_ = 0;  // buckets (from the top) whose reduction is queued this iteration
   std::function<void(int64_t)> on_final_;
+  // --overlap-param-gather: per bucket (index into buckets_), the communicator's queued() count after its
+  // gather was queued (0: none in flight); the gate the model calls.
+  bool overlap_gather_ = false;
+  std::vector<size_t> gather_mark_;
+  LlamaModel::WeightGate gate_;
 };
 
 }  // namespace pl

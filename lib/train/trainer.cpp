@@ -187,11 +187,15 @@ TrainResult Trainer::run(const TrainState& start) {
     if (!step.skipped) {
       st.scheduler_samples += cfg_.global_batch_size;
       if (model_.sharded()) timers.start(TimerId::ParamsAllGather);
-      sync_.gather_weights();  // the distributed optimizer's updated shards to every rank
+      sync_.gather_weights();  // the distributed optimizer's updated shards to every rank (or queued)
       if (model_.sharded()) timers.stop(TimerId::ParamsAllGather);
-      timers.start(TimerId::OptimizerCopyMainToModelParams);
-      model_.prepare_weights();  // quantized weight copies for the next step's micro-batches
-      timers.stop(TimerId::OptimizerCopyMainToModelParams);
+      // Quantized weight copies for the next step's micro-batches (with --overlap-param-gather the next
+      // forward makes each layer's when its weights have arrived).
+      if (!cfg_.overlap_param_gather) {
+        timers.start(TimerId::OptimizerCopyMainToModelParams);
+        model_.prepare_weights();
+        timers.stop(TimerId::OptimizerCopyMainToModelParams);
+      }
     }
     timers.stop(TimerId::Optimizer);
     const double seconds = timer.stop_seconds();
@@ -263,9 +267,13 @@ TrainResult Trainer::run(const TrainState& start) {
            "lower --lr or check the data",
            st.consecutive_nan, iteration);
     // Megatron's order (training.py, train()): log line, evaluation, then the checkpoint.
-    if (checkpoint_) checkpoint_(st, last);
+    if (checkpoint_) {
+      sync_.finish_weight_gather();  // (a save reads the weights)
+      checkpoint_(st, last);
+    }
     if (exited) break;
   }
+  sync_.finish_weight_gather();  // the model's weights complete for whoever reads them next
   res.allocations_in_loop =
       res.seconds.empty() ? 0 : memory_stats(model_.context().device).total_allocs - allocs_after_first;
   res.nan_iterations = st.nan_iterations;
@@ -288,7 +296,7 @@ TrainResult Trainer::run(const TrainState& start) {
   double sum = 0.0;
   for (int64_t i = first_idx; i < ran; ++i) sum += res.seconds[static_cast<size_t>(i)];
   res.mean_seconds = sum / static_cast<double>(ran - first_idx);
-  res.mean_tflops = iter_flops / res.mean_seconds / 1e12;
+  res.mean_tflops = iter_flops / res.mean_seconds / static_cast<double>(cfg_.data_parallel_size) / 1e12;  // per GPU
   return res;
 }
 

@@ -101,7 +101,7 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
     const std::vector<IterFields> ref = iterations(one.out);
     for (const std::vector<std::string>& flags :
          {std::vector<std::string>{}, std::vector<std::string>{"--use-distributed-optimizer", "--overlap-grad-reduce",
-                                                               "--ddp-bucket-size", "1"}}) {
+                                                               "--overlap-param-gather", "--ddp-bucket-size", "1"}}) {
       std::vector<std::string> extra = {"--recipe", recipe};
       extra.insert(extra.end(), flags.begin(), flags.end());
       const ProcessResult two = run_ranks(2, tiny(iters, extra));

@@ -178,6 +178,22 @@ class OurLogs(unittest.TestCase):
         self.assertEqual(rc, 1)
         self.assertIn("at least two logs", err)
 
+    def test_data_parallel_world_size(self):
+        # pretrain_llama's data-parallel start-up line gives the GPUs of tokens/s/GPU (Megatron's
+        # world_size argument does for Megatron's logs): the same log said to run on 2 ranks halves it.
+        two = os.path.join(self.tmp.name, "two_ranks.log")
+        with open(self.logs["bf16.log"]) as src, open(two, "w") as dst:
+            dst.write("pretrain_llama | data parallel: world size 2, data-parallel size 2 (rank 0 of 2), 1 "
+                      "micro-batches per rank per iteration\n" + src.read())
+        path = os.path.join(self.tmp.name, "dp.csv")
+        rc, out, err = compare(self.logs["bf16.log"], two, "--csv", path)
+        self.assertEqual(rc, 0, err)
+        import csv
+        with open(path, newline="") as fh:
+            rows = {r["log"]: r for r in csv.DictReader(fh)}
+        self.assertAlmostEqual(float(rows["two_ranks.log"]["tokens_per_s_per_gpu"]),
+                               float(rows["bf16.log"]["tokens_per_s_per_gpu"]) / 2, places=6)
+
     def test_different_lengths(self):
         short = os.path.join(self.tmp.name, "short.log")
         lines = read(self.logs["nvfp4.log"]).splitlines(keepends=True)

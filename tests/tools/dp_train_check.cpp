@@ -70,7 +70,7 @@ int64_t kStrictIterations = 0;
 
 struct Case {
   std::string recipe;
-  bool distributed, overlap;
+  bool distributed, overlap, overlap_gather = false;
 };
 
 struct Run {
@@ -91,6 +91,7 @@ Run train(const Case& c, const dist::World& world, dist::Communicator& comm, int
   t.data_parallel_size = dp;
   t.use_distributed_optimizer = c.distributed;
   t.overlap_grad_reduce = c.overlap;
+  t.overlap_param_gather = c.overlap_gather;
   t.ddp_bucket_size = c.overlap ? 1 : 0;  // one bucket per group of parameters
   const PrecisionPlan plan =
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + c.recipe + ".json"));
@@ -120,7 +121,7 @@ Run train(const Case& c, const dist::World& world, dist::Communicator& comm, int
 
 void check_case(const Case& c, const dist::World& world, dist::Communicator& comm) {
   const std::string name = c.recipe + (c.distributed ? " distributed-optimizer" : " plain") +
-                           (c.overlap ? " overlap-grad-reduce" : "");
+                           (c.overlap ? " overlap-grad-reduce" : "") + (c.overlap_gather ? " overlap-param-gather" : "");
   const int64_t dp = world.size();
   const int64_t mbs = 1, per_rank = kMicroBatchesPerRank, gbs = per_rank * mbs * dp;
   const Run many = train(c, world, comm, dp, gbs);
@@ -179,10 +180,12 @@ int main(int argc, char** argv) {
     }
     const OpContext cpu;
     const std::unique_ptr<dist::Communicator> comm = dist::make_communicator(world, cpu);
-    for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"})
+    for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"}) {
       for (const auto& [distributed, overlap] : {std::pair{false, false}, std::pair{false, true},
                                                   std::pair{true, false}, std::pair{true, true}})
         check_case(Case{recipe, distributed, overlap}, world, *comm);
+      check_case(Case{recipe, true, true, true}, world, *comm);
+    }
     const bool any = world.any(g_tally.failures > 0);
     if (world.rank() == 0 && !any)
       std::printf("dp_train_check: %d ranks, %d checks on rank 0 passed\n", world.size(), g_tally.checks);

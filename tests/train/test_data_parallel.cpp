@@ -114,7 +114,7 @@ TEST(DataParallelFlags, MegatronsRulesAndWhatIsNotImplemented) {
   t.use_distributed_optimizer = true;
   test::expect_one_line_error([&] { validate_train_config(t); }, {"--overlap-param-gather", "--overlap-grad-reduce"});
   t.overlap_grad_reduce = true;
-  test::expect_one_line_error([&] { validate_train_config(t); }, {"--overlap-param-gather", "not implemented yet"});
+  EXPECT_NO_THROW(validate_train_config(t));
   TrainConfig d;
   d.data_parallel_size = 2;
   d.global_batch_size = 6;
@@ -142,6 +142,7 @@ struct TinyDpRun {
     t.seq_length = 32;
     t.use_distributed_optimizer = distributed;
     t.overlap_grad_reduce = overlap;
+    t.overlap_param_gather = overlap && distributed;
     t.ddp_bucket_size = 1;  // one bucket per group
     plan = make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
     data = std::make_unique<data::MockGPTDataset>(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length,
