@@ -48,11 +48,10 @@ GpuRun train_on_gpu(const std::string& recipe, bool distributed, bool nccl) {
   ModelOptions o;
   o.distributed_optimizer = distributed;
   o.loss_micro_batches = t.num_micro_batches();
-  o.deterministic_attention = true;  // the two runs must differ only in the data-parallel path
+  o.deterministic_attention = true;  // (its workspace)
   const dist::World world = dist::World::single();
   const OpContext ctx = test::cuda_ctx();
-  const bool was_deterministic = ctx.gpu->deterministic_attention;
-  ctx.gpu->deterministic_attention = true;
+  const test::DeterministicAttention deterministic;  // the two runs must differ only in the data-parallel path
   const std::unique_ptr<dist::Communicator> comm = dist::make_communicator(world, ctx, nccl);
   LlamaModel model(m, t.micro_batch_size, t.seq_length, ctx, plan, o);
   model.set_communicator(comm.get());
@@ -68,7 +67,6 @@ GpuRun train_on_gpu(const std::string& recipe, bool distributed, bool nccl) {
   r.master.resize(static_cast<size_t>(model.num_params()));
   copy_to_host(r.master.data(), model.master().flat.rows(0, model.num_params()));
   EXPECT_EQ(r.result.allocations_in_loop, 0u);
-  ctx.gpu->deterministic_attention = was_deterministic;
   return r;
 }
 
