@@ -814,7 +814,11 @@ int run(const dist::World& world, int argc, char** argv) {
   const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
   const TrainState start = ckpt ? ckpt->state : TrainState{};
   if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
+  // Megatron builds the dataset indices on rank 0 while the others wait, then the others load them from
+  // the cache (two ranks building one cache file at once would race on its temporary).
+  if (world.rank() != 0) world.barrier();
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
+  if (world.rank() == 0) world.barrier();
 
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, mopt);
   model.set_communicator(comm.get());

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <cmath>
 #include <regex>
 #include <sstream>
@@ -199,6 +201,47 @@ TEST(DataParallelCli, AGlobalBatchTheRanksCannotSplitIsOneLineBeforeAnyWork) {
     }
   EXPECT_EQ(ours, 1u) << r.err;
   EXPECT_EQ(r.out.find("pretrain_llama | model"), std::string::npos) << r.out;
+}
+
+// Real data with validation on 2 ranks: rank 0 builds the GPTDataset index caches while the other waits
+// (two ranks building one cache file raced on its temporary), the other loads them; training and
+// validation print the 1-rank lines.
+TEST(DataParallelCli, RealDataBuildsTheCacheOnceAndValidatesAsOneRank) {
+  SKIP_WITHOUT_MPI();
+  if (!std::filesystem::is_directory("/usr/share/common-licenses"))
+    GTEST_SKIP() << "no /usr/share/common-licenses (Debian's base-files) to build the sample corpus from";
+  pl::test::TempDir dir;
+  const std::filesystem::path source = std::filesystem::path(PL_CONFIG_DIR).parent_path();
+  ::setenv("OUT_DIR", dir.path().c_str(), 1);
+  ::setenv("MAX_BYTES", "300000", 1);
+  const ProcessResult corpus = pl::test::run_process(
+      "/bin/bash", {(source / "scripts/make_sample_corpus.sh").string(), PL_PREPROCESS_DATA_PATH}, 300.0);
+  ::unsetenv("OUT_DIR");
+  ::unsetenv("MAX_BYTES");
+  ASSERT_EQ(corpus.exit_code, 0) << corpus.out << corpus.err;
+  const std::string prefix = (dir.path() / "license_byte_text_document").string();
+  auto args = [&](const std::string& cache) {
+    return std::vector<std::string>{"--model", (source / "configs/models/llama_tiny_bytes.json").string(), "--device",
+                                    "cpu", "--threads", "1", "--disable-fp4", "--train-iters", "4",
+                                    "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "64",
+                                    "--data-path", prefix, "--data-cache-path", cache, "--eval-interval", "2",
+                                    "--eval-iters", "1", "--use-distributed-optimizer"};
+  };
+  const ProcessResult two = run_ranks(2, args((dir.path() / "cache2").string()));
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  EXPECT_EQ(two.out.find("not cached"), std::string::npos) << two.out;
+  EXPECT_EQ(count(two.out, "indices built, cached in"), 3u) << two.out;  // train, valid, test: once each
+  const ProcessResult one = pl::test::run_process(kApp, args((dir.path() / "cache1").string()), 300.0);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(pl::test::iteration_lines(two.out, 1), pl::test::iteration_lines(one.out, 1));
+  const std::regex valid(R"(validation loss at iteration \d+[^|]*\| lm loss value: \S+)");
+  std::vector<std::string> v1, v2;
+  for (const std::string& l : pl::test::split_lines(one.out))
+    if (std::smatch m; std::regex_search(l, m, valid)) v1.push_back(m[0]);
+  for (const std::string& l : pl::test::split_lines(two.out))
+    if (std::smatch m; std::regex_search(l, m, valid)) v2.push_back(m[0]);
+  EXPECT_EQ(v1.size(), 4u) << one.out;  // iterations 2 and 4, then the validation and test sets
+  EXPECT_EQ(v2, v1);
 }
 
 TEST(DataParallelDryRun, EightRanksOfTheEightBFitAnH100AtMicroBatchOneAndSaySo) {
