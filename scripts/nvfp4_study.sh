@@ -34,7 +34,7 @@ set -uo pipefail
 prog=nvfp4_study.sh
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=scripts/script_util.sh
-source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage
+source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage, find_python
 usage() { print_usage "${BASH_SOURCE[0]}"; }
 
 # The exact command, for the report (before the arguments are consumed).
@@ -76,13 +76,7 @@ licenses=${LICENSE_DIR:-/usr/share/common-licenses}
 [[ -d "$fortunes" ]] || die "$fortunes not found: install Debian's fortunes package (apt-get install fortunes; scripts/setup.sh does)"
 [[ -d "$licenses" ]] || die "$licenses not found (Debian's base-files provides it; set LICENSE_DIR)"
 
-if [[ -n "${PYTHON:-}" ]]; then
-  python=$PYTHON
-elif [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-  python=/usr/bin/python3
-else
-  python=python3
-fi
+find_python
 "$python" -c 'import numpy, matplotlib' 2>/dev/null ||
   die "$python lacks numpy or matplotlib (Debian: apt-get install python3-numpy python3-matplotlib; or set PYTHON)"
 

@@ -13,3 +13,15 @@ quote_words() {
 
 # The header comment of script $1 (from its second line up to `set -uo`), without the leading '# '.
 print_usage() { sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "$1"; }
+
+# Sets `python`: $PYTHON, else Debian's /usr/bin/python3 when it has numpy (scripts/setup.sh installs
+# python3-numpy and python3-matplotlib there; a python3 earlier on PATH may lack them), else python3.
+find_python() {
+  if [[ -n "${PYTHON:-}" ]]; then
+    python=$PYTHON
+  elif [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+    python=/usr/bin/python3
+  else
+    python=python3
+  fi
+}

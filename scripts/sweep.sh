@@ -24,7 +24,7 @@ prog=sweep.sh
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # shellcheck source=scripts/script_util.sh
-source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage
+source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage, find_python
 usage() { print_usage "${BASH_SOURCE[0]}"; }
 
 recipes_arg="" mbs_arg="" seq_arg="" seeds_arg="" out="" bin="$repo/build/apps/pretrain_llama" png=1
@@ -102,13 +102,7 @@ done
 mkdir -p "$out" 2>/dev/null || die "--out $out: cannot create the directory"
 [[ -w "$out" ]] || die "--out $out: not writable"
 
-if [[ -n "${PYTHON:-}" ]]; then
-  python=$PYTHON
-elif [[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
-  python=/usr/bin/python3
-else
-  python=python3
-fi
+find_python
 
 # The points, in order: seeds (outermost), recipes, micro-batch sizes, sequence lengths.
 names=() settings=() cmds=()
