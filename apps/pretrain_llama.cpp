@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -55,6 +56,18 @@ namespace {
 
 using namespace pl;
 
+// --exit-signal-handler: the first SIGTERM/SIGINT is recorded for the trainer (read after each iteration);
+// a second one restores the default action and re-raises it, so the process ends at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
 struct Options {
   TrainConfig train;
   std::string model = "llama3_8b";
@@ -71,6 +84,7 @@ struct Options {
   std::string save, load;
   int64_t save_interval = 0;
   int64_t keep_last = 0;
+  bool exit_signal_handler = false;  // Megatron's --exit-signal-handler (on by default with --save)
   std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
   ModelShapeOverrides shape;  // Megatron's --num-layers, --hidden-size, ... over the --model config
   // Megatron's --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 over the recipe (-1 = not given).
@@ -149,6 +163,9 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--exit-interval", t.exit_interval,
                  "Stop after the first iteration divisible by N, saving first when --save is given (0 = off)")
       ->capture_default_str();
+  app.add_flag("--exit-signal-handler", o.exit_signal_handler,
+               "Megatron's flag: on SIGTERM or SIGINT finish the current iteration, save a checkpoint (with --save) "
+               "and exit 0; a second signal stops at once. On by default when --save is given");
   app.add_option("--keep-last", o.keep_last, "Keep only the newest K checkpoints in --save (0 = keep all)")
       ->capture_default_str();
   app.add_option("--data-path", o.data.data_path,
@@ -761,6 +778,8 @@ int agree_or_fail(const dist::World& world, Fn&& fn) {
 }
 
 int run(const dist::World& world, int argc, char** argv) {
+  // A closed stdout (`| head`) must not kill the run before its checkpoint: writes then fail quietly.
+  std::signal(SIGPIPE, SIG_IGN);
   Options o;
   CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
                "Megatron-Bridge's format"};
@@ -852,6 +871,14 @@ int run(const dist::World& world, int argc, char** argv) {
       EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
       DataParallelRanks{&world, comm.get()});
   print_data_parallel(world, *comm, t, model, trainer->gradient_buckets(), out);
+  if (o.exit_signal_handler || !o.save.empty()) {
+    std::signal(SIGTERM, on_stop_signal);
+    std::signal(SIGINT, on_stop_signal);
+    trainer->set_stop_flag(&g_stop_signal);
+    out->info("pretrain_llama | SIGTERM/SIGINT: finish the iteration, {}exit 0; a second signal stops at once "
+              "(--exit-signal-handler{})",
+              o.save.empty() ? "" : "save a checkpoint, ", o.exit_signal_handler ? "" : ", on because --save is given");
+  }
   if (ckpt) {
     const auto t_load = std::chrono::steady_clock::now();
     restore_checkpoint(*ckpt, model, trainer->optimizer());

@@ -16,6 +16,17 @@
 namespace pl {
 
 namespace {
+// "SIGTERM", "SIGINT", ... (Megatron's line names the signal).
+std::string sigabbrev(int sig) {
+  switch (sig) {
+    case SIGTERM: return "SIGTERM";
+    case SIGINT: return "SIGINT";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGUSR2: return "SIGUSR2";
+    default: return fmt::format("signal {}", sig);
+  }
+}
+
 std::unique_ptr<dist::World> one_rank_world_unless(const DataParallelRanks& r) {
   PL_CHECK((r.world == nullptr) == (r.comm == nullptr), "internal: a trainer needs both its world and its communicator");
   return r.world ? nullptr : std::make_unique<dist::World>(dist::World::single());
@@ -221,7 +232,7 @@ TrainResult Trainer::run(const TrainState& start) {
     const int64_t iteration = it + 1;
     st.iteration = iteration;
     exited = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0 && iteration < cfg_.train_iters;
-    const bool last = iteration == cfg_.train_iters || exited;
+    bool last = iteration == cfg_.train_iters || exited;
     // An --exit-interval stop prints no extra line (as Megatron's training_log): the open interval's
     // sums go into the checkpoint, so a resumed run prints the straight run's next line.
     if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) {
@@ -266,11 +277,23 @@ TrainResult Trainer::run(const TrainState& start) {
       fail("stopping: {} consecutive iterations had a non-finite loss or gradient norm (last at iteration {}); "
            "lower --lr or check the data",
            st.consecutive_nan, iteration);
+    // --exit-signal-handler (Megatron's DistributedSignalHandler: every rank's signal state is gathered
+    // after each iteration, and a signal on any rank stops all): this iteration is the last, saved.
+    if (stop_flag_ != nullptr) {
+      const int sig = *stop_flag_;
+      const double signalled = world_->size() > 1 ? world_->all_reduce_sum(sig != 0 ? 1.0 : 0.0) : (sig != 0 ? 1.0 : 0.0);
+      if (signalled > 0.0 && !last) {
+        exited = last = true;
+        res.stop_signal = sig != 0 ? sig : SIGTERM;  // (another rank's signal; SIGTERM is what launchers send)
+      }
+    }
     // Megatron's order (training.py, train()): log line, evaluation, then the checkpoint.
     if (checkpoint_) {
       sync_.finish_weight_gather();  // (a save reads the weights)
       checkpoint_(st, last);
     }
+    if (res.stop_signal != 0 && world_->rank() == 0)
+      out_(fmt::format("exiting program after receiving {} at iteration {}", sigabbrev(res.stop_signal), iteration));
     if (exited) break;
   }
   sync_.finish_weight_gather();  // the model's weights complete for whoever reads them next

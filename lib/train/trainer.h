@@ -1,6 +1,7 @@
 #pragma once
 // The training loop: micro-batch gradient accumulation with Megatron's loss averaging, AdamW with
 // clipping, the sample-based LR schedule, NaN/Inf skipping, and the Megatron log lines.
+#include <csignal>
 #include <cstdint>
 #include <cmath>
 #include <functional>
@@ -67,6 +68,7 @@ struct TrainResult {
   double mean_seconds = 0.0;         // over the summary range
   double mean_tflops = 0.0;
   int64_t summary_first = 0, summary_last = 0;  // 1-based iteration range of the means (ran here)
+  int stop_signal = 0;               // the signal that stopped the run early (set_stop_flag), or 0
   TrainState state;                  // after the last iteration
 };
 
@@ -98,6 +100,11 @@ class Trainer {
   // The optimizer's moments and step count, for checkpoints.
   AdamW& optimizer() { return opt_; }
   size_t gradient_buckets() const { return sync_.bucket_count(); }
+  // Megatron's --exit-signal-handler: *flag (set by a signal handler to the signal's number) is read after
+  // every iteration (on every rank; any rank's signal counts, so all stop together); when set, that
+  // iteration is the last: the checkpoint callback runs with last = true, a line says why, and run()
+  // returns without the final evaluation (as an --exit-interval stop). Null: signals are not watched.
+  void set_stop_flag(const volatile std::sig_atomic_t* flag) { stop_flag_ = flag; }
 
  private:
   void log_quant_stats(int64_t iteration);
@@ -122,6 +129,7 @@ class Trainer {
   dist::Communicator* comm_;
   AdamW opt_;
   GradientSync sync_;
+  const volatile std::sig_atomic_t* stop_flag_ = nullptr;
   LrSchedule schedule_;
 };
 
