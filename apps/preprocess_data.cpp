@@ -26,6 +26,7 @@
 
 #include "app_main.h"
 #include "core/error.h"
+#include "io/json_text.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_record.h"
@@ -198,12 +199,7 @@ std::string json_text(const RawDocument& d, const std::string& key, const nlohma
 std::vector<std::vector<int32_t>> encode_document(const RawDocument& d, const Options& o, const Tokenizer& tok) {
   std::vector<std::string> texts;
   if (d.format == Format::jsonl) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(d.raw);
-    } catch (const nlohmann::json::parse_error& e) {
-      fail("{}:{}: not valid JSON: {}", *d.file, d.line, e.what());
-    }
+    const nlohmann::json j = parse_json_text(d.raw, fmt::format("{}:{}", *d.file, d.line));
     PL_CHECK(j.is_object(), "{}:{}: expected a JSON object, found a {}", *d.file, d.line, j.type_name());
     for (const std::string& key : o.json_keys) texts.push_back(json_text(d, key, j));
   } else {

@@ -2,24 +2,23 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace pl {
 
 const nlohmann::json JsonReader::kEmptyObject = nlohmann::json::object();
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   PL_CHECK(in.good(), "{}: cannot open file", path);
-  try {
-    nlohmann::json j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/false);
-    PL_CHECK(j.is_object(), "{}: top level must be a JSON object", path);
-    return j;
-  } catch (const nlohmann::json::parse_error& e) {
-    // e.what() is one line: "[json.exception.parse_error.101] parse error at line 3, column 5: ..."
-    fail("{}: invalid JSON: {}", path, e.what());
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // (io/json_text.h: a nesting limit, and every nlohmann exception as one line naming the file)
+  nlohmann::json j = parse_json_text(text, path);
+  PL_CHECK(j.is_object(), "{}: top level must be a JSON object", path);
+  return j;
 }
 
 JsonReader::JsonReader(const nlohmann::json& obj, std::string file, std::string prefix)
@@ -44,7 +43,7 @@ int64_t JsonReader::integer(const std::string& key) {
     const double d = v.get<double>();
     if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<int64_t>(d);
   }
-  fail_field(key, "must be an integer, got " + v.dump());
+  fail_field(key, "must be an integer, got " + describe_json(v));
 }
 
 int64_t JsonReader::integer(const std::string& key, int64_t fallback) {
@@ -54,7 +53,7 @@ int64_t JsonReader::integer(const std::string& key, int64_t fallback) {
 
 double JsonReader::number(const std::string& key) {
   const auto& v = get(key);
-  if (!v.is_number()) fail_field(key, "must be a number, got " + v.dump());
+  if (!v.is_number()) fail_field(key, "must be a number, got " + describe_json(v));
   return v.get<double>();
 }
 
@@ -67,13 +66,13 @@ bool JsonReader::boolean(const std::string& key, bool fallback) {
   read_.insert(key);
   if (!obj_.contains(key)) return fallback;
   const auto& v = obj_.at(key);
-  if (!v.is_boolean()) fail_field(key, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) fail_field(key, "must be true or false, got " + describe_json(v));
   return v.get<bool>();
 }
 
 std::string JsonReader::string(const std::string& key) {
   const auto& v = get(key);
-  if (!v.is_string()) fail_field(key, "must be a string, got " + v.dump());
+  if (!v.is_string()) fail_field(key, "must be a string, got " + describe_json(v));
   return v.get<std::string>();
 }
 
@@ -86,7 +85,7 @@ std::optional<std::string> JsonReader::nullable_string(const std::string& key) {
   read_.insert(key);
   if (!obj_.contains(key) || obj_.at(key).is_null()) return std::nullopt;
   const auto& v = obj_.at(key);
-  if (!v.is_string()) fail_field(key, "must be a string or null, got " + v.dump());
+  if (!v.is_string()) fail_field(key, "must be a string or null, got " + describe_json(v));
   return v.get<std::string>();
 }
 
@@ -94,7 +93,7 @@ JsonReader JsonReader::object(const std::string& key) {
   read_.insert(key);
   if (!obj_.contains(key)) return JsonReader(kEmptyObject, file_, prefix_ + key + ".");
   const auto& v = obj_.at(key);
-  if (!v.is_object()) fail_field(key, "must be an object, got " + v.dump());
+  if (!v.is_object()) fail_field(key, "must be an object, got " + describe_json(v));
   return JsonReader(v, file_, prefix_ + key + ".");
 }
 

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_text.h"
 #include "io/atomic_file.h"
 
 namespace pl::data {
@@ -79,12 +80,7 @@ std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) 
   std::ifstream in(path, std::ios::binary);
   PL_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: not valid JSON (byte {})", path, e.byte);
-  }
+  const nlohmann::json j = parse_json_text(text, path);
   PL_CHECK(j.is_object(), "{}: expected a JSON object", path);
   const int version = field<int>(j, "version", path);
   PL_CHECK(version == kRecordVersion, "{}: version {} is not supported (expected {})", path, version, kRecordVersion);

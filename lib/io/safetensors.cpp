@@ -1,5 +1,7 @@
 #include "io/safetensors.h"
 
+#include "io/json_text.h"
+
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -89,12 +91,8 @@ nlohmann::json parse_json_object(const std::string& path, const char* what, cons
     }
     return true;
   };
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(first, last, cb, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail("{}: {} is not valid JSON: {}", path, what, e.what());
-  }
+  const nlohmann::json j = parse_json_text(std::string_view(first, static_cast<size_t>(last - first)),
+                                           fmt::format("{}: {}", path, what), cb);
   if (!duplicate.empty()) fail("{}: {} has the key '{}' twice (duplicate keys are not allowed)", path, what, duplicate);
   if (!j.is_object()) fail("{}: {} must be a JSON object, got {}", path, what, j.type_name());
   return j;
@@ -114,7 +112,7 @@ int64_t non_negative_integer(const nlohmann::json& v, bool& ok) {
 
 SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e) {
   auto bad = [&](const std::string& what) { fail("{}: tensor '{}': {}", path, name, what); };
-  if (!e.is_object()) bad(fmt::format("header entry must be an object, got {}", e.dump()));
+  if (!e.is_object()) bad(fmt::format("header entry must be an object, got {}", describe_json(e)));
   SafetensorsTensorInfo t;
   t.name = name;
   if (!e.contains("dtype") || !e["dtype"].is_string()) bad("header entry needs a string 'dtype'");
@@ -127,7 +125,7 @@ SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& na
   for (const auto& d : e["shape"]) {
     bool ok = false;
     const int64_t v = non_negative_integer(d, ok);
-    if (!ok) bad(fmt::format("shape {} must hold non-negative integers", e["shape"].dump()));
+    if (!ok) bad(fmt::format("shape {} must hold non-negative integers", describe_json(e["shape"])));
     t.shape.push_back(v);
   }
   if (!e.contains("data_offsets") || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
@@ -135,7 +133,7 @@ SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& na
   bool ok_b = false, ok_e = false;
   t.begin = static_cast<uint64_t>(non_negative_integer(e["data_offsets"][0], ok_b));
   t.end = static_cast<uint64_t>(non_negative_integer(e["data_offsets"][1], ok_e));
-  if (!ok_b || !ok_e) bad(fmt::format("data_offsets {} must be two non-negative integers", e["data_offsets"].dump()));
+  if (!ok_b || !ok_e) bad(fmt::format("data_offsets {} must be two non-negative integers", describe_json(e["data_offsets"])));
   if (t.end < t.begin) bad(fmt::format("data_offsets [{}, {}] end before they begin", t.begin, t.end));
   uint64_t need = 0;
   if (!byte_size(t.shape, safetensors_itemsize(t.dtype), need)) bad(fmt::format("shape {} is too large", t.shape_str()));
@@ -311,9 +309,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const nlohmann::json header = parse_json_object(path, "safetensors header", h, h + n);
     for (const auto& [key, value] : header.items()) {
       if (key == "__metadata__") {
-        if (!value.is_object()) fail("{}: '__metadata__' must be an object of strings, got {}", path, value.dump());
+        if (!value.is_object()) fail("{}: '__metadata__' must be an object of strings, got {}", path, describe_json(value));
         for (const auto& [mk, mv] : value.items()) {
-          if (!mv.is_string()) fail("{}: '__metadata__' value of '{}' must be a string, got {}", path, mk, mv.dump());
+          if (!mv.is_string()) fail("{}: '__metadata__' value of '{}' must be a string, got {}", path, mk, describe_json(mv));
           metadata_[mk] = mv.get<std::string>();
         }
         continue;
@@ -408,7 +406,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir)
   std::map<std::string, std::string> shard_of;  // tensor -> shard file
   std::map<std::string, size_t> file_index;     // shard file -> files_ index
   for (const auto& [name, file] : j["weight_map"].items()) {
-    if (!file.is_string()) fail("{}: weight_map value of '{}' must be a file name, got {}", ip, name, file.dump());
+    if (!file.is_string()) fail("{}: weight_map value of '{}' must be a file name, got {}", ip, name, describe_json(file));
     const std::string f = file.get<std::string>();
     if (f.empty() || f == "." || f == ".." || f.find('/') != std::string::npos || f.find('\\') != std::string::npos)
       fail("{}: weight_map value of '{}' must be a file name in the directory, got '{}'", ip, name, f);

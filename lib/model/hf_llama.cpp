@@ -9,6 +9,7 @@
 
 #include "config/json_reader.h"
 #include "core/error.h"
+#include "io/json_text.h"
 #include "core/tensor.h"
 #include "io/atomic_file.h"
 #include "io/safetensors.h"
@@ -32,11 +33,11 @@ std::vector<int64_t> token_ids(const JsonReader& r, const json& j, const char* k
   if (v.is_number_integer()) return {v.get<int64_t>()};
   if (v.is_array())
     for (const json& x : v) {
-      if (!x.is_number_integer()) r.fail_field(key, "must be an integer or a list of integers, got " + v.dump());
+      if (!x.is_number_integer()) r.fail_field(key, "must be an integer or a list of integers, got " + describe_json(v));
       out.push_back(x.get<int64_t>());
     }
   else
-    r.fail_field(key, "must be an integer or a list of integers, got " + v.dump());
+    r.fail_field(key, "must be an integer or a list of integers, got " + describe_json(v));
   return out;
 }
 
@@ -132,7 +133,7 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
     bool llama = false;
     if (a.is_array())
       for (const json& x : a) llama = llama || (x.is_string() && x.get<std::string>() == "LlamaForCausalLM");
-    if (!llama) r.fail_field("architectures", "must list LlamaForCausalLM, got " + a.dump());
+    if (!llama) r.fail_field("architectures", "must list LlamaForCausalLM, got " + describe_json(a));
   }
   if (!is_null(j, "quantization_config"))
     r.fail_field("quantization_config", "is present: pre-quantized weights cannot be imported (use a BF16/FP16/FP32 checkpoint)");

@@ -18,6 +18,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/json_text.h"
 #include "model/linear_layer.h"
 #include "numerics/bf16.h"
 
@@ -420,13 +421,7 @@ std::string read_small_file(const fs::path& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-json parse_json_file(const fs::path& path) {
-  try {
-    return json::parse(read_small_file(path));
-  } catch (const json::exception& e) {
-    fail("{}: not valid JSON ({})", path.string(), e.what());
-  }
-}
+json parse_json_file(const fs::path& path) { return parse_json_text(read_small_file(path), path.string()); }
 
 template <class T>
 T field(const json& j, const char* key, const fs::path& file) {
