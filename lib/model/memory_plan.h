@@ -63,8 +63,10 @@ struct ShardLayout {
   int64_t shard = 0;       // elements per rank
   int64_t begin = 0;       // this rank's first element
   int64_t end() const { return begin + shard; }
-  // This rank's real elements: [begin, real_end()).
+  // This rank's real elements: [real_begin(), real_end()) (empty for a rank that holds only padding).
   int64_t real_end() const { return std::min(end(), num_params); }
+  int64_t real_begin() const { return std::min(begin, real_end()); }
+  int64_t real_size() const { return real_end() - real_begin(); }
 };
 ShardLayout shard_layout(int64_t num_params, const ModelOptions& options);
 

@@ -199,8 +199,7 @@ void pread_all(int fd, char* data, size_t bytes, uint64_t offset, const fs::path
 
 // This rank's flat elements of every state file: its shard's real elements.
 std::pair<int64_t, int64_t> rank_elements(const LlamaModel& model) {
-  const ShardLayout& sh = model.shard();
-  return {std::min(sh.begin, sh.num_params), sh.real_end()};
+  return {model.shard().real_begin(), model.shard().real_end()};
 }
 
 // Writes flat elements [lo, hi) of b into `path` (a file of `numel` elements of b.file_dtype) and returns

@@ -54,6 +54,17 @@ const std::function<void(int64_t)>* GradientSync::listener() {
   return &on_final_;
 }
 
+// fn(owner, lo, hi) for each rank's part [lo, hi) of bucket b (shards are contiguous: a bucket is cut at
+// shard boundaries).
+template <class Fn>
+void GradientSync::for_each_owner_part(const GradBucket& b, Fn&& fn) const {
+  const int64_t shard = model_.shard().shard;
+  for (int64_t q = b.begin / shard; q < comm_.size() && q * shard < b.end; ++q) {
+    const int64_t lo = std::max(b.begin, q * shard), hi = std::min(b.end, (q + 1) * shard);
+    if (lo < hi) fn(static_cast<int>(q), lo, hi);
+  }
+}
+
 void GradientSync::reduce_bucket(const GradBucket& b, bool async) {
   const Tensor grads = model_.grads_padded();
   if (!model_.sharded()) {
@@ -61,11 +72,7 @@ void GradientSync::reduce_bucket(const GradBucket& b, bool async) {
     return;
   }
   // The distributed optimizer: each owner's part of the bucket summed onto its owner.
-  const int64_t shard = model_.shard().shard;
-  for (int64_t q = b.begin / shard; q < comm_.size() && q * shard < b.end; ++q) {
-    const int64_t lo = std::max(b.begin, q * shard), hi = std::min(b.end, (q + 1) * shard);
-    if (lo < hi) comm_.reduce_sum(grads.rows(lo, hi - lo), static_cast<int>(q), async);
-  }
+  for_each_owner_part(b, [&](int owner, int64_t lo, int64_t hi) { comm_.reduce_sum(grads.rows(lo, hi - lo), owner, async); });
 }
 
 void GradientSync::finish_gradient_reduction() {
@@ -90,13 +97,10 @@ void GradientSync::gather_weights() {
   }
   // Bottom up (buckets_ is top down): the forward reads the embedding first.
   const Tensor weights = model_.weights_padded();
-  const int64_t shard = model_.shard().shard;
   for (size_t i = buckets_.size(); i-- > 0;) {
-    const GradBucket& b = buckets_[i];
-    for (int64_t q = b.begin / shard; q < comm_.size() && q * shard < b.end; ++q) {
-      const int64_t lo = std::max(b.begin, q * shard), hi = std::min(b.end, (q + 1) * shard);
-      if (lo < hi) comm_.broadcast(weights.rows(lo, hi - lo), static_cast<int>(q), true);
-    }
+    for_each_owner_part(buckets_[i], [&](int owner, int64_t lo, int64_t hi) {
+      comm_.broadcast(weights.rows(lo, hi - lo), owner, true);
+    });
     gather_mark_[i] = comm_.queued();
   }
   gate_ = [this](int64_t begin, int64_t end) { wait_for_weights(begin, end); };

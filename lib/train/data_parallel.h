@@ -54,6 +54,8 @@ class GradientSync {
   size_t bucket_count() const { return buckets_.size(); }
 
  private:
+  template <class Fn>
+  void for_each_owner_part(const GradBucket& b, Fn&& fn) const;
   void reduce_bucket(const GradBucket& b, bool async);
   void wait_for_weights(int64_t begin, int64_t end);
   LlamaModel& model_;

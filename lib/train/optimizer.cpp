@@ -68,9 +68,8 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg, const dist::World* w
   }
   if (offload_) prepare_offload();
   if (model.sharded()) {
-    const int64_t real = model.shard().real_end() - std::min(model.shard().begin, model.shard().real_end());
-    norm_partials_ = Buffer(static_cast<size_t>(std::max<int64_t>(1, (real + num::kSumSquaresChunk - 1) /
-                                                                         num::kSumSquaresChunk)) * 4, dev);
+    const int64_t chunks = (model.shard().real_size() + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
+    norm_partials_ = Buffer(static_cast<size_t>(std::max<int64_t>(1, chunks)) * 4, dev);
   }
 }
 
@@ -169,13 +168,12 @@ void AdamW::host_step(const AdamWStep& s) {
 AdamW::Result AdamW::step(double lr) {
   const OpContext& ctx = model_.context();
   Result r;
-  // The distributed optimizer: this rank's shard of the reduced gradients, and the sum over the ranks
-  // (World::all_reduce_sum adds in rank order, so every rank gets the same bits).
+  // The distributed optimizer: this rank's shard of the reduced gradients; the norm over its real
+  // elements' chunk partials, added on rank 0 with the one-rank tree (sharded_sum_of_squares).
   const ShardLayout& shard = model_.shard();
   const Tensor grads = model_.sharded() ? model_.grads_padded().rows(shard.begin, shard.shard) : model_.grads().flat;
-  const int64_t real_begin = std::min(shard.begin, shard.real_end());
   const double squares = model_.sharded()
-                             ? sharded_sum_of_squares(model_.grads_padded().rows(real_begin, shard.real_end() - real_begin))
+                             ? sharded_sum_of_squares(model_.grads_padded().rows(shard.real_begin(), shard.real_size()))
                              : sum_of_squares(ctx, grads);
   r.grad_norm = std::sqrt(squares);
   if (!std::isfinite(r.grad_norm)) {
