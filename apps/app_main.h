@@ -20,6 +20,12 @@ inline void print_error_line(const char* app, const char* kind, std::string msg,
   std::fprintf(stderr, "%s: %s: %s%s\n", app, kind, msg.c_str(), suffix);
 }
 
+// For options stored in an unsigned type: CLI11 converts "-1" into 2^64 - 1 without a word. A leading
+// '-' is refused here with a one-line message instead.
+inline const CLI::Validator kNonNegativeInteger(
+    [](std::string& v) { return v.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + v; },
+    "INT>=0");
+
 // Parses argv into `cli`: nullopt to go on, or the exit code (0 after --help, 2 after a parse error).
 inline std::optional<int> parse_command_line(CLI::App& cli, int argc, char** argv, const char* app) {
   try {

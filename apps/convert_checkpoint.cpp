@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "app_main.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "model/hf_llama.h"
@@ -45,7 +46,7 @@ uint64_t parse_size(const std::string& s) {
   if (unit == "MB") mult = 1000 * 1000;
   if (unit == "GB") mult = 1000ull * 1000 * 1000;
   PL_CHECK(mult != 0 && v > 0, "--max-shard-size must be a byte count or N[KB|MB|GB], got '{}'", s);
-  return v * mult;
+  return checked_mul_u64(v, mult, fmt::format("--max-shard-size '{}'", s));
 }
 
 namespace fs = std::filesystem;

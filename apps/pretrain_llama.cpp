@@ -130,7 +130,9 @@ void add_flags(CLI::App& app, Options& o) {
   app.add_option("--recipe", o.recipe, "Precision recipe: a name in configs/recipes/ or a path to a .json")
       ->capture_default_str();
   app.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
-  app.add_option("--seed", t.seed, "Seed of the parameter initialisation")->capture_default_str();
+  app.add_option("--seed", t.seed, "Seed of the parameter initialisation")
+      ->check(pl::app::kNonNegativeInteger)  // a uint64 would silently wrap "-1"
+      ->capture_default_str();
   app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str();
   app.add_option("--min-lr", t.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
   app.add_option("--log-interval", t.log_interval, "Iterations per log line")->capture_default_str();
@@ -808,6 +810,15 @@ int run(const dist::World& world, int argc, char** argv) {
     return 0;
   }
 
+  // --save is claimed now, not at the first save hours in: a directory we can write, locked against a
+  // second run (rank 0 writes it; every rank learns of a failure and exits 1).
+  std::optional<SaveDirectoryLock> save_lock;
+  if (!o.save.empty())
+    if (const int rc = agree_or_fail(world, [&] {
+          if (world.rank() == 0) save_lock.emplace(o.save);
+        }))
+      return rc;
+
   const Device device = resolve_device(t, out);
   // The node's GPU of this rank (its local rank), before the device state opens a context on it.
   if (device == Device::CUDA) dist::select_local_device(world);
@@ -871,6 +882,11 @@ int run(const dist::World& world, int argc, char** argv) {
       EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
       DataParallelRanks{&world, comm.get()});
   print_data_parallel(world, *comm, t, model, trainer->gradient_buckets(), out);
+  if (!o.save.empty())  // (every rank takes part in agree_or_fail; rank 0 holds the lock)
+    if (const int rc = agree_or_fail(world, [&] {
+          if (save_lock) save_lock->check_free_space(checkpoint_bytes(model, trainer->optimizer()));
+        }))
+      return rc;
   if (o.exit_signal_handler || !o.save.empty()) {
     std::signal(SIGTERM, on_stop_signal);
     std::signal(SIGINT, on_stop_signal);

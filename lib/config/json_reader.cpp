@@ -38,11 +38,7 @@ const nlohmann::json& JsonReader::get(const std::string& key) {
 
 int64_t JsonReader::integer(const std::string& key) {
   const auto& v = get(key);
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::floor(d) == d && std::abs(d) < 9e15) return static_cast<int64_t>(d);
-  }
+  if (const std::optional<int64_t> i = json_exact_integer<int64_t>(v)) return *i;
   fail_field(key, "must be an integer, got " + describe_json(v));
 }
 
@@ -54,7 +50,10 @@ int64_t JsonReader::integer(const std::string& key, int64_t fallback) {
 double JsonReader::number(const std::string& key) {
   const auto& v = get(key);
   if (!v.is_number()) fail_field(key, "must be a number, got " + describe_json(v));
-  return v.get<double>();
+  // (A JSON number beyond double's range is a parse error already; this keeps a finite double finite.)
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) fail_field(key, "must be a finite number, got " + describe_json(v));
+  return d;
 }
 
 double JsonReader::number(const std::string& key, double fallback) {

@@ -2,24 +2,32 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <string_view>
+
 #include "config/json_reader.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace pl {
 
 int64_t ModelConfig::padded_vocab_size() const {
   const int64_t d = make_vocab_size_divisible_by;
-  return (vocab_size + d - 1) / d * d;
+  return checked_mul((checked_add(vocab_size, d - 1, "the padded vocabulary size")) / d, d, "the padded vocabulary size");
 }
 
 int64_t ModelConfig::num_parameters() const {
+  // Checked (core/checked_math.h): a config's sizes are user input, and every other size of the model is
+  // bounded by this count once it has been computed without overflow (validate_model_config does).
   const int64_t h = hidden_size;
-  const int64_t per_layer = 2 * h                       // two RMSNorm weights
-                            + qkv_dim() * h             // linear_qkv
-                            + h * q_dim()               // linear_proj
-                            + 2 * ffn_hidden_size * h   // linear_fc1 (gate | up)
-                            + h * ffn_hidden_size;      // linear_fc2
-  return num_layers * per_layer + h /* final norm */ + 2 * vocab_size * h /* untied embedding + LM head */;
+  constexpr std::string_view what = "the parameter count";
+  int64_t per_layer = checked_mul(2, h, what);                                                 // two RMSNorm weights
+  per_layer = checked_add(per_layer, checked_mul(qkv_dim(), h, what), what);                   // linear_qkv
+  per_layer = checked_add(per_layer, checked_mul(h, q_dim(), what), what);                     // linear_proj
+  per_layer = checked_add(per_layer, checked_product({3, ffn_hidden_size, h}, what), what);   // fc1 (gate|up), fc2
+  const int64_t layers = checked_mul(num_layers, per_layer, what);
+  // + the final norm + the untied embedding and LM head (padded vocabulary rows are not parameters)
+  return checked_add(checked_add(layers, h, what), checked_product({2, vocab_size, h}, what), what);
 }
 
 ModelConfig load_model_config(const std::string& path) { return model_config_from_json(read_json_file(path), path); }
@@ -66,6 +74,12 @@ void validate_model_config(const ModelConfig& m) {
   positive("vocab_size", m.vocab_size);
   positive("make_vocab_size_divisible_by", m.make_vocab_size_divisible_by);
   positive("seq_length", m.seq_length);
+  // The name is echoed into every log's banner: a short printable string.
+  PL_CHECK(!m.name.empty() && m.name.size() <= kMaxModelNameLength, "{}: field 'name' must be 1 to {} characters, got {}",
+           f, kMaxModelNameLength, m.name.size());
+  for (const char c : m.name)
+    PL_CHECK(static_cast<unsigned char>(c) >= 0x20 && c != 0x7f,
+             "{}: field 'name' holds a control character (code {})", f, static_cast<int>(static_cast<unsigned char>(c)));
   PL_CHECK(m.hidden_size % m.num_attention_heads == 0,
            "{}: field 'num_attention_heads' = {} does not divide hidden_size = {}", f, m.num_attention_heads,
            m.hidden_size);
@@ -76,8 +90,25 @@ void validate_model_config(const ModelConfig& m) {
            m.kv_channels);
   PL_CHECK(m.vocab_size >= 2, "{}: field 'vocab_size' must be at least 2 (one id is the end-of-document)", f);
   PL_CHECK(m.rotary_base > 1.0, "{}: field 'rotary_base' must be > 1, got {}", f, m.rotary_base);
-  PL_CHECK(m.layernorm_epsilon > 0.0, "{}: field 'layernorm_epsilon' must be > 0", f);
-  PL_CHECK(m.init_method_std > 0.0, "{}: field 'init_method_std' must be > 0", f);
+  // The kernels compute in FP32: a value that is positive as a double but 0 or inf as a float would be
+  // silently different from what the config says.
+  auto positive_finite_f32 = [&](const char* field, double v) {
+    const float x = static_cast<float>(v);
+    PL_CHECK(std::isfinite(v) && x > 0.0f && std::isfinite(x) && std::isnormal(x),
+             "{}: field '{}' must be a positive normal FP32 number (about 1.2e-38 to 3.4e38), got {}", f, field, v);
+  };
+  positive_finite_f32("layernorm_epsilon", m.layernorm_epsilon);
+  positive_finite_f32("init_method_std", m.init_method_std);
+  positive_finite_f32("rotary_base", m.rotary_base);
+  // Every size derived from the shape must fit int64 (num_parameters is checked and bounds the rest).
+  const std::string qkv = fmt::format("{}: (num_attention_heads + 2 x num_query_groups) x kv_channels", f);
+  (void)checked_mul(checked_add(m.num_attention_heads, checked_mul(2, m.num_query_groups, qkv), qkv), m.kv_channels, qkv);
+  try {
+    (void)m.num_parameters();
+  } catch (const Error& e) {
+    fail("{}: {}", f, e.what());
+  }
+  (void)checked_mul(m.padded_vocab_size(), m.hidden_size, fmt::format("{}: vocabulary x hidden size", f));
   if (m.rope_scaling) {
     PL_CHECK(m.rope_scaling_factor >= 1.0, "{}: field 'rope_scaling_factor' must be >= 1", f);
     PL_CHECK(m.rope_high_freq_factor > m.rope_low_freq_factor,

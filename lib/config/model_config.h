@@ -8,6 +8,9 @@
 
 namespace pl {
 
+// The longest model name a config may give (it is printed in every banner).
+inline constexpr size_t kMaxModelNameLength = 256;
+
 struct ModelConfig {
   std::string name;
   std::string file;                 // where it was loaded from (for error messages)

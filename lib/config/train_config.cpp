@@ -4,6 +4,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace pl {
@@ -34,6 +35,20 @@ void validate_data_parallel(const TrainConfig& t) {
   }
 }
 
+int64_t TrainConfig::train_samples() const {
+  return checked_mul(train_iters, global_batch_size, "--train-iters x --global-batch-size (training samples)");
+}
+
+int64_t TrainConfig::valid_samples() const {
+  const int64_t evaluations = train_iters / eval_interval + 1;
+  return checked_product({evaluations, eval_iters, global_batch_size},
+                         "(--train-iters / --eval-interval + 1) x --eval-iters x --global-batch-size (validation samples)");
+}
+
+int64_t TrainConfig::test_samples() const {
+  return checked_mul(eval_iters, global_batch_size, "--eval-iters x --global-batch-size (test samples)");
+}
+
 void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.train_iters >= 1, "--train-iters must be >= 1, got {}", t.train_iters);
   PL_CHECK(t.warmup_iters >= 0, "--warmup-iters must be >= 0, got {}", t.warmup_iters);
@@ -41,6 +56,16 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.micro_batch_size >= 1, "--micro-batch-size must be >= 1, got {}", t.micro_batch_size);
   PL_CHECK(t.seq_length >= 1, "--seq-length must be >= 1, got {}", t.seq_length);
   PL_CHECK(t.data_parallel_size >= 1, "data-parallel size must be >= 1, got {}", t.data_parallel_size);
+  PL_CHECK(t.eval_interval >= 1, "--eval-interval must be >= 1, got {}", t.eval_interval);
+  PL_CHECK(t.eval_iters >= 0, "--eval-iters must be >= 0 (0 = no validation), got {}", t.eval_iters);
+  // Sizes derived from the batch flags fit int64 (every buffer and sample count is bounded by these).
+  (void)checked_mul(t.micro_batch_size, t.data_parallel_size, "--micro-batch-size x data-parallel size");
+  (void)checked_mul(t.global_batch_size, t.seq_length, "--global-batch-size x --seq-length (tokens per iteration)");
+  (void)checked_product({t.global_batch_size, t.seq_length, t.train_iters},
+                        "--global-batch-size x --seq-length x --train-iters (tokens of the run)");
+  (void)t.train_samples();
+  (void)t.valid_samples();
+  (void)t.test_samples();
   PL_CHECK(t.global_batch_size % (t.micro_batch_size * t.data_parallel_size) == 0,
            "--global-batch-size {} is not divisible by --micro-batch-size {} x data-parallel size {} = {}",
            t.global_batch_size, t.micro_batch_size, t.data_parallel_size, t.micro_batch_size * t.data_parallel_size);
@@ -55,8 +80,6 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.quant_stats_interval >= 0, "--log-quant-stats-interval must be >= 0 (0 = off), got {}",
            t.quant_stats_interval);
   PL_CHECK(t.exit_interval >= 0, "--exit-interval must be >= 0 (0 = off), got {}", t.exit_interval);
-  PL_CHECK(t.eval_interval >= 1, "--eval-interval must be >= 1, got {}", t.eval_interval);
-  PL_CHECK(t.eval_iters >= 0, "--eval-iters must be >= 0 (0 = no validation), got {}", t.eval_iters);
   PL_CHECK(t.timing_log_level >= 0 && t.timing_log_level <= 2, "--timing-log-level must be 0, 1 or 2, got {}",
            t.timing_log_level);
   PL_CHECK(t.timing_log_option == "minmax" || t.timing_log_option == "max" || t.timing_log_option == "all",

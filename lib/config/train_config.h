@@ -78,9 +78,10 @@ struct TrainConfig {
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global
   // batches; (train_iters / eval_interval + 1) * eval_iters for validation (one evaluation every
   // interval plus the final one); eval_iters for the test split.
-  int64_t train_samples() const { return train_iters * global_batch_size; }
-  int64_t valid_samples() const { return (train_iters / eval_interval + 1) * eval_iters * global_batch_size; }
-  int64_t test_samples() const { return eval_iters * global_batch_size; }
+  // (Checked: a product that overflows is a one-line error naming the flags.)
+  int64_t train_samples() const;
+  int64_t valid_samples() const;
+  int64_t test_samples() const;
 };
 
 // Checks ranges and divisibility; one-line error naming the flag.

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace pl {
@@ -36,7 +37,13 @@ const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 Tensor::Tensor(void* d, std::initializer_list<int64_t> dims, DType t, Device dev)
     : data(d), dtype(t), device(dev) {
   PL_CHECK(dims.size() <= kMaxDims, "tensor with {} dims (max {})", dims.size(), kMaxDims);
-  for (int64_t s : dims) shape[ndim++] = s;
+  for (int64_t s : dims) {
+    PL_CHECK(s >= 0, "tensor dimension {} is negative", s);
+    shape[ndim++] = s;
+  }
+  // numel() and bytes() stay unchecked (hot); every shape passes through here once.
+  (void)checked_mul(checked_product(dims, "a tensor's element count"), static_cast<int64_t>(dtype_size(t)),
+                    "a tensor's byte size");
 }
 
 int64_t Tensor::numel() const {

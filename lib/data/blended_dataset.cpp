@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 
 namespace pl::data {
 
@@ -14,6 +16,9 @@ void build_blending_indices(std::span<const double> weights, int64_t size, std::
   PL_CHECK(n >= 1 && n <= static_cast<size_t>(std::numeric_limits<int16_t>::max()) + 1,
            "blend: {} datasets (must be 1..32768: dataset ids are int16)", n);
   PL_CHECK(size >= 0, "blend: size must be >= 0, got {}", size);
+  check_host_memory(checked_mul(size, sizeof(int16_t) + sizeof(int64_t), "the blend's indices' size"),
+                    fmt::format("building the blend's indices ({} samples)", size),
+                    "lower --train-iters, --eval-iters or --global-batch-size");
   dataset_index.assign(static_cast<size_t>(size), 0);
   dataset_sample_index.assign(static_cast<size_t>(size), 0);
   std::vector<int64_t> count(n, 0);
@@ -40,6 +45,7 @@ std::vector<double> normalize_blend_weights(std::span<const double> weights) {
              weights[i], i + 1);
     sum += weights[i];
   }
+  PL_CHECK(std::isfinite(sum), "--data-path: the weights sum to {} (each must be finite and their sum too)", sum);
   std::vector<double> out(weights.begin(), weights.end());
   for (double& w : out) w /= sum;
   return out;

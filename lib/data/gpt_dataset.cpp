@@ -12,7 +12,9 @@
 #include <string>
 
 #include "core/checksum.h"
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "io/atomic_file.h"
 #include "io/npy.h"
 #include "data/numpy_rng.h"
@@ -246,6 +248,13 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
   PL_CHECK(dataset_ != nullptr, "GPT dataset: no low-level dataset");
   num_sequences_ = static_cast<int64_t>(indices.size());
   const int64_t samples_sans_final_epoch = plan_epochs(indices, num_samples);
+  // Built or loaded, the three indices live in host memory: refused with one line before allocating.
+  check_host_memory(index_bytes(),
+                    fmt::format("building the {} split's dataset indices ({} epochs of {} sequences, {} samples of {} tokens)",
+                                split_name(split), num_epochs_, num_sequences_, num_samples.value_or(-1),
+                                config_.sequence_length),
+                    split == Split::train ? "lower --train-iters or --global-batch-size"
+                                          : "lower --eval-iters (or raise --eval-interval)");
   if (cache.dir.empty()) {
     build_indices(indices, samples_sans_final_epoch);
     return;
@@ -260,6 +269,19 @@ GPTDataset::GPTDataset(std::shared_ptr<const LowLevelDataset> dataset, std::vect
   }
   build_indices(indices, samples_sans_final_epoch);
   save_cached(base, description);
+}
+
+// The bytes of the document, sample and shuffle indices plan_epochs has sized (checked arithmetic:
+// they follow from the requested sample count, user input).
+int64_t GPTDataset::index_bytes() const {
+  const int64_t add = config_.add_extra_token_to_sequence ? 1 : 0;
+  constexpr std::string_view what = "the dataset indices' size";
+  const int64_t tokens = checked_mul(num_epochs_, tokens_per_epoch_, what);
+  const int64_t samples = (tokens - add) / config_.sequence_length + 1;
+  const int64_t document = checked_product({num_epochs_, num_sequences_, 4}, what);
+  const int64_t sample = checked_product({checked_add(samples, 1, what), 2, 8}, what);
+  const int64_t shuffle = checked_mul(samples, 8, what);
+  return checked_add(checked_add(document, sample, what), shuffle, what);
 }
 
 // Tokens per epoch, epochs and whether the final epoch is shuffled apart (what the indices are built

@@ -115,6 +115,7 @@ class GPTDataset final : public SampleSource {
   const std::string& cache_note() const { return cache_note_; }  // where, or why not saved
 
  private:
+  int64_t index_bytes() const;
   int64_t plan_epochs(const std::vector<int32_t>& indices, std::optional<int64_t> num_samples);
   void build_indices(const std::vector<int32_t>& indices, int64_t samples_sans_final_epoch);
   bool load_cached(const std::string& base, const std::string& description, int64_t docs);

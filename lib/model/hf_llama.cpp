@@ -41,6 +41,17 @@ std::vector<int64_t> token_ids(const JsonReader& r, const json& j, const char* k
   return out;
 }
 
+// bos/eos ids must name tokens: HF configs use -1 or an id past the vocabulary for "none", which a
+// consumer would read as a real (pad) id; refused with one line, and so are our own export flags.
+void check_special_token_ids(const std::optional<int64_t>& bos, const std::vector<int64_t>& eos, int64_t vocab_size,
+                             const std::string& what) {
+  auto check = [&](int64_t id, const char* name) {
+    PL_CHECK(id >= 0 && id < vocab_size, "{}: {} {} is outside the vocabulary [0, {})", what, name, id, vocab_size);
+  };
+  if (bos) check(*bos, "bos_token_id");
+  for (const int64_t id : eos) check(id, "eos_token_id");
+}
+
 // rope_theta and the Llama 3.1 scaling, from the legacy fields (rope_theta + rope_scaling, what
 // every Llama 3.x config.json on the Hub holds) or transformers v5's rope_parameters.
 void read_rope(const json& j, const std::string& file, ModelConfig& m) {
@@ -163,6 +174,7 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
   const std::vector<int64_t> bos = token_ids(r, j, "bos_token_id");
   if (!bos.empty()) out.bos_token_id = bos[0];
   out.eos_token_ids = token_ids(r, j, "eos_token_id");
+  check_special_token_ids(out.bos_token_id, out.eos_token_ids, m.vocab_size, path);
   if (!is_null(j, "torch_dtype") && j["torch_dtype"].is_string()) out.torch_dtype = j["torch_dtype"].get<std::string>();
   else if (!is_null(j, "dtype") && j["dtype"].is_string()) out.torch_dtype = j["dtype"].get<std::string>();  // v5
   return out;
@@ -212,6 +224,7 @@ std::string hf_llama_config_json(const ModelConfig& m, const HfExportOptions& op
   j["tie_word_embeddings"] = false;  // our embedding and LM head are separate tensors
   j["torch_dtype"] = "bfloat16";
   j["use_cache"] = true;
+  check_special_token_ids(opts.bos_token_id, opts.eos_token_ids, m.vocab_size, "config.json export (--bos-token-id/--eos-token-id)");
   if (opts.bos_token_id) j["bos_token_id"] = *opts.bos_token_id;
   if (opts.eos_token_ids.size() == 1) j["eos_token_id"] = opts.eos_token_ids[0];
   else if (!opts.eos_token_ids.empty()) j["eos_token_id"] = opts.eos_token_ids;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "model/linear_layer.h"
 #include "model/llama.h"
@@ -60,16 +61,19 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
     mem.host_staging = static_cast<double>(slot * dtype_size(act) * kOffloadStagingSlots);
   }
 
-  const int64_t T = B * S, h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
+  const int64_t T = checked_mul(B, S, "--micro-batch-size x --seq-length"), h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
   const int64_t nq = cfg.num_attention_heads, d = cfg.kv_channels, qkv = cfg.qkv_dim(), L = cfg.num_layers;
   // Every tensor is carved from one arena, each rounded up to 256 bytes.
   Activations<ArenaSlot>& a = mem.arena;
   size_t total = 0;
   auto want = [&](ArenaSlot& s, std::vector<int64_t> dims, DType type) {
+    // Checked: the shapes come from the model config and the batch flags (user input).
+    constexpr std::string_view what = "the activation memory plan (micro-batch x sequence x model sizes)";
     int64_t count = 1;
-    for (int64_t x : dims) count *= x;
+    for (int64_t x : dims) count = checked_mul(count, x, what);
+    const int64_t bytes = checked_mul(count, static_cast<int64_t>(dtype_size(type)), what);
     s = {std::move(dims), type, total};
-    total += (static_cast<size_t>(count) * dtype_size(type) + 255) / 256 * 256;
+    total = static_cast<size_t>(checked_add(static_cast<int64_t>(total), checked_add(bytes, 255, what) / 256 * 256, what));
   };
   a.layers.resize(static_cast<size_t>(L));
   want(a.tokens, {T}, DType::I32);

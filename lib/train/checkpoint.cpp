@@ -1,6 +1,9 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -13,6 +16,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/checksum.h"
@@ -384,12 +389,27 @@ std::vector<std::pair<int64_t, fs::path>> iteration_dirs(const fs::path& dir) {
   return out;
 }
 
-// Leftovers of interrupted saves (ours are all complete by now).
+// The pid a "*.tmp-<pid>" or "*.tmp-prune-<pid>" name was made by, or 0.
+pid_t tmp_owner(const std::string& name) {
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos || dash + 1 >= name.size()) return 0;
+  const std::string digits = name.substr(dash + 1);
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
+  return static_cast<pid_t>(std::stol(digits));
+}
+
+// Leftovers of interrupted saves (ours are all complete by now): those of this process and of processes
+// that no longer exist. Another live process's temporary is left alone (the directory lock keeps a second
+// run out, but a temporary must never be taken from under its writer).
 void remove_tmp_entries(const fs::path& dir) {
   std::error_code ec;
   std::vector<fs::path> tmp;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
-    if (is_tmp_name(e.path().filename().string())) tmp.push_back(e.path());
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_tmp_name(name)) continue;
+    const pid_t owner = tmp_owner(name);
+    if (owner == 0 || owner == ::getpid() || (::kill(owner, 0) != 0 && errno == ESRCH)) tmp.push_back(e.path());
+  }
   for (const fs::path& p : tmp) fs::remove_all(p, ec);
 }
 
@@ -425,6 +445,12 @@ json parse_json_file(const fs::path& path) { return parse_json_text(read_small_f
 template <class T>
 T field(const json& j, const char* key, const fs::path& file) {
   PL_CHECK(j.is_object() && j.contains(key), "{}: missing field '{}'", file.string(), key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const std::optional<T> v = json_exact_integer<T>(j.at(key));
+    PL_CHECK(v.has_value(), "{}: field '{}' must be an integer in [{}, {}], got {}", file.string(), key,
+             std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), describe_json(j.at(key)));
+    return *v;
+  }
   try {
     return j.at(key).get<T>();
   } catch (const json::exception& e) {
@@ -626,6 +652,58 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
   r.pruned = prune(dir, keep_last, state.iteration);
   if (ranks) world->barrier();
   return r;
+}
+
+SaveDirectoryLock::SaveDirectoryLock(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(dir, ec);
+  PL_CHECK(!fs::exists(st) || fs::is_directory(st), "--save {}: exists and is not a directory", dir);
+  fs::create_directories(dir, ec);
+  PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir, ec.message());
+  const std::string lock = (fs::path(dir) / kLockFile).string();
+  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  PL_CHECK(fd_ >= 0, "--save {}: cannot create files in it ({}: {})", dir, lock, std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char owner[256] = {};
+    const ssize_t got = ::pread(fd_, owner, sizeof owner - 1, 0);
+    std::string who = got > 0 ? std::string(owner, static_cast<size_t>(got)) : std::string("unknown");
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    if (err == EWOULDBLOCK)
+      fail("--save {}: another run is saving into this directory ({}, holding {}); two runs must not share a --save "
+           "directory",
+           dir, who, lock);
+    fail("--save {}: cannot lock {}: {}", dir, lock, std::strerror(err));
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("pid {} on {}\n", ::getpid(), host);
+  const bool recorded = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
+  PL_CHECK(recorded, "--save {}: cannot write {}: {}", dir, lock, std::strerror(errno));
+}
+
+SaveDirectoryLock::~SaveDirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+void SaveDirectoryLock::check_free_space(uint64_t bytes) const {
+  struct statvfs fs_info {};
+  PL_CHECK(::statvfs(dir_.c_str(), &fs_info) == 0, "--save {}: cannot read its file system's free space: {}", dir_,
+           std::strerror(errno));
+  const double free_bytes = static_cast<double>(fs_info.f_bavail) * static_cast<double>(fs_info.f_frsize);
+  PL_CHECK(free_bytes >= static_cast<double>(bytes),
+           "--save {}: {:.2f} GB free, one checkpoint needs {:.2f} GB (a save writes the new checkpoint before "
+           "--keep-last removes old ones)",
+           dir_, free_bytes / 1e9, static_cast<double>(bytes) / 1e9);
+}
+
+uint64_t checkpoint_bytes(const LlamaModel& model, const AdamW& opt) {
+  uint64_t total = 1'000'000;  // metadata.json, manifest.json, the tracker
+  for (const StateBuffer& b : state_buffers(model, opt))
+    total += static_cast<uint64_t>(model.num_params()) * dtype_size(b.file_dtype);
+  return total;
 }
 
 bool checkpoint_dir_is_empty(const std::string& dir) {

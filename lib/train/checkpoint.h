@@ -67,6 +67,35 @@ SaveReport save_checkpoint(const std::string& dir, int64_t keep_last, const Llam
                            const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook = {},
                            const dist::World* world = nullptr);
 
+// --save DIR claimed at start-up (issue 14, class 10), so that what would fail at the first save (hours
+// in) fails before the first iteration, and two runs never save into one directory:
+// - DIR is created if missing; a DIR that is not a directory, or where no file can be created, is a
+//   one-line error;
+// - DIR/pretrain_llama.lock is opened and locked with flock(LOCK_EX | LOCK_NB) for the life of the
+//   object; it holds the owner's pid and host, which a second run names in its one-line refusal. The
+//   lock file itself stays (removing it would race with a run that has just opened it). flock on NFS is
+//   emulated with POSIX locks by Linux (since 2.6.12), so ranks on different hosts exclude each other too.
+// With data parallelism only rank 0 (the writer of the directory) holds it.
+class SaveDirectoryLock {
+ public:
+  explicit SaveDirectoryLock(const std::string& dir);
+  ~SaveDirectoryLock();
+  SaveDirectoryLock(const SaveDirectoryLock&) = delete;
+  SaveDirectoryLock& operator=(const SaveDirectoryLock&) = delete;
+  // One checkpoint of `bytes` must fit in the free space of DIR's file system (a save writes the new
+  // checkpoint before it prunes old ones): otherwise a one-line error with both figures.
+  void check_free_space(uint64_t bytes) const;
+  static constexpr const char* kLockFile = "pretrain_llama.lock";
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+};
+
+// The bytes one checkpoint of this model and optimizer takes on disk (state files; metadata and manifest
+// are a few KB and are counted as 1 MB).
+uint64_t checkpoint_bytes(const LlamaModel& model, const AdamW& opt);
+
 // One state file as the manifest lists it.
 struct CheckpointFile {
   std::string name, dtype;  // dtype: f32 | bf16 | json

@@ -3,6 +3,7 @@
 // leaves the previous checkpoint loadable, and every damaged checkpoint is refused with one line.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -307,3 +308,47 @@ TEST(CheckpointCli, FlagCombinationsAreChecked) {
 }
 
 }  // namespace
+
+// ---- issue 14, class 10: --save is claimed at start-up --------------------------------------------
+
+TEST(SaveDirectory, ARegularFileIsRefusedBeforeTheFirstIteration) {
+  pl::test::TempDir dir;
+  const std::string f = dir.write("not_a_dir", "x");
+  expect_refused(tiny({"--disable-fp4", "--save", f}, "2"), {"--save", f, "not a directory"});
+  EXPECT_EQ(pl::test::read_text_file(f), "x");
+}
+
+TEST(SaveDirectory, ADirectoryLockedByAnotherRunIsRefusedNamingItsOwner) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  fs::create_directories(d);
+  // This test process plays the other run: it holds the lock and has recorded itself in the file.
+  const std::string lock = d + "/pretrain_llama.lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);
+  const std::string me = "pid " + std::to_string(::getpid()) + " on testhost\n";
+  ASSERT_EQ(::write(fd, me.data(), me.size()), static_cast<ssize_t>(me.size()));
+  expect_refused(tiny({"--disable-fp4", "--save", d}, "2"), {"--save", "another run", std::to_string(::getpid())});
+  EXPECT_FALSE(fs::exists(d + "/iter_0000002"));
+  ::close(fd);  // released: the next run takes the directory
+  run_ok(tiny({"--disable-fp4", "--save", d}, "2"));
+  EXPECT_TRUE(fs::exists(d + "/iter_0000002/manifest.json"));
+}
+
+TEST(SaveDirectory, ASaveRemovesOnlyTemporariesOfProcessesThatAreGone) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "ckpt").string();
+  fs::create_directories(d);
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ::waitpid(child, nullptr, 0);  // a pid that no longer runs
+  const std::string dead = d + "/iter_0000007.tmp-" + std::to_string(child);
+  const std::string alive = d + "/iter_0000009.tmp-" + std::to_string(::getpid());
+  fs::create_directories(dead);
+  fs::create_directories(alive);
+  run_ok(tiny({"--disable-fp4", "--save", d}, "2"));
+  EXPECT_FALSE(fs::exists(dead)) << "a dead process's temporary was left";
+  EXPECT_TRUE(fs::exists(alive)) << "a live process's temporary was taken from under it";
+}

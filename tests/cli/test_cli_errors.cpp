@@ -179,3 +179,20 @@ TEST(CliErrors, ShapeFlagWithHuggingFaceInit) {
 }
 
 }  // namespace
+
+// ---- issue 14: nonsense that used to be accepted, and the index memory check ----------------------
+
+TEST(CliErrors, NegativeSeedIsRefusedNotWrapped) {
+  expect_one_line_failure(tiny({"--seed", "-1", "--dry-run"}), {"--seed", "-1"});
+}
+
+TEST(CliErrors, TrainSamplesThatOverflowInt64) {
+  expect_one_line_failure(tiny({"--train-iters", "4611686018427387904", "--dry-run"}), {"--train-iters", "overflows"});
+}
+
+TEST(CliErrors, EvalItersWhoseIndicesDoNotFitInHostMemory) {
+  // A billion validation batches: the indices would take hundreds of GB. Refused before allocating.
+  expect_one_line_failure(tiny({"--train-iters", "1", "--global-batch-size", "4", "--micro-batch-size", "4",
+                                "--seq-length", "32", "--eval-iters", "1000000000", "--threads", "1"}),
+                          {"valid split", "GB of host memory", "--eval-iters"});
+}

@@ -276,3 +276,66 @@ TEST(ConfigModel, ShapeOverridesThatBreakTheModelNameTheFlags) {
 }
 
 }  // namespace
+
+// ---- silently accepted nonsense (issue 14, class 11): each is a one-line error naming the field ----
+
+TEST_F(ConfigModelErrors, SizesWhoseParameterCountOverflowsInt64) {
+  nlohmann::json j = base_model_json();
+  j["hidden_size"] = 4'000'000'000'000LL;  // divisible by 8 heads; h^2 overflows int64
+  j["ffn_hidden_size"] = 4'000'000'000'000LL;
+  j.erase("kv_channels");
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "overflows"});
+}
+
+TEST_F(ConfigModelErrors, VocabularyThatOverflowsWhenPadded) {
+  nlohmann::json j = base_model_json();
+  j["vocab_size"] = INT64_MAX - 5;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "overflows"});
+}
+
+TEST_F(ConfigModelErrors, EpsilonThatIsZeroInFp32) {
+  nlohmann::json j = base_model_json();
+  j["layernorm_epsilon"] = 1e-50;  // > 0 as a double, 0 as the float the kernels use
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "layernorm_epsilon", "FP32"});
+}
+
+TEST_F(ConfigModelErrors, RotaryBaseThatIsInfiniteInFp32) {
+  nlohmann::json j = base_model_json();
+  j["rotary_base"] = 1e39;
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "rotary_base"});
+}
+
+TEST_F(ConfigModelErrors, HugeNameIsRefusedWithoutEchoingIt) {
+  nlohmann::json j = base_model_json();
+  j["name"] = std::string(5'000'000, 'x');
+  const std::string p = write(j);
+  try {
+    pl::load_model_config(p);
+    FAIL() << "a 5 MB name was accepted";
+  } catch (const pl::Error& e) {
+    const std::string msg = e.what();
+    EXPECT_LT(msg.size(), 400u) << "the name was echoed";
+    EXPECT_NE(msg.find("'name'"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(ConfigModelErrors, NameWithAControlCharacter) {
+  nlohmann::json j = base_model_json();
+  j["name"] = "a\nb";
+  const std::string p = write(j);
+  expect_one_line_error([&] { pl::load_model_config(p); }, {p, "name", "control"});
+}
+
+TEST_F(ConfigModelErrors, IntegerFieldsTakeNoFractionsOrHugeFloats) {
+  for (const char* text : {"1.9", "1e20", "-1e300"}) {
+    nlohmann::json j = base_model_json();
+    j["num_layers"] = nlohmann::json::parse(text);
+    const std::string p = write(j);
+    SCOPED_TRACE(text);
+    expect_one_line_error([&] { pl::load_model_config(p); }, {p, "num_layers", "integer"});
+  }
+}

@@ -239,3 +239,14 @@ TEST(CheckpointSave, AnInterruptedSaveLeavesThePreviousCheckpoint) {
 
 }  // namespace
 }  // namespace pl
+
+// Issue 14, class 10: the free-space check compares one checkpoint with the file system's free bytes.
+TEST(SaveDirectoryLock, FreeSpaceCheckRefusesACheckpointLargerThanTheDisk) {
+  pl::test::TempDir dir;
+  const pl::SaveDirectoryLock lock((dir.path() / "ckpt").string());
+  EXPECT_NO_THROW(lock.check_free_space(1000));
+  pl::test::expect_one_line_error([&] { lock.check_free_space(uint64_t{1} << 62); }, {"--save", "GB free", "needs"});
+  // The same process cannot take the lock twice through a second open file description.
+  pl::test::expect_one_line_error([&] { pl::SaveDirectoryLock again((dir.path() / "ckpt").string()); },
+                                  {"another run", "pid"});
+}

@@ -1,0 +1,31 @@
+#include "core/host_memory.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace pl {
+
+int64_t host_memory_available_bytes() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    long long kb = -1;
+    while (std::fgets(line, sizeof line, f) != nullptr)
+      if (std::sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    std::fclose(f);
+    if (kb >= 0) return static_cast<int64_t>(kb) * 1024;
+  }
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : INT64_MAX;
+}
+
+void check_host_memory(int64_t bytes, std::string_view what, std::string_view advice) {
+  const int64_t available = host_memory_available_bytes();
+  PL_CHECK(bytes <= available, "{} needs {:.2f} GB of host memory, {:.2f} GB is available; {}", what,
+           static_cast<double>(bytes) / 1e9, static_cast<double>(available) / 1e9, advice);
+}
+
+}  // namespace pl
