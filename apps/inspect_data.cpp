@@ -19,6 +19,7 @@
 #include "config/model_config.h"
 #include "config/paths.h"
 #include "config/train_config.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "data/data_pipeline.h"
 #include "data/tokenizer.h"
@@ -80,7 +81,7 @@ std::pair<int64_t, int64_t> parse_sample_range(const std::string& s) {
   const size_t colon = s.find(':');
   if (colon == std::string::npos) {
     const int64_t i = parse_index(s, s);
-    return {i, i + 1};
+    return {i, checked_add(i, 1, fmt::format("--sample {}", s))};
   }
   const int64_t a = parse_index(s.substr(0, colon), s), b = parse_index(s.substr(colon + 1), s);
   PL_CHECK(a < b, "--sample range '{}' is empty", s);

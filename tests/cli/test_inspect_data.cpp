@@ -90,6 +90,9 @@ TEST(InspectData, ErrorsAreOneLine) {
   expect_fail({"--mock", "--sample", "x"}, "--sample");
   expect_fail({"--mock", "--from", "dev"}, "--from");
   expect_fail({"--data-path", "/nonexistent/p_text_document"}, "/nonexistent/p_text_document.idx");
+  // Issue 14: an index whose range end wraps (it printed nothing and exited 0), sizes that overflow.
+  expect_fail({"--mock", "--sample", "9223372036854775807"}, "overflows");
+  expect_fail({"--mock", "--train-iters", "4611686018427387904"}, "overflows");
 }
 
 }  // namespace
