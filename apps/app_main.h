@@ -1,11 +1,13 @@
 #pragma once
 // The outermost layer every app shares, so that all of them fail the same way: one stderr line
-// "<app>: error: <message>" (newlines flattened) and exit 1 for a user error (pl::Error); "<app>:
-// internal error: ..." and exit 3 for anything else; "(see --help)" and exit 2 for a bad command line.
+// "<app>: error: <message>" (newlines flattened) and exit 1 for a user error (pl::Error), a file system
+// error (std::filesystem) or host memory exhausted (std::bad_alloc); "<app>: internal error: ..." and exit 3 for anything else; "(see --help)" and exit 2 for a bad command line.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
+#include <filesystem>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -47,6 +49,15 @@ int guarded_main(const char* app, Run&& run, int argc, char** argv) {
     return run(argc, argv);
   } catch (const pl::Error& e) {
     print_error_line(app, "error", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // The environment, not a bug: a path vanished, a permission or a full disk (the message names the
+    // path and the OS error).
+    print_error_line(app, "error", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    print_error_line(app, "error", "out of host memory (std::bad_alloc): lower the sizes given (batch, "
+                     "sequence, iterations) or free memory");
     return 1;
   } catch (const std::exception& e) {
     print_error_line(app, "internal error", e.what());
