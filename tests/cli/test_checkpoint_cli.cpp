@@ -285,7 +285,9 @@ TEST(CheckpointCli, KeepLastLeavesTheNewestCheckpoints) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(d)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"iter_0000006", "iter_0000008", "latest_checkpointed_iteration.txt"}));
+  // (pretrain_llama.lock: the --save directory's lock, which stays; see SaveDirectoryLock)
+  EXPECT_EQ(names, (std::vector<std::string>{"iter_0000006", "iter_0000008", "latest_checkpointed_iteration.txt",
+                                             "pretrain_llama.lock"}));
 }
 
 TEST(CheckpointCli, LoadingTheEmptySaveDirectoryStartsFromScratchWithMegatronsWarning) {
