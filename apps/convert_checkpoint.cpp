@@ -19,6 +19,7 @@
 #include "core/checked_math.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/file_checks.h"
 #include "model/hf_llama.h"
 #include "train/checkpoint.h"
 
@@ -64,6 +65,8 @@ int run(int argc, char** argv) {
   app.add_flag("--overwrite", o.overwrite, "Replace an existing, non-empty --to-hf directory (as a whole, once the new "
                                            "export is complete)");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "convert_checkpoint")) return *rc;
+  // --to-hf onto, inside or around the checkpoint: --overwrite would replace it (io/file_checks.h).
+  check_outputs_apart_from_inputs({{"--load", o.load}}, {{"--to-hf", o.to_hf}});
 
   HfExportOptions opts;
   opts.max_shard_bytes = parse_size(o.max_shard_size);

@@ -26,6 +26,7 @@
 
 #include "app_main.h"
 #include "core/error.h"
+#include "io/file_checks.h"
 #include "io/json_text.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer.h"
@@ -277,7 +278,8 @@ void check_options(const Options& o) {
       PL_CHECK(o.json_keys[i] != o.json_keys[k], "--json-keys: '{}' is given twice", o.json_keys[i]);
   for (const std::string& in : o.inputs) {
     std::error_code ec;
-    PL_CHECK(std::filesystem::is_regular_file(in, ec), "--input {}: no such file", in);
+    PL_CHECK(std::filesystem::exists(in, ec), "--input {}: no such file", in);
+    check_regular_file(in);  // a FIFO or a directory: one line (io/file_checks.h), not a hang
     PL_CHECK(format_of(in, o.input_format) == Format::jsonl || o.json_keys == std::vector<std::string>{"text"},
              "--input {}: plain text has only the key 'text'; --json-keys applies to JSON lines", in);
   }
@@ -339,6 +341,16 @@ int run(int argc, char** argv) {
   app.add_option("--log-interval", o.log_interval, "Documents between progress lines")->capture_default_str();
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "preprocess_data")) return *rc;
   check_options(o);
+  // No output may replace an input (io/file_checks.h): --input, --tokenizer-model against every final file.
+  std::vector<FlagPath> inputs, outputs;
+  for (const std::string& in : o.inputs) inputs.push_back({"--input", in});
+  inputs.push_back({"--tokenizer-model", o.tokenizer_model});
+  for (const std::string& key : o.json_keys) {
+    const std::string p = output_prefix_for(o, key);
+    for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
+      outputs.push_back({"--output-prefix", f});
+  }
+  check_outputs_apart_from_inputs(inputs, outputs);
   const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
   const data::TokenizerRecord record = make_record(o, *tok);
 

@@ -26,7 +26,9 @@
 #include "config/train_config.h"
 #include "core/error.h"
 #include "core/step_timer.h"
+#include "io/file_checks.h"
 #include "data/data_pipeline.h"
+#include "data/tokenizer_record.h"
 #include "dist/communicator.h"
 #include "dist/world.h"
 #if defined(PL_WITH_CUDA)
@@ -515,6 +517,22 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
   return s;
 }
 
+// --save must not be, contain or lie inside anything the run reads (io/file_checks.h): the model and
+// recipe configs, the Hugging Face directory, the data's .bin/.idx/.tokenizer.json. --load may be --save
+// (that is how Megatron resumes) or lie inside it (one iter_ directory).
+void check_save_apart_from_inputs(const Options& o, const RunSetup& s) {
+  if (o.save.empty()) return;
+  std::vector<FlagPath> inputs;
+  if (o.init_from_hf.empty()) inputs.push_back({"--model", s.mc.file});
+  else inputs.push_back({"--init-from-hf", o.init_from_hf});
+  inputs.push_back({"--recipe", s.recipe_path});
+  if (!o.data.data_path.empty())
+    for (const std::string& p : data::parse_data_path(o.data.data_path).prefixes)
+      for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
+        inputs.push_back({"--data-path", f});
+  check_outputs_apart_from_inputs(inputs, {{"--save", o.save}});
+}
+
 // The precision-aware optimizer's one banner line (only when --use-precision-aware-optimizer is given,
 // so default logs are unchanged).
 void print_optimizer_state(const TrainConfig& t, const std::shared_ptr<spdlog::logger>& out) {
@@ -797,6 +815,7 @@ int run(const dist::World& world, int argc, char** argv) {
   if (const int rc = agree_or_fail(world, [&] {
         validate_flags(o, app);
         setup = resolve_model_and_plan(o, app, argv[0]);
+        check_save_apart_from_inputs(o, setup);
       }))
     return rc;
   const ModelConfig& mc = setup.mc;

@@ -19,6 +19,7 @@
 #include "backend/ops.h"
 #include "backend/quantize.h"
 #include "core/error.h"
+#include "io/file_checks.h"
 #include "io/npy.h"
 #include "core/tensor.h"
 #include "numerics/bf16.h"
@@ -214,6 +215,11 @@ int run(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Seed of the stochastic-rounding stream")->check(pl::app::kNonNegativeInteger);
   app.add_flag("-q,--quiet", o.quiet, "Print only the telemetry line");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "quantize_tensor")) return *rc;
+  // No output may replace the input (io/file_checks.h): every file --out can write, whatever the format.
+  std::vector<FlagPath> outputs;
+  for (const char* suffix : {".codes.npy", ".scales.npy", ".scales_swizzled.npy", ".amax.npy", ".dequant.npy"})
+    outputs.push_back({"--out", o.out + suffix});
+  check_outputs_apart_from_inputs({{"INPUT", o.input}}, outputs);
 
   const QuantFormat f = parse_format(o.format);
   validate_flags(o, f, app);

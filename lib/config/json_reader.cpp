@@ -5,6 +5,7 @@
 #include <iterator>
 
 #include "core/error.h"
+#include "io/file_checks.h"
 #include "io/json_text.h"
 
 namespace pl {
@@ -12,9 +13,7 @@ namespace pl {
 const nlohmann::json JsonReader::kEmptyObject = nlohmann::json::object();
 
 nlohmann::json read_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "{}: cannot open file", path);
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_regular_file(path);  // (a FIFO or a directory: one line, no hang)
   // (io/json_text.h: a nesting limit, and every nlohmann exception as one line naming the file)
   nlohmann::json j = parse_json_text(text, path);
   PL_CHECK(j.is_object(), "{}: top level must be a JSON object", path);

@@ -15,7 +15,8 @@ std::string resolve_config(const std::string& kind, const std::string& name_or_p
   const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                                (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   if (looks_like_path) {
-    PL_CHECK(fs::is_regular_file(name_or_path), "{}: no such file (--{})", name_or_path,
+    // (Anything there that is not a regular file -- a FIFO, a directory -- is named by its reader.)
+    PL_CHECK(fs::exists(name_or_path), "{}: no such file (--{})", name_or_path,
              kind == "models" ? "model" : "recipe");
     return name_or_path;
   }

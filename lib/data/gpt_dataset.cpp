@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "io/atomic_file.h"
+#include "io/file_checks.h"
 #include "io/npy.h"
 #include "data/numpy_rng.h"
 
@@ -175,9 +176,13 @@ std::string index_description(const std::string& dataset_id, const std::vector<i
 }
 
 std::optional<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  // Anything unreadable -- missing, or a FIFO or a directory (io/file_checks.h: refused, not a hang) --
+  // is a cache miss.
+  try {
+    return read_regular_file(path);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
 }
 
 template <typename T>

@@ -17,6 +17,8 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/file_checks.h"
+#include "io/mapped_file.h"
 
 static_assert(std::endian::native == std::endian::little, "the .bin/.idx format is little-endian");
 
@@ -41,10 +43,7 @@ void store(std::vector<unsigned char>& out, T v) {
 
 // Reads a whole file; fails with a one-line error naming it.
 std::vector<unsigned char> read_file_bytes(const std::string& path) {
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  if (ec || !std::filesystem::exists(st)) pl::fail("{}: cannot open: no such file", path);
-  PL_CHECK(std::filesystem::is_regular_file(st), "{}: cannot open: not a regular file", path);
+  check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
   std::ifstream in(path, std::ios::binary);
   PL_CHECK(in.good(), "{}: cannot open: {}", path, errno_text(errno));
   in.seekg(0, std::ios::end);
@@ -194,8 +193,7 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
 
   // The .bin: map it read-only.
   const std::string& bp = bin_path_;
-  const int fd = ::open(bp.c_str(), O_RDONLY | O_CLOEXEC);
-  PL_CHECK(fd >= 0, "{}: cannot open: {}", bp, errno_text(errno));
+  const int fd = open_regular_file(bp);  // (a FIFO or a directory: one line, no hang)
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
@@ -218,13 +216,17 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
     ::close(fd);
     PL_CHECK(m != MAP_FAILED, "{}: cannot mmap {} bytes: {}", bp, bin_size_, errno_text(err));
     bin_ = static_cast<const unsigned char*>(m);
+    register_mapped_range(bin_, bin_size_, bp);  // a truncation under the job: one line, not a SIGBUS death
   } else {
     ::close(fd);
   }
 }
 
 IndexedDataset::~IndexedDataset() {
-  if (bin_ != nullptr) ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
+  if (bin_ != nullptr) {
+    deregister_mapped_range(bin_);
+    ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
+  }
 }
 
 namespace {

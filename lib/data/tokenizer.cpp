@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "io/file_checks.h"
 
 namespace pl::data {
 
@@ -182,6 +183,7 @@ struct RankFile {
 // Reads and validates a tiktoken rank file: every line "base64 rank"; ranks unique and exactly
 // 0..N-1; tokens unique; every single byte a token (else BPE could end on a non-token).
 RankFile load_rank_file(const std::string& path) {
+  check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
   std::ifstream in(path, std::ios::binary);
   PL_CHECK(in.good(), "{}: cannot open tokenizer model", path);
   RankFile f;

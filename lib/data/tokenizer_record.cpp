@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "io/json_text.h"
 #include "io/atomic_file.h"
+#include "io/file_checks.h"
 
 namespace pl::data {
 
@@ -58,6 +59,7 @@ T field(const nlohmann::json& j, const char* key, const std::string& path) {
 std::string tokenizer_record_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
 
 std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
+  check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
   std::ifstream in(path, std::ios::binary);
   PL_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
   uint64_t h = 0xCBF29CE484222325ull;
@@ -85,9 +87,7 @@ std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) 
   const std::string path = tokenizer_record_path(prefix);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::nullopt;
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_regular_file(path);  // (a FIFO: one line, not a hang)
   const nlohmann::json j = parse_json_text(text, path);
   PL_CHECK(j.is_object(), "{}: expected a JSON object", path);
   const int version = field<int>(j, "version", path);

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/file_checks.h"
 
 namespace pl {
 
@@ -171,10 +172,8 @@ NpyArray read_npy(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail("{}: no such file", path);
   if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a .npy file", path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
-  const std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) fail("{}: read error", path);
+  // (io/file_checks.h: a FIFO or a device is one line, not a hang)
+  const std::vector<uint8_t> file = read_regular_file_bytes(path);
 
   if (file.size() < kMagicLen + 2 || std::memcmp(file.data(), kMagic, kMagicLen) != 0)
     fail("{}: not a .npy file (bad magic; expected \\x93NUMPY)", path);

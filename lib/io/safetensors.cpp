@@ -25,6 +25,8 @@
 
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/file_checks.h"
+#include "io/mapped_file.h"
 #include "numerics/bf16.h"
 
 namespace pl {
@@ -278,8 +280,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: no such file", path);
   if (fs::is_directory(path, ec)) fail("{}: is a directory, not a .safetensors file", path);
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail("{}: cannot open for reading: {}", path, std::strerror(errno));
+  const int fd = open_regular_file(path);  // (io/file_checks.h: a FIFO is one line, not a hang)
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int e = errno;
@@ -296,6 +297,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   ::close(fd);
   if (m == MAP_FAILED) fail("{}: cannot map the file: {}", path, std::strerror(map_errno));
   map_ = static_cast<const uint8_t*>(m);
+  register_mapped_range(map_, size_, path);  // a truncation under the job: one line, not a SIGBUS death
   try {
     const uint64_t n = le64(map_);
     if (n > kMaxHeaderBytes)
@@ -329,7 +331,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
 SafetensorsFile::~SafetensorsFile() { release(); }
 
 void SafetensorsFile::release() {
-  if (map_ != nullptr) ::munmap(const_cast<uint8_t*>(map_), size_);
+  if (map_ != nullptr) {
+    deregister_mapped_range(map_);
+    ::munmap(const_cast<uint8_t*>(map_), size_);
+  }
   map_ = nullptr;
 }
 
@@ -397,9 +402,7 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir)
   const std::string ip = index.string();
   nlohmann::json j;
   {
-    std::ifstream in(ip, std::ios::binary);
-    if (!in) fail("{}: cannot open for reading", ip);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = read_regular_file(ip);
     j = parse_json_object(ip, "index", text.data(), text.data() + text.size());
   }
   if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail("{}: needs a 'weight_map' object", ip);

@@ -23,6 +23,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/file_checks.h"
 #include "io/json_text.h"
 #include "model/linear_layer.h"
 #include "numerics/bf16.h"
@@ -176,6 +177,7 @@ CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std
 // the bytes it wrote; rank 0 gathers those and reads back only the chunks that straddle two ranks.
 
 int open_or_fail(const fs::path& path, int flags) {
+  if (flags == O_RDONLY) return open_regular_file(path.string());  // a FIFO: one line, not a hang
   const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
   PL_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
   return fd;
@@ -434,11 +436,7 @@ std::vector<std::string> prune(const fs::path& dir, int64_t keep_last, int64_t c
 
 // ---- reading -----------------------------------------------------------------------------------
 
-std::string read_small_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "cannot read {}", path.string());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+std::string read_small_file(const fs::path& path) { return read_regular_file(path.string()); }
 
 json parse_json_file(const fs::path& path) { return parse_json_text(read_small_file(path), path.string()); }
 
@@ -471,8 +469,7 @@ uint64_t parse_hex64(const std::string& s, const fs::path& file) {
 // returning the checksum of the bytes read. Reads exactly `expected_bytes`.
 template <class OnPiece>
 uint64_t stream_file(const fs::path& path, uint64_t expected_bytes, std::vector<char>& staging, OnPiece on_piece) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  PL_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
+  const int fd = open_regular_file(path.string());
   Checksum64 sum;
   staging.resize(std::max(staging.size(), kPieceBytes));
   uint64_t done = 0;

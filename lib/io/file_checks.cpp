@@ -1,0 +1,179 @@
+#include "io/file_checks.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.h"
+
+namespace pl {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string errno_message(int err) {
+  if (err == ENOENT) return "no such file";
+  return std::generic_category().message(err);
+}
+
+}  // namespace
+
+std::string file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFLNK: return "a symbolic link";
+    default: return "not a regular file";
+  }
+}
+
+int open_regular_file(const std::string& path) {
+  // O_NONBLOCK: open(2) of a FIFO for reading otherwise waits for a writer, forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    struct stat st {};
+    // A socket cannot be opened at all (ENXIO): name its type rather than "no such device or address".
+    if (err == ENXIO && ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      fail("{}: is {}, not a regular file", path, file_type_name(st.st_mode));
+    fail("{}: cannot open: {}", path, errno_message(err));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("{}: cannot stat: {}", path, errno_message(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{}: is {}, not a regular file", path, file_type_name(st.st_mode));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail("{}: cannot clear O_NONBLOCK: {}", path, errno_message(err));
+  }
+  return fd;
+}
+
+void check_regular_file(const std::string& path) { ::close(open_regular_file(path)); }
+
+namespace {
+
+// Reads to the end of the file (not just its stat size: a file may grow while read) into `out`.
+template <class Bytes>
+Bytes read_all(const std::string& path) {
+  const int fd = open_regular_file(path);
+  Bytes out;
+  struct stat st {};
+  size_t have = 0;
+  // One byte more than the stat size, so that the read that finds the end needs no reallocation.
+  out.resize(::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : size_t{0});
+  for (;;) {
+    if (have == out.size()) out.resize(out.size() + (size_t{1} << 16));
+    const ssize_t r = ::read(fd, out.data() + have, out.size() - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      ::close(fd);
+      fail("{}: read error after {} bytes: {}", path, have, errno_message(err));
+    }
+    if (r == 0) break;
+    have += static_cast<size_t>(r);
+  }
+  ::close(fd);
+  out.resize(have);
+  return out;
+}
+
+}  // namespace
+
+std::string read_regular_file(const std::string& path) { return read_all<std::string>(path); }
+
+std::vector<unsigned char> read_regular_file_bytes(const std::string& path) {
+  return read_all<std::vector<unsigned char>>(path);
+}
+
+// ---- outputs apart from inputs -------------------------------------------------------------------
+
+namespace {
+
+// Symlinks and `..` resolved in the longest existing prefix, the rest normalized as written.
+fs::path resolved(const std::string& p) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(p, ec);
+  if (ec) abs = fs::path(p);
+  fs::path r = fs::weakly_canonical(abs, ec);
+  if (ec) r = abs.lexically_normal();
+  // "dir/" and "dir" are the same directory.
+  if (!r.has_filename() && r.has_parent_path() && r != r.root_path()) r = r.parent_path();
+  return r;
+}
+
+// Is `inner` `outer` or below it, comparing whole components ("/a/bc" is not below "/a/b")?
+bool lexically_within(const fs::path& outer, const fs::path& inner) {
+  auto o = outer.begin(), i = inner.begin();
+  for (; o != outer.end(); ++o, ++i) {
+    if (o->empty()) continue;  // a trailing separator
+    if (i == inner.end() || *o != *i) return false;
+  }
+  return true;
+}
+
+bool stat_of(const fs::path& p, struct stat& st) { return ::stat(p.c_str(), &st) == 0; }
+
+bool same_inode(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
+// Is the existing directory `dir` (its stat) an ancestor of (or the same as) the resolved path `p`? Walks
+// p's existing ancestors comparing device and inode: a bind mount or a second name for `dir`.
+bool inode_within(const struct stat& dir, const fs::path& p) {
+  for (fs::path q = p;; q = q.parent_path()) {
+    struct stat st {};
+    if (stat_of(q, st) && same_inode(st, dir)) return true;
+    if (!q.has_relative_path()) return false;  // the root
+  }
+}
+
+}  // namespace
+
+PathOverlap path_overlap(const std::string& a, const std::string& b) {
+  const fs::path ra = resolved(a), rb = resolved(b);
+  if (ra == rb) return PathOverlap::same;
+  struct stat sa {}, sb {};
+  const bool ea = stat_of(ra, sa), eb = stat_of(rb, sb);
+  if (ea && eb && same_inode(sa, sb)) return PathOverlap::same;
+  if (lexically_within(ra, rb)) return PathOverlap::first_contains_second;
+  if (lexically_within(rb, ra)) return PathOverlap::second_contains_first;
+  if (ea && S_ISDIR(sa.st_mode) && inode_within(sa, rb)) return PathOverlap::first_contains_second;
+  if (eb && S_ISDIR(sb.st_mode) && inode_within(sb, ra)) return PathOverlap::second_contains_first;
+  return PathOverlap::none;
+}
+
+void check_outputs_apart_from_inputs(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs) {
+  for (const FlagPath& out : outputs) {
+    if (out.path.empty()) continue;
+    for (const FlagPath& in : inputs) {
+      if (in.path.empty()) continue;
+      const char* how = nullptr;
+      switch (path_overlap(out.path, in.path)) {
+        case PathOverlap::none: continue;
+        case PathOverlap::same: how = "is the same as"; break;
+        case PathOverlap::first_contains_second: how = "contains"; break;
+        case PathOverlap::second_contains_first: how = "lies inside"; break;
+      }
+      fail("{} {} {} {} {}: an output must not overlap an input", out.flag, out.path, how, in.flag, in.path);
+    }
+  }
+}
+
+}  // namespace pl

@@ -1,0 +1,24 @@
+#pragma once
+// Memory-mapped input files and SIGBUS. A read from a mapping past the end of its file -- the file was
+// truncated under the running job (a preprocess run rewriting the data in place, a full disk, an NFS
+// hiccup) -- raises SIGBUS, which would kill the process with no word about which file. Every mapping of
+// a user's file is registered here; the first registration installs a SIGBUS handler that finds the
+// mapping holding the faulting address and ends the process with one line on stderr,
+//   "<program>: error: <file> changed under the running job (truncated?): read past its end at byte N"
+// and exit status 1. A SIGBUS at any other address goes to the handler that was there before (the
+// default: the process is killed by the signal).
+// The registry is a fixed table written with atomics, so that the handler reads it async-signal-safely.
+#include <cstddef>
+#include <string>
+
+namespace pl {
+
+// [addr, addr + bytes) maps `file` from its byte 0. A full table (kMaxMappedRanges live mappings) leaves
+// the range unregistered: a fault in it is then the default SIGBUS.
+void register_mapped_range(const void* addr, size_t bytes, const std::string& file);
+// Before munmap: the range starting at `addr` is no longer reported.
+void deregister_mapped_range(const void* addr);
+
+inline constexpr size_t kMaxMappedRanges = 1024;
+
+}  // namespace pl
