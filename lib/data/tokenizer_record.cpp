@@ -40,18 +40,7 @@ nlohmann::ordered_json record_to_json(const TokenizerRecord& r) {
 
 template <class T>
 T field(const nlohmann::json& j, const char* key, const std::string& path) {
-  PL_CHECK(j.contains(key), "{}: missing field '{}'", path, key);
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const std::optional<T> v = json_exact_integer<T>(j.at(key));
-    PL_CHECK(v.has_value(), "{}: field '{}' must be an integer in [{}, {}], got {}", path, key,
-             std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), describe_json(j.at(key)));
-    return *v;
-  }
-  try {
-    return j.at(key).get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail("{}: field '{}' has the wrong type ({})", path, key, j.at(key).type_name());
-  }
+  return json_field<T>(j, key, path);
 }
 
 }  // namespace

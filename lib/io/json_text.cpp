@@ -43,4 +43,8 @@ std::string describe_json(const nlohmann::json& v) {
   return cut(v.dump(), 60);  // a scalar: no recursion
 }
 
+void throw_json_field_error(const std::string& file, const char* key, const std::string& what) {
+  fail("{}: field '{}' {}", file, key, what);
+}
+
 }  // namespace pl

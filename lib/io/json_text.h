@@ -6,6 +6,7 @@
 // one pl::Error line, and error messages that describe a value without serializing all of it.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,9 @@ nlohmann::json parse_json_text(std::string_view text, const std::string& what, c
 // A value for an error message: a scalar as written (cut at 60 characters), a container by its type and
 // size ("an array of 3 elements") -- never recursing, whatever the value's depth or size.
 std::string describe_json(const nlohmann::json& v);
+
+// Throws the pl::Error "<file>: field '<key>' <what>".
+[[noreturn]] void throw_json_field_error(const std::string& file, const char* key, const std::string& what);
 
 // `v` as the integer type T when it is a whole number inside T's range (a JSON integer, or a float with
 // no fraction below 2^53); nullopt otherwise. nlohmann's get<T>() would truncate 1.9 to 1, wrap -1 into
@@ -48,6 +52,25 @@ std::optional<T> json_exact_integer(const nlohmann::json& v) {
     return std::in_range<T>(i) ? std::optional<T>(static_cast<T>(i)) : std::nullopt;
   }
   return std::nullopt;
+}
+
+// Field `key` of the object `j` (from `file`) as T: a missing key, the wrong JSON type or, for an integer
+// type, a value that is not a whole number inside T's range is one pl::Error line naming file and field.
+template <class T>
+T json_field(const nlohmann::json& j, const char* key, const std::string& file) {
+  if (!j.is_object() || !j.contains(key)) throw_json_field_error(file, key, "is missing");
+  const nlohmann::json& v = j.at(key);
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    if (const std::optional<T> i = json_exact_integer<T>(v)) return *i;
+    throw_json_field_error(file, key, "must be an integer in [" + std::to_string(std::numeric_limits<T>::min()) + ", " +
+                                          std::to_string(std::numeric_limits<T>::max()) + "], got " + describe_json(v));
+  } else {
+    try {
+      return v.get<T>();
+    } catch (const nlohmann::json::exception&) {
+      throw_json_field_error(file, key, std::string("has the wrong type (") + v.type_name() + ")");
+    }
+  }
 }
 
 }  // namespace pl

@@ -442,18 +442,7 @@ json parse_json_file(const fs::path& path) { return parse_json_text(read_small_f
 
 template <class T>
 T field(const json& j, const char* key, const fs::path& file) {
-  PL_CHECK(j.is_object() && j.contains(key), "{}: missing field '{}'", file.string(), key);
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    const std::optional<T> v = json_exact_integer<T>(j.at(key));
-    PL_CHECK(v.has_value(), "{}: field '{}' must be an integer in [{}, {}], got {}", file.string(), key,
-             std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), describe_json(j.at(key)));
-    return *v;
-  }
-  try {
-    return j.at(key).get<T>();
-  } catch (const json::exception& e) {
-    fail("{}: field '{}' has the wrong type ({})", file.string(), key, e.what());
-  }
+  return json_field<T>(j, key, file.string());
 }
 
 uint64_t parse_hex64(const std::string& s, const fs::path& file) {
