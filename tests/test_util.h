@@ -71,6 +71,27 @@ struct ProcessResult {
   std::string err;
 };
 
+// Waits for the child `pid`, killing it (SIGKILL) after `timeout_s` seconds (timed_out set); returns its
+// exit status, or 128 + the signal number when a signal ended it.
+inline int wait_child(pid_t pid, double timeout_s, bool& timed_out) {
+  int status = 0;
+  timed_out = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (;;) {
+    const pid_t w = ::waitpid(pid, &status, WNOHANG);
+    if (w == pid) break;
+    if (w < 0) throw std::runtime_error("waitpid failed");
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      timed_out = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1);
+}
+
 // Runs `exe` with `args` (no shell), stdout and stderr captured through files (no pipe deadlock).
 // The child is killed after `timeout_s` seconds.
 inline ProcessResult run_process(const std::string& exe, const std::vector<std::string>& args,
@@ -99,22 +120,7 @@ inline ProcessResult run_process(const std::string& exe, const std::vector<std::
     ::_exit(127);
   }
   ProcessResult r;
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    const pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (w < 0) throw std::runtime_error("waitpid failed");
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      r.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  else if (WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
+  r.exit_code = wait_child(pid, timeout_s, r.timed_out);
   r.out = read_text_file(out_path);
   r.err = read_text_file(err_path);
   return r;

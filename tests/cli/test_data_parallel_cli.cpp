@@ -110,7 +110,9 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
       const std::string what = std::string(recipe) + (flags.empty() ? " plain" : " distributed + overlap");
       ASSERT_EQ(two.exit_code, 0) << what << "\n" << two.out << two.err;
       expect_same_columns(iterations(two.out), ref, what);
-      if (bf16) EXPECT_EQ(pl::test::iteration_lines(two.out, 1), pl::test::iteration_lines(one.out, 1)) << what;
+      if (bf16) {
+        EXPECT_EQ(pl::test::iteration_lines(two.out, 1), pl::test::iteration_lines(one.out, 1)) << what;
+      }
       // Each line once: the iteration lines by the last rank, the start-up lines by rank 0.
       EXPECT_EQ(count(two.out, "iteration        4/"), 1u) << two.out;
       EXPECT_EQ(count(two.out, "pretrain_llama | model llama_tiny"), 1u) << two.out;

@@ -75,20 +75,7 @@ ChildResult in_child(const std::function<void()>& fn, bool capture_stderr = fals
     ::_exit(code);
   }
   ChildResult r;
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  for (;;) {
-    const pid_t w = ::waitpid(pid, &status, WNOHANG);
-    if (w == pid) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      r.timed_out = true;
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = pl::test::wait_child(pid, timeout_s, r.timed_out);
   r.message = pl::test::read_text_file(msg_path);
   return r;
 }
