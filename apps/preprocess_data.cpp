@@ -340,7 +340,8 @@ int run(int argc, char** argv) {
   // this process's temporary names, and the previous outputs replaced only when all are complete.
   // An interrupted publish of an earlier run is completed or undone here first.
   std::vector<std::string> journals;
-  for (const std::string& key : o.json_keys) journals.push_back(data::indexed_dataset_journal_path(output_prefix_for(o, key)));
+  for (const std::string& key : o.json_keys)
+    journals.push_back(data::indexed_dataset_journal_path(output_prefix_for(o, key)));
   FileSet outputs(journals, [](const std::string& msg) { std::fprintf(stderr, "preprocess_data: %s\n", msg.c_str()); });
   std::vector<data::IndexedDatasetWriter> writers;
   for (const std::string& key : o.json_keys)

@@ -197,7 +197,8 @@ void write_outputs(const std::string& prefix, const std::vector<OutFile>& files,
   }
   for (const std::string& suffix : stale) {
     std::error_code ec;
-    if (std::filesystem::exists(std::filesystem::symlink_status(prefix + suffix, ec))) set.remove_on_publish(prefix + suffix);
+    if (std::filesystem::exists(std::filesystem::symlink_status(prefix + suffix, ec)))
+      set.remove_on_publish(prefix + suffix);
   }
   set.publish();
 }
