@@ -198,14 +198,29 @@ struct Journal {
   std::vector<JournalEntry> entries;
 };
 
+// Paths in the journal are relative to its directory, so that a recovery works from any working
+// directory and after the directory was moved or mounted elsewhere.
+fs::path journal_base(const std::string& journal) { return fs::absolute(parent_of(journal)).lexically_normal(); }
+
+std::string relative_to(const fs::path& base, const std::string& path) {
+  return fs::absolute(path).lexically_normal().lexically_relative(base).string();
+}
+
+std::string resolve(const fs::path& base, const std::string& rel) { return (base / rel).lexically_normal().string(); }
+
 std::string journal_text(const Journal& j) {
+  const fs::path base = journal_base(j.names.front());
+  auto rel = [&](const std::string& p) { return p.empty() ? p : relative_to(base, p); };
   nlohmann::ordered_json out;
   out["version"] = kJournalVersion;
   out["pid"] = j.pid;
-  out["journals"] = j.names;
+  std::vector<std::string> names;
+  for (const std::string& n : j.names) names.push_back(rel(n));
+  out["journals"] = names;
   nlohmann::ordered_json members = nlohmann::ordered_json::array();
   for (const JournalEntry& e : j.entries)
-    members.push_back({{"path", e.path}, {"tmp", e.tmp}, {"backup", e.backup}, {"ino", e.ino}, {"remove", e.remove}});
+    members.push_back(
+        {{"path", rel(e.path)}, {"tmp", rel(e.tmp)}, {"backup", rel(e.backup)}, {"ino", e.ino}, {"remove", e.remove}});
   out["members"] = std::move(members);
   return out.dump(1) + "\n";
 }
@@ -219,19 +234,22 @@ Journal read_journal(const std::string& path) {
     PL_CHECK(j.is_object() && j.at("version").get<int>() == kJournalVersion,
              "{}: not a version {} publish journal", path, kJournalVersion);
     Journal out;
+    const fs::path base = journal_base(path);
+    auto at = [&](const std::string& rel) { return rel.empty() ? rel : resolve(base, rel); };
     out.pid = j.at("pid").get<long>();
-    out.names = j.at("journals").get<std::vector<std::string>>();
+    for (const std::string& n : j.at("journals").get<std::vector<std::string>>()) out.names.push_back(at(n));
     for (const nlohmann::json& m : j.at("members")) {
       JournalEntry e;
-      e.path = m.at("path").get<std::string>();
-      e.tmp = m.at("tmp").get<std::string>();
-      e.backup = m.at("backup").get<std::string>();
+      e.path = at(m.at("path").get<std::string>());
+      e.tmp = at(m.at("tmp").get<std::string>());
+      e.backup = at(m.at("backup").get<std::string>());
       e.ino = m.at("ino").get<uint64_t>();
       e.remove = m.at("remove").get<bool>();
       PL_CHECK(!e.path.empty() && (e.remove || !e.tmp.empty()), "{}: a member without a path or temporary", path);
       out.entries.push_back(std::move(e));
     }
-    if (std::find(out.names.begin(), out.names.end(), path) == out.names.end()) out.names.push_back(path);
+    const std::string self = fs::absolute(path).lexically_normal().string();
+    if (std::find(out.names.begin(), out.names.end(), self) == out.names.end()) out.names.push_back(self);
     return out;
   } catch (const nlohmann::json::exception& e) {
     fail("{}: malformed publish journal (remove it after checking the files it would name): {}", path, e.what());

@@ -78,7 +78,8 @@ std::string process_tmp_suffix();
 //  2. Every member whose final name exists gets a backup name "<path>.bak-P" (decided now).
 //  3. The journal — JSON: version, pid, the journal's names, and per member its path, temporary,
 //     backup ("" when there was no old file), the temporary's inode and whether the member is to
-//     be removed rather than replaced — is written atomically under the first journal name and
+//     be removed rather than replaced; paths relative to the journal's directory, so that recovery
+//     works from any working directory or mount point — is written atomically under the first name and
 //     hard-linked under the others (one per group a reader looks up: "<dataset prefix>.publish-
 //     journal"); directories fsynced.
 //  4. Each old file is hard-linked to its backup name (the final name stays valid); fsync.

@@ -183,6 +183,26 @@ TEST(FileSet, AKillBeforeTheRenamesWithANewFileLostIsRolledBack) {
   }
 }
 
+TEST(FileSet, AJournalIsRecoveredFromAnotherDirectoryAfterTheSetWasMoved) {
+  test::TempDir d;
+  fs::create_directory(d.path() / "s");
+  for (const auto& [name, text] : kOld) d.write("s/" + name, text);
+  const int status = in_child([&] {
+    // Relative names, from inside the set's directory.
+    if (::chdir((d.path() / "s").c_str()) != 0) ::_exit(3);
+    ::setenv("PL_TEST_PUBLISH_KILL_AT", "2", 1);
+    FileSet set({"set.publish-journal"});
+    for (const char* name : {"a", "b", "c"}) set.add(name).write(kNew.at(name));
+    set.remove_on_publish("gone");
+    set.publish();
+  });
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  fs::rename(d.path() / "s", d.path() / "moved");
+  const std::string said = recover_file_set(at(d, "moved/set.publish-journal"));
+  EXPECT_NE(said.find("rolled forward"), std::string::npos) << said;
+  EXPECT_EQ(snapshot(d.path() / "moved"), kNew);
+}
+
 TEST(FileSet, StaleTemporariesOfDeadProcessesAreRemovedThoseOfLiveOnesKept) {
   test::TempDir d;
   write_old(d);
