@@ -26,6 +26,7 @@
 
 #include "app_main.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/file_checks.h"
 #include "io/json_text.h"
 #include "data/indexed_dataset.h"
@@ -62,6 +63,9 @@ constexpr const char* kFooter =
     "  PREFIX_K_document.bin/.idx        token ids, dtype uint16 if the vocabulary is < 65500, else int32\n"
     "  PREFIX_K_document.tokenizer.json  the tokenizer (type, model file path, size and FNV-1a 64,\n"
     "                                    vocab_size, eod, bos, append_eod, prepend_bos)\n"
+    "They replace earlier outputs as one set: all are written and synced under temporary names first,\n"
+    "so a failure (or kill) leaves the previous files intact; an interrupted replacement is completed\n"
+    "or undone by the next run (one line on stderr says which).\n"
     "Pass PREFIX_K_document as the data path. Progress goes to stderr every --log-interval documents;\n"
     "one summary line per key goes to stdout. The output is the same for any --workers.\n"
     "Exit status: 0 success; 1 error (one line on stderr, naming FILE:LINE for a bad document);\n"
@@ -259,16 +263,6 @@ std::string output_prefix_for(const Options& o, const std::string& key) {
   return fmt::format("{}_{}_document", o.output_prefix, key);
 }
 
-// Every file an output key can leave behind (finals and their temporaries).
-std::vector<std::string> output_files(const std::string& prefix) {
-  std::vector<std::string> files;
-  for (const std::string& f : {prefix + ".bin", prefix + ".idx", data::tokenizer_record_path(prefix)}) {
-    files.push_back(f);
-    files.push_back(f + ".tmp");
-  }
-  return files;
-}
-
 void check_options(const Options& o) {
   PL_CHECK(o.workers >= 1, "--workers {} must be at least 1", o.workers);
   PL_CHECK(o.log_interval >= 1, "--log-interval {} must be at least 1", o.log_interval);
@@ -354,8 +348,16 @@ int run(int argc, char** argv) {
   const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
   const data::TokenizerRecord record = make_record(o, *tok);
 
+  // Every key's .bin/.idx/sidecar are published together (io/atomic_file.h FileSet): written under
+  // this process's temporary names, and the previous outputs replaced only when all are complete.
+  // An interrupted publish of an earlier run is completed or undone here first.
+  std::vector<std::string> journals;
+  for (const std::string& key : o.json_keys)
+    journals.push_back(data::indexed_dataset_journal_path(output_prefix_for(o, key)));
+  FileSet outputs(journals, [](const std::string& msg) { std::fprintf(stderr, "preprocess_data: %s\n", msg.c_str()); });
   std::vector<data::IndexedDatasetWriter> writers;
-  for (const std::string& key : o.json_keys) writers.emplace_back(output_prefix_for(o, key), tok->vocab_size());
+  for (const std::string& key : o.json_keys)
+    writers.emplace_back(output_prefix_for(o, key), tok->vocab_size(), &outputs);
   std::vector<KeyStats> stats(o.json_keys.size());
 
   DocumentReader reader(o.inputs, o);
@@ -385,17 +387,15 @@ int run(int argc, char** argv) {
     }
   }
 
-  // Commit: every output or none (a failure here removes whatever was already renamed into place).
-  try {
-    for (size_t k = 0; k < writers.size(); ++k) {
-      writers[k].finalize();
-      data::write_tokenizer_record(output_prefix_for(o, o.json_keys[k]), record);
-    }
-  } catch (...) {
-    for (const std::string& key : o.json_keys)
-      for (const std::string& f : output_files(output_prefix_for(o, key))) std::remove(f.c_str());
-    throw;
+  // Publish: every output or none; the sidecar records its .bin's size and .idx's checksum.
+  for (size_t k = 0; k < writers.size(); ++k) {
+    writers[k].finalize();
+    data::TokenizerRecord r = record;
+    r.data_bin_bytes = static_cast<int64_t>(writers[k].bin_bytes());
+    r.data_idx_checksum64 = fmt::format("{:016x}", writers[k].idx_checksum());
+    outputs.add(data::tokenizer_record_path(output_prefix_for(o, o.json_keys[k]))).write(data::tokenizer_record_text(r));
   }
+  outputs.publish();
 
   for (size_t k = 0; k < writers.size(); ++k) {
     const std::string p = output_prefix_for(o, o.json_keys[k]);

@@ -19,6 +19,7 @@
 #include "backend/ops.h"
 #include "backend/quantize.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "io/file_checks.h"
 #include "io/npy.h"
 #include "core/tensor.h"
@@ -54,7 +55,8 @@ constexpr const char* kFooter =
     "NaN inputs are ignored by the amax; NVFP4 encodes them as +6, MXFP8/FP8 as their NaN code 0x7F.\n"
     "An Inf input makes the amax Inf (NVFP4: global scale 1). A warning on stderr counts NaN and Inf.\n"
     "\n"
-    "Outputs (written only when everything succeeded; an error leaves no PREFIX.* file behind):\n"
+    "Outputs (written only when everything succeeded; they replace earlier PREFIX.* outputs as one set,\n"
+    "written and synced under temporary names first, so an error leaves the previous files as they were):\n"
     "  PREFIX.codes.npy            |u1 [rows, cols/2] for nvfp4 (element 2j in the low nibble),\n"
     "                              [rows, cols] otherwise\n"
     "  PREFIX.scales.npy           |u1 [rows, cols/16] E4M3 (nvfp4) or [rows, cols/32] UE8M0 (mxfp8),\n"
@@ -62,7 +64,7 @@ constexpr const char* kFooter =
     "                              per-tensor scale_inv (dequantized value = code value * scale_inv)\n"
     "  PREFIX.scales_swizzled.npy  |u1 [roundup(rows,128) * roundup(cols/block,4)]: the scales in\n"
     "                              cuBLASLt's 128x4 tile layout, zero padded (nvfp4 and mxfp8 only;\n"
-    "                              not written for fp8_e4m3/fp8_e5m2)\n"
+    "                              not written for fp8_e4m3/fp8_e5m2: an earlier one is removed)\n"
     "  PREFIX.amax.npy             <f4 [1]: amax of what was quantized (after the RHT with --rht)\n"
     "  PREFIX.dequant.npy          <f4 [rows, cols]: the exact dequantized values (global scale included)\n"
     "\n"
@@ -183,19 +185,23 @@ struct OutFile {
   size_t bytes;
 };
 
-// Writes every file (each atomically); if one fails, removes those already written by this run.
-void write_outputs(const std::string& prefix, const std::vector<OutFile>& files) {
-  std::vector<std::string> done;
-  try {
-    for (const OutFile& f : files) {
-      const std::string path = prefix + f.suffix;
-      write_npy(path, f.dtype, f.shape, f.data, f.bytes);
-      done.push_back(path);
-    }
-  } catch (...) {
-    for (const std::string& p : done) std::remove(p.c_str());
-    throw;
+// Publishes the files as one set (io/atomic_file.h FileSet, journal PREFIX.publish-journal): all
+// written and synced under temporary names before any previous output is replaced, so a failure
+// leaves the previous set as it was. `stale`: earlier outputs this format does not write, removed
+// in the same publish so that no old file is left beside the new ones.
+void write_outputs(const std::string& prefix, const std::vector<OutFile>& files, const std::vector<std::string>& stale) {
+  FileSet set({prefix + ".publish-journal"},
+              [](const std::string& msg) { std::fprintf(stderr, "quantize_tensor: %s\n", msg.c_str()); });
+  for (const OutFile& f : files) {
+    const std::vector<uint8_t> bytes = encode_npy(f.dtype, f.shape, f.data, f.bytes);
+    set.add(prefix + f.suffix).write(bytes.data(), bytes.size());
   }
+  for (const std::string& suffix : stale) {
+    std::error_code ec;
+    if (std::filesystem::exists(std::filesystem::symlink_status(prefix + suffix, ec)))
+      set.remove_on_publish(prefix + suffix);
+  }
+  set.publish();
 }
 
 int run(int argc, char** argv) {
@@ -290,7 +296,7 @@ int run(int argc, char** argv) {
   }
   files.push_back({".amax.npy", "<f4", {1}, copy->amax.data, sizeof(float)});
   files.push_back({".dequant.npy", "<f4", {rows, cols}, dq.data, dq.bytes()});
-  write_outputs(o.out, files);
+  write_outputs(o.out, files, blk > 1 ? std::vector<std::string>{} : std::vector<std::string>{".scales_swizzled.npy"});
 
   if (!o.quiet) {
     std::string names;

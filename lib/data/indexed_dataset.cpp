@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -12,11 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
 
+#include "core/checksum.h"
 #include "core/error.h"
+#include "data/tokenizer_record.h"
 #include "io/file_checks.h"
 #include "io/mapped_file.h"
 
@@ -111,12 +117,24 @@ std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<co
   return out;
 }
 
+std::string indexed_dataset_journal_path(const std::string& prefix) { return prefix + ".publish-journal"; }
+
 // ---------------------------------------------------------------------------------------------
 // IndexedDataset
 
 IndexedDataset::IndexedDataset(const std::string& path_prefix)
     : idx_path_(path_prefix + ".idx"), bin_path_(path_prefix + ".bin") {
   const std::string& ip = idx_path_;
+  const std::string journal = indexed_dataset_journal_path(path_prefix);
+  if (const std::optional<JournalState> js = file_set_journal_state(journal)) {
+    if (js->alive)
+      pl::fail("{}.bin/.idx: mid-replacement: process {} is publishing a new dataset here ({}); retry when it has "
+               "finished",
+               path_prefix, js->pid, journal);
+    pl::fail("{}.bin/.idx: mid-replacement: process {} died while publishing a new dataset here ({}); run "
+             "preprocess_data with this output again: it first completes or undoes that replacement",
+             path_prefix, js->pid, journal);
+  }
   const std::vector<unsigned char> idx = read_file_bytes(ip);
   const uint64_t fsize = idx.size();
   PL_CHECK(fsize >= kIndexedHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header", ip, fsize,
@@ -209,6 +227,26 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
     ::close(fd);
     pl::fail("{}: too short: the index ({}) needs {} bytes but the file has {}", bp, ip, data_end, bsize);
   }
+  if (bsize > static_cast<uint64_t>(data_end)) {
+    ::close(fd);
+    pl::fail("{}: size mismatch: the index ({}) needs {} bytes but the file has {}; the two are not from the same run",
+             bp, ip, data_end, bsize);
+  }
+  // The sidecar, when it records the published pair, catches a same-size .bin/.idx from another run.
+  const std::optional<TokenizerRecord> rec = read_tokenizer_record(path_prefix);
+  if (rec && rec->data_bin_bytes >= 0 && static_cast<uint64_t>(rec->data_bin_bytes) != bsize) {
+    ::close(fd);
+    pl::fail("{}: size mismatch: {} records {} bytes but the file has {}; the two are not from the same run", bp,
+             tokenizer_record_path(path_prefix), rec->data_bin_bytes, bsize);
+  }
+  if (rec && !rec->data_idx_checksum64.empty()) {
+    const std::string sum = fmt::format("{:016x}", checksum64(idx.data(), idx.size()));
+    if (sum != rec->data_idx_checksum64) {
+      ::close(fd);
+      pl::fail("{}: checksum {} differs from the {} that {} records; the two are not from the same run", ip, sum,
+               rec->data_idx_checksum64, tokenizer_record_path(path_prefix));
+    }
+  }
   bin_size_ = static_cast<size_t>(bsize);
   if (bin_size_ > 0) {
     void* m = ::mmap(nullptr, bin_size_, PROT_READ, MAP_SHARED, fd, 0);
@@ -265,10 +303,14 @@ void IndexedDataset::get(int64_t seq, int64_t offset, int64_t length, int32_t* o
 // ---------------------------------------------------------------------------------------------
 // IndexedDatasetWriter
 
-IndexedDatasetWriter::IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size)
-    : prefix_(std::move(path_prefix)), vocab_size_(vocab_size), dtype_(optimal_indexed_dtype(vocab_size)) {
+IndexedDatasetWriter::IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size, FileSet* set)
+    : prefix_(std::move(path_prefix)), vocab_size_(vocab_size), dtype_(optimal_indexed_dtype(vocab_size)), set_(set) {
   PL_CHECK(vocab_size >= 1 && vocab_size <= static_cast<int64_t>(std::numeric_limits<int32_t>::max()) + 1,
            "{}.idx: vocab size {} out of range", prefix_, vocab_size);
+  if (set_ == nullptr) {
+    own_set_ = std::make_unique<FileSet>(std::vector<std::string>{indexed_dataset_journal_path(prefix_)});
+    set_ = own_set_.get();
+  }
 }
 
 void IndexedDatasetWriter::add_document(std::span<const int32_t> tokens) {
@@ -296,10 +338,10 @@ void IndexedDatasetWriter::add_empty_document() {
   document_indices_.push_back(static_cast<int64_t>(lengths_.size()));
 }
 
-IndexedDatasetWriter::~IndexedDatasetWriter() = default;  // an unfinalized .bin.tmp is removed
+IndexedDatasetWriter::~IndexedDatasetWriter() = default;  // an unpublished set removes its temporaries
 
 void IndexedDatasetWriter::flush_bin() {
-  if (!bin_out_) bin_out_ = std::make_unique<AtomicFile>(prefix_ + ".bin");
+  if (bin_out_ == nullptr) bin_out_ = &set_->add(prefix_ + ".bin");
   bin_out_->write(bin_.data(), bin_.size());
   bin_.clear();
 }
@@ -308,10 +350,16 @@ void IndexedDatasetWriter::finalize() {
   PL_CHECK(!finalized_, "{}.idx: finalize called twice", prefix_);
   const auto idx = encode_indexed_index(dtype_, lengths_, document_indices_);
   flush_bin();
-  bin_out_->commit();
-  write_file_atomically(prefix_ + ".idx", std::string_view(reinterpret_cast<const char*>(idx.data()), idx.size()));
+  set_->add(prefix_ + ".idx").write(idx.data(), idx.size());
+  bin_bytes_ = bin_out_->bytes_written();
+  // checksum64 of the .idx, chunk by chunk on this thread (equal by construction, core/checksum.h):
+  // the .idx is small, and a writer free of OpenMP also works in a forked child.
+  std::vector<uint64_t> digests;
+  for (size_t off = 0; off < idx.size(); off += Checksum64::kChunkBytes)
+    digests.push_back(checksum_chunk_digest(idx.data() + off, std::min(Checksum64::kChunkBytes, idx.size() - off)));
+  idx_checksum_ = checksum_from_chunks(digests, idx.size());
+  if (own_set_) own_set_->publish();
   finalized_ = true;
-  bin_out_.reset();
   bin_.clear();
   bin_.shrink_to_fit();
 }

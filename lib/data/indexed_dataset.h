@@ -37,9 +37,16 @@ inline constexpr char kIndexedMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\0
 inline constexpr uint64_t kIndexedVersion = 1;
 inline constexpr size_t kIndexedHeaderBytes = 34;
 
+// The journal a dataset's publish (FileSet, io/atomic_file.h) keeps while it replaces
+// "<prefix>.bin/.idx/.tokenizer.json": "<prefix>.publish-journal".
+std::string indexed_dataset_journal_path(const std::string& prefix);
+
 // A read-only view of "<prefix>.bin/.idx". The .idx is read and fully validated in the
 // constructor; the .bin is memory-mapped read-only (unmapped in the destructor). Every problem
-// is a one-line pl::Error naming the file.
+// is a one-line pl::Error naming the file. A pair that does not belong together is refused
+// naming both files: a .bin whose size is not what the .idx implies (last pointer + last length x
+// item size), or — when the tokenizer sidecar records them — a .bin size or .idx checksum other
+// than the sidecar's; so is a dataset with a publish journal (mid-replacement).
 class IndexedDataset final : public LowLevelDataset {
  public:
   explicit IndexedDataset(const std::string& path_prefix);
@@ -74,12 +81,14 @@ class IndexedDataset final : public LowLevelDataset {
 
 // Writes "<prefix>.bin/.idx" as preprocess_data.py does without --split-sentences: each document
 // is one sequence, document_indices = [0, 1, ..., N] (an empty document repeats the last index).
-// Tokens stream into "<prefix>.bin.tmp" in 64 MiB pieces (a corpus need not fit in memory; only the
-// per-document lengths are kept); finalize() commits it as "<prefix>.bin" and writes the .idx the
-// same way (io/atomic_file.h). A writer destroyed unfinalized removes its .tmp.
+// Tokens stream into the .bin's temporary in 64 MiB pieces (a corpus need not fit in memory; only
+// the per-document lengths are kept); finalize() writes the .idx's. Both are members of `set`
+// (io/atomic_file.h), which the caller publishes with its other files; without one, the writer
+// keeps its own set (journal indexed_dataset_journal_path) and finalize() publishes the pair. A
+// writer (or set) destroyed unpublished removes its temporaries; the old pair stays.
 class IndexedDatasetWriter {
  public:
-  IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size);
+  IndexedDatasetWriter(std::string path_prefix, int64_t vocab_size, FileSet* set = nullptr);
   ~IndexedDatasetWriter();
   IndexedDatasetWriter(IndexedDatasetWriter&&) noexcept = default;
   IndexedDatasetWriter& operator=(IndexedDatasetWriter&&) noexcept = default;
@@ -95,6 +104,9 @@ class IndexedDatasetWriter {
   IndexedDType dtype() const { return dtype_; }
   // Sequences written so far (empty documents add none).
   int64_t num_documents() const { return static_cast<int64_t>(lengths_.size()); }
+  // After finalize(): the .bin's size and the checksum64 of the .idx bytes (for the sidecar).
+  uint64_t bin_bytes() const { return bin_bytes_; }
+  uint64_t idx_checksum() const { return idx_checksum_; }
 
  private:
   std::string prefix_;
@@ -104,8 +116,11 @@ class IndexedDatasetWriter {
   std::vector<int32_t> lengths_;
   std::vector<int64_t> document_indices_{0};
   void flush_bin();
-  std::vector<unsigned char> bin_;        // tokens not yet written to the .bin.tmp
-  std::unique_ptr<AtomicFile> bin_out_;  // "<prefix>.bin" (under .bin.tmp), opened on the first flush
+  std::vector<unsigned char> bin_;  // tokens not yet written to the .bin's temporary
+  std::unique_ptr<FileSet> own_set_;  // when no set was given
+  FileSet* set_ = nullptr;
+  AtomicFile* bin_out_ = nullptr;  // "<prefix>.bin", a member of set_, added on the first flush
+  uint64_t bin_bytes_ = 0, idx_checksum_ = 0;
 };
 
 // The exact .idx bytes for the given sequences (one per document) and dtype; exposed for tests.

@@ -35,6 +35,8 @@ nlohmann::ordered_json record_to_json(const TokenizerRecord& r) {
   j["bos"] = r.bos;
   j["append_eod"] = r.append_eod;
   j["prepend_bos"] = r.prepend_bos;
+  if (r.data_bin_bytes >= 0) j["data_bin_bytes"] = r.data_bin_bytes;
+  if (!r.data_idx_checksum64.empty()) j["data_idx_checksum64"] = r.data_idx_checksum64;
   return j;
 }
 
@@ -68,8 +70,10 @@ std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
   return fmt::format("{:016x}", h);
 }
 
+std::string tokenizer_record_text(const TokenizerRecord& record) { return record_to_json(record).dump(2) + "\n"; }
+
 void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record) {
-  write_file_atomically(tokenizer_record_path(prefix), record_to_json(record).dump(2) + "\n");
+  write_file_atomically(tokenizer_record_path(prefix), tokenizer_record_text(record));
 }
 
 std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) {
@@ -91,6 +95,16 @@ std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) 
   r.bos = field<int32_t>(j, "bos", path);
   r.append_eod = field<bool>(j, "append_eod", path);
   r.prepend_bos = field<bool>(j, "prepend_bos", path);
+  if (j.contains("data_bin_bytes")) {
+    r.data_bin_bytes = field<int64_t>(j, "data_bin_bytes", path);
+    PL_CHECK(r.data_bin_bytes >= 0, "{}: data_bin_bytes {} must not be negative", path, r.data_bin_bytes);
+  }
+  if (j.contains("data_idx_checksum64")) {
+    r.data_idx_checksum64 = field<std::string>(j, "data_idx_checksum64", path);
+    PL_CHECK(r.data_idx_checksum64.size() == 16 &&
+                 r.data_idx_checksum64.find_first_not_of("0123456789abcdef") == std::string::npos,
+             "{}: data_idx_checksum64 must be 16 lowercase hex digits", path);
+  }
   PL_CHECK(r.vocab_size > 0, "{}: vocab_size {} must be positive", path, r.vocab_size);
   PL_CHECK(r.eod >= 0 && r.eod < r.vocab_size, "{}: eod {} outside the vocabulary [0, {})", path, r.eod, r.vocab_size);
   PL_CHECK(r.bos >= 0 && r.bos < r.vocab_size, "{}: bos {} outside the vocabulary [0, {})", path, r.bos, r.vocab_size);

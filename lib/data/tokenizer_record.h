@@ -18,6 +18,11 @@ struct TokenizerRecord {
   int32_t bos = 0;
   bool append_eod = false;   // each non-empty document ends with eod
   bool prepend_bos = false;  // each document starts with bos
+  // The dataset it was published with (optional; -1 / "" when absent, as in files written before
+  // these fields): the .bin's size and the checksum64 (core/checksum.h) of the .idx, 16 lowercase
+  // hex digits. IndexedDataset refuses a .bin/.idx that does not match them.
+  int64_t data_bin_bytes = -1;
+  std::string data_idx_checksum64;
 };
 
 std::string tokenizer_record_path(const std::string& prefix);  // "<prefix>.tokenizer.json"
@@ -27,6 +32,8 @@ std::string fnv1a64_file_hex(const std::string& path, int64_t* size);
 
 // Written atomically (io/atomic_file.h).
 void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record);
+// The file's contents (for a writer that publishes it with other files: io/atomic_file.h FileSet).
+std::string tokenizer_record_text(const TokenizerRecord& record);
 
 // std::nullopt when "<prefix>.tokenizer.json" does not exist; a malformed file is a one-line error.
 std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix);

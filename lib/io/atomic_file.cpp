@@ -1,14 +1,25 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>  // renameat2 (glibc, _GNU_SOURCE)
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace pl {
 namespace fs = std::filesystem;
@@ -116,6 +127,344 @@ void write_directory_atomically(const std::string& path_in, const std::function<
   }
   fs::remove_all(tmp, ec);
   fsync_directory(parent_of(path));
+}
+
+// ---------------------------------------------------------------------------------------------
+// FileSet
+
+namespace {
+
+constexpr int kJournalVersion = 1;
+
+bool pid_alive(long pid) {
+  if (pid <= 0) return false;
+  if (pid == static_cast<long>(::getpid())) return true;
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+// The inode of `path` (not following a symlink), or 0 when it does not exist.
+uint64_t inode_of(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
+}
+
+void unlink_if_present(const std::string& path) {
+  PL_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT, "{}: cannot remove: {}", path, std::strerror(errno));
+}
+
+// The pid N of a name "<base><tag>N" (N all digits), or -1.
+long pid_suffix(const std::string& name, const std::string& base, const char* tag) {
+  const std::string head = base + tag;
+  if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) return -1;
+  const std::string digits = name.substr(head.size());
+  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stol(digits);
+}
+
+// Removes "<path>.tmp-N" and "<path>.bak-N" of processes that no longer exist (N == our pid: a
+// dead process's, as we have not created ours yet).
+void remove_stale_temporaries(const std::string& path) {
+  const fs::path p(path);
+  const std::string base = p.filename().string();
+  std::error_code ec;
+  fs::directory_iterator it(parent_of(path), ec), end;
+  if (ec) return;  // creating our own temporary will report a missing or unreadable directory
+  std::vector<fs::path> stale;
+  for (; it != end; it.increment(ec)) {
+    if (ec) break;
+    const std::string name = it->path().filename().string();
+    for (const char* tag : {".tmp-", ".bak-"}) {
+      const long pid = pid_suffix(name, base, tag);
+      if (pid >= 0 && (pid == static_cast<long>(::getpid()) || !pid_alive(pid))) stale.push_back(it->path());
+    }
+  }
+  for (const fs::path& s : stale) {
+    fs::remove_all(s, ec);
+    PL_CHECK(!ec, "{}: cannot remove this stale temporary of a dead process: {}", s.string(), ec.message());
+  }
+}
+
+struct JournalEntry {
+  std::string path, tmp, backup;  // backup "": there was no old file
+  uint64_t ino = 0;               // the new file's inode (0 for a removal)
+  bool remove = false;
+};
+
+struct Journal {
+  long pid = 0;
+  std::vector<std::string> names;
+  std::vector<JournalEntry> entries;
+};
+
+// Paths in the journal are relative to its directory, so that a recovery works from any working
+// directory and after the directory was moved or mounted elsewhere.
+fs::path journal_base(const std::string& journal) { return fs::absolute(parent_of(journal)).lexically_normal(); }
+
+std::string relative_to(const fs::path& base, const std::string& path) {
+  return fs::absolute(path).lexically_normal().lexically_relative(base).string();
+}
+
+std::string resolve(const fs::path& base, const std::string& rel) { return (base / rel).lexically_normal().string(); }
+
+std::string journal_text(const Journal& j) {
+  const fs::path base = journal_base(j.names.front());
+  auto rel = [&](const std::string& p) { return p.empty() ? p : relative_to(base, p); };
+  nlohmann::ordered_json out;
+  out["version"] = kJournalVersion;
+  out["pid"] = j.pid;
+  std::vector<std::string> names;
+  for (const std::string& n : j.names) names.push_back(rel(n));
+  out["journals"] = names;
+  nlohmann::ordered_json members = nlohmann::ordered_json::array();
+  for (const JournalEntry& e : j.entries)
+    members.push_back(
+        {{"path", rel(e.path)}, {"tmp", rel(e.tmp)}, {"backup", rel(e.backup)}, {"ino", e.ino}, {"remove", e.remove}});
+  out["members"] = std::move(members);
+  return out.dump(1) + "\n";
+}
+
+Journal read_journal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  PL_CHECK(in.good(), "{}: cannot open the publish journal: {}", path, std::strerror(errno));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json j = parse_json_text(text, path);
+  try {
+    PL_CHECK(j.is_object() && j.at("version").get<int>() == kJournalVersion,
+             "{}: not a version {} publish journal", path, kJournalVersion);
+    Journal out;
+    const fs::path base = journal_base(path);
+    auto at = [&](const std::string& rel) { return rel.empty() ? rel : resolve(base, rel); };
+    out.pid = j.at("pid").get<long>();
+    for (const std::string& n : j.at("journals").get<std::vector<std::string>>()) out.names.push_back(at(n));
+    for (const nlohmann::json& m : j.at("members")) {
+      JournalEntry e;
+      e.path = at(m.at("path").get<std::string>());
+      e.tmp = at(m.at("tmp").get<std::string>());
+      e.backup = at(m.at("backup").get<std::string>());
+      e.ino = m.at("ino").get<uint64_t>();
+      e.remove = m.at("remove").get<bool>();
+      PL_CHECK(!e.path.empty() && (e.remove || !e.tmp.empty()), "{}: a member without a path or temporary", path);
+      out.entries.push_back(std::move(e));
+    }
+    const std::string self = fs::absolute(path).lexically_normal().string();
+    if (std::find(out.names.begin(), out.names.end(), self) == out.names.end()) out.names.push_back(self);
+    return out;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: malformed publish journal (remove it after checking the files it would name): {}", path, e.what());
+  }
+}
+
+std::set<std::string> journal_dirs(const Journal& j) {
+  std::set<std::string> dirs;
+  for (const JournalEntry& e : j.entries) dirs.insert(parent_of(e.path));
+  for (const std::string& n : j.names) dirs.insert(parent_of(n));
+  return dirs;
+}
+
+void fsync_all(const std::set<std::string>& dirs) {
+  for (const std::string& d : dirs) fsync_directory(d);
+}
+
+void drop_journal(const Journal& j) {
+  for (const std::string& n : j.names) unlink_if_present(n);
+  fsync_all(journal_dirs(j));
+}
+
+// Every new member is still there: as its temporary, or renamed onto its path.
+bool can_roll_forward(const Journal& j) {
+  for (const JournalEntry& e : j.entries)
+    if (!e.remove && inode_of(e.tmp) != e.ino && inode_of(e.path) != e.ino) return false;
+  return true;
+}
+
+void roll_forward(const Journal& j) {
+  for (const JournalEntry& e : j.entries) {
+    if (e.remove)
+      unlink_if_present(e.path);
+    else if (inode_of(e.tmp) == e.ino)
+      rename_path(e.tmp, e.path);
+  }
+  fsync_all(journal_dirs(j));
+  for (const JournalEntry& e : j.entries)
+    if (!e.backup.empty()) unlink_if_present(e.backup);
+  fsync_all(journal_dirs(j));
+  drop_journal(j);
+}
+
+void roll_back(const Journal& j) {
+  for (const JournalEntry& e : j.entries) {
+    const uint64_t bak = e.backup.empty() ? 0 : inode_of(e.backup);
+    if (bak != 0) {
+      if (inode_of(e.path) == bak)
+        unlink_if_present(e.backup);  // not replaced yet (rename between two links of one file does nothing)
+      else
+        rename_path(e.backup, e.path);
+    } else if (!e.remove && e.backup.empty() && e.ino != 0 && inode_of(e.path) == e.ino) {
+      unlink_if_present(e.path);  // a new file that had no predecessor
+    }
+    if (!e.remove) unlink_if_present(e.tmp);
+  }
+  fsync_all(journal_dirs(j));
+  drop_journal(j);
+}
+
+// Test hooks (see the header).
+void publish_hook(int point) {
+  if (const char* k = std::getenv("PL_TEST_PUBLISH_KILL_AT"); k != nullptr && std::atoi(k) == point)
+    ::raise(SIGKILL);
+  if (const char* f = std::getenv("PL_TEST_PUBLISH_FAIL_AT"); f != nullptr && std::atoi(f) == point)
+    fail("publish: forced failure at point {} (PL_TEST_PUBLISH_FAIL_AT)", point);
+}
+
+}  // namespace
+
+std::optional<JournalState> file_set_journal_state(const std::string& journal) {
+  struct stat st {};
+  if (::lstat(journal.c_str(), &st) != 0) return std::nullopt;
+  const Journal j = read_journal(journal);
+  return JournalState{j.pid, j.pid != static_cast<long>(::getpid()) && pid_alive(j.pid)};
+}
+
+std::string recover_file_set(const std::string& journal) {
+  struct stat st {};
+  if (::lstat(journal.c_str(), &st) != 0) return "";
+  const Journal j = read_journal(journal);
+  PL_CHECK(j.pid == static_cast<long>(::getpid()) || !pid_alive(j.pid),
+           "{}: process {} is publishing these files now; wait for it to finish", journal, j.pid);
+  if (can_roll_forward(j)) {
+    roll_forward(j);
+    return fmt::format("{}: completed the interrupted publish of process {} (rolled forward: the new set of {} files "
+                       "is in place)",
+                       journal, j.pid, j.entries.size());
+  }
+  roll_back(j);
+  return fmt::format("{}: undid the interrupted publish of process {} (rolled back: the previous files are in place)",
+                     journal, j.pid);
+}
+
+struct FileSet::Member {
+  std::string path;
+  std::unique_ptr<AtomicFile> file;  // null: a removal
+};
+
+FileSet::FileSet(std::vector<std::string> journals, std::function<void(const std::string&)> say)
+    : journals_(std::move(journals)) {
+  PL_CHECK(!journals_.empty(), "FileSet: no journal name");
+  for (const std::string& j : journals_) {
+    remove_stale_temporaries(j);
+    const std::string msg = recover_file_set(j);
+    if (msg.empty()) continue;
+    if (say)
+      say(msg);
+    else
+      std::fprintf(stderr, "%s\n", msg.c_str());
+  }
+}
+
+FileSet::~FileSet() = default;  // each unpublished AtomicFile removes its temporary
+
+AtomicFile& FileSet::add(const std::string& path) {
+  PL_CHECK(!published_, "{}: added to a file set already published", path);
+  remove_stale_temporaries(path);
+  auto m = std::make_unique<Member>();
+  m->path = path;
+  m->file = std::make_unique<AtomicFile>(path, process_tmp_suffix());
+  members_.push_back(std::move(m));
+  return *members_.back()->file;
+}
+
+void FileSet::remove_on_publish(const std::string& path) {
+  PL_CHECK(!published_, "{}: removal added to a file set already published", path);
+  remove_stale_temporaries(path);
+  auto m = std::make_unique<Member>();
+  m->path = path;
+  members_.push_back(std::move(m));
+}
+
+void FileSet::publish() {
+  PL_CHECK(!published_, "{}: file set published twice", journals_.front());
+  // 1. Every new file complete and durable under its temporary name.
+  for (auto& m : members_)
+    if (m->file) m->file->finish();
+  // 2. The backups, decided before anything final is touched.
+  Journal j;
+  j.pid = static_cast<long>(::getpid());
+  j.names = journals_;
+  j.entries.reserve(members_.size());
+  for (auto& m : members_) {
+    JournalEntry& e = j.entries.emplace_back();
+    e.path = m->path;
+    e.remove = !m->file;
+    if (m->file) {
+      e.tmp = m->file->tmp_path();
+      e.ino = inode_of(e.tmp);
+      PL_CHECK(e.ino != 0, "{}: the finished temporary is gone: {}", e.tmp, std::strerror(errno));
+    }
+    struct stat st {};
+    if (::lstat(e.path.c_str(), &st) == 0) {
+      PL_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "{}: exists and is not a regular file; not replacing it",
+               e.path);
+      e.backup = e.path + ".bak-" + std::to_string(j.pid);
+    } else {
+      PL_CHECK(errno == ENOENT, "{}: cannot stat: {}", e.path, std::strerror(errno));
+    }
+  }
+  const std::set<std::string> dirs = journal_dirs(j);
+  const int n = static_cast<int>(j.entries.size());
+  try {
+    // 3. The journal, under all its names.
+    write_file_atomically(journals_.front(), journal_text(j), process_tmp_suffix());
+    for (size_t k = 1; k < journals_.size(); ++k) {
+      unlink_if_present(journals_[k]);
+      PL_CHECK(::link(journals_.front().c_str(), journals_[k].c_str()) == 0, "{}: cannot link the journal {} to it: {}",
+               journals_[k], journals_.front(), std::strerror(errno));
+    }
+    fsync_all(dirs);
+    // 4. Backups: the old files keep their names and gain a second one.
+    for (const JournalEntry& e : j.entries) {
+      if (e.backup.empty()) continue;
+      unlink_if_present(e.backup);
+      PL_CHECK(::link(e.path.c_str(), e.backup.c_str()) == 0, "{}: cannot hard-link it to the backup {}: {}", e.path,
+               e.backup, std::strerror(errno));
+    }
+    fsync_all(dirs);
+    publish_hook(0);
+    // 5. The renames.
+    for (size_t k = 0; k < j.entries.size(); ++k) {
+      const JournalEntry& e = j.entries[k];
+      if (e.remove) {
+        unlink_if_present(e.path);
+      } else {
+        rename_path(e.tmp, e.path);
+        members_[k]->file->committed_ = true;
+      }
+      publish_hook(static_cast<int>(k) + 1);
+    }
+    fsync_all(dirs);
+  } catch (const Error& err) {
+    std::string undo = "rolled back: the previous files are in place";
+    try {
+      roll_back(j);
+    } catch (const Error& again) {
+      undo = fmt::format("rolling back failed too ({}); the next run recovers from the journal {}", again.what(),
+                         journals_.front());
+    }
+    fail("{} ({})", err.what(), undo);
+  }
+  // 6. The new set is complete: drop the backups, then the journal.
+  published_ = true;
+  try {
+    for (const JournalEntry& e : j.entries)
+      if (!e.backup.empty()) unlink_if_present(e.backup);
+    fsync_all(dirs);
+    publish_hook(n + 1);
+    drop_journal(j);
+  } catch (const Error& err) {
+    fail("{} (the new files are in place; the journal {} remains and the next run removes it)", err.what(),
+         journals_.front());
+  }
 }
 
 }  // namespace pl

@@ -7,8 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace pl {
 
@@ -34,6 +37,7 @@ class AtomicFile {
   uint64_t bytes_written() const { return written_; }
 
  private:
+  friend class FileSet;
   std::string path_, tmp_;
   int fd_ = -1;
   uint64_t written_ = 0;
@@ -60,5 +64,72 @@ void fsync_directory(const std::string& dir);
 void rename_path(const std::string& from, const std::string& to);
 // ".tmp-<pid>": the suffix of a temporary only this process may own.
 std::string process_tmp_suffix();
+
+// ---------------------------------------------------------------------------------------------
+// FileSet: several files published as one set (a dataset's .bin/.idx/sidecar, quantize_tensor's
+// .npy files). A reader — or a crash at any moment, kill -9 included — finds the old set or the
+// new one, never a mix, once the journal below has been dealt with; the old set is never deleted
+// before the new one is complete.
+//
+// The protocol (P = this process's pid):
+//  1. add(path) creates "<path>.tmp-P"; the caller fills it. publish() first fsyncs and closes
+//     every temporary. Until step 3 nothing final is touched: an error (or a destroyed FileSet)
+//     removes this run's temporaries only.
+//  2. Every member whose final name exists gets a backup name "<path>.bak-P" (decided now).
+//  3. The journal — JSON: version, pid, the journal's names, and per member its path, temporary,
+//     backup ("" when there was no old file), the temporary's inode and whether the member is to
+//     be removed rather than replaced; paths relative to the journal's directory, so that recovery
+//     works from any working directory or mount point — is written atomically under the first name and
+//     hard-linked under the others (one per group a reader looks up: "<dataset prefix>.publish-
+//     journal"); directories fsynced.
+//  4. Each old file is hard-linked to its backup name (the final name stays valid); fsync.
+//  5. Each temporary is renamed onto its final name; a member to remove is unlinked; fsync.
+//  6. The backups are unlinked, then the journal names; fsync.
+// An error in steps 3-5 rolls back in-process (backups renamed onto their final names, new files
+// that had no predecessor unlinked), then removes journal and temporaries; the error says so.
+// Recovery: a FileSet (and recover_file_set) that finds a journal of a dead process rolls forward
+// when every new member is still there (as its temporary, or already renamed: its inode matches the
+// journal), else back from the backups, removes the journal and says so in one line. A journal of a
+// live process stops the run with a one-line error naming that pid. Temporaries and backups of dead
+// processes ("<member>.tmp-N", "<member>.bak-N", N a pid that does not exist) are removed when a
+// member is added; those of live processes (and a plain "<member>.tmp") are left alone.
+// Test hooks (environment, read by publish()): PL_TEST_PUBLISH_KILL_AT=k sends this process SIGKILL,
+// PL_TEST_PUBLISH_FAIL_AT=k throws, at point k: 0 after the backups (step 4), 1..n after the k-th
+// rename or removal of step 5, n+1 after the backups are removed (step 6, the journal still there).
+class FileSet {
+ public:
+  // `journals`: the journal's names (at least one). Recovers any interrupted publish found under
+  // them first, reporting it through `say` (one line each; default: stderr).
+  explicit FileSet(std::vector<std::string> journals, std::function<void(const std::string&)> say = {});
+  ~FileSet();  // unpublished: removes this run's temporaries
+  FileSet(const FileSet&) = delete;
+  FileSet& operator=(const FileSet&) = delete;
+
+  // A new member, written by the caller under "<path>.tmp-<pid>". The reference stays valid for
+  // the FileSet's lifetime.
+  AtomicFile& add(const std::string& path);
+  // An old file that the new set does not have: removed (backed up first) when publishing.
+  void remove_on_publish(const std::string& path);
+  // Steps 1-6 above. Once only.
+  void publish();
+  bool published() const { return published_; }
+
+ private:
+  struct Member;
+  std::vector<std::string> journals_;
+  std::vector<std::unique_ptr<Member>> members_;
+  bool published_ = false;
+};
+
+// A journal found at `journal`: its writer's pid and whether that process still exists.
+struct JournalState {
+  long pid = 0;
+  bool alive = false;
+};
+// nullopt when there is no journal at `journal`; a journal that cannot be parsed is a one-line error.
+std::optional<JournalState> file_set_journal_state(const std::string& journal);
+// Rolls an interrupted publish of a dead process forward or back (see FileSet). Returns the one
+// line saying what was done, or "" when there was no journal; a live writer is an error.
+std::string recover_file_set(const std::string& journal);
 
 }  // namespace pl

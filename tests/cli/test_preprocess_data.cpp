@@ -2,8 +2,15 @@
 // IndexedDataset and compared with Tokenizer::encode; determinism across --workers; one-line errors
 // that leave no output behind; the tokenizer sidecar.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,6 +18,7 @@
 #include "data/test_tokenizer.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_record.h"
+#include "io/atomic_file.h"
 #include "test_util.h"
 
 namespace {
@@ -218,6 +226,162 @@ TEST(PreprocessData, SeveralJsonKeysAndSeveralInputs) {
   ASSERT_EQ(bodies.sequence_lengths().size(), 1u);
   EXPECT_EQ(bodies.document_indices(), (std::vector<int64_t>{0, 1, 1}));
   EXPECT_TRUE(pl::data::read_tokenizer_record(prefix + "_body_document").has_value());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outputs published as a set (io/atomic_file.h FileSet): nothing a failed or killed run does loses
+// the previous dataset or leaves a mix.
+
+// Every entry of `dir` and its contents ("<dir>" for a directory).
+std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out[e.path().filename().string()] = e.is_directory() ? "<dir>" : pl::test::read_text_file(e.path().string());
+  return out;
+}
+
+// An environment variable set for the children started in this scope.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+// A "full disk" for the children started in this scope: RLIMIT_FSIZE (inherited), SIGXFSZ ignored
+// (an ignored disposition survives exec), so a write past the limit fails with EFBIG.
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{bytes, saved_.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  rlimit saved_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+long dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return static_cast<long>(pid);
+}
+
+TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
+  pl::test::TempDir dir;
+  const std::filesystem::path out_dir = dir.path() / "out";
+  std::filesystem::create_directory(out_dir);
+  const std::string prefix = (out_dir / "o").string();
+  auto run_on = [&](const std::string& in) {
+    return run_process(kApp, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--append-eod",
+                              "--log-interval", "1000000"});
+  };
+  ASSERT_EQ(run_on(dir.write("first.txt", "the first dataset\n\nits second document\n")).exit_code, 0);
+  const auto before = snapshot(out_dir);
+  ASSERT_EQ(before.size(), 3u);
+  {
+    const auto r = run_on(dir.write("bad.txt", "fine\n\nnot \xFF fine\n"));
+    expect_one_line_failure(r, {"invalid UTF-8"});
+    EXPECT_EQ(snapshot(out_dir), before);
+  }
+  {
+    // A full disk while writing the new .bin (600 KB of tokens, files limited to 64 KB).
+    std::string big;
+    for (int i = 0; i < 3000; ++i) big += "a paragraph of about one hundred bytes, repeated to make a large input file.\n\n";
+    const std::string in = dir.write("big.txt", big);
+    pl::test::ProcessResult r;
+    {
+      FileSizeLimit full(64 << 10);
+      r = run_on(in);
+    }
+    expect_one_line_failure(r, {prefix + "_text_document.bin.tmp-", "File too large"});
+    EXPECT_EQ(snapshot(out_dir), before);
+  }
+  for (const char* point : {"0", "2", "3"}) {
+    // A failure part way through the renames is rolled back in-process.
+    SCOPED_TRACE(point);
+    pl::test::ProcessResult r;
+    {
+      ScopedEnv fail("PL_TEST_PUBLISH_FAIL_AT", point);
+      r = run_on(dir.write("second.txt", "a second dataset\n"));
+    }
+    expect_one_line_failure(r, {"forced failure", "rolled back"});
+    EXPECT_EQ(snapshot(out_dir), before);
+  }
+}
+
+TEST(PreprocessData, StaleTemporariesOfDeadRunsDoNotBreakARun) {
+  pl::test::TempDir dir;
+  const std::filesystem::path out_dir = dir.path() / "out";
+  std::filesystem::create_directory(out_dir);
+  const std::string prefix = (out_dir / "o").string();
+  const std::string dead = std::to_string(dead_pid()), live = std::to_string(::getppid());
+  const std::string p = prefix + "_text_document";
+  std::filesystem::create_directories(p + ".bin.tmp-" + dead + "/x");  // a directory in the way
+  write_file(p + ".idx.tmp-" + dead, "half an index");
+  std::filesystem::create_directory(p + ".bin.tmp");  // an older version's temporary name: left alone
+  write_file(p + ".bin.tmp-" + live, "another live process's");
+  const auto r = run_process(kApp, {"--input", dir.write("in.txt", "hello\n"), "--output-prefix", prefix,
+                                    "--tokenizer-type", "byte"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(p + ".bin.tmp-" + dead));
+  EXPECT_FALSE(std::filesystem::exists(p + ".idx.tmp-" + dead));
+  EXPECT_TRUE(std::filesystem::is_directory(p + ".bin.tmp"));
+  EXPECT_EQ(pl::test::read_text_file(p + ".bin.tmp-" + live), "another live process's");
+  const pl::data::IndexedDataset ds(p);
+  EXPECT_EQ(sequence(ds, 0), (Ids{'h', 'e', 'l', 'l', 'o'}));
+}
+
+TEST(PreprocessData, AKillBetweenTheRenamesIsRefusedByTheReaderAndRecoveredByTheNextRun) {
+  pl::test::TempDir dir;
+  const std::filesystem::path out_dir = dir.path() / "out";
+  std::filesystem::create_directory(out_dir);
+  const std::string prefix = (out_dir / "o").string();
+  auto run_on = [&](const std::string& name, const std::string& title, const std::string& body) {
+    const std::string in = dir.write(name, "{\"title\": \"" + title + "\", \"body\": \"" + body + "\"}\n");
+    return run_process(kApp, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--json-keys",
+                              "title", "body"});
+  };
+  ASSERT_EQ(run_on("a.jsonl", "old", "old body").exit_code, 0);
+  const std::string title = prefix + "_title_document", body = prefix + "_body_document";
+  {
+    // Killed after the title's .bin, .idx and sidecar are renamed, before the body's.
+    ScopedEnv kill("PL_TEST_PUBLISH_KILL_AT", "3");
+    EXPECT_EQ(run_on("b.jsonl", "newer", "newer body").exit_code, 128 + SIGKILL);
+  }
+  // One journal under both datasets' names: each reader refuses, naming it.
+  for (const std::string& p : {title, body}) {
+    const std::string journal = pl::data::indexed_dataset_journal_path(p);
+    ASSERT_TRUE(std::filesystem::exists(journal));
+    pl::test::expect_one_line_error([&] { pl::data::IndexedDataset ds(p); },
+                                    {p + ".bin/.idx", "mid-replacement", "died", journal});
+  }
+  const auto r = run_on("c.jsonl", "third", "third body");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto err = pl::test::split_lines(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  EXPECT_EQ(err[0].rfind("preprocess_data: " + pl::data::indexed_dataset_journal_path(title) +
+                             ": completed the interrupted publish of process ", 0),
+            0u)
+      << err[0];
+  EXPECT_NE(err[0].find("rolled forward"), std::string::npos) << err[0];
+  EXPECT_EQ(snapshot(out_dir).size(), 6u);  // the two triples, no journal, backup or temporary
+  const pl::data::IndexedDataset t(title), b(body);
+  EXPECT_EQ(sequence(t, 0), (Ids{'t', 'h', 'i', 'r', 'd'}));
+  EXPECT_EQ(b.sequence_lengths()[0], 10);
+  const auto rec = pl::data::read_tokenizer_record(body);
+  ASSERT_TRUE(rec.has_value());
+  EXPECT_EQ(rec->data_bin_bytes, 20);
+  EXPECT_EQ(rec->data_idx_checksum64.size(), 16u);
 }
 
 }  // namespace

@@ -4,8 +4,12 @@
 // quantization; --stochastic is reproducible per seed; every bad input or flag is one stderr line,
 // a non-zero exit and no PREFIX.* file left behind.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <map>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -500,6 +504,7 @@ TEST(QuantizeTensor, Errors) {
     EXPECT_EQ(r.exit_code, 1);
     EXPECT_EQ(test::split_lines(r.err).size(), 1u) << r.err;
     EXPECT_NE(r.err.find(out + ".dequant.npy"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
     EXPECT_EQ(files_with_prefix(dir, "out"), (std::vector<std::string>{"out.dequant.npy"}));
   }
   std::filesystem::remove(out + ".dequant.npy");
@@ -510,6 +515,101 @@ TEST(QuantizeTensor, Errors) {
   expect_failure(dir, {good, "--out", out}, 2, {"--format"});
   expect_failure(dir, {good, "--format", "nvfp4", "--out", out, "--bogus"}, 2, {"--bogus"});
   expect_failure(dir, {good, "--format", "nvfp4", "--stochastic", "--seed", "abc", "--out", out}, 2, {"abc"});
+}
+
+// The outputs are published as one set (io/atomic_file.h FileSet): a failed or killed run never
+// loses or mixes the previous outputs.
+
+std::map<std::string, std::string> outputs_of(const TempDir& dir, const std::string& stem) {
+  std::map<std::string, std::string> out;
+  for (const std::string& name : files_with_prefix(dir, stem))
+    out[name] = test::read_text_file((dir.path() / name).string());
+  return out;
+}
+
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  const char* name_;
+};
+
+// A "full disk" for the children started in this scope (RLIMIT_FSIZE inherited, SIGXFSZ ignored).
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{bytes, saved_.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  rlimit saved_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
+void expect_one_line_error_exit(const ProcessResult& r, const std::vector<std::string>& needles) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const auto lines = test::split_lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("quantize_tensor: error: ", 0), 0u) << lines[0];
+  for (const std::string& n : needles) EXPECT_NE(lines[0].find(n), std::string::npos) << n << " not in " << lines[0];
+}
+
+TEST(QuantizeTensor, AFailedRunLeavesThePreviousOutputsByteIdentical) {
+  TempDir dir;
+  const std::string out = (dir.path() / "out").string();
+  const std::string x = write_f32(dir, "x.npy", {kRows, kCols}, gaussian(kRows * kCols, 21));
+  const std::string y = write_f32(dir, "y.npy", {kRows, kCols}, gaussian(kRows * kCols, 22));
+  ASSERT_EQ(run_tool({x, "--format", "nvfp4", "--out", out}).exit_code, 0);
+  const auto before = outputs_of(dir, "out");
+  ASSERT_EQ(before.size(), 5u);
+  for (const char* point : {"0", "3", "5"}) {
+    SCOPED_TRACE(point);
+    ProcessResult r;
+    {
+      ScopedEnv fail("PL_TEST_PUBLISH_FAIL_AT", point);
+      r = run_tool({y, "--format", "mxfp8", "--out", out});
+    }
+    expect_one_line_error_exit(r, {"forced failure", "rolled back"});
+    EXPECT_EQ(outputs_of(dir, "out"), before);
+  }
+  {
+    // A full disk: the 128 KB codes.npy cannot be written (files limited to 64 KB).
+    ProcessResult r;
+    {
+      FileSizeLimit full(64 << 10);
+      r = run_tool({y, "--format", "mxfp8", "--out", out});
+    }
+    expect_one_line_error_exit(r, {out + ".codes.npy.tmp-", "File too large"});
+    EXPECT_EQ(outputs_of(dir, "out"), before);
+  }
+}
+
+TEST(QuantizeTensor, AKilledRunIsRecoveredByTheNextAndNoOldOutputIsLeftBesideNewOnes) {
+  TempDir dir;
+  const std::string out = (dir.path() / "out").string();
+  const std::string x = write_f32(dir, "x.npy", {kRows, kCols}, gaussian(kRows * kCols, 31));
+  ASSERT_EQ(run_tool({x, "--format", "nvfp4", "--out", out}).exit_code, 0);
+  const auto nvfp4 = outputs_of(dir, "out");
+  {
+    // fp8_e4m3 writes no scales_swizzled.npy: the old one is removed in the same publish. Killed
+    // after two of its files are renamed.
+    ScopedEnv kill("PL_TEST_PUBLISH_KILL_AT", "2");
+    EXPECT_EQ(run_tool({x, "--format", "fp8_e4m3", "--out", out}).exit_code, 128 + SIGKILL);
+  }
+  EXPECT_TRUE(std::filesystem::exists(out + ".publish-journal"));
+  const ProcessResult r = run_tool({x, "--format", "fp8_e4m3", "--out", out, "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto err = test::split_lines(r.err);
+  ASSERT_EQ(err.size(), 1u) << r.err;
+  EXPECT_EQ(err[0].rfind("quantize_tensor: " + out + ".publish-journal: completed the interrupted publish", 0), 0u)
+      << err[0];
+  EXPECT_EQ(files_with_prefix(dir, "out").size(), 4u);  // codes, scales, amax, dequant: nothing else
+  EXPECT_FALSE(std::filesystem::exists(out + ".scales_swizzled.npy"));
+  EXPECT_NE(outputs_of(dir, "out").at("out.codes.npy"), nvfp4.at("out.codes.npy"));
+  EXPECT_EQ(read_npy(out + ".scales.npy").dtype, "<f4");
 }
 
 }  // namespace

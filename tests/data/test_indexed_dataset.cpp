@@ -2,8 +2,12 @@
 // .idx bytes of a small hand-derived case, dtype choice, validation of corrupt files, and a
 // GPTDataset built over an IndexedDataset.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,6 +20,8 @@
 #include "core/error.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
+#include "data/tokenizer_record.h"
+#include "io/atomic_file.h"
 
 #include "test_util.h"
 
@@ -425,6 +431,91 @@ TEST(DataIndexedWriter, AnUnfinalizedWriterLeavesNoFiles) {
   w.finalize();
   EXPECT_EQ(std::filesystem::file_size(prefix + ".bin"), 6u);
   EXPECT_FALSE(std::filesystem::exists(prefix + ".bin.tmp"));
+}
+
+}  // namespace
+
+// Published as a pair (io/atomic_file.h FileSet): a reader never takes a mismatched .bin/.idx.
+namespace {
+
+std::string write_docs(const std::string& prefix, const std::vector<std::vector<int32_t>>& docs) {
+  IndexedDatasetWriter w(prefix, 100);
+  for (const auto& d : docs) w.add_document(d);
+  w.finalize();
+  return prefix;
+}
+
+TEST(DataIndexedPair, ANewBinBesideAnOldIdxIsRefusedNamingBoth) {
+  pl::test::TempDir dir;
+  const std::string prefix = write_docs((dir.path() / "p").string(), {{1, 2, 3}, {4, 5}});
+  const Bytes old_idx = read_bytes(prefix + ".idx");
+  write_docs(prefix, {{1, 2, 3}, {4, 5}, {6, 7, 8, 9}});
+  write_bytes(prefix + ".idx", old_idx);  // what a crash between two plain renames could leave
+  pl::test::expect_one_line_error([&] { IndexedDataset ds(prefix); },
+                                  {prefix + ".bin", prefix + ".idx", "needs 10 bytes", "has 18", "not from the same run"});
+  // An old .bin beside a new .idx: too short, also naming both.
+  write_docs(prefix, {{1}});
+  const Bytes short_bin = read_bytes(prefix + ".bin");
+  write_docs(prefix, {{1, 2, 3}, {4, 5}});
+  write_bytes(prefix + ".bin", short_bin);
+  pl::test::expect_one_line_error([&] { IndexedDataset ds(prefix); }, {prefix + ".bin", prefix + ".idx", "too short"});
+}
+
+TEST(DataIndexedPair, ASidecarRecordingThePairCatchesASameSizeIdxFromAnotherRun) {
+  pl::test::TempDir dir;
+  const std::string prefix = (dir.path() / "s").string();
+  IndexedDatasetWriter w(prefix, 100);
+  w.add_document(std::vector<int32_t>{1, 2, 3});
+  w.add_document(std::vector<int32_t>{4, 5});
+  w.finalize();
+  TokenizerRecord rec;
+  rec.type = "byte";
+  rec.vocab_size = 100;
+  rec.data_bin_bytes = static_cast<int64_t>(w.bin_bytes());
+  rec.data_idx_checksum64 = fmt::format("{:016x}", w.idx_checksum());
+  write_tokenizer_record(prefix, rec);
+  EXPECT_EQ(rec.data_bin_bytes, 10);
+  { IndexedDataset ok(prefix); }
+  // Same token count, other document boundaries: the .idx sizes and the .bin size agree.
+  const std::string other = write_docs((dir.path() / "o").string(), {{1, 2}, {3, 4, 5}});
+  write_bytes(prefix + ".idx", read_bytes(other + ".idx"));
+  pl::test::expect_one_line_error([&] { IndexedDataset ds(prefix); },
+                                  {prefix + ".idx", prefix + ".tokenizer.json", "checksum", "not from the same run"});
+  // Without the sidecar's record nothing could tell (Megatron's own datasets have none).
+  std::filesystem::remove(prefix + ".tokenizer.json");
+  { IndexedDataset accepted(prefix); }
+  // A .bin whose size differs from the sidecar's record (the .idx consistent with it) is refused too.
+  write_bytes(prefix + ".idx", read_bytes(write_docs((dir.path() / "t").string(), {{1, 2, 3}, {4, 5}, {6}}) + ".idx"));
+  write_bytes(prefix + ".bin", read_bytes((dir.path() / "t").string() + ".bin"));
+  write_tokenizer_record(prefix, rec);
+  pl::test::expect_one_line_error([&] { IndexedDataset ds(prefix); },
+                                  {prefix + ".bin", prefix + ".tokenizer.json", "records 10 bytes", "has 12"});
+}
+
+TEST(DataIndexedPair, AnInterruptedPublishIsRefusedUntilRecovered) {
+  pl::test::TempDir dir;
+  const std::string prefix = write_docs((dir.path() / "k").string(), {{1, 2, 3}, {4, 5}});
+  // A writer killed after renaming its new .bin, before the .idx (kill point 1 of FileSet::publish).
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setenv("PL_TEST_PUBLISH_KILL_AT", "1", 1);
+    write_docs(prefix, {{9, 9, 9, 9, 9, 9, 9}});
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  const std::string journal = indexed_dataset_journal_path(prefix);
+  pl::test::expect_one_line_error([&] { IndexedDataset ds(prefix); },
+                                  {prefix + ".bin/.idx", "mid-replacement", "process " + std::to_string(pid), "died",
+                                   journal, "preprocess_data"});
+  // The next writer of this dataset (here a plain recovery) completes it: the new pair.
+  const std::string said = pl::recover_file_set(journal);
+  EXPECT_NE(said.find("rolled forward"), std::string::npos) << said;
+  IndexedDataset ds(prefix);
+  ASSERT_EQ(ds.num_sequences(), 1);
+  EXPECT_EQ(get_all(ds, 0), (std::vector<int32_t>{9, 9, 9, 9, 9, 9, 9}));
+  EXPECT_FALSE(std::filesystem::exists(journal));
 }
 
 }  // namespace
