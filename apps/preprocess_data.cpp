@@ -336,15 +336,15 @@ int run(int argc, char** argv) {
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "preprocess_data")) return *rc;
   check_options(o);
   // No output may replace an input (io/file_checks.h): --input, --tokenizer-model against every final file.
-  std::vector<FlagPath> inputs, outputs;
+  std::vector<FlagPath> inputs, output_paths;
   for (const std::string& in : o.inputs) inputs.push_back({"--input", in});
   inputs.push_back({"--tokenizer-model", o.tokenizer_model});
   for (const std::string& key : o.json_keys) {
     const std::string p = output_prefix_for(o, key);
     for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
-      outputs.push_back({"--output-prefix", f});
+      output_paths.push_back({"--output-prefix", f});
   }
-  check_outputs_apart_from_inputs(inputs, outputs);
+  check_outputs_apart_from_inputs(inputs, output_paths);
   const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
   const data::TokenizerRecord record = make_record(o, *tok);
 
