@@ -39,13 +39,14 @@ if [[ -z "$cc" || -z "$cxx" ]]; then
 fi
 
 start=$(date +%s)
+mkdir -p "$build"
 if ! cmake -S . -B "$build" -G Ninja -DPL_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-       -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >"$build.configure.log" 2>&1; then
-  cat "$build.configure.log" >&2
+       -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
   echo "fuzz: configuring $build failed" >&2
   exit 2
 fi
-rm -f "$build.configure.log"
+rm -f "$build/configure.log"
 cmake --build "$build" -j "$jobs" >/dev/null || { cmake --build "$build" -j 1 >&2 || true; echo "fuzz: build failed" >&2; exit 2; }
 echo "fuzz: built the targets in $(( $(date +%s) - start )) s; ${seconds} s per target"
 

@@ -27,14 +27,15 @@ done
 start=$(date +%s)
 # RelWithDebInfo with its flags replaced: -O1 (fast enough to run the suite, keeps the stacks readable), -g,
 # and NDEBUG as in Release so the code is the code CI tests elsewhere.
+mkdir -p "$build"
 if ! cmake -S . -B "$build" -G Ninja -DPL_CUDA=OFF -DPL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
        "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
-       >"$build.configure.log" 2>&1; then
-  cat "$build.configure.log" >&2
+       >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
   echo "sanitize: configuring $build failed" >&2
   exit 2
 fi
-rm -f "$build.configure.log"
+rm -f "$build/configure.log"
 cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { tail -n 40 "$build/build.log" >&2; echo "sanitize: build failed (log $build/build.log)" >&2; exit 2; }
 built=$(date +%s)
 echo "sanitize: built $build in $((built - start)) s"
