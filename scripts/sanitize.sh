@@ -5,9 +5,11 @@
 #
 # Configures DIR (default build-sanitize): CPU only (-DPL_CUDA=OFF), gcc, -DPL_SANITIZE=ON
 # (-fsanitize=address,undefined -fno-sanitize-recover=undefined on the library, the apps, the tools and
-# the tests), -O1 -g; builds it and runs ctest on it. Any ASan report (out-of-bounds, use-after-free, a
-# leak at exit) or UBSan report (overflow, misaligned load, bad shift, ...) ends that process with an
-# error and fails its test. Exit status: ctest's (0 when every test passed), 2 on a setup error.
+# the tests), -O1 -g; builds it and runs ctest on it, in two passes: every test but those run under
+# mpirun with leak detection on, then those with it off (see below; one test is left out, named below).
+# Any ASan report (out-of-bounds, use-after-free, a leak at exit) or UBSan report (overflow, misaligned
+# load, bad shift, ...) ends that process with an error and fails its test. Exit status: 0 when every
+# test passed, 1 when one failed, 2 on a setup error. CTEST_ARGS go to both passes (e.g. -R Checkpoint).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -40,23 +42,31 @@ cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { tail -n 40 "$bui
 built=$(date +%s)
 echo "sanitize: built $build in $((built - start)) s"
 
-# LeakSanitizer suppressions: only leaks whose allocation stack lies in Open MPI's own libraries (it keeps
-# its component and progress-thread state until exit by design; MPI_Finalize does not free all of it).
-# A leak anywhere in our code is still reported.
-supp="$build/lsan.supp"
-cat >"$supp" <<'SUPP'
-leak:libmpi.so
-leak:libopen-pal.so
-leak:libopen-rte.so
-leak:mca_
-SUPP
-# abort_on_error: a report ends the process by SIGABRT (a test can never mistake it for a clean exit code).
-# detect_leaks on, with the suppressions above. UBSan: a report is fatal and names its stack.
-export ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:detect_stack_use_after_return=0:strict_string_checks=1"
-export LSAN_OPTIONS="suppressions=$(realpath "$supp"):print_suppressions=0"
+# Left out (slow under ASan, and their code is exercised by faster tests in this suite):
+#   PrecisionAwareOptimizer.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall: trains llama_small twice to
+#     compare loss curves (214 s in the Release build on 2 cores, the suite's slowest by far; it would pass
+#     600 s under ASan). Its code (BF16 moments, the optimizer, checkpoints) runs in the other
+#     PrecisionAwareOptimizer.* tests on llama_tiny.
+slow='^PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall$'
+# Tests whose processes run under mpirun (Open MPI): its libraries and the components it dlopen()s and
+# dlclose()s keep state until exit that LeakSanitizer reports as leaks, with frames in unloaded modules
+# that no suppression can name. They run in a second pass with leak detection off (ASan's memory errors
+# and UBSan still abort them); every other test runs with leak detection on.
+mpi='^(Dist|DataParallel|DataParallelCli)\.'
+
+# abort_on_error: a report ends the process by SIGABRT (a test cannot mistake it for a clean exit code).
+# UBSan: a report is fatal and names its stack.
+asan="abort_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
 rc=0
-ctest --test-dir "$build" --output-on-failure -j "$jobs" "${ctest_args[@]}" || rc=$?
-echo "sanitize: ctest finished in $(( $(date +%s) - built )) s (exit $rc); $(( $(date +%s) - start )) s in all"
-exit "$rc"
+ASAN_OPTIONS="$asan:detect_leaks=1" ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "$slow|$mpi" \
+  "${ctest_args[@]}" || rc=$?
+pass1=$(date +%s)
+echo "sanitize: ctest without the MPI tests finished in $((pass1 - built)) s (exit $rc)"
+rc2=0
+ASAN_OPTIONS="$asan:detect_leaks=0" ctest --test-dir "$build" --output-on-failure -j "$jobs" -R "$mpi" -E "$slow" \
+  "${ctest_args[@]}" || rc2=$?
+echo "sanitize: ctest of the MPI tests (no leak detection) finished in $(( $(date +%s) - pass1 )) s (exit $rc2);" \
+  "$(( $(date +%s) - start )) s in all"
+((rc == 0 && rc2 == 0))
