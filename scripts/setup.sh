@@ -77,6 +77,7 @@ install_cuda_binutils() {
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
           libopenblas-openmp-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib
           openmpi-bin libopenmpi-dev iproute2
+          clang libclang-rt-14-dev  # scripts/fuzz.sh: clang++ -fsanitize=fuzzer (libFuzzer is in libclang-rt-14-dev)
           fortunes)  # fortunes: the text of scripts/nvfp4_study.sh's corpus (/usr/share/games/fortunes)
 missing=()
 for p in "${packages[@]}"; do

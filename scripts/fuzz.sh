@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Bounded libFuzzer runs of every parser's fuzz target (tests/fuzz/fuzz_<parser>.cpp), as CI runs them.
+#
+#   scripts/fuzz.sh [--seconds N] [--build DIR] [--jobs N] [PARSER...]
+#
+# Configures DIR (default build-fuzz) with clang and -DPL_FUZZ=ON (only the fuzz targets and the parser
+# sources they need, with -fsanitize=fuzzer-no-link,address,undefined), builds it, then runs each target
+# for N seconds (default 10; -max_total_time) over a copy of its seed corpus tests/fuzz/corpus/<parser>/
+# (the seeds are never written to; the copy, the logs and any crash input live under DIR/fuzz-run/<parser>/),
+# after replaying its regression inputs tests/fuzz/regressions/<parser>/* when there are any.
+# A pl::Error is an accepted outcome; a crash, another exception, a sanitizer report, a timeout (-timeout=10
+# per input), more than 2 GB of RSS or one allocation over 2 GB is a finding. One line per target;
+# exit status 1 when any target found something (its log and crash input are named), 2 on a setup error.
+# Needs clang and libFuzzer (Debian: clang, libclang-rt-14-dev; scripts/setup.sh installs them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+seconds=10
+build=build-fuzz
+jobs=$(nproc)
+only=()
+while (($#)); do
+  case "$1" in
+    --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
+    --build) build=${2:?--build needs a value}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a value}; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "fuzz: unknown option $1 (see --help)" >&2; exit 2 ;;
+    *) only+=("$1"); shift ;;
+  esac
+done
+[[ "$seconds" =~ ^[0-9]+$ && "$seconds" -ge 1 ]] || { echo "fuzz: --seconds must be a positive integer, got '$seconds'" >&2; exit 2; }
+
+cc=$(command -v clang || true)
+cxx=$(command -v clang++ || true)
+if [[ -z "$cc" || -z "$cxx" ]]; then
+  echo "fuzz: clang/clang++ not found (scripts/setup.sh installs clang and libclang-rt-14-dev)" >&2
+  exit 2
+fi
+
+start=$(date +%s)
+mkdir -p "$build"
+if ! cmake -S . -B "$build" -G Ninja -DPL_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
+  echo "fuzz: configuring $build failed" >&2
+  exit 2
+fi
+rm -f "$build/configure.log"
+cmake --build "$build" -j "$jobs" >/dev/null || { cmake --build "$build" -j 1 >&2 || true; echo "fuzz: build failed" >&2; exit 2; }
+echo "fuzz: built the targets in $(( $(date +%s) - start )) s; ${seconds} s per target"
+
+parsers=()
+if ((${#only[@]})); then
+  parsers=("${only[@]}")
+else
+  for d in tests/fuzz/corpus/*/; do parsers+=("$(basename "$d")"); done
+fi
+
+run_root="$build/fuzz-run"
+rm -rf "$run_root"
+findings=0
+for p in "${parsers[@]}"; do
+  bin="$build/tests/fuzz/fuzz_$p"
+  [[ -x "$bin" && -d "tests/fuzz/corpus/$p" ]] || { echo "fuzz: no target or seed corpus for '$p'" >&2; exit 2; }
+  dir="$run_root/$p"
+  mkdir -p "$dir/corpus" "$dir/tmp"
+  cp -r "tests/fuzz/corpus/$p/." "$dir/corpus/"
+  opts=(-timeout=10 -rss_limit_mb=2048 -malloc_limit_mb=2048 -artifact_prefix="$dir/")
+  # UBSan: a report is fatal and names its stack (the build already has -fno-sanitize-recover=undefined).
+  export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  rc=0
+  if compgen -G "tests/fuzz/regressions/$p/*" >/dev/null; then
+    TMPDIR="$dir/tmp" "$bin" "${opts[@]}" tests/fuzz/regressions/"$p"/* >"$dir/regressions.log" 2>&1 || rc=$?
+    if ((rc != 0)); then
+      printf 'fuzz: %-20s FINDING: a regression input fails again (rc %d); log %s\n' "$p" "$rc" "$dir/regressions.log"
+      findings=$((findings + 1))
+      continue
+    fi
+  fi
+  TMPDIR="$dir/tmp" "$bin" "${opts[@]}" -max_total_time="$seconds" -print_final_stats=1 "$dir/corpus" \
+    >"$dir/fuzz.log" 2>&1 || rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$dir/fuzz.log" | tail -n 1)
+  cov=$(grep -o 'cov: [0-9]*' "$dir/fuzz.log" | tail -n 1 | cut -d' ' -f2 || true)
+  if ((rc == 0)); then
+    printf 'fuzz: %-20s ok       %8s runs  cov %5s  corpus %d -> %d files\n' "$p" "${runs:-?}" "${cov:-?}" \
+      "$(find "tests/fuzz/corpus/$p" -type f | wc -l)" "$(find "$dir/corpus" -type f | wc -l)"
+  else
+    artifact=$(sed -n 's/.*Test unit written to \(.*\)$/\1/p' "$dir/fuzz.log" | tail -n 1)
+    what=$(grep -m1 -oE 'ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer): [^ ]+( [^ ]+)?|runtime error: .*|FINDING: .*' "$dir/fuzz.log" || true)
+    printf 'fuzz: %-20s FINDING  %8s runs  %s\n' "$p" "${runs:-?}" "${what:-exit status $rc}"
+    printf 'fuzz: %-20s          input %s; log %s\n' "" "${artifact:-(none written)}" "$dir/fuzz.log"
+    printf 'fuzz: %-20s          replay: %s %s; keep it as tests/fuzz/regressions/%s/<name> once fixed\n' \
+      "" "$bin" "${artifact:-<input>}" "$p"
+    findings=$((findings + 1))
+  fi
+done
+echo "fuzz: ${#parsers[@]} targets, ${findings} with findings, $(( $(date +%s) - start )) s in all"
+((findings == 0))

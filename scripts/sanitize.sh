@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The test suite under AddressSanitizer + UndefinedBehaviorSanitizer, as CI runs it.
+#
+#   scripts/sanitize.sh [--build DIR] [--jobs N] [-- CTEST_ARGS...]
+#
+# Configures DIR (default build-sanitize): CPU only (-DPL_CUDA=OFF), gcc, -DPL_SANITIZE=ON
+# (-fsanitize=address,undefined -fno-sanitize-recover=undefined on the library, the apps, the tools and
+# the tests), -O1 -g; builds it and runs ctest on it, in two passes: every test but those run under
+# mpirun with leak detection on, then those with it off (see below; five slow tests are left out, named below).
+# Any ASan report (out-of-bounds, use-after-free, a leak at exit) or UBSan report (overflow, misaligned
+# load, bad shift, ...) ends that process with an error and fails its test. Exit status: 0 when every
+# test passed, 1 when one failed, 2 on a setup error. CTEST_ARGS go to both passes (e.g. --timeout 900).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build-sanitize
+jobs=$(nproc)
+ctest_args=()
+while (($#)); do
+  case "$1" in
+    --build) build=${2:?--build needs a value}; shift 2 ;;
+    --jobs) jobs=${2:?--jobs needs a value}; shift 2 ;;
+    --) shift; ctest_args=("$@"); break ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "sanitize: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+start=$(date +%s)
+# RelWithDebInfo with its flags replaced: -O1 (fast enough to run the suite, keeps the stacks readable), -g,
+# and NDEBUG as in Release so the code is the code CI tests elsewhere.
+mkdir -p "$build"
+if ! cmake -S . -B "$build" -G Ninja -DPL_CUDA=OFF -DPL_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+       "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
+       >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log" >&2
+  echo "sanitize: configuring $build failed" >&2
+  exit 2
+fi
+rm -f "$build/configure.log"
+cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { tail -n 40 "$build/build.log" >&2; echo "sanitize: build failed (log $build/build.log)" >&2; exit 2; }
+built=$(date +%s)
+echo "sanitize: built $build in $((built - start)) s"
+
+# Left out: the five slowest tests under ASan (measured on 2 shared cores; CI has 30 minutes for everything
+# and this build alone takes about 10 of them). Each trains for many iterations to compare numbers; the
+# code they run is exercised under the sanitizers by shorter tests:
+#   PrecisionAwareOptimizer.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall  (214 s in Release, > 600 s
+#     here: llama_small twice, a loss gap; BF16 moments run in the other PrecisionAwareOptimizer.* tests)
+#   TrainRecipes.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16  (229 s: every recipe against BF16; the
+#     quantized paths run in OpsQuantize*, ModelLinearLayer*, CheckpointCli.*Nvfp4 and Sweep.script)
+#   SignalStop.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically  (132 s: the signal path runs in
+#     the other SignalStop.* tests, the bit-identical resume in CheckpointCli.*)
+#   EndToEnd.ThirtyIterationsOfLlamaTinyInMegatronFormat, EndToEndData.PreprocessTheSampleCorpusTrainAndValidate
+#     (62 s each: the same loop and data path for fewer iterations in the Cli*, TrainOnData* and PreprocessData* tests)
+slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall|TrainRecipes\.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16|SignalStop\.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically|EndToEnd\.ThirtyIterationsOfLlamaTinyInMegatronFormat|EndToEndData\.PreprocessTheSampleCorpusTrainAndValidate)$'
+# Tests whose processes run under mpirun (Open MPI): its libraries and the components it dlopen()s and
+# dlclose()s keep state until exit that LeakSanitizer reports as leaks, with frames in unloaded modules
+# that no suppression can name. They run in a second pass with leak detection off (ASan's memory errors
+# and UBSan still abort them); every other test runs with leak detection on.
+mpi='^(Dist|DataParallel|DataParallelCli)\.'
+
+# abort_on_error: a report ends the process by SIGABRT (a test cannot mistake it for a clean exit code).
+# UBSan: a report is fatal and names its stack.
+asan="abort_on_error=1:detect_stack_use_after_return=0:strict_string_checks=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+rc=0
+ASAN_OPTIONS="$asan:detect_leaks=1" ctest --test-dir "$build" --output-on-failure -j "$jobs" -E "$slow|$mpi" \
+  "${ctest_args[@]}" || rc=$?
+pass1=$(date +%s)
+echo "sanitize: ctest without the MPI tests finished in $((pass1 - built)) s (exit $rc)"
+rc2=0
+ASAN_OPTIONS="$asan:detect_leaks=0" ctest --test-dir "$build" --output-on-failure -j "$jobs" -R "$mpi" -E "$slow" \
+  "${ctest_args[@]}" || rc2=$?
+echo "sanitize: ctest of the MPI tests (no leak detection) finished in $(( $(date +%s) - pass1 )) s (exit $rc2);" \
+  "$(( $(date +%s) - start )) s in all"
+((rc == 0 && rc2 == 0))
