@@ -4,6 +4,7 @@
 // expectation and an index-array fingerprint.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -176,6 +177,43 @@ uint64_t fnv1a(const std::vector<T>& v) {
     h *= 0x100000001B3ull;
   }
   return h;
+}
+
+// An environment variable set for the children started in this scope.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
+  ~ScopedEnv() { ::unsetenv(name_); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  const char* name_;
+};
+
+// A "full disk" for the children started in this scope: RLIMIT_FSIZE (inherited), SIGXFSZ ignored
+// (an ignored disposition survives exec), so a write past the limit fails with EFBIG.
+struct FileSizeLimit {
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
+    const rlimit lim{bytes, saved_.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &saved_);
+    ::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+  rlimit saved_{};
+  sighandler_t old_handler_ = SIG_DFL;
+};
+
+// A pid that existed a moment ago and does not now (a forked child that has exited and been reaped).
+inline long dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return static_cast<long>(pid);
 }
 
 }  // namespace pl::test

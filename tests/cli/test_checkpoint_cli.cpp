@@ -342,11 +342,7 @@ TEST(SaveDirectory, ASaveRemovesOnlyTemporariesOfProcessesThatAreGone) {
   pl::test::TempDir dir;
   const std::string d = (dir.path() / "ckpt").string();
   fs::create_directories(d);
-  const pid_t child = ::fork();
-  if (child == 0) ::_exit(0);
-  ASSERT_GT(child, 0);
-  ::waitpid(child, nullptr, 0);  // a pid that no longer runs
-  const std::string dead = d + "/iter_0000007.tmp-" + std::to_string(child);
+  const std::string dead = d + "/iter_0000007.tmp-" + std::to_string(pl::test::dead_pid());
   const std::string alive = d + "/iter_0000009.tmp-" + std::to_string(::getpid());
   fs::create_directories(dead);
   fs::create_directories(alive);

@@ -24,6 +24,9 @@
 namespace {
 
 using pl::test::run_process;
+using pl::test::dead_pid;
+using pl::test::FileSizeLimit;
+using pl::test::ScopedEnv;
 using Ids = std::vector<int32_t>;
 
 const std::string kApp = PL_PREPROCESS_DATA_PATH;
@@ -240,41 +243,12 @@ std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
   return out;
 }
 
-// An environment variable set for the children started in this scope.
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  const char* name_;
-};
 
-// A "full disk" for the children started in this scope: RLIMIT_FSIZE (inherited), SIGXFSZ ignored
-// (an ignored disposition survives exec), so a write past the limit fails with EFBIG.
-struct FileSizeLimit {
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    const rlimit lim{bytes, saved_.rlim_max};
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-  rlimit saved_{};
-  sighandler_t old_handler_ = SIG_DFL;
-};
 
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
 
-long dead_pid() {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return static_cast<long>(pid);
-}
 
 TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
   pl::test::TempDir dir;

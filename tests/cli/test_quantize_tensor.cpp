@@ -32,6 +32,8 @@ namespace {
 
 using test::ProcessResult;
 using test::TempDir;
+using test::FileSizeLimit;
+using test::ScopedEnv;
 
 const std::string kTool = PL_QUANTIZE_TENSOR_PATH;
 constexpr int64_t kRows = 256, kCols = 512;
@@ -527,27 +529,7 @@ std::map<std::string, std::string> outputs_of(const TempDir& dir, const std::str
   return out;
 }
 
-struct ScopedEnv {
-  ScopedEnv(const char* name, const std::string& value) : name_(name) { ::setenv(name, value.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name_); }
-  const char* name_;
-};
 
-// A "full disk" for the children started in this scope (RLIMIT_FSIZE inherited, SIGXFSZ ignored).
-struct FileSizeLimit {
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    const rlimit lim{bytes, saved_.rlim_max};
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-  rlimit saved_{};
-  sighandler_t old_handler_ = SIG_DFL;
-};
 
 void expect_one_line_error_exit(const ProcessResult& r, const std::vector<std::string>& needles) {
   EXPECT_EQ(r.exit_code, 1) << r.err;

@@ -238,17 +238,23 @@ std::string write_pages(const TempDir& dir, const std::string& name, size_t byte
   return dir.write(name, std::string(bytes, 'p'));
 }
 
+// In a test's child: `bytes` of `path` mapped shared and registered (exit 120 when mmap fails).
+void* map_and_register(const std::string& path, size_t bytes) {
+  const int fd = pl::open_regular_file(path);
+  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) ::_exit(120);
+  ::close(fd);
+  pl::register_mapped_range(m, bytes, path);
+  return m;
+}
+
 TEST(MappedFile, AReadPastATruncatedEndIsOneLineAndExit1NotSigbus) {
   TempDir dir;
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const std::string path = write_pages(dir, "mapped.bin", 4 * page);
   const ChildResult t = in_child(
       [&] {
-        const int fd = pl::open_regular_file(path);
-        void* m = ::mmap(nullptr, 4 * page, PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) ::_exit(120);
-        ::close(fd);
-        pl::register_mapped_range(m, 4 * page, path);
+        void* m = map_and_register(path, 4 * page);
         if (::truncate(path.c_str(), static_cast<off_t>(page)) != 0) ::_exit(121);
         const volatile char* p = static_cast<const char*>(m);
         if (p[page - 1] != 'p') ::_exit(122);  // still inside the file
@@ -294,11 +300,7 @@ TEST(MappedFile, OtherSigbusesStaySignals) {
   // A mapping that was deregistered before the fault: the default SIGBUS (no line claims it).
   const ChildResult deregistered = in_child(
       [&] {
-        const int fd = pl::open_regular_file(path);
-        void* m = ::mmap(nullptr, 4 * page, PROT_READ, MAP_SHARED, fd, 0);
-        if (m == MAP_FAILED) ::_exit(120);
-        ::close(fd);
-        pl::register_mapped_range(m, 4 * page, path);
+        void* m = map_and_register(path, 4 * page);
         pl::deregister_mapped_range(m);
         if (::truncate(path.c_str(), static_cast<off_t>(page)) != 0) ::_exit(121);
         (void)static_cast<const volatile char*>(m)[3 * page];

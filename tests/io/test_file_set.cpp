@@ -24,6 +24,7 @@ namespace pl {
 namespace {
 
 namespace fs = std::filesystem;
+using test::dead_pid;
 using Files = std::map<std::string, std::string>;  // name -> contents
 
 // Every entry of `dir` with its contents ("<dir>" for a directory).
@@ -53,14 +54,6 @@ void publish_new(const test::TempDir& d, const std::function<void()>& before_pub
   set.publish();
 }
 
-// A pid that existed a moment ago and does not now.
-long dead_pid() {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(0);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return static_cast<long>(pid);
-}
 
 // Runs fn in a child process; returns its wait status.
 int in_child(const std::function<void()>& fn) {
