@@ -1,7 +1,8 @@
 #pragma once
 // The outermost layer every app shares, so that all of them fail the same way: one stderr line
 // "<app>: error: <message>" (newlines flattened) and exit 1 for a user error (pl::Error), a file system
-// error (std::filesystem) or host memory exhausted (std::bad_alloc); "<app>: internal error: ..." and exit 3 for anything else; "(see --help)" and exit 2 for a bad command line.
+// error (std::filesystem) or host memory exhausted (std::bad_alloc); "<app>: internal error: ..." and
+// exit 3 for anything else; "(see --help)" and exit 2 for a bad command line.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>

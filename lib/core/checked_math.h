@@ -37,13 +37,4 @@ inline int64_t checked_product(std::initializer_list<int64_t> factors, std::stri
   return r;
 }
 
-// A value converted to a narrower integer type, or a one-line error naming it.
-template <class To, class From>
-To checked_narrow(From v, std::string_view what) {
-  const To r = static_cast<To>(v);
-  if (static_cast<From>(r) != v || ((r < To{}) != (v < From{})))
-    fail("{} = {} does not fit the range of its type", what, v);
-  return r;
-}
-
 }  // namespace pl
