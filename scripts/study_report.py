@@ -115,6 +115,23 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else math.nan
 
 
+def std_error(xs):
+    """The standard error of the mean of xs (sample standard deviation / sqrt(n)); nan with fewer than two
+    finite values. With two seeds it is half their difference."""
+    xs = [x for x in xs if math.isfinite(x)]
+    if len(xs) < 2:
+        return math.nan
+    m = mean(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+
+
+def beyond_noise(xs):
+    """Whether the mean of the paired per-seed differences xs is more than two standard errors from zero
+    (nan standard error: not judged, None)."""
+    se = std_error(xs)
+    return None if not math.isfinite(se) else abs(mean(xs)) > 2 * se
+
+
 def spread(xs):
     """(max - min) / mean, in percent; nan with fewer than two finite values."""
     xs = [x for x in xs if math.isfinite(x)]
@@ -187,7 +204,7 @@ def report(args, seeds, runs, np, plt):
         va_gap = [100 * (v - num(r["bf16_mixed"]["val_loss"])) / num(r["bf16_mixed"]["val_loss"]) for v, r in zip(va, runs)]
         stats[label] = dict(
             train=mean(tr), train_spread=spread(tr), train_gap=mean(tr_gap), train_gaps=tr_gap,
-            val=mean(va), val_spread=spread(va), val_gap=mean(va_gap), val_gaps=va_gap,
+            val=mean(va), val_spread=spread(va), val_gap=mean(va_gap), val_gaps=va_gap, val_gap_se=std_error(va_gap),
             nonfinite=sum(int(r[label]["nonfinite"]) for r in runs),
             step_ms=mean([num(r[label]["step_ms"]) for r in runs]),
             iterations=runs[0][label]["iterations"], tail=runs[0][label]["tail_iterations"])
@@ -222,8 +239,8 @@ def report(args, seeds, runs, np, plt):
               "precision plan is: " + "; ".join(f"{where.replace('  ', ' ')}: {detail.split(' (')[0]}"
                                                 for where, detail in plan) + ".\n")
     md.append("| variant | recipe | train loss | train gap vs BF16 | val loss | val gap vs BF16 | val gap per seed | "
-              "seed spread train / val | gap beyond noise | non-finite | step ms |")
-    md.append("|---|---|---:|---:|---:|---:|---:|---:|:---:|---:|---:|")
+              "s.e. of val gap | seed spread train / val | gap beyond noise | non-finite | step ms |")
+    md.append("|---|---|---:|---:|---:|---:|---:|---:|---:|:---:|---:|---:|")
     for label, name, _ in VARIANTS:
         s = stats[label]
         is_ref = label == "bf16_mixed"
@@ -232,10 +249,11 @@ def report(args, seeds, runs, np, plt):
         elif is_ref:
             beyond = ""
         else:
-            beyond = "yes" if abs(s["val_gap"]) > noise_val else "no"
+            beyond = "yes" if beyond_noise(s["val_gaps"]) else "no"
         md.append(f"| {name} | `{label}` | {s['train']:.4f} | {'' if is_ref else pct(s['train_gap'])} | {s['val']:.4f} | "
                   f"{'' if is_ref else pct(s['val_gap'])} | "
                   f"{'' if is_ref else ', '.join(pct(g) for g in s['val_gaps'])} | "
+                  f"{'' if is_ref or k < 2 else pct(s['val_gap_se'], sign=False)} | "
                   f"{pct(s['train_spread'], sign=False) + ' / ' + pct(s['val_spread'], sign=False) if k >= 2 else 'n/a'} | "
                   f"{beyond} | {s['nonfinite']} | "
                   f"{s['step_ms']:.0f} |")
@@ -245,9 +263,13 @@ def report(args, seeds, runs, np, plt):
               "averaged over the seeds.")
     md.append("* **gap vs BF16**: (variant - BF16) / BF16 of the same seed, averaged over the seeds; **val gap per seed**: "
               "each seed's.")
-    md.append("* **seed spread**: (max - min) / mean of the variant's train / val loss over the seeds. The **run-to-run noise** "
-              f"is BF16's: {pct(noise_val, sign=False)} on the val loss, {pct(noise_train, sign=False)} on the train "
-              "loss. **gap beyond noise**: |val gap| > BF16's val seed spread."
+    md.append("* **run-to-run noise**, two measures. **seed spread**: (max - min) / mean of the variant's train / val loss "
+              f"over the seeds; BF16's is {pct(noise_val, sign=False)} on the val loss, {pct(noise_train, sign=False)} on the "
+              "train loss (it includes the different validation batches each seed's shuffle picks). **s.e. of val gap**: "
+              "the standard error of the mean gap from its seed-to-seed scatter (sample standard deviation of the "
+              "per-seed gaps / sqrt(seeds); with two seeds, half their difference): the noise of a paired comparison. "
+              "**gap beyond noise**: |mean val gap| > 2 s.e. With few seeds the s.e. is itself rough; read the per-seed "
+              "gaps too."
               if k >= 2 else "* **seed spread**: needs two or more seeds (`--seeds 2`); with one seed there is no noise "
               "estimate and no gap can be called beyond noise.")
     md.append("* **step ms**: mean step time over the summary window; on a CPU every quantized GEMM is emulated "
@@ -258,22 +280,24 @@ def report(args, seeds, runs, np, plt):
     md.append("## The ablations against the full NVFP4 recipe\n")
     md.append("The NVFP4 paper's ablations find each part of the recipe matters: without RHT, without stochastic "
               "rounding, without 2D weight blocks or without BF16 layers the loss is higher than with the full "
-              "recipe. Here (val gap of the ablation minus the full recipe's, paired by seed):\n")
+              "recipe. Here (val gap of the ablation minus the full recipe's, paired by seed; mean +- its standard "
+              "error; judged beyond noise when the mean is more than 2 s.e. from zero):\n")
     full = stats["bf16_with_nvfp4_mixed"]
     for label in ABLATIONS:
         s = stats[label]
         diffs = [a - b for a, b in zip(s["val_gaps"], full["val_gaps"])]
-        d = mean(diffs)
+        d, se = mean(diffs), std_error(diffs)
         name = dict((lb, nm) for lb, nm, _ in VARIANTS)[label]
         if k < 2:
             verdict = "one seed: no noise estimate, not judged"
-        elif abs(d) <= noise_val:
-            verdict = f"within the run-to-run noise ({pct(noise_val, sign=False)}): not separated from the full recipe"
+        elif not beyond_noise(diffs):
+            verdict = "within the run-to-run noise (2 s.e.): not separated from the full recipe"
         elif d > 0:
             verdict = "worse than the full recipe, as in the paper"
         else:
             verdict = "**better than the full recipe: differs from the paper**"
-        md.append(f"* {name}: {pct(d)} ({', '.join(pct(x) for x in diffs)} per seed): {verdict}.")
+        se_text = f" +- {pct(se, sign=False)}" if k >= 2 else ""
+        md.append(f"* {name}: {pct(d)}{se_text} ({', '.join(pct(x) for x in diffs)} per seed): {verdict}.")
     order = sorted((lb for lb, _, _ in VARIANTS if lb != "bf16_mixed"), key=lambda lb: stats[lb]["val_gap"])
     names = dict((lb, nm) for lb, nm, _ in VARIANTS)
     md.append("")
@@ -282,7 +306,7 @@ def report(args, seeds, runs, np, plt):
     md.append("![loss gap vs BF16 per variant](nvfp4_study.png)\n")
     md.append(f"The figure: top, the training loss gap vs BF16 over the iterations (each seed's gap against its own "
               f"BF16 run, smoothed, averaged over the seeds; markers: the validation gaps); bottom, the final val gap "
-              f"per variant (bar: the mean; dots: the seeds; grey band: +-BF16's run-to-run noise).\n")
+              f"per variant (bar: the mean; error bar: +-2 standard errors; dots: the seeds).\n")
 
     # The figure.
     fig, (ax_curve, ax_bar) = plt.subplots(2, 1, figsize=(11, 10))
@@ -309,20 +333,18 @@ def report(args, seeds, runs, np, plt):
             vi = sorted(vpoints)
             ax_curve.plot(vi, [mean(vpoints[v]) for v in vi], "o", color=c, markersize=4)
         s = stats[label]
-        ax_bar.bar(i, s["val_gap"], color=c, alpha=0.6)
+        ax_bar.bar(i, s["val_gap"], color=c, alpha=0.6,
+                   yerr=2 * s["val_gap_se"] if math.isfinite(s["val_gap_se"]) else None, capsize=4)
         ax_bar.plot([i] * len(s["val_gaps"]), s["val_gaps"], "o", color="black", markersize=4)
     ax_curve.axhline(0.0, color="black", linewidth=0.8)
     ax_curve.set_xlabel("iteration")
     ax_curve.set_ylabel("train loss gap vs BF16 (%)\n(smoothed; dots: validation)")
     ax_curve.grid(True, alpha=0.3)
     ax_curve.legend(fontsize=8)
-    if math.isfinite(noise_val):
-        ax_bar.axhspan(-noise_val, noise_val, color="grey", alpha=0.2, label=f"BF16 run-to-run noise (+-{noise_val:.2f}%)")
-        ax_bar.legend(fontsize=8)
     ax_bar.axhline(0.0, color="black", linewidth=0.8)
     ax_bar.set_xticks(range(len(VARIANTS) - 1))
     ax_bar.set_xticklabels([textwrap.fill(nm, 16) for _, nm, _ in VARIANTS[1:]], fontsize=8)
-    ax_bar.set_ylabel(f"final val loss gap vs BF16 (%)\n(bar: mean of {k} seed(s); dots: seeds)")
+    ax_bar.set_ylabel(f"final val loss gap vs BF16 (%)\n(bar: mean of {k} seed(s) +-2 s.e.; dots: seeds)")
     ax_bar.grid(True, axis="y", alpha=0.3)
     fig.suptitle(f"NVFP4 study: {args.model} (byte vocab), {stats['bf16_mixed']['iterations']} iterations, "
                  f"{k} seed(s), {args.device}", fontsize=11)

@@ -156,7 +156,8 @@ class StudySmoke(unittest.TestCase):
                 self.assertAlmostEqual(float(cells[5].rstrip("%")), gap, delta=0.006)
                 tgap = 100 * (loss[label] - loss["bf16_mixed"]) / loss["bf16_mixed"]
                 self.assertAlmostEqual(float(cells[3].rstrip("%")), tgap, delta=0.006)
-            self.assertEqual(cells[8], "n/a (one seed)")  # one seed: no noise estimate
+            self.assertEqual(cells[9], "n/a (one seed)")  # one seed: no noise estimate
+            self.assertEqual(cells[7], "")  # ... and no standard error
         self.assertIn("![loss gap vs BF16 per variant](nvfp4_study.png)", md)
         with open(os.path.join(self.doc, "nvfp4_study.png"), "rb") as fh:
             data = fh.read()
@@ -217,7 +218,8 @@ class StudySmoke(unittest.TestCase):
 
     def test_9_second_seed(self):
         # --seeds 2 on the same work directory: seed 1234's runs are reused, seed 1235's run; the table
-        # gains the seed spread (the run-to-run noise) and the verdict against it, checked here by hand.
+        # gains the seed spread, the standard error of each gap (two seeds: half their difference) and the
+        # verdict (|mean gap| > 2 s.e.), checked here by hand.
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
         args = list(self.args)
         args[args.index("--seeds") + 1] = "2"
@@ -237,15 +239,17 @@ class StudySmoke(unittest.TestCase):
         self.assertGreater(noise, 0.0)  # the seeds differ
         rows = self.table()
         self.assertEqual(len(rows), len(VARIANTS))
-        self.assertTrue(rows["BF16"][7].endswith(f" / {noise:.2f}%"), rows["BF16"][7])
+        self.assertTrue(rows["BF16"][8].endswith(f" / {noise:.2f}%"), rows["BF16"][8])
         for label, name, _ in VARIANTS[1:]:
             gaps = [100 * (val[label, s] - val["bf16_mixed", s]) / val["bf16_mixed", s] for s in (1234, 1235)]
             cells = rows[name]
             self.assertEqual(cells[6], ", ".join(f"{g:+.2f}%" for g in gaps))
             gap = sum(gaps) / 2
             self.assertAlmostEqual(float(cells[5].rstrip("%")), gap, delta=0.006)
-            if abs(abs(gap) - noise) > 1e-6:
-                self.assertEqual(cells[8], "yes" if abs(gap) > noise else "no", (name, gap, noise))
+            se = abs(gaps[0] - gaps[1]) / 2
+            self.assertAlmostEqual(float(cells[7].rstrip("%")), se, delta=0.006)
+            if abs(abs(gap) - 2 * se) > 1e-6:
+                self.assertEqual(cells[9], "yes" if abs(gap) > 2 * se else "no", (name, gaps))
 
     def test_7_bad_arguments(self):
         for args, message in [
