@@ -26,8 +26,8 @@
 # 4. Runs every (variant, seed) through scripts/sweep.sh into OUT/runs/seedN/ (resumable: rerun the
 #    same command after an interruption; complete runs are skipped), then scripts/study_report.py writes
 #    OUT_DOC/nvfp4_study.md (the table, the date, commit, command and machine) and OUT_DOC/nvfp4_study.png.
-# Time on a 2-core CPU (the defaults): about 19 s per iteration of all eight variants (BF16 0.7 s, NVFP4
-# on every layer 4.4 s; quantized GEMMs are emulated), about 1 h 45 min per seed (docs/COMPARING.md).
+# Time on an idle 2-core CPU (the defaults): about 10 s per iteration of all eight variants (BF16 0.62 s,
+# NVFP4 on every layer 2.2 s; quantized GEMMs are emulated), about 53 min per seed (docs/COMPARING.md).
 # Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3); FORTUNES_DIR, LICENSE_DIR.
 set -uo pipefail
 
@@ -198,6 +198,7 @@ run_dirs=()
 for s in "${seeds[@]}"; do run_dirs+=("$out/runs/seed$s"); done
 example="pretrain_llama --recipe RECIPE --micro-batch-size $mbs --seq-length $seq $(quote_words "${flags[@]}")"
 example=${example//"$out"/OUT}
+example=${example//"--seed $s --data-seed $s"/--seed SEED --data-seed SEED}  # the last seed's flags
 "$python" "$repo/scripts/study_report.py" --out-doc "$out_doc" --command "$invocation" --commit "$commit" \
   --machine "$machine" --device "$device" --run-command "$example" --model "$model" --out "$out" \
   --seeds "$(IFS=,; echo "${seeds[*]}")" "${run_dirs[@]}" || die "study_report.py failed"

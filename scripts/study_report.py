@@ -233,7 +233,7 @@ def report(args, seeds, runs, np, plt):
               f"{stats['bf16_mixed']['iterations']} iterations each. Model: `{args.model}`'s shape with the byte "
               f"vocabulary, {model_line}. Data: the `fortunes` package's texts and /usr/share/common-licenses, byte "
               f"tokenizer, split 949,50,1 ({', '.join(data_lines)} per epoch). Each run:\n")
-    md.append(f"```\n{args.run_command}\n```\n(OUT = the study's work directory.)\n")
+    md.append(f"```\n{args.run_command}\n```\n(OUT = the study's work directory, RECIPE the variant's recipe, SEED the seed.)\n")
     plan = plan_of(runs[0]["bf16_with_nvfp4_mixed"]["log_path"])
     md.append("The playbook's NVFP4 recipe keeps its last 4 layers in BF16 (of Llama 3 8B's 32); on this model its "
               "precision plan is: " + "; ".join(f"{where.replace('  ', ' ')}: {detail.split(' (')[0]}"

@@ -139,6 +139,7 @@ class StudySmoke(unittest.TestCase):
         self.assertIn("scripts/nvfp4_study.sh --iterations 5 --seeds 1 --model llama_tiny", md)  # the exact command
         self.assertRegex(md, r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC, commit `[0-9a-f]+")
         self.assertIn(f"on {os.cpu_count()} cores, ", md)
+        self.assertIn("--seed SEED --data-seed SEED --log-interval 1", md)  # one run's command, the seed left open
         # Values against the logs: train loss = the mean over the last 10% (ceil(0.5) = 1: the last iteration),
         # val loss = the after-training validation, gap = relative to BF16, by hand.
         loss, val = {}, {}
