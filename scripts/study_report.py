@@ -127,9 +127,9 @@ def std_error(xs):
 
 def beyond_noise(xs):
     """Whether the mean of the paired per-seed differences xs is more than two standard errors from zero
-    (nan standard error: not judged, None)."""
+    (False without a standard error: fewer than two finite values)."""
     se = std_error(xs)
-    return None if not math.isfinite(se) else abs(mean(xs)) > 2 * se
+    return math.isfinite(se) and abs(mean(xs)) > 2 * se
 
 
 def spread(xs):

@@ -210,6 +210,7 @@ struct FileSizeLimit {
 // A pid that existed a moment ago and does not now (a forked child that has exited and been reaped).
 inline long dead_pid() {
   const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("dead_pid: fork failed");
   if (pid == 0) ::_exit(0);
   int status = 0;
   ::waitpid(pid, &status, 0);

@@ -243,12 +243,9 @@ std::map<std::string, std::string> snapshot(const std::filesystem::path& dir) {
   return out;
 }
 
-
-
 void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
 }
-
 
 TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
   pl::test::TempDir dir;

@@ -529,8 +529,6 @@ std::map<std::string, std::string> outputs_of(const TempDir& dir, const std::str
   return out;
 }
 
-
-
 void expect_one_line_error_exit(const ProcessResult& r, const std::vector<std::string>& needles) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const auto lines = test::split_lines(r.err);

@@ -54,7 +54,6 @@ void publish_new(const test::TempDir& d, const std::function<void()>& before_pub
   set.publish();
 }
 
-
 // Runs fn in a child process; returns its wait status.
 int in_child(const std::function<void()>& fn) {
   const pid_t pid = ::fork();
