@@ -182,12 +182,17 @@ struct RankFile {
 
 // Reads and validates a tiktoken rank file: every line "base64 rank"; ranks unique and exactly
 // 0..N-1; tokens unique; every single byte a token (else BPE could end on a non-token).
+// Nothing is sized by a rank read from the file: a line "YQ== 2000000000" must cost a line's memory,
+// not a 2^31-entry table (the fuzzer's finding), so ranks are checked in a hash while reading and
+// placed only after the token count N is known.
 RankFile load_rank_file(const std::string& path) {
   check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
   std::ifstream in(path, std::ios::binary);
   PL_CHECK(in.good(), "{}: cannot open tokenizer model", path);
   RankFile f;
-  std::vector<int64_t> line_of_rank;  // 0 = unused
+  std::unordered_map<int32_t, int64_t> line_of_rank;
+  std::vector<std::pair<int32_t, std::string>> rank_and_bytes;  // in file order
+  int32_t max_rank = -1;
   std::string line, bytes;
   int64_t line_no = 0;
   while (std::getline(in, line)) {
@@ -202,26 +207,25 @@ RankFile load_rank_file(const std::string& path) {
     int32_t rank = 0;
     PL_CHECK(parse_rank(rank_text, rank), "{}:{}: bad rank '{}' (need an integer in [0, 2^31))", path, line_no,
              rank_text);
-    if (static_cast<size_t>(rank) >= line_of_rank.size()) line_of_rank.resize(static_cast<size_t>(rank) + 1, 0);
-    PL_CHECK(line_of_rank[static_cast<size_t>(rank)] == 0, "{}:{}: duplicate rank {} (first on line {})", path,
-             line_no, rank, line_of_rank[static_cast<size_t>(rank)]);
+    const auto [first, is_new_rank] = line_of_rank.emplace(rank, line_no);
+    PL_CHECK(is_new_rank, "{}:{}: duplicate rank {} (first on line {})", path, line_no, rank, first->second);
     const int32_t previous = f.ranks.rank(bytes);
     PL_CHECK(previous < 0, "{}:{}: duplicate token '{}' (already rank {})", path, line_no, b64, previous);
-    line_of_rank[static_cast<size_t>(rank)] = line_no;
     f.ranks.add(bytes, rank);
-    if (f.token_bytes.size() <= static_cast<size_t>(rank)) f.token_bytes.resize(static_cast<size_t>(rank) + 1);
-    f.token_bytes[static_cast<size_t>(rank)] = bytes;
+    rank_and_bytes.emplace_back(rank, bytes);
+    max_rank = std::max(max_rank, rank);
   }
   PL_CHECK(!in.bad(), "{}: read error", path);
-  const size_t n = f.ranks.size();
+  const size_t n = rank_and_bytes.size();
   PL_CHECK(n > 0, "{}: no tokens", path);
-  if (line_of_rank.size() != n) {  // some rank >= n exists, so some rank < n is missing
-    size_t missing = 0;
-    while (line_of_rank[missing] != 0) ++missing;
-    const int64_t bad_line = line_of_rank.back();
+  if (static_cast<size_t>(max_rank) != n - 1) {  // ranks are unique, so some rank < n is missing
+    int32_t missing = 0;
+    while (line_of_rank.count(missing) != 0) ++missing;
     fail("{}:{}: rank {} leaves a gap: ranks must be exactly 0..{} ({} tokens) but rank {} is missing", path,
-         bad_line, line_of_rank.size() - 1, n - 1, n, missing);
+         line_of_rank.at(max_rank), max_rank, n - 1, n, missing);
   }
+  f.token_bytes.resize(n);
+  for (auto& [rank, token] : rank_and_bytes) f.token_bytes[static_cast<size_t>(rank)] = std::move(token);
   for (int b = 0; b < 256; ++b)
     PL_CHECK(f.ranks.rank(std::string(1, static_cast<char>(b))) >= 0,
              "{}: byte 0x{:02X} has no token (every single byte needs a rank)", path, b);

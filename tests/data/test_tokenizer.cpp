@@ -155,6 +155,8 @@ TEST(Tokenizer, CorruptRankFilesAreRejectedWithFileAndLine) {
       {with_line(qq + " 3"), {":265:", "duplicate rank 3", "line 4"}},
       {with_line(a + " 264"), {":265:", "duplicate token"}},
       {with_line(qq + " 300"), {":265:", "rank 300 leaves a gap", "264 is missing"}},
+      // A rank near 2^31 is a gap like any other; it must not size a table (the fuzzer's 11 GB malloc).
+      {with_line(qq + " 2147483647"), {":265:", "rank 2147483647 leaves a gap", "264 is missing"}},
       {with_line(qq + "  264"), {":265:", "BASE64 RANK"}},
       {"YQ== 0\n", {"byte 0x00 has no token"}},
   };
