@@ -20,7 +20,7 @@ set -uo pipefail
 
 build="${1:-build}"
 if [[ "$build" == "-h" || "$build" == "--help" ]]; then
-  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 0
 fi
 if [[ ! -d "$build" ]]; then

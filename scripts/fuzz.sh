@@ -10,7 +10,8 @@
 # after replaying its regression inputs tests/fuzz/regressions/<parser>/* when there are any.
 # A pl::Error is an accepted outcome; a crash, another exception, a sanitizer report, a timeout (-timeout=10
 # per input), more than 2 GB of RSS or one allocation over 2 GB is a finding. One line per target;
-# exit status 1 when any target found something (its log and crash input are named), 2 on a setup error.
+# exit status 1 when any target found something (its log and crash input are named, and an input of at
+# most 4 KB is printed as base64), 2 on a setup error.
 # Needs clang and libFuzzer (Debian: clang, libclang-rt-14-dev; scripts/setup.sh installs them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -92,6 +93,11 @@ for p in "${parsers[@]}"; do
     printf 'fuzz: %-20s          input %s; log %s\n' "" "${artifact:-(none written)}" "$dir/fuzz.log"
     printf 'fuzz: %-20s          replay: %s %s; keep it as tests/fuzz/regressions/%s/<name> once fixed\n' \
       "" "$bin" "${artifact:-<input>}" "$p"
+    # CI runs in a throw-away clone, so its log is the only copy of the input: a small one is printed whole
+    # (decode with: base64 -d > input).
+    if [[ -n "$artifact" && -f "$artifact" && $(stat -c %s "$artifact") -le 4096 ]]; then
+      printf 'fuzz: %-20s          input as base64: %s\n' "" "$(base64 -w0 "$artifact")"
+    fi
     findings=$((findings + 1))
   fi
 done

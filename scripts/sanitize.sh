@@ -21,7 +21,7 @@ while (($#)); do
     --build) build=${2:?--build needs a value}; shift 2 ;;
     --jobs) jobs=${2:?--jobs needs a value}; shift 2 ;;
     --) shift; ctest_args=("$@"); break ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sanitize: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
