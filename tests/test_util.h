@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <cstdlib>
 #include <filesystem>
@@ -91,6 +92,34 @@ inline int wait_child(pid_t pid, double timeout_s, bool& timed_out) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : (WIFSIGNALED(status) ? 128 + WTERMSIG(status) : -1);
+}
+
+// Runs fn() in a forked child and waits for it: the child exits 0 when fn returns, 1 when it throws
+// pl::Error, 2 for another exception (fn may also _exit or be killed). Returns wait_child's code (the exit
+// status, or 128 + the signal); a child still running after `timeout_s` is killed and the call throws, so
+// a hang fails its test instead of stalling ctest and is never mistaken for a kill the test expects.
+// `child_pid`, when given, receives the child's pid.
+inline int run_forked(const std::function<void()>& fn, double timeout_s = 60.0, pid_t* child_pid = nullptr) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("run_forked: fork failed");
+  if (child_pid != nullptr) *child_pid = pid;
+  if (pid == 0) {
+    try {
+      fn();
+    } catch (const pl::Error&) {
+      ::_exit(1);
+    } catch (...) {
+      ::_exit(2);
+    }
+    ::_exit(0);
+  }
+  bool timed_out = false;
+  const int code = wait_child(pid, timeout_s, timed_out);
+  if (timed_out) throw std::runtime_error("run_forked: the child was still running after " +
+                                          std::to_string(timeout_s) + " s and was killed");
+  return code;
 }
 
 // Runs `exe` with `args` (no shell), stdout and stderr captured through files (no pipe deadlock).

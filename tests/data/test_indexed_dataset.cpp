@@ -2,7 +2,6 @@
 // .idx bytes of a small hand-derived case, dtype choice, validation of corrupt files, and a
 // GPTDataset built over an IndexedDataset.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -496,15 +495,12 @@ TEST(DataIndexedPair, AnInterruptedPublishIsRefusedUntilRecovered) {
   pl::test::TempDir dir;
   const std::string prefix = write_docs((dir.path() / "k").string(), {{1, 2, 3}, {4, 5}});
   // A writer killed after renaming its new .bin, before the .idx (kill point 1 of FileSet::publish).
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  pid_t pid = 0;
+  const auto write_until_killed = [&] {
     ::setenv("PL_TEST_PUBLISH_KILL_AT", "1", 1);
     write_docs(prefix, {{9, 9, 9, 9, 9, 9, 9}});
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  };
+  ASSERT_EQ(pl::test::run_forked(write_until_killed, 60.0, &pid), 128 + SIGKILL);
   const std::string journal = indexed_dataset_journal_path(prefix);
   pl::test::expect_one_line_error([&] { IndexedDataset ds(prefix); },
                                   {prefix + ".bin/.idx", "mid-replacement", "process " + std::to_string(pid), "died",

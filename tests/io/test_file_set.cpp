@@ -6,7 +6,6 @@
 
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +24,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::dead_pid;
+using test::run_forked;
 using Files = std::map<std::string, std::string>;  // name -> contents
 
 // Every entry of `dir` with its contents ("<dir>" for a directory).
@@ -54,22 +54,6 @@ void publish_new(const test::TempDir& d, const std::function<void()>& before_pub
   set.publish();
 }
 
-// Runs fn in a child process; returns its wait status.
-int in_child(const std::function<void()>& fn) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    try {
-      fn();
-    } catch (const Error&) {
-      ::_exit(1);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return status;
-}
-
 TEST(FileSet, PublishesTheNewSetAndLeavesNothingElse) {
   test::TempDir d;
   write_old(d);
@@ -91,11 +75,11 @@ TEST(FileSet, AFailureBeforePublishLeavesTheOldSetAndRemovesOnlyThisRunsTemporar
 TEST(FileSet, AFullDiskLeavesTheOldSetByteIdentical) {
   test::TempDir d;
   write_old(d);
-  const int status = in_child([&] {
+  const int code = run_forked([&] {
     ::signal(SIGXFSZ, SIG_IGN);
     const rlimit lim{64 << 10, 64 << 10};
     ::setrlimit(RLIMIT_FSIZE, &lim);
-    int code = 8;
+    int result = 8;
     {
       FileSet set({at(d, "set.publish-journal")});
       set.add(at(d, "a")).write("small");
@@ -105,13 +89,12 @@ TEST(FileSet, AFullDiskLeavesTheOldSetByteIdentical) {
         b.write(big);
       } catch (const Error& e) {
         const std::string m = e.what();
-        code = m.find("File too large") != std::string::npos && m.find(b.tmp_path()) != std::string::npos ? 7 : 9;
+        result = m.find("File too large") != std::string::npos && m.find(b.tmp_path()) != std::string::npos ? 7 : 9;
       }
     }  // the set, unpublished, removes its temporaries
-    ::_exit(code);
+    ::_exit(result);
   });
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 7);
+  EXPECT_EQ(code, 7);
   EXPECT_EQ(snapshot(d.path()), kOld);
 }
 
@@ -133,11 +116,11 @@ TEST(FileSet, AKillAtAnyPointIsRecoveredToTheNewSet) {
     SCOPED_TRACE(point);
     test::TempDir d;
     write_old(d);
-    const int status = in_child([&] {
+    const int code = run_forked([&] {
       ::setenv("PL_TEST_PUBLISH_KILL_AT", std::to_string(point).c_str(), 1);
       publish_new(d);
     });
-    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ASSERT_EQ(code, 128 + SIGKILL);
     const std::string journal = at(d, "set.publish-journal");
     const std::optional<JournalState> st = file_set_journal_state(journal);
     ASSERT_TRUE(st.has_value());
@@ -159,11 +142,11 @@ TEST(FileSet, AKillBeforeTheRenamesWithANewFileLostIsRolledBack) {
     test::TempDir d;
     write_old(d);
     long child = 0;
-    const int status = in_child([&] {
+    const int code = run_forked([&] {
       ::setenv("PL_TEST_PUBLISH_KILL_AT", std::to_string(point).c_str(), 1);
       publish_new(d);
     });
-    ASSERT_TRUE(WIFSIGNALED(status));
+    ASSERT_EQ(code, 128 + SIGKILL);
     const std::string journal = at(d, "set.publish-journal");
     child = file_set_journal_state(journal)->pid;
     // b's new file (not yet renamed) is lost: the new set cannot be completed, the old one is restored.
@@ -179,7 +162,7 @@ TEST(FileSet, AJournalIsRecoveredFromAnotherDirectoryAfterTheSetWasMoved) {
   test::TempDir d;
   fs::create_directory(d.path() / "s");
   for (const auto& [name, text] : kOld) d.write("s/" + name, text);
-  const int status = in_child([&] {
+  const int code = run_forked([&] {
     // Relative names, from inside the set's directory.
     if (::chdir((d.path() / "s").c_str()) != 0) ::_exit(3);
     ::setenv("PL_TEST_PUBLISH_KILL_AT", "2", 1);
@@ -188,7 +171,7 @@ TEST(FileSet, AJournalIsRecoveredFromAnotherDirectoryAfterTheSetWasMoved) {
     set.remove_on_publish("gone");
     set.publish();
   });
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  ASSERT_EQ(code, 128 + SIGKILL);
   fs::rename(d.path() / "s", d.path() / "moved");
   const std::string said = recover_file_set(at(d, "moved/set.publish-journal"));
   EXPECT_NE(said.find("rolled forward"), std::string::npos) << said;
