@@ -17,7 +17,6 @@
 #include <optional>
 #include <exception>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -117,10 +116,10 @@ class DocumentReader {
     batch.clear();
     size_t bytes = 0;
     while (batch.size() < max_docs && bytes < max_bytes) {
-      if (!in_.is_open() && !open_next()) break;
+      if (in_ == nullptr && !open_next()) break;
       RawDocument d;
       if (!read_document(d)) {
-        in_.close();
+        in_.reset();
         continue;
       }
       bytes += d.raw.size();
@@ -133,16 +132,15 @@ class DocumentReader {
   bool open_next() {
     if (next_file_ >= files_.size()) return false;
     file_ = &files_[next_file_++];
-    in_.open(*file_, std::ios::binary);
-    PL_CHECK(in_.is_open(), "{}: cannot open input", *file_);
+    in_ = std::make_unique<RegularFileStream>(*file_);  // checked again on the descriptor that is read
     format_ = format_of(*file_, o_.input_format);
     line_ = 0;
     return true;
   }
 
   bool getline(std::string& line) {
-    if (!std::getline(in_, line)) {
-      PL_CHECK(!in_.bad(), "{}: read error", *file_);
+    if (!std::getline(*in_, line)) {
+      PL_CHECK(!in_->bad(), "{}: read error", *file_);
       return false;
     }
     ++line_;
@@ -165,8 +163,8 @@ class DocumentReader {
     if (o_.text_document == "file") {
       if (line_ != 0) return false;
       d.line = 1;
-      d.raw.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
-      PL_CHECK(!in_.bad(), "{}: read error", *file_);
+      d.raw.assign(std::istreambuf_iterator<char>(*in_), std::istreambuf_iterator<char>());
+      PL_CHECK(!in_->bad(), "{}: read error", *file_);
       line_ = 1;
       return !is_blank(d.raw);
     }
@@ -187,7 +185,7 @@ class DocumentReader {
   const Options& o_;
   size_t next_file_ = 0;
   const std::string* file_ = nullptr;
-  std::ifstream in_;
+  std::unique_ptr<RegularFileStream> in_;
   Format format_ = Format::text;
   int64_t line_ = 0;
 };

@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <system_error>
@@ -45,21 +44,6 @@ void store(std::vector<unsigned char>& out, T v) {
   const size_t at = out.size();
   out.resize(at + sizeof(T));
   std::memcpy(out.data() + at, &v, sizeof(T));
-}
-
-// Reads a whole file; fails with a one-line error naming it.
-std::vector<unsigned char> read_file_bytes(const std::string& path) {
-  check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "{}: cannot open: {}", path, errno_text(errno));
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  PL_CHECK(size >= 0, "{}: cannot read its size", path);
-  in.seekg(0, std::ios::beg);
-  std::vector<unsigned char> bytes(static_cast<size_t>(size));
-  if (size > 0) in.read(reinterpret_cast<char*>(bytes.data()), size);
-  PL_CHECK(in.good() || (size == 0), "{}: read error after {} of {} bytes", path, in.gcount(), size);
-  return bytes;
 }
 
 // Tokens are written to the .bin in pieces of this size.
@@ -135,7 +119,7 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
              "preprocess_data with this output again: it first completes or undoes that replacement",
              path_prefix, js->pid, journal);
   }
-  const std::vector<unsigned char> idx = read_file_bytes(ip);
+  const std::vector<unsigned char> idx = read_regular_file_bytes(ip);
   const uint64_t fsize = idx.size();
   PL_CHECK(fsize >= kIndexedHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header", ip, fsize,
            kIndexedHeaderBytes);

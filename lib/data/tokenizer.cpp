@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <array>
-#include <fstream>
 #include <limits>
 #include <queue>
 #include <unordered_map>
@@ -186,9 +185,7 @@ struct RankFile {
 // not a 2^31-entry table (the fuzzer's finding), so ranks are checked in a hash while reading and
 // placed only after the token count N is known.
 RankFile load_rank_file(const std::string& path) {
-  check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "{}: cannot open tokenizer model", path);
+  RegularFileStream in(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
   RankFile f;
   std::unordered_map<int32_t, int64_t> line_of_rank;
   std::vector<std::pair<int32_t, std::string>> rank_and_bytes;  // in file order

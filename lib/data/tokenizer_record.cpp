@@ -3,10 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <optional>
@@ -50,9 +47,7 @@ T field(const nlohmann::json& j, const char* key, const std::string& path) {
 std::string tokenizer_record_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
 
 std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
-  check_regular_file(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "{}: cannot open: {}", path, std::strerror(errno));
+  RegularFileStream in(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
   uint64_t h = 0xCBF29CE484222325ull;
   int64_t total = 0;
   std::array<char, 1 << 16> buf{};

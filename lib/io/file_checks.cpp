@@ -68,6 +68,25 @@ int open_regular_file(const std::string& path) {
 
 void check_regular_file(const std::string& path) { ::close(open_regular_file(path)); }
 
+RegularFileStream::RegularFileStream(const std::string& path)
+    : std::istream(nullptr), buffer_(open_regular_file(path), path) {
+  rdbuf(&buffer_);
+}
+
+RegularFileStream::Buffer::~Buffer() { ::close(fd_); }
+
+RegularFileStream::Buffer::int_type RegularFileStream::Buffer::underflow() {
+  if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
+  ssize_t got = 0;
+  do got = ::read(fd_, data_.data(), data_.size());
+  while (got < 0 && errno == EINTR);
+  // A throw from a streambuf sets the istream's badbit (and is not rethrown): the reader's "read error".
+  if (got < 0) pl::fail("{}: read error: {}", path_, errno_message(errno));
+  if (got == 0) return traits_type::eof();
+  setg(data_.data(), data_.data(), data_.data() + got);
+  return traits_type::to_int_type(*gptr());
+}
+
 namespace {
 
 // Reads to the end of the file (not just its stat size: a file may grow while read) into `out`.

@@ -5,7 +5,11 @@
 //  - overlap: every tool checks its outputs against its inputs once, before doing anything (an
 //    `--overwrite` onto the checkpoint being converted would otherwise delete it).
 // Every failure is one pl::Error line naming the file (and the flags).
+#include <array>
+#include <istream>
+#include <streambuf>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pl {
@@ -18,9 +22,39 @@ namespace pl {
 // such file".
 int open_regular_file(const std::string& path);
 
-// The same check for readers that open the file themselves (a std::ifstream that streams it): opens,
-// checks and closes.
+// The same check alone (opens, checks and closes), for a tool's up-front validation of the files it will
+// read later; the reading itself goes through open_regular_file, RegularFileStream or read_regular_file.
 void check_regular_file(const std::string& path);
+
+// A std::istream over one open_regular_file descriptor, for readers that stream a file (line by line, or
+// too large to hold). The check and the reads share the descriptor, so nothing can be swapped in under
+// the name between them (as it can between check_regular_file and a second open by name). A read error
+// sets badbit, as with std::ifstream (a std::istreambuf_iterator, which bypasses the stream, gets the
+// one-line pl::Error "<path>: read error: <errno text>" instead); the descriptor is closed with the stream.
+class RegularFileStream : public std::istream {
+ public:
+  explicit RegularFileStream(const std::string& path);
+  RegularFileStream(const RegularFileStream&) = delete;
+  RegularFileStream& operator=(const RegularFileStream&) = delete;
+
+ private:
+  class Buffer : public std::streambuf {
+   public:
+    Buffer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+    ~Buffer() override;
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+   protected:
+    int_type underflow() override;
+
+   private:
+    int fd_;
+    std::string path_;
+    std::array<char, 1 << 16> data_{};
+  };
+  Buffer buffer_;
+};
 
 // The whole of a regular file (open_regular_file, then read(2) to its end).
 std::string read_regular_file(const std::string& path);

@@ -141,6 +141,28 @@ TEST(FileChecks, ReadRegularFileReadsEveryByteAndTheDescriptorBlocks) {
   ::close(fd);
 }
 
+// RegularFileStream reads the descriptor it checked: a FIFO renamed over the name after the open is never
+// read (a check by name and a second open could be raced that way), and the lines are the file's own.
+TEST(FileChecks, RegularFileStreamReadsTheFileItCheckedNotWhatLaterTakesItsName) {
+  TempDir dir;
+  std::string content;
+  for (int i = 0; i < 20000; ++i) content += "line " + std::to_string(i) + "\n";  // several 64 KB buffers
+  const std::string p = dir.write("text", content);
+  std::string lines, line;
+  {
+    pl::RegularFileStream in(p);
+    const std::string fifo = make_fifo(dir, "swap");
+    fs::rename(fifo, p);  // the name is a FIFO now
+    while (std::getline(in, line)) lines += line + "\n";
+    EXPECT_FALSE(in.bad());
+  }
+  EXPECT_EQ(lines, content);
+  expect_refused("stream on the fifo now named text", [&] { pl::RegularFileStream in(p); }, p, "is a FIFO");
+  pl::RegularFileStream empty(dir.write("empty", ""));
+  EXPECT_FALSE(std::getline(empty, line));
+  EXPECT_FALSE(empty.bad());
+}
+
 // Every reader of a user's file, handed a FIFO: one line naming it, never a hang (each waited for at
 // most 20 s; before the fix the FIFO cases blocked in open(2) forever).
 TEST(FileChecks, EveryReaderRefusesAFifoWithOneLine) {
