@@ -104,7 +104,6 @@ inline int run_forked(const std::function<void()>& fn, double timeout_s = 60.0, 
   std::fflush(stderr);
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("run_forked: fork failed");
-  if (child_pid != nullptr) *child_pid = pid;
   if (pid == 0) {
     try {
       fn();
@@ -115,6 +114,7 @@ inline int run_forked(const std::function<void()>& fn, double timeout_s = 60.0, 
     }
     ::_exit(0);
   }
+  if (child_pid != nullptr) *child_pid = pid;
   bool timed_out = false;
   const int code = wait_child(pid, timeout_s, timed_out);
   if (timed_out) throw std::runtime_error("run_forked: the child was still running after " +
