@@ -29,8 +29,8 @@
 #include "io/file_checks.h"
 #include "data/data_pipeline.h"
 #include "data/tokenizer_record.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 #if defined(PL_WITH_CUDA)
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
@@ -392,7 +392,7 @@ void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
 // With data parallelism rank 0 reads every byte of the checkpoint (its checksums); the others check the
 // manifest, the metadata and the sizes, and read only their ranges when restoring.
 std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelConfig& mc, const std::string& recipe,
-                                                  const dist::World& world, const std::shared_ptr<spdlog::logger>& out) {
+                                                  const parallel::World& world, const std::shared_ptr<spdlog::logger>& out) {
   if (o.load.empty()) return std::nullopt;
   std::error_code ec;
   if (!o.save.empty() && std::filesystem::weakly_canonical(o.load, ec) == std::filesystem::weakly_canonical(o.save, ec) &&
@@ -755,7 +755,7 @@ void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState&
 
 // The start-up line of a data-parallel run (only with more than one rank or a data-parallel flag, so
 // one-rank logs are unchanged).
-void print_data_parallel(const dist::World& world, const dist::Communicator& comm, const TrainConfig& t,
+void print_data_parallel(const parallel::World& world, const parallel::Communicator& comm, const TrainConfig& t,
                          const LlamaModel& model, size_t buckets, const std::shared_ptr<spdlog::logger>& out) {
   if (world.size() == 1 && !t.use_distributed_optimizer && !t.overlap_grad_reduce) return;
   const ShardLayout& sh = model.shard();
@@ -780,7 +780,7 @@ void print_data_parallel(const dist::World& world, const dist::Communicator& com
 // failed; otherwise each failing rank prints its own line. Every rank then returns 1 (no abort needed:
 // no rank has started a collective). Returns the exit code, or 0 when every rank succeeded.
 template <class Fn>
-int agree_or_fail(const dist::World& world, Fn&& fn) {
+int agree_or_fail(const parallel::World& world, Fn&& fn) {
   std::string error;
   try {
     fn();
@@ -797,7 +797,7 @@ int agree_or_fail(const dist::World& world, Fn&& fn) {
   return 1;
 }
 
-int run(const dist::World& world, int argc, char** argv) {
+int run(const parallel::World& world, int argc, char** argv) {
   // A closed stdout (`| head`) must not kill the run before its checkpoint: writes then fail quietly.
   std::signal(SIGPIPE, SIG_IGN);
   Options o;
@@ -840,7 +840,7 @@ int run(const dist::World& world, int argc, char** argv) {
 
   const Device device = resolve_device(t, out);
   // The node's GPU of this rank (its local rank), before the device state opens a context on it.
-  if (device == Device::CUDA) dist::select_local_device(world);
+  if (device == Device::CUDA) parallel::select_local_device(world);
   PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
   const int threads = configure_threads(t.threads);
   OpContext ctx;
@@ -849,7 +849,7 @@ int run(const dist::World& world, int argc, char** argv) {
   print_model_and_plan(setup, t, device, threads, out);
   // The GPU's state outlives the model and every op.
   const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
-  const std::unique_ptr<dist::Communicator> comm = dist::make_communicator(world, ctx);
+  const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);
   print_training_and_parameters(mc, t, out);
 
   const ModelOptions mopt = model_options(o);
@@ -932,7 +932,7 @@ int run(const dist::World& world, int argc, char** argv) {
 // failing rank prints its line (naming itself) and aborts the world (MPI_Abort, after ncclCommAbort), so no
 // rank waits forever in a collective. One rank: the usual one line and exit code (app_main.h).
 int run_rank(int argc, char** argv) {
-  const dist::World world(argc, argv);
+  const parallel::World world(argc, argv);
   if (world.size() == 1) return run(world, argc, argv);
   const std::string who = fmt::format("pretrain_llama (rank {} of {})", world.rank(), world.size());
   try {

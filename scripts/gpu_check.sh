@@ -170,7 +170,7 @@ for so in $(printf '%s\n' $nv_sonames libcudart.so.13 libcublasLt.so.13 libcudnn
   found=""
   for d in "${candidates[@]}"; do [[ -e $d/$so ]] && { found=$d; break; }; done
   if [[ -z $found ]]; then
-    # NCCL: needed when the binaries link it (builds with NCCL: dist/nccl_communicator.cpp calls it).
+    # NCCL: needed when the binaries link it (builds with NCCL: parallel/nccl_communicator.cpp calls it).
     [[ $so == libnccl.so.2 ]] && ! grep -qx libnccl.so.2 <<<"$nv_sonames" &&
       { lib_report+=("$so: not found (the binaries do not link it)"); continue; }
     lib_report+=("$so: NOT FOUND"); continue

@@ -71,7 +71,7 @@ install_cuda_binutils() {
     "nvidia-cuda-cuobjdump==$CUDA_BINUTILS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_BINUTILS_VERSION"
 }
 
-# openmpi-bin + libopenmpi-dev: multi-rank runs (mpirun; lib/dist/) and their tests (ctest Dist.*);
+# openmpi-bin + libopenmpi-dev: multi-rank runs (mpirun; lib/parallel/) and their tests (ctest Dist.*);
 # the build works without them, single-rank. iproute2: `ip netns` for the two-hosts test (ctest
 # Dist.two_hosts; it skips saying why where namespaces cannot be made).
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev

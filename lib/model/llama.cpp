@@ -7,7 +7,7 @@
 #include <numbers>
 
 #include "core/error.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/init.h"
 
 namespace pl {

@@ -20,7 +20,7 @@
 #include "model/precision_plan.h"
 
 namespace pl {
-namespace dist {
+namespace parallel {
 class Communicator;
 }
 
@@ -86,7 +86,7 @@ class LlamaModel {
   Tensor weights_padded() const { return weight_buf_.as({shard_.padded}, weights_.flat.dtype); }
   Tensor grads_padded() const { return grad_buf_.as({shard_.padded}, grads_.flat.dtype); }
   // The communicator the sharded weights are all-gathered through (sync_weights_from_master); the trainer's.
-  void set_communicator(dist::Communicator* comm) { comm_ = comm; }
+  void set_communicator(parallel::Communicator* comm) { comm_ = comm; }
   // With the distributed optimizer: every rank's shard of the weights to every rank (no-op otherwise).
   void gather_weights();
   // --overlap-param-gather: after a step the weights' all-gather is still in flight; the next forward calls
@@ -157,7 +157,7 @@ class LlamaModel {
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
   std::vector<ParamEntry> entries_;
   ShardLayout shard_;
-  dist::Communicator* comm_ = nullptr;
+  parallel::Communicator* comm_ = nullptr;
   const WeightGate* gate_ = nullptr;  // --overlap-param-gather (weights_arrive_during_forward)
   bool weights_pending_ = false;      // the next forward waits for the weights and prepares them
   Buffer weight_buf_, grad_buf_, master_buf_;

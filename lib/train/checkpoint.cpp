@@ -263,7 +263,7 @@ uint64_t checksum_from_ranks(const fs::path& path, uint64_t total, const std::ve
 }
 
 // Sends a string from rank 0 to every rank.
-std::string broadcast_string(const dist::World& world, std::string s) {
+std::string broadcast_string(const parallel::World& world, std::string s) {
   uint64_t n = s.size();
   world.broadcast(&n, sizeof n, 0);
   s.resize(n);
@@ -563,7 +563,7 @@ std::vector<uint64_t> write_rank_ranges(const fs::path& tmp, const LlamaModel& m
 // Rank 0 of a sharded save: creates every state file at its full size, lets the ranks write their ranges,
 // and returns the files with their checksums.
 std::vector<CheckpointFile> write_sharded_state(const fs::path& tmp, const LlamaModel& model, const AdamW& opt,
-                                                const dist::World& world) {
+                                                const parallel::World& world) {
   const std::vector<StateBuffer> buffers = state_buffers(model, opt);
   const int64_t n = model.num_params();
   for (const StateBuffer& b : buffers) {
@@ -596,7 +596,7 @@ std::vector<CheckpointFile> write_sharded_state(const fs::path& tmp, const Llama
 
 SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
                            const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook,
-                           const dist::World* world) {
+                           const parallel::World* world) {
   const auto t0 = std::chrono::steady_clock::now();
   const fs::path dir(dir_s);
   const fs::path final_path = dir / iter_dir_name(state.iteration);

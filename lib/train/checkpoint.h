@@ -24,7 +24,7 @@
 
 #include "config/model_config.h"
 #include "config/train_config.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -65,7 +65,7 @@ using CheckpointWriteHook = std::function<void(const std::string& file_name)>;
 // checkpoint is published (the report's bytes are rank 0's).
 SaveReport save_checkpoint(const std::string& dir, int64_t keep_last, const LlamaModel& model, const AdamW& opt,
                            const TrainState& state, const RunDescription& run, const CheckpointWriteHook& hook = {},
-                           const dist::World* world = nullptr);
+                           const parallel::World* world = nullptr);
 
 // --save DIR claimed at start-up (issue 14, class 10), so that what would fail at the first save (hours
 // in) fails before the first iteration, and two runs never save into one directory:

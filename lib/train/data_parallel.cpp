@@ -34,7 +34,7 @@ std::vector<GradBucket> grad_buckets(const std::vector<ParamEntry>& entries, int
   return out;
 }
 
-GradientSync::GradientSync(LlamaModel& model, dist::Communicator& comm, const TrainConfig& cfg)
+GradientSync::GradientSync(LlamaModel& model, parallel::Communicator& comm, const TrainConfig& cfg)
     : model_(model),
       comm_(comm),
       overlap_(cfg.overlap_grad_reduce && comm.size() > 1),

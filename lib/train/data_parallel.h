@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "config/train_config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/llama.h"
 
 namespace pl {
@@ -37,7 +37,7 @@ int64_t ddp_bucket_elements(const TrainConfig& t);
 
 class GradientSync {
  public:
-  GradientSync(LlamaModel& model, dist::Communicator& comm, const TrainConfig& cfg);
+  GradientSync(LlamaModel& model, parallel::Communicator& comm, const TrainConfig& cfg);
   // For the last micro-batch's backward: reduces each bucket as soon as it is complete (with
   // --overlap-grad-reduce and more than one rank; null otherwise). Bound at each call (see AdamW's).
   const std::function<void(int64_t)>* listener();
@@ -59,7 +59,7 @@ class GradientSync {
   void reduce_bucket(const GradBucket& b, bool async);
   void wait_for_weights(int64_t begin, int64_t end);
   LlamaModel& model_;
-  dist::Communicator& comm_;
+  parallel::Communicator& comm_;
   bool overlap_ = false;
   std::vector<GradBucket> buckets_;
   size_t launched_ = 0;  // buckets (from the top) whose reduction is queued this iteration

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/timers.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 #include "numerics/reduce.h"
 
 namespace pl {
@@ -36,7 +36,7 @@ static std::vector<int64_t> clip_ranges(const std::vector<int64_t>& ranges, int6
   return out;
 }
 
-AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg, const dist::World* world)
+AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg, const parallel::World* world)
     : model_(model), cfg_(cfg), world_(world), offload_(cfg.offload) {
   PL_CHECK(!(offload_ && model.sharded()), "internal: the optimizer offload with the distributed optimizer");
   PL_CHECK(!model.sharded() || world_ != nullptr, "internal: a sharded optimizer without its world");

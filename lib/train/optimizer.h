@@ -20,7 +20,7 @@
 #include "model/memory_plan.h"
 
 namespace pl {
-namespace dist {
+namespace parallel {
 class World;
 }
 
@@ -52,7 +52,7 @@ DType optimizer_state_dtype(const std::string& flag_value);
 // (GradientSync::gather_weights).
 class AdamW {
  public:
-  AdamW(LlamaModel& model, const OptimizerConfig& cfg, const dist::World* world = nullptr);
+  AdamW(LlamaModel& model, const OptimizerConfig& cfg, const parallel::World* world = nullptr);
 
   struct Result {
     double grad_norm = 0.0;  // before clipping
@@ -99,7 +99,7 @@ class AdamW {
   void host_step(const AdamWStep& s);
   LlamaModel& model_;
   OptimizerConfig cfg_;
-  const dist::World* world_ = nullptr;  // sums the shards' squared norms (distributed optimizer)
+  const parallel::World* world_ = nullptr;  // sums the shards' squared norms (distributed optimizer)
   Buffer norm_partials_;                 // the shard's sum_of_squares_chunks (distributed optimizer)
   Buffer m_, v_;
   // The elements without weight decay (the 1-D norm weights) as sorted [begin, end) ranges of the flat

@@ -27,9 +27,9 @@ std::string sigabbrev(int sig) {
   }
 }
 
-std::unique_ptr<dist::World> one_rank_world_unless(const DataParallelRanks& r) {
+std::unique_ptr<parallel::World> one_rank_world_unless(const DataParallelRanks& r) {
   PL_CHECK((r.world == nullptr) == (r.comm == nullptr), "internal: a trainer needs both its world and its communicator");
-  return r.world ? nullptr : std::make_unique<dist::World>(dist::World::single());
+  return r.world ? nullptr : std::make_unique<parallel::World>(parallel::World::single());
 }
 }  // namespace
 
@@ -42,7 +42,7 @@ Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, Lin
       eval_(std::move(eval)),
       checkpoint_(std::move(checkpoint)),
       own_world_(one_rank_world_unless(ranks)),
-      own_comm_(own_world_ ? dist::make_communicator(*own_world_, model.context()) : nullptr),
+      own_comm_(own_world_ ? parallel::make_communicator(*own_world_, model.context()) : nullptr),
       world_(own_world_ ? own_world_.get() : ranks.world),
       comm_(own_comm_ ? own_comm_.get() : ranks.comm),
       opt_(model, optimizer_config(cfg), world_),

@@ -14,8 +14,8 @@
 #include "config/train_config.h"
 #include "core/timers.h"
 #include "log/megatron_log.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 #include "model/llama.h"
 #include "train/data_parallel.h"
 #include "train/lr_schedule.h"
@@ -75,8 +75,8 @@ struct TrainResult {
 // The ranks a trainer runs over (data parallelism; the app's World and its Communicator). Both null: one
 // rank (the trainer makes its own one-rank world and communicator).
 struct DataParallelRanks {
-  const dist::World* world = nullptr;
-  dist::Communicator* comm = nullptr;
+  const parallel::World* world = nullptr;
+  parallel::Communicator* comm = nullptr;
 };
 
 // With data parallelism (cfg.data_parallel_size = the world's size) every rank runs this loop in step:
@@ -123,10 +123,10 @@ class Trainer {
   LineFn out_;
   EvalData eval_;
   CheckpointFn checkpoint_;
-  std::unique_ptr<dist::World> own_world_;
-  std::unique_ptr<dist::Communicator> own_comm_;
-  const dist::World* world_;
-  dist::Communicator* comm_;
+  std::unique_ptr<parallel::World> own_world_;
+  std::unique_ptr<parallel::Communicator> own_comm_;
+  const parallel::World* world_;
+  parallel::Communicator* comm_;
   AdamW opt_;
   GradientSync sync_;
   const volatile std::sig_atomic_t* stop_flag_ = nullptr;

@@ -15,8 +15,8 @@
 #include "config/precision_recipe.h"
 #include "cuda_test_util.h"
 #include "data/mock_dataset.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
 #include "train/trainer.h"
@@ -49,10 +49,10 @@ GpuRun train_on_gpu(const std::string& recipe, bool distributed, bool nccl) {
   o.distributed_optimizer = distributed;
   o.loss_micro_batches = t.num_micro_batches();
   o.deterministic_attention = true;  // (its workspace)
-  const dist::World world = dist::World::single();
+  const parallel::World world = parallel::World::single();
   const OpContext ctx = test::cuda_ctx();
   const test::DeterministicAttention deterministic;  // the two runs must differ only in the data-parallel path
-  const std::unique_ptr<dist::Communicator> comm = dist::make_communicator(world, ctx, nccl);
+  const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx, nccl);
   LlamaModel model(m, t.micro_batch_size, t.seq_length, ctx, plan, o);
   model.set_communicator(comm.get());
   model.init_parameters(7);
@@ -84,13 +84,13 @@ void expect_same_training(const std::string& recipe) {
 
 TEST(CudaDataParallel, OneRankNcclDistributedOptimizerWithOverlapsTrainsAsThePlainOptimizerBf16) {
   PL_REQUIRE_CUDA_DEVICE();
-  if (dist::nccl_version() == "not built") GTEST_SKIP() << "this build has no NCCL (see the CMake banner)";
+  if (parallel::nccl_version() == "not built") GTEST_SKIP() << "this build has no NCCL (see the CMake banner)";
   expect_same_training("bf16_mixed");
 }
 
 TEST(CudaDataParallel, OneRankNcclDistributedOptimizerWithOverlapsTrainsAsThePlainOptimizerNvfp4) {
   PL_REQUIRE_CUDA_DEVICE();
-  if (dist::nccl_version() == "not built") GTEST_SKIP() << "this build has no NCCL (see the CMake banner)";
+  if (parallel::nccl_version() == "not built") GTEST_SKIP() << "this build has no NCCL (see the CMake banner)";
   expect_same_training("bf16_with_nvfp4_mixed");
 }
 

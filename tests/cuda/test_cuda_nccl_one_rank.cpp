@@ -12,25 +12,25 @@
 #include <vector>
 
 #include "cuda/cuda_test_util.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 
 namespace pl::test {
 namespace {
 
 #define PL_REQUIRE_NCCL()                                                                   \
   do {                                                                                      \
-    if (dist::nccl_version() == "not built") GTEST_SKIP() << "this build has no NCCL (see the CMake banner)"; \
+    if (parallel::nccl_version() == "not built") GTEST_SKIP() << "this build has no NCCL (see the CMake banner)"; \
   } while (0)
 
 // Runs every collective (blocking and async, then one wait) on a device copy of `host` and compares
 // the result with the one-rank communicator's on another copy.
-void expect_identity(dist::Communicator& nccl, const std::vector<float>& host, DType dtype) {
+void expect_identity(parallel::Communicator& nccl, const std::vector<float>& host, DType dtype) {
   const int64_t n = static_cast<int64_t>(host.size());
   DeviceTensor a = to_device(host, {n}, dtype), b = to_device(host, {n}, dtype);
-  auto one = dist::make_communicator(dist::World::single(), cuda_ctx(), /*nccl_for_one_rank=*/false);
+  auto one = parallel::make_communicator(parallel::World::single(), cuda_ctx(), /*nccl_for_one_rank=*/false);
   ASSERT_EQ(one->name(), "one rank");
-  for (dist::Communicator* c : {&nccl, one.get()}) {
+  for (parallel::Communicator* c : {&nccl, one.get()}) {
     const Tensor& t = c == &nccl ? a.t : b.t;
     for (bool async : {false, true}) {
       c->all_reduce_sum(t, async);
@@ -51,8 +51,8 @@ TEST(CudaNcclOneRank, EveryCollectiveIsTheIdentityF32AndBf16) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_REQUIRE_NCCL();
   PL_SEEDED_RNG(rng);
-  const dist::World world = dist::World::single();
-  auto nccl = dist::make_communicator(world, cuda_ctx(), /*nccl_for_one_rank=*/true);
+  const parallel::World world = parallel::World::single();
+  auto nccl = parallel::make_communicator(world, cuda_ctx(), /*nccl_for_one_rank=*/true);
   EXPECT_EQ(nccl->name().rfind("NCCL ", 0), 0u) << nccl->name();
   EXPECT_EQ(nccl->rank(), 0);
   EXPECT_EQ(nccl->size(), 1);
@@ -71,8 +71,8 @@ TEST(CudaNcclOneRank, OrderedAfterComputeAndBeforeWhatFollowsWait) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_REQUIRE_NCCL();
   PL_SEEDED_RNG(rng);
-  const dist::World world = dist::World::single();
-  auto nccl = dist::make_communicator(world, cuda_ctx(), true);
+  const parallel::World world = parallel::World::single();
+  auto nccl = parallel::make_communicator(world, cuda_ctx(), true);
   const int64_t n = int64_t{1} << 22;
   DeviceTensor buf = to_device(uniform_f32(static_cast<size_t>(n), rng, 1.0f, 2.0f), {n}, DType::F32);
   fill_zero(cuda_ctx(), buf.t);
@@ -86,8 +86,8 @@ TEST(CudaNcclOneRank, OrderedAfterComputeAndBeforeWhatFollowsWait) {
 TEST(CudaNcclOneRank, RejectsWhatTheOneRankCommunicatorRejects) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_REQUIRE_NCCL();
-  const dist::World world = dist::World::single();
-  auto nccl = dist::make_communicator(world, cuda_ctx(), true);
+  const parallel::World world = parallel::World::single();
+  auto nccl = parallel::make_communicator(world, cuda_ctx(), true);
   DeviceTensor d = to_device(std::vector<float>(16, 1.0f), {16}, DType::F32);
   expect_error_containing([&] { nccl->reduce_sum(d.t, 1, false); }, {"reduce_sum", "root 1 is not a rank of 1"});
   std::vector<float> host(16);

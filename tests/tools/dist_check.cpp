@@ -1,4 +1,4 @@
-// Every collective of dist/ over real MPI ranks on CPU tensors, against values worked out by hand:
+// Every collective of parallel/ over real MPI ranks on CPU tensors, against values worked out by hand:
 // each rank knows every rank's data (a function of the rank and the index), so each can compute the
 // expected sums itself. Run under mpirun with 2 or more ranks (ctest Dist.mpi_np2, Dist.mpi_np3,
 // Dist.two_hosts). Each mismatch prints one line "dist_check: rank R: FAILED <check>: ..."; every rank
@@ -18,14 +18,14 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 #include "rank_check.h"
 
 namespace {
 
-using pl::dist::Communicator;
-using pl::dist::World;
+using pl::parallel::Communicator;
+using pl::parallel::World;
 
 pl::test::RankChecks g_tally{"dist_check"};
 void expect(bool ok, const std::string& what) { g_tally.expect(ok, what); }
@@ -289,10 +289,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    std::printf("dist_check: %s (%s)\n", world.describe().c_str(), pl::dist::mpi_library_version().c_str());
+    std::printf("dist_check: %s (%s)\n", world.describe().c_str(), pl::parallel::mpi_library_version().c_str());
     check_world(world);
     pl::OpContext ctx;  // the CPU backend
-    auto comm = pl::dist::make_communicator(world, ctx);
+    auto comm = pl::parallel::make_communicator(world, ctx);
     expect(comm->name() == "MPI (CPU ranks)" && comm->rank() == world.rank() && comm->size() == world.size(),
            "make_communicator gives the MPI communicator: " + comm->name());
     for (bool async : {false, true}) {

@@ -23,8 +23,8 @@
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
 #include "data/mock_dataset.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 #include "rank_check.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
@@ -78,7 +78,7 @@ struct Run {
   std::vector<std::vector<int64_t>> samples;  // per micro-batch call, the sample indices it asked for
 };
 
-Run train(const Case& c, const dist::World& world, dist::Communicator& comm, int64_t dp, int64_t gbs) {
+Run train(const Case& c, const parallel::World& world, parallel::Communicator& comm, int64_t dp, int64_t gbs) {
   ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   m.hidden_size = 208;  // a parameter count that the shards must pad
   TrainConfig t;
@@ -119,15 +119,15 @@ Run train(const Case& c, const dist::World& world, dist::Communicator& comm, int
   return run;
 }
 
-void check_case(const Case& c, const dist::World& world, dist::Communicator& comm) {
+void check_case(const Case& c, const parallel::World& world, parallel::Communicator& comm) {
   const std::string name = c.recipe + (c.distributed ? " distributed-optimizer" : " plain") +
                            (c.overlap ? " overlap-grad-reduce" : "") + (c.overlap_gather ? " overlap-param-gather" : "");
   const int64_t dp = world.size();
   const int64_t mbs = 1, per_rank = kMicroBatchesPerRank, gbs = per_rank * mbs * dp;
   const Run many = train(c, world, comm, dp, gbs);
-  const dist::World alone = dist::World::single();
+  const parallel::World alone = parallel::World::single();
   const OpContext cpu;
-  const std::unique_ptr<dist::Communicator> one = dist::make_communicator(alone, cpu);
+  const std::unique_ptr<parallel::Communicator> one = parallel::make_communicator(alone, cpu);
   const Run single = train(c, alone, *one, 1, gbs);
 
   const TrainResult& a = many.result;
@@ -169,7 +169,7 @@ void check_case(const Case& c, const dist::World& world, dist::Communicator& com
 
 int main(int argc, char** argv) {
   try {
-    const dist::World world(argc, argv);
+    const parallel::World world(argc, argv);
     // dp_train_check [MICRO_BATCHES_PER_RANK [STRICT_ITERATIONS]]
     if (argc > 1) kMicroBatchesPerRank = std::stoll(argv[1]);
     if (argc > 2) kStrictIterations = std::stoll(argv[2]);
@@ -179,7 +179,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const OpContext cpu;
-    const std::unique_ptr<dist::Communicator> comm = dist::make_communicator(world, cpu);
+    const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, cpu);
     for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"}) {
       for (const auto& [distributed, overlap] : {std::pair{false, false}, std::pair{false, true},
                                                   std::pair{true, false}, std::pair{true, true}})

@@ -191,7 +191,7 @@ void expect_one_rank_distributed_optimizer_is_bit_identical(const std::string& r
   d.train = plain.t;
   d.command_line = {"test"};
   d.data = "mock";
-  const dist::World one = dist::World::single();
+  const parallel::World one = parallel::World::single();
   save_checkpoint((dir.path() / "plain").string(), 0, *plain.model, tp.optimizer(), b.state, d);
   save_checkpoint((dir.path() / "sharded").string(), 0, *sharded.model, ts.optimizer(), b.state, d, {}, &one);
   const VerifiedCheckpoint cp = verify_checkpoint((dir.path() / "plain").string());

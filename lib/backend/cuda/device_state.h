@@ -60,7 +60,7 @@ struct DeviceState {
   // the arena's frees and the timers' events (core/timers.cpp) use that stream too, so everything is
   // ordered without events. A created stream means changing it here and giving those three the stream.
   cudaStream_t stream = nullptr;
-  // Data parallelism's collectives (dist/nccl_communicator.cpp) run on their own stream so a bucket's
+  // Data parallelism's collectives (parallel/nccl_communicator.cpp) run on their own stream so a bucket's
   // reduce-scatter overlaps the rest of the backward. Non-blocking (cudaStreamNonBlocking): a stream
   // created with the default flag would synchronize with the legacy default stream above before and
   // after every operation, and nothing would overlap. Highest priority: NCCL's kernels start as soon as

@@ -1,10 +1,10 @@
 #pragma once
-// The processes of a run and how they were started (DESIGN: dist/ sits beside backend/, below model/).
+// The processes of a run and how they were started (DESIGN: parallel/ sits beside backend/, below model/).
 //
 // MPI only bootstraps (issue 13): it says how many ranks there are, which one this is, which GPU of
 // the node it takes (its local rank), and it carries the NCCL unique id and the few host values every
 // rank must agree on (loss sums, gradient-norm partial sums, NaN decisions, checkpoint digests). The
-// gradients and weights themselves go through a Communicator (dist/communicator.h): NCCL on GPUs, MPI
+// gradients and weights themselves go through a Communicator (parallel/communicator.h): NCCL on GPUs, MPI
 // on CPU ranks.
 //
 // A World is made once, first thing in main, and lives until main returns (RAII: MPI_Finalize).

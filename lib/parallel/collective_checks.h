@@ -1,5 +1,5 @@
 #pragma once
-// What every Communicator checks before a collective (dist/communicator.h's contract), in one place so
+// What every Communicator checks before a collective (parallel/communicator.h's contract), in one place so
 // the one-rank, MPI and NCCL implementations reject the same calls with the same words.
 #include <cstdint>
 #include <string>

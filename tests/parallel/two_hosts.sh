@@ -12,7 +12,7 @@
 # Exit status: PROGRAM's (through mpirun); 77 when namespaces cannot be made here (not root, no `ip`,
 # no CAP_SYS_ADMIN/CAP_NET_ADMIN, e.g. an unprivileged container), with the reason on one line
 # (ctest SKIP_RETURN_CODE 77); 2 on bad arguments.
-# Example (the 2-rank training run): tests/dist/two_hosts.sh -- build/apps/pretrain_llama --device cpu ...
+# Example (the 2-rank training run): tests/parallel/two_hosts.sh -- build/apps/pretrain_llama --device cpu ...
 set -uo pipefail
 
 mpirun=${MPIRUN:-mpirun} per_host=1 keep_hostname=0

@@ -1,10 +1,10 @@
 #pragma once
-// The GPU backend's Communicator over NCCL (dist/communicator.h). Only in builds with CUDA and NCCL
+// The GPU backend's Communicator over NCCL (parallel/communicator.h). Only in builds with CUDA and NCCL
 // (PL_WITH_NCCL): this header is included everywhere, its functions are defined only there.
 #include <memory>
 #include <string>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace pl::dist {
 

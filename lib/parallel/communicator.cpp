@@ -1,12 +1,12 @@
 // The one-rank Communicator, make_communicator's choice of implementation, and the device/banner helpers.
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 #include <cstdlib>
 
 #include "core/error.h"
-#include "dist/collective_checks.h"
-#include "dist/mpi_communicator.h"
-#include "dist/nccl_communicator.h"
+#include "parallel/collective_checks.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 #if defined(PL_WITH_CUDA)
 #include <cuda_runtime_api.h>

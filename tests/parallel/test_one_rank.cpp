@@ -1,4 +1,4 @@
-// dist/ with one rank, in process: World::single() and the World of a process not started by a launcher
+// parallel/ with one rank, in process: World::single() and the World of a process not started by a launcher
 // are rank 0 of 1 and every host op gives back its input; the one-rank communicator leaves every buffer
 // as it was (bit for bit) and rejects the same calls the MPI and NCCL ones reject; abort() runs the
 // hooks last-registered first, then ends the process with the code. (The same ops over 2 and 3 MPI
@@ -17,8 +17,8 @@
 #include "backend/ops.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "dist/communicator.h"
-#include "dist/world.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
 
 namespace pl::dist {
 namespace {

@@ -3,7 +3,7 @@
 // Compiled only with CUDA and NCCL (lib/CMakeLists.txt). API as documented in nccl.h (NCCL 2.28):
 // in-place reduce-scatter when recvbuff == sendbuff + rank * recvcount, in-place all-gather when
 // sendbuff == recvbuff + rank * sendcount.
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>
@@ -14,7 +14,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_state.h"
 #include "core/error.h"
-#include "dist/collective_checks.h"
+#include "parallel/collective_checks.h"
 
 namespace pl::dist {
 namespace {

@@ -1,4 +1,4 @@
-#include "dist/collective_checks.h"
+#include "parallel/collective_checks.h"
 
 #include "core/error.h"
 

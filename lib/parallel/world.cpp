@@ -1,4 +1,4 @@
-#include "dist/world.h"
+#include "parallel/world.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,12 +7,12 @@
 #include <utility>
 
 #include "core/error.h"
-#include "dist/mpi_check.h"
+#include "parallel/mpi_check.h"
 
 namespace pl::dist {
 namespace {
 
-// The one-World-per-process guard (the only global of dist/): MPI_Init may run once per process.
+// The one-World-per-process guard (the only global of parallel/): MPI_Init may run once per process.
 std::atomic<bool> g_world_alive{false};
 
 // The first launcher variable found, as "NAME=value", or "" when the process was not started by one.

@@ -1,4 +1,4 @@
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 
 #if defined(PL_WITH_MPI)
 #include <algorithm>
@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/collective_checks.h"
-#include "dist/mpi_check.h"
+#include "parallel/collective_checks.h"
+#include "parallel/mpi_check.h"
 
 namespace pl::dist {
 namespace {

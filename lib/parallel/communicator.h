@@ -26,7 +26,7 @@
 
 #include "backend/ops.h"
 #include "core/tensor.h"
-#include "dist/world.h"
+#include "parallel/world.h"
 
 namespace pl::dist {
 

@@ -1,9 +1,9 @@
 #pragma once
-// The CPU backend's Communicator over MPI (dist/communicator.h): F32 host buffers, blocking or
+// The CPU backend's Communicator over MPI (parallel/communicator.h): F32 host buffers, blocking or
 // nonblocking collectives on a duplicate of MPI_COMM_WORLD. Only in builds with MPI (PL_WITH_MPI).
 #include <memory>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace pl::dist {
 
