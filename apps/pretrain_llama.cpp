@@ -547,9 +547,9 @@ void print_optimizer_state(const TrainConfig& t, const std::shared_ptr<spdlog::l
               t.optimizer_offload_fraction);
 }
 
-ModelOptions model_options(const Options& o) {
+RunLayout model_options(const Options& o) {
   const TrainConfig& t = o.train;
-  ModelOptions m;
+  RunLayout m;
   m.recompute = o.recompute == "full";
   m.quant_telemetry = t.quant_stats_interval > 0;
   m.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
@@ -588,7 +588,7 @@ void print_dry_run(const RunSetup& s, const Options& o, const std::shared_ptr<sp
   const TrainConfig& t = o.train;
   const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
   const GpuSpec* gpu = o.dry_run_gpu.empty() ? nullptr : find_gpu(o.dry_run_gpu);
-  ModelOptions mopt = model_options(o);
+  RunLayout mopt = model_options(o);
   if (gpu) mopt.gpu_sm = gpu->sm;
   const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, mopt,
                                      0 /* no GPU is opened: --dry-run-gpu's sm, else kPlanDefaultSm */);
@@ -852,7 +852,7 @@ int run(const parallel::World& world, int argc, char** argv) {
   const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);
   print_training_and_parameters(mc, t, out);
 
-  const ModelOptions mopt = model_options(o);
+  const RunLayout mopt = model_options(o);
   const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, setup.plan, mopt, device_sm(ctx));
   check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
                                     t.use_precision_aware_optimizer},

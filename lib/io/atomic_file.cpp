@@ -35,15 +35,6 @@ std::string parent_of(const std::string& path) {
 
 std::string process_tmp_suffix() { return ".tmp-" + std::to_string(::getpid()); }
 
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  PL_CHECK(fd >= 0, "{}: cannot open the directory to fsync it: {}", dir, std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  PL_CHECK(rc == 0, "{}: cannot fsync the directory: {}", dir, std::strerror(err));
-}
-
 void rename_path(const std::string& from, const std::string& to) {
   PL_CHECK(::rename(from.c_str(), to.c_str()) == 0, "{}: cannot rename {} onto it: {}", to, from, std::strerror(errno));
 }
@@ -136,12 +127,6 @@ namespace {
 
 constexpr int kJournalVersion = 1;
 
-bool pid_alive(long pid) {
-  if (pid <= 0) return false;
-  if (pid == static_cast<long>(::getpid())) return true;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
 // The inode of `path` (not following a symlink), or 0 when it does not exist.
 uint64_t inode_of(const std::string& path) {
   struct stat st {};
@@ -153,37 +138,14 @@ void unlink_if_present(const std::string& path) {
   PL_CHECK(::unlink(path.c_str()) == 0 || errno == ENOENT, "{}: cannot remove: {}", path, std::strerror(errno));
 }
 
-// The pid N of a name "<base><tag>N" (N all digits), or -1.
-long pid_suffix(const std::string& name, const std::string& base, const char* tag) {
-  const std::string head = base + tag;
-  if (name.size() <= head.size() || name.compare(0, head.size(), head) != 0) return -1;
-  const std::string digits = name.substr(head.size());
-  if (digits.size() > 9 || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return -1;
-  return std::stol(digits);
-}
-
 // Removes "<path>.tmp-N" and "<path>.bak-N" of processes that no longer exist (N == our pid: a
 // dead process's, as we have not created ours yet).
 void remove_stale_temporaries(const std::string& path) {
-  const fs::path p(path);
-  const std::string base = p.filename().string();
-  std::error_code ec;
-  fs::directory_iterator it(parent_of(path), ec), end;
-  if (ec) return;  // creating our own temporary will report a missing or unreadable directory
-  std::vector<fs::path> stale;
-  for (; it != end; it.increment(ec)) {
-    if (ec) break;
-    const std::string name = it->path().filename().string();
-    for (const char* tag : {".tmp-", ".bak-"}) {
-      const long pid = pid_suffix(name, base, tag);
-      if (pid >= 0 && (pid == static_cast<long>(::getpid()) || !pid_alive(pid))) stale.push_back(it->path());
-    }
-  }
-  for (const fs::path& s : stale) {
-    fs::remove_all(s, ec);
-    PL_CHECK(!ec, "{}: cannot remove this stale temporary of a dead process: {}", s.string(), ec.message());
-  }
+  const std::string base = fs::path(path).filename().string();
+  remove_dead_temporaries(parent_of(path), [&](const std::string& name) {
+    const long tmp = pid_after(name, base + ".tmp-");
+    return tmp >= 0 ? tmp : pid_after(name, base + ".bak-");
+  });
 }
 
 struct JournalEntry {

@@ -13,6 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "io/fd.h"  // fsync_directory
+
 namespace pl {
 
 // A file being written under `path + tmp_suffix` (created or truncated). Destroyed without commit()
@@ -58,8 +60,6 @@ void write_file_atomically(const std::string& path, std::string_view bytes, cons
 void write_directory_atomically(const std::string& path, const std::function<void(const std::string& tmp_dir)>& fill,
                                 const std::string& tmp_suffix = {});
 
-// fsync of a directory (its entries: a rename in it, a file created in it).
-void fsync_directory(const std::string& dir);
 // `from` renamed onto `to` (rename(2)), one line on failure.
 void rename_path(const std::string& from, const std::string& to);
 // ".tmp-<pid>": the suffix of a temporary only this process may own.

@@ -68,8 +68,8 @@ std::string known_gpu_keys() {
   return s;
 }
 
-MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const ModelOptions& options, const GpuSpec& gpu) {
-  ModelOptions o = options;
+MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const RunLayout& options, const GpuSpec& gpu) {
+  RunLayout o = options;
   o.gpu_sm = gpu.sm;
   // The global batch stays: loss_micro_batches x micro_batch samples per iteration.
   o.loss_micro_batches = std::max<int64_t>(1, options.loss_micro_batches * r.micro_batch / micro_batch);
@@ -98,11 +98,11 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   // moments: the biggest saving, and Megatron needs it for the precision-aware optimizer), and the offload
   // rungs are left out (not implemented with data parallelism).
   const bool data_parallel = r.options.dp_size > 1;
-  ModelOptions sharded = r.options;
+  RunLayout sharded = r.options;
   sharded.distributed_optimizer = sharded.distributed_optimizer || data_parallel;
-  ModelOptions bf16 = sharded;
+  RunLayout bf16 = sharded;
   bf16.exp_avg = bf16.exp_avg_sq = DType::BF16;
-  ModelOptions off = bf16, rec = bf16, both = bf16;
+  RunLayout off = bf16, rec = bf16, both = bf16;
   off.optimizer_offload = both.optimizer_offload = true;
   rec.recompute = both.recompute = true;
   std::vector<FitCandidate> ladder = {{'a', r.micro_batch, r.options}};

@@ -13,7 +13,7 @@
 // The ladder. The cheapest flag set is the first of these, cumulative and starting from the user's
 // flags (nothing the user gave is removed), whose plan fits, in order of the throughput they cost:
 //   a. the flags as given;
-//   g. with more than one data-parallel rank (ModelOptions::dp_size), --use-distributed-optimizer when
+//   g. with more than one data-parallel rank (RunLayout::dp_size), --use-distributed-optimizer when
 //      not given: the master weights and moments sharded over the ranks (a reduce-scatter and an
 //      all-gather per step instead of one all-reduce: the same bytes on the wire), and every later rung
 //      builds on it;
@@ -76,14 +76,14 @@ const GpuSpec* find_gpu(std::string_view key);
 std::string known_gpu_keys();
 
 // What the user asked for: the model, the micro-batch, the sequence, the precision plan and the
-// ModelOptions their flags give (gpu_sm is replaced by each GPU's), and whether
+// RunLayout their flags give (gpu_sm is replaced by each GPU's), and whether
 // --use-precision-aware-optimizer was already given (so the flag text does not repeat it).
 struct FitRequest {
   const ModelConfig* model = nullptr;
   int64_t micro_batch = 1;
   int64_t seq_length = 1;
   const PrecisionPlan* plan = nullptr;
-  ModelOptions options;
+  RunLayout options;
   bool precision_aware_given = false;
 };
 
@@ -91,7 +91,7 @@ struct FitRequest {
 struct FitCandidate {
   char rung = 'a';  // 'a'..'g' as in the header
   int64_t micro_batch = 1;
-  ModelOptions options;
+  RunLayout options;
 };
 
 // The cheapest flag set for one GPU.
@@ -111,7 +111,7 @@ struct FitResult {
 
 // The memory plan of the request at `micro_batch` with `options` on `gpu` (its sm; CUDA storage). The one
 // plan_memory call the ladder makes; loss_micro_batches is scaled so the global batch stays the same.
-MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const ModelOptions& options, const GpuSpec& gpu);
+MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const RunLayout& options, const GpuSpec& gpu);
 // The ladder for `gpu`: the first candidate whose plan fits.
 FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu);
 // The flag text that turns the request into `c` (what FitResult::flags holds for it).

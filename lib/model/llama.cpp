@@ -16,7 +16,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
     : LlamaModel(cfg, micro_batch, seq_length, ctx, bf16_plan(cfg)) {}
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
-                       const PrecisionPlan& plan, const ModelOptions& options)
+                       const PrecisionPlan& plan, const RunLayout& options)
     : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), opt_(options), entries_(param_layout(cfg)) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
   PL_CHECK(options.loss_micro_batches >= 1, "internal: loss_micro_batches = {} (must be >= 1)",

@@ -63,7 +63,7 @@ class LlamaModel {
   // in the formats of `plan` (all BF16 when no plan is given).
   LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx);
   LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
-             const PrecisionPlan& plan, const ModelOptions& options = {});
+             const PrecisionPlan& plan, const RunLayout& options = {});
   // The memory this model (with the AdamW state) takes: plan_memory's, allocated as it says.
   const MemoryPlan& memory_plan() const { return mem_; }
 
@@ -150,7 +150,7 @@ class LlamaModel {
   int64_t B_, S_;
   OpContext ctx_;
   PrecisionPlan plan_;
-  ModelOptions opt_;
+  RunLayout opt_;
   MemoryPlan mem_;
   std::vector<Buffer> quant_buffers_;
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]

@@ -23,7 +23,7 @@ int64_t largest_grad_group(const ModelConfig& cfg) {
   return largest;
 }
 
-ShardLayout shard_layout(int64_t num_params, const ModelOptions& options) {
+ShardLayout shard_layout(int64_t num_params, const RunLayout& options) {
   ShardLayout s;
   s.num_params = s.padded = s.shard = num_params;
   if (!options.distributed_optimizer) return s;
@@ -37,7 +37,7 @@ ShardLayout shard_layout(int64_t num_params, const ModelOptions& options) {
 }
 
 MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,
-                       const ModelOptions& opt, int opened_sm) {
+                       const RunLayout& opt, int opened_sm) {
   MemoryPlan mem;
   // With the distributed optimizer the weights and gradients are padded (every rank holds all of them)
   // and the master weights and moments are one rank's shard.

@@ -14,8 +14,10 @@
 
 namespace pl {
 
-// Options that change what is kept for the backward pass, or how much scratch is planned.
-struct ModelOptions {
+// How a run lays the model out in memory (what is kept for the backward pass, where the optimizer
+// state lives and in which dtypes, how it is sharded over ranks, how much scratch is planned): not the
+// model's shape (ModelConfig) but the run's choices that size and place its buffers.
+struct RunLayout {
   bool recompute = false;  // --recompute full: keep each layer's input only, recompute its forward in backward
   // The GPU (compute capability) the quantized GEMMs' scratch is sized for on CUDA, or 0: the one
   // opened, else (--dry-run) kPlanDefaultSm. See LinearLayer::scratch_need, MemoryPlan::gemm_note.
@@ -68,7 +70,7 @@ struct ShardLayout {
   int64_t real_begin() const { return std::min(begin, real_end()); }
   int64_t real_size() const { return real_end() - real_begin(); }
 };
-ShardLayout shard_layout(int64_t num_params, const ModelOptions& options);
+ShardLayout shard_layout(int64_t num_params, const RunLayout& options);
 
 // The offload's host step runs over the flat buffers in chunks of this many elements; the updated
 // weights of a chunk go to the device through one of kOffloadStagingSlots pinned slots (a ring: a slot
@@ -102,7 +104,7 @@ struct Activations {
   std::vector<Layer> layers;  // with full recomputation layers 1.. share layer 0's slots but resid_in
   T tokens, labels, embed_out, resid_out, lnf, rstdf, logits, losses_all, rope_cos, rope_sin;
   T d_resid, d_ln, d_h, d_qkv, d_attn, d_fc1, d_swi, quant_scratch_a, quant_scratch_b;
-  T grad_scratch;  // fp32 [largest parameter group] with BF16 main grads (ModelOptions::bf16_main_grads)
+  T grad_scratch;  // fp32 [largest parameter group] with BF16 main grads (RunLayout::bf16_main_grads)
   template <class S>
   static auto all(S& s) {
     return std::array{&s.tokens, &s.labels, &s.embed_out, &s.resid_out, &s.lnf, &s.rstdf, &s.logits,
@@ -151,6 +153,6 @@ int64_t largest_grad_group(const ModelConfig& cfg);
 // micro_batch x seq_length tokens per forward on `device`. opened_sm: the compute capability of the
 // GPU this process has opened, or 0 (used when options.gpu_sm is 0; neither: kPlanDefaultSm).
 MemoryPlan plan_memory(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, Device device,
-                       const PrecisionPlan& plan, const ModelOptions& options, int opened_sm);
+                       const PrecisionPlan& plan, const RunLayout& options, int opened_sm);
 
 }  // namespace pl

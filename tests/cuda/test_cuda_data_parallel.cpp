@@ -45,7 +45,7 @@ GpuRun train_on_gpu(const std::string& recipe, bool distributed, bool nccl) {
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
   data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length,
                                                   t.train_iters * t.global_batch_size, 1234});
-  ModelOptions o;
+  RunLayout o;
   o.distributed_optimizer = distributed;
   o.loss_micro_batches = t.num_micro_batches();
   o.deterministic_attention = true;  // (its workspace)

@@ -80,7 +80,7 @@ TEST(CudaModel, QueuedMicroBatchesWithOneLossReadEqualOneAtATime) {
   PL_REQUIRE_CUDA_DEVICE();
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   OpContext ctx = test::cuda_ctx();
-  ModelOptions o;
+  RunLayout o;
   o.loss_micro_batches = 3;
   LlamaModel model(m, 2, 64, ctx, bf16_plan(m), o);
   model.init_parameters(1234);

@@ -36,7 +36,7 @@ std::vector<float> host_copy(const Tensor& t) {
 void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const OpContext& ctx = {}) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   const int64_t B = 2, S = 32, T = B * S;
-  ModelOptions fp32, bf16;
+  RunLayout fp32, bf16;
   fp32.recompute = bf16.recompute = recompute;
   bf16.bf16_main_grads = true;
   LlamaModel a(m, B, S, ctx, plan, fp32), b(m, B, S, ctx, plan, bf16);
@@ -91,7 +91,7 @@ TEST(CudaBf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
 // the embedding or the LM head with the final norm) in the activations.
 TEST(Bf16MainGrads, MemoryPlanHalvesTheGradientsAndAddsTheGroupScratch) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
-  ModelOptions fp32, bf16;
+  RunLayout fp32, bf16;
   bf16.bf16_main_grads = true;
   const MemoryPlan a = plan_memory(m, 1, 4096, Device::CUDA, bf16_plan(m), fp32, 90);
   const MemoryPlan b = plan_memory(m, 1, 4096, Device::CUDA, bf16_plan(m), bf16, 90);

@@ -23,7 +23,7 @@ struct Llama8b {
       model, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
   // pretrain_llama's defaults but micro-batch 1: global batch 64, so 64 micro-batches' losses.
   FitRequest request(int64_t micro_batch = 1) const {
-    FitRequest r{&model, micro_batch, 4096, &plan, ModelOptions{}, false};
+    FitRequest r{&model, micro_batch, 4096, &plan, RunLayout{}, false};
     r.options.loss_micro_batches = 64 / micro_batch;
     r.options.quant_telemetry = false;
     return r;
@@ -31,7 +31,7 @@ struct Llama8b {
   // plan_memory for `gpu` as pretrain_llama would plan it with these flags (independent of fit_plan's
   // plan_for_gpu: the options are spelled out here).
   MemoryPlan plan_with(const GpuSpec& gpu, int64_t mbs, bool bf16, bool offload, bool recompute) const {
-    ModelOptions o;
+    RunLayout o;
     o.loss_micro_batches = 64 / mbs;
     o.quant_telemetry = false;
     o.gpu_sm = gpu.sm;

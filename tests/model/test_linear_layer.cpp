@@ -282,7 +282,7 @@ TEST(ModelLinearLayer, TheMemoryPlanCountsTheScratchOfTheExecutionMode) {
   const PrecisionPlan plan =
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
   auto plan_for = [&](int sm, bool telemetry) {  // nothing is allocated, no GPU is touched
-    ModelOptions o;
+    RunLayout o;
     o.gpu_sm = sm;
     o.quant_telemetry = telemetry;
     return plan_memory(m, 1, 4096, Device::CUDA, plan, o, 0);
@@ -301,15 +301,15 @@ TEST(ModelLinearLayer, TheMemoryPlanCountsTheScratchOfTheExecutionMode) {
   EXPECT_NE(hopper.gemm_note.find("emulated"), std::string::npos) << hopper.gemm_note;
   EXPECT_NE(blackwell.gemm_note.find("native"), std::string::npos) << blackwell.gemm_note;
   // Without a GPU opened or named, the plan assumes the default and says so.
-  const MemoryPlan d = plan_memory(m, 1, 4096, Device::CUDA, plan, ModelOptions{}, 0);
+  const MemoryPlan d = plan_memory(m, 1, 4096, Device::CUDA, plan, RunLayout{}, 0);
   EXPECT_NE(d.gemm_note.find("sm_" + std::to_string(kPlanDefaultSm)), std::string::npos) << d.gemm_note;
   EXPECT_NE(d.gemm_note.find("default"), std::string::npos) << d.gemm_note;
   EXPECT_EQ(log::memory_plan_lines(d.categories(), d.gemm_note).back(), d.gemm_note);
   // A GPU opened (sm_100) is used and named when no sm is given.
-  EXPECT_NE(plan_memory(m, 1, 4096, Device::CUDA, plan, ModelOptions{}, 100).gemm_note.find("sm_100 (this GPU)"),
+  EXPECT_NE(plan_memory(m, 1, 4096, Device::CUDA, plan, RunLayout{}, 100).gemm_note.find("sm_100 (this GPU)"),
             std::string::npos);
   // The CPU plan has no such note (its lines are unchanged).
-  EXPECT_TRUE(plan_memory(m, 1, 4096, Device::CPU, plan, ModelOptions{}, 0).gemm_note.empty());
+  EXPECT_TRUE(plan_memory(m, 1, 4096, Device::CPU, plan, RunLayout{}, 0).gemm_note.empty());
 }
 
 }  // namespace

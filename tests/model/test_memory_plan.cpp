@@ -23,7 +23,7 @@ TEST(ModelMemoryPlan, TheModelAllocatesExactlyThePlan) {
       SCOPED_TRACE(std::string(recipe) + (recompute ? " recompute" : ""));
       const PrecisionPlan plan =
           make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
-      ModelOptions o{recompute};
+      RunLayout o{recompute};
       o.loss_micro_batches = 3;
       const MemoryPlan mem = plan_memory(m, 2, 64, Device::CPU, plan, o, 0);
       const size_t before = memory_stats(Device::CPU).allocated;
@@ -42,7 +42,7 @@ TEST(ModelMemoryPlan, TheSlotsTileTheArena) {
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
   for (bool recompute : {false, true}) {
     SCOPED_TRACE(recompute ? "recompute" : "stored");
-    const MemoryPlan mem = plan_memory(m, 2, 128, Device::CUDA, plan, ModelOptions{recompute}, 90);
+    const MemoryPlan mem = plan_memory(m, 2, 128, Device::CUDA, plan, RunLayout{recompute}, 90);
     const Activations<ArenaSlot>& a = mem.arena;
     std::map<size_t, const ArenaSlot*> by_offset;  // distinct slots, by where they start
     auto add = [&](const ArenaSlot* s) {

@@ -14,7 +14,7 @@ namespace pl {
 namespace {
 
 std::vector<float> grads_of(const ModelConfig& m, const PrecisionPlan& plan, bool recompute) {
-  LlamaModel model(m, 2, 32, OpContext{}, plan, ModelOptions{recompute});
+  LlamaModel model(m, 2, 32, OpContext{}, plan, RunLayout{recompute});
   model.init_parameters(5);
   std::mt19937 rng(3);
   std::vector<int32_t> tok(64), lab(64);
@@ -40,8 +40,8 @@ TEST(ModelRecompute, FullRecomputationGivesIdenticalGradients) {
 TEST(ModelRecompute, PlansLessActivationMemoryAndNoOtherChange) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
   const PrecisionPlan plan = bf16_plan(m);  // a GPU plan: nothing is allocated, no GPU is touched
-  const MemoryPlan full = plan_memory(m, 4, 4096, Device::CUDA, plan, ModelOptions{true}, 0);
-  const MemoryPlan none = plan_memory(m, 4, 4096, Device::CUDA, plan, ModelOptions{false}, 0);
+  const MemoryPlan full = plan_memory(m, 4, 4096, Device::CUDA, plan, RunLayout{true}, 0);
+  const MemoryPlan none = plan_memory(m, 4, 4096, Device::CUDA, plan, RunLayout{false}, 0);
   EXPECT_LT(full.activations, 0.3 * none.activations);
   EXPECT_EQ(full.weights_and_optimizer(), none.weights_and_optimizer());
   // bf16 weights 2 + fp32 grads 4 + master 4 + Adam 8 = 18 bytes per parameter (Megatron's 6 + 12/DP).

@@ -97,7 +97,7 @@ Run train(const Case& c, const parallel::World& world, parallel::Communicator& c
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + c.recipe + ".json"));
   data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length,
                                                   t.train_iters * t.global_batch_size, 1234});
-  ModelOptions o;
+  RunLayout o;
   o.dp_size = dp;
   o.dp_rank = comm.rank();
   o.distributed_optimizer = c.distributed;

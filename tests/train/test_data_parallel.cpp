@@ -24,8 +24,8 @@
 namespace pl {
 namespace {
 
-ModelOptions dp_options(int64_t size, int64_t rank, bool distributed = true) {
-  ModelOptions o;
+RunLayout dp_options(int64_t size, int64_t rank, bool distributed = true) {
+  RunLayout o;
   o.dp_size = size;
   o.dp_rank = rank;
   o.distributed_optimizer = distributed;
@@ -147,7 +147,7 @@ struct TinyDpRun {
     plan = make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
     data = std::make_unique<data::MockGPTDataset>(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length,
                                                                        t.train_iters * t.global_batch_size, 1234});
-    ModelOptions o;
+    RunLayout o;
     o.distributed_optimizer = distributed;
     model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{}, plan, o);
   }

@@ -32,7 +32,7 @@ struct OffloadCase {
 };
 
 Side make_side(const ModelConfig& m, int64_t B, int64_t S, bool offload, const OffloadCase& c) {
-  ModelOptions mo;
+  RunLayout mo;
   mo.optimizer_offload = offload;
   mo.exp_avg = mo.exp_avg_sq = c.moments;
   mo.bf16_main_grads = c.bf16_grads;
@@ -121,7 +121,7 @@ TEST(CudaOffload, OffloadedStepsWithBf16MainGradsAreBitIdenticalToOnDeviceSteps)
 // is host memory either way, and the plan books master and moments on the host side.
 TEST(OptimizerOffload, MemoryPlanMovesMasterAndMomentsToTheHost) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
-  ModelOptions on, plain;
+  RunLayout on, plain;
   on.optimizer_offload = true;
   on.exp_avg = on.exp_avg_sq = plain.exp_avg = plain.exp_avg_sq = DType::BF16;
   const PrecisionPlan p = bf16_plan(m);

@@ -30,7 +30,7 @@ struct TinyRun {
   std::unique_ptr<LlamaModel> model;
   std::vector<std::string> lines;
 
-  explicit TinyRun(int64_t iters, int64_t global_batch = 4, ModelOptions options = {}) {
+  explicit TinyRun(int64_t iters, int64_t global_batch = 4, RunLayout options = {}) {
     t.train_iters = iters;
     t.warmup_iters = 1;
     t.global_batch_size = global_batch;
@@ -68,7 +68,7 @@ TEST(TrainLoop, LossReadOncePerIterationEqualsPerMicroBatchReads) {
   std::vector<TrainResult> results;
   for (int64_t slots : {1, 4, 3}) {  // 4 micro-batches per iteration: every one, all at once, 3 + 1
     SCOPED_TRACE("loss_micro_batches " + std::to_string(slots));
-    ModelOptions o;
+    RunLayout o;
     o.loss_micro_batches = slots;
     TinyRun run(3, 8, o);
     ASSERT_EQ(run.t.num_micro_batches(), 4);
