@@ -94,4 +94,7 @@ else
 fi
 install_cudnn_frontend
 install_cuda_binutils
+# lizard (with its two dependencies, pinned): the function lengths scripts/check_code_limits.sh measures.
+pip_install lizard "scripts/check_code_limits.sh (run by CI) cannot run" \
+  "lizard==1.24.3" "pathspec==1.1.1" "pygments==2.20.0"
 echo "setup: done"
