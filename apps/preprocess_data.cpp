@@ -279,6 +279,16 @@ void check_options(const Options& o) {
   std::error_code ec;
   PL_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec), "--output-prefix {}: directory {} does not exist",
            o.output_prefix, dir.string());
+  // No output may replace an input (io/file_checks.h): --input, --tokenizer-model against every final file.
+  std::vector<FlagPath> inputs, output_paths;
+  for (const std::string& in : o.inputs) inputs.push_back({"--input", in});
+  inputs.push_back({"--tokenizer-model", o.tokenizer_model});
+  for (const std::string& key : o.json_keys) {
+    const std::string p = output_prefix_for(o, key);
+    for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
+      output_paths.push_back({"--output-prefix", f});
+  }
+  check_outputs_apart_from_inputs(inputs, output_paths);
 }
 
 data::TokenizerRecord make_record(const Options& o, const Tokenizer& tok) {
@@ -303,14 +313,12 @@ struct KeyStats {
 // Megatron's progress line (Partition.print_processing_stats), to stderr.
 void print_progress(int64_t count, double elapsed_s, int64_t bytes) {
   const double e = std::max(elapsed_s, 1e-9);
-  std::fprintf(stderr, "%s\n",
-               fmt::format("Processed {} documents ({} docs/s, {} MB/s).", count, static_cast<double>(count) / e,
-                           static_cast<double>(bytes) / e / 1024.0 / 1024.0)
-                   .c_str());
+  fmt::print(stderr, "Processed {} documents ({} docs/s, {} MB/s).\n", count, static_cast<double>(count) / e,
+             static_cast<double>(bytes) / e / 1024.0 / 1024.0);
 }
 
-int run(int argc, char** argv) {
-  Options o;
+// The command line into `o`; an exit status when the program stops here (--help, a bad command line).
+std::optional<int> parse_command_line(int argc, char** argv, Options& o) {
   CLI::App app{kDescription, "preprocess_data"};
   app.footer(kFooter);
   app.add_option("--input", o.inputs, "Input file(s): JSON lines or plain text (repeatable)")->required();
@@ -331,40 +339,20 @@ int run(int argc, char** argv) {
   app.add_flag("--prepend-bos", o.prepend_bos, "Start each document with <|begin_of_text|>");
   app.add_option("--workers", o.workers, "Tokenizer threads")->capture_default_str();
   app.add_option("--log-interval", o.log_interval, "Documents between progress lines")->capture_default_str();
-  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "preprocess_data")) return *rc;
-  check_options(o);
-  // No output may replace an input (io/file_checks.h): --input, --tokenizer-model against every final file.
-  std::vector<FlagPath> inputs, output_paths;
-  for (const std::string& in : o.inputs) inputs.push_back({"--input", in});
-  inputs.push_back({"--tokenizer-model", o.tokenizer_model});
-  for (const std::string& key : o.json_keys) {
-    const std::string p = output_prefix_for(o, key);
-    for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
-      output_paths.push_back({"--output-prefix", f});
-  }
-  check_outputs_apart_from_inputs(inputs, output_paths);
-  const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
-  const data::TokenizerRecord record = make_record(o, *tok);
+  return app::parse_command_line(app, argc, argv, "preprocess_data");
+}
 
-  // Every key's .bin/.idx/sidecar are published together (io/atomic_file.h FileSet): written under
-  // this process's temporary names, and the previous outputs replaced only when all are complete.
-  // An interrupted publish of an earlier run is completed or undone here first.
-  std::vector<std::string> journals;
-  for (const std::string& key : o.json_keys)
-    journals.push_back(data::indexed_dataset_journal_path(output_prefix_for(o, key)));
-  FileSet outputs(journals, [](const std::string& msg) { std::fprintf(stderr, "preprocess_data: %s\n", msg.c_str()); });
-  std::vector<data::IndexedDatasetWriter> writers;
-  for (const std::string& key : o.json_keys)
-    writers.emplace_back(output_prefix_for(o, key), tok->vocab_size(), &outputs);
-  std::vector<KeyStats> stats(o.json_keys.size());
-
+// Every input document, tokenized a batch at a time, into each key's writer, in input order.
+std::vector<KeyStats> write_documents(const Options& o, const Tokenizer& tok,
+                                      std::vector<data::IndexedDatasetWriter>& writers) {
+  std::vector<KeyStats> stats(writers.size());
   DocumentReader reader(o.inputs, o);
   std::vector<RawDocument> batch;
   std::vector<Encoded> encoded;
   int64_t count = 0, bytes = 0;
   const auto start = std::chrono::steady_clock::now();
   while (reader.next_batch(batch, 4096, size_t{64} << 20)) {
-    encode_batch(batch, o, *tok, encoded);
+    encode_batch(batch, o, tok, encoded);
     for (size_t i = 0; i < batch.size(); ++i) {
       if (!encoded[i].error.empty()) throw pl::Error(encoded[i].error);
       for (size_t k = 0; k < writers.size(); ++k) {
@@ -384,6 +372,27 @@ int run(int argc, char** argv) {
         print_progress(count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes);
     }
   }
+  return stats;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  if (const std::optional<int> rc = parse_command_line(argc, argv, o)) return *rc;
+  check_options(o);
+  const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
+  const data::TokenizerRecord record = make_record(o, *tok);
+
+  // Every key's .bin/.idx/sidecar are published together (io/atomic_file.h FileSet): written under
+  // this process's temporary names, and the previous outputs replaced only when all are complete.
+  // An interrupted publish of an earlier run is completed or undone here first.
+  std::vector<std::string> journals;
+  for (const std::string& key : o.json_keys)
+    journals.push_back(data::indexed_dataset_journal_path(output_prefix_for(o, key)));
+  FileSet outputs(journals, [](const std::string& msg) { std::fprintf(stderr, "preprocess_data: %s\n", msg.c_str()); });
+  std::vector<data::IndexedDatasetWriter> writers;
+  for (const std::string& key : o.json_keys)
+    writers.emplace_back(output_prefix_for(o, key), tok->vocab_size(), &outputs);
+  const std::vector<KeyStats> stats = write_documents(o, *tok, writers);
 
   // Publish: every output or none; the sidecar records its .bin's size and .idx's checksum.
   for (size_t k = 0; k < writers.size(); ++k) {
@@ -397,12 +406,10 @@ int run(int argc, char** argv) {
 
   for (size_t k = 0; k < writers.size(); ++k) {
     const std::string p = output_prefix_for(o, o.json_keys[k]);
-    std::printf("%s\n", fmt::format("preprocess_data: {} documents ({} empty), {} tokens, dtype {}, {}; wrote {}.bin, "
-                                    "{}.idx, {}",
-                                    stats[k].documents, stats[k].empty, stats[k].tokens,
-                                    data::indexed_dtype_name(static_cast<uint8_t>(writers[k].dtype())),
-                                    tok->description(), p, p, data::tokenizer_record_path(p))
-                            .c_str());
+    fmt::print("preprocess_data: {} documents ({} empty), {} tokens, dtype {}, {}; wrote {}.bin, {}.idx, {}\n",
+               stats[k].documents, stats[k].empty, stats[k].tokens,
+               data::indexed_dtype_name(static_cast<uint8_t>(writers[k].dtype())), tok->description(), p, p,
+               data::tokenizer_record_path(p));
   }
   return 0;
 }

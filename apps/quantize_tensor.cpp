@@ -204,8 +204,9 @@ void write_outputs(const std::string& prefix, const std::vector<OutFile>& files,
   set.publish();
 }
 
-int run(int argc, char** argv) {
-  Options o;
+// The command line into `o`, checked before the input is read (flag combinations; no output may
+// replace the input); an exit status when the program stops here (--help, a bad command line).
+std::optional<int> parse_and_check_command_line(int argc, char** argv, Options& o) {
   CLI::App app{kDescription, "quantize_tensor"};
   app.footer(kFooter);
   app.add_option("INPUT", o.input, "Input .npy: 1-D or 2-D '<f4' float32 or '<u2' BF16 bits")->required();
@@ -220,97 +221,112 @@ int run(int argc, char** argv) {
   app.add_flag("--stochastic", o.stochastic, "nvfp4: stochastic rounding (needs --seed)");
   app.add_option("--seed", o.seed, "Seed of the stochastic-rounding stream")->check(pl::app::kNonNegativeInteger);
   app.add_flag("-q,--quiet", o.quiet, "Print only the telemetry line");
-  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "quantize_tensor")) return *rc;
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "quantize_tensor")) return rc;
   // No output may replace the input (io/file_checks.h): every file --out can write, whatever the format.
   std::vector<FlagPath> outputs;
   for (const char* suffix : {".codes.npy", ".scales.npy", ".scales_swizzled.npy", ".amax.npy", ".dequant.npy"})
     outputs.push_back({"--out", o.out + suffix});
   check_outputs_apart_from_inputs({{"INPUT", o.input}}, outputs);
+  validate_flags(o, parse_format(o.format), app);
+  return std::nullopt;
+}
 
-  const QuantFormat f = parse_format(o.format);
-  validate_flags(o, f, app);
-  const Input in = load_input(o.input);
-  validate_shape(o, f, in);
-  warn_non_finite(o, f, in);
-  const bool nvfp4 = f == QuantFormat::NVFP4;
-  const bool block_2d = o.block == "16x16";
-  const int64_t rows = in.rows, cols = in.cols;
-
-  const OpContext ctx{Device::CPU, true};
+// The input quantized, dequantized and measured; filled in place (the tensors point into `owner`,
+// `copy` into q).
+struct Quantized {
   std::vector<Buffer> owner;
+  QuantizedTensor q;
+  const QuantizedCopy* copy = nullptr;  // q.rowwise, or q.columnwise with --rht
+  Tensor dequant;
+  QuantStats stats;
+};
+
+// Quantizes [rows, cols] with blocks along each row as the recipe does, then dequantizes it and
+// measures it against the BF16-rounded input (with --rht: the transformed input).
+void quantize_input(const Options& o, QuantFormat f, const Input& in, Quantized& out) {
+  const int64_t rows = in.rows, cols = in.cols;
+  const OpContext ctx{Device::CPU, true};
   const Buffer xbuf(static_cast<size_t>(rows * cols) * sizeof(float), Device::CPU);
   const Tensor x = xbuf.as({rows, cols}, DType::F32);
   std::memcpy(x.f32(), in.x.data(), x.bytes());
-  const Buffer refbuf(o.rht ? x.bytes() : 0, Device::CPU);
+  const Buffer refbuf(o.rht ? x.bytes() : 0, Device::CPU), tbuf(o.rht ? x.bytes() : 0, Device::CPU);
   Tensor reference = x;
-
-  QuantizeOptions opt;
-  opt.format = f;
-  opt.block_2d = block_2d;
-  opt.stochastic = o.stochastic;
-  opt.seed = o.seed;
-  opt.stream_id = 0;
-  opt.counter = 0;
-  QuantizedTensor q;
-  const QuantizedCopy* copy = nullptr;
-  Buffer tbuf;
+  // Stochastic rounding from stream 0, counter 0 (the defaults), as --help says.
+  const QuantizeOptions opt{.format = f, .rowwise = !o.rht, .columnwise = o.rht, .block_2d = o.block == "16x16",
+                            .rht_columnwise = o.rht, .stochastic = o.stochastic, .seed = o.seed};
   if (o.rht) {
     // X is the already-transposed wgrad operand: quantize T = Xᵀ [cols, rows] asking for its
     // columnwise copy with RHT, which is X [rows, cols] blocked along its rows, RHT'd per 16-chunk.
-    tbuf = Buffer(x.bytes(), Device::CPU);
     const Tensor t = tbuf.as({cols, rows}, DType::F32);
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c) t.f32()[c * rows + r] = x.f32()[r * cols + c];
-    q = allocate_quantized(owner, Device::CPU, f, cols, rows, false, true);
-    opt.rowwise = false;
-    opt.columnwise = true;
-    opt.rht_columnwise = true;
-    quantize(ctx, q, t, opt);
-    copy = &q.columnwise;
+    out.q = allocate_quantized(out.owner, Device::CPU, f, cols, rows, false, true);
+    quantize(ctx, out.q, t, opt);
+    out.copy = &out.q.columnwise;
     reference = refbuf.as({rows, cols}, DType::F32);
     columnwise_source(ctx, reference, t, true);
   } else {
-    q = allocate_quantized(owner, Device::CPU, f, rows, cols, true, false);
-    opt.rowwise = true;
-    opt.columnwise = false;
-    quantize(ctx, q, x, opt);
-    copy = &q.rowwise;
+    out.q = allocate_quantized(out.owner, Device::CPU, f, rows, cols, true, false);
+    quantize(ctx, out.q, x, opt);
+    out.copy = &out.q.rowwise;
   }
-  PL_CHECK(copy->rows == rows && copy->cols == cols, "internal: quantized copy [{}, {}] is not [{}, {}]", copy->rows,
-           copy->cols, rows, cols);
+  PL_CHECK(out.copy->rows == rows && out.copy->cols == cols, "internal: quantized copy [{}, {}] is not [{}, {}]",
+           out.copy->rows, out.copy->cols, rows, cols);
+  out.dequant = out.owner.emplace_back(x.bytes(), Device::CPU).as({rows, cols}, DType::F32);
+  dequantize(ctx, out.dequant, *out.copy, f);
+  out.stats = quant_stats(ctx, *out.copy, f, reference);
+}
 
-  const Buffer dqbuf(x.bytes(), Device::CPU);
-  const Tensor dq = dqbuf.as({rows, cols}, DType::F32);
-  dequantize(ctx, dq, *copy, f);
-  const QuantStats st = quant_stats(ctx, *copy, f, reference);
-
+// The .npy files of a quantized [rows, cols] input, in the order they are written and listed.
+std::vector<OutFile> output_files(const Quantized& qt, QuantFormat f, int64_t rows, int64_t cols) {
+  const QuantizedCopy& c = *qt.copy;
   const int64_t blk = quant_block_size(f);
   std::vector<OutFile> files;
-  files.push_back({".codes.npy", "|u1", {rows, copy->data.dim(1)}, copy->data.data, copy->data.bytes()});
+  files.push_back({".codes.npy", "|u1", {rows, c.data.dim(1)}, c.data.data, c.data.bytes()});
   if (blk > 1) {
-    files.push_back({".scales.npy", "|u1", {rows, cols / blk}, copy->scales.data, copy->scales.bytes()});
-    files.push_back({".scales_swizzled.npy", "|u1", {copy->scales_swizzled.numel()}, copy->scales_swizzled.data,
-                     copy->scales_swizzled.bytes()});
+    files.push_back({".scales.npy", "|u1", {rows, cols / blk}, c.scales.data, c.scales.bytes()});
+    files.push_back(
+        {".scales_swizzled.npy", "|u1", {c.scales_swizzled.numel()}, c.scales_swizzled.data, c.scales_swizzled.bytes()});
   } else {
-    files.push_back({".scales.npy", "<f4", {1}, copy->scale_inv.data, sizeof(float)});
+    files.push_back({".scales.npy", "<f4", {1}, c.scale_inv.data, sizeof(float)});
   }
-  files.push_back({".amax.npy", "<f4", {1}, copy->amax.data, sizeof(float)});
-  files.push_back({".dequant.npy", "<f4", {rows, cols}, dq.data, dq.bytes()});
-  write_outputs(o.out, files, blk > 1 ? std::vector<std::string>{} : std::vector<std::string>{".scales_swizzled.npy"});
+  files.push_back({".amax.npy", "<f4", {1}, c.amax.data, sizeof(float)});
+  files.push_back({".dequant.npy", "<f4", {rows, cols}, qt.dequant.data, qt.dequant.bytes()});
+  return files;
+}
 
+// What was written (unless --quiet), then the telemetry line.
+void print_summary(const Options& o, QuantFormat f, const Input& in, const std::vector<OutFile>& files,
+                   const QuantStats& st) {
+  const int64_t blk = quant_block_size(f);
   if (!o.quiet) {
     std::string names;
     for (const OutFile& of : files) names += (names.empty() ? "" : ", ") + o.out + of.suffix;
     std::printf("quantize_tensor: wrote %s%s\n", names.c_str(),
                 blk > 1 ? "" : " (no scales_swizzled.npy: per-tensor fp8 has one scale; scales.npy holds its scale_inv)");
   }
-  const std::string layout = nvfp4 ? o.block : (blk > 1 ? fmt::format("1x{}", blk) : std::string("per-tensor"));
-  std::printf("%s\n",
-              fmt::format("quantize_tensor: {} {} rht={} sr={} | shape {}x{} | amax {} | saturated {:.6f} | "
-                          "underflow_blocks {:.6f} | rel_error {:.6f}",
-                          quant_format_name(f), layout, o.rht ? "on" : "off", o.stochastic ? "on" : "off", rows, cols,
-                          static_cast<float>(st.amax), st.saturated_fraction, st.underflow_fraction, st.relative_error)
-                  .c_str());
+  const std::string layout =
+      f == QuantFormat::NVFP4 ? o.block : (blk > 1 ? fmt::format("1x{}", blk) : std::string("per-tensor"));
+  fmt::print("quantize_tensor: {} {} rht={} sr={} | shape {}x{} | amax {} | saturated {:.6f} | underflow_blocks {:.6f} "
+             "| rel_error {:.6f}\n",
+             quant_format_name(f), layout, o.rht ? "on" : "off", o.stochastic ? "on" : "off", in.rows, in.cols,
+             static_cast<float>(st.amax), st.saturated_fraction, st.underflow_fraction, st.relative_error);
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  if (const std::optional<int> rc = parse_and_check_command_line(argc, argv, o)) return *rc;
+  const QuantFormat f = parse_format(o.format);
+  const Input in = load_input(o.input);
+  validate_shape(o, f, in);
+  warn_non_finite(o, f, in);
+  Quantized qt;
+  quantize_input(o, f, in, qt);
+  const std::vector<OutFile> files = output_files(qt, f, in.rows, in.cols);
+  // Per-tensor fp8 writes no swizzled scales: an earlier run's are removed in the same publish.
+  write_outputs(o.out, files,
+                quant_block_size(f) > 1 ? std::vector<std::string>{} : std::vector<std::string>{".scales_swizzled.npy"});
+  print_summary(o, f, in, files, qt.stats);
   return 0;
 }
 

@@ -1,7 +1,6 @@
 #include "io/atomic_file.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>  // renameat2 (glibc, _GNU_SOURCE)
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,11 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -39,39 +35,23 @@ void rename_path(const std::string& from, const std::string& to) {
   PL_CHECK(::rename(from.c_str(), to.c_str()) == 0, "{}: cannot rename {} onto it: {}", to, from, std::strerror(errno));
 }
 
-AtomicFile::AtomicFile(std::string path, std::string tmp_suffix) : path_(std::move(path)), tmp_(path_ + tmp_suffix) {
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  PL_CHECK(fd_ >= 0, "{}: cannot create: {}", tmp_, std::strerror(errno));
-}
+AtomicFile::AtomicFile(std::string path, std::string tmp_suffix)
+    : path_(std::move(path)), tmp_(path_ + tmp_suffix), fd_(open_fd(tmp_, O_WRONLY | O_CREAT | O_TRUNC)) {}
 
 AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) ::close(fd_);
   if (!committed_) ::unlink(tmp_.c_str());
 }
 
 void AtomicFile::write(const void* data, size_t bytes) {
-  PL_CHECK(fd_ >= 0, "{}: write after finish", tmp_);
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t w = ::write(fd_, p, bytes);
-    if (w < 0 && errno == EINTR) continue;
-    PL_CHECK(w > 0, "{}: write failed after {} bytes: {}", tmp_, written_, std::strerror(w < 0 ? errno : ENOSPC));
-    p += w;
-    bytes -= static_cast<size_t>(w);
-    written_ += static_cast<uint64_t>(w);
-  }
+  PL_CHECK(fd_.valid(), "{}: write after finish", tmp_);
+  write_all(fd_, data, bytes);
+  written_ += bytes;
 }
 
 void AtomicFile::finish() {
-  if (fd_ < 0) return;
-  const int fd = fd_;
-  fd_ = -1;
-  if (::fsync(fd) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("{}: cannot fsync ({} bytes written): {}", tmp_, written_, std::strerror(err));
-  }
-  PL_CHECK(::close(fd) == 0, "{}: cannot close ({} bytes written): {}", tmp_, written_, std::strerror(errno));
+  if (!fd_.valid()) return;
+  fsync_fd(fd_);
+  fd_.close();
 }
 
 void AtomicFile::commit() {
@@ -188,10 +168,9 @@ std::string journal_text(const Journal& j) {
 }
 
 Journal read_journal(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  PL_CHECK(in.good(), "{}: cannot open the publish journal: {}", path, std::strerror(errno));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const nlohmann::json j = parse_json_text(text, path);
+  const UniqueFd fd = try_open_fd(path, O_RDONLY);
+  PL_CHECK(fd.valid(), "{}: cannot open the publish journal: {}", path, std::strerror(errno));
+  const nlohmann::json j = parse_json_text(read_rest(fd), path);
   try {
     PL_CHECK(j.is_object() && j.at("version").get<int>() == kJournalVersion,
              "{}: not a version {} publish journal", path, kJournalVersion);
@@ -234,6 +213,13 @@ void drop_journal(const Journal& j) {
   fsync_all(journal_dirs(j));
 }
 
+// Step 6 but the journal: the new set is complete, the old files' second names go.
+void drop_backups(const Journal& j) {
+  for (const JournalEntry& e : j.entries)
+    if (!e.backup.empty()) unlink_if_present(e.backup);
+  fsync_all(journal_dirs(j));
+}
+
 // Every new member is still there: as its temporary, or renamed onto its path.
 bool can_roll_forward(const Journal& j) {
   for (const JournalEntry& e : j.entries)
@@ -241,17 +227,23 @@ bool can_roll_forward(const Journal& j) {
   return true;
 }
 
-void roll_forward(const Journal& j) {
-  for (const JournalEntry& e : j.entries) {
+// Step 5, which also rolls a dead process's publish forward: each new file renamed onto its final
+// name (unless it already is there), each member to remove unlinked; `after(k)` follows the k-th.
+void replace_members(const Journal& j, const std::function<void(int k)>& after = {}) {
+  for (size_t k = 0; k < j.entries.size(); ++k) {
+    const JournalEntry& e = j.entries[k];
     if (e.remove)
       unlink_if_present(e.path);
-    else if (inode_of(e.tmp) == e.ino)
+    else if (inode_of(e.path) != e.ino)
       rename_path(e.tmp, e.path);
+    if (after) after(static_cast<int>(k) + 1);
   }
   fsync_all(journal_dirs(j));
-  for (const JournalEntry& e : j.entries)
-    if (!e.backup.empty()) unlink_if_present(e.backup);
-  fsync_all(journal_dirs(j));
+}
+
+void roll_forward(const Journal& j) {
+  replace_members(j);
+  drop_backups(j);
   drop_journal(j);
 }
 
@@ -272,27 +264,91 @@ void roll_back(const Journal& j) {
   drop_journal(j);
 }
 
-// Test hooks (see the header).
-void publish_hook(int point) {
-  if (const char* k = std::getenv("PL_TEST_PUBLISH_KILL_AT"); k != nullptr && std::atoi(k) == point)
-    ::raise(SIGKILL);
-  if (const char* f = std::getenv("PL_TEST_PUBLISH_FAIL_AT"); f != nullptr && std::atoi(f) == point)
-    fail("publish: forced failure at point {} (PL_TEST_PUBLISH_FAIL_AT)", point);
+std::function<void(int point)>& publish_test_hook() {
+  static std::function<void(int point)> hook;  // function-local: set_publish_test_hook runs in static initializers
+  return hook;
+}
+
+void at_test_point(int point) {
+  if (const auto& hook = publish_test_hook()) hook(point);
+}
+
+// Step 2 for one member: its journal entry, with a backup name when its final name exists.
+JournalEntry planned_entry(const std::string& path, const AtomicFile* file, long pid) {
+  JournalEntry e;
+  e.path = path;
+  e.remove = file == nullptr;
+  if (file != nullptr) {
+    e.tmp = file->tmp_path();
+    e.ino = inode_of(e.tmp);
+    PL_CHECK(e.ino != 0, "{}: the finished temporary is gone: {}", e.tmp, std::strerror(errno));
+  }
+  struct stat st {};
+  if (::lstat(e.path.c_str(), &st) == 0) {
+    PL_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "{}: exists and is not a regular file; not replacing it",
+             e.path);
+    e.backup = e.path + ".bak-" + std::to_string(pid);
+  } else {
+    PL_CHECK(errno == ENOENT, "{}: cannot stat: {}", e.path, std::strerror(errno));
+  }
+  return e;
+}
+
+// Step 3: the journal, written atomically under its first name and hard-linked under the others.
+void write_journal(const Journal& j) {
+  write_file_atomically(j.names.front(), journal_text(j), process_tmp_suffix());
+  for (size_t k = 1; k < j.names.size(); ++k) {
+    unlink_if_present(j.names[k]);
+    PL_CHECK(::link(j.names.front().c_str(), j.names[k].c_str()) == 0, "{}: cannot link the journal {} to it: {}",
+             j.names[k], j.names.front(), std::strerror(errno));
+  }
+  fsync_all(journal_dirs(j));
+}
+
+// Step 4: each old file gains its backup name and keeps its final one.
+void make_backups(const Journal& j) {
+  for (const JournalEntry& e : j.entries) {
+    if (e.backup.empty()) continue;
+    unlink_if_present(e.backup);
+    PL_CHECK(::link(e.path.c_str(), e.backup.c_str()) == 0, "{}: cannot hard-link it to the backup {}: {}", e.path,
+             e.backup, std::strerror(errno));
+  }
+  fsync_all(journal_dirs(j));
+}
+
+// An error in steps 3-5: undone in-process; if that fails too, the journal is left for the next run.
+[[noreturn]] void fail_rolled_back(const Journal& j, const Error& err) {
+  std::string undo = "rolled back: the previous files are in place";
+  try {
+    roll_back(j);
+  } catch (const Error& again) {
+    undo = fmt::format("rolling back failed too ({}); the next run recovers from the journal {}", again.what(),
+                       j.names.front());
+  }
+  fail("{} ({})", err.what(), undo);
+}
+
+// The journal at `path`, or nullopt when there is none.
+std::optional<Journal> journal_at(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return std::nullopt;
+  return read_journal(path);
 }
 
 }  // namespace
 
+void set_publish_test_hook(std::function<void(int point)> hook) { publish_test_hook() = std::move(hook); }
+
 std::optional<JournalState> file_set_journal_state(const std::string& journal) {
-  struct stat st {};
-  if (::lstat(journal.c_str(), &st) != 0) return std::nullopt;
-  const Journal j = read_journal(journal);
-  return JournalState{j.pid, j.pid != static_cast<long>(::getpid()) && pid_alive(j.pid)};
+  const std::optional<Journal> j = journal_at(journal);
+  if (!j) return std::nullopt;
+  return JournalState{j->pid, j->pid != static_cast<long>(::getpid()) && pid_alive(j->pid)};
 }
 
 std::string recover_file_set(const std::string& journal) {
-  struct stat st {};
-  if (::lstat(journal.c_str(), &st) != 0) return "";
-  const Journal j = read_journal(journal);
+  const std::optional<Journal> found = journal_at(journal);
+  if (!found) return "";
+  const Journal& j = *found;
   PL_CHECK(j.pid == static_cast<long>(::getpid()) || !pid_alive(j.pid),
            "{}: process {} is publishing these files now; wait for it to finish", journal, j.pid);
   if (can_roll_forward(j)) {
@@ -314,14 +370,10 @@ struct FileSet::Member {
 FileSet::FileSet(std::vector<std::string> journals, std::function<void(const std::string&)> say)
     : journals_(std::move(journals)) {
   PL_CHECK(!journals_.empty(), "FileSet: no journal name");
+  if (!say) say = [](const std::string& msg) { std::fprintf(stderr, "%s\n", msg.c_str()); };
   for (const std::string& j : journals_) {
     remove_stale_temporaries(j);
-    const std::string msg = recover_file_set(j);
-    if (msg.empty()) continue;
-    if (say)
-      say(msg);
-    else
-      std::fprintf(stderr, "%s\n", msg.c_str());
+    if (const std::string msg = recover_file_set(j); !msg.empty()) say(msg);
   }
 }
 
@@ -330,98 +382,39 @@ FileSet::~FileSet() = default;  // each unpublished AtomicFile removes its tempo
 AtomicFile& FileSet::add(const std::string& path) {
   PL_CHECK(!published_, "{}: added to a file set already published", path);
   remove_stale_temporaries(path);
-  auto m = std::make_unique<Member>();
-  m->path = path;
-  m->file = std::make_unique<AtomicFile>(path, process_tmp_suffix());
-  members_.push_back(std::move(m));
-  return *members_.back()->file;
+  members_.push_back({path, std::make_unique<AtomicFile>(path, process_tmp_suffix())});
+  return *members_.back().file;
 }
 
 void FileSet::remove_on_publish(const std::string& path) {
   PL_CHECK(!published_, "{}: removal added to a file set already published", path);
   remove_stale_temporaries(path);
-  auto m = std::make_unique<Member>();
-  m->path = path;
-  members_.push_back(std::move(m));
+  members_.push_back({path, nullptr});
 }
 
 void FileSet::publish() {
   PL_CHECK(!published_, "{}: file set published twice", journals_.front());
   // 1. Every new file complete and durable under its temporary name.
   for (auto& m : members_)
-    if (m->file) m->file->finish();
+    if (m.file) m.file->finish();
   // 2. The backups, decided before anything final is touched.
-  Journal j;
-  j.pid = static_cast<long>(::getpid());
-  j.names = journals_;
-  j.entries.reserve(members_.size());
-  for (auto& m : members_) {
-    JournalEntry& e = j.entries.emplace_back();
-    e.path = m->path;
-    e.remove = !m->file;
-    if (m->file) {
-      e.tmp = m->file->tmp_path();
-      e.ino = inode_of(e.tmp);
-      PL_CHECK(e.ino != 0, "{}: the finished temporary is gone: {}", e.tmp, std::strerror(errno));
-    }
-    struct stat st {};
-    if (::lstat(e.path.c_str(), &st) == 0) {
-      PL_CHECK(S_ISREG(st.st_mode) || S_ISLNK(st.st_mode), "{}: exists and is not a regular file; not replacing it",
-               e.path);
-      e.backup = e.path + ".bak-" + std::to_string(j.pid);
-    } else {
-      PL_CHECK(errno == ENOENT, "{}: cannot stat: {}", e.path, std::strerror(errno));
-    }
-  }
-  const std::set<std::string> dirs = journal_dirs(j);
-  const int n = static_cast<int>(j.entries.size());
+  Journal j{static_cast<long>(::getpid()), journals_, {}};
+  for (auto& m : members_) j.entries.push_back(planned_entry(m.path, m.file.get(), j.pid));
   try {
-    // 3. The journal, under all its names.
-    write_file_atomically(journals_.front(), journal_text(j), process_tmp_suffix());
-    for (size_t k = 1; k < journals_.size(); ++k) {
-      unlink_if_present(journals_[k]);
-      PL_CHECK(::link(journals_.front().c_str(), journals_[k].c_str()) == 0, "{}: cannot link the journal {} to it: {}",
-               journals_[k], journals_.front(), std::strerror(errno));
-    }
-    fsync_all(dirs);
-    // 4. Backups: the old files keep their names and gain a second one.
-    for (const JournalEntry& e : j.entries) {
-      if (e.backup.empty()) continue;
-      unlink_if_present(e.backup);
-      PL_CHECK(::link(e.path.c_str(), e.backup.c_str()) == 0, "{}: cannot hard-link it to the backup {}: {}", e.path,
-               e.backup, std::strerror(errno));
-    }
-    fsync_all(dirs);
-    publish_hook(0);
-    // 5. The renames.
-    for (size_t k = 0; k < j.entries.size(); ++k) {
-      const JournalEntry& e = j.entries[k];
-      if (e.remove) {
-        unlink_if_present(e.path);
-      } else {
-        rename_path(e.tmp, e.path);
-        members_[k]->file->committed_ = true;
-      }
-      publish_hook(static_cast<int>(k) + 1);
-    }
-    fsync_all(dirs);
+    write_journal(j);  // 3
+    make_backups(j);   // 4
+    at_test_point(0);
+    replace_members(j, at_test_point);  // 5
   } catch (const Error& err) {
-    std::string undo = "rolled back: the previous files are in place";
-    try {
-      roll_back(j);
-    } catch (const Error& again) {
-      undo = fmt::format("rolling back failed too ({}); the next run recovers from the journal {}", again.what(),
-                         journals_.front());
-    }
-    fail("{} ({})", err.what(), undo);
+    fail_rolled_back(j, err);
   }
-  // 6. The new set is complete: drop the backups, then the journal.
   published_ = true;
+  for (auto& m : members_)
+    if (m.file) m.file->committed_ = true;  // renamed: no temporary left to remove
+  // 6. The new set is complete: drop the backups, then the journal.
   try {
-    for (const JournalEntry& e : j.entries)
-      if (!e.backup.empty()) unlink_if_present(e.backup);
-    fsync_all(dirs);
-    publish_hook(n + 1);
+    drop_backups(j);
+    at_test_point(static_cast<int>(j.entries.size()) + 1);
     drop_journal(j);
   } catch (const Error& err) {
     fail("{} (the new files are in place; the journal {} remains and the next run removes it)", err.what(),

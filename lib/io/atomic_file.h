@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "io/fd.h"  // fsync_directory
+#include "io/fd.h"  // UniqueFd, fsync_directory
 
 namespace pl {
 
@@ -41,7 +41,7 @@ class AtomicFile {
  private:
   friend class FileSet;
   std::string path_, tmp_;
-  int fd_ = -1;
+  UniqueFd fd_;
   uint64_t written_ = 0;
   bool committed_ = false;
 };
@@ -93,9 +93,9 @@ std::string process_tmp_suffix();
 // live process stops the run with a one-line error naming that pid. Temporaries and backups of dead
 // processes ("<member>.tmp-N", "<member>.bak-N", N a pid that does not exist) are removed when a
 // member is added; those of live processes (and a plain "<member>.tmp") are left alone.
-// Test hooks (environment, read by publish()): PL_TEST_PUBLISH_KILL_AT=k sends this process SIGKILL,
-// PL_TEST_PUBLISH_FAIL_AT=k throws, at point k: 0 after the backups (step 4), 1..n after the k-th
-// rename or removal of step 5, n+1 after the backups are removed (step 6, the journal still there).
+// Test points of publish(), where a test kills the process or throws (set_publish_test_hook): 0
+// after the backups (step 4), 1..n after the k-th rename or removal of step 5, n+1 after the backups
+// are removed (step 6, the journal still there).
 class FileSet {
  public:
   // `journals`: the journal's names (at least one). Recovers any interrupted publish found under
@@ -117,9 +117,14 @@ class FileSet {
  private:
   struct Member;
   std::vector<std::string> journals_;
-  std::vector<std::unique_ptr<Member>> members_;
+  std::vector<Member> members_;
   bool published_ = false;
 };
+
+// TEST ONLY, never called by production code: `hook(point)` runs at each test point of every
+// FileSet::publish of this process (empty: none); a pl::Error it throws fails that step. The test
+// builds of the tools install one from the environment (tests/tools/publish_test_hooks.cpp).
+void set_publish_test_hook(std::function<void(int point)> hook);
 
 // A journal found at `journal`: its writer's pid and whether that process still exists.
 struct JournalState {

@@ -30,6 +30,8 @@ using pl::test::ScopedEnv;
 using Ids = std::vector<int32_t>;
 
 const std::string kApp = PL_PREPROCESS_DATA_PATH;
+// The same program with FileSet's test hook installed from the environment (tests/tools/publish_test_hooks.cpp).
+const std::string kAppWithTestHooks = PL_PREPROCESS_DATA_TEST_HOOKS_PATH;
 
 Ids sequence(const pl::data::IndexedDataset& ds, int64_t i) {
   Ids out(static_cast<size_t>(ds.sequence_lengths()[static_cast<size_t>(i)]));
@@ -252,9 +254,9 @@ TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
   const std::filesystem::path out_dir = dir.path() / "out";
   std::filesystem::create_directory(out_dir);
   const std::string prefix = (out_dir / "o").string();
-  auto run_on = [&](const std::string& in) {
-    return run_process(kApp, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--append-eod",
-                              "--log-interval", "1000000"});
+  auto run_on = [&](const std::string& in, const std::string& app = kApp) {
+    return run_process(app, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--append-eod",
+                             "--log-interval", "1000000"});
   };
   ASSERT_EQ(run_on(dir.write("first.txt", "the first dataset\n\nits second document\n")).exit_code, 0);
   const auto before = snapshot(out_dir);
@@ -283,11 +285,18 @@ TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
     pl::test::ProcessResult r;
     {
       ScopedEnv fail("PL_TEST_PUBLISH_FAIL_AT", point);
-      r = run_on(dir.write("second.txt", "a second dataset\n"));
+      r = run_on(dir.write("second.txt", "a second dataset\n"), kAppWithTestHooks);
     }
     expect_one_line_failure(r, {"forced failure", "rolled back"});
     EXPECT_EQ(snapshot(out_dir), before);
   }
+  // The production program reads no test hook from the environment: it publishes normally.
+  ScopedEnv fail("PL_TEST_PUBLISH_FAIL_AT", "0"), kill("PL_TEST_PUBLISH_KILL_AT", "0");
+  const auto r = run_on(dir.write("third.txt", "a third dataset\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(sequence(pl::data::IndexedDataset(prefix + "_text_document"), 0),
+            with_eod(Ids{'a', ' ', 't', 'h', 'i', 'r', 'd', ' ', 'd', 'a', 't', 'a', 's', 'e', 't'}, 257));
 }
 
 TEST(PreprocessData, StaleTemporariesOfDeadRunsDoNotBreakARun) {
@@ -317,17 +326,18 @@ TEST(PreprocessData, AKillBetweenTheRenamesIsRefusedByTheReaderAndRecoveredByThe
   const std::filesystem::path out_dir = dir.path() / "out";
   std::filesystem::create_directory(out_dir);
   const std::string prefix = (out_dir / "o").string();
-  auto run_on = [&](const std::string& name, const std::string& title, const std::string& body) {
+  auto run_on = [&](const std::string& name, const std::string& title, const std::string& body,
+                    const std::string& app = kApp) {
     const std::string in = dir.write(name, "{\"title\": \"" + title + "\", \"body\": \"" + body + "\"}\n");
-    return run_process(kApp, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--json-keys",
-                              "title", "body"});
+    return run_process(app, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--json-keys",
+                             "title", "body"});
   };
   ASSERT_EQ(run_on("a.jsonl", "old", "old body").exit_code, 0);
   const std::string title = prefix + "_title_document", body = prefix + "_body_document";
   {
     // Killed after the title's .bin, .idx and sidecar are renamed, before the body's.
     ScopedEnv kill("PL_TEST_PUBLISH_KILL_AT", "3");
-    EXPECT_EQ(run_on("b.jsonl", "newer", "newer body").exit_code, 128 + SIGKILL);
+    EXPECT_EQ(run_on("b.jsonl", "newer", "newer body", kAppWithTestHooks).exit_code, 128 + SIGKILL);
   }
   // One journal under both datasets' names: each reader refuses, naming it.
   for (const std::string& p : {title, body}) {

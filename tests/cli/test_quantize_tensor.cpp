@@ -36,9 +36,13 @@ using test::FileSizeLimit;
 using test::ScopedEnv;
 
 const std::string kTool = PL_QUANTIZE_TENSOR_PATH;
+// The same program with FileSet's test hook installed from the environment (tests/tools/publish_test_hooks.cpp).
+const std::string kToolWithTestHooks = PL_QUANTIZE_TENSOR_TEST_HOOKS_PATH;
 constexpr int64_t kRows = 256, kCols = 512;
 
-ProcessResult run_tool(const std::vector<std::string>& args) { return test::run_process(kTool, args, 120.0); }
+ProcessResult run_tool(const std::vector<std::string>& args, const std::string& tool = kTool) {
+  return test::run_process(tool, args, 120.0);
+}
 
 std::string cmdline(const std::vector<std::string>& args) {
   std::string s = "quantize_tensor";
@@ -550,7 +554,7 @@ TEST(QuantizeTensor, AFailedRunLeavesThePreviousOutputsByteIdentical) {
     ProcessResult r;
     {
       ScopedEnv fail("PL_TEST_PUBLISH_FAIL_AT", point);
-      r = run_tool({y, "--format", "mxfp8", "--out", out});
+      r = run_tool({y, "--format", "mxfp8", "--out", out}, kToolWithTestHooks);
     }
     expect_one_line_error_exit(r, {"forced failure", "rolled back"});
     EXPECT_EQ(outputs_of(dir, "out"), before);
@@ -577,7 +581,7 @@ TEST(QuantizeTensor, AKilledRunIsRecoveredByTheNextAndNoOldOutputIsLeftBesideNew
     // fp8_e4m3 writes no scales_swizzled.npy: the old one is removed in the same publish. Killed
     // after two of its files are renamed.
     ScopedEnv kill("PL_TEST_PUBLISH_KILL_AT", "2");
-    EXPECT_EQ(run_tool({x, "--format", "fp8_e4m3", "--out", out}).exit_code, 128 + SIGKILL);
+    EXPECT_EQ(run_tool({x, "--format", "fp8_e4m3", "--out", out}, kToolWithTestHooks).exit_code, 128 + SIGKILL);
   }
   EXPECT_TRUE(std::filesystem::exists(out + ".publish-journal"));
   const ProcessResult r = run_tool({x, "--format", "fp8_e4m3", "--out", out, "--quiet"});

@@ -497,7 +497,9 @@ TEST(DataIndexedPair, AnInterruptedPublishIsRefusedUntilRecovered) {
   // A writer killed after renaming its new .bin, before the .idx (kill point 1 of FileSet::publish).
   pid_t pid = 0;
   const auto write_until_killed = [&] {
-    ::setenv("PL_TEST_PUBLISH_KILL_AT", "1", 1);
+    pl::set_publish_test_hook([](int point) {
+      if (point == 1) ::raise(SIGKILL);
+    });
     write_docs(prefix, {{9, 9, 9, 9, 9, 9, 9}});
   };
   ASSERT_EQ(pl::test::run_forked(write_until_killed, 60.0, &pid), 128 + SIGKILL);

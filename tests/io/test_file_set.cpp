@@ -45,6 +45,13 @@ void write_old(const test::TempDir& d) {
   for (const auto& [name, text] : kOld) d.write(name, text);
 }
 
+// FileSet's test hook (io/atomic_file.h): this process killed at `point` of every publish.
+void kill_at(int point) {
+  set_publish_test_hook([point](int at) {
+    if (at == point) ::raise(SIGKILL);
+  });
+}
+
 // Publishes kNew (journal "set.publish-journal"); `before_publish` runs after the files are written.
 void publish_new(const test::TempDir& d, const std::function<void()>& before_publish = {}) {
   FileSet set({at(d, "set.publish-journal")});
@@ -100,12 +107,12 @@ TEST(FileSet, AFullDiskLeavesTheOldSetByteIdentical) {
 
 TEST(FileSet, AFailureBetweenRenamesRollsBackInProcess) {
   test::TempDir d;
-  for (const char* point : {"0", "1", "2", "3", "4"}) {
+  for (int point = 0; point <= 4; ++point) {
     SCOPED_TRACE(point);
     write_old(d);
-    ::setenv("PL_TEST_PUBLISH_FAIL_AT", point, 1);
+    set_publish_test_hook([point](int at) { PL_CHECK(at != point, "forced failure at point {}", at); });
     test::expect_one_line_error([&] { publish_new(d); }, {"forced failure", "rolled back"});
-    ::unsetenv("PL_TEST_PUBLISH_FAIL_AT");
+    set_publish_test_hook({});
     EXPECT_EQ(snapshot(d.path()), kOld);
   }
 }
@@ -117,7 +124,7 @@ TEST(FileSet, AKillAtAnyPointIsRecoveredToTheNewSet) {
     test::TempDir d;
     write_old(d);
     const int code = run_forked([&] {
-      ::setenv("PL_TEST_PUBLISH_KILL_AT", std::to_string(point).c_str(), 1);
+      kill_at(point);
       publish_new(d);
     });
     ASSERT_EQ(code, 128 + SIGKILL);
@@ -143,7 +150,7 @@ TEST(FileSet, AKillBeforeTheRenamesWithANewFileLostIsRolledBack) {
     write_old(d);
     long child = 0;
     const int code = run_forked([&] {
-      ::setenv("PL_TEST_PUBLISH_KILL_AT", std::to_string(point).c_str(), 1);
+      kill_at(point);
       publish_new(d);
     });
     ASSERT_EQ(code, 128 + SIGKILL);
@@ -165,7 +172,7 @@ TEST(FileSet, AJournalIsRecoveredFromAnotherDirectoryAfterTheSetWasMoved) {
   const int code = run_forked([&] {
     // Relative names, from inside the set's directory.
     if (::chdir((d.path() / "s").c_str()) != 0) ::_exit(3);
-    ::setenv("PL_TEST_PUBLISH_KILL_AT", "2", 1);
+    kill_at(2);
     FileSet set({"set.publish-journal"});
     for (const char* name : {"a", "b", "c"}) set.add(name).write(kNew.at(name));
     set.remove_on_publish("gone");
