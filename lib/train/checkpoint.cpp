@@ -580,43 +580,48 @@ std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
   return out;
 }
 
-TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
+namespace {
+
+// The file state buffer `b` loads from, checked against the model's `n` parameters; b.file_dtype becomes
+// the file's when it was saved under the other weight mode (bf16 vs --fp32-reference) or, for a moment,
+// in the other dtype (fp32 <-> bf16, the precision-aware optimizer's): converted on load, bf16 -> fp32
+// exactly, fp32 -> bf16 rounded to nearest even (compare_checkpoint_with_run's line).
+const CheckpointFile& file_for_buffer(const VerifiedCheckpoint& c, StateBuffer& b, int64_t n) {
   const fs::path dir(c.path);
-  const int64_t n = model.num_params();
-  std::vector<StateBuffer> buffers = state_buffers(model, opt);
-  // The weights may have been saved under the other weight mode (bf16 vs --fp32-reference).
   auto find = [&](const std::string& name) -> const CheckpointFile* {
     for (const CheckpointFile& f : c.files)
       if (f.name == name) return &f;
     return nullptr;
   };
+  const CheckpointFile* f = find(b.name);
+  const bool moment = b.name.rfind("adam_", 0) == 0;
+  if (f == nullptr && b.name.rfind("weights_", 0) == 0)
+    f = find(b.name == "weights_bf16.bin" ? "weights_fp32.bin" : "weights_bf16.bin");
+  if (f == nullptr && moment)
+    f = find(b.name.substr(0, b.name.rfind('_')) + (b.tensor.dtype == DType::BF16 ? "_fp32.bin" : "_bf16.bin"));
+  PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
+  if (f->name != b.name) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
+  PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
+  PL_CHECK(f->bytes == static_cast<uint64_t>(n) * dtype_size(b.file_dtype),
+           "{}: the manifest says {} bytes for {} elements of {}", (dir / f->name).string(), f->bytes, n,
+           dtype_name(b.file_dtype));
+  PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
+           dtype_name(b.file_dtype));
+  PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32) ||
+               (moment && b.file_dtype == DType::F32 && b.tensor.dtype == DType::BF16),
+           "{}: a {} file cannot be loaded into {} state", (dir / f->name).string(), f->dtype,
+           dtype_name(b.tensor.dtype));
+  return *f;
+}
+
+}  // namespace
+
+TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
+  const fs::path dir(c.path);
   std::vector<std::pair<StateBuffer, CheckpointFile>> plan;
-  for (StateBuffer b : buffers) {
-    const CheckpointFile* f = find(b.name);
-    if (f == nullptr && b.name.rfind("weights_", 0) == 0) {
-      f = find(b.name == "weights_bf16.bin" ? "weights_fp32.bin" : "weights_bf16.bin");
-      if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
-    }
-    // A moment saved in the other dtype (fp32 <-> bf16, the precision-aware optimizer's): converted on
-    // load, bf16 -> fp32 exactly, fp32 -> bf16 rounded to nearest even (compare_checkpoint_with_run's line).
-    const bool moment = b.name.rfind("adam_", 0) == 0;
-    if (f == nullptr && moment) {
-      const std::string stem = b.name.substr(0, b.name.rfind('_'));
-      f = find(stem + (b.tensor.dtype == DType::BF16 ? "_fp32.bin" : "_bf16.bin"));
-      if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
-    }
-    PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
-    PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
-    PL_CHECK(f->bytes == static_cast<uint64_t>(n) * dtype_size(b.file_dtype),
-             "{}: the manifest says {} bytes for {} elements of {}", (dir / f->name).string(), f->bytes, n,
-             dtype_name(b.file_dtype));
-    PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
-             dtype_name(b.file_dtype));
-    PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32) ||
-                 (moment && b.file_dtype == DType::F32 && b.tensor.dtype == DType::BF16),
-             "{}: a {} file cannot be loaded into {} state", (dir / f->name).string(), f->dtype,
-             dtype_name(b.tensor.dtype));
-    plan.emplace_back(b, *f);
+  for (StateBuffer b : state_buffers(model, opt)) {
+    const CheckpointFile& f = file_for_buffer(c, b, model.num_params());
+    plan.emplace_back(b, f);
   }
   // Everything checked: now the model is overwritten.
   std::vector<char> staging, converted;
