@@ -1,21 +1,12 @@
 #include "data/indexed_dataset.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <optional>
-#include <system_error>
 #include <type_traits>
 #include <utility>
 
@@ -29,8 +20,6 @@ static_assert(std::endian::native == std::endian::little, "the .bin/.idx format 
 
 namespace pl::data {
 namespace {
-
-std::string errno_text(int err) { return std::generic_category().message(err); }
 
 template <class T>
 T load(const unsigned char* p) {
@@ -106,20 +95,30 @@ std::string indexed_dataset_journal_path(const std::string& prefix) { return pre
 // ---------------------------------------------------------------------------------------------
 // IndexedDataset
 
-IndexedDataset::IndexedDataset(const std::string& path_prefix)
-    : idx_path_(path_prefix + ".idx"), bin_path_(path_prefix + ".bin") {
-  const std::string& ip = idx_path_;
+namespace {
+
+// A pair being replaced (its publish journal exists) may be half old, half new: refused.
+void refuse_mid_replacement(const std::string& path_prefix) {
   const std::string journal = indexed_dataset_journal_path(path_prefix);
-  if (const std::optional<JournalState> js = file_set_journal_state(journal)) {
-    if (js->alive)
-      pl::fail("{}.bin/.idx: mid-replacement: process {} is publishing a new dataset here ({}); retry when it has "
-               "finished",
-               path_prefix, js->pid, journal);
-    pl::fail("{}.bin/.idx: mid-replacement: process {} died while publishing a new dataset here ({}); run "
-             "preprocess_data with this output again: it first completes or undoes that replacement",
+  const std::optional<JournalState> js = file_set_journal_state(journal);
+  if (!js) return;
+  if (js->alive)
+    pl::fail("{}.bin/.idx: mid-replacement: process {} is publishing a new dataset here ({}); retry when it has "
+             "finished",
              path_prefix, js->pid, journal);
-  }
-  const std::vector<unsigned char> idx = read_regular_file_bytes(ip);
+  pl::fail("{}.bin/.idx: mid-replacement: process {} died while publishing a new dataset here ({}); run "
+           "preprocess_data with this output again: it first completes or undoes that replacement",
+           path_prefix, js->pid, journal);
+}
+
+// The .idx header: its dtype code and counts, the counts checked against the file's size.
+struct IndexHeader {
+  uint8_t code = 0;
+  uint64_t sequences = 0, documents = 0;
+  bool with_modes = false;  // one mode byte per sequence after the document indices
+};
+
+IndexHeader read_index_header(const std::string& ip, const std::vector<unsigned char>& idx) {
   const uint64_t fsize = idx.size();
   PL_CHECK(fsize >= kIndexedHeaderBytes, "{}: truncated: {} bytes, shorter than the {}-byte header", ip, fsize,
            kIndexedHeaderBytes);
@@ -127,14 +126,13 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
            "{}: bad magic: not a Megatron indexed dataset index (expected \"MMIDIDX\\x00\\x00\")", ip);
   const uint64_t version = load<uint64_t>(idx.data() + 9);
   PL_CHECK(version == kIndexedVersion, "{}: unsupported version {} (expected 1)", ip, version);
-  const uint8_t code = idx[17];
-  PL_CHECK(code != 6 && code != 7, "{}: dtype code {} ({}) is a float type; token ids must be integers", ip,
-           static_cast<int>(code), indexed_dtype_name(code));
-  item_size_ = indexed_dtype_size(code);
-  PL_CHECK(item_size_ != 0, "{}: unknown dtype code {} (expected 1-5 or 8)", ip, static_cast<int>(code));
-  dtype_ = static_cast<IndexedDType>(code);
-  const uint64_t S = load<uint64_t>(idx.data() + 18);
-  const uint64_t D = load<uint64_t>(idx.data() + 26);
+  IndexHeader h;
+  h.code = idx[17];
+  PL_CHECK(h.code != 6 && h.code != 7, "{}: dtype code {} ({}) is a float type; token ids must be integers", ip,
+           static_cast<int>(h.code), indexed_dtype_name(h.code));
+  PL_CHECK(indexed_dtype_size(h.code) != 0, "{}: unknown dtype code {} (expected 1-5 or 8)", ip, static_cast<int>(h.code));
+  const uint64_t S = h.sequences = load<uint64_t>(idx.data() + 18);
+  const uint64_t D = h.documents = load<uint64_t>(idx.data() + 26);
 
   // Exact size: 34 + 12*S + 8*D (+ S bytes of sequence modes). Bound S and D by the file size
   // first so nothing below can overflow.
@@ -145,25 +143,46 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
   PL_CHECK(fsize >= expected,
            "{}: truncated: header says {} sequences and {} documents ({} bytes) but the file has {} bytes", ip, S, D,
            expected, fsize);
-  const bool with_modes = fsize == expected + S && S > 0;
-  PL_CHECK(fsize == expected || with_modes,
+  h.with_modes = fsize == expected + S && S > 0;
+  PL_CHECK(fsize == expected || h.with_modes,
            "{}: size mismatch: header says {} sequences and {} documents ({} bytes, or {} with sequence modes) "
            "but the file has {} bytes",
            ip, S, D, expected, expected + S, fsize);
   PL_CHECK(S <= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()),
            "{}: {} sequences is more than this reader supports (2^31-1)", ip, S);
   PL_CHECK(D >= 1, "{}: document count is 0 (document indices must start with 0 and end with {})", ip, S);
+  return h;
+}
 
+}  // namespace
+
+IndexedDataset::IndexedDataset(const std::string& path_prefix)
+    : idx_path_(path_prefix + ".idx"), bin_path_(path_prefix + ".bin") {
+  refuse_mid_replacement(path_prefix);
+  const std::vector<unsigned char> idx = read_regular_file_bytes(idx_path_);
+  const IndexHeader h = read_index_header(idx_path_, idx);
+  item_size_ = indexed_dtype_size(h.code);
+  dtype_ = static_cast<IndexedDType>(h.code);
   const unsigned char* p = idx.data() + kIndexedHeaderBytes;
-  lengths_.resize(S);
-  for (uint64_t i = 0; i < S; ++i, p += 4) {
+  const int64_t data_end = read_sequences(p, h.sequences);
+  p += 12 * h.sequences;
+  read_document_indices(p, h.documents);
+  p += 8 * h.documents;
+  if (h.with_modes) modes_.assign(p, p + h.sequences);
+  map_bin(path_prefix, data_end, idx);
+}
+
+int64_t IndexedDataset::read_sequences(const unsigned char* p, uint64_t count) {
+  const std::string& ip = idx_path_;
+  lengths_.resize(count);
+  for (uint64_t i = 0; i < count; ++i, p += 4) {
     lengths_[i] = load<int32_t>(p);
     PL_CHECK(lengths_[i] >= 0, "{}: sequence {} has negative length {}", ip, i, lengths_[i]);
   }
-  pointers_.resize(S);
+  pointers_.resize(count);
   int64_t expect_ptr = 0;
   const auto item = static_cast<int64_t>(item_size_);
-  for (uint64_t i = 0; i < S; ++i, p += 8) {
+  for (uint64_t i = 0; i < count; ++i, p += 8) {
     pointers_[i] = load<int64_t>(p);
     PL_CHECK(pointers_[i] == expect_ptr,
              "{}: bad pointer: sequence {} points at byte {} but the lengths before it give {}", ip, i, pointers_[i],
@@ -174,9 +193,13 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
              i);
     expect_ptr += add;
   }
-  const int64_t data_end = expect_ptr;  // last pointer + last length * itemsize
-  document_indices_.resize(D);
-  for (uint64_t i = 0; i < D; ++i, p += 8) {
+  return expect_ptr;  // last pointer + last length * itemsize
+}
+
+void IndexedDataset::read_document_indices(const unsigned char* p, uint64_t count) {
+  const std::string& ip = idx_path_;
+  document_indices_.resize(count);
+  for (uint64_t i = 0; i < count; ++i, p += 8) {
     document_indices_[i] = load<int64_t>(p);
     if (i == 0) {
       PL_CHECK(document_indices_[0] == 0, "{}: document indices must start at 0, found {}", ip, document_indices_[0]);
@@ -186,69 +209,31 @@ IndexedDataset::IndexedDataset(const std::string& path_prefix)
                document_indices_[i - 1]);
     }
   }
-  PL_CHECK(document_indices_.back() == static_cast<int64_t>(S),
-           "{}: last document index is {} but there are {} sequences", ip, document_indices_.back(), S);
-  if (with_modes) {
-    modes_.resize(S);
-    std::memcpy(modes_.data(), p, S);
-  }
-
-  // The .bin: map it read-only.
-  const std::string& bp = bin_path_;
-  const int fd = open_regular_file(bp);  // (a FIFO or a directory: one line, no hang)
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    pl::fail("{}: cannot stat: {}", bp, errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    pl::fail("{}: not a regular file", bp);
-  }
-  const auto bsize = static_cast<uint64_t>(st.st_size);
-  if (bsize < static_cast<uint64_t>(data_end)) {
-    ::close(fd);
-    pl::fail("{}: too short: the index ({}) needs {} bytes but the file has {}", bp, ip, data_end, bsize);
-  }
-  if (bsize > static_cast<uint64_t>(data_end)) {
-    ::close(fd);
-    pl::fail("{}: size mismatch: the index ({}) needs {} bytes but the file has {}; the two are not from the same run",
-             bp, ip, data_end, bsize);
-  }
-  // The sidecar, when it records the published pair, catches a same-size .bin/.idx from another run.
-  const std::optional<TokenizerRecord> rec = read_tokenizer_record(path_prefix);
-  if (rec && rec->data_bin_bytes >= 0 && static_cast<uint64_t>(rec->data_bin_bytes) != bsize) {
-    ::close(fd);
-    pl::fail("{}: size mismatch: {} records {} bytes but the file has {}; the two are not from the same run", bp,
-             tokenizer_record_path(path_prefix), rec->data_bin_bytes, bsize);
-  }
-  if (rec && !rec->data_idx_checksum64.empty()) {
-    const std::string sum = fmt::format("{:016x}", checksum64(idx.data(), idx.size()));
-    if (sum != rec->data_idx_checksum64) {
-      ::close(fd);
-      pl::fail("{}: checksum {} differs from the {} that {} records; the two are not from the same run", ip, sum,
-               rec->data_idx_checksum64, tokenizer_record_path(path_prefix));
-    }
-  }
-  bin_size_ = static_cast<size_t>(bsize);
-  if (bin_size_ > 0) {
-    void* m = ::mmap(nullptr, bin_size_, PROT_READ, MAP_SHARED, fd, 0);
-    const int err = errno;
-    ::close(fd);
-    PL_CHECK(m != MAP_FAILED, "{}: cannot mmap {} bytes: {}", bp, bin_size_, errno_text(err));
-    bin_ = static_cast<const unsigned char*>(m);
-    register_mapped_range(bin_, bin_size_, bp);  // a truncation under the job: one line, not a SIGBUS death
-  } else {
-    ::close(fd);
-  }
+  PL_CHECK(document_indices_.back() == static_cast<int64_t>(lengths_.size()),
+           "{}: last document index is {} but there are {} sequences", ip, document_indices_.back(), lengths_.size());
 }
 
-IndexedDataset::~IndexedDataset() {
-  if (bin_ != nullptr) {
-    deregister_mapped_range(bin_);
-    ::munmap(const_cast<unsigned char*>(bin_), bin_size_);
+void IndexedDataset::map_bin(const std::string& path_prefix, int64_t data_end, const std::vector<unsigned char>& idx) {
+  const std::string &ip = idx_path_, &bp = bin_path_;
+  const UniqueFd fd = open_regular_file(bp);  // (a FIFO or a directory: one line, no hang)
+  const uint64_t bsize = file_size(fd);
+  PL_CHECK(bsize >= static_cast<uint64_t>(data_end), "{}: too short: the index ({}) needs {} bytes but the file has {}",
+           bp, ip, data_end, bsize);
+  PL_CHECK(bsize <= static_cast<uint64_t>(data_end),
+           "{}: size mismatch: the index ({}) needs {} bytes but the file has {}; the two are not from the same run", bp,
+           ip, data_end, bsize);
+  // The sidecar, when it records the published pair, catches a same-size .bin/.idx from another run.
+  const std::optional<TokenizerRecord> rec = read_tokenizer_record(path_prefix);
+  PL_CHECK(!rec || rec->data_bin_bytes < 0 || static_cast<uint64_t>(rec->data_bin_bytes) == bsize,
+           "{}: size mismatch: {} records {} bytes but the file has {}; the two are not from the same run", bp,
+           tokenizer_record_path(path_prefix), rec->data_bin_bytes, bsize);
+  if (rec && !rec->data_idx_checksum64.empty()) {
+    const std::string sum = fmt::format("{:016x}", checksum64(idx.data(), idx.size()));
+    PL_CHECK(sum == rec->data_idx_checksum64,
+             "{}: checksum {} differs from the {} that {} records; the two are not from the same run", ip, sum,
+             rec->data_idx_checksum64, tokenizer_record_path(path_prefix));
   }
+  bin_ = MappedFile(fd, static_cast<size_t>(bsize));
 }
 
 namespace {
@@ -272,7 +257,7 @@ void IndexedDataset::get(int64_t seq, int64_t offset, int64_t length, int32_t* o
   PL_CHECK(offset >= 0 && length >= 0 && offset <= n && length <= n - offset,
            "{}: tokens [{}, {}) of sequence {} out of range (length {})", bin_path_, offset, offset + length, seq, n);
   if (length == 0) return;
-  const unsigned char* src = bin_ + pointers_[static_cast<size_t>(seq)] + offset * static_cast<int64_t>(item_size_);
+  const unsigned char* src = bin_.data() + pointers_[static_cast<size_t>(seq)] + offset * static_cast<int64_t>(item_size_);
   switch (dtype_) {
     case IndexedDType::uint8: convert<uint8_t>(src, length, out, bin_path_, seq); break;
     case IndexedDType::int8: convert<int8_t>(src, length, out, bin_path_, seq); break;

@@ -12,6 +12,7 @@
 
 #include "data/gpt_dataset.h"
 #include "io/atomic_file.h"
+#include "io/mapped_file.h"
 
 namespace pl::data {
 
@@ -50,7 +51,6 @@ std::string indexed_dataset_journal_path(const std::string& prefix);
 class IndexedDataset final : public LowLevelDataset {
  public:
   explicit IndexedDataset(const std::string& path_prefix);
-  ~IndexedDataset() override;
   IndexedDataset(const IndexedDataset&) = delete;
   IndexedDataset& operator=(const IndexedDataset&) = delete;
 
@@ -75,8 +75,13 @@ class IndexedDataset final : public LowLevelDataset {
   std::vector<int64_t> pointers_;
   std::vector<int64_t> document_indices_;
   std::vector<int8_t> modes_;
-  const unsigned char* bin_ = nullptr;  // mmap of the .bin (nullptr when it is empty)
-  size_t bin_size_ = 0;
+  MappedFile bin_;  // the .bin (nothing mapped when it is empty)
+
+  // The constructor's steps after the .idx header (each check a one-line pl::Error): the lengths and
+  // pointers (returns the .bin size they imply), the document indices, then the .bin checked and mapped.
+  int64_t read_sequences(const unsigned char* p, uint64_t count);
+  void read_document_indices(const unsigned char* p, uint64_t count);
+  void map_bin(const std::string& path_prefix, int64_t data_end, const std::vector<unsigned char>& idx);
 };
 
 // Writes "<prefix>.bin/.idx" as preprocess_data.py does without --split-sentences: each document

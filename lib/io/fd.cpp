@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,6 +96,12 @@ std::string read_rest(const UniqueFd& fd) {
   char chunk[1 << 16];
   for (size_t n; (n = read_up_to(fd, chunk, sizeof chunk)) > 0;) out.append(chunk, n);
   return out;
+}
+
+uint64_t file_size(const UniqueFd& fd) {
+  struct stat st {};
+  PL_CHECK(::fstat(fd.get(), &st) == 0, "{}: cannot stat: {}", fd.path(), std::strerror(errno));
+  return static_cast<uint64_t>(st.st_size);
 }
 
 void fsync_fd(const UniqueFd& fd) {

@@ -58,6 +58,8 @@ size_t read_up_to(const UniqueFd& fd, void* data, size_t bytes);
 void pread_exact(const UniqueFd& fd, void* data, size_t bytes, uint64_t offset);
 // The whole file from the current position.
 std::string read_rest(const UniqueFd& fd);
+// Its size now (fstat(2)), one line on failure.
+uint64_t file_size(const UniqueFd& fd);
 
 void fsync_fd(const UniqueFd& fd);             // fsync(2), one line on failure
 void fsync_directory(const std::string& dir);  // its entries: a rename or a file created in it

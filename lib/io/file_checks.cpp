@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -36,10 +35,10 @@ std::string file_type_name(unsigned mode) {
   }
 }
 
-int open_regular_file(const std::string& path) {
+UniqueFd open_regular_file(const std::string& path) {
   // O_NONBLOCK: open(2) of a FIFO for reading otherwise waits for a writer, forever.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
+  UniqueFd fd = try_open_fd(path, O_RDONLY | O_NONBLOCK);
+  if (!fd.valid()) {
     const int err = errno;
     struct stat st {};
     // A socket cannot be opened at all (ENXIO): name its type rather than "no such device or address".
@@ -48,40 +47,24 @@ int open_regular_file(const std::string& path) {
     fail("{}: cannot open: {}", path, errno_message(err));
   }
   struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, errno_message(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: is {}, not a regular file", path, file_type_name(st.st_mode));
-  }
-  const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail("{}: cannot clear O_NONBLOCK: {}", path, errno_message(err));
-  }
+  if (::fstat(fd.get(), &st) != 0) fail("{}: cannot stat: {}", path, errno_message(errno));
+  if (!S_ISREG(st.st_mode)) fail("{}: is {}, not a regular file", path, file_type_name(st.st_mode));
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    fail("{}: cannot clear O_NONBLOCK: {}", path, errno_message(errno));
   return fd;
 }
 
-void check_regular_file(const std::string& path) { ::close(open_regular_file(path)); }
+void check_regular_file(const std::string& path) { open_regular_file(path); }
 
-RegularFileStream::RegularFileStream(const std::string& path)
-    : std::istream(nullptr), buffer_(open_regular_file(path), path) {
+RegularFileStream::RegularFileStream(const std::string& path) : std::istream(nullptr), buffer_(open_regular_file(path)) {
   rdbuf(&buffer_);
 }
 
-RegularFileStream::Buffer::~Buffer() { ::close(fd_); }
-
 RegularFileStream::Buffer::int_type RegularFileStream::Buffer::underflow() {
   if (gptr() < egptr()) return traits_type::to_int_type(*gptr());
-  ssize_t got = 0;
-  do got = ::read(fd_, data_.data(), data_.size());
-  while (got < 0 && errno == EINTR);
   // A throw from a streambuf sets the istream's badbit (and is not rethrown): the reader's "read error".
-  if (got < 0) pl::fail("{}: read error: {}", path_, errno_message(errno));
+  const size_t got = read_up_to(fd_, data_.data(), data_.size());
   if (got == 0) return traits_type::eof();
   setg(data_.data(), data_.data(), data_.data() + got);
   return traits_type::to_int_type(*gptr());
@@ -92,25 +75,12 @@ namespace {
 // Reads to the end of the file (not just its stat size: a file may grow while read) into `out`.
 template <class Bytes>
 Bytes read_all(const std::string& path) {
-  const int fd = open_regular_file(path);
-  Bytes out;
-  struct stat st {};
-  size_t have = 0;
+  const UniqueFd fd = open_regular_file(path);
   // One byte more than the stat size, so that the read that finds the end needs no reallocation.
-  out.resize(::fstat(fd, &st) == 0 && st.st_size > 0 ? static_cast<size_t>(st.st_size) + 1 : size_t{0});
-  for (;;) {
-    if (have == out.size()) out.resize(out.size() + (size_t{1} << 16));
-    const ssize_t r = ::read(fd, out.data() + have, out.size() - have);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) {
-      const int err = errno;
-      ::close(fd);
-      fail("{}: read error after {} bytes: {}", path, have, errno_message(err));
-    }
-    if (r == 0) break;
-    have += static_cast<size_t>(r);
-  }
-  ::close(fd);
+  Bytes out(file_size(fd) + 1, 0);
+  size_t have = 0;
+  while ((have += read_up_to(fd, out.data() + have, out.size() - have)) == out.size())
+    out.resize(out.size() + (size_t{1} << 16));
   out.resize(have);
   return out;
 }

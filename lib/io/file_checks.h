@@ -12,15 +12,16 @@
 #include <utility>
 #include <vector>
 
+#include "io/fd.h"
+
 namespace pl {
 
 // ---- reading -------------------------------------------------------------------------------------
 
 // Opens `path` for reading (O_RDONLY | O_NONBLOCK | O_CLOEXEC, so that a FIFO cannot block the open),
 // fstats it, refuses anything but a regular file ("<path>: is a FIFO, not a regular file"), then clears
-// O_NONBLOCK. Returns the descriptor; the caller closes it. A missing file: "<path>: cannot open: no
-// such file".
-int open_regular_file(const std::string& path);
+// O_NONBLOCK. Returns the descriptor (io/fd.h). A missing file: "<path>: cannot open: no such file".
+UniqueFd open_regular_file(const std::string& path);
 
 // The same check alone (opens, checks and closes), for a tool's up-front validation of the files it will
 // read later; the reading itself goes through open_regular_file, RegularFileStream or read_regular_file.
@@ -29,8 +30,8 @@ void check_regular_file(const std::string& path);
 // A std::istream over one open_regular_file descriptor, for readers that stream a file (line by line, or
 // too large to hold). The check and the reads share the descriptor, so nothing can be swapped in under
 // the name between them (as it can between check_regular_file and a second open by name). A read error
-// sets badbit, as with std::ifstream (a std::istreambuf_iterator, which bypasses the stream, gets the
-// one-line pl::Error "<path>: read error: <errno text>" instead); the descriptor is closed with the stream.
+// sets badbit, as with std::ifstream (a std::istreambuf_iterator, which bypasses the stream, gets
+// read_up_to's one-line pl::Error instead); the descriptor is closed with the stream.
 class RegularFileStream : public std::istream {
  public:
   explicit RegularFileStream(const std::string& path);
@@ -40,17 +41,13 @@ class RegularFileStream : public std::istream {
  private:
   class Buffer : public std::streambuf {
    public:
-    Buffer(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-    ~Buffer() override;
-    Buffer(const Buffer&) = delete;
-    Buffer& operator=(const Buffer&) = delete;
+    explicit Buffer(UniqueFd fd) : fd_(std::move(fd)) {}
 
    protected:
     int_type underflow() override;
 
    private:
-    int fd_;
-    std::string path_;
+    UniqueFd fd_;
     std::array<char, 1 << 16> data_{};
   };
   Buffer buffer_;

@@ -1,6 +1,7 @@
 #include "io/mapped_file.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+
+#include "core/error.h"
 
 namespace pl {
 
@@ -50,7 +53,8 @@ struct Line {
   }
 };
 
-void write_all(const char* p, size_t n) {
+// (Not io/fd.h's write_all, which formats and throws: this runs in a signal handler.)
+void write_stderr(const char* p, size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(STDERR_FILENO, p, n);
     if (w < 0 && errno == EINTR) continue;
@@ -78,7 +82,7 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
       line.add(" (");
       line.add(static_cast<uint64_t>(len));
       line.add(" bytes were mapped)\n");
-      write_all(line.text, line.n);
+      write_stderr(line.text, line.n);
       ::_exit(1);
     }
   }
@@ -105,6 +109,30 @@ void install_handler() {
 }
 
 }  // namespace
+
+MappedFile::MappedFile(const UniqueFd& fd, size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  PL_CHECK(m != MAP_FAILED, "{}: cannot map {} bytes: {}", fd.path(), bytes, std::strerror(errno));
+  data_ = static_cast<const unsigned char*>(m);
+  register_mapped_range(data_, bytes, fd.path());  // a truncation under the job: one line, not a SIGBUS death
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
+  if (this != &o) {
+    reset();
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = o.bytes_;
+  }
+  return *this;
+}
+
+void MappedFile::reset() noexcept {
+  if (data_ == nullptr) return;
+  deregister_mapped_range(data_);
+  ::munmap(const_cast<unsigned char*>(data_), bytes_);
+  data_ = nullptr;
+}
 
 void register_mapped_range(const void* addr, size_t bytes, const std::string& file) {
   if (addr == nullptr || bytes == 0) return;

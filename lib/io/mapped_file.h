@@ -10,8 +10,32 @@
 // The registry is a fixed table written with atomics, so that the handler reads it async-signal-safely.
 #include <cstddef>
 #include <string>
+#include <utility>
+
+#include "io/fd.h"
 
 namespace pl {
+
+// `bytes` of an open file from its byte 0, mapped read-only and registered below while the object lives
+// (the destructor deregisters and unmaps). Zero bytes map nothing: data() is nullptr.
+class MappedFile {
+ public:
+  MappedFile() = default;
+  MappedFile(const UniqueFd& fd, size_t bytes);  // "<path>: cannot map N bytes: <strerror>" on failure
+  ~MappedFile() { reset(); }
+  MappedFile(MappedFile&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_) {}
+  MappedFile& operator=(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void reset() noexcept;
+  const unsigned char* data_ = nullptr;
+  size_t bytes_ = 0;
+};
 
 // [addr, addr + bytes) maps `file` from its byte 0. A full table (kMaxMappedRanges live mappings) leaves
 // the range unregistered: a fault in it is then the default SIGBUS.

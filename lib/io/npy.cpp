@@ -151,6 +151,61 @@ uint32_t le32(const uint8_t* p) {
          static_cast<uint32_t>(p[3]) << 24;
 }
 
+// What a .npy file's header says: the dict's three entries and where the data starts.
+struct NpyHeader {
+  std::string descr;
+  bool fortran = false;
+  std::vector<int64_t> shape;
+  size_t data_start = 0;
+};
+
+// The magic, the version and the header dict of the whole file `file` (each entry present, of its type).
+NpyHeader parse_npy_header(const std::string& path, const std::vector<uint8_t>& file) {
+  if (file.size() < kMagicLen + 2 || std::memcmp(file.data(), kMagic, kMagicLen) != 0)
+    fail("{}: not a .npy file (bad magic; expected \\x93NUMPY)", path);
+  const int major = file[6], minor = file[7];
+  size_t header_len = 0, header_start = 0;
+  if (major == 1 && minor == 0) {
+    if (file.size() < 10) fail("{}: truncated .npy header", path);
+    header_len = static_cast<size_t>(file[8]) | static_cast<size_t>(file[9]) << 8;
+    header_start = 10;
+  } else if (major == 2 && minor == 0) {
+    if (file.size() < 12) fail("{}: truncated .npy header", path);
+    header_len = le32(file.data() + 8);
+    header_start = 12;
+  } else {
+    fail("{}: unsupported .npy format version {}.{} (supported: 1.0, 2.0)", path, major, minor);
+  }
+  if (file.size() < header_start + header_len)
+    fail("{}: truncated .npy header ({} header bytes announced, {} present)", path, header_len,
+         file.size() - header_start);
+  const std::string text(reinterpret_cast<const char*>(file.data() + header_start), header_len);
+
+  NpyHeader h;
+  h.data_start = header_start + header_len;
+  bool have_descr = false, have_order = false, have_shape = false;
+  HeaderParser(path, text).parse([&](const std::string& key, const HeaderParser::Value& v) {
+    if (key == "descr") {
+      if (v.kind != HeaderParser::Value::Str) fail("{}: malformed .npy header: 'descr' is not a string", path);
+      h.descr = v.str;
+      have_descr = true;
+    } else if (key == "fortran_order") {
+      if (v.kind != HeaderParser::Value::Bool)
+        fail("{}: malformed .npy header: 'fortran_order' is not True/False", path);
+      h.fortran = v.b;
+      have_order = true;
+    } else if (key == "shape") {
+      if (v.kind != HeaderParser::Value::Tuple) fail("{}: malformed .npy header: 'shape' is not a tuple", path);
+      h.shape = v.tuple;
+      have_shape = true;
+    }
+  });
+  if (!have_descr || !have_order || !have_shape)
+    fail("{}: malformed .npy header: missing '{}'", path,
+         !have_descr ? "descr" : (!have_order ? "fortran_order" : "shape"));
+  return h;
+}
+
 }  // namespace
 
 size_t NpyArray::npy_itemsize(const std::string& dtype) {
@@ -174,81 +229,38 @@ NpyArray read_npy(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) fail("{}: is a directory, not a .npy file", path);
   // (io/file_checks.h: a FIFO or a device is one line, not a hang)
   const std::vector<uint8_t> file = read_regular_file_bytes(path);
-
-  if (file.size() < kMagicLen + 2 || std::memcmp(file.data(), kMagic, kMagicLen) != 0)
-    fail("{}: not a .npy file (bad magic; expected \\x93NUMPY)", path);
-  const int major = file[6], minor = file[7];
-  size_t header_len = 0, header_start = 0;
-  if (major == 1 && minor == 0) {
-    if (file.size() < 10) fail("{}: truncated .npy header", path);
-    header_len = static_cast<size_t>(file[8]) | static_cast<size_t>(file[9]) << 8;
-    header_start = 10;
-  } else if (major == 2 && minor == 0) {
-    if (file.size() < 12) fail("{}: truncated .npy header", path);
-    header_len = le32(file.data() + 8);
-    header_start = 12;
-  } else {
-    fail("{}: unsupported .npy format version {}.{} (supported: 1.0, 2.0)", path, major, minor);
-  }
-  if (file.size() < header_start + header_len)
-    fail("{}: truncated .npy header ({} header bytes announced, {} present)", path, header_len,
-         file.size() - header_start);
-  const std::string header(reinterpret_cast<const char*>(file.data() + header_start), header_len);
-
-  NpyArray a;
-  bool have_descr = false, have_order = false, have_shape = false, fortran = false;
-  std::string descr;
-  HeaderParser(path, header).parse([&](const std::string& key, const HeaderParser::Value& v) {
-    if (key == "descr") {
-      if (v.kind != HeaderParser::Value::Str) fail("{}: malformed .npy header: 'descr' is not a string", path);
-      descr = v.str;
-      have_descr = true;
-    } else if (key == "fortran_order") {
-      if (v.kind != HeaderParser::Value::Bool)
-        fail("{}: malformed .npy header: 'fortran_order' is not True/False", path);
-      fortran = v.b;
-      have_order = true;
-    } else if (key == "shape") {
-      if (v.kind != HeaderParser::Value::Tuple) fail("{}: malformed .npy header: 'shape' is not a tuple", path);
-      a.shape = v.tuple;
-      have_shape = true;
-    }
-  });
-  if (!have_descr || !have_order || !have_shape)
-    fail("{}: malformed .npy header: missing '{}'", path,
-         !have_descr ? "descr" : (!have_order ? "fortran_order" : "shape"));
+  const NpyHeader h = parse_npy_header(path, file);
+  const std::string& descr = h.descr;
 
   // dtype: little-endian f4/u2/i4/i8 and single-byte u1 only.
-  std::string dtype = descr;
-  if (descr == "<u1" || descr == "=u1" || descr == ">u1") dtype = "|u1";
-  if (NpyArray::npy_itemsize(dtype) == 0) {
+  NpyArray a;
+  a.dtype = descr == "<u1" || descr == "=u1" || descr == ">u1" ? "|u1" : descr;
+  if (NpyArray::npy_itemsize(a.dtype) == 0) {
     if (descr.size() >= 2 && descr[0] == '>' && descr != ">u1")
       fail("{}: big-endian dtype '{}' is not supported (only little-endian '<f4', '<u2', '<i4', '<i8', '|u1')", path, descr);
     fail("{}: unsupported dtype '{}' (supported: '<f4' float32, '<u2' uint16/BF16 bits, '<i4' int32, '<i8' int64, '|u1' uint8)", path,
          descr);
   }
-  a.dtype = dtype;
-  if (fortran) fail("{}: fortran_order True is not supported (save a C-order array: np.ascontiguousarray)", path);
+  a.shape = h.shape;
+  if (h.fortran) fail("{}: fortran_order True is not supported (save a C-order array: np.ascontiguousarray)", path);
   if (a.shape.empty()) fail("{}: 0-D (scalar) arrays are not supported (need 1-D or 2-D)", path);
   if (a.shape.size() > 2)
     fail("{}: {}-D array of shape {} is not supported (need 1-D or 2-D)", path, a.shape.size(), shape_tuple(a.shape));
 
-  const size_t item = a.itemsize();
-  uint64_t need = item;
+  uint64_t need = a.itemsize();
   for (int64_t d : a.shape) {
     if (d != 0 && need > std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d))
       fail("{}: shape {} is too large", path, shape_tuple(a.shape));
     need *= static_cast<uint64_t>(d);
   }
-  const size_t data_start = header_start + header_len;
-  const uint64_t have = file.size() - data_start;
+  const uint64_t have = file.size() - h.data_start;
   if (have < need)
     fail("{}: truncated data: shape {} of '{}' needs {} bytes, the file has {}", path, shape_tuple(a.shape), descr,
          need, have);
   if (have > need)
     fail("{}: shape/data size mismatch: shape {} of '{}' needs {} bytes, the file has {} (extra bytes after the array)",
          path, shape_tuple(a.shape), descr, need, have);
-  a.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(data_start), file.end());
+  a.bytes.assign(file.begin() + static_cast<std::ptrdiff_t>(h.data_start), file.end());
   return a;
 }
 

@@ -2,16 +2,11 @@
 
 #include "io/json_text.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -280,83 +275,36 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: no such file", path);
   if (fs::is_directory(path, ec)) fail("{}: is a directory, not a .safetensors file", path);
-  const int fd = open_regular_file(path);  // (io/file_checks.h: a FIFO is one line, not a hang)
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int e = errno;
-    ::close(fd);
-    fail("{}: cannot stat: {}", path, std::strerror(e));
+  {
+    const UniqueFd fd = open_regular_file(path);  // (io/file_checks.h: a FIFO is one line, not a hang)
+    const auto bytes = static_cast<size_t>(file_size(fd));
+    if (bytes < 8) fail("{}: {} bytes is too short for a safetensors file (the header length alone takes 8)", path, bytes);
+    map_ = MappedFile(fd, bytes);  // unmapped by its destructor, also when a check below throws
   }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ < 8) {
-    ::close(fd);
-    fail("{}: {} bytes is too short for a safetensors file (the header length alone takes 8)", path, size_);
-  }
-  void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (m == MAP_FAILED) fail("{}: cannot map the file: {}", path, std::strerror(map_errno));
-  map_ = static_cast<const uint8_t*>(m);
-  register_mapped_range(map_, size_, path);  // a truncation under the job: one line, not a SIGBUS death
-  try {
-    const uint64_t n = le64(map_);
-    if (n > kMaxHeaderBytes)
-      fail("{}: header length {} exceeds the format's limit of {} bytes (not a safetensors file?)", path, n,
-           kMaxHeaderBytes);
-    if (n > size_ - 8)
-      fail("{}: header length {} runs past the end of the {}-byte file (truncated, or not a safetensors file)", path, n,
-           size_);
-    data_start_ = 8 + static_cast<size_t>(n);
-    const char* h = reinterpret_cast<const char*>(map_ + 8);
-    const nlohmann::json header = parse_json_object(path, "safetensors header", h, h + n);
-    for (const auto& [key, value] : header.items()) {
-      if (key == "__metadata__") {
-        if (!value.is_object()) fail("{}: '__metadata__' must be an object of strings, got {}", path, describe_json(value));
-        for (const auto& [mk, mv] : value.items()) {
-          if (!mv.is_string()) fail("{}: '__metadata__' value of '{}' must be a string, got {}", path, mk, describe_json(mv));
-          metadata_[mk] = mv.get<std::string>();
-        }
-        continue;
+  const size_t size = map_.size();
+  const uint64_t n = le64(map_.data());
+  if (n > kMaxHeaderBytes)
+    fail("{}: header length {} exceeds the format's limit of {} bytes (not a safetensors file?)", path, n,
+         kMaxHeaderBytes);
+  if (n > size - 8)
+    fail("{}: header length {} runs past the end of the {}-byte file (truncated, or not a safetensors file)", path, n,
+         size);
+  data_start_ = 8 + static_cast<size_t>(n);
+  const char* h = reinterpret_cast<const char*>(map_.data() + 8);
+  const nlohmann::json header = parse_json_object(path, "safetensors header", h, h + n);
+  for (const auto& [key, value] : header.items()) {
+    if (key == "__metadata__") {
+      if (!value.is_object()) fail("{}: '__metadata__' must be an object of strings, got {}", path, describe_json(value));
+      for (const auto& [mk, mv] : value.items()) {
+        if (!mv.is_string()) fail("{}: '__metadata__' value of '{}' must be a string, got {}", path, mk, describe_json(mv));
+        metadata_[mk] = mv.get<std::string>();
       }
-      tensors_.push_back(parse_entry(path, key, value));
+      continue;
     }
-    check_tiling(path, tensors_, size_ - data_start_);
-    for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
-  } catch (...) {
-    release();
-    throw;
+    tensors_.push_back(parse_entry(path, key, value));
   }
-}
-
-SafetensorsFile::~SafetensorsFile() { release(); }
-
-void SafetensorsFile::release() {
-  if (map_ != nullptr) {
-    deregister_mapped_range(map_);
-    ::munmap(const_cast<uint8_t*>(map_), size_);
-  }
-  map_ = nullptr;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& o) noexcept
-    : path_(std::move(o.path_)), map_(o.map_), size_(o.size_), data_start_(o.data_start_),
-      tensors_(std::move(o.tensors_)), index_(std::move(o.index_)), metadata_(std::move(o.metadata_)) {
-  o.map_ = nullptr;
-}
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& o) noexcept {
-  if (this != &o) {
-    release();
-    path_ = std::move(o.path_);
-    map_ = o.map_;
-    size_ = o.size_;
-    data_start_ = o.data_start_;
-    tensors_ = std::move(o.tensors_);
-    index_ = std::move(o.index_);
-    metadata_ = std::move(o.metadata_);
-    o.map_ = nullptr;
-  }
-  return *this;
+  check_tiling(path, tensors_, size - data_start_);
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
 const SafetensorsTensorInfo* SafetensorsFile::find(const std::string& name) const {
@@ -372,7 +320,7 @@ const SafetensorsTensorInfo& SafetensorsFile::info(const std::string& name) cons
 
 std::span<const uint8_t> SafetensorsFile::bytes(const std::string& name) const {
   const SafetensorsTensorInfo& t = info(name);
-  return {map_ + data_start_ + t.begin, static_cast<size_t>(t.end - t.begin)};
+  return {map_.data() + data_start_ + t.begin, static_cast<size_t>(t.end - t.begin)};
 }
 
 std::vector<float> SafetensorsFile::read_float(const std::string& name) const {
@@ -383,7 +331,7 @@ std::vector<float> SafetensorsFile::read_float(const std::string& name) const {
 
 void SafetensorsFile::read_float(const std::string& name, float* out) const {
   const SafetensorsTensorInfo& t = info(name);
-  convert_to_float(t, map_ + data_start_ + t.begin, out, path_);
+  convert_to_float(t, map_.data() + data_start_ + t.begin, out, path_);
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {

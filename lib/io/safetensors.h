@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
+
 namespace pl {
 
 struct SafetensorsTensorInfo {
@@ -44,11 +46,6 @@ class SafetensorsFile {
   // numel * itemsize, and the tensors, sorted by offset, tile the data section exactly (no gap, no
   // overlap, ending at the end of the file) — and also that __metadata__ maps strings to strings.
   explicit SafetensorsFile(const std::string& path);
-  ~SafetensorsFile();
-  SafetensorsFile(SafetensorsFile&&) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&&) noexcept;
-  SafetensorsFile(const SafetensorsFile&) = delete;
-  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
   const std::string& path() const { return path_; }
   // In data-section order.
@@ -65,11 +62,9 @@ class SafetensorsFile {
   void read_float(const std::string& name, float* out) const;
 
  private:
-  void release();
   std::string path_;
-  const uint8_t* map_ = nullptr;  // the whole file
-  size_t size_ = 0;
-  size_t data_start_ = 0;         // 8 + N
+  MappedFile map_;         // the whole file
+  size_t data_start_ = 0;  // 8 + N
   std::vector<SafetensorsTensorInfo> tensors_;
   std::map<std::string, size_t> index_;
   std::map<std::string, std::string> metadata_;

@@ -1,7 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/file.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -13,20 +12,17 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
-#include <fstream>
-#include <limits>
-#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/checksum.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
+#include "io/fd.h"
 #include "io/file_checks.h"
 #include "io/json_text.h"
-#include "model/linear_layer.h"
 #include "numerics/bf16.h"
+#include "train/checkpoint_metadata.h"
 
 namespace pl {
 namespace fs = std::filesystem;
@@ -43,7 +39,6 @@ constexpr const char* kManifest = "manifest.json";
 constexpr const char* kMetadata = "metadata.json";
 
 std::string iter_dir_name(int64_t iteration) { return fmt::format("iter_{:07d}", iteration); }
-std::string hex64(uint64_t v) { return fmt::format("0x{:016x}", v); }
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -176,34 +171,6 @@ CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std
 // is put together from its 1 MiB chunks (core/checksum.h): each rank digests the chunks wholly inside
 // the bytes it wrote; rank 0 gathers those and reads back only the chunks that straddle two ranks.
 
-int open_or_fail(const fs::path& path, int flags) {
-  if (flags == O_RDONLY) return open_regular_file(path.string());  // a FIFO: one line, not a hang
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
-  PL_CHECK(fd >= 0, "{}: cannot open: {}", path.string(), std::strerror(errno));
-  return fd;
-}
-
-// pwrite/pread of exactly `bytes` at `offset` (retrying short transfers and EINTR), one line on failure.
-template <class Transfer, class Ptr>
-void transfer_all(Transfer transfer, const char* what, int fd, Ptr data, size_t bytes, uint64_t offset,
-                  const fs::path& path) {
-  while (bytes > 0) {
-    const ssize_t n = transfer(fd, data, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    PL_CHECK(n > 0, "{}: {} of {} bytes at offset {} failed: {}", path.string(), what, bytes, offset,
-             n < 0 ? std::strerror(errno) : "end of file or no progress");
-    data += n;
-    bytes -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-}
-void pwrite_all(int fd, const char* data, size_t bytes, uint64_t offset, const fs::path& path) {
-  transfer_all(::pwrite, "write", fd, data, bytes, offset, path);
-}
-void pread_all(int fd, char* data, size_t bytes, uint64_t offset, const fs::path& path) {
-  transfer_all(::pread, "read", fd, data, bytes, offset, path);
-}
-
 // This rank's flat elements of every state file: its shard's real elements.
 std::pair<int64_t, int64_t> rank_elements(const LlamaModel& model) {
   return {model.shard().real_begin(), model.shard().real_end()};
@@ -220,21 +187,20 @@ std::vector<uint64_t> write_state_range(const fs::path& path, const StateBuffer&
   const uint64_t K = Checksum64::kChunkBytes, total = static_cast<uint64_t>(numel) * fe;
   const uint64_t end = static_cast<uint64_t>(hi) * fe;
   staging.resize(kPieceBytes / fe * std::max(fe, te));
-  const int fd = open_or_fail(path, O_WRONLY);
+  const UniqueFd fd = open_fd(path.string(), O_WRONLY);
   for (uint64_t pos = static_cast<uint64_t>(lo) * fe; pos < end;) {
     const uint64_t next = std::min(end, pos % K ? (pos / K + 1) * K : pos + kPieceBytes);
     const auto e0 = static_cast<int64_t>(pos / fe), cnt = static_cast<int64_t>((next - pos) / fe);
     copy_to_host(staging.data(), b.tensor.rows(e0 - b.first, cnt));
     tensor_to_file_dtype(staging.data(), b.tensor.dtype, staging.data(), b.file_dtype, static_cast<size_t>(cnt));
-    pwrite_all(fd, staging.data(), next - pos, pos, path);
+    pwrite_all(fd, staging.data(), next - pos, pos);
     for (uint64_t c = (pos + K - 1) / K; c * K < next; ++c) {
       const uint64_t chunk_end = std::min((c + 1) * K, total);
       if (chunk_end <= next) out.insert(out.end(), {c, checksum_chunk_digest(staging.data() + (c * K - pos), chunk_end - c * K)});
     }
     pos = next;
   }
-  PL_CHECK(::fsync(fd) == 0, "{}: fsync failed: {}", path.string(), std::strerror(errno));
-  ::close(fd);
+  fsync_fd(fd);
   return out;
 }
 
@@ -250,15 +216,14 @@ uint64_t checksum_from_ranks(const fs::path& path, uint64_t total, const std::ve
     have[pairs[i]] = true;
   }
   std::vector<char> chunk(K);
-  int fd = -1;
+  UniqueFd fd;
   for (uint64_t c = 0; c < chunks; ++c) {
     if (have[c]) continue;
-    if (fd < 0) fd = open_or_fail(path, O_RDONLY);
+    if (!fd.valid()) fd = open_regular_file(path.string());
     const size_t bytes = static_cast<size_t>(std::min(K, total - c * K));
-    pread_all(fd, chunk.data(), bytes, c * K, path);
+    pread_exact(fd, chunk.data(), bytes, c * K);
     digests[c] = checksum_chunk_digest(chunk.data(), bytes);
   }
-  if (fd >= 0) ::close(fd);
   return checksum_from_chunks(digests, total);
 }
 
@@ -269,102 +234,6 @@ std::string broadcast_string(const parallel::World& world, std::string s) {
   s.resize(n);
   world.broadcast(s.data(), n, 0);
   return s;
-}
-
-// ---- metadata ----------------------------------------------------------------------------------
-
-std::string utc_timestamp() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-json model_json(const ModelConfig& m) {
-  return json{{"name", m.name},
-              {"file", m.file},
-              {"num_layers", m.num_layers},
-              {"hidden_size", m.hidden_size},
-              {"ffn_hidden_size", m.ffn_hidden_size},
-              {"num_attention_heads", m.num_attention_heads},
-              {"num_query_groups", m.num_query_groups},
-              {"kv_channels", m.kv_channels},
-              {"vocab_size", m.vocab_size},
-              {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
-              {"seq_length", m.seq_length},
-              {"max_position_embeddings", m.max_position_embeddings},
-              {"rotary_base", m.rotary_base},
-              {"rope_scaling", m.rope_scaling},
-              {"rope_scaling_factor", m.rope_scaling_factor},
-              {"rope_low_freq_factor", m.rope_low_freq_factor},
-              {"rope_high_freq_factor", m.rope_high_freq_factor},
-              {"rope_original_max_position", m.rope_original_max_position},
-              {"layernorm_epsilon", m.layernorm_epsilon},
-              {"init_method_std", m.init_method_std}};
-}
-
-json state_json(const TrainState& s) {
-  return json{{"iteration", s.iteration},
-              {"consumed_samples", s.consumed_samples},
-              {"scheduler_samples", s.scheduler_samples},
-              {"micro_batches_done", s.micro_batches_done},
-              {"valid_consumed_samples", s.valid_consumed_samples},
-              {"nan_iterations", s.nan_iterations},
-              {"consecutive_nan_iterations", s.consecutive_nan},
-              {"interval_loss_sum", s.interval_loss},
-              {"interval_iterations", s.interval_iters},
-              {"interval_good_iterations", s.interval_good},
-              {"interval_skipped_iterations", s.interval_skipped},
-              {"interval_nan_iterations", s.interval_nan}};
-}
-
-std::string metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run) {
-  const TrainConfig& t = run.train;
-  json j;
-  j["format_version"] = kCheckpointFormatVersion;
-  j["iteration"] = st.iteration;
-  j["timestamp"] = utc_timestamp();
-  j["command_line"] = run.command_line;
-  j["model"] = model_json(run.model);
-  j["recipe"] = json{{"name", run.recipe_name}, {"file", run.recipe_file}, {"plan", run.plan}};
-  j["train"] = json{{"train_iters", t.train_iters},   {"warmup_iters", t.warmup_iters},
-                    {"global_batch_size", t.global_batch_size}, {"micro_batch_size", t.micro_batch_size},
-                    {"seq_length", t.seq_length},     {"lr", t.lr},
-                    {"min_lr", t.min_lr},             {"seed", t.seed},
-                    {"fp32_reference", t.fp32_reference}, {"eval_interval", t.eval_interval},
-                    {"eval_iters", t.eval_iters},     {"data_parallel_size", t.data_parallel_size},
-                    {"use_distributed_optimizer", t.use_distributed_optimizer}};
-  j["train_state"] = state_json(st);
-  j["optimizer"] = json{{"steps_taken", optimizer_steps}};
-  j["data"] = json{{"description", run.data},
-                   {"consumed_samples", st.consumed_samples},
-                   {"consumed_valid_samples", st.valid_consumed_samples}};
-  // The only RNG consumed during training is the counter-based Philox of the gradients' stochastic
-  // rounding: (seed, counter = micro-batches done) determines every bit it draws next.
-  j["rng"] = json{{"stochastic_rounding_seed", LinearLayer::kStochasticRoundingSeed},
-                  {"stochastic_rounding_next_counter", st.micro_batches_done},
-                  {"init_seed", t.seed}};
-  return j.dump(2) + "\n";
-}
-
-std::string manifest_text(int64_t iteration, const std::vector<CheckpointFile>& files) {
-  json list = json::array();
-  for (const CheckpointFile& f : files) {
-    json e{{"name", f.name}, {"dtype", f.dtype}, {"bytes", f.bytes}, {"checksum", hex64(f.checksum)}};
-    if (f.dtype != "json") {
-      e["shape"] = json::array({f.numel});
-      e["numel"] = f.numel;
-    }
-    list.push_back(e);
-  }
-  json j{{"format", "pretrain_llama checkpoint"},
-         {"format_version", kCheckpointFormatVersion},
-         {"iteration", iteration},
-         {"checksum", "fnv1a64 x4 lanes per 1 MiB chunk, chunk digests folded in order (lib/core/checksum.h)"},
-         {"files", list}};
-  return j.dump(2) + "\n";
 }
 
 // ---- directory housekeeping --------------------------------------------------------------------
@@ -391,28 +260,15 @@ std::vector<std::pair<int64_t, fs::path>> iteration_dirs(const fs::path& dir) {
   return out;
 }
 
-// The pid a "*.tmp-<pid>" or "*.tmp-prune-<pid>" name was made by, or 0.
-pid_t tmp_owner(const std::string& name) {
-  const size_t dash = name.rfind('-');
-  if (dash == std::string::npos || dash + 1 >= name.size()) return 0;
-  const std::string digits = name.substr(dash + 1);
-  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
-  return static_cast<pid_t>(std::stol(digits));
-}
-
-// Leftovers of interrupted saves (ours are all complete by now): those of this process and of processes
-// that no longer exist. Another live process's temporary is left alone (the directory lock keeps a second
-// run out, but a temporary must never be taken from under its writer).
+// Leftovers of interrupted saves (ours are all complete by now): the "*.tmp-<pid>" and "*.tmp-prune-<pid>"
+// entries of this process and of processes that no longer exist, and any *.tmp-* name without a pid. Another
+// live process's temporary is left alone (the directory lock keeps a second run out, but a temporary must
+// never be taken from under its writer).
 void remove_tmp_entries(const fs::path& dir) {
-  std::error_code ec;
-  std::vector<fs::path> tmp;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (!is_tmp_name(name)) continue;
-    const pid_t owner = tmp_owner(name);
-    if (owner == 0 || owner == ::getpid() || (::kill(owner, 0) != 0 && errno == ESRCH)) tmp.push_back(e.path());
-  }
-  for (const fs::path& p : tmp) fs::remove_all(p, ec);
+  remove_dead_temporaries(dir.string(), [](const std::string& name) {
+    if (!is_tmp_name(name)) return -1L;
+    return std::max(0L, pid_after(std::string_view(name).substr(name.rfind('-') + 1), ""));
+  });
 }
 
 // Deletes all but the newest keep_last iter_ directories; each is renamed to a *.tmp-* name first so a
@@ -458,28 +314,19 @@ uint64_t parse_hex64(const std::string& s, const fs::path& file) {
 // returning the checksum of the bytes read. Reads exactly `expected_bytes`.
 template <class OnPiece>
 uint64_t stream_file(const fs::path& path, uint64_t expected_bytes, std::vector<char>& staging, OnPiece on_piece) {
-  const int fd = open_regular_file(path.string());
+  const UniqueFd fd = open_regular_file(path.string());
   Checksum64 sum;
   // (no larger than the file: verifying a 2 KB metadata.json need not allocate and zero 64 MiB)
   staging.resize(std::max(staging.size(), static_cast<size_t>(std::min<uint64_t>(kPieceBytes, expected_bytes))));
   uint64_t done = 0;
   while (done < expected_bytes) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(kPieceBytes, expected_bytes - done));
-    size_t got = 0;
-    while (got < want) {
-      const ssize_t r = ::read(fd, staging.data() + got, want - got);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) {
-        ::close(fd);
-        fail("{}: read {} of {} bytes (truncated?)", path.string(), done + got, expected_bytes);
-      }
-      got += static_cast<size_t>(r);
-    }
+    const size_t got = read_up_to(fd, staging.data(), want);
+    PL_CHECK(got == want, "{}: read {} of {} bytes (truncated?)", path.string(), done + got, expected_bytes);
     sum.update(staging.data(), want);
     on_piece(staging.data(), want, done);
     done += want;
   }
-  ::close(fd);
   return sum.digest();
 }
 
@@ -495,23 +342,6 @@ void verify_file(const fs::path& dir, const CheckpointFile& f, std::vector<char>
   const uint64_t sum = stream_file(path, f.bytes, staging, [](const char*, size_t, uint64_t) {});
   PL_CHECK(sum == f.checksum, "{}: checksum {} but the manifest says {} (the file is corrupted)", path.string(),
            hex64(sum), hex64(f.checksum));
-}
-
-TrainState state_from_json(const json& j, const fs::path& file) {
-  TrainState s;
-  s.iteration = field<int64_t>(j, "iteration", file);
-  s.consumed_samples = field<int64_t>(j, "consumed_samples", file);
-  s.scheduler_samples = field<int64_t>(j, "scheduler_samples", file);
-  s.micro_batches_done = field<int64_t>(j, "micro_batches_done", file);
-  s.valid_consumed_samples = field<int64_t>(j, "valid_consumed_samples", file);
-  s.nan_iterations = field<int64_t>(j, "nan_iterations", file);
-  s.consecutive_nan = field<int64_t>(j, "consecutive_nan_iterations", file);
-  s.interval_loss = field<double>(j, "interval_loss_sum", file);
-  s.interval_iters = field<int64_t>(j, "interval_iterations", file);
-  s.interval_good = field<int64_t>(j, "interval_good_iterations", file);
-  s.interval_skipped = field<int64_t>(j, "interval_skipped_iterations", file);
-  s.interval_nan = field<int64_t>(j, "interval_nan_iterations", file);
-  return s;
 }
 
 // The iter_ directory `load` designates: itself, or the one its tracker names.
@@ -567,11 +397,9 @@ std::vector<CheckpointFile> write_sharded_state(const fs::path& tmp, const Llama
   const std::vector<StateBuffer> buffers = state_buffers(model, opt);
   const int64_t n = model.num_params();
   for (const StateBuffer& b : buffers) {
-    const int fd = open_or_fail(tmp / b.name, O_WRONLY | O_CREAT | O_TRUNC);
+    const UniqueFd fd = open_fd((tmp / b.name).string(), O_WRONLY | O_CREAT | O_TRUNC);
     const off_t bytes = static_cast<off_t>(static_cast<uint64_t>(n) * dtype_size(b.file_dtype));
-    PL_CHECK(::ftruncate(fd, bytes) == 0, "{}: cannot size to {} bytes: {}", (tmp / b.name).string(), bytes,
-             std::strerror(errno));
-    ::close(fd);
+    PL_CHECK(::ftruncate(fd.get(), bytes) == 0, "{}: cannot size to {} bytes: {}", fd.path(), bytes, std::strerror(errno));
   }
   broadcast_string(world, tmp.string());
   const std::vector<uint64_t> mine = write_rank_ranges(tmp, model, opt);
@@ -626,8 +454,8 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
       std::vector<char> staging;
       for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging, hook));
     }
-    files.push_back(write_text_file(fs::path(tmp) / kMetadata, metadata_text(state, opt.steps_taken(), run), hook));
-    manifest = write_text_file(fs::path(tmp) / kManifest, manifest_text(state.iteration, files), hook);
+    files.push_back(write_text_file(fs::path(tmp) / kMetadata, checkpoint_metadata_text(state, opt.steps_taken(), run), hook));
+    manifest = write_text_file(fs::path(tmp) / kManifest, checkpoint_manifest_text(state.iteration, files), hook);
   }, process_tmp_suffix());
   // The tracker last (Megatron: iter_finalize_fn writes it after the checkpoint), replaced atomically.
   write_text_file(dir / kCheckpointTracker, fmt::format("{}\n", state.iteration), hook, process_tmp_suffix());
@@ -648,16 +476,14 @@ SaveDirectoryLock::SaveDirectoryLock(const std::string& dir) : dir_(dir) {
   fs::create_directories(dir, ec);
   PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir, ec.message());
   const std::string lock = (fs::path(dir) / kLockFile).string();
-  fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  PL_CHECK(fd_ >= 0, "--save {}: cannot create files in it ({}: {})", dir, lock, std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+  fd_ = try_open_fd(lock, O_RDWR | O_CREAT);
+  PL_CHECK(fd_.valid(), "--save {}: cannot create files in it ({}: {})", dir, lock, std::strerror(errno));
+  if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char owner[256] = {};
-    const ssize_t got = ::pread(fd_, owner, sizeof owner - 1, 0);
-    std::string who = got > 0 ? std::string(owner, static_cast<size_t>(got)) : std::string("unknown");
+    std::string who(255, '\0');
+    who.resize(read_up_to(fd_, who.data(), who.size()));
+    if (who.empty()) who = "unknown";
     while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    ::close(fd_);
-    fd_ = -1;
     if (err == EWOULDBLOCK)
       fail("--save {}: another run is saving into this directory ({}, holding {}); two runs must not share a --save "
            "directory",
@@ -667,12 +493,8 @@ SaveDirectoryLock::SaveDirectoryLock(const std::string& dir) : dir_(dir) {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
   const std::string me = fmt::format("pid {} on {}\n", ::getpid(), host);
-  const bool recorded = ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, me.data(), me.size(), 0) == static_cast<ssize_t>(me.size());
-  PL_CHECK(recorded, "--save {}: cannot write {}: {}", dir, lock, std::strerror(errno));
-}
-
-SaveDirectoryLock::~SaveDirectoryLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock
+  PL_CHECK(::ftruncate(fd_.get(), 0) == 0, "--save {}: cannot write {}: {}", dir, lock, std::strerror(errno));
+  pwrite_all(fd_, me.data(), me.size(), 0);
 }
 
 void SaveDirectoryLock::check_free_space(uint64_t bytes) const {
@@ -733,82 +555,9 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents
   const bool has_meta = std::any_of(v.files.begin(), v.files.end(), [](const CheckpointFile& f) { return f.name == kMetadata; });
   PL_CHECK(has_meta, "{}: lists no {}", manifest_path.string(), kMetadata);
 
-  const fs::path meta_path = dir / kMetadata;
-  const json meta = parse_json_file(meta_path);
-  // The whole model config as saved (validated like a configs/models file; "file" names where the
-  // run loaded it from).
-  json m = field<json>(meta, "model", meta_path);
-  PL_CHECK(m.is_object(), "{}: 'model' is not an object", meta_path.string());
-  m.erase("file");
-  v.model = model_config_from_json(m, meta_path.string() + " (model)");
-  v.recipe_name = field<std::string>(field<json>(meta, "recipe", meta_path), "name", meta_path);
-  const json t = field<json>(meta, "train", meta_path);
-  v.train.train_iters = field<int64_t>(t, "train_iters", meta_path);
-  v.train.warmup_iters = field<int64_t>(t, "warmup_iters", meta_path);
-  v.train.global_batch_size = field<int64_t>(t, "global_batch_size", meta_path);
-  v.train.micro_batch_size = field<int64_t>(t, "micro_batch_size", meta_path);
-  v.train.seq_length = field<int64_t>(t, "seq_length", meta_path);
-  v.train.lr = field<double>(t, "lr", meta_path);
-  v.train.min_lr = field<double>(t, "min_lr", meta_path);
-  // (Absent before data parallelism: one rank.)
-  if (t.contains("data_parallel_size")) v.train.data_parallel_size = field<int64_t>(t, "data_parallel_size", meta_path);
-  v.state = state_from_json(field<json>(meta, "train_state", meta_path), meta_path);
-  v.optimizer_steps = field<int64_t>(field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
-  PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path.string(),
-           v.state.iteration, manifest_path.string(), v.iteration);
+  read_checkpoint_metadata((dir / kMetadata).string(), manifest_path.string(), v);
   v.seconds = seconds_since(t0);
   return v;
-}
-
-std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c, const ModelConfig& m,
-                                                     const std::string& recipe_name, const TrainConfig& t) {
-  const std::pair<const char*, std::pair<int64_t, int64_t>> shape[] = {
-      {"num_layers", {c.model.num_layers, m.num_layers}},
-      {"hidden_size", {c.model.hidden_size, m.hidden_size}},
-      {"ffn_hidden_size", {c.model.ffn_hidden_size, m.ffn_hidden_size}},
-      {"num_attention_heads", {c.model.num_attention_heads, m.num_attention_heads}},
-      {"num_query_groups", {c.model.num_query_groups, m.num_query_groups}},
-      {"kv_channels", {c.model.kv_channels, m.kv_channels}},
-      {"vocab_size", {c.model.vocab_size, m.vocab_size}},
-  };
-  for (const auto& [name, v] : shape)
-    PL_CHECK(v.first == v.second, "--load {}: the checkpoint's model has {} {} but --model {} has {}", c.path, name,
-             v.first, m.name, v.second);
-
-  std::vector<std::string> notes;
-  if (c.recipe_name != recipe_name)
-    notes.push_back(fmt::format("checkpoint saved with recipe {}, resuming with recipe {}", c.recipe_name, recipe_name));
-  const std::pair<const char*, std::pair<int64_t, int64_t>> flags[] = {
-      {"--global-batch-size", {c.train.global_batch_size, t.global_batch_size}},
-      {"--micro-batch-size", {c.train.micro_batch_size, t.micro_batch_size}},
-      {"--seq-length", {c.train.seq_length, t.seq_length}},
-      {"--train-iters", {c.train.train_iters, t.train_iters}},
-      {"--warmup-iters", {c.train.warmup_iters, t.warmup_iters}},
-  };
-  for (const auto& [flag, v] : flags)
-    if (v.first != v.second)
-      notes.push_back(fmt::format("checkpoint saved with {} {}, resuming with {} (data continues at consumed sample {})",
-                                  flag, v.first, v.second, c.state.consumed_samples));
-  if (c.train.data_parallel_size != t.data_parallel_size)
-    notes.push_back(fmt::format("checkpoint saved by {} data-parallel ranks, resuming with {} (the files do not depend "
-                                "on the rank count; data continues at consumed sample {})",
-                                c.train.data_parallel_size, t.data_parallel_size, c.state.consumed_samples));
-  // The moments' dtypes (the precision-aware optimizer's): the manifest names each file in its dtype.
-  auto saved_dtype = [&](const std::string& stem) {
-    for (const CheckpointFile& f : c.files)
-      if (f.name == stem + "_bf16.bin") return std::string("bf16");
-    return std::string("fp32");
-  };
-  const std::string saved_m = saved_dtype("adam_m"), saved_v = saved_dtype("adam_v");
-  if (saved_m != t.exp_avg_dtype || saved_v != t.exp_avg_sq_dtype)
-    notes.push_back(fmt::format("checkpoint saved with optimizer state exp_avg {}, exp_avg_sq {}; this run keeps "
-                                "exp_avg {}, exp_avg_sq {}: converted on load (bf16 -> fp32 exact, fp32 -> bf16 "
-                                "round-to-nearest-even)",
-                                saved_m, saved_v, t.exp_avg_dtype, t.exp_avg_sq_dtype));
-  if (c.train.lr != t.lr || c.train.min_lr != t.min_lr)
-    notes.push_back(fmt::format("checkpoint saved with --lr {} --min-lr {}, resuming with --lr {} --min-lr {}",
-                                c.train.lr, c.train.min_lr, t.lr, t.min_lr));
-  return notes;
 }
 
 std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
@@ -831,43 +580,48 @@ std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
   return out;
 }
 
-TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
+namespace {
+
+// The file state buffer `b` loads from, checked against the model's `n` parameters; b.file_dtype becomes
+// the file's when it was saved under the other weight mode (bf16 vs --fp32-reference) or, for a moment,
+// in the other dtype (fp32 <-> bf16, the precision-aware optimizer's): converted on load, bf16 -> fp32
+// exactly, fp32 -> bf16 rounded to nearest even (compare_checkpoint_with_run's line).
+const CheckpointFile& file_for_buffer(const VerifiedCheckpoint& c, StateBuffer& b, int64_t n) {
   const fs::path dir(c.path);
-  const int64_t n = model.num_params();
-  std::vector<StateBuffer> buffers = state_buffers(model, opt);
-  // The weights may have been saved under the other weight mode (bf16 vs --fp32-reference).
   auto find = [&](const std::string& name) -> const CheckpointFile* {
     for (const CheckpointFile& f : c.files)
       if (f.name == name) return &f;
     return nullptr;
   };
+  const CheckpointFile* f = find(b.name);
+  const bool moment = b.name.rfind("adam_", 0) == 0;
+  if (f == nullptr && b.name.rfind("weights_", 0) == 0)
+    f = find(b.name == "weights_bf16.bin" ? "weights_fp32.bin" : "weights_bf16.bin");
+  if (f == nullptr && moment)
+    f = find(b.name.substr(0, b.name.rfind('_')) + (b.tensor.dtype == DType::BF16 ? "_fp32.bin" : "_bf16.bin"));
+  PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
+  if (f->name != b.name) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
+  PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
+  PL_CHECK(f->bytes == static_cast<uint64_t>(n) * dtype_size(b.file_dtype),
+           "{}: the manifest says {} bytes for {} elements of {}", (dir / f->name).string(), f->bytes, n,
+           dtype_name(b.file_dtype));
+  PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
+           dtype_name(b.file_dtype));
+  PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32) ||
+               (moment && b.file_dtype == DType::F32 && b.tensor.dtype == DType::BF16),
+           "{}: a {} file cannot be loaded into {} state", (dir / f->name).string(), f->dtype,
+           dtype_name(b.tensor.dtype));
+  return *f;
+}
+
+}  // namespace
+
+TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
+  const fs::path dir(c.path);
   std::vector<std::pair<StateBuffer, CheckpointFile>> plan;
-  for (StateBuffer b : buffers) {
-    const CheckpointFile* f = find(b.name);
-    if (f == nullptr && b.name.rfind("weights_", 0) == 0) {
-      f = find(b.name == "weights_bf16.bin" ? "weights_fp32.bin" : "weights_bf16.bin");
-      if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
-    }
-    // A moment saved in the other dtype (fp32 <-> bf16, the precision-aware optimizer's): converted on
-    // load, bf16 -> fp32 exactly, fp32 -> bf16 rounded to nearest even (compare_checkpoint_with_run's line).
-    const bool moment = b.name.rfind("adam_", 0) == 0;
-    if (f == nullptr && moment) {
-      const std::string stem = b.name.substr(0, b.name.rfind('_'));
-      f = find(stem + (b.tensor.dtype == DType::BF16 ? "_fp32.bin" : "_bf16.bin"));
-      if (f != nullptr) b.file_dtype = f->dtype == "bf16" ? DType::BF16 : DType::F32;
-    }
-    PL_CHECK(f != nullptr, "{}: lists no {}", (dir / kManifest).string(), b.name);
-    PL_CHECK(f->numel == n, "{}: {} elements but the model has {} parameters", (dir / f->name).string(), f->numel, n);
-    PL_CHECK(f->bytes == static_cast<uint64_t>(n) * dtype_size(b.file_dtype),
-             "{}: the manifest says {} bytes for {} elements of {}", (dir / f->name).string(), f->bytes, n,
-             dtype_name(b.file_dtype));
-    PL_CHECK(f->dtype == dtype_name(b.file_dtype), "{}: dtype {}, expected {}", (dir / f->name).string(), f->dtype,
-             dtype_name(b.file_dtype));
-    PL_CHECK(b.file_dtype == b.tensor.dtype || (b.file_dtype == DType::BF16 && b.tensor.dtype == DType::F32) ||
-                 (moment && b.file_dtype == DType::F32 && b.tensor.dtype == DType::BF16),
-             "{}: a {} file cannot be loaded into {} state", (dir / f->name).string(), f->dtype,
-             dtype_name(b.tensor.dtype));
-    plan.emplace_back(b, *f);
+  for (StateBuffer b : state_buffers(model, opt)) {
+    const CheckpointFile& f = file_for_buffer(c, b, model.num_params());
+    plan.emplace_back(b, f);
   }
   // Everything checked: now the model is overwritten.
   std::vector<char> staging, converted;
@@ -880,15 +634,13 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
       const auto per_piece = static_cast<int64_t>(kPieceBytes / file_elem);
       staging.resize(kPieceBytes);
       converted.resize(static_cast<size_t>(per_piece) * tensor_elem);
-      const int fd = open_or_fail(dir / f.name, O_RDONLY);
+      const UniqueFd fd = open_regular_file((dir / f.name).string());
       for (int64_t e = lo; e < hi; e += per_piece) {
         const int64_t cnt = std::min(per_piece, hi - e);
-        pread_all(fd, staging.data(), static_cast<size_t>(cnt) * file_elem, static_cast<uint64_t>(e) * file_elem,
-                  dir / f.name);
+        pread_exact(fd, staging.data(), static_cast<size_t>(cnt) * file_elem, static_cast<uint64_t>(e) * file_elem);
         file_to_tensor_dtype(staging.data(), b.file_dtype, converted.data(), b.tensor.dtype, static_cast<size_t>(cnt));
         copy_from_host(b.tensor.rows(e - b.first, cnt), converted.data());
       }
-      ::close(fd);
     }
     model.gather_weights();
   }

@@ -24,6 +24,7 @@
 
 #include "config/model_config.h"
 #include "config/train_config.h"
+#include "io/fd.h"
 #include "parallel/world.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
@@ -79,7 +80,6 @@ SaveReport save_checkpoint(const std::string& dir, int64_t keep_last, const Llam
 class SaveDirectoryLock {
  public:
   explicit SaveDirectoryLock(const std::string& dir);
-  ~SaveDirectoryLock();
   SaveDirectoryLock(const SaveDirectoryLock&) = delete;
   SaveDirectoryLock& operator=(const SaveDirectoryLock&) = delete;
   // One checkpoint of `bytes` must fit in the free space of DIR's file system (a save writes the new
@@ -89,7 +89,7 @@ class SaveDirectoryLock {
 
  private:
   std::string dir_;
-  int fd_ = -1;
+  UniqueFd fd_;  // holds the flock until closed
 };
 
 // The bytes one checkpoint of this model and optimizer takes on disk (state files; metadata and manifest

@@ -135,10 +135,9 @@ TEST(FileChecks, ReadRegularFileReadsEveryByteAndTheDescriptorBlocks) {
   const std::vector<unsigned char> bytes = pl::read_regular_file_bytes(p);
   EXPECT_TRUE(bytes.size() == content.size() && std::memcmp(bytes.data(), content.data(), bytes.size()) == 0);
   EXPECT_EQ(pl::read_regular_file(dir.write("empty", "")), "");
-  const int fd = pl::open_regular_file(p);
-  EXPECT_EQ(::fcntl(fd, F_GETFL) & O_NONBLOCK, 0);  // cleared after the check
-  EXPECT_NE(::fcntl(fd, F_GETFD) & FD_CLOEXEC, 0);
-  ::close(fd);
+  const pl::UniqueFd fd = pl::open_regular_file(p);
+  EXPECT_EQ(::fcntl(fd.get(), F_GETFL) & O_NONBLOCK, 0);  // cleared after the check
+  EXPECT_NE(::fcntl(fd.get(), F_GETFD) & FD_CLOEXEC, 0);
 }
 
 // RegularFileStream reads the descriptor it checked: a FIFO renamed over the name after the open is never
@@ -262,10 +261,9 @@ std::string write_pages(const TempDir& dir, const std::string& name, size_t byte
 
 // In a test's child: `bytes` of `path` mapped shared and registered (exit 120 when mmap fails).
 void* map_and_register(const std::string& path, size_t bytes) {
-  const int fd = pl::open_regular_file(path);
-  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  const pl::UniqueFd fd = pl::open_regular_file(path);
+  void* m = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
   if (m == MAP_FAILED) ::_exit(120);
-  ::close(fd);
   pl::register_mapped_range(m, bytes, path);
   return m;
 }

@@ -1,0 +1,209 @@
+#include "train/checkpoint_metadata.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/file_checks.h"
+#include "io/json_text.h"
+#include "model/linear_layer.h"
+
+namespace pl {
+using nlohmann::json;
+
+std::string hex64(uint64_t v) { return fmt::format("0x{:016x}", v); }
+
+namespace {
+
+std::string utc_timestamp() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+json model_json(const ModelConfig& m) {
+  return json{{"name", m.name},
+              {"file", m.file},
+              {"num_layers", m.num_layers},
+              {"hidden_size", m.hidden_size},
+              {"ffn_hidden_size", m.ffn_hidden_size},
+              {"num_attention_heads", m.num_attention_heads},
+              {"num_query_groups", m.num_query_groups},
+              {"kv_channels", m.kv_channels},
+              {"vocab_size", m.vocab_size},
+              {"make_vocab_size_divisible_by", m.make_vocab_size_divisible_by},
+              {"seq_length", m.seq_length},
+              {"max_position_embeddings", m.max_position_embeddings},
+              {"rotary_base", m.rotary_base},
+              {"rope_scaling", m.rope_scaling},
+              {"rope_scaling_factor", m.rope_scaling_factor},
+              {"rope_low_freq_factor", m.rope_low_freq_factor},
+              {"rope_high_freq_factor", m.rope_high_freq_factor},
+              {"rope_original_max_position", m.rope_original_max_position},
+              {"layernorm_epsilon", m.layernorm_epsilon},
+              {"init_method_std", m.init_method_std}};
+}
+
+json state_json(const TrainState& s) {
+  return json{{"iteration", s.iteration},
+              {"consumed_samples", s.consumed_samples},
+              {"scheduler_samples", s.scheduler_samples},
+              {"micro_batches_done", s.micro_batches_done},
+              {"valid_consumed_samples", s.valid_consumed_samples},
+              {"nan_iterations", s.nan_iterations},
+              {"consecutive_nan_iterations", s.consecutive_nan},
+              {"interval_loss_sum", s.interval_loss},
+              {"interval_iterations", s.interval_iters},
+              {"interval_good_iterations", s.interval_good},
+              {"interval_skipped_iterations", s.interval_skipped},
+              {"interval_nan_iterations", s.interval_nan}};
+}
+
+TrainState state_from_json(const json& j, const std::string& file) {
+  TrainState s;
+  s.iteration = json_field<int64_t>(j, "iteration", file);
+  s.consumed_samples = json_field<int64_t>(j, "consumed_samples", file);
+  s.scheduler_samples = json_field<int64_t>(j, "scheduler_samples", file);
+  s.micro_batches_done = json_field<int64_t>(j, "micro_batches_done", file);
+  s.valid_consumed_samples = json_field<int64_t>(j, "valid_consumed_samples", file);
+  s.nan_iterations = json_field<int64_t>(j, "nan_iterations", file);
+  s.consecutive_nan = json_field<int64_t>(j, "consecutive_nan_iterations", file);
+  s.interval_loss = json_field<double>(j, "interval_loss_sum", file);
+  s.interval_iters = json_field<int64_t>(j, "interval_iterations", file);
+  s.interval_good = json_field<int64_t>(j, "interval_good_iterations", file);
+  s.interval_skipped = json_field<int64_t>(j, "interval_skipped_iterations", file);
+  s.interval_nan = json_field<int64_t>(j, "interval_nan_iterations", file);
+  return s;
+}
+
+}  // namespace
+
+std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run) {
+  const TrainConfig& t = run.train;
+  json j;
+  j["format_version"] = kCheckpointFormatVersion;
+  j["iteration"] = st.iteration;
+  j["timestamp"] = utc_timestamp();
+  j["command_line"] = run.command_line;
+  j["model"] = model_json(run.model);
+  j["recipe"] = json{{"name", run.recipe_name}, {"file", run.recipe_file}, {"plan", run.plan}};
+  j["train"] = json{{"train_iters", t.train_iters},   {"warmup_iters", t.warmup_iters},
+                    {"global_batch_size", t.global_batch_size}, {"micro_batch_size", t.micro_batch_size},
+                    {"seq_length", t.seq_length},     {"lr", t.lr},
+                    {"min_lr", t.min_lr},             {"seed", t.seed},
+                    {"fp32_reference", t.fp32_reference}, {"eval_interval", t.eval_interval},
+                    {"eval_iters", t.eval_iters},     {"data_parallel_size", t.data_parallel_size},
+                    {"use_distributed_optimizer", t.use_distributed_optimizer}};
+  j["train_state"] = state_json(st);
+  j["optimizer"] = json{{"steps_taken", optimizer_steps}};
+  j["data"] = json{{"description", run.data},
+                   {"consumed_samples", st.consumed_samples},
+                   {"consumed_valid_samples", st.valid_consumed_samples}};
+  // The only RNG consumed during training is the counter-based Philox of the gradients' stochastic
+  // rounding: (seed, counter = micro-batches done) determines every bit it draws next.
+  j["rng"] = json{{"stochastic_rounding_seed", LinearLayer::kStochasticRoundingSeed},
+                  {"stochastic_rounding_next_counter", st.micro_batches_done},
+                  {"init_seed", t.seed}};
+  return j.dump(2) + "\n";
+}
+
+std::string checkpoint_manifest_text(int64_t iteration, const std::vector<CheckpointFile>& files) {
+  json list = json::array();
+  for (const CheckpointFile& f : files) {
+    json e{{"name", f.name}, {"dtype", f.dtype}, {"bytes", f.bytes}, {"checksum", hex64(f.checksum)}};
+    if (f.dtype != "json") {
+      e["shape"] = json::array({f.numel});
+      e["numel"] = f.numel;
+    }
+    list.push_back(e);
+  }
+  json j{{"format", "pretrain_llama checkpoint"},
+         {"format_version", kCheckpointFormatVersion},
+         {"iteration", iteration},
+         {"checksum", "fnv1a64 x4 lanes per 1 MiB chunk, chunk digests folded in order (lib/core/checksum.h)"},
+         {"files", list}};
+  return j.dump(2) + "\n";
+}
+
+void read_checkpoint_metadata(const std::string& meta_path, const std::string& manifest_path, VerifiedCheckpoint& v) {
+  const json meta = parse_json_text(read_regular_file(meta_path), meta_path);
+  // The whole model config as saved (validated like a configs/models file; "file" names where the
+  // run loaded it from).
+  json m = json_field<json>(meta, "model", meta_path);
+  PL_CHECK(m.is_object(), "{}: 'model' is not an object", meta_path);
+  m.erase("file");
+  v.model = model_config_from_json(m, meta_path + " (model)");
+  v.recipe_name = json_field<std::string>(json_field<json>(meta, "recipe", meta_path), "name", meta_path);
+  const json t = json_field<json>(meta, "train", meta_path);
+  v.train.train_iters = json_field<int64_t>(t, "train_iters", meta_path);
+  v.train.warmup_iters = json_field<int64_t>(t, "warmup_iters", meta_path);
+  v.train.global_batch_size = json_field<int64_t>(t, "global_batch_size", meta_path);
+  v.train.micro_batch_size = json_field<int64_t>(t, "micro_batch_size", meta_path);
+  v.train.seq_length = json_field<int64_t>(t, "seq_length", meta_path);
+  v.train.lr = json_field<double>(t, "lr", meta_path);
+  v.train.min_lr = json_field<double>(t, "min_lr", meta_path);
+  // (Absent before data parallelism: one rank.)
+  if (t.contains("data_parallel_size")) v.train.data_parallel_size = json_field<int64_t>(t, "data_parallel_size", meta_path);
+  v.state = state_from_json(json_field<json>(meta, "train_state", meta_path), meta_path);
+  v.optimizer_steps = json_field<int64_t>(json_field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
+  PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path,
+           v.state.iteration, manifest_path, v.iteration);
+}
+
+std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c, const ModelConfig& m,
+                                                     const std::string& recipe_name, const TrainConfig& t) {
+  const std::pair<const char*, std::pair<int64_t, int64_t>> shape[] = {
+      {"num_layers", {c.model.num_layers, m.num_layers}},
+      {"hidden_size", {c.model.hidden_size, m.hidden_size}},
+      {"ffn_hidden_size", {c.model.ffn_hidden_size, m.ffn_hidden_size}},
+      {"num_attention_heads", {c.model.num_attention_heads, m.num_attention_heads}},
+      {"num_query_groups", {c.model.num_query_groups, m.num_query_groups}},
+      {"kv_channels", {c.model.kv_channels, m.kv_channels}},
+      {"vocab_size", {c.model.vocab_size, m.vocab_size}},
+  };
+  for (const auto& [name, v] : shape)
+    PL_CHECK(v.first == v.second, "--load {}: the checkpoint's model has {} {} but --model {} has {}", c.path, name,
+             v.first, m.name, v.second);
+
+  std::vector<std::string> notes;
+  if (c.recipe_name != recipe_name)
+    notes.push_back(fmt::format("checkpoint saved with recipe {}, resuming with recipe {}", c.recipe_name, recipe_name));
+  const std::pair<const char*, std::pair<int64_t, int64_t>> flags[] = {
+      {"--global-batch-size", {c.train.global_batch_size, t.global_batch_size}},
+      {"--micro-batch-size", {c.train.micro_batch_size, t.micro_batch_size}},
+      {"--seq-length", {c.train.seq_length, t.seq_length}},
+      {"--train-iters", {c.train.train_iters, t.train_iters}},
+      {"--warmup-iters", {c.train.warmup_iters, t.warmup_iters}},
+  };
+  for (const auto& [flag, v] : flags)
+    if (v.first != v.second)
+      notes.push_back(fmt::format("checkpoint saved with {} {}, resuming with {} (data continues at consumed sample {})",
+                                  flag, v.first, v.second, c.state.consumed_samples));
+  if (c.train.data_parallel_size != t.data_parallel_size)
+    notes.push_back(fmt::format("checkpoint saved by {} data-parallel ranks, resuming with {} (the files do not depend "
+                                "on the rank count; data continues at consumed sample {})",
+                                c.train.data_parallel_size, t.data_parallel_size, c.state.consumed_samples));
+  // The moments' dtypes (the precision-aware optimizer's): the manifest names each file in its dtype.
+  auto saved_dtype = [&](const std::string& stem) {
+    for (const CheckpointFile& f : c.files)
+      if (f.name == stem + "_bf16.bin") return std::string("bf16");
+    return std::string("fp32");
+  };
+  const std::string saved_m = saved_dtype("adam_m"), saved_v = saved_dtype("adam_v");
+  if (saved_m != t.exp_avg_dtype || saved_v != t.exp_avg_sq_dtype)
+    notes.push_back(fmt::format("checkpoint saved with optimizer state exp_avg {}, exp_avg_sq {}; this run keeps "
+                                "exp_avg {}, exp_avg_sq {}: converted on load (bf16 -> fp32 exact, fp32 -> bf16 "
+                                "round-to-nearest-even)",
+                                saved_m, saved_v, t.exp_avg_dtype, t.exp_avg_sq_dtype));
+  if (c.train.lr != t.lr || c.train.min_lr != t.min_lr)
+    notes.push_back(fmt::format("checkpoint saved with --lr {} --min-lr {}, resuming with --lr {} --min-lr {}",
+                                c.train.lr, c.train.min_lr, t.lr, t.min_lr));
+  return notes;
+}
+
+}  // namespace pl
