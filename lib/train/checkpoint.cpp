@@ -264,11 +264,16 @@ std::vector<std::pair<int64_t, fs::path>> iteration_dirs(const fs::path& dir) {
 // entries of this process and of processes that no longer exist, and any *.tmp-* name without a pid. Another
 // live process's temporary is left alone (the directory lock keeps a second run out, but a temporary must
 // never be taken from under its writer).
+// Called after the save is published: a leftover that cannot be removed is only a leftover, so it does
+// not fail the save (the next save tries again).
 void remove_tmp_entries(const fs::path& dir) {
-  remove_dead_temporaries(dir.string(), [](const std::string& name) {
-    if (!is_tmp_name(name)) return -1L;
-    return std::max(0L, pid_after(std::string_view(name).substr(name.rfind('-') + 1), ""));
-  });
+  try {
+    remove_dead_temporaries(dir.string(), [](const std::string& name) {
+      if (!is_tmp_name(name)) return -1L;
+      return std::max(0L, pid_after(std::string_view(name).substr(name.rfind('-') + 1), ""));
+    });
+  } catch (const Error&) {
+  }
 }
 
 // Deletes all but the newest keep_last iter_ directories; each is renamed to a *.tmp-* name first so a
