@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/quantize.h"
-#include "core/tensor.h"
+#include "core/device_memory.h"
 
 namespace pl::cuda {
 
