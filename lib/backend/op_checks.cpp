@@ -55,7 +55,9 @@ void rows_fit_grid(const OpContext& ctx, const char* op, const char* name, const
            t.shape_str());
 }
 
-// Every id must index a row of the vocabulary (host memory: checked on the CPU only).
+// Every id must index a row of the vocabulary. The model's ids were checked once already, naming the
+// sample (LlamaModel::upload_batch); this is for direct op calls, on the CPU only (the ids are in host
+// memory there; the GPU kernels skip an id outside [0, V) rather than read out of bounds).
 void ids_in_vocab(const OpContext& ctx, const char* op, const char* name, const Tensor& ids, int64_t vocab) {
   if (on_gpu(ctx)) return;
   const int32_t* p = ids.i32();

@@ -36,14 +36,13 @@ ShardLayout shard_layout(int64_t num_params, const RunLayout& options) {
   return s;
 }
 
-MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,
-                       const RunLayout& opt, int opened_sm) {
-  MemoryPlan mem;
-  // With the distributed optimizer the weights and gradients are padded (every rank holds all of them)
-  // and the master weights and moments are one rank's shard.
+namespace {
+
+// The weights and gradients (every rank holds them, padded with the distributed optimizer), the master
+// weights and the moments (one rank's shard), and the offload's host buffers.
+void plan_parameters(MemoryPlan& mem, const ModelConfig& cfg, DType act, const RunLayout& opt) {
   const ShardLayout shard = shard_layout(cfg.num_parameters(), opt);
   const size_t n = static_cast<size_t>(shard.padded), owned = static_cast<size_t>(shard.shard);
-  const DType act = float_storage(device);
   mem.weights = static_cast<double>(n * dtype_size(act));
   mem.master = static_cast<double>(owned * 4);
   // BF16 main grads: 2 bytes on the GPU (the CPU keeps bf16 values in FP32 storage).
@@ -60,13 +59,12 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
     const size_t slot = static_cast<size_t>(std::min<int64_t>(kOffloadChunkElements, static_cast<int64_t>(n)));
     mem.host_staging = static_cast<double>(slot * dtype_size(act) * kOffloadStagingSlots);
   }
+}
 
-  const int64_t T = checked_mul(B, S, "--micro-batch-size x --seq-length"), h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
-  const int64_t nq = cfg.num_attention_heads, d = cfg.kv_channels, qkv = cfg.qkv_dim(), L = cfg.num_layers;
-  // Every tensor is carved from one arena, each rounded up to 256 bytes.
-  Activations<ArenaSlot>& a = mem.arena;
+// Every tensor is carved from one arena, each rounded up to 256 bytes, in the order asked for.
+struct ArenaLayout {
   size_t total = 0;
-  auto want = [&](ArenaSlot& s, std::vector<int64_t> dims, DType type) {
+  void want(ArenaSlot& s, std::vector<int64_t> dims, DType type) {
     // Checked: the shapes come from the model config and the batch flags (user input).
     constexpr std::string_view what = "the activation memory plan (micro-batch x sequence x model sizes)";
     int64_t count = 1;
@@ -74,7 +72,15 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
     const int64_t bytes = checked_mul(count, static_cast<int64_t>(dtype_size(type)), what);
     s = {std::move(dims), type, total};
     total = static_cast<size_t>(checked_add(static_cast<int64_t>(total), checked_add(bytes, 255, what) / 256 * 256, what));
-  };
+  }
+};
+
+// One micro-batch's activations and their gradients, B x S = T tokens.
+void plan_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const ModelConfig& cfg, int64_t B, int64_t S,
+                      int64_t T, DType act, const RunLayout& opt) {
+  const int64_t h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
+  const int64_t nq = cfg.num_attention_heads, d = cfg.kv_channels, qkv = cfg.qkv_dim(), L = cfg.num_layers;
+  const auto want = [&](ArenaSlot& s, std::vector<int64_t> dims, DType type) { arena.want(s, std::move(dims), type); };
   a.layers.resize(static_cast<size_t>(L));
   want(a.tokens, {T}, DType::I32);
   want(a.labels, {T}, DType::I32);
@@ -117,26 +123,31 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   want(a.d_attn, {T, nq * d}, act);
   want(a.d_fc1, {T, 2 * f}, act);
   want(a.d_swi, {T, f}, act);
-  // Scratch of the quantized GEMMs, by how they run (LinearLayer::scratch_need): the CPU's FP32
-  // emulation; on a GPU BF16 operands where a format is emulated, nothing where it is native, plus
-  // the FP32 telemetry reference when statistics may be collected.
-  LinearExecution exec;
-  exec.device = device;
-  exec.telemetry = opt.quant_telemetry;
-  exec.gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm);
-  int64_t scratch_a = 0, scratch_b = 0;
-  std::string how;  // "nvfp4 emulated", one per format in order of first use
+}
+
+// What the quantized GEMMs need beyond the activations: the largest scratch of one GEMM and how each
+// format runs ("nvfp4 emulated", one per format in order of first use).
+struct GemmScratch {
+  int64_t a = 0, b = 0;
+  std::string how;
+};
+
+// The quantized weight copies per layer, plus one transient x/dy workspace per distinct (plan, kind), in
+// mem.quantized; the scratch by how the GEMMs run (LinearLayer::scratch_need): the CPU's FP32 emulation;
+// on a GPU BF16 operands where a format is emulated, nothing where it is native, plus the FP32 telemetry
+// reference when statistics may be collected.
+GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const LinearExecution& exec, int64_t T) {
+  GemmScratch scratch;
   mem.workspace_of.assign(plan.linears.size(), -1);
   for (size_t i = 0; i < plan.linears.size(); ++i) {
     const LinearPlan& p = plan.linears[i];
-    // Quantized weight copies per layer, plus one transient x/dy workspace per distinct (plan, kind).
     mem.quantized += static_cast<double>(LinearLayer::weight_bytes(p));
     if (!p.quantized()) continue;
     const std::string used = fmt::format("{} {}", format_name(p), exec.native(p) ? "native" : "emulated");
-    if (how.find(used) == std::string::npos) how += (how.empty() ? "" : ", ") + used;
+    if (scratch.how.find(used) == std::string::npos) scratch.how += (scratch.how.empty() ? "" : ", ") + used;
     const LinearLayer::ScratchNeed need = LinearLayer::scratch_need(p, exec, T);
-    scratch_a = std::max(scratch_a, need.a);
-    scratch_b = std::max(scratch_b, need.b);
+    scratch.a = std::max(scratch.a, need.a);
+    scratch.b = std::max(scratch.b, need.b);
     size_t first = i % 4;  // the first linear of this kind with this plan
     while (plan.linears[first] != p) first += 4;
     if (first < i) {
@@ -147,30 +158,53 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
     mem.workspaces.push_back(static_cast<int64_t>(i));
     mem.quantized += static_cast<double>(LinearWorkspace::bytes(p, T));
   }
-  if (opt.bf16_main_grads) want(a.grad_scratch, {largest_grad_group(cfg)}, DType::F32);
-  if (scratch_a > 0) want(a.quant_scratch_a, {scratch_a}, DType::F32);
-  if (scratch_b > 0) want(a.quant_scratch_b, {scratch_b}, DType::F32);
-  mem.activations = static_cast<double>(total);
+  return scratch;
+}
+
+// cuBLASLt 32 MiB (SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
+// are planning estimates (the plan is made before any GPU is touched, --dry-run included); on the GPU
+// the graphs are built at start-up and the banner reports cuDNN's own get_workspace_size()
+// (cuda::attention_prepare), which must fit in the estimate plus the arena's slack.
+//   deterministic (--deterministic-mode): Hopper's dP-workspace path keeps dP for a whole
+//     [B, heads, S, S] in BF16: B·heads·S²·2 bytes (an upper estimate; Blackwell needs less);
+//   default (non-deterministic): FP32 dQ accumulators and the softmax row sums,
+//     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch.
+double gpu_library_workspace(const ModelConfig& cfg, int64_t B, int64_t S, bool deterministic) {
+  const double bhs = static_cast<double>(B) * static_cast<double>(cfg.num_attention_heads) * static_cast<double>(S);
+  const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(cfg.kv_channels) + 4.0);
+  const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S));
+  return 32.0 * 1024 * 1024 + (deterministic ? det : nondet);
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device device, const PrecisionPlan& plan,
+                       const RunLayout& opt, int opened_sm) {
+  MemoryPlan mem;
+  const DType act = float_storage(device);
+  plan_parameters(mem, cfg, act, opt);
+  const int64_t T = checked_mul(B, S, "--micro-batch-size x --seq-length");
+  ArenaLayout arena;
+  plan_activations(mem.arena, arena, cfg, B, S, T, act, opt);
+  LinearExecution exec;
+  exec.device = device;
+  exec.telemetry = opt.quant_telemetry;
+  exec.gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm);
+  const GemmScratch scratch = plan_linears(mem, plan, exec, T);
+  if (opt.bf16_main_grads) arena.want(mem.arena.grad_scratch, {largest_grad_group(cfg)}, DType::F32);
+  if (scratch.a > 0) arena.want(mem.arena.quant_scratch_a, {scratch.a}, DType::F32);
+  if (scratch.b > 0) arena.want(mem.arena.quant_scratch_b, {scratch.b}, DType::F32);
+  mem.activations = static_cast<double>(arena.total);
   if (device != Device::CUDA) return mem;
-  if (!how.empty()) {
+  if (!scratch.how.empty()) {
     const char* source = opt.gpu_sm > 0 ? "" : (opened_sm > 0 ? " (this GPU)" : " (no GPU opened: the default)");
     mem.gemm_note = fmt::format("quantized GEMMs planned for sm_{}{}: {}; their scratch {:.2f} MB{} is in "
                                 "activations and scratch",
-                                exec.gpu_sm, source, how, static_cast<double>(scratch_a + scratch_b) * 4 / 1048576.0,
+                                exec.gpu_sm, source, scratch.how,
+                                static_cast<double>(scratch.a + scratch.b) * 4 / 1048576.0,
                                 exec.telemetry ? " (with the quantization-statistics reference)" : "");
   }
-  // cuBLASLt 32 MiB (SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
-  // are planning estimates (the plan is made before any GPU is touched, --dry-run included); on the GPU
-  // the graphs are built at start-up and the banner reports cuDNN's own get_workspace_size()
-  // (cuda::attention_prepare), which must fit in the estimate plus the arena's slack.
-  //   deterministic (--deterministic-mode): Hopper's dP-workspace path keeps dP for a whole
-  //     [B, heads, S, S] in BF16: B·heads·S²·2 bytes (an upper estimate; Blackwell needs less);
-  //   default (non-deterministic): FP32 dQ accumulators and the softmax row sums,
-  //     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch.
-  const double bhs = static_cast<double>(B) * static_cast<double>(nq) * static_cast<double>(S);
-  const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(d) + 4.0);
-  const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S));
-  mem.workspace = 32.0 * 1024 * 1024 + (opt.deterministic_attention ? det : nondet);
+  mem.workspace = gpu_library_workspace(cfg, B, S, opt.deterministic_attention);
   return mem;
 }
 

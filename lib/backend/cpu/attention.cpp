@@ -87,6 +87,86 @@ float* thread_scratch(size_t n) {
 
 constexpr int64_t kRowBlock = 64;  // query rows (forward, dq) or key rows (dk, dv) per work item
 
+// The backward's operands, read by the work items of both passes (every output row has one owner).
+struct AttentionBackward {
+  QkvLayout L;
+  int64_t S, nq, nkv, d, group;
+  int64_t ostride;  // row stride of out / dout
+  float scale;
+  const float *x, *go, *l;
+  const float* D;  // [B, nq, S]: dO_i · O_i
+  float* dx;
+  bool round;
+
+  // Pass 1, per (batch, query head, block of query rows): dq_i = scale Σ_{j<=i} dS_ij k_j.
+  void dq_block(int64_t bh, int64_t blk) const {
+    const int64_t b = bh / nq, h = bh % nq, g = h / group;
+    const int64_t i0 = blk * kRowBlock, i1 = std::min(S, i0 + kRowBlock);
+    float* kp = thread_scratch<0>(static_cast<size_t>(2 * d * S));
+    float* vp = kp + S * d;
+    pack_rows(kp, x + L.k(b, 0, g), L.width, 0, i1, d);
+    pack_rows(vp, x + L.v(b, 0, g), L.width, 0, i1, d);
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* q = x + L.q(b, i, h);
+      const float* gi = go + (b * S + i) * ostride + h * d;
+      const float li = l[bh * S + i], Di = D[bh * S + i];
+      float* dq = dx + L.q(b, i, h);
+      for (int64_t c = 0; c < d; ++c) dq[c] = 0.0f;
+      for (int64_t j0 = 0; j0 <= i; j0 += 4) {
+        const int64_t m = std::min<int64_t>(4, i + 1 - j0);
+        float ds[4];
+        for (int64_t u = 0; u < m; ++u) {
+          const float* k = kp + (j0 + u) * d;
+          const float p = std::exp(dot(q, k, d) * scale - li);
+          ds[u] = p * (dot(gi, vp + (j0 + u) * d, d) - Di);
+        }
+        axpy_rows(dq, ds, kp + j0 * d, m, d);
+      }
+      scale_round(dq, scale, d, round);
+    }
+  }
+
+  // Pass 2, per (batch, kv head, block of key rows [j0, j1)), over the query heads of the group and
+  // the query rows i >= j:  dk_j = scale Σ dS_ij q_i,  dv_j = Σ P_ij dO_i.
+  void dkdv_block(int64_t bg, int64_t blk) const {
+    const int64_t b = bg / nkv, g = bg % nkv;
+    const int64_t j0 = blk * kRowBlock, j1 = std::min(S, j0 + kRowBlock);
+    float* qp = thread_scratch<0>(static_cast<size_t>(2 * d * S));  // rows j0..S-1 of one head
+    float* gp = qp + S * d;
+    for (int64_t j = j0; j < j1; ++j) {
+      float* dk = dx + L.k(b, j, g);
+      float* dv = dx + L.v(b, j, g);
+      for (int64_t c = 0; c < d; ++c) dk[c] = dv[c] = 0.0f;
+    }
+    for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+      const int64_t bh = b * nq + h;
+      pack_rows(qp, x + L.q(b, 0, h), L.width, j0, S, d);
+      pack_rows(gp, go + b * S * ostride + h * d, ostride, j0, S, d);
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* k = x + L.k(b, j, g);
+        const float* v = x + L.v(b, j, g);
+        float* dk = dx + L.k(b, j, g);
+        float* dv = dx + L.v(b, j, g);
+        for (int64_t i0 = j; i0 < S; i0 += 4) {
+          const int64_t m = std::min<int64_t>(4, S - i0);
+          float p[4], ds[4];
+          for (int64_t u = 0; u < m; ++u) {
+            const int64_t i = i0 + u;
+            p[u] = std::exp(dot(qp + (i - j0) * d, k, d) * scale - l[bh * S + i]);
+            ds[u] = p[u] * (dot(gp + (i - j0) * d, v, d) - D[bh * S + i]);
+          }
+          axpy_rows(dv, p, gp + (i0 - j0) * d, m, d);
+          axpy_rows(dk, ds, qp + (i0 - j0) * d, m, d);
+        }
+      }
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      scale_round(dx + L.k(b, j, g), scale, d, round);
+      scale_round(dx + L.v(b, j, g), 1.0f, d, round);
+    }
+  }
+};
+
 }  // namespace
 
 void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
@@ -139,18 +219,10 @@ void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& ls
 void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
   const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-
-  const QkvLayout L{s.seq, nq, nkv, d, (nq + 2 * nkv) * d};
-  const int64_t S = s.seq, group = nq / nkv, B = s.batch, BH = B * nq, BG = B * nkv;
-  const int64_t blocks = (S + kRowBlock - 1) / kRowBlock;
-  const int64_t ostride = nq * d;  // row stride of out / dout
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  const float* x = qkv.f32();
+  const int64_t S = s.seq, BH = s.batch * nq, BG = s.batch * nkv, blocks = (S + kRowBlock - 1) / kRowBlock;
+  const int64_t ostride = nq * d;
   const float* go = dout.f32();
   const float* o = out.f32();
-  const float* l = lse.f32();
-  float* dx = dqkv.f32();
-  const bool round = ctx.round_bf16;
 
   // D[b, h, i] = dO_i · O_i, in the calling thread's scratch, read by all threads below.
   float* D = thread_scratch<1>(static_cast<size_t>(BH * S));
@@ -161,79 +233,15 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
       D[bh * S + i] = dot(go + off, o + off, d);
     }
 
-    // Pass 1, per (batch, query head, block of query rows): dq_i = scale Σ_{j<=i} dS_ij k_j.
+  const AttentionBackward pass{QkvLayout{S, nq, nkv, d, (nq + 2 * nkv) * d},
+                               S, nq, nkv, d, nq / nkv, ostride, 1.0f / std::sqrt(static_cast<float>(d)),
+                               qkv.f32(), go, lse.f32(), D, dqkv.f32(), ctx.round_bf16};
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int64_t bh = 0; bh < BH; ++bh) {
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t b = bh / nq, h = bh % nq, g = h / group;
-      const int64_t i0 = blk * kRowBlock, i1 = std::min(S, i0 + kRowBlock);
-      float* kp = thread_scratch<0>(static_cast<size_t>(2 * d * S));
-      float* vp = kp + S * d;
-      pack_rows(kp, x + L.k(b, 0, g), L.width, 0, i1, d);
-      pack_rows(vp, x + L.v(b, 0, g), L.width, 0, i1, d);
-      for (int64_t i = i0; i < i1; ++i) {
-        const float* q = x + L.q(b, i, h);
-        const float* gi = go + (b * S + i) * ostride + h * d;
-        const float li = l[bh * S + i], Di = D[bh * S + i];
-        float* dq = dx + L.q(b, i, h);
-        for (int64_t c = 0; c < d; ++c) dq[c] = 0.0f;
-        for (int64_t j0 = 0; j0 <= i; j0 += 4) {
-          const int64_t m = std::min<int64_t>(4, i + 1 - j0);
-          float ds[4];
-          for (int64_t u = 0; u < m; ++u) {
-            const float* k = kp + (j0 + u) * d;
-            const float p = std::exp(dot(q, k, d) * scale - li);
-            ds[u] = p * (dot(gi, vp + (j0 + u) * d, d) - Di);
-          }
-          axpy_rows(dq, ds, kp + j0 * d, m, d);
-        }
-        scale_round(dq, scale, d, round);
-      }
-    }
-  }
-
-  // Pass 2, per (batch, kv head, block of key rows [j0, j1)), over the query heads of the group and
-  // the query rows i >= j:  dk_j = scale Σ dS_ij q_i,  dv_j = Σ P_ij dO_i.
+  for (int64_t bh = 0; bh < BH; ++bh)
+    for (int64_t blk = 0; blk < blocks; ++blk) pass.dq_block(bh, blk);
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int64_t bg = 0; bg < BG; ++bg) {
-    for (int64_t blk = 0; blk < blocks; ++blk) {
-      const int64_t b = bg / nkv, g = bg % nkv;
-      const int64_t j0 = blk * kRowBlock, j1 = std::min(S, j0 + kRowBlock);
-      float* qp = thread_scratch<0>(static_cast<size_t>(2 * d * S));  // rows j0..S-1 of one head
-      float* gp = qp + S * d;
-      for (int64_t j = j0; j < j1; ++j) {
-        float* dk = dx + L.k(b, j, g);
-        float* dv = dx + L.v(b, j, g);
-        for (int64_t c = 0; c < d; ++c) dk[c] = dv[c] = 0.0f;
-      }
-      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const int64_t bh = b * nq + h;
-        pack_rows(qp, x + L.q(b, 0, h), L.width, j0, S, d);
-        pack_rows(gp, go + b * S * ostride + h * d, ostride, j0, S, d);
-        for (int64_t j = j0; j < j1; ++j) {
-          const float* k = x + L.k(b, j, g);
-          const float* v = x + L.v(b, j, g);
-          float* dk = dx + L.k(b, j, g);
-          float* dv = dx + L.v(b, j, g);
-          for (int64_t i0 = j; i0 < S; i0 += 4) {
-            const int64_t m = std::min<int64_t>(4, S - i0);
-            float p[4], ds[4];
-            for (int64_t u = 0; u < m; ++u) {
-              const int64_t i = i0 + u;
-              p[u] = std::exp(dot(qp + (i - j0) * d, k, d) * scale - l[bh * S + i]);
-              ds[u] = p[u] * (dot(gp + (i - j0) * d, v, d) - D[bh * S + i]);
-            }
-            axpy_rows(dv, p, gp + (i0 - j0) * d, m, d);
-            axpy_rows(dk, ds, qp + (i0 - j0) * d, m, d);
-          }
-        }
-      }
-      for (int64_t j = j0; j < j1; ++j) {
-        scale_round(dx + L.k(b, j, g), scale, d, round);
-        scale_round(dx + L.v(b, j, g), 1.0f, d, round);
-      }
-    }
-  }
+  for (int64_t bg = 0; bg < BG; ++bg)
+    for (int64_t blk = 0; blk < blocks; ++blk) pass.dkdv_block(bg, blk);
 }
 
 }  // namespace pl::cpu

@@ -1,5 +1,8 @@
 #include "backend/cuda/device_state.h"
 
+#include <dlfcn.h>
+#include <fmt/format.h>
+
 #include <cstring>
 #include <string>
 
@@ -72,6 +75,52 @@ int device_sm(const DeviceState& state) { return state.sm; }
 
 bool gemm_native(const DeviceState& state, QuantFormat f) {
   return quantized_gemm_native(f, state.sm) && !state.force_emulated_gemm;
+}
+
+// What the loaded libraries report, which is what ran, whatever their file names say. NCCL and NVRTC are
+// looked up with dlopen (the library does not link them); "not loadable" when the library path lacks them.
+std::vector<std::string> library_version_lines() {
+  const auto dotted = [](long long v) { return fmt::format("{}.{}", v / 1000, v / 10 % 100); };
+  std::vector<std::string> lines;
+  int rt = 0, drv = 0;
+  const cudaError_t rt_err = cudaRuntimeGetVersion(&rt), drv_err = cudaDriverGetVersion(&drv);
+  lines.push_back(fmt::format("CUDA runtime {} | CUDA driver API {}",
+                              rt_err == cudaSuccess ? dotted(rt) : cudaGetErrorString(rt_err),
+                              drv_err == cudaSuccess ? (drv ? dotted(drv) : "none (no driver)")
+                                                     : cudaGetErrorString(drv_err)));
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess) {
+    lines.push_back(fmt::format("devices: none ({})", cudaGetErrorString(e)));
+  } else {
+    for (int d = 0; d < devices; ++d) {
+      cudaDeviceProp p{};
+      if (cudaGetDeviceProperties(&p, d) == cudaSuccess)
+        lines.push_back(fmt::format("device {}: {}, sm_{}{}, {:.1f} GiB", d, p.name, p.major, p.minor,
+                                    static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0)));
+    }
+  }
+  const size_t lt = cublasLtGetVersion();  // major*10000 + minor*100 + patch
+  lines.push_back(fmt::format("cuBLASLt {}.{}.{}", lt / 10000, lt / 100 % 100, lt % 100));
+  const size_t dnn = cudnnGetVersion();  // cuDNN 9: major*10000 + minor*100 + patch
+  lines.push_back(fmt::format("cuDNN {}.{}.{} (built against {}.{}.{})", dnn / 10000, dnn / 100 % 100, dnn % 100,
+                              CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL));
+  if (void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL)) {
+    int v = 0;
+    using Fn = int (*)(int*);
+    if (auto fn = reinterpret_cast<Fn>(dlsym(h, "ncclGetVersion")); fn && fn(&v) == 0)  // major*10000+minor*100+patch
+      lines.push_back(fmt::format("NCCL {}.{}.{}", v / 10000, v / 100 % 100, v % 100));
+  } else {
+    lines.push_back("NCCL not loadable (libnccl.so.2)");
+  }
+  void* nvrtc = nullptr;
+  for (const char* name : {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+    if ((nvrtc = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+  int nv_major = 0, nv_minor = 0;
+  using NvrtcVersion = int (*)(int*, int*);
+  const auto nvrtc_fn = nvrtc ? reinterpret_cast<NvrtcVersion>(dlsym(nvrtc, "nvrtcVersion")) : nullptr;
+  lines.push_back(nvrtc_fn && nvrtc_fn(&nv_major, &nv_minor) == 0 ? fmt::format("NVRTC {}.{}", nv_major, nv_minor)
+                                                                  : "NVRTC not loadable (libnvrtc.so.13)");
+  return lines;
 }
 
 }  // namespace pl::cuda

@@ -160,7 +160,6 @@ struct LtPlan {
   cublasLtMatmulAlgo_t algo{};
 };
 
-
 // RAII owner of the preference, used only while a plan is made.
 struct Preference {
   cublasLtMatmulPreference_t h = nullptr;
@@ -170,26 +169,45 @@ struct Preference {
 };
 
 PlanKey key_of(const LtMatmul& g) {
-  return PlanKey{static_cast<int32_t>(g.transa),
-                 static_cast<int32_t>(g.transb),
-                 g.m,
-                 g.n,
-                 g.k,
-                 g.lda,
-                 g.ldb,
-                 g.ldd,
-                 static_cast<int32_t>(g.a_type),
-                 static_cast<int32_t>(g.b_type),
-                 static_cast<int32_t>(g.d_type),
-                 static_cast<int32_t>(g.scale_mode),
-                 g.alpha_device != nullptr,
-                 g.a_scale != nullptr,
-                 g.b_scale != nullptr,
-                 g.quantized_inputs,
-                 g.quantized_inputs && g.fast_accum,
-                 alignment_of(g.A),
-                 alignment_of(g.B),
-                 alignment_of(g.D)};
+  return PlanKey{static_cast<int32_t>(g.transa), static_cast<int32_t>(g.transb), g.m, g.n, g.k, g.lda, g.ldb, g.ldd,
+                 static_cast<int32_t>(g.a_type), static_cast<int32_t>(g.b_type), static_cast<int32_t>(g.d_type),
+                 static_cast<int32_t>(g.scale_mode), g.alpha_device != nullptr, g.a_scale != nullptr,
+                 g.b_scale != nullptr, g.quantized_inputs, g.quantized_inputs && g.fast_accum, alignment_of(g.A),
+                 alignment_of(g.B), alignment_of(g.D)};
+}
+
+// The heuristic's algorithm for plan p (descriptor and layouts made), within the device state's
+// workspace and for the operands' pointer alignments.
+template <class Check>
+cublasLtMatmulAlgo_t choose_algorithm(const DeviceState& state, const PlanKey& k, const LtPlan& p, Check chk) {
+  Preference pref;
+  chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
+  const uint64_t ws = state.workspace_bytes;
+  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+      "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
+  // The operands' pointer alignments (C and D are the same buffer).
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attr;
+    uint32_t bytes;
+    const char* name;
+  } aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_a,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)"},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_b,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)"},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_d,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)"},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d,
+       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"}};
+  for (const auto& a : aligns)
+    chk(cublasLtMatmulPreferenceSetAttribute(pref.h, a.attr, &a.bytes, sizeof a.bytes), a.name);
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  chk(cublasLtMatmulAlgoGetHeuristic(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
+      "cublasLtMatmulAlgoGetHeuristic");
+  if (returned == 0) chk(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic returned no algorithm");
+  chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
+  return result.algo;
 }
 
 // Makes the plan of key k (the first call with it); chk checks every cuBLASLt status. On an error
@@ -247,34 +265,7 @@ LtPlan make_plan(const DeviceState& state, const PlanKey& k, const LtMatmul& g, 
   chk(cublasLtMatrixLayoutCreate(&p.ld, g.d_type, static_cast<uint64_t>(g.m), static_cast<uint64_t>(g.n), g.ldd),
       "cublasLtMatrixLayoutCreate(C/D)");
 
-  Preference pref;
-  chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
-  const uint64_t ws = state.workspace_bytes;
-  chk(cublasLtMatmulPreferenceSetAttribute(pref.h, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-      "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)");
-  // The operands' pointer alignments (C and D are the same buffer).
-  const struct {
-    cublasLtMatmulPreferenceAttributes_t attr;
-    uint32_t bytes;
-    const char* name;
-  } aligns[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, k.align_a,
-       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_A_BYTES)"},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, k.align_b,
-       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_B_BYTES)"},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, k.align_d,
-       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_C_BYTES)"},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, k.align_d,
-       "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"}};
-  for (const auto& a : aligns)
-    chk(cublasLtMatmulPreferenceSetAttribute(pref.h, a.attr, &a.bytes, sizeof a.bytes), a.name);
-  cublasLtMatmulHeuristicResult_t result{};
-  int returned = 0;
-  chk(cublasLtMatmulAlgoGetHeuristic(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
-      "cublasLtMatmulAlgoGetHeuristic");
-  if (returned == 0) chk(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic returned no algorithm");
-  chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
-  p.algo = result.algo;
+  p.algo = choose_algorithm(state, k, p, chk);
   o.keep = true;
   return p;
 }

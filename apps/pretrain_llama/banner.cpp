@@ -1,0 +1,135 @@
+// pretrain_llama's banner: the start-up lines that say what runs (model, device, recipe, plan, training,
+// data parallelism) and the summary at the end. The device layer words its own lines
+// (backend/device_banner.h); this file adds the prefix.
+#include "pretrain_llama.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "backend/device_banner.h"
+#include "log/megatron_log.h"
+#include "model/accounting.h"
+#include "model/llama.h"
+
+extern "C" char* openblas_get_config(void);
+
+namespace pl::pretrain {
+
+// --print-library-versions: what the device layer reports (backend/device_banner.h). Exit 0, or 1 without
+// CUDA.
+int print_library_versions() {
+  const LibraryVersions v = library_versions();
+  for (const std::string& line : v.lines) std::printf("pretrain_llama | %s\n", line.c_str());
+  return v.cuda_backend ? 0 : 1;
+}
+
+void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads, const Logger& out) {
+  const ModelConfig& mc = s.mc;
+  out->info("pretrain_llama | model {} ({}): {} layers, hidden {}, ffn {}, heads {} ({} kv groups, head dim {}), "
+            "vocab {}, {:.3f} M parameters",
+            mc.name, s.model_source, mc.num_layers, mc.hidden_size, mc.ffn_hidden_size, mc.num_attention_heads,
+            mc.num_query_groups, mc.kv_channels, mc.vocab_size, static_cast<double>(mc.num_parameters()) / 1e6);
+  out->info("pretrain_llama | device {} | OpenMP threads {} | BLAS {}", device_name(device), threads,
+            openblas_get_config());
+  out->info("pretrain_llama | recipe {} ({}){}{}", s.recipe.name, s.recipe_path, s.recipe_note,
+            t.fp32_reference ? " | --fp32-reference: activations kept in FP32" : "");
+  out->info("pretrain_llama | precision plan:");
+  for (const std::string& line : s.plan.describe()) out->info("pretrain_llama |   {}", line);
+  for (const std::string& note : s.plan.notes) out->info("pretrain_llama |   note: {}", note);
+  if (device == Device::CPU && !s.plan.all_bf16())
+    out->info("pretrain_llama |   note: {} GEMMs are emulated on the cpu (each operand dequantized exactly, FP32 "
+              "BLAS accumulation, global scales as alpha): the recipe's numerics, not its speed",
+              format_name(s.plan.quantized()));
+}
+
+// The GPU's state, opened once and owned by the caller: checks what the GPU run needs, applies the
+// debugging and determinism switches and prints how each quantized format's GEMM runs.
+DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx, const Logger& out) {
+  check_gpu_gemm_rules(s.plan, s.mc, t.micro_batch_size, t.seq_length);
+  DeviceStateHandle state = open_gpu_for_training(ctx, t.deterministic_mode, t.cuda_sync_every_launch);
+  std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
+  for (const LinearPlan& p : s.plan.linears)
+    if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
+  for (const std::string& line : gemm_banner_lines(ctx, used)) out->info("pretrain_llama |   {}", line);
+  if (t.cuda_sync_every_launch)
+    out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
+              "a fault names its op (slow: timings are not representative)");
+  return state;
+}
+
+void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, const Logger& out) {
+  out->info("pretrain_llama | training: {} iterations, global batch {} = {} micro-batches x {} samples x {} tokens, "
+            "lr {:.3g} -> {:.3g} (cosine, warmup {}), seed {}, log interval {}",
+            t.train_iters, t.global_batch_size, t.num_micro_batches(), t.micro_batch_size, t.seq_length, t.lr,
+            t.min_lr, t.warmup_iters, t.seed, t.log_interval);
+  print_optimizer_state(t, out);
+  const MegatronParamCounts pc = megatron_param_counts(mc);
+  std::string lines = log::parameter_lines(pc.transformer_layers, pc.embedding_layers,
+                                           kWeightAndOptimizerBytesPerParam);
+  for (size_t a = 0, b; a < lines.size(); a = b + 1) {
+    b = lines.find('\n', a);
+    if (b == std::string::npos) b = lines.size();
+    out->info("{}", lines.substr(a, b - a));
+  }
+}
+
+// The precision-aware optimizer's one banner line (only when --use-precision-aware-optimizer is given,
+// so default logs are unchanged).
+void print_optimizer_state(const TrainConfig& t, const Logger& out) {
+  if (!t.use_precision_aware_optimizer) return;
+  out->info("pretrain_llama | optimizer state (--use-precision-aware-optimizer): main grads {}, master weights {}, "
+            "exp_avg {}, exp_avg_sq {} (one rank: its distributed optimizer holds the whole state)",
+            t.main_grads_dtype, t.main_params_dtype, t.exp_avg_dtype, t.exp_avg_sq_dtype);
+  if (t.optimizer_cpu_offload)
+    out->info("pretrain_llama | optimizer CPU offload (--optimizer-cpu-offload, fraction {}): FP32 master weights and "
+              "Adam's moments in host memory, AdamW on the host over the shared element math; gradients copied to "
+              "the host as each layer's are final in the last micro-batch",
+              t.optimizer_offload_fraction);
+}
+
+// The start-up line of a data-parallel run (only with more than one rank or a data-parallel flag, so
+// one-rank logs are unchanged).
+void print_data_parallel(const parallel::World& world, const parallel::Communicator& comm, const TrainConfig& t,
+                         const LlamaModel& model, size_t buckets, const Logger& out) {
+  if (world.size() == 1 && !t.use_distributed_optimizer && !t.overlap_grad_reduce) return;
+  const ShardLayout& sh = model.shard();
+  out->info("pretrain_llama | data parallel: world size {}, data-parallel size {} ({}), {} micro-batches per rank per "
+            "iteration (global batch {} = {} x {} samples x {} ranks), communicator {}",
+            world.size(), t.data_parallel_size, world.describe(), t.num_micro_batches(), t.global_batch_size,
+            t.num_micro_batches(), t.micro_batch_size, t.data_parallel_size, comm.name());
+  out->info("pretrain_llama | data parallel: {}; gradients {} in FP32 (Megatron-Bridge's Llama 3 recipes: "
+            "grad_reduce_in_fp32), {}",
+            t.use_distributed_optimizer
+                ? fmt::format("distributed optimizer: each rank owns {} of {} elements (padded from {}) of the master "
+                              "weights and moments",
+                              sh.shard, sh.padded, sh.num_params)
+                : std::string("every rank holds the whole optimizer state (no --use-distributed-optimizer)"),
+            t.use_distributed_optimizer ? "reduce-scattered" : "all-reduced",
+            t.overlap_grad_reduce ? fmt::format("in {} bucket(s), each as soon as the last backward has finished it "
+                                                "(--overlap-grad-reduce)", buckets)
+                                  : std::string("in one bucket after the backward"));
+}
+
+void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out) {
+  if (r.loss.empty()) {
+    out->info("pretrain_llama | summary: no iterations run (the checkpoint is at iteration {} of {})", start.iteration,
+              t.train_iters);
+    return;
+  }
+  if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
+    out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
+  const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
+  // tokens/s of the whole run, then per GPU (the data-parallel ranks) when there is more than one.
+  const double tokens_per_s = tokens_per_iter / r.mean_seconds;
+  const std::string per_gpu = t.data_parallel_size > 1
+                                  ? fmt::format(" ({:.0f} tokens/s/GPU)", tokens_per_s / static_cast<double>(t.data_parallel_size))
+                                  : std::string();
+  out->info("pretrain_llama | summary: iterations {}-{} of {} (run by this process: {}-{}): mean step time {:.3f} s, "
+            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s{} | final lm loss {:.6E} | nan iterations {}",
+            r.summary_first, r.summary_last, t.train_iters, r.first_iteration, r.state.iteration, r.mean_seconds,
+            r.mean_tflops, tokens_per_s, per_gpu, r.loss.back(), r.nan_iterations);
+}
+
+}  // namespace pl::pretrain

@@ -1,0 +1,359 @@
+// pretrain_llama: pretrain a Llama-shaped decoder with Megatron-Bridge's recipe and log format.
+//
+//   pretrain_llama --model configs/models/llama_tiny.json --device cpu --disable-fp4 --train-iters 30
+//                  --global-batch-size 8 --micro-batch-size 2 --seq-length 128
+//
+// This file is the run: the flags resolved on every rank, then the device, the data, the model and the
+// trainer with its checkpoints. The flags are in flags.cpp, the banner in banner.cpp, the memory plan's
+// checks and --dry-run in memory.cpp.
+#include "pretrain_llama.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <omp.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <optional>
+
+#include "../app_main.h"
+#include "backend/device_banner.h"
+#include "core/error.h"
+#include "log/megatron_log.h"
+#include "model/hf_llama.h"
+#include "model/llama.h"
+#include "train/checkpoint.h"
+
+extern "C" void openblas_set_num_threads(int num_threads);
+
+namespace pl::pretrain {
+namespace {
+
+// --exit-signal-handler: the first SIGTERM/SIGINT is recorded for the trainer (read after each iteration);
+// a second one restores the default action and re-raises it, so the process ends at once.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+// On by default with --save (Megatron's flag otherwise).
+void install_stop_signals(const Options& o, Trainer& trainer, const Logger& out) {
+  std::signal(SIGTERM, on_stop_signal);
+  std::signal(SIGINT, on_stop_signal);
+  trainer.set_stop_flag(&g_stop_signal);
+  out->info("pretrain_llama | SIGTERM/SIGINT: finish the iteration, {}exit 0; a second signal stops at once "
+            "(--exit-signal-handler{})",
+            o.save.empty() ? "" : "save a checkpoint, ", o.exit_signal_handler ? "" : ", on because --save is given");
+}
+
+// Every line of the run goes through one stdout logger with the bare "%v" pattern, so Megatron's
+// formats come out to the character and are flushed line by line.
+Logger make_output(const std::string& name) {
+  auto out = spdlog::stdout_logger_mt(name);
+  out->set_pattern("%v");
+  out->flush_on(spdlog::level::info);
+  return out;
+}
+
+// --device: cuda needs a usable device; auto takes one if present, else the CPU, and says which.
+Device resolve_device(const TrainConfig& t, const Logger& out) {
+  if (t.device == "cpu") return Device::CPU;
+  std::string why;
+  const int n = cuda_device_count(&why);
+  if (t.device == "cuda") {
+    PL_CHECK(n > 0, "--device cuda: no usable CUDA device ({})", why);
+    return Device::CUDA;
+  }
+  if (n > 0) return Device::CUDA;
+  out->info("pretrain_llama | --device auto -> cpu (no usable CUDA device: {})", why);
+  return Device::CPU;
+}
+
+int configure_threads(int requested) {
+  const int n = requested > 0 ? requested : omp_get_num_procs();
+  omp_set_num_threads(n);
+  openblas_set_num_threads(n);
+  return n;
+}
+
+// --load: the verified checkpoint, or none when --load names the --save directory and it holds no
+// checkpoint yet. Megatron then warns and starts from random (megatron/training/checkpointing.py,
+// _load_base_checkpoint); we do so only in that resume-or-start case, because a --load that points
+// at the wrong directory should not silently train from scratch.
+// With data parallelism rank 0 reads every byte of the checkpoint (its checksums); the others check the
+// manifest, the metadata and the sizes, and read only their ranges when restoring.
+std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelConfig& mc, const std::string& recipe,
+                                                  const parallel::World& world, const Logger& out) {
+  if (o.load.empty()) return std::nullopt;
+  std::error_code ec;
+  if (!o.save.empty() && std::filesystem::weakly_canonical(o.load, ec) == std::filesystem::weakly_canonical(o.save, ec) &&
+      checkpoint_dir_is_empty(o.load)) {
+    for (const std::string& line : log::no_checkpoint_lines(o.load, kCheckpointTracker)) out->info("{}", line);
+    return std::nullopt;
+  }
+  VerifiedCheckpoint c = verify_checkpoint(o.load, world.rank() == 0);
+  for (const std::string& note : compare_checkpoint_with_run(c, mc, recipe, o.train))
+    out->info("pretrain_llama | checkpoint: {}", note);
+  return c;
+}
+
+// The run's data (mock unless --data-path), sized for training and validation, with one summary line
+// per dataset and split.
+data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& mc, const TrainConfig& t,
+                              const Logger& out) {
+  const auto t0 = std::chrono::steady_clock::now();
+  data::TrainingData d(data::data_config_for_run(flags, mc.vocab_size, t.seq_length,
+                                                 {t.train_samples(), t.valid_samples(), t.test_samples()}));
+  for (const std::string& line : d.summary()) out->info("pretrain_llama | data: {}", line);
+  PL_CHECK(d.recorded_vocab_size() <= mc.vocab_size,
+           "{} says the data was tokenized with a vocabulary of {}, but model {} has vocab_size {}: use a model config "
+           "whose vocab_size covers it (e.g. llama_tiny_bytes for the byte tokenizer)",
+           d.recorded_vocab_source(), d.recorded_vocab_size(), mc.name, mc.vocab_size);
+  out->info("pretrain_llama | data: indices ready in {:.0f} ms; validation {}",
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(),
+            t.eval_iters > 0 ? fmt::format("every {} iterations, {} batches of {} samples", t.eval_interval, t.eval_iters,
+                                           t.global_batch_size)
+                             : std::string("off (--eval-iters 0)"));
+  return d;
+}
+
+// Micro-batches of split `s`; an id the model cannot embed is reported with the sample it came from
+// (data tokenized for a larger vocabulary than the model's).
+BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_batch, int64_t vocab_size) {
+  return [&d, s, micro_batch, vocab_size](int64_t first, int64_t micro, std::span<int32_t> tok,
+                                          std::span<int32_t> lab) {
+    d.micro_batch(s, first, micro, micro_batch, tok, lab);
+    const int64_t seq = static_cast<int64_t>(tok.size()) / micro_batch;
+    for (size_t k = 0; k < tok.size(); ++k) {
+      const int32_t bad = tok[k] < 0 || tok[k] >= vocab_size ? tok[k] : (lab[k] < 0 || lab[k] >= vocab_size ? lab[k] : 0);
+      PL_CHECK(bad == 0, "data: sample {} of the {} split holds token id {}, outside the model's vocabulary [0, {}): "
+               "the data was tokenized for another vocabulary (see its .tokenizer.json, or use a model config with "
+               "a larger vocab_size)",
+               first + micro * micro_batch + static_cast<int64_t>(k) / seq, data::split_name(s), bad, vocab_size);
+    }
+  };
+}
+
+// What a checkpoint records about the run that wrote it (metadata.json).
+RunDescription describe_run(const RunSetup& s, const Options& o, int argc, char** argv) {
+  RunDescription desc;
+  desc.model = s.mc;
+  desc.recipe_name = s.recipe.name;
+  desc.recipe_file = s.recipe_path;
+  desc.plan = s.plan.describe();
+  desc.train = o.train;
+  desc.command_line.assign(argv, argv + argc);
+  desc.data = o.data.data_path.empty()
+                  ? std::string("Megatron MockGPTDataset (split 1,1,1)")
+                  : fmt::format("--data-path {} --split {} --data-seed {}", fmt::join(o.data.data_path, " "), o.data.split,
+                                o.data.seed);
+  return desc;
+}
+
+// Errors every rank meets alike (the flags, the config files): printed once, by rank 0, when all ranks
+// failed; otherwise each failing rank prints its own line. Every rank then returns 1 (no abort needed:
+// no rank has started a collective). Returns the exit code, or 0 when every rank succeeded.
+template <class Fn>
+int agree_or_fail(const parallel::World& world, Fn&& fn) {
+  std::string error;
+  try {
+    fn();
+  } catch (const pl::Error& e) {
+    error = e.what();
+  }
+  const double failed = world.all_reduce_sum(error.empty() ? 0.0 : 1.0);
+  if (failed == 0.0) return 0;
+  if (!error.empty() && (failed < world.size() || world.rank() == 0))
+    app::print_error_line(world.size() > 1 && failed < world.size() ? fmt::format("pretrain_llama (rank {} of {})",
+                                                                                   world.rank(), world.size()).c_str()
+                                                                     : "pretrain_llama",
+                          "error", error);
+  return 1;
+}
+
+// What the stages of a run share once the flags are resolved (owned by run()).
+struct RunInputs {
+  const parallel::World& world;
+  const Options& o;
+  const RunSetup& setup;
+  // Megatron prints the start-up lines from rank 0 (print_rank_0) and the iteration lines from the last
+  // rank (print_rank_last): `out` is rank 0's; the trainer chooses its own rank for `lines`.
+  Logger out, lines;
+  const std::optional<SaveDirectoryLock>& save_lock;  // rank 0's, with --save
+  int argc;
+  char** argv;
+};
+
+// The trainer over the built model: its checkpoints, the resume from --load, the run and its summary.
+int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& dataset, parallel::Communicator& comm,
+          const std::optional<VerifiedCheckpoint>& ckpt) {
+  const Options& o = in.o;
+  const TrainConfig& t = o.train;
+  const ModelConfig& mc = in.setup.mc;
+  const parallel::World& world = in.world;
+  const Logger& out = in.out;
+  const TrainState start = ckpt ? ckpt->state : TrainState{};
+  const RunDescription desc = describe_run(in.setup, o, in.argc, in.argv);
+  int64_t last_saved = -1;
+  std::unique_ptr<Trainer> trainer;
+  // Megatron's save points (megatron/training/training.py): every --save-interval iterations, and
+  // when the run ends or exits (--exit-interval) unless that iteration was just saved.
+  auto checkpoint = [&](const TrainState& st, bool last) {
+    if (o.save.empty()) return;
+    const bool interval = o.save_interval > 0 && st.iteration % o.save_interval == 0;
+    if (!(interval || last) || st.iteration == last_saved) return;
+    out->info("{}", log::saving_checkpoint_line(st.iteration, o.save));
+    const SaveReport rep = save_checkpoint(o.save, o.keep_last, model, trainer->optimizer(), st, desc, {}, &world);
+    last_saved = st.iteration;
+    out->info("{}", log::saved_checkpoint_line(st.iteration, o.save, rep.path, rep.bytes, rep.seconds));
+    for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);
+  };
+  const auto eval_batches = [&](data::Split s) {
+    return dataset.split(s) ? batches_of(dataset, s, t.micro_batch_size, mc.vocab_size) : BatchFn{};
+  };
+  trainer = std::make_unique<Trainer>(
+      model, t, batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
+      [&](const std::string& line) { in.lines->info("{}", line); },
+      EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
+      DataParallelRanks{&world, &comm});
+  print_data_parallel(world, comm, t, model, trainer->gradient_buckets(), out);
+  if (!o.save.empty())  // (every rank takes part in agree_or_fail; rank 0 holds the lock)
+    if (const int rc = agree_or_fail(world, [&] {
+          if (in.save_lock) in.save_lock->check_free_space(checkpoint_bytes(model, trainer->optimizer()));
+        }))
+      return rc;
+  if (o.exit_signal_handler || !o.save.empty()) install_stop_signals(o, *trainer, out);
+  if (ckpt) {
+    const auto t_load = std::chrono::steady_clock::now();
+    restore_checkpoint(*ckpt, model, trainer->optimizer());
+    const double secs = ckpt->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+    out->info("{}", log::loaded_checkpoint_line(o.load, ckpt->iteration, ckpt->path, 2.0 * ckpt->bytes, secs));
+    last_saved = ckpt->iteration;
+  }
+  const TrainResult r = trainer->run(start);
+  out->info("{}", log::final_memory_line(memory_stats(model.context().device)));
+  // The summary comes from the rank that printed the iteration lines (its timings).
+  if (world.rank() == world.size() - 1) print_summary(r, t, start, in.lines);
+  return 0;
+}
+
+// The device, the memory plan and its checks, the checkpoint to resume from, the data and the model,
+// then train(). The GPU's state and the communicator outlive the model and every op.
+int build_and_train(const RunInputs& in) {
+  const Options& o = in.o;
+  const TrainConfig& t = o.train;
+  const RunSetup& setup = in.setup;
+  const ModelConfig& mc = setup.mc;
+  const parallel::World& world = in.world;
+  const Logger& out = in.out;
+  const Device device = resolve_device(t, out);
+  // The node's GPU of this rank (its local rank), before the device state opens a context on it.
+  if (device == Device::CUDA) parallel::select_local_device(world);
+  PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
+  const int threads = configure_threads(t.threads);
+  OpContext ctx;
+  ctx.device = device;
+  ctx.round_bf16 = !t.fp32_reference;
+  print_model_and_plan(setup, t, device, threads, out);
+  const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
+  const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);
+  print_training_and_parameters(mc, t, out);
+
+  const RunLayout mopt = model_options(o);
+  const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, setup.plan, mopt, device_sm(ctx));
+  check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
+                                    t.use_precision_aware_optimizer},
+                    t, device, device_sm(ctx));
+  // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
+  if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
+  // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
+  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
+  if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
+  // Megatron builds the dataset indices on rank 0 while the others wait, then the others load them from
+  // the cache (two ranks building one cache file at once would race on its temporary).
+  if (world.rank() != 0) world.barrier();
+  const data::TrainingData dataset = build_data(o.data, mc, t, out);
+  if (world.rank() == 0) world.barrier();
+
+  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, mopt);
+  model.set_communicator(comm.get());
+  // The banner says which attention algorithm cuDNN built, and the workspace it asked for.
+  if (device == Device::CUDA)
+    out->info("pretrain_llama |   {}",
+              prepare_attention(ctx, AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads,
+                                                    mc.num_query_groups, mc.kv_channels},
+                                model.memory_plan().workspace));
+  if (!o.init_from_hf.empty())
+    out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
+  else
+    model.init_parameters(t.seed);
+  return train(in, model, dataset, *comm, ckpt);
+}
+
+int run(const parallel::World& world, int argc, char** argv) {
+  // A closed stdout (`| head`) must not kill the run before its checkpoint: writes then fail quietly.
+  std::signal(SIGPIPE, SIG_IGN);
+  Options o;
+  CLI::App app{"pretrain_llama: pretrain a Llama-shaped model with a BF16/FP8/NVFP4 precision recipe; logs in "
+               "Megatron-Bridge's format"};
+  add_flags(app, o);
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "pretrain_llama")) return *rc;
+  if (o.print_library_versions) return print_library_versions();
+  // Data parallelism: one rank per GPU, the data-parallel size is the world's (--dry-run-world-size plans
+  // another).
+  o.train.data_parallel_size = o.dry_run && o.dry_run_world_size > 0 ? o.dry_run_world_size : world.size();
+  o.dp_rank = o.dry_run ? 0 : world.rank();
+  RunSetup setup;
+  if (const int rc = agree_or_fail(world, [&] {
+        validate_flags(o, app);
+        setup = resolve_model_and_plan(o, app, argv[0]);
+        check_save_apart_from_inputs(o, setup);
+      }))
+    return rc;
+  auto out = make_output("pretrain_llama");
+  auto lines = make_output("pretrain_llama.lines");
+  if (world.rank() != 0) out->set_level(spdlog::level::off);
+  if (o.dry_run) {
+    print_dry_run(setup, o, out);
+    return 0;
+  }
+  // --save is claimed now, not at the first save hours in: a directory we can write, locked against a
+  // second run (rank 0 writes it; every rank learns of a failure and exits 1).
+  std::optional<SaveDirectoryLock> save_lock;
+  if (!o.save.empty())
+    if (const int rc = agree_or_fail(world, [&] {
+          if (world.rank() == 0) save_lock.emplace(o.save);
+        }))
+      return rc;
+  return build_and_train(RunInputs{world, o, setup, out, lines, save_lock, argc, argv});
+}
+
+// Every rank runs `run`. An error after the ranks have started working together ends all of them: the
+// failing rank prints its line (naming itself) and aborts the world (MPI_Abort, after ncclCommAbort), so no
+// rank waits forever in a collective. One rank: the usual one line and exit code (app_main.h).
+int run_rank(int argc, char** argv) {
+  const parallel::World world(argc, argv);
+  if (world.size() == 1) return run(world, argc, argv);
+  const std::string who = fmt::format("pretrain_llama (rank {} of {})", world.rank(), world.size());
+  try {
+    return run(world, argc, argv);
+  } catch (const pl::Error& e) {
+    app::print_error_line(who.c_str(), "error", e.what());
+    world.abort(1);
+  } catch (const std::exception& e) {
+    app::print_error_line(who.c_str(), "internal error", e.what());
+    world.abort(3);
+  }
+}
+
+}  // namespace
+}  // namespace pl::pretrain
+
+int main(int argc, char** argv) { return pl::app::guarded_main("pretrain_llama", pl::pretrain::run_rank, argc, argv); }

@@ -1,0 +1,135 @@
+// pretrain_llama's memory plan before anything is allocated: the start-up check that it fits the device
+// (and the host, for the optimizer offload), and --dry-run's plan and fit table.
+#include "pretrain_llama.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "core/error.h"
+#include "core/step_timer.h"
+#include "model/accounting.h"
+
+namespace pl::pretrain {
+
+namespace {
+
+// MemAvailable from /proc/meminfo in bytes (0 when unknown).
+double available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024.0;
+  return 0.0;
+}
+
+// The memory plan's rows (the offload's split into device and host when it is on).
+std::vector<std::string> plan_lines(const MemoryPlan& mem, Device device) {
+  const log::OffloadRows offload{mem.host_grads, mem.host_staging, device == Device::CUDA ? "GPU" : "CPU"};
+  return log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label, mem.offload ? &offload : nullptr,
+                                mem.grads_label);
+}
+
+// The fit table's row for `gpu` (--dry-run; the start-up check's line on a GPU): the plan as given on it
+// and the cheapest flag set (fit_plan.h).
+log::FitRow fit_row(const FitRequest& req, const GpuSpec& gpu) {
+  const FitResult f = cheapest_fit(req, gpu);
+  log::FitRow row;
+  row.gpu = gpu.name;
+  row.sm = gpu.sm;
+  row.usable = f.usable;
+  row.needed = f.as_given_total;
+  row.fits = f.fits_as_given;
+  row.found = f.found;
+  row.flags = f.flags;
+  row.given_micro_batch = f.micro_batch_changed ? req.micro_batch : 0;
+  row.flag_device = f.device_total;
+  row.flag_host = f.host_total;
+  return row;
+}
+
+}  // namespace
+
+// The plan must fit the device before anything is allocated; otherwise one line that names the
+// biggest categories and the flags that shrink them. With the optimizer offloaded, the host must also
+// have the offload's bytes available (on the CPU backend: both parts together).
+
+void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm) {
+  const ModelConfig& m = *req.model;
+  const double host_avail = available_host_bytes();
+  const double host_need = p.host_total() + (device == Device::CPU ? p.total() : 0.0);
+  PL_CHECK(!p.offload || host_avail == 0.0 || host_need < host_avail,
+           "--optimizer-cpu-offload needs {:.1f} GB of host memory (master weights {:.1f} GB, optimizer state {:.1f} GB, "
+           "pinned gradient copy {:.1f} GB, weight staging {:.2f} GB{}) but {:.1f} GB are available; use "
+           "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, or a host with more memory",
+           host_need / 1e9, p.master / 1e9, p.optimizer / 1e9, p.host_grads / 1e9, p.host_staging / 1e9,
+           device == Device::CPU ? fmt::format(", the model on the CPU {:.1f} GB", p.total() / 1e9) : "",
+           host_avail / 1e9);
+  if (p.offload && device == Device::CPU) return;
+  const double avail = device == Device::CPU ? host_avail : static_cast<double>(device_memory_info(device).free);
+  // On the GPU the arena's slack and the margin it leaves free outside it: the fit rule's (model/fit_plan.h),
+  // shared with --dry-run's fit table.
+  const double slack =
+      device == Device::CUDA ? device_fit_slack(static_cast<double>(device_memory_info(device).total)) : 0.0;
+  if (avail == 0.0 || p.total() + slack < avail) return;
+  std::string line = log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
+                                                   p.device_categories(), slack, avail, !req.options.recompute);
+  // On a GPU, the fit table's ladder for this GPU (its memory and compute capability), in the same line.
+  if (device == Device::CUDA) {
+    const GpuSpec here{"", "this GPU", static_cast<int64_t>(device_memory_info(device).total / 1048576), sm};
+    line += "; " + log::cheapest_flags_line(fit_row(req, here));
+  }
+  fail("{}", line);
+}
+
+// --dry-run: the plan for the GPU unless --device cpu (for the --dry-run-gpu GPU's sm when given), then the
+// fit table; nothing is allocated and no GPU is touched.
+void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
+  const TrainConfig& t = o.train;
+  const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
+  const GpuSpec* gpu = o.dry_run_gpu.empty() ? nullptr : find_gpu(o.dry_run_gpu);
+  RunLayout mopt = model_options(o);
+  if (gpu) mopt.gpu_sm = gpu->sm;
+  const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, mopt,
+                                     0 /* no GPU is opened: --dry-run-gpu's sm, else kPlanDefaultSm */);
+  const MegatronParamCounts pc = megatron_param_counts(s.mc);
+  out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", s.mc.name,
+            s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+  if (t.data_parallel_size > 1)
+    out->info("pretrain_llama | dry run for {} data-parallel ranks: the plan of one rank's GPU (rank 0){}",
+              t.data_parallel_size,
+              t.use_distributed_optimizer
+                  ? fmt::format("; distributed optimizer: master weights and moments of {} of {} parameters",
+                                shard_layout(s.mc.num_parameters(), mopt).shard, s.mc.num_parameters())
+                  : std::string("; without --use-distributed-optimizer every rank holds the whole optimizer state"));
+  if (gpu)
+    out->info("pretrain_llama | dry run for GPU {} (--dry-run-gpu {}): sm_{}, {} MiB in total (nvidia-smi), {:.2f} GB "
+              "usable by the plan",
+              gpu->name, gpu->key, gpu->sm, gpu->total_mib, usable_device_bytes(gpu->total_bytes()) / 1e9);
+  out->info("pretrain_llama | parameters: {:.2f} B (Megatron's count {:.2f} B)",
+            static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
+  print_optimizer_state(t, out);
+  for (const std::string& line : s.plan.describe()) out->info("pretrain_llama | plan   {}", line);
+  for (const std::string& line : plan_lines(mem, planned)) out->info("pretrain_llama | memory {}", line);
+  if (planned == Device::CUDA)
+    out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
+              "({}), estimated; the GPU run reports cuDNN's own figure",
+              t.deterministic_mode ? "deterministic" : "non-deterministic",
+              t.deterministic_mode ? "--deterministic-mode" : "the default, as Transformer Engine's");
+  out->info("pretrain_llama | memory Megatron's theoretical weight and optimizer={:.2f} MB counts {:.0f} more "
+            "parameters (a bias per norm; RMSNorm has none)",
+            pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
+            pc.total() - static_cast<double>(s.mc.num_parameters()));
+  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, model_options(o),
+                       t.use_precision_aware_optimizer};
+  std::vector<log::FitRow> rows;
+  for (const GpuSpec& g : known_gpus()) rows.push_back(fit_row(req, g));
+  for (const std::string& line : log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack, t.data_parallel_size,
+                                                        t.use_distributed_optimizer))
+    out->info("pretrain_llama | fit    {}", line);
+  if (gpu) out->info("pretrain_llama | {}", log::cheapest_flags_line(fit_row(req, *gpu)));
+}
+
+}  // namespace pl::pretrain

@@ -1,0 +1,82 @@
+#pragma once
+// pretrain_llama's parts: the flags (flags.cpp), the banner (banner.cpp), the memory plan's start-up
+// check and --dry-run (memory.cpp), and the run that wires data -> model -> trainer (main.cpp).
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <memory>
+#include <string>
+
+#include "backend/ops.h"
+#include "config/model_config.h"
+#include "config/precision_recipe.h"
+#include "config/train_config.h"
+#include "data/data_pipeline.h"
+#include "log/plan_log.h"
+#include "model/fit_plan.h"
+#include "model/memory_plan.h"
+#include "model/precision_plan.h"
+#include "parallel/communicator.h"
+#include "parallel/world.h"
+#include "train/trainer.h"
+
+namespace pl::pretrain {
+
+using Logger = std::shared_ptr<spdlog::logger>;
+
+struct Options {
+  TrainConfig train;
+  std::string model = "llama3_8b";
+  std::string recipe = "bf16_with_nvfp4_mixed";  // the playbook's
+  bool disable_fp4 = false;
+  std::string recompute = "none";
+  bool dry_run = false;
+  std::string dry_run_gpu;  // --dry-run-gpu: plan for this GPU of the fit table (model/fit_plan.h)
+  int64_t dry_run_world_size = 0;  // --dry-run-world-size: plan one GPU of this many data-parallel ranks
+  int64_t dp_rank = 0;             // this process's data-parallel rank (the World's rank)
+  bool print_library_versions = false;
+  // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
+  // lives in TrainConfig because the trainer stops there.
+  std::string save, load;
+  int64_t save_interval = 0;
+  int64_t keep_last = 0;
+  bool exit_signal_handler = false;  // Megatron's --exit-signal-handler (on by default with --save)
+  std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
+  ModelShapeOverrides shape;  // Megatron's --num-layers, --hidden-size, ... over the --model config
+  // Megatron's --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 over the recipe (-1 = not given).
+  int64_t bf16_layers_at_start = -1, bf16_layers_at_end = -1;
+  data::DataConfig data;
+};
+
+// What the flags resolve to before any device is touched: the model, the recipe and its plan.
+struct RunSetup {
+  ModelConfig mc;
+  std::string model_source;  // where the shape came from, for the banner
+  PrecisionRecipe recipe;
+  std::string recipe_path;
+  std::string recipe_note;  // the flags that changed the recipe, for the banner
+  PrecisionPlan plan;
+};
+
+// flags.cpp
+void add_flags(CLI::App& app, Options& o);
+void validate_flags(const Options& o, const CLI::App& app);
+RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* argv0);
+void check_save_apart_from_inputs(const Options& o, const RunSetup& s);
+RunLayout model_options(const Options& o);
+
+// banner.cpp
+int print_library_versions();
+void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads, const Logger& out);
+DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx, const Logger& out);
+void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, const Logger& out);
+void print_optimizer_state(const TrainConfig& t, const Logger& out);
+void print_data_parallel(const parallel::World& world, const parallel::Communicator& comm, const TrainConfig& t,
+                         const LlamaModel& model, size_t buckets, const Logger& out);
+void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out);
+
+// memory.cpp
+void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm);
+void print_dry_run(const RunSetup& s, const Options& o, const Logger& out);
+
+}  // namespace pl::pretrain
