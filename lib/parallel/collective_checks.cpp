@@ -2,7 +2,7 @@
 
 #include "core/error.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 
 std::string describe_buffer(const Tensor& buf) {
   return buf.shape_str() + ", " + std::to_string(buf.bytes()) + " bytes";
@@ -30,4 +30,4 @@ void check_root(const char* op, int root, int size, int rank) {
   PL_CHECK(root >= 0 && root < size, "{} on rank {}: root {} is not a rank of {}", op, rank, root, size);
 }
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

@@ -6,7 +6,7 @@
 
 #include "core/tensor.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 
 // buf is F32 or BF16 on `device` (BF16 only on the GPU: the CPU backend stores bf16 values as F32).
 void check_buffer(const char* op, const Tensor& buf, Device device, int rank);
@@ -17,4 +17,4 @@ void check_root(const char* op, int root, int size, int rank);
 // "[1024] f32, 4096 bytes" for error messages.
 std::string describe_buffer(const Tensor& buf);
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

@@ -12,7 +12,7 @@
 #include <cuda_runtime_api.h>
 #endif
 
-namespace pl::dist {
+namespace pl::parallel {
 namespace {
 
 // Every collective over one rank is the identity: the checks run (so a call that is wrong here is
@@ -95,4 +95,4 @@ std::string nccl_version() {
 #endif
 }
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

@@ -28,7 +28,7 @@
 #include "core/tensor.h"
 #include "parallel/world.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 
 class Communicator {
  public:
@@ -79,4 +79,4 @@ void select_local_device(const World& world);
 // "NCCL 2.27.3" (ncclGetVersion) or "not built": for the banner.
 std::string nccl_version();
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

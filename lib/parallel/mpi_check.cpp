@@ -5,7 +5,7 @@
 
 #include "core/error.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 
 void mpi_fail(int code, const char* op, const std::string& what, int rank, size_t bytes) {
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -21,5 +21,5 @@ int mpi_count(size_t count, const char* op, const std::string& what, int rank) {
   return static_cast<int>(count);
 }
 
-}  // namespace pl::dist
+}  // namespace pl::parallel
 #endif

@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <string>
 
-namespace pl::dist {
+namespace pl::parallel {
 
 // The one-line error: "<op> (<what>) on rank 1: 64 bytes: MPI error 15: MPI_ERR_TRUNCATE: message truncated".
 [[noreturn]] void mpi_fail(int code, const char* op, const std::string& what, int rank, size_t bytes);
@@ -18,5 +18,5 @@ inline void mpi_check(int code, const char* op, const std::string& what, int ran
 // MPI counts are int (MPI 3.1: no large-count calls): a pl::Error naming the op when `count` does not fit.
 int mpi_count(size_t count, const char* op, const std::string& what, int rank);
 
-}  // namespace pl::dist
+}  // namespace pl::parallel
 #endif

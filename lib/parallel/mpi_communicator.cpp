@@ -10,7 +10,7 @@
 #include "parallel/collective_checks.h"
 #include "parallel/mpi_check.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 namespace {
 
 class MpiCommunicator final : public Communicator {
@@ -174,5 +174,5 @@ std::unique_ptr<Communicator> make_mpi_communicator(const World& world) {
   return std::make_unique<MpiCommunicator>(world);
 }
 
-}  // namespace pl::dist
+}  // namespace pl::parallel
 #endif

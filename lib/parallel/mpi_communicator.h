@@ -5,9 +5,9 @@
 
 #include "parallel/communicator.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 
 // world.uses_mpi() must hold (checked). Collective: every rank makes it at the same point.
 std::unique_ptr<Communicator> make_mpi_communicator(const World& world);
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

@@ -16,7 +16,7 @@
 #include "core/error.h"
 #include "parallel/collective_checks.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 namespace {
 
 ncclDataType_t nccl_type(DType t) { return t == DType::BF16 ? ncclBfloat16 : ncclFloat32; }
@@ -187,4 +187,4 @@ std::string nccl_library_version() {
   return "NCCL " + std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(v % 100);
 }
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

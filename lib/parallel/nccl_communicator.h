@@ -6,7 +6,7 @@
 
 #include "parallel/communicator.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 
 // ncclCommInitRank over world's ranks on ctx's device (ctx.gpu: its compute stream, the communication
 // stream and events of its DeviceState). Collective: every rank makes it at the same point.
@@ -14,4 +14,4 @@ std::unique_ptr<Communicator> make_nccl_communicator(const World& world, const O
 // "NCCL 2.28.9" from ncclGetVersion (the library loaded, not the header compiled against).
 std::string nccl_library_version();
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

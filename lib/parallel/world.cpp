@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "parallel/mpi_check.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 namespace {
 
 // The one-World-per-process guard (the only global of parallel/): MPI_Init may run once per process.
@@ -258,4 +258,4 @@ void World::remove_abort_hook(int id) const {
   std::erase_if(hooks_, [id](const Hook& h) { return h.id == id; });
 }
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace pl::dist {
+namespace pl::parallel {
 
 // True when this build has MPI (CMake found it: PL_WITH_MPI).
 bool built_with_mpi();
@@ -92,4 +92,4 @@ class World {
   mutable int next_hook_id_ = 1;
 };
 
-}  // namespace pl::dist
+}  // namespace pl::parallel

@@ -20,7 +20,7 @@
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 
-namespace pl::dist {
+namespace pl::parallel {
 namespace {
 
 std::vector<float> random_floats(size_t n, uint32_t seed) {
@@ -210,4 +210,4 @@ TEST(DistOneRank, VersionsForTheBanner) {
 }
 
 }  // namespace
-}  // namespace pl::dist
+}  // namespace pl::parallel
