@@ -31,6 +31,14 @@ std::unique_ptr<parallel::World> one_rank_world_unless(const DataParallelRanks& 
   PL_CHECK((r.world == nullptr) == (r.comm == nullptr), "internal: a trainer needs both its world and its communicator");
   return r.world ? nullptr : std::make_unique<parallel::World>(parallel::World::single());
 }
+
+// The model's ops report to `timers` (OpContext::timers) while this lives; to the previous ones after.
+struct ModelTimers {
+  ModelTimers(LlamaModel& m, Timers* timers) : model(m), previous(m.context().timers) { m.set_timers(timers); }
+  ~ModelTimers() { model.set_timers(previous); }
+  LlamaModel& model;
+  Timers* const previous;
+};
 }  // namespace
 
 Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, EvalData eval,
@@ -71,7 +79,7 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
-  const ActiveTimers untimed(nullptr);  // the evaluation's ops are not in the training timers
+  const ModelTimers untimed(model_, nullptr);  // the evaluation's ops are not in the training timers
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
   // reports sum / count.
   // The losses stay on the device and are read once per model_.loss_slots() micro-batches.
@@ -119,9 +127,9 @@ std::vector<log::TimerOverRanks> Trainer::timers_over_ranks(std::span<const Time
 TrainResult Trainer::run(const TrainState& start) {
   StepTimer timer(model_.context().device);
   // --timing-log-level: Megatron's timers (core/timers.h); the CUDA event pool is made here, before
-  // the loop. The op dispatch layer reports each op's category to them.
+  // the loop. The op dispatch layer reports each op's category to them (through the model's context).
   Timers timers(model_.context().device, cfg_.timing_log_level);
-  const ActiveTimers timed_ops(cfg_.timing_log_level > 0 ? &timers : nullptr);
+  const ModelTimers timed_ops(model_, cfg_.timing_log_level > 0 ? &timers : nullptr);
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   const double iter_flops = flops_per_iteration(model_.config(), cfg_.global_batch_size, cfg_.seq_length);
@@ -171,7 +179,7 @@ TrainResult Trainer::run(const TrainState& start) {
       // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
       const int64_t slot = m % model_.loss_slots();
       model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale, step);
-      timers.stop(TimerId::BackwardCompute);  // the loss op switched forward-compute to backward-compute
+      timers.stop(TimerId::BackwardCompute);  // the model switched forward-compute to backward-compute after the loss
       if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
     timers.stop(TimerId::ForwardBackward);
