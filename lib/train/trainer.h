@@ -17,7 +17,7 @@
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "model/llama.h"
-#include "train/data_parallel.h"
+#include "train/gradient_sync.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
