@@ -107,6 +107,14 @@ class Trainer {
   void set_stop_flag(const volatile std::sig_atomic_t* flag) { stop_flag_ = flag; }
 
  private:
+  struct RunState;  // one run()'s loop state (trainer.cpp)
+  struct Iteration;  // what one iteration did
+  Iteration step(RunState& r);
+  double forward_backward(RunState& r, bool stats_now);
+  AdamW::Result optimizer_step(RunState& r, double loss, double lr);
+  void log_interval(RunState& r, const Iteration& done);
+  bool after_iteration(RunState& r, int64_t iteration);
+  int signal_seen() const;
   void log_quant_stats(int64_t iteration);
   std::vector<log::TimerOverRanks> timers_over_ranks(std::span<const TimerReading> mine) const;
   // eval_iters global batches of `data` from sample `first_sample`, forward only; prints Megatron's
