@@ -163,21 +163,15 @@ Trainer::RunState::RunState(const Trainer& t, const TrainState& start)
   for (std::vector<double>* v : {&res.loss, &res.grad_norm, &res.seconds, &res.lr_used}) v->reserve(to_run);
 }
 
-struct Trainer::Iteration {
-  int64_t number;    // 1-based
-  double grad_norm;  // NaN when the loss was not finite
-  bool stats_now;    // its last backward collected quantization telemetry (--quant-stats-interval)
-};
-
 TrainResult Trainer::run(const TrainState& start) {
   RunState r(*this, start);
   const ModelTimers timed_ops(model_, cfg_.timing_log_level > 0 ? &r.timers : nullptr);
   while (r.st.iteration < cfg_.train_iters) {
-    const Iteration done = step(r);
+    const int64_t iteration = step(r);
     // An --exit-interval stop prints no extra line (as Megatron's training_log): the open interval's
     // sums go into the checkpoint, so a resumed run prints the straight run's next line.
-    if (done.number % cfg_.log_interval == 0 || done.number == cfg_.train_iters) log_interval(r, done);
-    if (after_iteration(r, done.number)) break;
+    if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) log_interval(r, iteration);
+    if (after_iteration(r, iteration)) break;
   }
   sync_.finish_weight_gather();  // the model's weights complete for whoever reads them next
   TrainResult& res = r.res;
@@ -197,12 +191,11 @@ TrainResult Trainer::run(const TrainState& start) {
 }
 
 // One iteration: the micro-batches' forward and backward, the optimizer step (skipped when the loss or
-// the gradient norm is not finite), and the loop state's counters.
-Trainer::Iteration Trainer::step(RunState& r) {
+// the gradient norm is not finite), and the loop state's counters. Returns the iteration's number.
+int64_t Trainer::step(RunState& r) {
   TrainState& st = r.st;
-  const bool stats_now = cfg_.quant_stats_interval > 0 && (st.iteration + 1) % cfg_.quant_stats_interval == 0;
   r.step_timer.start();
-  const double loss = forward_backward(r, stats_now);
+  const double loss = forward_backward(r);
   const double lr = schedule_.lr_at(st.scheduler_samples);
   const AdamW::Result opt = optimizer_step(r, loss, lr);
   const double seconds = r.step_timer.stop_seconds();
@@ -224,19 +217,19 @@ Trainer::Iteration Trainer::step(RunState& r) {
     ++st.interval_good;
     st.consecutive_nan = 0;
   }
-  ++st.iteration;
-  return {st.iteration, opt.grad_norm, stats_now};
+  return ++st.iteration;
 }
 
 // Every micro-batch of the iteration, forward and backward, then the gradients' reduction over the
 // ranks. Returns the reported loss: the token-weighted mean over the global batch.
-double Trainer::forward_backward(RunState& r, bool stats_now) {
+double Trainer::forward_backward(RunState& r) {
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   // Megatron's backward: each micro-batch's mean token loss divided by the number of micro-batches, and
   // the data-parallel gradients averaged over the ranks: one scale, 1 / (tokens of the global batch),
   // the same float on every rank count, and the reduction sums.
   const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
+  const bool stats_now = quant_stats_at(r.st.iteration + 1);
   Timers& timers = r.timers;
   model_.zero_grads();
   double loss_sum = 0.0;
@@ -305,25 +298,25 @@ AdamW::Result Trainer::optimizer_step(RunState& r, double loss, double lr) {
 
 // Megatron's training_log at the end of a log interval: the Step Time and iteration lines, the memory
 // line (once), the timers, the quantization telemetry; then the interval's sums start again.
-void Trainer::log_interval(RunState& r, const Iteration& done) {
+void Trainer::log_interval(RunState& r, int64_t iteration) {
   TrainState& st = r.st;
   const double per_iter = r.interval_seconds / static_cast<double>(r.interval_timed);
   const double tflops = r.iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
   print_last(log::step_time_line(per_iter, tflops));
   log::IterationFields f;
-  f.iteration = done.number;
+  f.iteration = iteration;
   f.train_iters = cfg_.train_iters;
   f.consumed_samples = st.consumed_samples;
   f.elapsed_ms = per_iter * 1000.0;
   f.learning_rate = schedule_.lr_at(st.scheduler_samples);
   f.global_batch_size = cfg_.global_batch_size;
   if (st.interval_good > 0) f.lm_loss = st.interval_loss / static_cast<double>(st.interval_good);
-  f.grad_norm = done.grad_norm;
+  f.grad_norm = r.res.grad_norm.back();  // the last iteration's
   f.skipped_iterations = st.interval_skipped;
   f.nan_iterations = st.interval_nan;
   print_last(log::iteration_line(f, log::now_timestamp()));
   if (!r.memory_reported) {
-    if (world_->rank() == 0) out_(log::memory_line(0, done.number, memory_stats(model_.context().device)));
+    if (world_->rank() == 0) out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
     r.memory_reported = true;
   }
   // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
@@ -333,7 +326,7 @@ void Trainer::log_interval(RunState& r, const Iteration& done) {
              std::span<const log::TimerOverRanks>(timers_over_ranks(r.timers.read(static_cast<double>(r.interval_timed)))),
              cfg_.timing_log_option))
       print_last(line);
-  if (done.stats_now) log_quant_stats(done.number);
+  if (quant_stats_at(iteration)) log_quant_stats(iteration);
   r.interval_seconds = st.interval_loss = 0.0;
   r.interval_timed = 0;
   st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;

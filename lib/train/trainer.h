@@ -108,11 +108,14 @@ class Trainer {
 
  private:
   struct RunState;  // one run()'s loop state (trainer.cpp)
-  struct Iteration;  // what one iteration did
-  Iteration step(RunState& r);
-  double forward_backward(RunState& r, bool stats_now);
+  int64_t step(RunState& r);
+  double forward_backward(RunState& r);
   AdamW::Result optimizer_step(RunState& r, double loss, double lr);
-  void log_interval(RunState& r, const Iteration& done);
+  void log_interval(RunState& r, int64_t iteration);
+  // --quant-stats-interval: the iteration's last backward collects quantization telemetry.
+  bool quant_stats_at(int64_t iteration) const {
+    return cfg_.quant_stats_interval > 0 && iteration % cfg_.quant_stats_interval == 0;
+  }
   bool after_iteration(RunState& r, int64_t iteration);
   int signal_seen() const;
   void log_quant_stats(int64_t iteration);
