@@ -102,7 +102,6 @@ PL_OP(copy_master_to_param, void, TimerId::Elementwise,
 // losses[T] fp32 = -log softmax(logits)[target] computed in fp32.
 // Then overwrites logits with the gradient  grad_scale * (softmax - onehot(target))  (bf16 activation),
 // so the logits buffer holds dlogits afterwards (as llm.c does). grad_scale = 0 skips the gradient.
-// Its timer category ends the micro-batch's forward on the active timers (backend/ops.cpp).
 PL_OP(cross_entropy_forward_backward, void, TimerId::CrossEntropy,
       (const OpContext& ctx, const Tensor& losses, const Tensor& logits, const Tensor& targets, float grad_scale),
       (ctx, losses, logits, targets, grad_scale))

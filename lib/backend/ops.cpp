@@ -1,8 +1,8 @@
 // The dispatcher of every op of backend/op_list.h: the device must have a backend (a build without
 // CUDA fails naming the op), the arguments are checked once (check::<op>, backend/op_checks.cpp; no
 // GPU needed for that), a CUDA op needs its device state (ctx.gpu), the op is timed by an OpTimer of its category
-// (core/timers.h: --timing-log-level; with timing off that is one load and one branch per op) and runs on ctx.device's
-// backend.
+// on ctx.timers (core/timers.h: --timing-log-level; with timing off that is one branch per op) and runs on
+// ctx.device's backend.
 #include "backend/ops.h"
 
 #include "backend/cpu/cpu_ops.h"
@@ -49,20 +49,6 @@ TimerId gemm_timer(QuantFormat f) {
   return TimerId::GemmFp8;
 }
 
-// The op's timer; the cross-entropy's end also ends the micro-batch's forward on the active timers
-// (forward-compute -> backward-compute at level 2), after its own timer stopped (members are
-// destroyed in reverse order).
-struct OpScope {
-  struct LossMark {
-    bool on;
-    ~LossMark() {
-      if (Timers* t = on ? active_timers() : nullptr) t->mark_loss_computed();
-    }
-  } mark;
-  OpTimer timer;
-  explicit OpScope(TimerId id) : mark{id == TimerId::CrossEntropy}, timer(id) {}
-};
-
 }  // namespace
 
 #if defined(PL_WITH_CUDA)
@@ -76,7 +62,7 @@ struct OpScope {
     require_backend(ctx, #name);                               \
     check::name args;                                          \
     require_state(ctx, #name);                                 \
-    const OpScope scope(timer);                                \
+    const OpTimer op_timer(ctx.timers, timer);                 \
     if (ctx.device == Device::CPU) return cpu::name args;      \
     PL_CUDA_CALL(name, args);                                  \
   }

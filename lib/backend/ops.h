@@ -12,6 +12,7 @@ namespace pl {
 namespace cuda {
 struct DeviceState;  // backend/cuda/device_state.h
 }
+class Timers;  // core/timers.h
 
 // What an op may use. Cheap to copy; points at state it does not own.
 struct OpContext {
@@ -21,6 +22,9 @@ struct OpContext {
   // attention graphs, device scalars, scratch, test switches): required when device is CUDA, unused
   // (nullptr) on the CPU. Owned by a DeviceStateHandle (below) that outlives every context pointing at it.
   cuda::DeviceState* gpu = nullptr;
+  // --timing-log-level: the Timers each op reports its category to (backend/ops.cpp); null: untimed. The
+  // trainer sets its own on the model's context for the training loop, none for evaluation.
+  Timers* timers = nullptr;
 };
 
 // The owner of a device's state: the application (or a test helper) opens it once, before the model,

@@ -47,8 +47,6 @@ constexpr std::array<TimerInfo, kTimerCount> kInfo = {{
     {"elementwise", 2},
 }};
 
-Timers* g_active = nullptr;
-
 constexpr size_t idx(TimerId id) { return static_cast<size_t>(id); }
 
 #if defined(PL_WITH_CUDA)
@@ -61,10 +59,6 @@ void check(cudaError_t st, const char* what) {
 
 const char* timer_name(TimerId id) { return kInfo[idx(id)].name; }
 int timer_level(TimerId id) { return kInfo[idx(id)].level; }
-
-Timers* active_timers() { return g_active; }
-ActiveTimers::ActiveTimers(Timers* t) : previous_(g_active) { g_active = t; }
-ActiveTimers::~ActiveTimers() { g_active = previous_; }
 
 Timers::Timers(Device device, int level) : device_(device), level_(level) {
   PL_CHECK(level >= 0 && level <= kMaxLevel, "--timing-log-level must be 0, 1 or 2, got {}", level);

@@ -17,9 +17,9 @@
 // and sums the elapsed times; a pool that fills up inside an interval is read the same way early
 // and reused (at level 2 with very many ops per interval: one extra synchronize per pool-full).
 //
-// Per-op categories: the op dispatch layer (backend/ops.cpp, backend/quantize.cpp) brackets every
-// op with an OpTimer of its category; it times only when a Timers object is active (ActiveTimers)
-// and the category's level is enabled, and only the outermost op when ops nest.
+// Per-op categories: the op dispatch layer (backend/ops.cpp) brackets every op with an OpTimer of its
+// category on the Timers of the op's context (OpContext::timers); it times only when the context has
+// one and the category's level is enabled, and only the outermost op when ops nest.
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -108,7 +108,7 @@ class Timers {
 
   // The loss op ends a micro-batch's forward: forward-compute, if running, stops and
   // backward-compute starts (Megatron: the loss is part of forward_step, autograd's backward
-  // is backward_step). Called by the op dispatch layer after the fused cross-entropy op.
+  // is backward_step). Called by the model between a micro-batch's forward and its backward.
   void mark_loss_computed();
 
   // The timers that ran since the last read, in print order, each divided by `normalizer` (the
@@ -143,25 +143,11 @@ class Timers {
   void* last_recorded_ = nullptr;
 };
 
-// The Timers the op dispatch layer reports to (null: none). Set for a scope by ActiveTimers.
-Timers* active_timers();
-class ActiveTimers {
- public:
-  explicit ActiveTimers(Timers* t);
-  ~ActiveTimers();
-  ActiveTimers(const ActiveTimers&) = delete;
-  ActiveTimers& operator=(const ActiveTimers&) = delete;
-
- private:
-  Timers* previous_;
-};
-
-// Brackets one op in the dispatch layer. At level 0 (or with no active Timers) it costs one load
-// and one branch.
+// Brackets one op in the dispatch layer on `t` (the op context's Timers). With none (the trainer gives
+// none at level 0) it costs one branch.
 class OpTimer {
  public:
-  explicit OpTimer(TimerId id) : id_(id) {
-    Timers* t = active_timers();
+  OpTimer(Timers* t, TimerId id) : id_(id) {
     if (t != nullptr && t->op_begin(id)) timers_ = t;
   }
   ~OpTimer() {

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/error.h"
+#include "core/timers.h"
 #include "parallel/communicator.h"
 #include "model/init.h"
 
@@ -276,6 +277,8 @@ void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, con
   use_loss_slot(slot);
   upload_batch(tokens, labels);
   run_forward(grad_scale, true);
+  // The loss op ended the forward: forward-compute -> backward-compute (--timing-log-level 2).
+  if (ctx_.timers != nullptr) ctx_.timers->mark_loss_computed();
   run_backward(step);
 }
 

@@ -69,6 +69,8 @@ class LlamaModel {
 
   const ModelConfig& config() const { return cfg_; }
   const OpContext& context() const { return ctx_; }
+  // The Timers its ops report to (OpContext::timers; null: untimed): the trainer's while it trains.
+  void set_timers(Timers* timers) { ctx_.timers = timers; }
   const std::vector<ParamEntry>& param_entries() const { return entries_; }
   int64_t num_params() const { return cfg_.num_parameters(); }
   int64_t tokens_per_micro_batch() const { return B_ * S_; }

@@ -142,14 +142,13 @@ void AdamW::host_step(const AdamWStep& s) {
   const DType storage = model_.weights().flat.dtype;
   const int64_t slot_elems = std::min(cfg_.offload_chunk_elements, model_.num_params());
   const int count = static_cast<int>(chunks_.size());
-  Timers* timers = active_timers();
   for (int i = 0; i < count; ++i) {
     const int c = count - 1 - i, slot = i % kOffloadStagingSlots, slot_mark = count + slot;
     const Chunk& ch = chunks_[static_cast<size_t>(c)];
-    if (timers) timers->start(TimerId::OptimizerCopyToMainGrad);
+    if (host.timers) host.timers->start(TimerId::OptimizerCopyToMainGrad);
     copies_.wait(c);
     copies_.wait(slot_mark);
-    if (timers) timers->stop(TimerId::OptimizerCopyToMainGrad);
+    if (host.timers) host.timers->stop(TimerId::OptimizerCopyToMainGrad);
     const Tensor staged = staging_.as({ch.size}, storage, static_cast<size_t>(slot * slot_elems) * dtype_size(storage));
     ElementRanges nd;
     nd.host = ch.no_decay.data();

@@ -31,6 +31,28 @@ std::unique_ptr<parallel::World> one_rank_world_unless(const DataParallelRanks& 
   PL_CHECK((r.world == nullptr) == (r.comm == nullptr), "internal: a trainer needs both its world and its communicator");
   return r.world ? nullptr : std::make_unique<parallel::World>(parallel::World::single());
 }
+
+// The model's ops report to `timers` (OpContext::timers) while this lives; to the previous ones after.
+struct ModelTimers {
+  ModelTimers(LlamaModel& m, Timers* timers) : model(m), previous(m.context().timers) { m.set_timers(timers); }
+  ~ModelTimers() { model.set_timers(previous); }
+  LlamaModel& model;
+  Timers* const previous;
+};
+
+// The timing summary over the last 60% of the iterations this process ran (the playbook reports
+// iterations 20-50 of 50); a resumed run times only its own iterations.
+void summarize(TrainResult& res, double iter_flops, int64_t data_parallel_size) {
+  const auto ran = static_cast<int64_t>(res.seconds.size());
+  if (ran == 0) return;
+  const int64_t first_idx = std::clamp<int64_t>(std::llround(0.4 * static_cast<double>(ran)) - 1, 0, ran - 1);
+  res.summary_first = res.first_iteration + first_idx;
+  res.summary_last = res.first_iteration + ran - 1;
+  double sum = 0.0;
+  for (int64_t i = first_idx; i < ran; ++i) sum += res.seconds[static_cast<size_t>(i)];
+  res.mean_seconds = sum / static_cast<double>(ran - first_idx);
+  res.mean_tflops = iter_flops / res.mean_seconds / static_cast<double>(data_parallel_size) / 1e12;  // per GPU
+}
 }  // namespace
 
 Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, LineFn out, EvalData eval,
@@ -71,7 +93,7 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
-  const ActiveTimers untimed(nullptr);  // the evaluation's ops are not in the training timers
+  const ModelTimers untimed(model_, nullptr);  // the evaluation's ops are not in the training timers
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
   // reports sum / count.
   // The losses stay on the device and are read once per model_.loss_slots() micro-batches.
@@ -91,236 +113,262 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   return loss;
 }
 
-// Every rank's timer readings at the last rank (which prints them): (timer id, ms bits) pairs gathered.
+// Every rank's timer readings at the last rank (which prints them): (timer id, ms bits) pairs gathered;
+// in TimerId order, as one rank prints them.
 std::vector<log::TimerOverRanks> Trainer::timers_over_ranks(std::span<const TimerReading> mine) const {
   std::vector<uint64_t> pairs;
   for (const TimerReading& t : mine) pairs.insert(pairs.end(), {static_cast<uint64_t>(t.id), std::bit_cast<uint64_t>(t.ms)});
-  std::vector<uint64_t> counts = world_->gather(std::vector<uint64_t>{pairs.size()}, world_->size() - 1);
+  const std::vector<uint64_t> counts = world_->gather(std::vector<uint64_t>{pairs.size()}, world_->size() - 1);
   const std::vector<uint64_t> all = world_->gather(pairs, world_->size() - 1);
-  std::vector<log::TimerOverRanks> out;
-  std::vector<int> row_of(kTimerCount, -1);
+  std::vector<log::TimerOverRanks> by_id(kTimerCount);
   size_t at = 0;
   for (size_t rank = 0; rank < counts.size(); ++rank)
-    for (uint64_t k = 0; k < counts[rank]; k += 2, at += 2) {
-      const auto id = static_cast<size_t>(all[at]);
-      if (row_of[id] < 0) {
-        row_of[id] = static_cast<int>(out.size());
-        out.push_back({timer_name(static_cast<TimerId>(id)), {}});
-      }
-      out[static_cast<size_t>(row_of[id])].rank_ms.emplace_back(static_cast<int>(rank), std::bit_cast<double>(all[at + 1]));
-    }
-  // In TimerId order, as one rank prints them.
-  std::vector<log::TimerOverRanks> ordered;
+    for (uint64_t k = 0; k < counts[rank]; k += 2, at += 2)
+      by_id[static_cast<size_t>(all[at])].rank_ms.emplace_back(static_cast<int>(rank), std::bit_cast<double>(all[at + 1]));
+  std::vector<log::TimerOverRanks> out;
   for (size_t id = 0; id < kTimerCount; ++id)
-    if (row_of[id] >= 0) ordered.push_back(std::move(out[static_cast<size_t>(row_of[id])]));
-  return ordered;
+    if (!by_id[id].rank_ms.empty()) out.push_back({timer_name(static_cast<TimerId>(id)), std::move(by_id[id].rank_ms)});
+  return out;
 }
 
-TrainResult Trainer::run(const TrainState& start) {
-  StepTimer timer(model_.context().device);
+// One run()'s loop state beside the TrainState (which a checkpoint saves): the timers, the batch
+// buffers, and what this process measures. Timings are not state: the first interval after a resume
+// times only this process's iterations.
+struct Trainer::RunState {
+  RunState(const Trainer& t, const TrainState& start);
+  StepTimer step_timer;
   // --timing-log-level: Megatron's timers (core/timers.h); the CUDA event pool is made here, before
-  // the loop. The op dispatch layer reports each op's category to them.
-  Timers timers(model_.context().device, cfg_.timing_log_level);
-  const ActiveTimers timed_ops(cfg_.timing_log_level > 0 ? &timers : nullptr);
-  const int64_t T = model_.tokens_per_micro_batch();
-  const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
-  const double iter_flops = flops_per_iteration(model_.config(), cfg_.global_batch_size, cfg_.seq_length);
-  std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
-  // Megatron's backward: each micro-batch's mean token loss divided by the number of micro-batches, and
-  // the data-parallel gradients averaged over the ranks: one scale, 1 / (tokens of the global batch),
-  // the same float on every rank count, and the reduction sums.
-  const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
-
+  // the loop. The op dispatch layer reports each op's category to them (through the model's context).
+  Timers timers;
+  const double iter_flops;
+  std::vector<int32_t> tokens, labels;
+  TrainState st;  // the validation sampler continues at st.valid_consumed_samples (Megatron's consumed_valid_samples)
   TrainResult res;
-  TrainState st = start;  // all the loop's state; the validation sampler continues at
-                          // st.valid_consumed_samples (Megatron's consumed_valid_samples)
-  const int64_t to_run = std::max<int64_t>(0, cfg_.train_iters - st.iteration);
-  res.first_iteration = st.iteration + 1;
-  res.loss.reserve(to_run);
-  res.grad_norm.reserve(to_run);
-  res.seconds.reserve(to_run);
-  res.lr_used.reserve(to_run);
-
-  // Timings are not state: the first interval after a resume times only this process's iterations.
   double interval_seconds = 0.0;
   int64_t interval_timed = 0;
   size_t allocs_after_first = 0;
   bool memory_reported = false;
-  bool exited = false;
+  bool exited = false;  // stopped before --train-iters (--exit-interval, a signal): no final evaluation
+};
 
-  for (int64_t it = st.iteration; it < cfg_.train_iters; ++it) {
-    timer.start();
-    model_.zero_grads();
-    double loss_sum = 0.0;
-    const bool stats_now = cfg_.quant_stats_interval > 0 && (it + 1) % cfg_.quant_stats_interval == 0;
-    timers.start(TimerId::ForwardBackward);
-    for (int64_t m = 0; m < M; ++m) {
-      timers.start(TimerId::ForwardCompute);
-      timers.start(TimerId::BatchGenerator);
-      batches_(st.consumed_samples, m * dp + rank, tokens, labels);  // the sampler's slice (see trainer.h)
-      timers.stop(TimerId::BatchGenerator);
-      // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
-      // resumed run draws the same stochastic-rounding bits as one that never stopped.
-      // Telemetry of the last micro-batch of the iteration.
-      // With the optimizer offloaded, the last micro-batch's backward announces the gradients that are
-      // final, so their copy to the host runs under the rest of the backward.
-      // With data parallelism the last backward reduces the buckets it finishes (--overlap-grad-reduce).
-      const auto* listener = opt_.gradient_copy_listener() ? opt_.gradient_copy_listener() : sync_.listener();
-      const StepOptions step{static_cast<uint64_t>(st.micro_batches_done + m * dp + rank), stats_now && m == M - 1,
-                             m == M - 1 ? listener : nullptr};
-      // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
-      const int64_t slot = m % model_.loss_slots();
-      model_.queue_forward_backward(slot, tokens.data(), labels.data(), grad_scale, step);
-      timers.stop(TimerId::BackwardCompute);  // the loss op switched forward-compute to backward-compute
-      if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
-    }
-    timers.stop(TimerId::ForwardBackward);
-    st.micro_batches_done += M * dp;
-    // (Timed with more than one rank only, so one-rank logs keep their timer lines.)
-    if (dp > 1) timers.start(TimerId::AllGradsSync);
-    sync_.finish_gradient_reduction();
-    if (dp > 1) timers.stop(TimerId::AllGradsSync);
-    // Reported loss: the token-weighted mean over the global batch (the sum over the ranks).
-    loss_sum = world_->all_reduce_sum(loss_sum);
-    const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp));
-    const double lr = schedule_.lr_at(st.scheduler_samples);
-    timers.start(TimerId::Optimizer);
-    AdamW::Result step{};
-    const bool loss_finite = std::isfinite(loss);
-    if (loss_finite) {
-      step = opt_.step(lr);
-    } else {
-      step.grad_norm = std::nan("");
-      step.skipped = true;
-      opt_.drop_queued_gradient_copies();
-    }
-    st.consumed_samples += cfg_.global_batch_size;
-    if (!step.skipped) {
-      st.scheduler_samples += cfg_.global_batch_size;
-      if (model_.sharded()) timers.start(TimerId::ParamsAllGather);
-      sync_.gather_weights();  // the distributed optimizer's updated shards to every rank (or queued)
-      if (model_.sharded()) timers.stop(TimerId::ParamsAllGather);
-      // Quantized weight copies for the next step's micro-batches (with --overlap-param-gather the next
-      // forward makes each layer's when its weights have arrived).
-      if (!cfg_.overlap_param_gather) {
-        timers.start(TimerId::OptimizerCopyMainToModelParams);
-        model_.prepare_weights();
-        timers.stop(TimerId::OptimizerCopyMainToModelParams);
-      }
-    }
-    timers.stop(TimerId::Optimizer);
-    const double seconds = timer.stop_seconds();
+Trainer::RunState::RunState(const Trainer& t, const TrainState& start)
+    : step_timer(t.model_.context().device),
+      timers(t.model_.context().device, t.cfg_.timing_log_level),
+      iter_flops(flops_per_iteration(t.model_.config(), t.cfg_.global_batch_size, t.cfg_.seq_length)),
+      tokens(static_cast<size_t>(t.model_.tokens_per_micro_batch())),
+      labels(tokens.size()),
+      st(start) {
+  const int64_t to_run = std::max<int64_t>(0, t.cfg_.train_iters - st.iteration);
+  res.first_iteration = st.iteration + 1;
+  for (std::vector<double>* v : {&res.loss, &res.grad_norm, &res.seconds, &res.lr_used}) v->reserve(to_run);
+}
 
-    res.loss.push_back(loss_finite ? loss : std::nan(""));
-    res.grad_norm.push_back(step.grad_norm);
-    res.seconds.push_back(seconds);
-    res.lr_used.push_back(lr);
-    interval_seconds += seconds;
-    ++interval_timed;
-    ++st.interval_iters;
-    if (step.skipped) {
-      ++st.interval_skipped;
-      ++st.interval_nan;
-      ++st.nan_iterations;
-      ++st.consecutive_nan;
-    } else {
-      st.interval_loss += loss;
-      ++st.interval_good;
-      st.consecutive_nan = 0;
-    }
-
-    const int64_t iteration = it + 1;
-    st.iteration = iteration;
-    exited = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0 && iteration < cfg_.train_iters;
-    bool last = iteration == cfg_.train_iters || exited;
+TrainResult Trainer::run(const TrainState& start) {
+  RunState r(*this, start);
+  const ModelTimers timed_ops(model_, cfg_.timing_log_level > 0 ? &r.timers : nullptr);
+  while (r.st.iteration < cfg_.train_iters) {
+    const int64_t iteration = step(r);
     // An --exit-interval stop prints no extra line (as Megatron's training_log): the open interval's
     // sums go into the checkpoint, so a resumed run prints the straight run's next line.
-    if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) {
-      const double per_iter = interval_seconds / static_cast<double>(interval_timed);
-      const double tflops = iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
-      print_last(log::step_time_line(per_iter, tflops));
-      log::IterationFields f;
-      f.iteration = iteration;
-      f.train_iters = cfg_.train_iters;
-      f.consumed_samples = st.consumed_samples;
-      f.elapsed_ms = per_iter * 1000.0;
-      f.learning_rate = schedule_.lr_at(st.scheduler_samples);
-      f.global_batch_size = cfg_.global_batch_size;
-      if (st.interval_good > 0) f.lm_loss = st.interval_loss / static_cast<double>(st.interval_good);
-      f.grad_norm = step.grad_norm;
-      f.skipped_iterations = st.interval_skipped;
-      f.nan_iterations = st.interval_nan;
-      print_last(log::iteration_line(f, log::now_timestamp()));
-      if (!memory_reported) {
-        if (rank == 0) out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
-        memory_reported = true;
-      }
-      // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
-      // normalized by the iterations this interval timed (= log_interval but for a last short one).
-      if (timers.level() > 0)
-        for (const std::string& line : log::timer_lines(
-                 std::span<const log::TimerOverRanks>(timers_over_ranks(timers.read(static_cast<double>(interval_timed)))),
-                 cfg_.timing_log_option))
-          print_last(line);
-      if (stats_now) log_quant_stats(iteration);
-      interval_seconds = st.interval_loss = 0.0;
-      interval_timed = 0;
-      st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;
-    }
-    if (validation_on() && iteration % cfg_.eval_interval == 0) {
-      res.valid_loss.emplace_back(iteration, evaluate(fmt::format("iteration {}", iteration), eval_.valid,
-                                                      st.valid_consumed_samples));
-      st.valid_consumed_samples += cfg_.eval_iters * cfg_.global_batch_size;
-    }
-    if (it == start.iteration) allocs_after_first = memory_stats(model_.context().device).total_allocs;
-    if (st.consecutive_nan >= cfg_.max_consecutive_nan_iterations)
-      fail("stopping: {} consecutive iterations had a non-finite loss or gradient norm (last at iteration {}); "
-           "lower --lr or check the data",
-           st.consecutive_nan, iteration);
-    // --exit-signal-handler (Megatron's DistributedSignalHandler: every rank's signal state is gathered
-    // after each iteration, and a signal on any rank stops all): this iteration is the last, saved.
-    if (stop_flag_ != nullptr) {
-      const int sig = *stop_flag_;
-      const double signalled = world_->size() > 1 ? world_->all_reduce_sum(sig != 0 ? 1.0 : 0.0) : (sig != 0 ? 1.0 : 0.0);
-      if (signalled > 0.0 && !last) {
-        exited = last = true;
-        res.stop_signal = sig != 0 ? sig : SIGTERM;  // (another rank's signal; SIGTERM is what launchers send)
-      }
-    }
-    // Megatron's order (training.py, train()): log line, evaluation, then the checkpoint.
-    if (checkpoint_) {
-      sync_.finish_weight_gather();  // (a save reads the weights)
-      checkpoint_(st, last);
-    }
-    if (res.stop_signal != 0 && world_->rank() == 0)
-      out_(fmt::format("exiting program after receiving {} at iteration {}", sigabbrev(res.stop_signal), iteration));
-    if (exited) break;
+    if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) log_interval(r, iteration);
+    if (after_iteration(r, iteration)) break;
   }
   sync_.finish_weight_gather();  // the model's weights complete for whoever reads them next
+  TrainResult& res = r.res;
   res.allocations_in_loop =
-      res.seconds.empty() ? 0 : memory_stats(model_.context().device).total_allocs - allocs_after_first;
-  res.nan_iterations = st.nan_iterations;
-  res.state = st;
+      res.seconds.empty() ? 0 : memory_stats(model_.context().device).total_allocs - r.allocs_after_first;
+  res.nan_iterations = r.st.nan_iterations;
+  res.state = r.st;
   // After training, as Megatron's pretrain(): the validation split (continuing) and the test split.
   // A run stopped by --exit-interval exits before them, as Megatron's train() does.
-  if (!exited && validation_on())
-    res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", st.iteration), eval_.valid,
-                                    st.valid_consumed_samples);
-  if (!exited && cfg_.eval_iters > 0 && eval_.test)
-    res.final_test_loss = evaluate(fmt::format("iteration {} on test set", st.iteration), eval_.test, 0);
+  if (!r.exited && validation_on())
+    res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", r.st.iteration), eval_.valid,
+                                    r.st.valid_consumed_samples);
+  if (!r.exited && cfg_.eval_iters > 0 && eval_.test)
+    res.final_test_loss = evaluate(fmt::format("iteration {} on test set", r.st.iteration), eval_.test, 0);
+  summarize(res, r.iter_flops, cfg_.data_parallel_size);
+  return std::move(res);
+}
 
-  // Summary over the last 60% of the iterations this process ran (the playbook reports iterations
-  // 20-50 of 50); a resumed run times only its own iterations.
-  const auto ran = static_cast<int64_t>(res.seconds.size());
-  if (ran == 0) return res;
-  const int64_t first_idx = std::clamp<int64_t>(std::llround(0.4 * static_cast<double>(ran)) - 1, 0, ran - 1);
-  res.summary_first = res.first_iteration + first_idx;
-  res.summary_last = res.first_iteration + ran - 1;
-  double sum = 0.0;
-  for (int64_t i = first_idx; i < ran; ++i) sum += res.seconds[static_cast<size_t>(i)];
-  res.mean_seconds = sum / static_cast<double>(ran - first_idx);
-  res.mean_tflops = iter_flops / res.mean_seconds / static_cast<double>(cfg_.data_parallel_size) / 1e12;  // per GPU
-  return res;
+// One iteration: the micro-batches' forward and backward, the optimizer step (skipped when the loss or
+// the gradient norm is not finite), and the loop state's counters. Returns the iteration's number.
+int64_t Trainer::step(RunState& r) {
+  TrainState& st = r.st;
+  r.step_timer.start();
+  const double loss = forward_backward(r);
+  const double lr = schedule_.lr_at(st.scheduler_samples);
+  const AdamW::Result opt = optimizer_step(r, loss, lr);
+  const double seconds = r.step_timer.stop_seconds();
+
+  r.res.loss.push_back(std::isfinite(loss) ? loss : std::nan(""));
+  r.res.grad_norm.push_back(opt.grad_norm);
+  r.res.seconds.push_back(seconds);
+  r.res.lr_used.push_back(lr);
+  r.interval_seconds += seconds;
+  ++r.interval_timed;
+  ++st.interval_iters;
+  if (opt.skipped) {
+    ++st.interval_skipped;
+    ++st.interval_nan;
+    ++st.nan_iterations;
+    ++st.consecutive_nan;
+  } else {
+    st.interval_loss += loss;
+    ++st.interval_good;
+    st.consecutive_nan = 0;
+  }
+  return ++st.iteration;
+}
+
+// Every micro-batch of the iteration, forward and backward, then the gradients' reduction over the
+// ranks. Returns the reported loss: the token-weighted mean over the global batch.
+double Trainer::forward_backward(RunState& r) {
+  const int64_t T = model_.tokens_per_micro_batch();
+  const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
+  // Megatron's backward: each micro-batch's mean token loss divided by the number of micro-batches, and
+  // the data-parallel gradients averaged over the ranks: one scale, 1 / (tokens of the global batch),
+  // the same float on every rank count, and the reduction sums.
+  const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
+  const bool stats_now = quant_stats_at(r.st.iteration + 1);
+  Timers& timers = r.timers;
+  model_.zero_grads();
+  double loss_sum = 0.0;
+  timers.start(TimerId::ForwardBackward);
+  for (int64_t m = 0; m < M; ++m) {
+    timers.start(TimerId::ForwardCompute);
+    timers.start(TimerId::BatchGenerator);
+    batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels);  // the sampler's slice (see trainer.h)
+    timers.stop(TimerId::BatchGenerator);
+    // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
+    // resumed run draws the same stochastic-rounding bits as one that never stopped.
+    // Telemetry of the last micro-batch of the iteration.
+    // With the optimizer offloaded, the last micro-batch's backward announces the gradients that are
+    // final, so their copy to the host runs under the rest of the backward.
+    // With data parallelism the last backward reduces the buckets it finishes (--overlap-grad-reduce).
+    const auto* listener = opt_.gradient_copy_listener() ? opt_.gradient_copy_listener() : sync_.listener();
+    const StepOptions step{static_cast<uint64_t>(r.st.micro_batches_done + m * dp + rank), stats_now && m == M - 1,
+                           m == M - 1 ? listener : nullptr};
+    // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
+    const int64_t slot = m % model_.loss_slots();
+    model_.queue_forward_backward(slot, r.tokens.data(), r.labels.data(), grad_scale, step);
+    timers.stop(TimerId::BackwardCompute);  // the model switched forward-compute to backward-compute after the loss
+    if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
+  }
+  timers.stop(TimerId::ForwardBackward);
+  r.st.micro_batches_done += M * dp;
+  // (Timed with more than one rank only, so one-rank logs keep their timer lines.)
+  if (dp > 1) timers.start(TimerId::AllGradsSync);
+  sync_.finish_gradient_reduction();
+  if (dp > 1) timers.stop(TimerId::AllGradsSync);
+  // The reported loss is the sum over the ranks.
+  loss_sum = world_->all_reduce_sum(loss_sum);
+  return loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp));
+}
+
+// Megatron's "optimizer" timer: AdamW, or the skip of a non-finite loss; after a step the updated weights
+// to every rank and their quantized copies.
+AdamW::Result Trainer::optimizer_step(RunState& r, double loss, double lr) {
+  Timers& timers = r.timers;
+  timers.start(TimerId::Optimizer);
+  AdamW::Result step{};
+  if (std::isfinite(loss)) {
+    step = opt_.step(lr);
+  } else {
+    step.grad_norm = std::nan("");
+    step.skipped = true;
+    opt_.drop_queued_gradient_copies();
+  }
+  r.st.consumed_samples += cfg_.global_batch_size;
+  if (!step.skipped) {
+    r.st.scheduler_samples += cfg_.global_batch_size;
+    if (model_.sharded()) timers.start(TimerId::ParamsAllGather);
+    sync_.gather_weights();  // the distributed optimizer's updated shards to every rank (or queued)
+    if (model_.sharded()) timers.stop(TimerId::ParamsAllGather);
+    // Quantized weight copies for the next step's micro-batches (with --overlap-param-gather the next
+    // forward makes each layer's when its weights have arrived).
+    if (!cfg_.overlap_param_gather) {
+      timers.start(TimerId::OptimizerCopyMainToModelParams);
+      model_.prepare_weights();
+      timers.stop(TimerId::OptimizerCopyMainToModelParams);
+    }
+  }
+  timers.stop(TimerId::Optimizer);
+  return step;
+}
+
+// Megatron's training_log at the end of a log interval: the Step Time and iteration lines, the memory
+// line (once), the timers, the quantization telemetry; then the interval's sums start again.
+void Trainer::log_interval(RunState& r, int64_t iteration) {
+  TrainState& st = r.st;
+  const double per_iter = r.interval_seconds / static_cast<double>(r.interval_timed);
+  const double tflops = r.iter_flops / per_iter / static_cast<double>(cfg_.data_parallel_size) / 1e12;
+  print_last(log::step_time_line(per_iter, tflops));
+  log::IterationFields f;
+  f.iteration = iteration;
+  f.train_iters = cfg_.train_iters;
+  f.consumed_samples = st.consumed_samples;
+  f.elapsed_ms = per_iter * 1000.0;
+  f.learning_rate = schedule_.lr_at(st.scheduler_samples);
+  f.global_batch_size = cfg_.global_batch_size;
+  if (st.interval_good > 0) f.lm_loss = st.interval_loss / static_cast<double>(st.interval_good);
+  f.grad_norm = r.res.grad_norm.back();  // the last iteration's
+  f.skipped_iterations = st.interval_skipped;
+  f.nan_iterations = st.interval_nan;
+  print_last(log::iteration_line(f, log::now_timestamp()));
+  if (!r.memory_reported) {
+    if (world_->rank() == 0) out_(log::memory_line(0, iteration, memory_stats(model_.context().device)));
+    r.memory_reported = true;
+  }
+  // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
+  // normalized by the iterations this interval timed (= log_interval but for a last short one).
+  if (r.timers.level() > 0)
+    for (const std::string& line : log::timer_lines(
+             std::span<const log::TimerOverRanks>(timers_over_ranks(r.timers.read(static_cast<double>(r.interval_timed)))),
+             cfg_.timing_log_option))
+      print_last(line);
+  if (quant_stats_at(iteration)) log_quant_stats(iteration);
+  r.interval_seconds = st.interval_loss = 0.0;
+  r.interval_timed = 0;
+  st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;
+}
+
+// What follows an iteration's log line, in Megatron's order (training.py, train()): the evaluation, the
+// NaN stop and the signal check, then the checkpoint. True when the run stops early after it.
+bool Trainer::after_iteration(RunState& r, int64_t iteration) {
+  if (validation_on() && iteration % cfg_.eval_interval == 0) {
+    r.res.valid_loss.emplace_back(iteration, evaluate(fmt::format("iteration {}", iteration), eval_.valid,
+                                                      r.st.valid_consumed_samples));
+    r.st.valid_consumed_samples += cfg_.eval_iters * cfg_.global_batch_size;
+  }
+  if (iteration == r.res.first_iteration) r.allocs_after_first = memory_stats(model_.context().device).total_allocs;
+  if (r.st.consecutive_nan >= cfg_.max_consecutive_nan_iterations)
+    fail("stopping: {} consecutive iterations had a non-finite loss or gradient norm (last at iteration {}); "
+         "lower --lr or check the data",
+         r.st.consecutive_nan, iteration);
+  r.exited = cfg_.exit_interval > 0 && iteration % cfg_.exit_interval == 0 && iteration < cfg_.train_iters;
+  bool last = iteration == cfg_.train_iters || r.exited;
+  // A signal makes this iteration the last, saved.
+  if (const int sig = signal_seen(); sig != 0 && !last) {
+    r.exited = last = true;
+    r.res.stop_signal = sig;
+  }
+  if (checkpoint_) {
+    sync_.finish_weight_gather();  // (a save reads the weights)
+    checkpoint_(r.st, last);
+  }
+  if (r.res.stop_signal != 0 && world_->rank() == 0)
+    out_(fmt::format("exiting program after receiving {} at iteration {}", sigabbrev(r.res.stop_signal), iteration));
+  return r.exited;
+}
+
+// --exit-signal-handler (Megatron's DistributedSignalHandler: every rank's signal state is gathered
+// after each iteration, and a signal on any rank stops all): the signal received, or 0.
+int Trainer::signal_seen() const {
+  if (stop_flag_ == nullptr) return 0;
+  const int sig = *stop_flag_;
+  const double signalled = world_->size() > 1 ? world_->all_reduce_sum(sig != 0 ? 1.0 : 0.0) : (sig != 0 ? 1.0 : 0.0);
+  if (!(signalled > 0.0)) return 0;
+  return sig != 0 ? sig : SIGTERM;  // (another rank's signal; SIGTERM is what launchers send)
 }
 
 }  // namespace pl

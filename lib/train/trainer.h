@@ -17,7 +17,7 @@
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "model/llama.h"
-#include "train/data_parallel.h"
+#include "train/gradient_sync.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 
@@ -107,6 +107,17 @@ class Trainer {
   void set_stop_flag(const volatile std::sig_atomic_t* flag) { stop_flag_ = flag; }
 
  private:
+  struct RunState;  // one run()'s loop state (trainer.cpp)
+  int64_t step(RunState& r);
+  double forward_backward(RunState& r);
+  AdamW::Result optimizer_step(RunState& r, double loss, double lr);
+  void log_interval(RunState& r, int64_t iteration);
+  // --quant-stats-interval: the iteration's last backward collects quantization telemetry.
+  bool quant_stats_at(int64_t iteration) const {
+    return cfg_.quant_stats_interval > 0 && iteration % cfg_.quant_stats_interval == 0;
+  }
+  bool after_iteration(RunState& r, int64_t iteration);
+  int signal_seen() const;
   void log_quant_stats(int64_t iteration);
   std::vector<log::TimerOverRanks> timers_over_ranks(std::span<const TimerReading> mine) const;
   // eval_iters global batches of `data` from sample `first_sample`, forward only; prints Megatron's

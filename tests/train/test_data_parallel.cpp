@@ -18,7 +18,7 @@
 #include "model/precision_plan.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
-#include "train/data_parallel.h"
+#include "train/gradient_sync.h"
 #include "train/trainer.h"
 
 namespace pl {

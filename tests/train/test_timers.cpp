@@ -1,16 +1,21 @@
 // Megatron's timers (--timing-log-level): the Timers class on the CPU clock, and real llama_tiny
 // training at levels 0, 1 and 2 whose timer blocks are parsed with Megatron's line grammar, named
-// as expected, non-negative, and consistent with the iteration's elapsed time.
+// as expected, non-negative, and consistent with the iteration's elapsed time; two trainers in one
+// process each time only their own model's ops (the Timers travel in the op context).
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <regex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "backend/ops.h"
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
 #include "core/error.h"
@@ -36,10 +41,7 @@ TEST(Timers, LevelZeroMeasuresNothing) {
   t.start(TimerId::ForwardBackward);
   EXPECT_FALSE(t.running(TimerId::ForwardBackward));
   t.stop(TimerId::ForwardBackward);  // not an error at level 0: nothing is timed
-  {
-    const ActiveTimers active(&t);
-    const OpTimer op(TimerId::OptimizerInnerStep);
-  }
+  { const OpTimer op(&t, TimerId::OptimizerInnerStep); }
   EXPECT_TRUE(t.read(1.0).empty());
 }
 
@@ -85,17 +87,26 @@ TEST(Timers, MisuseIsAnError) {
   EXPECT_THROW(Timers(Device::CPU, -1), Error);
 }
 
-TEST(Timers, OpsCountOnlyWhenActiveAndOnlyTheOutermost) {
+TEST(Timers, OpsCountOnlyOnTheirTimersAndOnlyTheOutermost) {
   Timers t(Device::CPU, 2);
-  { const OpTimer not_active(TimerId::Attention); }
+  { const OpTimer untimed(nullptr, TimerId::Attention); }
   {
-    const ActiveTimers active(&t);
-    const OpTimer outer(TimerId::GemmNvfp4);
-    const OpTimer inner(TimerId::Quantization);  // nested in another op: not counted
+    const OpTimer outer(&t, TimerId::GemmNvfp4);
+    const OpTimer inner(&t, TimerId::Quantization);  // nested in another op: not counted
     std::this_thread::sleep_for(2ms);
   }
-  { const OpTimer after_scope(TimerId::Rope); }
-  EXPECT_EQ(active_timers(), nullptr);
+  {
+    // Through the dispatcher: an op reports to its context's Timers only.
+    Timers other(Device::CPU, 2);
+    std::vector<float> x(4);
+    OpContext ctx;
+    fill_zero(ctx, Tensor(x.data(), {4}, DType::F32, Device::CPU));
+    ctx.timers = &other;
+    fill_zero(ctx, Tensor(x.data(), {4}, DType::F32, Device::CPU));
+    const auto r = other.read(1.0);
+    ASSERT_EQ(r.size(), 1u);
+    EXPECT_EQ(r[0].id, TimerId::Elementwise);
+  }
   const auto r = t.read(1.0);
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].id, TimerId::GemmNvfp4);
@@ -166,8 +177,9 @@ std::vector<std::string> names(const Block& b) {
   return n;
 }
 
-// llama_tiny on the CPU: GBS 4, MBS 2 (two micro-batches), seq 32.
-std::vector<std::string> train(int level, int64_t iters, int64_t log_interval, const PrecisionPlan* plan = nullptr) {
+// llama_tiny on the CPU: GBS 4, MBS 2 (two micro-batches), seq 32; after_batch runs after each micro-batch's data.
+std::vector<std::string> train(int level, int64_t iters, int64_t log_interval, const PrecisionPlan* plan = nullptr,
+                               const std::function<void()>& after_batch = {}) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   TrainConfig t;
   t.train_iters = iters;
@@ -187,6 +199,7 @@ std::vector<std::string> train(int level, int64_t iters, int64_t log_interval, c
       model, t,
       [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
         data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
+        if (after_batch) after_batch();
       },
       [&](const std::string& l) { lines.push_back(l); });
   tr.run();
@@ -240,21 +253,33 @@ TEST(TrainTimers, LevelOneBlockAfterEachIterationLine) {
   }
 }
 
-TEST(TrainTimers, LevelTwoAddsComputePhasesAndOpCategories) {
+// Every layer of llama_tiny in NVFP4.
+PrecisionPlan all_nvfp4_plan() {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   PrecisionRecipe r = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json");
-  r.first_last_layers_bf16 = false;  // every layer of llama_tiny in NVFP4
-  const PrecisionPlan plan = make_precision_plan(m, r);
+  r.first_last_layers_bf16 = false;
+  return make_precision_plan(m, r);
+}
+
+// The level-2 timers after kLevel1 of an all-NVFP4 run, in print order; the lm head is a BF16 GEMM.
+const std::vector<std::string> kLevel2Nvfp4 = {"batch-generator", "forward-compute", "backward-compute", "gemm-bf16",
+                                               "gemm-nvfp4", "attention", "quantization", "rmsnorm", "rope", "swiglu",
+                                               "embedding", "cross-entropy", "elementwise"};
+
+std::vector<std::string> level1_and(const std::vector<std::string>& level2) {
+  std::vector<std::string> all = kLevel1;
+  all.insert(all.end(), level2.begin(), level2.end());
+  return all;
+}
+
+TEST(TrainTimers, LevelTwoAddsComputePhasesAndOpCategories) {
+  const PrecisionPlan plan = all_nvfp4_plan();
   ASSERT_EQ(plan.quantized().x, QuantFormat::NVFP4);
   // Four iterations logged every two: the values are per iteration (normalized by the interval).
   const std::vector<Block> blocks = parse(train(2, 4, 2, &plan));
   ASSERT_EQ(blocks.size(), 2u);
-  std::vector<std::string> expected = kLevel1;
-  const std::vector<std::string> level2 = {"batch-generator", "forward-compute", "backward-compute",
-                                           // per-op categories, in print order; the lm head is a BF16 GEMM
-                                           "gemm-bf16", "gemm-nvfp4", "attention", "quantization", "rmsnorm",
-                                           "rope", "swiglu", "embedding", "cross-entropy", "elementwise"};
-  expected.insert(expected.end(), level2.begin(), level2.end());
+  const std::vector<std::string>& level2 = kLevel2Nvfp4;
+  const std::vector<std::string> expected = level1_and(level2);
   for (const Block& b : blocks) {
     EXPECT_EQ(names(b), expected);
     check_level1(b);
@@ -270,6 +295,66 @@ TEST(TrainTimers, LevelTwoAddsComputePhasesAndOpCategories) {
     EXPECT_GE(ops, 0.5 * b.elapsed_ms);
     // The NVFP4 weights are quantized after each step, inside optimizer-copy-main-to-model-params.
     EXPECT_GT(b.get("optimizer-copy-main-to-model-params"), 0.0);
+  }
+}
+
+// Two threads taking turns: only the one whose turn it is runs. hand_over passes the turn to the other
+// (unless that one has finished) and waits until it comes back.
+class Turns {
+ public:
+  void wait_for(int me) {
+    std::unique_lock lock(m_);
+    cv_.wait(lock, [&] { return turn_ == me; });
+  }
+  void hand_over(int me) {
+    pass(me, false);
+    wait_for(me);
+  }
+  void finish(int me) { pass(me, true); }
+
+ private:
+  void pass(int me, bool finished) {
+    {
+      const std::lock_guard lock(m_);
+      done_[me] = done_[me] || finished;
+      if (!done_[1 - me]) turn_ = 1 - me;
+    }
+    cv_.notify_all();
+  }
+  std::mutex m_;
+  std::condition_variable cv_;
+  int turn_ = 0;
+  bool done_[2] = {false, false};
+};
+
+// The timers reach the ops through each model's context (OpContext::timers), not through anything the
+// process shares: two trainers with their own Timers, an NVFP4 and a BF16 one, run in one process with
+// their iterations interleaved micro-batch by micro-batch (two threads taking turns; one runs at a time),
+// and each timer block holds the categories of its own model's ops only. With one process-wide "active
+// Timers" the trainer that started last would receive the other one's ops.
+TEST(TrainTimers, TwoTrainersInOneProcessTimeOnlyTheirOwnOps) {
+  const PrecisionPlan nvfp4 = all_nvfp4_plan();
+  Turns turns;
+  std::vector<std::string> lines[2];
+  const auto run = [&](int me, const PrecisionPlan* plan) {
+    turns.wait_for(me);
+    try {
+      lines[me] = train(2, 3, 1, plan, [&] { turns.hand_over(me); });
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << e.what();
+    }
+    turns.finish(me);
+  };
+  std::thread first(run, 0, &nvfp4), second(run, 1, nullptr);
+  first.join();
+  second.join();
+  const std::vector<std::string> bf16 = level1_and({"batch-generator", "forward-compute", "backward-compute",
+                                                    "gemm-bf16", "attention", "rmsnorm", "rope", "swiglu",
+                                                    "embedding", "cross-entropy", "elementwise"});
+  for (int who = 0; who < 2; ++who) {
+    const std::vector<Block> blocks = parse(lines[who]);
+    ASSERT_EQ(blocks.size(), 3u) << who;
+    for (const Block& b : blocks) EXPECT_EQ(names(b), who == 0 ? level1_and(kLevel2Nvfp4) : bf16) << who;
   }
 }
 

@@ -1,4 +1,4 @@
-#include "train/data_parallel.h"
+#include "train/gradient_sync.h"
 
 #include <algorithm>
 
