@@ -24,12 +24,7 @@ std::optional<double> parse_weight(const std::string& s) {
   return v;
 }
 
-GPTDatasetConfig gpt_config(const DataConfig& c) {
-  GPTDatasetConfig g;
-  g.sequence_length = c.seq_length;
-  g.random_seed = c.seed;
-  return g;
-}
+GPTDatasetConfig gpt_config(const DataConfig& c) { return {.sequence_length = c.seq_length, .random_seed = c.seed}; }
 
 std::string cache_note(const GPTDataset& d) {
   switch (d.cache_status()) {

@@ -79,11 +79,8 @@ std::string python_float_repr(double x) {
     out.append("0.").append(static_cast<size_t>(-exp10 - 1), '0').append(digits);
   } else {
     const size_t int_len = static_cast<size_t>(exp10) + 1;
-    if (digits.size() <= int_len) {
-      out = digits + std::string(int_len - digits.size(), '0') + ".0";
-    } else {
-      out = digits.substr(0, int_len) + "." + digits.substr(int_len);
-    }
+    out = digits.size() <= int_len ? digits + std::string(int_len - digits.size(), '0') + ".0"
+                                   : digits.substr(0, int_len) + "." + digits.substr(int_len);
   }
   return neg ? "-" + out : out;
 }

@@ -39,10 +39,8 @@ size_t LinearWorkspace::bytes(const LinearPlan& p, int64_t tokens) {
 
 LinearWorkspace LinearWorkspace::allocate(std::vector<Buffer>& owner, Device device, const LinearPlan& p,
                                           int64_t tokens) {
-  LinearWorkspace ws;
-  ws.xq = allocate_quantized(owner, device, *p.x, tokens, p.in, true, true);
-  ws.dyq = allocate_quantized(owner, device, *p.dy, tokens, p.out, true, true);
-  return ws;
+  return {.xq = allocate_quantized(owner, device, *p.x, tokens, p.in, true, true),
+          .dyq = allocate_quantized(owner, device, *p.dy, tokens, p.out, true, true)};
 }
 
 LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device,
