@@ -60,44 +60,6 @@ constexpr DTypeInfo kDTypes[] = {{0, "unknown"}, {1, "uint8"},   {1, "int8"},   
                                  {8, "int64"},   {8, "float64"}, {4, "float32"}, {2, "uint16"}};
 const DTypeInfo& dtype_info(uint8_t code) { return kDTypes[code < std::size(kDTypes) ? code : 0]; }
 
-}  // namespace
-
-size_t indexed_dtype_size(uint8_t code) { return dtype_info(code).size; }
-const char* indexed_dtype_name(uint8_t code) { return dtype_info(code).name; }
-
-IndexedDType optimal_indexed_dtype(int64_t vocab_size) {
-  return vocab_size < 65500 ? IndexedDType::uint16 : IndexedDType::int32;
-}
-
-std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<const int32_t> lengths,
-                                                std::span<const int64_t> document_indices) {
-  const size_t item = indexed_dtype_size(static_cast<uint8_t>(dtype));
-  PL_CHECK(item != 0, "indexed dataset: unknown dtype code {}", static_cast<int>(dtype));
-  std::vector<unsigned char> out;
-  out.reserve(kIndexedHeaderBytes + lengths.size() * 12 + document_indices.size() * 8);
-  out.resize(sizeof(kIndexedMagic));
-  std::memcpy(out.data(), kIndexedMagic, sizeof(kIndexedMagic));
-  store<uint64_t>(out, kIndexedVersion);
-  store<uint8_t>(out, static_cast<uint8_t>(dtype));
-  store<uint64_t>(out, lengths.size());
-  store<uint64_t>(out, document_indices.size());
-  for (int32_t n : lengths) store<int32_t>(out, n);
-  int64_t pointer = 0;
-  for (int32_t n : lengths) {
-    store<int64_t>(out, pointer);
-    pointer += static_cast<int64_t>(n) * static_cast<int64_t>(item);
-  }
-  for (int64_t d : document_indices) store<int64_t>(out, d);
-  return out;
-}
-
-std::string indexed_dataset_journal_path(const std::string& prefix) { return prefix + ".publish-journal"; }
-
-// ---------------------------------------------------------------------------------------------
-// IndexedDataset
-
-namespace {
-
 // A pair being replaced (its publish journal exists) may be half old, half new: refused.
 void refuse_mid_replacement(const std::string& path_prefix) {
   const std::string journal = indexed_dataset_journal_path(path_prefix);
@@ -156,6 +118,40 @@ IndexHeader read_index_header(const std::string& ip, const std::vector<unsigned 
 }
 
 }  // namespace
+
+size_t indexed_dtype_size(uint8_t code) { return dtype_info(code).size; }
+const char* indexed_dtype_name(uint8_t code) { return dtype_info(code).name; }
+
+IndexedDType optimal_indexed_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? IndexedDType::uint16 : IndexedDType::int32;
+}
+
+std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<const int32_t> lengths,
+                                                std::span<const int64_t> document_indices) {
+  const size_t item = indexed_dtype_size(static_cast<uint8_t>(dtype));
+  PL_CHECK(item != 0, "indexed dataset: unknown dtype code {}", static_cast<int>(dtype));
+  std::vector<unsigned char> out;
+  out.reserve(kIndexedHeaderBytes + lengths.size() * 12 + document_indices.size() * 8);
+  out.resize(sizeof(kIndexedMagic));
+  std::memcpy(out.data(), kIndexedMagic, sizeof(kIndexedMagic));
+  store<uint64_t>(out, kIndexedVersion);
+  store<uint8_t>(out, static_cast<uint8_t>(dtype));
+  store<uint64_t>(out, lengths.size());
+  store<uint64_t>(out, document_indices.size());
+  for (int32_t n : lengths) store<int32_t>(out, n);
+  int64_t pointer = 0;
+  for (int32_t n : lengths) {
+    store<int64_t>(out, pointer);
+    pointer += static_cast<int64_t>(n) * static_cast<int64_t>(item);
+  }
+  for (int64_t d : document_indices) store<int64_t>(out, d);
+  return out;
+}
+
+std::string indexed_dataset_journal_path(const std::string& prefix) { return prefix + ".publish-journal"; }
+
+// ---------------------------------------------------------------------------------------------
+// IndexedDataset
 
 IndexedDataset::IndexedDataset(const std::string& path_prefix)
     : idx_path_(path_prefix + ".idx"), bin_path_(path_prefix + ".bin") {
