@@ -1,8 +1,6 @@
 #include "config/json_reader.h"
 
 #include <cmath>
-#include <fstream>
-#include <iterator>
 
 #include "core/error.h"
 #include "io/file_checks.h"
@@ -42,7 +40,6 @@ int64_t JsonReader::integer(const std::string& key) {
 }
 
 int64_t JsonReader::integer(const std::string& key, int64_t fallback) {
-  read_.insert(key);
   return obj_.contains(key) ? integer(key) : fallback;
 }
 
@@ -56,14 +53,12 @@ double JsonReader::number(const std::string& key) {
 }
 
 double JsonReader::number(const std::string& key, double fallback) {
-  read_.insert(key);
   return obj_.contains(key) ? number(key) : fallback;
 }
 
 bool JsonReader::boolean(const std::string& key, bool fallback) {
-  read_.insert(key);
   if (!obj_.contains(key)) return fallback;
-  const auto& v = obj_.at(key);
+  const auto& v = get(key);
   if (!v.is_boolean()) fail_field(key, "must be true or false, got " + describe_json(v));
   return v.get<bool>();
 }
@@ -75,7 +70,6 @@ std::string JsonReader::string(const std::string& key) {
 }
 
 std::string JsonReader::string(const std::string& key, const std::string& fallback) {
-  read_.insert(key);
   return obj_.contains(key) ? string(key) : fallback;
 }
 
@@ -88,9 +82,8 @@ std::optional<std::string> JsonReader::nullable_string(const std::string& key) {
 }
 
 JsonReader JsonReader::object(const std::string& key) {
-  read_.insert(key);
   if (!obj_.contains(key)) return JsonReader(kEmptyObject, file_, prefix_ + key + ".");
-  const auto& v = obj_.at(key);
+  const auto& v = get(key);
   if (!v.is_object()) fail_field(key, "must be an object, got " + describe_json(v));
   return JsonReader(v, file_, prefix_ + key + ".");
 }

@@ -31,7 +31,6 @@ class JsonReader {
   // Fails on the first key that was never read.
   void reject_unknown_keys() const;
   [[noreturn]] void fail_field(const std::string& key, const std::string& what) const;
-  const std::string& file() const { return file_; }
 
  private:
   const nlohmann::json& get(const std::string& key);

@@ -12,12 +12,12 @@ namespace pl {
 namespace fs = std::filesystem;
 
 std::string resolve_config(const std::string& kind, const std::string& name_or_path, const std::string& exe_path) {
+  const char* what = kind == "models" ? "model" : "recipe";  // the flag, and what it names
   const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
                                (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   if (looks_like_path) {
     // (Anything there that is not a regular file -- a FIFO, a directory -- is named by its reader.)
-    PL_CHECK(fs::exists(name_or_path), "{}: no such file (--{})", name_or_path,
-             kind == "models" ? "model" : "recipe");
+    PL_CHECK(fs::exists(name_or_path), "{}: no such file (--{})", name_or_path, what);
     return name_or_path;
   }
   std::vector<fs::path> roots;
@@ -40,8 +40,7 @@ std::string resolve_config(const std::string& kind, const std::string& name_or_p
     if (fs::is_regular_file(p)) return p.string();
     tried += (tried.empty() ? "" : ", ") + p.string();
   }
-  fail("--{}: no {} named '{}' (looked for {})", kind == "models" ? "model" : "recipe",
-       kind == "models" ? "model" : "recipe", name_or_path, tried);
+  fail("--{}: no {} named '{}' (looked for {})", what, what, name_or_path, tried);
 }
 
 }  // namespace pl

@@ -1,5 +1,8 @@
 #include "config/train_config.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -109,13 +112,8 @@ void validate_optimizer_dtypes(const TrainConfig& t) {
                         {"--exp-avg-dtype", t.exp_avg_dtype, {"fp32", "fp16", "bf16"}},
                         {"--exp-avg-sq-dtype", t.exp_avg_sq_dtype, {"fp32", "fp16", "bf16"}}};
   for (const Flag& f : flags) {
-    std::string list;
-    bool ok = false;
-    for (const char* a : f.allowed) {
-      ok = ok || f.value == a;
-      list += list.empty() ? a : std::string(", ") + a;
-    }
-    PL_CHECK(ok, "{} must be one of {}, got '{}'", f.name, list, f.value);
+    PL_CHECK(std::find(f.allowed.begin(), f.allowed.end(), f.value) != f.allowed.end(),
+             "{} must be one of {}, got '{}'", f.name, fmt::join(f.allowed, ", "), f.value);
     PL_CHECK(t.use_precision_aware_optimizer || f.value == "fp32",
              "{} {} needs --use-precision-aware-optimizer (without it every optimizer state is fp32, as Megatron)",
              f.name, f.value);

@@ -68,11 +68,6 @@ struct TrainConfig {
   // in host memory and AdamW runs on the host. Fraction: 1.0 only (a split is not implemented yet).
   bool optimizer_cpu_offload = false;
   double optimizer_offload_fraction = 1.0;
-  // Any state dtype other than fp32 (the banner line and the checkpoint manifest say which).
-  bool low_precision_optimizer_state() const {
-    return main_grads_dtype != "fp32" || main_params_dtype != "fp32" || exp_avg_dtype != "fp32" ||
-           exp_avg_sq_dtype != "fp32";
-  }
 
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global

@@ -39,7 +39,6 @@ class BlendedDataset final : public SampleSource {
   void get(int64_t idx, std::span<int32_t> out) const override;
 
   const std::vector<int16_t>& dataset_index() const { return dataset_index_; }
-  const std::vector<int64_t>& dataset_sample_index() const { return dataset_sample_index_; }
   const std::vector<double>& weights() const { return weights_; }
 
  private:

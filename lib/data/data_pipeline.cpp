@@ -24,19 +24,7 @@ std::optional<double> parse_weight(const std::string& s) {
   return v;
 }
 
-std::vector<int32_t> sequence_range(int64_t begin, int64_t end) {
-  std::vector<int32_t> v;
-  v.reserve(static_cast<size_t>(end - begin));
-  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<int32_t>(i));
-  return v;
-}
-
-GPTDatasetConfig gpt_config(const DataConfig& c) {
-  GPTDatasetConfig g;
-  g.sequence_length = c.seq_length;
-  g.random_seed = c.seed;
-  return g;
-}
+GPTDatasetConfig gpt_config(const DataConfig& c) { return {.sequence_length = c.seq_length, .random_seed = c.seed}; }
 
 std::string cache_note(const GPTDataset& d) {
   switch (d.cache_status()) {
@@ -160,16 +148,14 @@ void TrainingData::build_indexed() {
       if (r->first == r->second) {
         // An empty test split (common: 969,30,1 of a few hundred documents) only skips the final test
         // evaluation; an empty split the run must read from is an error.
-        if (s == Split::test) {
+        if (s == Split::test)
           summary_.push_back(fmt::format("dataset {}: the test split of --split {} is empty: no test evaluation", d + 1,
                                          c.split));
-          parts.clear();
-          break;
-        }
-        PL_CHECK(target == 0,
-                 "{}: --split {} leaves the {} split none of its {} sequences, but the run reads {} {} samples; "
-                 "change --split or bring more documents",
-                 blend.prefixes[d], c.split, split_name(s), low[d]->num_sequences(), target, split_name(s));
+        else
+          PL_CHECK(target == 0,
+                   "{}: --split {} leaves the {} split none of its {} sequences, but the run reads {} {} samples; "
+                   "change --split or bring more documents",
+                   blend.prefixes[d], c.split, split_name(s), low[d]->num_sequences(), target, split_name(s));
         parts.clear();
         break;
       }

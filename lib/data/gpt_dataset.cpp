@@ -5,8 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -45,12 +43,9 @@ void fill_micro_batch(const SampleSource& source, int32_t pad_token_id, int64_t 
 }
 
 const char* split_name(Split s) {
-  switch (s) {
-    case Split::train: return "train";
-    case Split::valid: return "valid";
-    case Split::test: return "test";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"train", "valid", "test"};
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
 }
 
 std::array<double, 3> parse_split(std::string_view split) {
@@ -94,6 +89,13 @@ std::array<std::optional<std::pair<int64_t, int64_t>>, 3> split_ranges(std::stri
     out[k] = std::make_pair(b, e);
   }
   return out;
+}
+
+std::vector<int32_t> sequence_range(int64_t begin, int64_t end) {
+  std::vector<int32_t> v;
+  v.reserve(static_cast<size_t>(end - begin));
+  for (int64_t i = begin; i < end; ++i) v.push_back(static_cast<int32_t>(i));
+  return v;
 }
 
 std::vector<int64_t> build_sample_index(std::span<const int32_t> sizes,
@@ -158,9 +160,7 @@ void append_shuffled_range(std::vector<int64_t>& out, int64_t first, int64_t las
   for (int64_t i = first; i < last; ++i) out.push_back(i);
   rs.shuffle(std::span<int64_t>(out.data() + begin, out.size() - begin));
 }
-}  // namespace
 
-namespace {
 // Everything the three index arrays depend on, one "key: value" per line. Its checksum64 names the
 // cache entry (Megatron uses md5 of its own description, which we cannot reproduce byte for byte, so
 // there is no point in matching the hash function).
@@ -175,16 +175,6 @@ std::string index_description(const std::string& dataset_id, const std::vector<i
       c.sequence_length, c.random_seed, c.add_extra_token_to_sequence, c.drop_last_partial_validation_sequence);
 }
 
-std::optional<std::string> read_text_file(const std::string& path) {
-  // Anything unreadable -- missing, or a FIFO or a directory (io/file_checks.h: refused, not a hang) --
-  // is a cache miss.
-  try {
-    return read_regular_file(path);
-  } catch (const Error&) {
-    return std::nullopt;
-  }
-}
-
 template <typename T>
 std::vector<T> npy_values(const NpyArray& a) {
   std::vector<T> v(static_cast<size_t>(a.numel()));
@@ -196,9 +186,10 @@ std::vector<T> npy_values(const NpyArray& a) {
 // A cached entry is used only when its description matches exactly and the arrays are consistent
 // with it (sizes, value ranges); anything else means rebuild.
 bool GPTDataset::load_cached(const std::string& base, const std::string& description, int64_t docs) {
-  const std::optional<std::string> have = read_text_file(base + "description.txt");
-  if (!have || *have != description) return false;
   try {
+    // Anything unreadable -- missing, or a FIFO or a directory (io/file_checks.h: refused, not a hang) --
+    // is a cache miss, as is a corrupt array.
+    if (read_regular_file(base + "description.txt") != description) return false;
     const NpyArray doc = read_npy(base + "document_index.npy");
     const NpyArray smp = read_npy(base + "sample_index.npy");
     const NpyArray shf = read_npy(base + "shuffle_index.npy");
@@ -345,12 +336,8 @@ void GPTDataset::build_indices(const std::vector<int32_t>& indices, int64_t samp
 
   // Document index: e epochs tiled and shuffled together, or e-1 together then the last alone.
   document_index_.reserve(static_cast<size_t>(num_epochs_ * docs));
-  if (!separate_final_epoch_) {
-    append_shuffled_epochs(document_index_, indices, num_epochs_, rs);
-  } else {
-    append_shuffled_epochs(document_index_, indices, num_epochs_ - 1, rs);
-    append_shuffled_epochs(document_index_, indices, 1, rs);
-  }
+  append_shuffled_epochs(document_index_, indices, separate_final_epoch_ ? num_epochs_ - 1 : num_epochs_, rs);
+  if (separate_final_epoch_) append_shuffled_epochs(document_index_, indices, 1, rs);
 
   // Sample index.
   const bool drop_last = split_ == Split::valid ? config_.drop_last_partial_validation_sequence : true;
@@ -360,12 +347,9 @@ void GPTDataset::build_indices(const std::vector<int32_t>& indices, int64_t samp
   // Shuffle index: [0, total) shuffled, or [0, sans_final) and [sans_final, total) separately.
   const int64_t total = size();
   shuffle_index_.reserve(static_cast<size_t>(total));
-  if (separate_final_epoch_) {
-    append_shuffled_range(shuffle_index_, 0, samples_sans_final_epoch, rs);
-    append_shuffled_range(shuffle_index_, samples_sans_final_epoch, total, rs);
-  } else {
-    append_shuffled_range(shuffle_index_, 0, total, rs);
-  }
+  const int64_t first_part = separate_final_epoch_ ? samples_sans_final_epoch : total;
+  append_shuffled_range(shuffle_index_, 0, first_part, rs);
+  if (separate_final_epoch_) append_shuffled_range(shuffle_index_, first_part, total, rs);
 }
 
 int64_t GPTDataset::sample_length() const {

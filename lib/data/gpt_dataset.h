@@ -57,6 +57,8 @@ std::array<double, 3> parse_split(std::string_view split);
 // "1,1,1" over 100000 -> [0,33333) [33333,66667) [66667,100000).
 std::array<std::optional<std::pair<int64_t, int64_t>>, 3> split_ranges(std::string_view split,
                                                                        int64_t num_elements);
+// The sequence indices [begin, end) of one split range (GPTDataset's `indices`).
+std::vector<int32_t> sequence_range(int64_t begin, int64_t end);
 
 struct GPTDatasetConfig {
   int64_t sequence_length = 0;
@@ -102,7 +104,6 @@ class GPTDataset final : public SampleSource {
   void get(int64_t idx, std::span<int32_t> out) const override;
 
   const GPTDatasetConfig& config() const { return config_; }
-  const LowLevelDataset& dataset() const { return *dataset_; }
   int64_t tokens_per_epoch() const { return tokens_per_epoch_; }
   int64_t num_epochs() const { return num_epochs_; }
   bool separate_final_epoch() const { return separate_final_epoch_; }

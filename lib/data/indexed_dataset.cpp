@@ -35,67 +35,30 @@ void store(std::vector<unsigned char>& out, T v) {
   std::memcpy(out.data() + at, &v, sizeof(T));
 }
 
+// n tokens of type T at src, as int32 (IndexedDataset::get).
+template <class T>
+void convert(const unsigned char* src, int64_t n, int32_t* out, const std::string& bin, int64_t seq) {
+  for (int64_t k = 0; k < n; ++k) {
+    const T v = load<T>(src + k * static_cast<int64_t>(sizeof(T)));
+    if constexpr (sizeof(T) >= sizeof(int32_t) && !std::is_same_v<T, int32_t>) {
+      PL_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
+               "{}: token {} in sequence {} does not fit int32", bin, static_cast<int64_t>(v), seq);
+    }
+    out[k] = static_cast<int32_t>(v);
+  }
+}
+
 // Tokens are written to the .bin in pieces of this size.
 constexpr size_t kBinFlushBytes = 64u << 20;
 
-}  // namespace
-
-size_t indexed_dtype_size(uint8_t code) {
-  switch (code) {
-    case 1: case 2: return 1;
-    case 3: case 8: return 2;
-    case 4: case 7: return 4;
-    case 5: case 6: return 8;
-    default: return 0;
-  }
-}
-
-const char* indexed_dtype_name(uint8_t code) {
-  switch (code) {
-    case 1: return "uint8";
-    case 2: return "int8";
-    case 3: return "int16";
-    case 4: return "int32";
-    case 5: return "int64";
-    case 6: return "float64";
-    case 7: return "float32";
-    case 8: return "uint16";
-    default: return "unknown";
-  }
-}
-
-IndexedDType optimal_indexed_dtype(int64_t vocab_size) {
-  return vocab_size < 65500 ? IndexedDType::uint16 : IndexedDType::int32;
-}
-
-std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<const int32_t> lengths,
-                                                std::span<const int64_t> document_indices) {
-  const size_t item = indexed_dtype_size(static_cast<uint8_t>(dtype));
-  PL_CHECK(item != 0, "indexed dataset: unknown dtype code {}", static_cast<int>(dtype));
-  std::vector<unsigned char> out;
-  out.reserve(kIndexedHeaderBytes + lengths.size() * 12 + document_indices.size() * 8);
-  out.resize(sizeof(kIndexedMagic));
-  std::memcpy(out.data(), kIndexedMagic, sizeof(kIndexedMagic));
-  store<uint64_t>(out, kIndexedVersion);
-  store<uint8_t>(out, static_cast<uint8_t>(dtype));
-  store<uint64_t>(out, lengths.size());
-  store<uint64_t>(out, document_indices.size());
-  for (int32_t n : lengths) store<int32_t>(out, n);
-  int64_t pointer = 0;
-  for (int32_t n : lengths) {
-    store<int64_t>(out, pointer);
-    pointer += static_cast<int64_t>(n) * static_cast<int64_t>(item);
-  }
-  for (int64_t d : document_indices) store<int64_t>(out, d);
-  return out;
-}
-
-std::string indexed_dataset_journal_path(const std::string& prefix) { return prefix + ".publish-journal"; }
-
-// ---------------------------------------------------------------------------------------------
-// IndexedDataset
-
-namespace {
+// Item bytes and name by dtype code (IndexedDType); code 0 and codes past the table are unknown.
+struct DTypeInfo {
+  size_t size;
+  const char* name;
+};
+constexpr DTypeInfo kDTypes[] = {{0, "unknown"}, {1, "uint8"},   {1, "int8"},    {2, "int16"}, {4, "int32"},
+                                 {8, "int64"},   {8, "float64"}, {4, "float32"}, {2, "uint16"}};
+const DTypeInfo& dtype_info(uint8_t code) { return kDTypes[code < std::size(kDTypes) ? code : 0]; }
 
 // A pair being replaced (its publish journal exists) may be half old, half new: refused.
 void refuse_mid_replacement(const std::string& path_prefix) {
@@ -155,6 +118,40 @@ IndexHeader read_index_header(const std::string& ip, const std::vector<unsigned 
 }
 
 }  // namespace
+
+size_t indexed_dtype_size(uint8_t code) { return dtype_info(code).size; }
+const char* indexed_dtype_name(uint8_t code) { return dtype_info(code).name; }
+
+IndexedDType optimal_indexed_dtype(int64_t vocab_size) {
+  return vocab_size < 65500 ? IndexedDType::uint16 : IndexedDType::int32;
+}
+
+std::vector<unsigned char> encode_indexed_index(IndexedDType dtype, std::span<const int32_t> lengths,
+                                                std::span<const int64_t> document_indices) {
+  const size_t item = indexed_dtype_size(static_cast<uint8_t>(dtype));
+  PL_CHECK(item != 0, "indexed dataset: unknown dtype code {}", static_cast<int>(dtype));
+  std::vector<unsigned char> out;
+  out.reserve(kIndexedHeaderBytes + lengths.size() * 12 + document_indices.size() * 8);
+  out.resize(sizeof(kIndexedMagic));
+  std::memcpy(out.data(), kIndexedMagic, sizeof(kIndexedMagic));
+  store<uint64_t>(out, kIndexedVersion);
+  store<uint8_t>(out, static_cast<uint8_t>(dtype));
+  store<uint64_t>(out, lengths.size());
+  store<uint64_t>(out, document_indices.size());
+  for (int32_t n : lengths) store<int32_t>(out, n);
+  int64_t pointer = 0;
+  for (int32_t n : lengths) {
+    store<int64_t>(out, pointer);
+    pointer += static_cast<int64_t>(n) * static_cast<int64_t>(item);
+  }
+  for (int64_t d : document_indices) store<int64_t>(out, d);
+  return out;
+}
+
+std::string indexed_dataset_journal_path(const std::string& prefix) { return prefix + ".publish-journal"; }
+
+// ---------------------------------------------------------------------------------------------
+// IndexedDataset
 
 IndexedDataset::IndexedDataset(const std::string& path_prefix)
     : idx_path_(path_prefix + ".idx"), bin_path_(path_prefix + ".bin") {
@@ -235,20 +232,6 @@ void IndexedDataset::map_bin(const std::string& path_prefix, int64_t data_end, c
   }
   bin_ = MappedFile(fd, static_cast<size_t>(bsize));
 }
-
-namespace {
-template <class T>
-void convert(const unsigned char* src, int64_t n, int32_t* out, const std::string& bin, int64_t seq) {
-  for (int64_t k = 0; k < n; ++k) {
-    const T v = load<T>(src + k * static_cast<int64_t>(sizeof(T)));
-    if constexpr (sizeof(T) >= sizeof(int32_t) && !std::is_same_v<T, int32_t>) {
-      PL_CHECK(v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max(),
-               "{}: token {} in sequence {} does not fit int32", bin, static_cast<int64_t>(v), seq);
-    }
-    out[k] = static_cast<int32_t>(v);
-  }
-}
-}  // namespace
 
 void IndexedDataset::get(int64_t seq, int64_t offset, int64_t length, int32_t* out) const {
   PL_CHECK(seq >= 0 && seq < num_sequences(), "{}: sequence {} out of range [0, {})", bin_path_, seq,

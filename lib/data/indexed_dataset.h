@@ -64,7 +64,6 @@ class IndexedDataset final : public LowLevelDataset {
   size_t item_size() const { return item_size_; }
   bool has_sequence_modes() const { return !modes_.empty(); }
   const std::vector<int8_t>& sequence_modes() const { return modes_; }
-  const std::string& idx_path() const { return idx_path_; }
   const std::string& bin_path() const { return bin_path_; }
 
  private:

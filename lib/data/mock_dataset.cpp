@@ -32,14 +32,10 @@ MockGPTDataset::MockGPTDataset(const MockDataConfig& config) : config_(config) {
   // Mock data ignores the configured split and uses "1,1,1" (blended_megatron_dataset_config.py).
   const auto ranges = split_ranges("1,1,1", low_->num_sequences());
   const auto [begin, end] = *ranges[static_cast<int>(config.split)];
-  std::vector<int32_t> indices;
-  indices.reserve(static_cast<size_t>(end - begin));
-  for (int64_t i = begin; i < end; ++i) indices.push_back(static_cast<int32_t>(i));
-  GPTDatasetConfig gc;
-  gc.sequence_length = config.seq_length;
-  gc.random_seed = config.random_seed;
-  gc.add_extra_token_to_sequence = true;
-  gpt_ = std::make_unique<GPTDataset>(low_, std::move(indices), config.num_samples, config.split, gc);
+  gpt_ = std::make_unique<GPTDataset>(low_, sequence_range(begin, end), config.num_samples, config.split,
+                                      GPTDatasetConfig{.sequence_length = config.seq_length,
+                                                       .random_seed = config.random_seed,
+                                                       .add_extra_token_to_sequence = true});
 }
 
 void MockGPTDataset::sample(int64_t index, std::span<int32_t> tokens_out) const {

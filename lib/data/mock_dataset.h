@@ -48,7 +48,6 @@ class MockGPTDataset {
 
   // Samples in the split's index (>= num_samples; 16648 for train at seq 4096).
   int64_t size() const { return gpt_->size(); }
-  int64_t seq_length() const { return config_.seq_length; }
   // seq_length + 1 tokens of dataset index `index` (through the shuffle index).
   void sample(int64_t index, std::span<int32_t> tokens_out) const;
   // Micro-batch `micro_index` of the global batch starting at dataset index first_sample, in
@@ -57,7 +56,6 @@ class MockGPTDataset {
                    std::span<int32_t> labels) const;
 
   const GPTDataset& gpt() const { return *gpt_; }
-  const MockGPTLowLevelDataset& low_level() const { return *low_; }
 
  private:
   MockDataConfig config_;

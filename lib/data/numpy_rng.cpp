@@ -17,9 +17,10 @@ constexpr uint32_t kMixMultL = 0xca01f9ddu;
 constexpr uint32_t kMixMultR = 0x4973f715u;
 constexpr int kXShift = 16;
 
-uint32_t hashmix(uint32_t value, uint32_t& hash_const) {
+// (generate_state's output step is the same mix with kMultB.)
+uint32_t hashmix(uint32_t value, uint32_t& hash_const, uint32_t mult = kMultA) {
   value ^= hash_const;
-  hash_const *= kMultA;
+  hash_const *= mult;
   value *= hash_const;
   value ^= value >> kXShift;
   return value;
@@ -57,14 +58,7 @@ std::vector<uint32_t> seed_sequence_generate_state(std::span<const uint32_t> ent
   // generate_state: cycle over the pool.
   std::vector<uint32_t> out(static_cast<size_t>(n_words32));
   uint32_t hb = kInitB;
-  for (int i = 0; i < n_words32; ++i) {
-    uint32_t v = pool[i % kPoolSize];
-    v ^= hb;
-    hb *= kMultB;
-    v *= hb;
-    v ^= v >> kXShift;
-    out[static_cast<size_t>(i)] = v;
-  }
+  for (int i = 0; i < n_words32; ++i) out[static_cast<size_t>(i)] = hashmix(pool[i % kPoolSize], hb, kMultB);
   return out;
 }
 
@@ -84,20 +78,12 @@ Pcg64::Pcg64(uint64_t state_hi, uint64_t state_lo, uint64_t inc_hi, uint64_t inc
   step();
 }
 
-namespace {
-// generate_state(4, uint64): 8 uint32 words, paired little-endian into 4 uint64.
-std::vector<uint64_t> pcg_seed_words(uint64_t seed) {
-  const std::vector<uint32_t> ent = seed_to_entropy_words(seed);
-  const std::vector<uint32_t> w = seed_sequence_generate_state(ent, 8);
-  std::vector<uint64_t> w64(4);
-  for (int k = 0; k < 4; ++k) w64[k] = static_cast<uint64_t>(w[2 * k]) | (static_cast<uint64_t>(w[2 * k + 1]) << 32);
-  return w64;
-}
-}  // namespace
-
 Pcg64::Pcg64(uint64_t seed) {
-  const std::vector<uint64_t> w = pcg_seed_words(seed);
-  *this = Pcg64(w[0], w[1], w[2], w[3]);
+  // generate_state(4, uint64): 8 uint32 words, paired little-endian into 4 uint64.
+  const std::vector<uint32_t> w = seed_sequence_generate_state(seed_to_entropy_words(seed), 8);
+  uint64_t w64[4];
+  for (int k = 0; k < 4; ++k) w64[k] = static_cast<uint64_t>(w[2 * k]) | (static_cast<uint64_t>(w[2 * k + 1]) << 32);
+  *this = Pcg64(w64[0], w64[1], w64[2], w64[3]);
 }
 
 void Pcg64::step() { state_ = state_ * kPcgMult + inc_; }
@@ -143,13 +129,7 @@ std::vector<int32_t> Pcg64::integers(int64_t low, int64_t high, int64_t n) {
   // numpy: rng = high - 1 - low (closed interval), off = low.
   const auto rng = static_cast<uint32_t>(high - 1 - low);
   for (auto& v : out) {
-    uint32_t r;
-    if (rng == 0)
-      r = 0;
-    else if (rng == UINT32_MAX)
-      r = next_uint32();
-    else
-      r = bounded_lemire_uint32(rng);
+    const uint32_t r = rng == 0 ? 0 : rng == UINT32_MAX ? next_uint32() : bounded_lemire_uint32(rng);
     v = static_cast<int32_t>(static_cast<uint32_t>(low) + r);
   }
   return out;
@@ -189,22 +169,12 @@ uint64_t RandomStateMt::next_uint64() {
 
 uint64_t RandomStateMt::random_interval(uint64_t max) {
   if (max == 0) return 0;
-  uint64_t mask = max;
-  mask |= mask >> 1;
-  mask |= mask >> 2;
-  mask |= mask >> 4;
-  mask |= mask >> 8;
-  mask |= mask >> 16;
-  mask |= mask >> 32;
-  uint64_t value;
-  if (max <= 0xffffffffull) {
-    while ((value = (next_uint32() & mask)) > max) {
-    }
-  } else {
-    while ((value = (next_uint64() & mask)) > max) {
-    }
+  uint64_t mask = max;  // every bit below max's highest set bit
+  for (int shift = 1; shift < 64; shift *= 2) mask |= mask >> shift;
+  while (true) {  // rejection sampling, one 32-bit draw per try while max fits in 32 bits
+    const uint64_t value = (max <= 0xffffffffull ? next_uint32() : next_uint64()) & mask;
+    if (value <= max) return value;
   }
-  return value;
 }
 
 }  // namespace pl::data

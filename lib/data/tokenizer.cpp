@@ -49,8 +49,8 @@ constexpr const char* kEndOfText = "<|end_of_text|>";
 // Special-token string -> id, and the scan that splits text at special-token occurrences.
 class SpecialTokens {
  public:
-  void add(const std::string& name, int32_t id) { ids_.emplace(name, id); }
-  int32_t id(const std::string& name) const { return ids_.at(name); }
+  void add(const std::string& name, int32_t id) { ids_.add(name, id); }
+  int32_t id(const std::string& name) const { return ids_.rank(name); }
 
   // Calls on_text(segment) for ordinary text and on_special(id) for each special-token string,
   // in order. Every special has the form "<|name|>" (no "|>" inside), so a candidate is "<|" up to
@@ -63,24 +63,20 @@ class SpecialTokens {
       if (open == std::string_view::npos) break;
       const size_t close = text.find("|>", open + 2);
       if (close == std::string_view::npos) break;
-      const auto it = ids_.find(text.substr(open, close + 2 - open));
-      if (it == ids_.end()) {
+      const int32_t id = ids_.rank(text.substr(open, close + 2 - open));
+      if (id < 0) {
         from = open + 1;
         continue;
       }
       if (open > done) on_text(text.substr(done, open - done));
-      on_special(it->second);
+      on_special(id);
       done = from = close + 2;
     }
     if (done < text.size()) on_text(text.substr(done));
   }
 
  private:
-  struct Hash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-  };
-  std::unordered_map<std::string, int32_t, Hash, std::equal_to<>> ids_;
+  BpeRanks ids_;  // (the same string_view-keyed map as the ranks)
 };
 
 void check_valid_utf8(std::string_view text) {
@@ -131,12 +127,9 @@ class ByteTokenizer final : public Tokenizer {
 // ---- tiktoken file ----------------------------------------------------------------------------
 
 int base64_value(unsigned char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
+  constexpr std::string_view kAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const size_t v = kAlphabet.find(static_cast<char>(c));
+  return v == std::string_view::npos ? -1 : static_cast<int>(v);
 }
 
 // Strict standard base64 (RFC 4648 alphabet, '=' padding only at the end); false when malformed.
@@ -317,8 +310,10 @@ class TiktokenTokenizer final : public Tokenizer {
     check_valid_utf8(text);
     std::vector<int32_t> ids;
     ids.reserve(text.size() / 3 + 8);
+    // Between the specials: regex pieces, each to its rank or its merged ranks.
+    const auto on_piece = [&](std::string_view piece) { encode_piece(piece, ids); };
     specials_.split(
-        text, [&](std::string_view s) { encode_ordinary(s, ids); }, [&](int32_t id) { ids.push_back(id); });
+        text, [&](std::string_view s) { splitter_.for_each_piece(s, on_piece); }, [&](int32_t id) { ids.push_back(id); });
     return ids;
   }
 
@@ -342,18 +337,10 @@ class TiktokenTokenizer final : public Tokenizer {
   }
 
  private:
-  // Regex pieces of text that holds no special token, each to its rank or its merged ranks.
-  void encode_ordinary(std::string_view text, std::vector<int32_t>& ids) const {
-    splitter_.for_each_piece(text, [&](std::string_view piece) { encode_piece(piece, ids); });
-  }
-
   void encode_piece(std::string_view piece, std::vector<int32_t>& ids) const {
     const int32_t whole = ranks_.rank(piece);
-    if (whole >= 0) {
-      ids.push_back(whole);
-      return;
-    }
-    byte_pair_merge(piece, ranks_, piece.size() >= kHeapMergeMinBytes, ids);
+    if (whole >= 0) ids.push_back(whole);
+    else byte_pair_merge(piece, ranks_, piece.size() >= kHeapMergeMinBytes, ids);
   }
 
   std::string path_;

@@ -4,8 +4,6 @@
 
 #include <array>
 #include <filesystem>
-#include <iterator>
-#include <limits>
 #include <optional>
 #include <nlohmann/json.hpp>
 
@@ -16,33 +14,7 @@
 
 namespace pl::data {
 
-namespace {
-
 constexpr int kRecordVersion = 1;
-
-nlohmann::ordered_json record_to_json(const TokenizerRecord& r) {
-  nlohmann::ordered_json j;
-  j["version"] = kRecordVersion;
-  j["type"] = r.type;
-  j["model_path"] = r.model_path;
-  j["model_size"] = r.model_size;
-  j["model_fnv1a64"] = r.model_fnv1a64;
-  j["vocab_size"] = r.vocab_size;
-  j["eod"] = r.eod;
-  j["bos"] = r.bos;
-  j["append_eod"] = r.append_eod;
-  j["prepend_bos"] = r.prepend_bos;
-  if (r.data_bin_bytes >= 0) j["data_bin_bytes"] = r.data_bin_bytes;
-  if (!r.data_idx_checksum64.empty()) j["data_idx_checksum64"] = r.data_idx_checksum64;
-  return j;
-}
-
-template <class T>
-T field(const nlohmann::json& j, const char* key, const std::string& path) {
-  return json_field<T>(j, key, path);
-}
-
-}  // namespace
 
 std::string tokenizer_record_path(const std::string& prefix) { return prefix + ".tokenizer.json"; }
 
@@ -65,7 +37,22 @@ std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
   return fmt::format("{:016x}", h);
 }
 
-std::string tokenizer_record_text(const TokenizerRecord& record) { return record_to_json(record).dump(2) + "\n"; }
+std::string tokenizer_record_text(const TokenizerRecord& r) {
+  nlohmann::ordered_json j;
+  j["version"] = kRecordVersion;
+  j["type"] = r.type;
+  j["model_path"] = r.model_path;
+  j["model_size"] = r.model_size;
+  j["model_fnv1a64"] = r.model_fnv1a64;
+  j["vocab_size"] = r.vocab_size;
+  j["eod"] = r.eod;
+  j["bos"] = r.bos;
+  j["append_eod"] = r.append_eod;
+  j["prepend_bos"] = r.prepend_bos;
+  if (r.data_bin_bytes >= 0) j["data_bin_bytes"] = r.data_bin_bytes;
+  if (!r.data_idx_checksum64.empty()) j["data_idx_checksum64"] = r.data_idx_checksum64;
+  return j.dump(2) + "\n";
+}
 
 void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& record) {
   write_file_atomically(tokenizer_record_path(prefix), tokenizer_record_text(record));
@@ -78,24 +65,24 @@ std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) 
   const std::string text = read_regular_file(path);  // (a FIFO: one line, not a hang)
   const nlohmann::json j = parse_json_text(text, path);
   PL_CHECK(j.is_object(), "{}: expected a JSON object", path);
-  const int version = field<int>(j, "version", path);
+  const int version = json_field<int>(j, "version", path);
   PL_CHECK(version == kRecordVersion, "{}: version {} is not supported (expected {})", path, version, kRecordVersion);
   TokenizerRecord r;
-  r.type = field<std::string>(j, "type", path);
-  r.model_path = field<std::string>(j, "model_path", path);
-  r.model_size = field<int64_t>(j, "model_size", path);
-  r.model_fnv1a64 = field<std::string>(j, "model_fnv1a64", path);
-  r.vocab_size = field<int64_t>(j, "vocab_size", path);
-  r.eod = field<int32_t>(j, "eod", path);
-  r.bos = field<int32_t>(j, "bos", path);
-  r.append_eod = field<bool>(j, "append_eod", path);
-  r.prepend_bos = field<bool>(j, "prepend_bos", path);
+  r.type = json_field<std::string>(j, "type", path);
+  r.model_path = json_field<std::string>(j, "model_path", path);
+  r.model_size = json_field<int64_t>(j, "model_size", path);
+  r.model_fnv1a64 = json_field<std::string>(j, "model_fnv1a64", path);
+  r.vocab_size = json_field<int64_t>(j, "vocab_size", path);
+  r.eod = json_field<int32_t>(j, "eod", path);
+  r.bos = json_field<int32_t>(j, "bos", path);
+  r.append_eod = json_field<bool>(j, "append_eod", path);
+  r.prepend_bos = json_field<bool>(j, "prepend_bos", path);
   if (j.contains("data_bin_bytes")) {
-    r.data_bin_bytes = field<int64_t>(j, "data_bin_bytes", path);
+    r.data_bin_bytes = json_field<int64_t>(j, "data_bin_bytes", path);
     PL_CHECK(r.data_bin_bytes >= 0, "{}: data_bin_bytes {} must not be negative", path, r.data_bin_bytes);
   }
   if (j.contains("data_idx_checksum64")) {
-    r.data_idx_checksum64 = field<std::string>(j, "data_idx_checksum64", path);
+    r.data_idx_checksum64 = json_field<std::string>(j, "data_idx_checksum64", path);
     PL_CHECK(r.data_idx_checksum64.size() == 16 &&
                  r.data_idx_checksum64.find_first_not_of("0123456789abcdef") == std::string::npos,
              "{}: data_idx_checksum64 must be 16 lowercase hex digits", path);

@@ -66,12 +66,10 @@ std::string python_float_repr(double x) {
   std::string sci(buf, end);  // e.g. "-1.2345e+01"
   const size_t epos = sci.find('e');
   const int exp10 = std::stoi(sci.substr(epos + 1));
-  std::string mant = sci.substr(0, epos);
-  const bool neg = mant[0] == '-';
-  if (neg) mant.erase(0, 1);
-  std::string digits;
-  for (char c : mant)
-    if (c != '.') digits += c;
+  std::string digits = sci.substr(0, epos);  // the mantissa, its sign and point removed
+  const bool neg = digits[0] == '-';
+  if (neg) digits.erase(0, 1);
+  std::erase(digits, '.');
   std::string out;
   if (exp10 < -4 || exp10 >= 16) {
     out = digits.substr(0, 1);
@@ -81,11 +79,8 @@ std::string python_float_repr(double x) {
     out.append("0.").append(static_cast<size_t>(-exp10 - 1), '0').append(digits);
   } else {
     const size_t int_len = static_cast<size_t>(exp10) + 1;
-    if (digits.size() <= int_len) {
-      out = digits + std::string(int_len - digits.size(), '0') + ".0";
-    } else {
-      out = digits.substr(0, int_len) + "." + digits.substr(int_len);
-    }
+    out = digits.size() <= int_len ? digits + std::string(int_len - digits.size(), '0') + ".0"
+                                   : digits.substr(0, int_len) + "." + digits.substr(int_len);
   }
   return neg ? "-" + out : out;
 }
@@ -95,15 +90,9 @@ std::string python_round5_repr(double x) {
   const int ndigits = -static_cast<int>(std::floor(std::log10(std::abs(x)))) + 4;
   // Python's round() is correctly rounded on the decimal value; formatting with that many
   // fractional digits and reading back gives the same double for these magnitudes.
-  double r;
-  if (ndigits >= 0) {
-    const std::string s = fmt::format("{:.{}f}", x, ndigits);
-    r = std::stod(s);
-  } else {
-    const double p = std::pow(10.0, -ndigits);
-    r = std::nearbyint(x / p) * p;
-  }
-  return python_float_repr(r);
+  if (ndigits >= 0) return python_float_repr(std::stod(fmt::format("{:.{}f}", x, ndigits)));
+  const double p = std::pow(10.0, -ndigits);
+  return python_float_repr(std::nearbyint(x / p) * p);
 }
 
 std::string memory_line(int rank, int64_t iteration, const MemoryStats& s) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -25,20 +26,31 @@ using nlohmann::json;
 
 bool is_null(const json& j, const char* key) { return !j.contains(key) || j[key].is_null(); }
 
+// Our integer shape fields and their config.json names (LlamaConfig), in LlamaConfig's order.
+struct HfShapeField {
+  const char* ours;
+  const char* hf;
+  int64_t ModelConfig::*value;
+};
+constexpr HfShapeField kHfShape[] = {
+    {"num_layers", "num_hidden_layers", &ModelConfig::num_layers},
+    {"hidden_size", "hidden_size", &ModelConfig::hidden_size},
+    {"ffn_hidden_size", "intermediate_size", &ModelConfig::ffn_hidden_size},
+    {"num_attention_heads", "num_attention_heads", &ModelConfig::num_attention_heads},
+    {"num_query_groups", "num_key_value_heads", &ModelConfig::num_query_groups},
+    {"kv_channels", "head_dim", &ModelConfig::kv_channels},
+    {"vocab_size", "vocab_size", &ModelConfig::vocab_size},
+};
+
 // Accepts an integer, a list of integers or null (HF's bos/eos_token_id).
 std::vector<int64_t> token_ids(const JsonReader& r, const json& j, const char* key) {
   if (is_null(j, key)) return {};
   const json& v = j[key];
-  std::vector<int64_t> out;
   if (v.is_number_integer()) return {v.get<int64_t>()};
-  if (v.is_array())
-    for (const json& x : v) {
-      if (!x.is_number_integer()) r.fail_field(key, "must be an integer or a list of integers, got " + describe_json(v));
-      out.push_back(x.get<int64_t>());
-    }
-  else
+  const auto integer = [](const json& x) { return x.is_number_integer(); };
+  if (!v.is_array() || !std::all_of(v.begin(), v.end(), integer))
     r.fail_field(key, "must be an integer or a list of integers, got " + describe_json(v));
-  return out;
+  return v.get<std::vector<int64_t>>();
 }
 
 // bos/eos ids must name tokens: HF configs use -1 or an id past the vocabulary for "none", which a
@@ -100,13 +112,7 @@ void check_hf_shapes(const JsonReader& r, const ModelConfig& m) {
   auto positive = [&](const char* key, int64_t v) {
     if (v <= 0) r.fail_field(key, fmt::format("must be positive, got {}", v));
   };
-  positive("num_hidden_layers", m.num_layers);
-  positive("hidden_size", m.hidden_size);
-  positive("intermediate_size", m.ffn_hidden_size);
-  positive("num_attention_heads", m.num_attention_heads);
-  positive("num_key_value_heads", m.num_query_groups);
-  positive("head_dim", m.kv_channels);
-  positive("vocab_size", m.vocab_size);
+  for (const HfShapeField& f : kHfShape) positive(f.hf, m.*f.value);
   positive("max_position_embeddings", m.max_position_embeddings);
   if (m.hidden_size % m.num_attention_heads != 0)
     r.fail_field("num_attention_heads", fmt::format("= {} does not divide hidden_size = {} (our model config requires it)",
@@ -119,10 +125,6 @@ void check_hf_shapes(const JsonReader& r, const ModelConfig& m) {
   if (!(m.rotary_base > 1.0)) r.fail_field("rope_theta", fmt::format("must be > 1, got {}", m.rotary_base));
   if (!(m.layernorm_epsilon > 0.0)) r.fail_field("rms_norm_eps", "must be > 0");
   if (!(m.init_method_std > 0.0)) r.fail_field("initializer_range", "must be > 0");
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -141,10 +143,8 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
     r.fail_field("model_type", fmt::format("is '{}'; only 'llama' (LlamaForCausalLM) can be imported", model_type));
   if (!is_null(j, "architectures")) {
     const json& a = j["architectures"];
-    bool llama = false;
-    if (a.is_array())
-      for (const json& x : a) llama = llama || (x.is_string() && x.get<std::string>() == "LlamaForCausalLM");
-    if (!llama) r.fail_field("architectures", "must list LlamaForCausalLM, got " + describe_json(a));
+    const auto llama = [](const json& x) { return x.is_string() && x.get<std::string>() == "LlamaForCausalLM"; };
+    if (!a.is_array() || std::none_of(a.begin(), a.end(), llama)) r.fail_field("architectures", "must list LlamaForCausalLM, got " + describe_json(a));
   }
   if (!is_null(j, "quantization_config"))
     r.fail_field("quantization_config", "is present: pre-quantized weights cannot be imported (use a BF16/FP16/FP32 checkpoint)");
@@ -200,13 +200,7 @@ std::string hf_llama_config_json(const ModelConfig& m, const HfExportOptions& op
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
   j["hidden_act"] = "silu";
-  j["hidden_size"] = m.hidden_size;
-  j["intermediate_size"] = m.ffn_hidden_size;
-  j["num_hidden_layers"] = m.num_layers;
-  j["num_attention_heads"] = m.num_attention_heads;
-  j["num_key_value_heads"] = m.num_query_groups;
-  j["head_dim"] = m.kv_channels;
-  j["vocab_size"] = m.vocab_size;
+  for (const HfShapeField& f : kHfShape) j[f.hf] = m.*f.value;
   j["max_position_embeddings"] = m.max_position_embeddings;
   j["rms_norm_eps"] = m.layernorm_epsilon;
   j["initializer_range"] = m.init_method_std;
@@ -235,29 +229,20 @@ void check_hf_config_matches(const ModelConfig& hf, const ModelConfig& given) {
   auto differ = [&](const char* ours, const char* hf_name, const std::string& a, const std::string& b) {
     fail("{} and {} disagree on '{}' (config.json '{}'): {} vs {}", given.file, hf.file, ours, hf_name, b, a);
   };
-  auto same_int = [&](const char* ours, const char* hf_name, int64_t a, int64_t b) {
-    if (a != b) differ(ours, hf_name, std::to_string(a), std::to_string(b));
-  };
-  auto same_num = [&](const char* ours, const char* hf_name, double a, double b) {
+  auto same = [&](const char* ours, const char* hf_name, auto a, auto b) {  // (integers or doubles)
     if (a != b) differ(ours, hf_name, fmt::format("{}", a), fmt::format("{}", b));
   };
-  same_int("num_layers", "num_hidden_layers", hf.num_layers, given.num_layers);
-  same_int("hidden_size", "hidden_size", hf.hidden_size, given.hidden_size);
-  same_int("ffn_hidden_size", "intermediate_size", hf.ffn_hidden_size, given.ffn_hidden_size);
-  same_int("num_attention_heads", "num_attention_heads", hf.num_attention_heads, given.num_attention_heads);
-  same_int("num_query_groups", "num_key_value_heads", hf.num_query_groups, given.num_query_groups);
-  same_int("kv_channels", "head_dim", hf.kv_channels, given.kv_channels);
-  same_int("vocab_size", "vocab_size", hf.vocab_size, given.vocab_size);
-  same_num("rotary_base", "rope_theta", hf.rotary_base, given.rotary_base);
-  same_num("layernorm_epsilon", "rms_norm_eps", hf.layernorm_epsilon, given.layernorm_epsilon);
+  for (const HfShapeField& f : kHfShape) same(f.ours, f.hf, hf.*f.value, given.*f.value);
+  same("rotary_base", "rope_theta", hf.rotary_base, given.rotary_base);
+  same("layernorm_epsilon", "rms_norm_eps", hf.layernorm_epsilon, given.layernorm_epsilon);
   if (hf.rope_scaling != given.rope_scaling)
     differ("rope_scaling", "rope_scaling", hf.rope_scaling ? "llama3" : "none", given.rope_scaling ? "llama3" : "none");
   if (hf.rope_scaling) {
-    same_num("rope_scaling_factor", "rope_scaling.factor", hf.rope_scaling_factor, given.rope_scaling_factor);
-    same_num("rope_low_freq_factor", "rope_scaling.low_freq_factor", hf.rope_low_freq_factor, given.rope_low_freq_factor);
-    same_num("rope_high_freq_factor", "rope_scaling.high_freq_factor", hf.rope_high_freq_factor,
+    same("rope_scaling_factor", "rope_scaling.factor", hf.rope_scaling_factor, given.rope_scaling_factor);
+    same("rope_low_freq_factor", "rope_scaling.low_freq_factor", hf.rope_low_freq_factor, given.rope_low_freq_factor);
+    same("rope_high_freq_factor", "rope_scaling.high_freq_factor", hf.rope_high_freq_factor,
              given.rope_high_freq_factor);
-    same_int("rope_original_max_position", "rope_scaling.original_max_position_embeddings",
+    same("rope_original_max_position", "rope_scaling.original_max_position_embeddings",
              hf.rope_original_max_position, given.rope_original_max_position);
   }
 }
@@ -292,8 +277,7 @@ std::vector<HfTensorSlot> hf_llama_tensor_layout(const ModelConfig& cfg) {
   const int64_t h = cfg.hidden_size, f = cfg.ffn_hidden_size, q = cfg.q_dim(), kv = cfg.kv_dim();
   std::vector<HfTensorSlot> out;
   auto whole = [&](std::string hf, const std::string& mine, std::vector<int64_t> shape) {
-    const ParamEntry& e = entry(mine);
-    out.push_back({std::move(hf), std::move(shape), e.offset});
+    out.push_back({std::move(hf), std::move(shape), entry(mine).offset});
   };
   // Rows [row0, row0 + rows) of one of our [*, cols] matrices.
   auto rows = [&](std::string hf, const std::string& mine, int64_t row0, int64_t nrows) {
@@ -362,7 +346,7 @@ HfImportReport import_hf(const std::string& dir, LlamaModel& model) {
   }
   for (const std::string& name : ckpt.names()) {
     if (used.count(name)) continue;
-    if (ends_with(name, ".rotary_emb.inv_freq") || (hf.tie_word_embeddings && name == "lm_head.weight")) {
+    if (name.ends_with(".rotary_emb.inv_freq") || (hf.tie_word_embeddings && name == "lm_head.weight")) {
       rep.ignored.push_back(name);
       continue;
     }

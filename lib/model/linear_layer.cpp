@@ -39,10 +39,8 @@ size_t LinearWorkspace::bytes(const LinearPlan& p, int64_t tokens) {
 
 LinearWorkspace LinearWorkspace::allocate(std::vector<Buffer>& owner, Device device, const LinearPlan& p,
                                           int64_t tokens) {
-  LinearWorkspace ws;
-  ws.xq = allocate_quantized(owner, device, *p.x, tokens, p.in, true, true);
-  ws.dyq = allocate_quantized(owner, device, *p.dy, tokens, p.out, true, true);
-  return ws;
+  return {.xq = allocate_quantized(owner, device, *p.x, tokens, p.in, true, true),
+          .dyq = allocate_quantized(owner, device, *p.dy, tokens, p.out, true, true)};
 }
 
 LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device,
@@ -70,26 +68,18 @@ QuantizedTensor LinearLayer::x_copies() const {
 
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
   if (!p_.quantized()) return;
-  QuantizeOptions o;
-  o.format = *p_.w;
-  o.rowwise = o.columnwise = true;
-  o.block_2d = p_.weight_2d;
-  o.compact_scales = false;
-  quantize(ctx, wq_, w, o);
+  quantize(ctx, wq_, w,
+           {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .compact_scales = false});
 }
 
 void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
   if (!p_.quantized()) return linear_forward(ctx, y, x, w);
-  QuantizeOptions o;
-  o.format = *p_.x;
-  o.rowwise = true;
-  o.columnwise = false;  // the wgrad copy is made in backward from the saved bf16 x (same bits)
-  // ... with the amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
-  o.columnwise_amax = true;
-  o.rht_columnwise = p_.rht;
-  o.compact_scales = false;
+  // Rowwise only: the wgrad copy is made in backward from the saved bf16 x (same bits), with the
+  // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
   QuantizedTensor xq = x_copies();
-  quantize(ctx, xq, x, o);
+  quantize(ctx, xq, x,
+           {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .columnwise_amax = true,
+            .compact_scales = false});
   // fprop: FAST_ACCUM where TE uses it (native FP8 forward GEMMs; see backend/cuda/linear.cu).
   quantized_gemm(ctx, y, xq.rowwise, wq_.rowwise, xq.format, false, scratch_a_, scratch_b_,
                  /*fast_accumulation=*/true);
@@ -107,25 +97,15 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
              "quantization statistics of a {} linear layer [{}x{}] need {} f32 elements of scratch, the model "
              "planned {} (plan it with telemetry on)",
              format_name(p_), p_.out, p_.in, scratch_elements(T_, p_.in, p_.out), scratch_a_.numel());
-  QuantizeOptions g;
-  g.format = *p_.dy;
-  g.rowwise = g.columnwise = true;
-  g.rht_columnwise = p_.rht;
-  g.stochastic = p_.stochastic_rounding;
-  g.seed = kStochasticRoundingSeed;
-  g.stream_id = stream_base_;
-  g.counter = step.counter;
-  g.compact_scales = false;
-  quantize(ctx, ws_->dyq, dy, g);
-  QuantizeOptions xo;
-  xo.format = *p_.x;
-  xo.rowwise = false;
-  xo.columnwise = true;
-  xo.rht_columnwise = p_.rht;
-  xo.amax_given = true;  // x_amax_[1], from this x's forward
-  xo.compact_scales = false;
+  quantize(ctx, ws_->dyq, dy,
+           {.format = *p_.dy, .rowwise = true, .columnwise = true, .rht_columnwise = p_.rht,
+            .stochastic = p_.stochastic_rounding, .seed = kStochasticRoundingSeed, .stream_id = stream_base_,
+            .counter = step.counter, .compact_scales = false});
+  // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
   QuantizedTensor xq = x_copies();
-  quantize(ctx, xq, x, xo);
+  quantize(ctx, xq, x,
+           {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .amax_given = true,
+            .compact_scales = false});
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
   quantized_gemm(ctx, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
@@ -133,15 +113,11 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   if (step.collect_quant_stats) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);
-    QuantizeOptions ro;  // rowwise x as fprop saw it
-    ro.format = xo.format;
-    ro.amax_given = true;
-    ro.compact_scales = false;
-    quantize(ctx, xq, x, ro);
+    quantize(ctx, xq, x, {.format = *p_.x, .amax_given = true, .compact_scales = false});  // rowwise x as fprop saw it
     record(ctx, "x rowwise", xq.rowwise, x);
-    record_columnwise(ctx, "x columnwise", xq.columnwise, x, xo.rht_columnwise);
+    record_columnwise(ctx, "x columnwise", xq.columnwise, x, p_.rht);
     record(ctx, "dy rowwise", ws_->dyq.rowwise, dy);
-    record_columnwise(ctx, "dy columnwise", ws_->dyq.columnwise, dy, g.rht_columnwise);
+    record_columnwise(ctx, "dy columnwise", ws_->dyq.columnwise, dy, p_.rht);
   }
 }
 

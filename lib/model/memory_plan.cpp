@@ -186,10 +186,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   const int64_t T = checked_mul(B, S, "--micro-batch-size x --seq-length");
   ArenaLayout arena;
   plan_activations(mem.arena, arena, cfg, B, S, T, act, opt);
-  LinearExecution exec;
-  exec.device = device;
-  exec.telemetry = opt.quant_telemetry;
-  exec.gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm);
+  const LinearExecution exec{.device = device,
+                             .gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm),
+                             .telemetry = opt.quant_telemetry};
   const GemmScratch scratch = plan_linears(mem, plan, exec, T);
   if (opt.bf16_main_grads) arena.want(mem.arena.grad_scratch, {largest_grad_group(cfg)}, DType::F32);
   if (scratch.a > 0) arena.want(mem.arena.quant_scratch_a, {scratch.a}, DType::F32);
