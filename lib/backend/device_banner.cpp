@@ -48,9 +48,7 @@ std::string prepare_attention(const OpContext& ctx, const AttentionShape& shape,
 
 #else
 
-LibraryVersions library_versions() {
-  return {false, {"this build has no CUDA backend: no CUDA libraries to report"}};
-}
+LibraryVersions library_versions() { return {false, {"this build has no CUDA backend: no CUDA libraries to report"}}; }
 
 DeviceStateHandle open_gpu_for_training(OpContext&, bool, bool) {
   return open_device_state(Device::CUDA);  // a one-line error: no CUDA backend

@@ -6,6 +6,7 @@
 // here too, under ctx.device == CUDA. One idiom: "<op>: <arg> <shape> (<device>) must be ...".
 #include "backend/op_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -66,10 +67,7 @@ void ids_in_vocab(const OpContext& ctx, const char* op, const char* name, const 
 }
 
 bool same_shape(const Tensor& a, const Tensor& b) {
-  if (a.ndim != b.ndim) return false;
-  for (int i = 0; i < a.ndim; ++i)
-    if (a.shape[i] != b.shape[i]) return false;
-  return true;
+  return std::equal(a.shape.begin(), a.shape.begin() + a.ndim, b.shape.begin(), b.shape.begin() + b.ndim);
 }
 
 bool is_fp8(QuantFormat f) { return f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2; }
@@ -131,40 +129,50 @@ void attention_tensor(const OpContext& ctx, const char* op, const char* name, co
            op, name);
 }
 
+// out = a · b of a linear op, reducing a's dim ka with b's dim kb: the three 2-D tensors in argument order
+// (out, a, b), then a and b agreeing on the reduction dim, then out [a's other dim, b's other dim].
+void gemm(const OpContext& ctx, const char* op, DType out_dtype, const char* out_name, const Tensor& out,
+          const char* a_name, const Tensor& a, int ka, const char* b_name, const Tensor& b, int kb) {
+  arg(ctx, op, out_name, out, out_dtype, 2);
+  arg(ctx, op, a_name, a, act(ctx), 2);
+  arg(ctx, op, b_name, b, act(ctx), 2);
+  PL_CHECK(a.dim(ka) == b.dim(kb), "{}: {} {} does not match {} {}", op, a_name, a.shape_str(), b_name, b.shape_str());
+  const int64_t rows = a.dim(1 - ka), cols = b.dim(1 - kb);
+  PL_CHECK(out.dim(0) == rows && out.dim(1) == cols, "{}: {} {} does not match {} {} and {} {} (expected [{}, {}])",
+           op, out_name, out.shape_str(), a_name, a.shape_str(), b_name, b.shape_str(), rows, cols);
+}
+
+// The rules of rope_forward and rope_backward (`name` the rotated tensor).
+void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& qkv, const Tensor& cos,
+          const Tensor& sin, int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+  arg(ctx, op, name, qkv, act(ctx), 2);
+  arg(ctx, op, "cos", cos, DType::F32, 2);
+  arg(ctx, op, "sin", sin, DType::F32, 2);
+  PL_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim = {} must be even and positive", op, head_dim);
+  PL_CHECK(seq_len > 0 && qkv.dim(0) % seq_len == 0, "{}: {} {} rows are not a multiple of seq_len = {}", op, name,
+           qkv.shape_str(), seq_len);
+  PL_CHECK(rotated_heads >= 0 && qkv.dim(1) % head_dim == 0 && rotated_heads * head_dim <= qkv.dim(1),
+           "{}: {} {} cannot hold {} rotated heads of dim {}", op, name, qkv.shape_str(), rotated_heads, head_dim);
+  PL_CHECK(cos.dim(0) >= seq_len && cos.dim(1) == head_dim / 2, "{}: cos {} must be at least [{}, {}]", op,
+           cos.shape_str(), seq_len, head_dim / 2);
+  PL_CHECK(sin.dim(0) == cos.dim(0) && sin.dim(1) == cos.dim(1), "{}: sin {} does not match cos {}", op,
+           sin.shape_str(), cos.shape_str());
+}
+
 }  // namespace
 
 // ---- linear ------------------------------------------------------------------------------------------
 
 void linear_forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
-  constexpr const char* op = "linear_forward";
-  arg(ctx, op, "y", y, act(ctx), 2);
-  arg(ctx, op, "x", x, act(ctx), 2);
-  arg(ctx, op, "w", w, act(ctx), 2);
-  PL_CHECK(x.dim(1) == w.dim(1), "{}: x {} does not match w {}", op, x.shape_str(), w.shape_str());
-  PL_CHECK(y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0), "{}: y {} does not match x {} and w {} (expected [{}, {}])",
-           op, y.shape_str(), x.shape_str(), w.shape_str(), x.dim(0), w.dim(0));
+  gemm(ctx, "linear_forward", act(ctx), "y", y, "x", x, 1, "w", w, 1);  // y = x · wᵀ
 }
 
 void linear_backward_input(const OpContext& ctx, const Tensor& dx, const Tensor& dy, const Tensor& w) {
-  constexpr const char* op = "linear_backward_input";
-  arg(ctx, op, "dx", dx, act(ctx), 2);
-  arg(ctx, op, "dy", dy, act(ctx), 2);
-  arg(ctx, op, "w", w, act(ctx), 2);
-  PL_CHECK(dy.dim(1) == w.dim(0), "{}: dy {} does not match w {}", op, dy.shape_str(), w.shape_str());
-  PL_CHECK(dx.dim(0) == dy.dim(0) && dx.dim(1) == w.dim(1),
-           "{}: dx {} does not match dy {} and w {} (expected [{}, {}])", op, dx.shape_str(), dy.shape_str(),
-           w.shape_str(), dy.dim(0), w.dim(1));
+  gemm(ctx, "linear_backward_input", act(ctx), "dx", dx, "dy", dy, 1, "w", w, 0);  // dx = dy · w
 }
 
 void linear_backward_weight(const OpContext& ctx, const Tensor& dw, const Tensor& dy, const Tensor& x) {
-  constexpr const char* op = "linear_backward_weight";
-  arg(ctx, op, "dw", dw, DType::F32, 2);
-  arg(ctx, op, "dy", dy, act(ctx), 2);
-  arg(ctx, op, "x", x, act(ctx), 2);
-  PL_CHECK(dy.dim(0) == x.dim(0), "{}: dy {} does not match x {}", op, dy.shape_str(), x.shape_str());
-  PL_CHECK(dw.dim(0) == dy.dim(1) && dw.dim(1) == x.dim(1),
-           "{}: dw {} does not match dy {} and x {} (expected [{}, {}])", op, dw.shape_str(), dy.shape_str(),
-           x.shape_str(), dy.dim(1), x.dim(1));
+  gemm(ctx, "linear_backward_weight", DType::F32, "dw", dw, "dy", dy, 0, "x", x, 0);  // dw = dyᵀ · x
 }
 
 // ---- embedding ----------------------------------------------------------------------------------------
@@ -237,24 +245,6 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
 }
 
 // ---- RoPE -----------------------------------------------------------------------------------------------
-
-namespace {
-void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& qkv, const Tensor& cos,
-          const Tensor& sin, int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  arg(ctx, op, name, qkv, act(ctx), 2);
-  arg(ctx, op, "cos", cos, DType::F32, 2);
-  arg(ctx, op, "sin", sin, DType::F32, 2);
-  PL_CHECK(head_dim > 0 && head_dim % 2 == 0, "{}: head_dim = {} must be even and positive", op, head_dim);
-  PL_CHECK(seq_len > 0 && qkv.dim(0) % seq_len == 0, "{}: {} {} rows are not a multiple of seq_len = {}", op, name,
-           qkv.shape_str(), seq_len);
-  PL_CHECK(rotated_heads >= 0 && qkv.dim(1) % head_dim == 0 && rotated_heads * head_dim <= qkv.dim(1),
-           "{}: {} {} cannot hold {} rotated heads of dim {}", op, name, qkv.shape_str(), rotated_heads, head_dim);
-  PL_CHECK(cos.dim(0) >= seq_len && cos.dim(1) == head_dim / 2, "{}: cos {} must be at least [{}, {}]", op,
-           cos.shape_str(), seq_len, head_dim / 2);
-  PL_CHECK(sin.dim(0) == cos.dim(0) && sin.dim(1) == cos.dim(1), "{}: sin {} does not match cos {}", op,
-           sin.shape_str(), cos.shape_str());
-}
-}  // namespace
 
 void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
                   int64_t rotated_heads, int64_t head_dim) {
@@ -347,8 +337,7 @@ void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tenso
 // ---- loss -------------------------------------------------------------------------------------------------------
 
 void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, const Tensor& logits,
-                                    const Tensor& targets, float grad_scale) {
-  (void)grad_scale;
+                                    const Tensor& targets, float /*grad_scale*/) {
   constexpr const char* op = "cross_entropy_forward_backward";
   arg(ctx, op, "losses", losses, DType::F32, 1);
   arg(ctx, op, "logits", logits, act(ctx), 2);
@@ -450,8 +439,7 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
                     QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
-                    bool fast_accumulation) {
-  (void)fast_accumulation;
+                    bool /*fast_accumulation*/) {
   constexpr const char* op = "quantized_gemm";
   copy(ctx, op, "a", a, format);
   copy(ctx, op, "b", b, b.format);

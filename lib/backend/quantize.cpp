@@ -18,11 +18,7 @@ const char* quant_format_name(QuantFormat f) {
 }
 
 int64_t quant_block_size(QuantFormat f) {
-  switch (f) {
-    case QuantFormat::NVFP4: return 16;
-    case QuantFormat::MXFP8: return 32;
-    default: return 1;
-  }
+  return f == QuantFormat::NVFP4 ? 16 : (f == QuantFormat::MXFP8 ? 32 : 1);
 }
 
 namespace {
@@ -80,14 +76,10 @@ QuantizedTensor allocate_quantized(std::vector<Buffer>& owner, Device device, Qu
                                    int64_t cols, bool rowwise, bool columnwise) {
   QuantizedTensor q;
   q.format = format;
-  if (rowwise) {
-    q.rowwise = allocate_copy(owner, device, format, rows, cols);
-    q.has_rowwise = true;
-  }
-  if (columnwise) {
-    q.columnwise = allocate_copy(owner, device, format, cols, rows);
-    q.has_columnwise = true;
-  }
+  q.has_rowwise = rowwise;
+  q.has_columnwise = columnwise;
+  if (rowwise) q.rowwise = allocate_copy(owner, device, format, rows, cols);
+  if (columnwise) q.columnwise = allocate_copy(owner, device, format, cols, rows);
   return q;
 }
 

@@ -26,16 +26,10 @@ struct AdamWHyper {
 // steps).
 inline AdamWHyper adamw_hyper(float lr, float beta1, float beta2, float eps, float weight_decay, int64_t step,
                               float grad_scale) {
-  AdamWHyper h{};
-  h.lr = lr;
-  h.beta1 = beta1;
-  h.beta2 = beta2;
-  h.eps = eps;
-  h.weight_decay = weight_decay;
-  h.bias_correction1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step)));
-  h.bias_correction2 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step)));
-  h.grad_scale = grad_scale;
-  return h;
+  const auto correction = [step](float beta) {
+    return static_cast<float>(1.0 - std::pow(static_cast<double>(beta), static_cast<double>(step)));
+  };
+  return {lr, beta1, beta2, eps, weight_decay, correction(beta1), correction(beta2), grad_scale};
 }
 
 // Updates master, m, v in place. TE's multi_tensor_adam (ADAM_MODE_1 = AdamW) order:

@@ -2,31 +2,15 @@
 // BF16 <-> FP32 conversions, bit-exact with cuda_bf16.h's __float2bfloat16_rn / __bfloat162float
 // for every input: round-to-nearest-even, overflow -> +-Inf, every NaN -> 0x7FFF (CUDA's canonical NaN).
 #include <cstdint>
-#include <cstring>
 
 #include "numerics/hd.h"
 
 namespace pl::num {
 
-PL_HD uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-#endif
-}
-
-PL_HD float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-#endif
-}
+// The bits of a float and back. __builtin_bit_cast (GCC, Clang, nvcc host and device) rather than
+// std::bit_cast: the header is also compiled as CUDA C++17.
+PL_HD uint32_t float_bits(float x) { return __builtin_bit_cast(uint32_t, x); }
+PL_HD float bits_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 
 // float -> bf16 bits, round to nearest, ties to even.
 PL_HD uint16_t float_to_bf16_bits(float x) {

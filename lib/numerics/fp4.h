@@ -37,23 +37,13 @@ PL_HD float e2m1_to_float(uint8_t code) {
   return bits_float(((c & 0x8u) << 28) | bits);
 }
 
-// Correctly rounded a*b+c on both sides: std::fma on the host, fmaf on the device (both are the IEEE
-// fused operation, so the results are identical bit for bit; written as a call so that no compiler
-// setting — -ffp-contract=off, --fmad=false — can change it).
-PL_HD float fused_mul_add(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return fmaf(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
 // Stochastic rounding to E2M1 with 8 random bits: TE's portable emulation of cvt.rs.satfinite.e2m1x4
 // (transformer_engine common/util/ptx.cuh: stochastic_round_fp4_e2m1, PR #3281; SPEC-NVFP4 §4):
 //   u = rbits/256; a = |x|; step(v) = 0.5 if v < 2, 1 if v < 4, else 2;
 //   t = fmaf(u, step(a), a); q = min(floor(t / step(t)) * step(t), 6); result = copysign(q, x).
-// TE uses fmaf; we call a fused multiply-add explicitly on both sides (fused_mul_add). Since u has 8
-// bits and step is a power of two, u*step is exact, so the fused and unfused forms agree anyway.
+// TE uses fmaf; so do we, on both sides: the IEEE fused operation, correctly rounded, so host and device
+// agree bit for bit, and as a call no compiler setting (-ffp-contract=off, --fmad=false) can change it.
+// Since u has 8 bits and step is a power of two, u*step is exact, so the fused and unfused forms agree anyway.
 // t/step(t) is a division by a power of two (exact), floor is exact. The rounding goes up with
 // probability (distance to the lower grid point)/step, so the result is unbiased: for in-range x on a
 // step/256 grid the mean over all 256 rbits values equals x exactly. |x| >= 6 and +-Inf -> +-6;
@@ -65,7 +55,7 @@ PL_HD uint8_t float_to_e2m1_sr(float x, uint8_t rbits) {
   const float a = bits_float(u & 0x7FFFFFFFu);
   const float r = static_cast<float>(rbits) * 0x1p-8f;  // exact
   const float step_a = a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f);
-  const float t = fused_mul_add(r, step_a, a);
+  const float t = fmaf(r, step_a, a);
   const float step_t = t < 2.0f ? 0.5f : (t < 4.0f ? 1.0f : 2.0f);
   float q = floorf(t / step_t) * step_t;
   if (!(q < 6.0f)) q = 6.0f;  // min(q, 6); q is never NaN here

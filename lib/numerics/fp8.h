@@ -45,19 +45,22 @@ PL_HD uint32_t round_to_minifloat_mag(uint32_t a, int M, int B) {
   return (rem > half || (rem == half && (q & 1u))) ? q + 1u : q;  // q+1 == 2^M is the min normal code
 }
 
-}  // namespace detail
-
-// float -> E4M3 (bias 7, no Inf), round to nearest even, saturating to finite:
-// |x| > 448 (including +-Inf) -> +-448 (0x7E / 0xFE); NaN -> 0x7F whatever its sign (as the CUDA host
-// path; the device cvt's NaN sign is not specified by PTX). -0.0 -> 0x80 (sign kept, like CUDA).
-PL_HD uint8_t float_to_e4m3(float x) {
+// float -> FP8 with M mantissa bits and bias B, round to nearest even, saturating: |x| above the max finite
+// value (float bits max_bits, code max_code; +-Inf too) -> +-max_code; NaN -> 0x7F whatever its sign (the
+// CUDA host path; PTX does not specify the device cvt's NaN sign). -0.0 -> 0x80 (sign kept, like CUDA).
+PL_HD uint8_t float_to_fp8(float x, int M, int B, uint32_t max_bits, uint32_t max_code) {
   const uint32_t u = float_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
   const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   if (a > 0x7F800000u) return 0x7F;
-  if (a > 0x43E00000u) return static_cast<uint8_t>(sign | 0x7Eu);  // > 448
-  return static_cast<uint8_t>(sign | detail::round_to_minifloat_mag(a, 3, 7));
+  if (a > max_bits) return static_cast<uint8_t>(sign | max_code);
+  return static_cast<uint8_t>(sign | round_to_minifloat_mag(a, M, B));
 }
+
+}  // namespace detail
+
+// float -> E4M3 (bias 7, no Inf): |x| > 448 -> +-448 (0x7E / 0xFE), NaN -> 0x7F (detail::float_to_fp8).
+PL_HD uint8_t float_to_e4m3(float x) { return detail::float_to_fp8(x, 3, 7, 0x43E00000u, 0x7Eu); }
 
 // E4M3 -> float (exact). 0x7F / 0xFF -> NaN.
 PL_HD float e4m3_to_float(uint8_t c) {
@@ -69,16 +72,8 @@ PL_HD float e4m3_to_float(uint8_t c) {
   return bits_float(sign | ((e - 7u + 127u) << 23) | (m << 20));
 }
 
-// float -> E5M2 (bias 15), round to nearest even, saturating to finite: |x| > 57344 (including
-// +-Inf) -> +-57344 (0x7B / 0xFB); NaN -> 0x7F whatever its sign (CUDA host path). -0.0 -> 0x80.
-PL_HD uint8_t float_to_e5m2(float x) {
-  const uint32_t u = float_bits(x);
-  const uint32_t a = u & 0x7FFFFFFFu;
-  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
-  if (a > 0x7F800000u) return 0x7F;
-  if (a > 0x47600000u) return static_cast<uint8_t>(sign | 0x7Bu);  // > 57344
-  return static_cast<uint8_t>(sign | detail::round_to_minifloat_mag(a, 2, 15));
-}
+// float -> E5M2 (bias 15): |x| > 57344 (+-Inf included) -> +-57344 (0x7B / 0xFB), NaN -> 0x7F.
+PL_HD uint8_t float_to_e5m2(float x) { return detail::float_to_fp8(x, 2, 15, 0x47600000u, 0x7Bu); }
 
 // E5M2 -> float (exact). 0x7C/0xFC -> +-Inf; 0x7D..0x7F (and negatives) -> NaN.
 PL_HD float e5m2_to_float(uint8_t c) {
@@ -121,9 +116,8 @@ PL_HD float ue8m0_to_float(uint8_t e) {
 PL_HD float fp8_current_scale(float amax, float fp8_max) {
   const uint32_t a = float_bits(amax) & 0x7FFFFFFFu;
   if (a == 0 || a >= 0x7F800000u) return 1.0f;  // 0, Inf, NaN
-  float scale = fp8_max / amax;
-  if ((float_bits(scale) & 0x7FFFFFFFu) == 0x7F800000u) scale = FLT_MAX;
-  return scale;
+  const float scale = fp8_max / amax;
+  return (float_bits(scale) & 0x7FFFFFFFu) == 0x7F800000u ? FLT_MAX : scale;
 }
 
 // ---- MXFP8 (TE MXFP8BlockScaling, SPEC-NVFP4 §5.3) -----------------------------------------------

@@ -48,13 +48,6 @@ PL_HD int rht_sign(int i, int j, uint16_t sign_mask) {
 namespace rht_detail {
 
 // Bit counts of nonzero words (host: GCC/Clang builtins, as this header is also compiled as CUDA C++17).
-PL_HD int clz32(uint32_t x) {
-#if defined(__CUDA_ARCH__)
-  return __clz(static_cast<int>(x));
-#else
-  return __builtin_clz(x);
-#endif
-}
 PL_HD int ctz32(uint32_t x) {
 #if defined(__CUDA_ARCH__)
   return __ffs(static_cast<int>(x)) - 1;
@@ -72,10 +65,27 @@ PL_HD int clz64(uint64_t x) {
 
 // A finite nonzero float |x| as sig * 2^(pos - 149): sig the 24-bit significand (hidden bit included
 // for normals), pos = max(biased exponent, 1) - 1, so pos >= 0 and subnormals need no special case.
-PL_HD void split(uint32_t abs_bits, uint32_t& sig, int& pos) {
+struct SigPos {
+  uint32_t sig;
+  int pos;
+};
+PL_HD SigPos split(uint32_t abs_bits) {
   const uint32_t e = abs_bits >> 23;
-  sig = e != 0 ? ((abs_bits & 0x7FFFFFu) | 0x800000u) : abs_bits;
-  pos = e != 0 ? static_cast<int>(e) - 1 : 0;
+  if (e == 0) return {abs_bits, 0};
+  return {(abs_bits & 0x7FFFFFu) | 0x800000u, static_cast<int>(e) - 1};
+}
+
+// min over the nonzero inputs of the exponent of the lowest set bit (lsb_min of rht16_path); 1000 if none.
+PL_HD int lsb_min16(const float in[16]) {
+  int lsb_min = 1000;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
+    if (a == 0) continue;
+    const auto [sig, pos] = split(a);
+    const int l = pos - 149 + ctz32(sig);
+    lsb_min = l < lsb_min ? l : lsb_min;
+  }
+  return lsb_min;
 }
 
 constexpr int kWideWords = 9;  // 288 bits, bit k worth 2^(k-149)
@@ -89,6 +99,16 @@ PL_HD void wide_add(uint32_t acc[kWideWords], uint32_t sig, int pos) {
     acc[w] = static_cast<uint32_t>(s);
     v = (v >> 32) + (s >> 32);
     ++w;
+  }
+}
+
+// acc = -acc in two's complement: ~acc + 1.
+PL_HD void wide_negate(uint32_t acc[kWideWords]) {
+  uint32_t carry = 1;
+  for (int w = 0; w < kWideWords; ++w) {
+    const uint64_t s = static_cast<uint64_t>(~acc[w]) + carry;
+    acc[w] = static_cast<uint32_t>(s);
+    carry = static_cast<uint32_t>(s >> 32);
   }
 }
 
@@ -154,31 +174,21 @@ PL_HD RhtPath rht16_path(const float in[16]) {
   }
   if (amax >= 0x7F800000u) return RhtPath::kNonFinite;
   if (amax == 0) return RhtPath::kFp32;  // all zeros: exact
-  uint32_t sig;
-  int pos;
-  rht_detail::split(amax, sig, pos);
-  const int e_max = pos - 149 + 31 - rht_detail::clz32(sig);
+  const auto [amax_sig, amax_pos] = rht_detail::split(amax);
+  const int e_max = amax_pos - 149 + 63 - rht_detail::clz64(amax_sig);
   if (e_max + 5 <= 128) {
     const int need = e_max - 19;  // every input must be a multiple of 2^need
     uint32_t low = 0;
     for (int i = 0; i < 16; ++i) {
       const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
-      rht_detail::split(a, sig, pos);           // a == 0: sig == 0, nothing to test
+      const auto [sig, pos] = rht_detail::split(a);  // a == 0: sig == 0, nothing to test
       const int k = need - (pos - 149);           // bits of sig that must be zero
       const uint32_t mask = k <= 0 ? 0u : (k >= 32 ? 0xFFFFFFFFu : (1u << k) - 1u);
       low |= sig & mask;
     }
     if (low == 0) return RhtPath::kFp32;
   }
-  int lsb_min = 1000;
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
-    if (a == 0) continue;
-    rht_detail::split(a, sig, pos);
-    const int l = pos - 149 + rht_detail::ctz32(sig);
-    lsb_min = l < lsb_min ? l : lsb_min;
-  }
-  return e_max + 5 - lsb_min <= 63 ? RhtPath::kInt64 : RhtPath::kWide;
+  return e_max + 5 - rht_detail::lsb_min16(in) <= 63 ? RhtPath::kInt64 : RhtPath::kWide;
 }
 
 // True when the chunk takes the FP32 butterfly (finite, and the exactness bound above holds).
@@ -186,17 +196,16 @@ PL_HD bool rht16_is_fp32_exact(const float in[16]) { return rht16_path(in) == Rh
 
 namespace rht_detail {
 
-// The butterfly (4 stages, 64 additions instead of 256): it forms the same sums Σ_i H[i][j]·v_i as the
-// direct definition.
+// One stage of the butterfly (stages len = 1, 2, 4, 8: 64 additions instead of 256); together they form
+// the same sums Σ_i H[i][j]·v_i as the direct definition.
 template <class T>
-PL_HD void butterfly16(T v[16]) {
-  for (int len = 1; len < 16; len <<= 1)
-    for (int i = 0; i < 16; i += 2 * len)
-      for (int k = i; k < i + len; ++k) {
-        const T a = v[k], b = v[k + len];
-        v[k] = a + b;
-        v[k + len] = a - b;
-      }
+PL_HD void butterfly_stage(T v[16], int len) {
+  for (int i = 0; i < 16; i += 2 * len)
+    for (int k = i; k < i + len; ++k) {
+      const T a = v[k], b = v[k + len];
+      v[k] = a + b;
+      v[k + len] = a - b;
+    }
 }
 
 // Signs of zero in the integer paths. The FP32 butterfly and the former double one are exact, so each
@@ -234,22 +243,13 @@ PL_HD uint32_t input_negzero(const float in[16], uint16_t sign_mask) {
 PL_HD void rht16_fp32(const float in[16], float out[16], uint16_t sign_mask) {
   float v[16];
   for (int i = 0; i < 16; ++i) v[i] = ((sign_mask >> i) & 1u) ? -in[i] : in[i];
-  butterfly16(v);
+  for (int len = 1; len < 16; len <<= 1) butterfly_stage(v, len);
   for (int j = 0; j < 16; ++j) out[j] = round_bf16(v[j] * 0.25f);
 }
 
 // Exact: every value is an integer multiple of 2^lsb_min below 2^63 (rht16_path).
 PL_HD void rht16_int64(const float in[16], float out[16], uint16_t sign_mask) {
-  int lsb_min = 1000;
-  for (int i = 0; i < 16; ++i) {
-    const uint32_t a = float_bits(in[i]) & 0x7FFFFFFFu;
-    if (a == 0) continue;
-    uint32_t sig;
-    int pos;
-    split(a, sig, pos);
-    const int l = pos - 149 + ctz32(sig);
-    lsb_min = l < lsb_min ? l : lsb_min;
-  }
+  const int lsb_min = lsb_min16(in);
   uint32_t nz = input_negzero(in, sign_mask);
   int64_t v[16];
   for (int i = 0; i < 16; ++i) {
@@ -257,9 +257,7 @@ PL_HD void rht16_int64(const float in[16], float out[16], uint16_t sign_mask) {
     const uint32_t a = u & 0x7FFFFFFFu;
     uint64_t mag = 0;
     if (a != 0) {
-      uint32_t sig;
-      int pos;
-      split(a, sig, pos);
+      const auto [sig, pos] = split(a);
       const int sh = pos - 149 - lsb_min;  // >= -ctz(sig): a right shift drops only zero bits
       mag = sh >= 0 ? static_cast<uint64_t>(sig) << sh : static_cast<uint64_t>(sig >> -sh);
     }
@@ -270,12 +268,7 @@ PL_HD void rht16_int64(const float in[16], float out[16], uint16_t sign_mask) {
     uint32_t zero = 0;
     for (int k = 0; k < 16; ++k) zero |= (v[k] == 0 ? 1u : 0u) << k;
     nz = negzero_stage(nz, zero, len);
-    for (int i = 0; i < 16; i += 2 * len)
-      for (int k = i; k < i + len; ++k) {
-        const int64_t a = v[k], b = v[k + len];
-        v[k] = a + b;
-        v[k + len] = a - b;
-      }
+    butterfly_stage(v, len);
   }
   for (int j = 0; j < 16; ++j) {
     const bool neg = v[j] < 0;
@@ -297,18 +290,9 @@ PL_HD void rht16_wide(const float in[16], float out[16], uint16_t sign_mask) {
     const uint32_t u = float_bits(in[i]);
     const uint32_t a = u & 0x7FFFFFFFu;
     if (a == 0) continue;
-    uint32_t sig;
-    int pos;
-    split(a, sig, pos);
+    const auto [sig, pos] = split(a);
     wide_add(v[i], sig, pos);
-    if (((u >> 31) ^ ((sign_mask >> i) & 1u)) != 0) {  // negate: ~x + 1
-      uint32_t carry = 1;
-      for (int w = 0; w < W; ++w) {
-        const uint64_t s = static_cast<uint64_t>(~v[i][w]) + carry;
-        v[i][w] = static_cast<uint32_t>(s);
-        carry = static_cast<uint32_t>(s >> 32);
-      }
-    }
+    if (((u >> 31) ^ ((sign_mask >> i) & 1u)) != 0) wide_negate(v[i]);
   }
   for (int len = 1; len < 16; len <<= 1) {
     uint32_t zero = 0;
@@ -335,14 +319,7 @@ PL_HD void rht16_wide(const float in[16], float out[16], uint16_t sign_mask) {
   for (int j = 0; j < 16; ++j) {
     uint32_t* d = v[j];
     const bool neg = (d[W - 1] >> 31) != 0;
-    if (neg) {
-      uint32_t carry = 1;
-      for (int w = 0; w < W; ++w) {
-        const uint64_t s = static_cast<uint64_t>(~d[w]) + carry;
-        d[w] = static_cast<uint32_t>(s);
-        carry = static_cast<uint32_t>(s >> 32);
-      }
-    }
+    if (neg) wide_negate(d);
     int t = W - 1;
     while (t >= 0 && d[t] == 0) --t;
     float f;
@@ -386,18 +363,10 @@ PL_HD void rht16_nonfinite(const float in[16], float out[16], uint16_t sign_mask
 // out may alias in.
 PL_HD void rht16(const float in[16], float out[16], uint16_t sign_mask) {
   switch (rht16_path(in)) {
-    case RhtPath::kFp32:
-      rht_detail::rht16_fp32(in, out, sign_mask);
-      return;
-    case RhtPath::kInt64:
-      rht_detail::rht16_int64(in, out, sign_mask);
-      return;
-    case RhtPath::kWide:
-      rht_detail::rht16_wide(in, out, sign_mask);
-      return;
-    case RhtPath::kNonFinite:
-      rht_detail::rht16_nonfinite(in, out, sign_mask);
-      return;
+    case RhtPath::kFp32: return rht_detail::rht16_fp32(in, out, sign_mask);
+    case RhtPath::kInt64: return rht_detail::rht16_int64(in, out, sign_mask);
+    case RhtPath::kWide: return rht_detail::rht16_wide(in, out, sign_mask);
+    case RhtPath::kNonFinite: return rht_detail::rht16_nonfinite(in, out, sign_mask);
   }
 }
 

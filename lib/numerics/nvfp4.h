@@ -25,10 +25,8 @@ constexpr float kRcp7225344 = 0x1.293726p-23f;        // f32(1/(6*6*448*448)), b
 // Per-tensor encode scale (§1.3): S_enc = f32(2688/amax); fminf(S_enc, FLT_MAX) (tiny amax -> Inf ->
 // FLT_MAX; NaN amax -> FLT_MAX as fminf drops the NaN); amax == 0 or S_enc == 0 (amax = Inf) -> 1.
 PL_HD float nvfp4_global_encode_scale(float amax) {
-  float s = kNvfp4GlobalMax / amax;
-  s = fminf(s, FLT_MAX);
-  if (amax == 0.0f || s == 0.0f) s = 1.0f;
-  return s;
+  const float s = fminf(kNvfp4GlobalMax / amax, FLT_MAX);
+  return amax == 0.0f || s == 0.0f ? 1.0f : s;
 }
 
 // S_dec = f32(1/S_enc).
@@ -40,17 +38,13 @@ PL_HD float nvfp4_block_scale_multiplier(float s_enc) { return s_enc * kRcpSix; 
 // Stored E4M3 block scale (§1.4, TE v2.14+): sf = fminf(f32(bamax * f32(S_enc * f32(1/6))), FLT_MAX);
 // E4M3 RN satfinite. bamax = max |x| over the block (16 elements, or the 16x16 tile for 2D).
 PL_HD uint8_t nvfp4_block_scale(float block_amax, float s_enc) {
-  float sf = block_amax * nvfp4_block_scale_multiplier(s_enc);
-  sf = fminf(sf, FLT_MAX);
-  return float_to_e4m3(sf);
+  return float_to_e4m3(fminf(block_amax * nvfp4_block_scale_multiplier(s_enc), FLT_MAX));
 }
 
 // The TE v2.8-v2.13 formula, sf = f32(f32(bamax / 6) * S_enc): NOT the project's choice; kept only so
 // tests can show the difference (§1.4).
 PL_HD uint8_t nvfp4_block_scale_v28(float block_amax, float s_enc) {
-  float sf = (block_amax / 6.0f) * s_enc;
-  sf = fminf(sf, FLT_MAX);
-  return float_to_e4m3(sf);
+  return float_to_e4m3(fminf((block_amax / 6.0f) * s_enc, FLT_MAX));
 }
 
 // Per-block encode scale (§1.5): enc_b = fminf(f32(1 / f32(float(scale) * S_dec)), FLT_MAX)

@@ -40,10 +40,7 @@ PL_HD void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint3
     }
     philox4x32_round(c, k);
   }
-  out[0] = c[0];
-  out[1] = c[1];
-  out[2] = c[2];
-  out[3] = c[3];
+  for (int i = 0; i < 4; ++i) out[i] = c[i];
 }
 
 // ---- stochastic-rounding bits --------------------------------------------------------------------
@@ -56,26 +53,26 @@ PL_HD void philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint3
 // Philox counter is injective whenever b < 2^32 (fewer than 2^36 elements per copy) or counter < 2^32.
 // Streams: `stream_id` separates tensors/copies within one step, `counter` separates steps/calls.
 // This is our own stream (SPEC-NVFP4 project decision); it does not reproduce TE's SR bits.
-PL_HD void sr_random_bytes16(uint64_t seed, uint32_t stream_id, uint64_t counter, uint64_t block_index,
-                             uint8_t out[16]) {
+PL_HD void sr_random_words(uint64_t seed, uint32_t stream_id, uint64_t counter, uint64_t block_index,
+                           uint32_t out[4]) {
   const uint32_t ctr[4] = {static_cast<uint32_t>(block_index),
                            static_cast<uint32_t>(block_index >> 32) ^ static_cast<uint32_t>(counter >> 32),
                            stream_id, static_cast<uint32_t>(counter)};
   const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  philox4x32_10(ctr, key, out);
+}
+
+PL_HD void sr_random_bytes16(uint64_t seed, uint32_t stream_id, uint64_t counter, uint64_t block_index,
+                             uint8_t out[16]) {
   uint32_t r[4];
-  philox4x32_10(ctr, key, r);
+  sr_random_words(seed, stream_id, counter, block_index, r);
   for (int k = 0; k < 16; ++k) out[k] = static_cast<uint8_t>(r[k / 4] >> (8 * (k % 4)));
 }
 
 // The random byte of one element (== sr_random_bytes16(seed, stream_id, counter, element/16)[element%16]).
 PL_HD uint8_t sr_random_byte(uint64_t seed, uint32_t stream_id, uint64_t counter, uint64_t element) {
-  const uint64_t b = element / 16;
-  const uint32_t ctr[4] = {static_cast<uint32_t>(b),
-                           static_cast<uint32_t>(b >> 32) ^ static_cast<uint32_t>(counter >> 32), stream_id,
-                           static_cast<uint32_t>(counter)};
-  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
   uint32_t r[4];
-  philox4x32_10(ctr, key, r);
+  sr_random_words(seed, stream_id, counter, element / 16, r);
   const uint32_t k = static_cast<uint32_t>(element % 16);
   return static_cast<uint8_t>(r[k / 4] >> (8 * (k % 4)));
 }

@@ -45,8 +45,7 @@ PL_HD float tree_sum(float* a, int64_t n, int64_t stride = 1) {
 // Host: Σ t(i) for i < n with L lanes (see the top of the file). t is called once per term, in order.
 template <int L, class Term>
 inline float lane_sum(int64_t n, Term&& t) {
-  float lane[L];
-  for (int k = 0; k < L; ++k) lane[k] = 0.0f;
+  float lane[L] = {};
   int64_t i = 0;
   for (; i + L <= n; i += L)
     for (int k = 0; k < L; ++k) lane[k] = lane[k] + t(i + k);

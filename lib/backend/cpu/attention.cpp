@@ -21,10 +21,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
@@ -75,14 +73,6 @@ inline void scale_round(float* y, float a, int64_t n, bool round) {
 // sets; working on a packed copy keeps them in cache.
 inline void pack_rows(float* dst, const float* src, int64_t stride, int64_t r0, int64_t r1, int64_t n) {
   for (int64_t r = r0; r < r1; ++r) std::copy(src + r * stride, src + r * stride + n, dst + (r - r0) * n);
-}
-
-// Per-thread scratch that only grows. Tag separates buffers that are live at the same time.
-template <int Tag>
-float* thread_scratch(size_t n) {
-  static thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
 }
 
 constexpr int64_t kRowBlock = 64;  // query rows (forward, dq) or key rows (dk, dv) per work item

@@ -2,6 +2,8 @@
 // CPU reference implementations of every op of backend/op_list.h (same signatures; shapes and
 // semantics there). One file per op family under backend/cpu/. Arguments arrive checked
 // (backend/op_checks.cpp): every tensor on the CPU, floating tensors F32.
+#include <vector>
+
 #include "backend/ops.h"
 #include "backend/quantize.h"
 
@@ -13,4 +15,15 @@ namespace pl::cpu {
 // y[M,N] = alpha · a[M,K] · b[N,K]ᵀ (+ y when accumulate) through BLAS; y rounded to BF16 values
 // when ctx.round_bf16 and not accumulating. (backend/cpu/linear.cpp)
 void gemm_nt(const OpContext& ctx, const Tensor& y, const Tensor& a, const Tensor& b, float alpha, bool accumulate);
+
+// Per-thread scratch of at least n floats that only grows, so steady-state calls do not allocate. One Tag
+// per buffer: 0 and 1 attention (live at the same time), 2 the RMSNorm dw partials, 3 the Σx² partials.
+template <int Tag>
+float* thread_scratch(size_t n) {
+  static thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+constexpr int64_t kColumnBlock = 64;  // columns a thread owns at a time (embedding and RMSNorm backward)
 }  // namespace pl::cpu

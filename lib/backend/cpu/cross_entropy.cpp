@@ -3,12 +3,10 @@
 // the sums differ only by the exps, CUDA's expf not being correctly rounded), loss = log(sum) - (x[target] - m).
 // Then, unless grad_scale == 0, the row is overwritten with grad_scale * (softmax - onehot(target)),
 // rounded to bf16 when ctx.round_bf16 (dlogits is a bf16 activation).
-#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 #include "numerics/reduce.h"
 

@@ -4,8 +4,7 @@
 
 namespace pl::cpu {
 
-void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat) {
-  (void)ctx;
+void dequantize(const OpContext&, const Tensor& out, const QuantizedCopy& c, QuantFormat) {
   float* o = out.f32();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < c.rows; ++r)

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
@@ -15,13 +14,9 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
   const float* ap = a.f32();
   const float* bp = b.f32();
   float* o = out.f32();
-  if (ctx.round_bf16) {
+  const bool round = ctx.round_bf16;
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = num::round_bf16(ap[i] + bp[i]);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) o[i] = ap[i] + bp[i];
-  }
+  for (int64_t i = 0; i < n; ++i) o[i] = round ? num::round_bf16(ap[i] + bp[i]) : ap[i] + bp[i];
 }
 
 void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delta) {
@@ -33,8 +28,7 @@ void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delt
   for (int64_t i = 0; i < n; ++i) a[i] = round ? num::round_bf16(a[i] + d[i]) : a[i] + d[i];
 }
 
-void fill_zero(const OpContext& ctx, const Tensor& x) {
-  (void)ctx;
+void fill_zero(const OpContext&, const Tensor& x) {
   if (x.numel() == 0) return;
   // Any dtype: all-zero bytes are 0 in f32, bf16 and i32.
   char* p = static_cast<char*>(x.data);

@@ -5,14 +5,9 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
-namespace {
-constexpr int64_t kColumnBlock = 64;  // columns a thread owns at a time in the backward scatter
-
-}  // namespace
 
 void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& tokens, const Tensor& table) {
   const int64_t T = out.dim(0), h = out.dim(1);
@@ -24,10 +19,7 @@ void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& to
   for (int64_t t = 0; t < T; ++t) {
     const float* src = tab + static_cast<int64_t>(tok[t]) * h;
     float* dst = o + t * h;
-    if (round)
-      for (int64_t c = 0; c < h; ++c) dst[c] = num::round_bf16(src[c]);
-    else
-      std::copy(src, src + h, dst);
+    for (int64_t c = 0; c < h; ++c) dst[c] = round ? num::round_bf16(src[c]) : src[c];
   }
 }
 

@@ -1,11 +1,8 @@
 // CPU optimizer ops: the global-norm reduction, the AdamW step over a flat range and the master ->
 // param copy. The per-element AdamW math is num::adamw_element, shared with the CUDA backend.
 #include <algorithm>
-#include <cmath>
-#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/adamw.h"
 #include "numerics/bf16.h"
 #include "numerics/reduce.h"
@@ -14,7 +11,7 @@ namespace pl::cpu {
 // Σ x² in fp32 with the schedule of numerics/reduce.h, shared with the CUDA backend (bit-identical):
 // fixed chunks of kSumSquaresChunk elements, each a num::lane_sum of x² with kTreeGroup lanes; the chunk
 // partials combined by num::group_tree_sum. The result is a function of the data alone, not of the
-// thread count. The chunk partials live in a thread_local vector of the calling thread that only grows.
+// thread count. The chunk partials live in the calling thread's thread_scratch.
 namespace {
 // part[c] = the lane sum of x² over chunk c of x[n] (chunks(n) partials).
 void chunk_partials(float* part, const float* p, int64_t n) {
@@ -28,19 +25,16 @@ void chunk_partials(float* part, const float* p, int64_t n) {
 }
 }  // namespace
 
-double sum_of_squares(const OpContext& ctx, const Tensor& x) {
-  (void)ctx;
+double sum_of_squares(const OpContext&, const Tensor& x) {
   const int64_t n = x.numel();
   if (n == 0) return 0.0;
   const int64_t chunks = (n + num::kSumSquaresChunk - 1) / num::kSumSquaresChunk;
-  static thread_local std::vector<float> partial;
-  if (partial.size() < static_cast<size_t>(chunks)) partial.resize(static_cast<size_t>(chunks));
-  chunk_partials(partial.data(), x.f32(), n);
-  return static_cast<double>(num::group_tree_sum(partial.data(), chunks));
+  float* partial = thread_scratch<3>(static_cast<size_t>(chunks));
+  chunk_partials(partial, x.f32(), n);
+  return static_cast<double>(num::group_tree_sum(partial, chunks));
 }
 
-void sum_of_squares_chunks(const OpContext& ctx, const Tensor& partials, const Tensor& x) {
-  (void)ctx;
+void sum_of_squares_chunks(const OpContext&, const Tensor& partials, const Tensor& x) {
   chunk_partials(partials.f32(), x.f32(), x.numel());
 }
 
@@ -84,9 +78,10 @@ void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, 
 
 void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                         const Tensor& m, const Tensor& v, const ElementRanges& no_decay, const AdamWStep& step) {
-  const num::AdamWHyper decay =
-      num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, step.weight_decay, step.step, step.grad_scale);
-  const num::AdamWHyper plain = num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, 0.0f, step.step, step.grad_scale);
+  const auto hyper = [&step](float wd) {
+    return num::adamw_hyper(step.lr, step.beta1, step.beta2, step.eps, wd, step.step, step.grad_scale);
+  };
+  const num::AdamWHyper decay = hyper(step.weight_decay), plain = hyper(0.0f);
   const bool round = ctx.round_bf16;
   // One instantiation per storage combination (param, grad, m, v each FP32 or bf16 bits).
   with_float_storage(param.dtype, [&]<class P>(P*) {

@@ -8,26 +8,10 @@
 
 namespace pl::cpu {
 
-namespace {
-
-// |code| of element (r, k), and the largest magnitude code of the format (±6, ±448, ±57344).
-uint8_t code_magnitude(const QuantizedCopy& c, int64_t r, int64_t k) {
-  if (c.format == QuantFormat::NVFP4) {
-    const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
-    return ((k & 1) ? (byte >> 4) : byte) & 0x7;
-  }
-  return c.data.u8()[r * c.cols + k] & 0x7F;
-}
-uint8_t max_code_magnitude(QuantFormat f) {
-  return f == QuantFormat::NVFP4 ? 0x7 : (f == QuantFormat::FP8_E5M2 ? 0x7B : 0x7E);
-}
-
-}  // namespace
-
-QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat f, const Tensor& ref) {
-  (void)ctx;
+QuantStats quant_stats(const OpContext&, const QuantizedCopy& c, QuantFormat f, const Tensor& ref) {
   const int64_t blk = quant_block_size(f);
-  const uint8_t max_mag = max_code_magnitude(f);
+  // The largest magnitude code of the format (±6, ±448, ±57344).
+  const uint8_t max_mag = f == QuantFormat::NVFP4 ? 0x7 : (f == QuantFormat::FP8_E5M2 ? 0x7B : 0x7E);
   const float* x = ref.f32();
   double err2 = 0.0, ref2 = 0.0;
   int64_t saturated = 0, underflow = 0, counted_blocks = 0;
@@ -39,7 +23,8 @@ QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat
       bool all_zero = true;
       for (int64_t k = k0; k < k1; ++k) {
         const float v = dequantized_value(c, r, k);
-        saturated += code_magnitude(c, r, k) == max_mag;
+        const int mag = c.format == QuantFormat::NVFP4 ? nvfp4_code(c, r, k) & 0x7 : c.data.u8()[r * c.cols + k] & 0x7F;
+        saturated += mag == max_mag;
         const double d = static_cast<double>(v) - x[r * c.cols + k];
         err2 += d * d;
         ref2 += static_cast<double>(x[r * c.cols + k]) * x[r * c.cols + k];
@@ -64,8 +49,7 @@ QuantStats quant_stats(const OpContext& ctx, const QuantizedCopy& c, QuantFormat
   return s;
 }
 
-void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht) {
-  (void)ctx;
+void columnwise_source(const OpContext&, const Tensor& out, const Tensor& x, bool rht) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   const Source s{x.f32(), cols, true, rht};
   float* o = out.f32();

@@ -1,13 +1,11 @@
 // CPU quantize: whole-tensor schedules around the shared per-block numerics (lib/numerics/). The amax
 // pass and the quantize pass both read x through a Source view (quantize_common.h), so no scratch
 // memory is needed.
-#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/quantize_common.h"
-#include "core/error.h"
 #include "numerics/philox.h"
 #include "numerics/swizzle.h"
 
@@ -159,8 +157,7 @@ void quantize_copy(const QuantizedCopy& c, QuantFormat f, const Source& src, con
 
 }  // namespace
 
-void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
-  (void)ctx;
+void quantize(const OpContext&, QuantizedTensor& q, const Tensor& x, const QuantizeOptions& opt) {
   const int64_t rows = x.dim(0), cols = x.dim(1);
   if (opt.rowwise) quantize_copy(q.rowwise, opt.format, Source{x.f32(), cols, false, false}, opt, opt.stream_id);
   if (opt.columnwise) {

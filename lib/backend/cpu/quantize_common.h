@@ -2,7 +2,6 @@
 // What the CPU quantization ops share (quantize.cpp, dequantize.cpp, quantized_gemm.cpp,
 // quant_stats.cpp): the source view of x a copy is made from, and the values a copy holds.
 #include <cstdint>
-#include <cstring>
 
 #include "backend/quantize.h"
 #include "numerics/fp4.h"
@@ -22,29 +21,24 @@ struct Source {
   bool transposed;  // copy = xᵀ
   bool rht;         // copy = RHT(xᵀ) along its rows
   void load16(int64_t r, int64_t c0, float out[16]) const {
-    if (!transposed) {
-      std::memcpy(out, x + r * x_cols + c0, 16 * sizeof(float));
-      return;
-    }
-    float col[16];
-    for (int i = 0; i < 16; ++i) col[i] = x[(c0 + i) * x_cols + r];
-    if (rht)
-      num::rht16(col, out, num::kRhtSignMask);
-    else
-      std::memcpy(out, col, sizeof col);
+    for (int i = 0; i < 16; ++i) out[i] = at(r, c0 + i);
+    if (rht) num::rht16(out, out, num::kRhtSignMask);  // out may alias in
   }
   float at(int64_t r, int64_t c) const { return transposed ? x[c * x_cols + r] : x[r * x_cols + c]; }
 };
+
+// The E2M1 code (a nibble) of element (r, k) of an NVFP4 copy.
+inline uint8_t nvfp4_code(const QuantizedCopy& c, int64_t r, int64_t k) {
+  const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
+  return (k & 1) ? (byte >> 4) : (byte & 0xF);
+}
 
 // Dequantized value of element (r, k) of a copy: code value times its block scale, without the
 // NVFP4 global scale (which the GEMM applies through alpha).
 inline float block_value(const QuantizedCopy& c, QuantFormat f, int64_t r, int64_t k) {
   switch (f) {
-    case QuantFormat::NVFP4: {
-      const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
-      const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
-      return num::e2m1_to_float(code) * num::e4m3_to_float(c.scales.u8()[r * (c.cols / 16) + k / 16]);
-    }
+    case QuantFormat::NVFP4:
+      return num::e2m1_to_float(nvfp4_code(c, r, k)) * num::e4m3_to_float(c.scales.u8()[r * (c.cols / 16) + k / 16]);
     case QuantFormat::MXFP8:
       return num::e4m3_to_float(c.data.u8()[r * c.cols + k]) *
              num::ue8m0_to_float(c.scales.u8()[r * (c.cols / 32) + k / 32]);
@@ -58,12 +52,9 @@ inline float block_value(const QuantizedCopy& c, QuantFormat f, int64_t r, int64
 // dequantize kernel: value · (f32(scale · amax) · f32(1/2688)).
 inline float dequantized_value(const QuantizedCopy& c, int64_t r, int64_t k) {
   switch (c.format) {
-    case QuantFormat::NVFP4: {
-      const uint8_t byte = c.data.u8()[r * (c.cols / 2) + k / 2];
-      const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xF);
-      return num::e2m1_to_float(code) *
+    case QuantFormat::NVFP4:
+      return num::e2m1_to_float(nvfp4_code(c, r, k)) *
              num::nvfp4_dequant_factor(c.scales.u8()[r * (c.cols / 16) + k / 16], c.amax.f32()[0]);
-    }
     case QuantFormat::MXFP8: return block_value(c, c.format, r, k);
     default: return block_value(c, c.format, r, k) * c.scale_inv.f32()[0];
   }

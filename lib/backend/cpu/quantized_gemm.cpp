@@ -50,15 +50,14 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
                     QuantFormat f, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
                     bool fast_accumulation) {
   (void)fast_accumulation;  // a cuBLASLt FP8 kernel option: the CPU always accumulates in FP32
-  const bool fp8 = [](QuantFormat x) { return x == QuantFormat::FP8_E4M3 || x == QuantFormat::FP8_E5M2; }(f);
   // Exact block-scaled values (E2M1·E4M3 and E4M3·UE8M0 products are exact in FP32).
   const Tensor da = scratch_a.view({scratch_a.numel()}).rows(0, a.rows * a.cols).view({a.rows, a.cols});
   const Tensor db = scratch_b.view({scratch_b.numel()}).rows(0, b.rows * b.cols).view({b.rows, b.cols});
   block_values(a, da.f32());
   block_values(b, db.f32());
-  float alpha = 1.0f;
+  float alpha = 1.0f;  // MXFP8: the block scales are all there is
   if (f == QuantFormat::NVFP4) alpha = num::nvfp4_gemm_alpha(a.amax.f32()[0], b.amax.f32()[0]);
-  if (fp8) alpha = a.scale_inv.f32()[0] * b.scale_inv.f32()[0];
+  if (f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2) alpha = a.scale_inv.f32()[0] * b.scale_inv.f32()[0];
   gemm_nt(ctx, y, da, db, alpha, accumulate);
 }
 

@@ -8,18 +8,12 @@
 // the thread count.
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 #include "numerics/reduce.h"
 
 namespace pl::cpu {
-namespace {
-constexpr int64_t kColumnBlock = 64;  // columns of dw one thread owns at a time
-
-}  // namespace
 
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x,
                      const Tensor& w, float eps) {
@@ -71,13 +65,11 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
   }
 
   // dw_i += Σ_t g_ti x_ti r_t   (fp32 accumulator, never rounded): partial[k][c] = the sequential fp32
-  // sum over chunk k's tokens, then tree_sum over the chunks of each column. The partials live in a
-  // thread_local vector of the calling thread that only grows.
+  // sum over chunk k's tokens, then tree_sum over the chunks of each column. The partials live in the
+  // calling thread's thread_scratch.
   const int64_t chunks = (T + num::kRmsNormDwChunk - 1) / num::kRmsNormDwChunk;
   if (chunks == 0) return;
-  static thread_local std::vector<float> partial;
-  if (partial.size() < static_cast<size_t>(chunks * h)) partial.resize(static_cast<size_t>(chunks * h));
-  float* part = partial.data();
+  float* part = thread_scratch<2>(static_cast<size_t>(chunks * h));
   const int64_t blocks = (h + kColumnBlock - 1) / kColumnBlock;
 #pragma omp parallel for schedule(static)
   for (int64_t kb = 0; kb < chunks * blocks; ++kb) {

@@ -5,7 +5,6 @@
 // rotated_heads heads of every row of qkv, OpenMP over rows; results are rounded to bf16 when
 // ctx.round_bf16 (qkv and dqkv are bf16 activations).
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
@@ -29,14 +28,9 @@ void rotate(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Te
       for (int64_t i = 0; i < half; ++i) {
         const float x1 = x[i], x2 = x[i + half];
         const float sn = sign * s[i];
-        float y1 = x1 * c[i] - x2 * sn;
-        float y2 = x2 * c[i] + x1 * sn;
-        if (round) {
-          y1 = num::round_bf16(y1);
-          y2 = num::round_bf16(y2);
-        }
-        x[i] = y1;
-        x[i + half] = y2;
+        const float y1 = x1 * c[i] - x2 * sn, y2 = x2 * c[i] + x1 * sn;
+        x[i] = round ? num::round_bf16(y1) : y1;
+        x[i + half] = round ? num::round_bf16(y2) : y2;
       }
     }
   }

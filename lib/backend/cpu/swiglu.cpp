@@ -1,10 +1,7 @@
 // CPU SwiGLU: fc1[T, 2f] = [gate | up] along the last dimension, out = silu(gate) * up with
 // silu(g) = g / (1 + exp(-g)). All math in fp32, OpenMP over rows; out and dfc1 are bf16 activations
 // (rounded when ctx.round_bf16).
-#include <cmath>
-
 #include "backend/cpu/cpu_ops.h"
-#include "core/error.h"
 #include "numerics/bf16.h"
 #include "numerics/swiglu.h"
 
@@ -42,12 +39,8 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dou
     for (int64_t i = 0; i < f; ++i) {
       float vg, vu;
       num::swiglu_backward(gate[i], up[i], grow[i], vg, vu);
-      if (round) {
-        vg = num::round_bf16(vg);
-        vu = num::round_bf16(vu);
-      }
-      dgate[i] = vg;
-      dup[i] = vu;
+      dgate[i] = round ? num::round_bf16(vg) : vg;
+      dup[i] = round ? num::round_bf16(vu) : vu;
     }
   }
 }
