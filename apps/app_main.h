@@ -29,6 +29,14 @@ inline const CLI::Validator kNonNegativeInteger(
     [](std::string& v) { return v.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + v; },
     "INT>=0");
 
+// An output prefix (--out, --output-prefix) whose directory must exist already.
+inline void check_output_directory(const char* flag, const std::string& prefix) {
+  const std::filesystem::path dir = std::filesystem::path(prefix).parent_path();
+  std::error_code ec;
+  PL_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec), "{} {}: directory {} does not exist", flag, prefix,
+           dir.string());
+}
+
 // Parses argv into `cli`: nullopt to go on, or the exit code (0 after --help, 2 after a parse error).
 inline std::optional<int> parse_command_line(CLI::App& cli, int argc, char** argv, const char* app) {
   try {

@@ -6,11 +6,11 @@
 //   convert_checkpoint --load checkpoints/run1/iter_0000500 --to-hf hf/it500 --max-shard-size 2GB
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
 #include <filesystem>
 #include <chrono>
-#include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,11 +41,10 @@ uint64_t parse_size(const std::string& s) {
   const auto [p, ec] = std::from_chars(s.data(), end, v);
   PL_CHECK(ec == std::errc() && p != s.data(), "--max-shard-size must be a byte count or N[KB|MB|GB], got '{}'", s);
   const std::string unit(p, end);
-  uint64_t mult = 0;
-  if (unit.empty() || unit == "B") mult = 1;
-  if (unit == "KB") mult = 1000;
-  if (unit == "MB") mult = 1000 * 1000;
-  if (unit == "GB") mult = 1000ull * 1000 * 1000;
+  uint64_t mult = unit.empty() ? 1 : 0;
+  for (const auto& [name, m] :
+       {std::pair{"B", 1ull}, {"KB", 1000ull}, {"MB", 1000ull * 1000}, {"GB", 1000ull * 1000 * 1000}})
+    if (unit == name) mult = m;
   PL_CHECK(mult != 0 && v > 0, "--max-shard-size must be a byte count or N[KB|MB|GB], got '{}'", s);
   return checked_mul_u64(v, mult, fmt::format("--max-shard-size '{}'", s));
 }
@@ -68,10 +67,8 @@ int run(int argc, char** argv) {
   // --to-hf onto, inside or around the checkpoint: --overwrite would replace it (io/file_checks.h).
   check_outputs_apart_from_inputs({{"--load", o.load}}, {{"--to-hf", o.to_hf}});
 
-  HfExportOptions opts;
-  opts.max_shard_bytes = parse_size(o.max_shard_size);
-  opts.bos_token_id = o.bos;
-  opts.eos_token_ids = o.eos;
+  const HfExportOptions opts{.max_shard_bytes = parse_size(o.max_shard_size), .bos_token_id = o.bos,
+                             .eos_token_ids = o.eos};
   const fs::path out = fs::path(o.to_hf).lexically_normal();
   std::error_code ec;
   PL_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && (fs::is_empty(out, ec) || o.overwrite)),
@@ -86,14 +83,10 @@ int run(int argc, char** argv) {
   std::vector<std::string> files;
   write_directory_atomically(out.string(), [&](const std::string& tmp) { files = export_hf(ckpt.model, master, tmp, opts); });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::string names;
-  for (const std::string& f : files) names += (names.empty() ? "" : ", ") + f;
-  std::printf("%s\n", fmt::format("convert_checkpoint: {} (iteration {}, model {}, {} parameters, recipe {}) -> {}: "
-                                  "{} ({:.2f} GB of BF16 weights, {:.1f} s)",
-                                  ckpt.path, ckpt.iteration, ckpt.model.name, ckpt.model.num_parameters(),
-                                  ckpt.recipe_name, o.to_hf, names,
-                                  2.0 * static_cast<double>(ckpt.model.num_parameters()) / 1e9, seconds)
-                          .c_str());
+  fmt::print("convert_checkpoint: {} (iteration {}, model {}, {} parameters, recipe {}) -> {}: {} ({:.2f} GB of BF16 "
+             "weights, {:.1f} s)\n",
+             ckpt.path, ckpt.iteration, ckpt.model.name, ckpt.model.num_parameters(), ckpt.recipe_name, o.to_hf,
+             fmt::join(files, ", "), 2.0 * static_cast<double>(ckpt.model.num_parameters()) / 1e9, seconds);
   return 0;
 }
 

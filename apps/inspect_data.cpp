@@ -7,9 +7,9 @@
 //                --seq-length 128 --sample 0:4 --from valid --eval-iters 2
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <charconv>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,9 +62,8 @@ std::string escaped(const std::string& text) {
 }
 
 data::Split parse_split_name(const std::string& s) {
-  if (s == "train") return data::Split::train;
-  if (s == "valid") return data::Split::valid;
-  if (s == "test") return data::Split::test;
+  for (data::Split split : {data::Split::train, data::Split::valid, data::Split::test})
+    if (s == data::split_name(split)) return split;
   fail("--from must be train, valid or test, got '{}'", s);
 }
 
@@ -119,12 +118,11 @@ int run(int argc, char** argv) {
 
   const data::TrainingData d(data::data_config_for_run(o.data, mc.vocab_size, t.seq_length,
                                                        {t.train_samples(), t.valid_samples(), t.test_samples()}));
-  std::printf("inspect_data | seq length %lld, %lld iterations x global batch %lld, validation %s\n",
-              static_cast<long long>(t.seq_length), static_cast<long long>(t.train_iters),
-              static_cast<long long>(t.global_batch_size),
-              t.eval_iters > 0 ? fmt::format("every {} iterations x {} batches", t.eval_interval, t.eval_iters).c_str()
-                               : "off (--eval-iters 0)");
-  for (const std::string& line : d.summary()) std::printf("inspect_data | %s\n", line.c_str());
+  fmt::print("inspect_data | seq length {}, {} iterations x global batch {}, validation {}\n", t.seq_length,
+             t.train_iters, t.global_batch_size,
+             t.eval_iters > 0 ? fmt::format("every {} iterations x {} batches", t.eval_interval, t.eval_iters)
+                              : std::string("off (--eval-iters 0)"));
+  for (const std::string& line : d.summary()) fmt::print("inspect_data | {}\n", line);
   if (o.samples.empty()) return 0;
 
   const data::SampleSource* src = d.split(from);
@@ -140,13 +138,10 @@ int run(int argc, char** argv) {
                                   ? fmt::format(" (iteration {}, position {} of its global batch)",
                                                 i / t.global_batch_size + 1, i % t.global_batch_size)
                                   : "";
-    std::printf("sample %lld of %s%s: %lld ids (tokens = ids[0:%lld], labels = ids[1:%lld])\n",
-                static_cast<long long>(i), o.from.c_str(), where.c_str(), static_cast<long long>(text.size()),
-                static_cast<long long>(t.seq_length), static_cast<long long>(t.seq_length + 1));
-    std::string ids;
-    for (size_t k = 0; k < text.size(); ++k) ids += fmt::format("{}{}", k ? " " : "", text[k]);
-    std::printf("%s\n", ids.c_str());
-    if (tokenizer) std::printf("text: %s\n", escaped(tokenizer->decode(text)).c_str());
+    fmt::print("sample {} of {}{}: {} ids (tokens = ids[0:{}], labels = ids[1:{}])\n", i, o.from, where, text.size(),
+               t.seq_length, t.seq_length + 1);
+    fmt::print("{}\n", fmt::join(text, " "));
+    if (tokenizer) fmt::print("text: {}\n", escaped(tokenizer->decode(text)));
   }
   return 0;
 }

@@ -101,10 +101,7 @@ struct RawDocument {
   std::string raw;
 };
 
-bool is_blank(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' ||
-                                                             c == '\f' || c == '\v'; });
-}
+bool is_blank(std::string_view s) { return s.find_first_not_of(" \t\r\n\f\v") == std::string_view::npos; }
 
 // Streams documents from the input files in order, a batch at a time.
 class DocumentReader {
@@ -275,10 +272,7 @@ void check_options(const Options& o) {
     PL_CHECK(format_of(in, o.input_format) == Format::jsonl || o.json_keys == std::vector<std::string>{"text"},
              "--input {}: plain text has only the key 'text'; --json-keys applies to JSON lines", in);
   }
-  const std::filesystem::path dir = std::filesystem::path(o.output_prefix).parent_path();
-  std::error_code ec;
-  PL_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec), "--output-prefix {}: directory {} does not exist",
-           o.output_prefix, dir.string());
+  app::check_output_directory("--output-prefix", o.output_prefix);
   // No output may replace an input (io/file_checks.h): --input, --tokenizer-model against every final file.
   std::vector<FlagPath> inputs, output_paths;
   for (const std::string& in : o.inputs) inputs.push_back({"--input", in});

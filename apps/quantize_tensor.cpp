@@ -89,10 +89,8 @@ struct Options {
 };
 
 QuantFormat parse_format(const std::string& s) {
-  if (s == "nvfp4") return QuantFormat::NVFP4;
-  if (s == "mxfp8") return QuantFormat::MXFP8;
-  if (s == "fp8_e4m3") return QuantFormat::FP8_E4M3;
-  if (s == "fp8_e5m2") return QuantFormat::FP8_E5M2;
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::MXFP8, QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2})
+    if (s == quant_format_name(f)) return f;
   fail("--format {}: unknown format (use nvfp4, mxfp8, fp8_e4m3 or fp8_e5m2)", s);
 }
 
@@ -132,34 +130,28 @@ Input load_input(const std::string& path) {
 // Flag combinations and the output prefix, before the input is read.
 void validate_flags(const Options& o, QuantFormat f, const CLI::App& app) {
   const char* fmt_name = quant_format_name(f);
-  const bool nvfp4 = f == QuantFormat::NVFP4;
-  if (!nvfp4) {
+  if (f != QuantFormat::NVFP4) {
     PL_CHECK(!o.rht, "--rht is an nvfp4 option; --format {} has no Hadamard transform", fmt_name);
     PL_CHECK(!o.stochastic, "--stochastic is an nvfp4 option; --format {} rounds to nearest", fmt_name);
     PL_CHECK(app.count("--block") == 0, "--block is an nvfp4 option; --format {} has fixed blocks", fmt_name);
   }
   PL_CHECK(o.block == "1x16" || o.block == "16x16", "--block {}: use 1x16 or 16x16", o.block);
-  const bool block_2d = o.block == "16x16";
-  PL_CHECK(!(o.rht && block_2d), "--rht cannot be combined with --block 16x16 (RHT is for 1x16-block wgrad operands)");
+  PL_CHECK(!(o.rht && o.block == "16x16"),
+           "--rht cannot be combined with --block 16x16 (RHT is for 1x16-block wgrad operands)");
   PL_CHECK(!(app.count("--seed") > 0 && !o.stochastic), "--seed {} needs --stochastic", o.seed);
   PL_CHECK(!(o.stochastic && app.count("--seed") == 0), "--stochastic needs --seed N");
-  const std::filesystem::path dir = std::filesystem::path(o.out).parent_path();
-  std::error_code ec;
   PL_CHECK(!o.out.empty() && std::filesystem::path(o.out).has_filename(), "--out '{}': need a file name prefix",
            o.out);
-  PL_CHECK(dir.empty() || std::filesystem::is_directory(dir, ec), "--out {}: directory {} does not exist", o.out,
-           dir.string());
+  app::check_output_directory("--out", o.out);
 }
 
 // The format's block rules on the input's shape.
 void validate_shape(const Options& o, QuantFormat f, const Input& in) {
-  const char* fmt_name = quant_format_name(f);
-  const bool block_2d = o.block == "16x16";
   const int64_t blk = quant_block_size(f);
   if (blk > 1)
     PL_CHECK(in.cols % blk == 0, "{}: {} needs the number of columns (last dim) to be a multiple of {}, got {}",
-             o.input, fmt_name, blk, in.cols);
-  if (block_2d)
+             o.input, quant_format_name(f), blk, in.cols);
+  if (o.block == "16x16")
     PL_CHECK(in.rows % 16 == 0, "{}: nvfp4 --block 16x16 needs the number of rows to be a multiple of 16, got {}",
              o.input, in.rows);
 }
@@ -167,15 +159,14 @@ void validate_shape(const Options& o, QuantFormat f, const Input& in) {
 void warn_non_finite(const Options& o, QuantFormat f, const Input& in) {
   const bool nvfp4 = f == QuantFormat::NVFP4;
   if (in.nan_count > 0)
-    std::fprintf(stderr, "quantize_tensor: warning: %s has %lld NaN elements: %s ignores NaN in the amax and %s\n",
-                 o.input.c_str(), static_cast<long long>(in.nan_count), quant_format_name(f),
-                 nvfp4 ? "encodes it as +6 (SPEC-NVFP4 §1.5)" : "encodes it as its NaN code 0x7F");
+    fmt::print(stderr, "quantize_tensor: warning: {} has {} NaN elements: {} ignores NaN in the amax and {}\n", o.input,
+               in.nan_count, quant_format_name(f),
+               nvfp4 ? "encodes it as +6 (SPEC-NVFP4 §1.5)" : "encodes it as its NaN code 0x7F");
   if (in.inf_count > 0)
-    std::fprintf(stderr,
-                 "quantize_tensor: warning: %s has %lld Inf elements after BF16 rounding: the amax is Inf, %s\n",
-                 o.input.c_str(), static_cast<long long>(in.inf_count),
-                 nvfp4 ? "so the global scale is 1 and the dequantized values are Inf/NaN (SPEC-NVFP4 §1.5)"
-                       : "so the scale degenerates and the dequantized values are not meaningful");
+    fmt::print(stderr, "quantize_tensor: warning: {} has {} Inf elements after BF16 rounding: the amax is Inf, {}\n",
+               o.input, in.inf_count,
+               nvfp4 ? "so the global scale is 1 and the dequantized values are Inf/NaN (SPEC-NVFP4 §1.5)"
+                     : "so the scale degenerates and the dequantized values are not meaningful");
 }
 
 struct OutFile {

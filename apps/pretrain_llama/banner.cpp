@@ -66,13 +66,8 @@ void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, 
             t.min_lr, t.warmup_iters, t.seed, t.log_interval);
   print_optimizer_state(t, out);
   const MegatronParamCounts pc = megatron_param_counts(mc);
-  std::string lines = log::parameter_lines(pc.transformer_layers, pc.embedding_layers,
-                                           kWeightAndOptimizerBytesPerParam);
-  for (size_t a = 0, b; a < lines.size(); a = b + 1) {
-    b = lines.find('\n', a);
-    if (b == std::string::npos) b = lines.size();
-    out->info("{}", lines.substr(a, b - a));
-  }
+  // Five lines in one message: the "%v" pattern prints them as they are, each ending in a newline.
+  out->info("{}", log::parameter_lines(pc.transformer_layers, pc.embedding_layers, kWeightAndOptimizerBytesPerParam));
 }
 
 // The precision-aware optimizer's one banner line (only when --use-precision-aware-optimizer is given,
@@ -120,9 +115,8 @@ void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState&
   }
   if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
     out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
-  const double tokens_per_iter = static_cast<double>(t.global_batch_size * t.seq_length);
   // tokens/s of the whole run, then per GPU (the data-parallel ranks) when there is more than one.
-  const double tokens_per_s = tokens_per_iter / r.mean_seconds;
+  const double tokens_per_s = static_cast<double>(t.global_batch_size * t.seq_length) / r.mean_seconds;
   const std::string per_gpu = t.data_parallel_size > 1
                                   ? fmt::format(" ({:.0f} tokens/s/GPU)", tokens_per_s / static_cast<double>(t.data_parallel_size))
                                   : std::string();

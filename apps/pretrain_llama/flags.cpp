@@ -273,10 +273,9 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
 // (that is how Megatron resumes) or lie inside it (one iter_ directory).
 void check_save_apart_from_inputs(const Options& o, const RunSetup& s) {
   if (o.save.empty()) return;
-  std::vector<FlagPath> inputs;
-  if (o.init_from_hf.empty()) inputs.push_back({"--model", s.mc.file});
-  else inputs.push_back({"--init-from-hf", o.init_from_hf});
-  inputs.push_back({"--recipe", s.recipe_path});
+  std::vector<FlagPath> inputs{o.init_from_hf.empty() ? FlagPath{"--model", s.mc.file}
+                                                      : FlagPath{"--init-from-hf", o.init_from_hf},
+                               {"--recipe", s.recipe_path}};
   if (!o.data.data_path.empty())
     for (const std::string& p : data::parse_data_path(o.data.data_path).prefixes)
       for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
@@ -286,20 +285,18 @@ void check_save_apart_from_inputs(const Options& o, const RunSetup& s) {
 
 RunLayout model_options(const Options& o) {
   const TrainConfig& t = o.train;
-  RunLayout m;
-  m.recompute = o.recompute == "full";
-  m.quant_telemetry = t.quant_stats_interval > 0;
-  m.loss_micro_batches = t.num_micro_batches();  // the loss is read once per iteration
-  m.deterministic_attention = t.deterministic_mode;
   const OptimizerConfig oc = optimizer_config(t);  // validates the precision-aware optimizer's flags
-  m.exp_avg = oc.exp_avg_dtype;
-  m.exp_avg_sq = oc.exp_avg_sq_dtype;
-  m.optimizer_offload = t.optimizer_cpu_offload;
-  m.bf16_main_grads = t.main_grads_dtype == "bf16";
-  m.dp_size = t.data_parallel_size;
-  m.dp_rank = o.dp_rank;
-  m.distributed_optimizer = t.use_distributed_optimizer;
-  return m;
+  return RunLayout{.recompute = o.recompute == "full",
+                   .quant_telemetry = t.quant_stats_interval > 0,
+                   .loss_micro_batches = t.num_micro_batches(),  // the loss is read once per iteration
+                   .deterministic_attention = t.deterministic_mode,
+                   .exp_avg = oc.exp_avg_dtype,
+                   .exp_avg_sq = oc.exp_avg_sq_dtype,
+                   .optimizer_offload = t.optimizer_cpu_offload,
+                   .bf16_main_grads = t.main_grads_dtype == "bf16",
+                   .dp_size = t.data_parallel_size,
+                   .dp_rank = o.dp_rank,
+                   .distributed_optimizer = t.use_distributed_optimizer};
 }
 
 }  // namespace pl::pretrain

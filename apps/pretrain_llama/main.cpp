@@ -143,18 +143,16 @@ BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_bat
 
 // What a checkpoint records about the run that wrote it (metadata.json).
 RunDescription describe_run(const RunSetup& s, const Options& o, int argc, char** argv) {
-  RunDescription desc;
-  desc.model = s.mc;
-  desc.recipe_name = s.recipe.name;
-  desc.recipe_file = s.recipe_path;
-  desc.plan = s.plan.describe();
-  desc.train = o.train;
-  desc.command_line.assign(argv, argv + argc);
-  desc.data = o.data.data_path.empty()
-                  ? std::string("Megatron MockGPTDataset (split 1,1,1)")
-                  : fmt::format("--data-path {} --split {} --data-seed {}", fmt::join(o.data.data_path, " "), o.data.split,
-                                o.data.seed);
-  return desc;
+  return RunDescription{
+      .model = s.mc,
+      .recipe_name = s.recipe.name,
+      .recipe_file = s.recipe_path,
+      .plan = s.plan.describe(),
+      .train = o.train,
+      .command_line = std::vector<std::string>(argv, argv + argc),
+      .data = o.data.data_path.empty() ? std::string("Megatron MockGPTDataset (split 1,1,1)")
+                                       : fmt::format("--data-path {} --split {} --data-seed {}",
+                                                     fmt::join(o.data.data_path, " "), o.data.split, o.data.seed)};
 }
 
 // Errors every rank meets alike (the flags, the config files): printed once, by rank 0, when all ranks
@@ -258,9 +256,7 @@ int build_and_train(const RunInputs& in) {
   if (device == Device::CUDA) parallel::select_local_device(world);
   PL_CHECK(!(t.fp32_reference && device == Device::CUDA), "--fp32-reference is a CPU-only mode (use --device cpu)");
   const int threads = configure_threads(t.threads);
-  OpContext ctx;
-  ctx.device = device;
-  ctx.round_bf16 = !t.fp32_reference;
+  OpContext ctx{.device = device, .round_bf16 = !t.fp32_reference};
   print_model_and_plan(setup, t, device, threads, out);
   const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
   const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);

@@ -4,9 +4,8 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/step_timer.h"
 #include "model/accounting.h"
 
@@ -14,40 +13,20 @@ namespace pl::pretrain {
 
 namespace {
 
-// MemAvailable from /proc/meminfo in bytes (0 when unknown).
-double available_host_bytes() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024.0;
-  return 0.0;
-}
-
-// The memory plan's rows (the offload's split into device and host when it is on).
-std::vector<std::string> plan_lines(const MemoryPlan& mem, Device device) {
-  const log::OffloadRows offload{mem.host_grads, mem.host_staging, device == Device::CUDA ? "GPU" : "CPU"};
-  return log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label, mem.offload ? &offload : nullptr,
-                                mem.grads_label);
-}
-
 // The fit table's row for `gpu` (--dry-run; the start-up check's line on a GPU): the plan as given on it
 // and the cheapest flag set (fit_plan.h).
 log::FitRow fit_row(const FitRequest& req, const GpuSpec& gpu) {
   const FitResult f = cheapest_fit(req, gpu);
-  log::FitRow row;
-  row.gpu = gpu.name;
-  row.sm = gpu.sm;
-  row.usable = f.usable;
-  row.needed = f.as_given_total;
-  row.fits = f.fits_as_given;
-  row.found = f.found;
-  row.flags = f.flags;
-  row.given_micro_batch = f.micro_batch_changed ? req.micro_batch : 0;
-  row.flag_device = f.device_total;
-  row.flag_host = f.host_total;
-  return row;
+  return log::FitRow{.gpu = gpu.name,
+                     .sm = gpu.sm,
+                     .usable = f.usable,
+                     .needed = f.as_given_total,
+                     .fits = f.fits_as_given,
+                     .found = f.found,
+                     .flags = f.flags,
+                     .given_micro_batch = f.micro_batch_changed ? req.micro_batch : 0,
+                     .flag_device = f.device_total,
+                     .flag_host = f.host_total};
 }
 
 }  // namespace
@@ -57,8 +36,7 @@ log::FitRow fit_row(const FitRequest& req, const GpuSpec& gpu) {
 // have the offload's bytes available (on the CPU backend: both parts together).
 
 void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm) {
-  const ModelConfig& m = *req.model;
-  const double host_avail = available_host_bytes();
+  const double host_avail = static_cast<double>(host_memory_available_bytes());
   const double host_need = p.host_total() + (device == Device::CPU ? p.total() : 0.0);
   PL_CHECK(!p.offload || host_avail == 0.0 || host_need < host_avail,
            "--optimizer-cpu-offload needs {:.1f} GB of host memory (master weights {:.1f} GB, optimizer state {:.1f} GB, "
@@ -74,8 +52,9 @@ void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainCo
   const double slack =
       device == Device::CUDA ? device_fit_slack(static_cast<double>(device_memory_info(device).total)) : 0.0;
   if (avail == 0.0 || p.total() + slack < avail) return;
-  std::string line = log::memory_does_not_fit_line(m.name, t.micro_batch_size, t.seq_length, device_name(device),
-                                                   p.device_categories(), slack, avail, !req.options.recompute);
+  std::string line = log::memory_does_not_fit_line(req.model->name, t.micro_batch_size, t.seq_length,
+                                                   device_name(device), p.device_categories(), slack, avail,
+                                                   !req.options.recompute);
   // On a GPU, the fit table's ladder for this GPU (its memory and compute capability), in the same line.
   if (device == Device::CUDA) {
     const GpuSpec here{"", "this GPU", static_cast<int64_t>(device_memory_info(device).total / 1048576), sm};
@@ -112,7 +91,11 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
             static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
   print_optimizer_state(t, out);
   for (const std::string& line : s.plan.describe()) out->info("pretrain_llama | plan   {}", line);
-  for (const std::string& line : plan_lines(mem, planned)) out->info("pretrain_llama | memory {}", line);
+  // The memory plan's rows (the offload's split into device and host when it is on).
+  const log::OffloadRows offload{mem.host_grads, mem.host_staging, planned == Device::CUDA ? "GPU" : "CPU"};
+  for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label,
+                                                        mem.offload ? &offload : nullptr, mem.grads_label))
+    out->info("pretrain_llama | memory {}", line);
   if (planned == Device::CUDA)
     out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
               "({}), estimated; the GPU run reports cuDNN's own figure",

@@ -30,11 +30,11 @@ void* cuda_alloc(size_t bytes) {
            cudaGetErrorString(st));
   return p;
 }
-// Runs from destructors, which must not throw: a failure is reported on stderr, one line.
-void cuda_free(void* p) {
-  const cudaError_t st = cudaFree(p);
-  if (st != cudaSuccess) std::fprintf(stderr, "pretrain_llama: warning: cudaFree failed: %s\n", cudaGetErrorString(st));
+// For destructors, which must not throw: a failure is reported on stderr, one line.
+void warn_on_error(cudaError_t st, const char* what) {
+  if (st != cudaSuccess) std::fprintf(stderr, "pretrain_llama: warning: %s failed: %s\n", what, cudaGetErrorString(st));
 }
+void cuda_free(void* p) { warn_on_error(cudaFree(p), "cudaFree"); }
 void cuda_zero(void* p, size_t bytes) {
   const cudaError_t st = cudaMemset(p, 0, bytes);
   PL_CHECK(st == cudaSuccess, "cudaMemset of {} bytes failed: {}", bytes, cudaGetErrorString(st));
@@ -53,10 +53,7 @@ void* pinned_host_alloc(size_t bytes) {
            bytes / 1e9, cudaGetErrorString(st));
   return p;
 }
-void pinned_host_free(void* p) {
-  const cudaError_t st = cudaFreeHost(p);
-  if (st != cudaSuccess) std::fprintf(stderr, "pretrain_llama: warning: cudaFreeHost failed: %s\n", cudaGetErrorString(st));
-}
+void pinned_host_free(void* p) { warn_on_error(cudaFreeHost(p), "cudaFreeHost"); }
 #else
 void* pinned_host_alloc(size_t bytes) {
   fail("cannot allocate {} bytes of page-locked host memory: this build has no CUDA support", bytes);
@@ -181,8 +178,6 @@ void reserve_device_arena(Device device, double bytes) {
   s.max_reserved = std::max(s.max_reserved, s.reserved);
 }
 
-size_t device_arena_peak() { return g_arena.blocks.peak(); }
-
 namespace {
 void* device_alloc(size_t bytes) {
   if (!g_arena.base) return cuda_alloc(bytes);
@@ -240,18 +235,15 @@ void Buffer::release() {
   data_ = nullptr;
 }
 
-Buffer::Buffer(Buffer&& o) noexcept : data_(o.data_), bytes_(o.bytes_), device_(o.device_), pinned_(o.pinned_) {
-  o.data_ = nullptr;
-}
+Buffer::Buffer(Buffer&& o) noexcept { *this = std::move(o); }
 
 Buffer& Buffer::operator=(Buffer&& o) noexcept {
   if (this != &o) {
     release();
-    data_ = o.data_;
+    data_ = std::exchange(o.data_, nullptr);
     bytes_ = o.bytes_;
     device_ = o.device_;
     pinned_ = o.pinned_;
-    o.data_ = nullptr;
   }
   return *this;
 }
@@ -343,11 +335,7 @@ void UploadStaging::release() {
       (void)cudaEventDestroy(static_cast<cudaEvent_t>(events_[i]));
       events_[i] = nullptr;
     }
-  if (host_) {
-    const cudaError_t st = cudaFreeHost(host_);
-    if (st != cudaSuccess)
-      std::fprintf(stderr, "pretrain_llama: warning: cudaFreeHost failed: %s\n", cudaGetErrorString(st));
-  }
+  if (host_) pinned_host_free(host_);
 #endif
   host_ = nullptr;
   for (bool& p : pending_) p = false;
@@ -362,20 +350,17 @@ UploadStaging& UploadStaging::operator=(UploadStaging&& o) noexcept {
     slot_bytes_ = o.slot_bytes_;
     slots_ = o.slots_;
     next_ = o.next_;
-    host_ = o.host_;
+    host_ = std::exchange(o.host_, nullptr);
     for (int i = 0; i < 4; ++i) {
-      events_[i] = o.events_[i];
-      pending_[i] = o.pending_[i];
-      o.events_[i] = nullptr;
-      o.pending_[i] = false;
+      events_[i] = std::exchange(o.events_[i], nullptr);
+      pending_[i] = std::exchange(o.pending_[i], false);
     }
-    o.host_ = nullptr;
   }
   return *this;
 }
 
 void UploadStaging::upload(std::initializer_list<std::pair<Tensor, const void*>> copies) {
-  size_t total = 0;
+  [[maybe_unused]] size_t total = 0;
   for (const auto& [dst, src] : copies) total += dst.bytes();
   for (const auto& [dst, src] : copies)
     PL_CHECK(dst.device == device_, "internal: upload of {} to {} through {} staging", dst.shape_str(),
@@ -408,8 +393,6 @@ void UploadStaging::upload(std::initializer_list<std::pair<Tensor, const void*>>
   const cudaError_t st = cudaEventRecord(ev, /*stream=*/0);
   PL_CHECK(st == cudaSuccess, "cudaEventRecord (upload staging) failed: {}", cudaGetErrorString(st));
   pending_[slot] = true;
-#else
-  (void)total;
 #endif
 }
 
@@ -452,9 +435,7 @@ void CopyStream::release() {
   // Destructors must not throw: the stream is drained first (no copy still reads or writes memory that
   // is about to be freed), failures go to stderr.
   if (stream_) {
-    const cudaError_t st = cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
-    if (st != cudaSuccess)
-      std::fprintf(stderr, "pretrain_llama: warning: copy stream synchronize failed: %s\n", cudaGetErrorString(st));
+    warn_on_error(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "copy stream synchronize");
     (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
   }
   if (ready_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ready_));

@@ -60,8 +60,6 @@ MemoryStats memory_stats(Device device);
 // The reservation refuses, with one line, to leave less than device_memory_margin() free outside the
 // arena (see there).
 void reserve_device_arena(Device device, double bytes);
-// High-water mark of the arena (0 without one).
-size_t device_arena_peak();
 // The arena's bookkeeping in byte offsets (no memory; exposed for tests): blocks of 256-byte multiples,
 // freed blocks kept coalesced (never two adjacent), first fit from the lowest address, and a block
 // freed at the top lowers the top.

@@ -1,6 +1,7 @@
 #pragma once
 // Wall time of a piece of work on a device: CUDA events recorded on the default stream around it
-// (so queued GPU work is included, not just the host's launches), a steady clock on the CPU.
+// (so queued GPU work is included, not just the host's launches), a steady clock on the CPU. Defined
+// in timers.cpp, beside Megatron's timers, which measure the same way.
 #include <chrono>
 
 #include "core/tensor.h"

@@ -7,25 +7,23 @@
 
 namespace pl {
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
-    case DType::U8: return 1;
-  }
-  return 0;
-}
+namespace {
+struct DTypeInfo {
+  size_t size;
+  const char* name;
+};
+constexpr DTypeInfo kDTypes[] = {{4, "f32"}, {2, "bf16"}, {4, "i32"}, {1, "u8"}};  // in DType's order
 
-const char* dtype_name(DType t) {
-  switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "i32";
-    case DType::U8: return "u8";
-  }
-  return "?";
+// The typed pointer of f32(), i32(), u8(); `kind` names the dtype expected ("an f32").
+template <class T>
+T* typed_data(const Tensor& t, DType want, const char* kind) {
+  PL_CHECK(t.dtype == want, "expected {} tensor, got {}", kind, t.shape_str());
+  return static_cast<T*>(t.data);
 }
+}  // namespace
+
+size_t dtype_size(DType t) { return kDTypes[static_cast<size_t>(t)].size; }
+const char* dtype_name(DType t) { return kDTypes[static_cast<size_t>(t)].name; }
 
 const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
@@ -53,20 +51,9 @@ std::string Tensor::shape_str() const {
   return s + "] " + dtype_name(dtype);
 }
 
-float* Tensor::f32() const {
-  PL_CHECK(dtype == DType::F32, "expected an f32 tensor, got {}", shape_str());
-  return static_cast<float*>(data);
-}
-
-int32_t* Tensor::i32() const {
-  PL_CHECK(dtype == DType::I32, "expected an i32 tensor, got {}", shape_str());
-  return static_cast<int32_t*>(data);
-}
-
-uint8_t* Tensor::u8() const {
-  PL_CHECK(dtype == DType::U8, "expected a u8 tensor, got {}", shape_str());
-  return static_cast<uint8_t*>(data);
-}
+float* Tensor::f32() const { return typed_data<float>(*this, DType::F32, "an f32"); }
+int32_t* Tensor::i32() const { return typed_data<int32_t>(*this, DType::I32, "an i32"); }
+uint8_t* Tensor::u8() const { return typed_data<uint8_t>(*this, DType::U8, "a u8"); }
 
 Tensor Tensor::rows(int64_t row0, int64_t nrows) const {
   PL_CHECK(ndim >= 1 && row0 >= 0 && row0 + nrows <= shape[0], "rows [{}, {}) out of {}", row0,

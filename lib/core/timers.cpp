@@ -1,9 +1,13 @@
+// Megatron's timers (core/timers.h) and the step timer (core/step_timer.h): CUDA events on the default
+// stream, the steady clock on the CPU.
 #include "core/timers.h"
 
 #include <cstdio>
 #include <exception>
+#include <utility>
 
 #include "core/error.h"
+#include "core/step_timer.h"
 
 #if defined(PL_WITH_CUDA)
 #include <cuda_runtime_api.h>
@@ -53,6 +57,16 @@ constexpr size_t idx(TimerId id) { return static_cast<size_t>(id); }
 void check(cudaError_t st, const char* what) {
   PL_CHECK(st == cudaSuccess, "{} failed: {}", what, cudaGetErrorString(st));
 }
+
+// For destructors, which must not throw: every event destroyed, the first failure reported on stderr.
+void destroy_events(std::span<void* const> events, const char* what) {
+  bool warned = false;
+  for (void* e : events) {
+    const cudaError_t st = e != nullptr ? cudaEventDestroy(static_cast<cudaEvent_t>(e)) : cudaSuccess;
+    if (st != cudaSuccess && !std::exchange(warned, true))
+      std::fprintf(stderr, "pretrain_llama: warning: %s failed: %s\n", what, cudaGetErrorString(st));
+  }
+}
 #endif
 
 }  // namespace
@@ -79,16 +93,7 @@ Timers::Timers(Device device, int level) : device_(device), level_(level) {
 
 Timers::~Timers() {
 #if defined(PL_WITH_CUDA)
-  // A destructor must not throw: a failure is reported on stderr, one line (once).
-  bool warned = false;
-  for (void* e : events_) {
-    if (e == nullptr) continue;
-    const cudaError_t st = cudaEventDestroy(static_cast<cudaEvent_t>(e));
-    if (st != cudaSuccess && !warned) {
-      std::fprintf(stderr, "pretrain_llama: warning: cudaEventDestroy (timers) failed: %s\n", cudaGetErrorString(st));
-      warned = true;
-    }
-  }
+  destroy_events(events_, "cudaEventDestroy (timers)");
 #endif
 }
 
@@ -211,6 +216,60 @@ std::span<const TimerReading> Timers::read(double normalizer) {
     counts_[i] = 0;
   }
   return {readings_.data(), n};
+}
+
+// ---- the step timer ------------------------------------------------------------------------------
+
+StepTimer::StepTimer(Device device) : device_(device) {
+#if defined(PL_WITH_CUDA)
+  if (device_ == Device::CUDA) {
+    cudaEvent_t a, b;
+    check(cudaEventCreate(&a), "cudaEventCreate (step timer)");
+    check(cudaEventCreate(&b), "cudaEventCreate (step timer)");
+    start_event_ = a;
+    stop_event_ = b;
+  }
+#endif
+}
+
+StepTimer::~StepTimer() {
+#if defined(PL_WITH_CUDA)
+  void* const events[] = {start_event_, stop_event_};
+  destroy_events(events, "cudaEventDestroy");
+#endif
+}
+
+void StepTimer::start() {
+#if defined(PL_WITH_CUDA)
+  if (device_ == Device::CUDA) {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(start_event_)), "cudaEventRecord (step start)");
+    return;
+  }
+#endif
+  t0_ = std::chrono::steady_clock::now();
+}
+
+double StepTimer::stop_seconds() {
+#if defined(PL_WITH_CUDA)
+  if (device_ == Device::CUDA) {
+    auto* a = static_cast<cudaEvent_t>(start_event_);
+    auto* b = static_cast<cudaEvent_t>(stop_event_);
+    check(cudaEventRecord(b), "cudaEventRecord (step stop)");
+    check(cudaEventSynchronize(b), "cudaEventSynchronize (step stop)");
+    float ms = 0.0f;
+    check(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    return ms / 1000.0;
+  }
+#endif
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+DeviceMemoryInfo device_memory_info([[maybe_unused]] Device device) {
+  DeviceMemoryInfo m;
+#if defined(PL_WITH_CUDA)
+  if (device == Device::CUDA) check(cudaMemGetInfo(&m.free, &m.total), "cudaMemGetInfo");
+#endif
+  return m;
 }
 
 }  // namespace pl

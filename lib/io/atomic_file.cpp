@@ -197,27 +197,24 @@ Journal read_journal(const std::string& path) {
   }
 }
 
-std::set<std::string> journal_dirs(const Journal& j) {
+// Every directory holding a member or a journal name, each once.
+void fsync_journal_dirs(const Journal& j) {
   std::set<std::string> dirs;
   for (const JournalEntry& e : j.entries) dirs.insert(parent_of(e.path));
   for (const std::string& n : j.names) dirs.insert(parent_of(n));
-  return dirs;
-}
-
-void fsync_all(const std::set<std::string>& dirs) {
   for (const std::string& d : dirs) fsync_directory(d);
 }
 
 void drop_journal(const Journal& j) {
   for (const std::string& n : j.names) unlink_if_present(n);
-  fsync_all(journal_dirs(j));
+  fsync_journal_dirs(j);
 }
 
 // Step 6 but the journal: the new set is complete, the old files' second names go.
 void drop_backups(const Journal& j) {
   for (const JournalEntry& e : j.entries)
     if (!e.backup.empty()) unlink_if_present(e.backup);
-  fsync_all(journal_dirs(j));
+  fsync_journal_dirs(j);
 }
 
 // Every new member is still there: as its temporary, or renamed onto its path.
@@ -238,7 +235,7 @@ void replace_members(const Journal& j, const std::function<void(int k)>& after =
       rename_path(e.tmp, e.path);
     if (after) after(static_cast<int>(k) + 1);
   }
-  fsync_all(journal_dirs(j));
+  fsync_journal_dirs(j);
 }
 
 void roll_forward(const Journal& j) {
@@ -260,7 +257,7 @@ void roll_back(const Journal& j) {
     }
     if (!e.remove) unlink_if_present(e.tmp);
   }
-  fsync_all(journal_dirs(j));
+  fsync_journal_dirs(j);
   drop_journal(j);
 }
 
@@ -302,7 +299,7 @@ void write_journal(const Journal& j) {
     PL_CHECK(::link(j.names.front().c_str(), j.names[k].c_str()) == 0, "{}: cannot link the journal {} to it: {}",
              j.names[k], j.names.front(), std::strerror(errno));
   }
-  fsync_all(journal_dirs(j));
+  fsync_journal_dirs(j);
 }
 
 // Step 4: each old file gains its backup name and keeps its final one.
@@ -313,7 +310,7 @@ void make_backups(const Journal& j) {
     PL_CHECK(::link(e.path.c_str(), e.backup.c_str()) == 0, "{}: cannot hard-link it to the backup {}: {}", e.path,
              e.backup, std::strerror(errno));
   }
-  fsync_all(journal_dirs(j));
+  fsync_journal_dirs(j);
 }
 
 // An error in steps 3-5: undone in-process; if that fails too, the journal is left for the next run.

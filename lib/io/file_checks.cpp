@@ -20,8 +20,7 @@ std::string errno_message(int err) {
   return std::generic_category().message(err);
 }
 
-}  // namespace
-
+// "a FIFO", "a directory", "a socket", ... for a stat mode (the type's name in error messages).
 std::string file_type_name(unsigned mode) {
   switch (mode & S_IFMT) {
     case S_IFREG: return "a regular file";
@@ -34,6 +33,8 @@ std::string file_type_name(unsigned mode) {
     default: return "not a regular file";
   }
 }
+
+}  // namespace
 
 UniqueFd open_regular_file(const std::string& path) {
   // O_NONBLOCK: open(2) of a FIFO for reading otherwise waits for a writer, forever.

@@ -57,9 +57,6 @@ class RegularFileStream : public std::istream {
 std::string read_regular_file(const std::string& path);
 std::vector<unsigned char> read_regular_file_bytes(const std::string& path);
 
-// "a FIFO", "a directory", "a socket", ... for a stat mode (the type's name in error messages).
-std::string file_type_name(unsigned mode);
-
 // ---- outputs apart from inputs -------------------------------------------------------------------
 
 // How two paths relate once symlinks and `..` are resolved (for a path that does not exist yet: its

@@ -37,19 +37,13 @@ std::string describe_json(const nlohmann::json& v);
 template <class T>
 std::optional<T> json_exact_integer(const nlohmann::json& v) {
   static_assert(std::is_integral_v<T> && !std::is_same_v<T, bool>);
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    return std::in_range<T>(u) ? std::optional<T>(static_cast<T>(u)) : std::nullopt;
-  }
-  if (v.is_number_integer()) {
-    const int64_t i = v.get<int64_t>();
-    return std::in_range<T>(i) ? std::optional<T>(static_cast<T>(i)) : std::nullopt;
-  }
+  const auto in_t = [](auto x) { return std::in_range<T>(x) ? std::optional<T>(static_cast<T>(x)) : std::nullopt; };
+  if (v.is_number_unsigned()) return in_t(v.get<uint64_t>());
+  if (v.is_number_integer()) return in_t(v.get<int64_t>());
   if (v.is_number_float()) {
     const double d = v.get<double>();
     if (!(std::fabs(d) < 9007199254740992.0) || std::floor(d) != d) return std::nullopt;
-    const int64_t i = static_cast<int64_t>(d);
-    return std::in_range<T>(i) ? std::optional<T>(static_cast<T>(i)) : std::nullopt;
+    return in_t(static_cast<int64_t>(d));
   }
   return std::nullopt;
 }

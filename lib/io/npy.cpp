@@ -4,12 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <cctype>
-#include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
+#include <set>
 
 #include "core/error.h"
 #include "io/atomic_file.h"
@@ -46,29 +44,36 @@ class HeaderParser {
   void parse(F&& on_item) {
     skip_ws();
     expect('{');
-    for (;;) {
-      skip_ws();
-      if (peek() == '}') break;
+    parse_list('}', "expected ',' or '}'", [&] {
       const std::string key = parse_string();
       skip_ws();
       expect(':');
       skip_ws();
       const Value v = parse_value();
       on_item(key, v);
-      skip_ws();
-      if (peek() == ',') {
-        ++i_;
-        continue;
-      }
-      skip_ws();
-      if (peek() != '}') bad("expected ',' or '}'");
-    }
-    ++i_;
+    });
     skip_ws();
     if (i_ != s_.size()) bad("unexpected text after the dict");
   }
 
  private:
+  // The items of a dict or tuple up to `close` (after its opening character), separated by commas, a
+  // trailing comma allowed; `item` reads one item.
+  template <class F>
+  void parse_list(char close, const char* expected, F&& item) {
+    for (;;) {
+      skip_ws();
+      if (peek() == close) break;
+      item();
+      skip_ws();
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      if (peek() != close) bad(expected);
+    }
+    ++i_;
+  }
   [[noreturn]] void bad(const char* what) const {
     fail("{}: malformed .npy header ({} at character {}): {}", path_, what, i_, printable());
   }
@@ -102,20 +107,14 @@ class HeaderParser {
     if (c == '\'' || c == '"') {
       v.kind = Value::Str;
       v.str = parse_string();
-    } else if (s_.compare(i_, 4, "True") == 0) {
+    } else if (s_.compare(i_, 4, "True") == 0 || s_.compare(i_, 5, "False") == 0) {
       v.kind = Value::Bool;
-      v.b = true;
-      i_ += 4;
-    } else if (s_.compare(i_, 5, "False") == 0) {
-      v.kind = Value::Bool;
-      v.b = false;
-      i_ += 5;
+      v.b = c == 'T';
+      i_ += v.b ? 4 : 5;
     } else if (c == '(') {
       v.kind = Value::Tuple;
       ++i_;
-      for (;;) {
-        skip_ws();
-        if (peek() == ')') break;
+      parse_list(')', "expected ',' or ')' in the shape", [&] {
         if (!std::isdigit(static_cast<unsigned char>(peek()))) bad("expected a dimension");
         int64_t d = 0;
         while (std::isdigit(static_cast<unsigned char>(peek()))) {
@@ -126,15 +125,7 @@ class HeaderParser {
         }
         if (peek() == 'L') ++i_;  // Python 2 longs
         v.tuple.push_back(d);
-        skip_ws();
-        if (peek() == ',') {
-          ++i_;
-          continue;
-        }
-        skip_ws();
-        if (peek() != ')') bad("expected ',' or ')' in the shape");
-      }
-      ++i_;
+      });
     } else {
       bad("unsupported value");
     }
@@ -164,18 +155,13 @@ NpyHeader parse_npy_header(const std::string& path, const std::vector<uint8_t>& 
   if (file.size() < kMagicLen + 2 || std::memcmp(file.data(), kMagic, kMagicLen) != 0)
     fail("{}: not a .npy file (bad magic; expected \\x93NUMPY)", path);
   const int major = file[6], minor = file[7];
-  size_t header_len = 0, header_start = 0;
-  if (major == 1 && minor == 0) {
-    if (file.size() < 10) fail("{}: truncated .npy header", path);
-    header_len = static_cast<size_t>(file[8]) | static_cast<size_t>(file[9]) << 8;
-    header_start = 10;
-  } else if (major == 2 && minor == 0) {
-    if (file.size() < 12) fail("{}: truncated .npy header", path);
-    header_len = le32(file.data() + 8);
-    header_start = 12;
-  } else {
+  if ((major != 1 && major != 2) || minor != 0)
     fail("{}: unsupported .npy format version {}.{} (supported: 1.0, 2.0)", path, major, minor);
-  }
+  // The header length: 2 bytes in version 1.0, 4 in 2.0 (little-endian).
+  const size_t header_start = major == 1 ? 10 : 12;
+  if (file.size() < header_start) fail("{}: truncated .npy header", path);
+  const size_t header_len =
+      major == 1 ? static_cast<size_t>(file[8]) | static_cast<size_t>(file[9]) << 8 : le32(file.data() + 8);
   if (file.size() < header_start + header_len)
     fail("{}: truncated .npy header ({} header bytes announced, {} present)", path, header_len,
          file.size() - header_start);
@@ -183,37 +169,31 @@ NpyHeader parse_npy_header(const std::string& path, const std::vector<uint8_t>& 
 
   NpyHeader h;
   h.data_start = header_start + header_len;
-  bool have_descr = false, have_order = false, have_shape = false;
+  std::set<std::string> seen;
   HeaderParser(path, text).parse([&](const std::string& key, const HeaderParser::Value& v) {
     if (key == "descr") {
       if (v.kind != HeaderParser::Value::Str) fail("{}: malformed .npy header: 'descr' is not a string", path);
       h.descr = v.str;
-      have_descr = true;
     } else if (key == "fortran_order") {
       if (v.kind != HeaderParser::Value::Bool)
         fail("{}: malformed .npy header: 'fortran_order' is not True/False", path);
       h.fortran = v.b;
-      have_order = true;
     } else if (key == "shape") {
       if (v.kind != HeaderParser::Value::Tuple) fail("{}: malformed .npy header: 'shape' is not a tuple", path);
       h.shape = v.tuple;
-      have_shape = true;
     }
+    seen.insert(key);
   });
-  if (!have_descr || !have_order || !have_shape)
-    fail("{}: malformed .npy header: missing '{}'", path,
-         !have_descr ? "descr" : (!have_order ? "fortran_order" : "shape"));
+  for (const char* key : {"descr", "fortran_order", "shape"})
+    if (!seen.count(key)) fail("{}: malformed .npy header: missing '{}'", path, key);
   return h;
 }
 
 }  // namespace
 
 size_t NpyArray::npy_itemsize(const std::string& dtype) {
-  if (dtype == "<f4") return 4;
-  if (dtype == "<u2") return 2;
-  if (dtype == "<i4") return 4;
-  if (dtype == "<i8") return 8;
-  if (dtype == "|u1") return 1;
+  for (const auto& [name, size] : {std::pair{"<f4", 4}, {"<u2", 2}, {"<i4", 4}, {"<i8", 8}, {"|u1", 1}})
+    if (dtype == name) return size;
   return 0;
 }
 

@@ -8,11 +8,8 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -53,22 +50,25 @@ float half_bits_to_float(uint16_t h) {
   return neg ? -v : v;
 }
 
-uint64_t le64(const uint8_t* p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = v << 8 | p[i];
-  return v;
+// Bytes per element of a safetensors dtype name; 0 for a name the format does not define (or a
+// sub-byte type such as F4, which this reader does not support).
+size_t safetensors_itemsize(const std::string& d) {
+  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") return 1;
+  if (d == "I16" || d == "U16" || d == "F16" || d == "BF16") return 2;
+  if (d == "I32" || d == "U32" || d == "F32") return 4;
+  if (d == "I64" || d == "U64" || d == "F64" || d == "C64") return 8;
+  return 0;
 }
 
-// numel * itemsize, or false on overflow of uint64.
-bool byte_size(const std::vector<int64_t>& shape, size_t itemsize, uint64_t& out) {
+// numel * itemsize, or nullopt on overflow of uint64.
+std::optional<uint64_t> byte_size(const std::vector<int64_t>& shape, size_t itemsize) {
   uint64_t n = itemsize;
   for (int64_t d : shape) {
     const auto ud = static_cast<uint64_t>(d);
-    if (ud != 0 && n > std::numeric_limits<uint64_t>::max() / ud) return false;
+    if (ud != 0 && n > std::numeric_limits<uint64_t>::max() / ud) return std::nullopt;
     n *= ud;
   }
-  out = n;
-  return true;
+  return n;
 }
 
 // Parses the header JSON, refusing duplicate keys in any object (the format disallows them; plain
@@ -95,16 +95,11 @@ nlohmann::json parse_json_object(const std::string& path, const char* what, cons
   return j;
 }
 
-int64_t non_negative_integer(const nlohmann::json& v, bool& ok) {
-  ok = v.is_number_unsigned() ||
-       (v.is_number_integer() && v.get<int64_t>() >= 0);
-  if (!ok) return 0;
+// A JSON integer in [0, 2^63) (not a float: json_exact_integer would take 2.0).
+std::optional<int64_t> non_negative_integer(const nlohmann::json& v) {
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0)) return std::nullopt;
   const uint64_t u = v.get<uint64_t>();
-  if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-    ok = false;
-    return 0;
-  }
-  return static_cast<int64_t>(u);
+  return std::in_range<int64_t>(u) ? std::optional<int64_t>(static_cast<int64_t>(u)) : std::nullopt;
 }
 
 SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& name, const nlohmann::json& e) {
@@ -120,22 +115,23 @@ SafetensorsTensorInfo parse_entry(const std::string& path, const std::string& na
                     t.dtype));
   if (!e.contains("shape") || !e["shape"].is_array()) bad("header entry needs a 'shape' array");
   for (const auto& d : e["shape"]) {
-    bool ok = false;
-    const int64_t v = non_negative_integer(d, ok);
-    if (!ok) bad(fmt::format("shape {} must hold non-negative integers", describe_json(e["shape"])));
-    t.shape.push_back(v);
+    const std::optional<int64_t> v = non_negative_integer(d);
+    if (!v) bad(fmt::format("shape {} must hold non-negative integers", describe_json(e["shape"])));
+    t.shape.push_back(*v);
   }
   if (!e.contains("data_offsets") || !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
     bad("header entry needs 'data_offsets' [begin, end]");
-  bool ok_b = false, ok_e = false;
-  t.begin = static_cast<uint64_t>(non_negative_integer(e["data_offsets"][0], ok_b));
-  t.end = static_cast<uint64_t>(non_negative_integer(e["data_offsets"][1], ok_e));
-  if (!ok_b || !ok_e) bad(fmt::format("data_offsets {} must be two non-negative integers", describe_json(e["data_offsets"])));
+  const std::optional<int64_t> begin = non_negative_integer(e["data_offsets"][0]),
+                               end = non_negative_integer(e["data_offsets"][1]);
+  if (!begin || !end)
+    bad(fmt::format("data_offsets {} must be two non-negative integers", describe_json(e["data_offsets"])));
+  t.begin = static_cast<uint64_t>(*begin);
+  t.end = static_cast<uint64_t>(*end);
   if (t.end < t.begin) bad(fmt::format("data_offsets [{}, {}] end before they begin", t.begin, t.end));
-  uint64_t need = 0;
-  if (!byte_size(t.shape, safetensors_itemsize(t.dtype), need)) bad(fmt::format("shape {} is too large", t.shape_str()));
-  if (t.end - t.begin != need)
-    bad(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", t.shape_str(), t.dtype, need,
+  const std::optional<uint64_t> need = byte_size(t.shape, safetensors_itemsize(t.dtype));
+  if (!need) bad(fmt::format("shape {} is too large", t.shape_str()));
+  if (t.end - t.begin != *need)
+    bad(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}", t.shape_str(), t.dtype, *need,
                     t.begin, t.end, t.end - t.begin));
   return t;
 }
@@ -169,19 +165,13 @@ void convert_to_float(const SafetensorsTensorInfo& t, const uint8_t* src, float*
   const int64_t n = t.numel();
   if (t.dtype == "F32") {
     if (n > 0) std::memcpy(out, src, static_cast<size_t>(n) * 4);
-  } else if (t.dtype == "BF16") {
+  } else if (t.dtype == "BF16" || t.dtype == "F16") {
+    const bool bf16 = t.dtype == "BF16";
 #pragma omp parallel for schedule(static) if (n > (1 << 16))
     for (int64_t i = 0; i < n; ++i) {
       uint16_t b;
       std::memcpy(&b, src + 2 * i, 2);
-      out[i] = num::bf16_bits_to_float(b);
-    }
-  } else if (t.dtype == "F16") {
-#pragma omp parallel for schedule(static) if (n > (1 << 16))
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t b;
-      std::memcpy(&b, src + 2 * i, 2);
-      out[i] = half_bits_to_float(b);
+      out[i] = bf16 ? num::bf16_bits_to_float(b) : half_bits_to_float(b);
     }
   } else {
     fail("{}: tensor '{}' is stored as {}; only BF16, F16 and F32 can be read as floats", path, t.name, t.dtype);
@@ -205,9 +195,7 @@ void check_tensors_to_write(const std::vector<SafetensorsTensorOut>& tensors) {
 }
 
 uint64_t stored_bytes(const SafetensorsTensorOut& t) {
-  uint64_t n = 0;
-  byte_size(t.shape, safetensors_itemsize(t.dtype), n);
-  return n;
+  return byte_size(t.shape, safetensors_itemsize(t.dtype)).value_or(0);
 }
 
 // Header (padded to 8 bytes with spaces, like the reference serializer) and data of one file.
@@ -223,9 +211,8 @@ void write_file_body(AtomicFile& f, const std::vector<const SafetensorsTensorOut
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  uint8_t len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
-  f.write(len, 8);
+  const uint64_t len = text.size();  // little-endian, as the host
+  f.write(&len, sizeof len);
   f.write(text.data(), text.size());
   constexpr int64_t kChunk = 1 << 20;
   std::vector<uint16_t> bf16;
@@ -263,14 +250,6 @@ int64_t SafetensorsTensorInfo::numel() const {
 
 std::string SafetensorsTensorInfo::shape_str() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
-size_t safetensors_itemsize(const std::string& d) {
-  if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2" || d == "F8_E8M0") return 1;
-  if (d == "I16" || d == "U16" || d == "F16" || d == "BF16") return 2;
-  if (d == "I32" || d == "U32" || d == "F32") return 4;
-  if (d == "I64" || d == "U64" || d == "F64" || d == "C64") return 8;
-  return 0;
-}
-
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) fail("{}: no such file", path);
@@ -282,7 +261,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     map_ = MappedFile(fd, bytes);  // unmapped by its destructor, also when a check below throws
   }
   const size_t size = map_.size();
-  const uint64_t n = le64(map_.data());
+  uint64_t n = 0;  // the header length, little-endian as the host (see the static_assert above)
+  std::memcpy(&n, map_.data(), sizeof n);
   if (n > kMaxHeaderBytes)
     fail("{}: header length {} exceeds the format's limit of {} bytes (not a safetensors file?)", path, n,
          kMaxHeaderBytes);
@@ -348,11 +328,8 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir)
     fail("{}: holds neither {} nor {} (not a Hugging Face safetensors checkpoint)", dir, kSingleFile, kIndexFile);
   sharded_ = true;
   const std::string ip = index.string();
-  nlohmann::json j;
-  {
-    const std::string text = read_regular_file(ip);
-    j = parse_json_object(ip, "index", text.data(), text.data() + text.size());
-  }
+  const std::string text = read_regular_file(ip);
+  const nlohmann::json j = parse_json_object(ip, "index", text.data(), text.data() + text.size());
   if (!j.contains("weight_map") || !j["weight_map"].is_object()) fail("{}: needs a 'weight_map' object", ip);
   std::map<std::string, std::string> shard_of;  // tensor -> shard file
   std::map<std::string, size_t> file_index;     // shard file -> files_ index
@@ -495,10 +472,11 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
     index->write(text);
     index->finish();
   }
+  std::vector<std::string> written = names;
+  if (index) written.push_back(kIndexFile);
   // 2. Into place: the shards, then away with an earlier export's weight files, then the index.
   for (auto& f : files) f->commit();
-  std::set<std::string> keep(names.begin(), names.end());
-  if (index) keep.insert(kIndexFile);
+  const std::set<std::string> keep(written.begin(), written.end());
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     if (is_weight_file_name(name) && !keep.count(name)) fs::remove(entry.path(), ec);
@@ -507,8 +485,6 @@ std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
     index->commit();  // its directory fsync covers the removals too
   else
     fsync_directory(dir);  // the removals
-  std::vector<std::string> written = names;
-  if (index) written.push_back(kIndexFile);
   return written;
 }
 

@@ -33,10 +33,6 @@ struct SafetensorsTensorInfo {
   std::string shape_str() const;  // "[4, 8]"
 };
 
-// Bytes per element of a safetensors dtype name; 0 for a name the format does not define (or a
-// sub-byte type such as F4, which this reader does not support).
-size_t safetensors_itemsize(const std::string& dtype);
-
 // One .safetensors file, mapped read-only and validated on open.
 class SafetensorsFile {
  public:

@@ -24,9 +24,7 @@ class OneRankCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce_sum(const Tensor& buf, bool) override { check_buffer("all_reduce_sum", buf, device_, 0); }
-  void reduce_scatter_sum(const Tensor& buf, bool) override {
-    check_buffer("reduce_scatter_sum", buf, device_, 0);
-  }
+  void reduce_scatter_sum(const Tensor& buf, bool) override { check_buffer("reduce_scatter_sum", buf, device_, 0); }
   void reduce_sum(const Tensor& piece, int root, bool) override {
     check_buffer("reduce_sum", piece, device_, 0);
     check_root("reduce_sum", root, 1, 0);
@@ -65,7 +63,7 @@ std::unique_ptr<Communicator> make_communicator(const World& world, const OpCont
 #endif
 }
 
-void select_local_device(const World& world) {
+void select_local_device([[maybe_unused]] const World& world) {
 #if defined(PL_WITH_CUDA)
   if (world.size() == 1 || world.local_size() == 1) return;  // the default device (CUDA_VISIBLE_DEVICES' first)
   int count = 0;
@@ -82,8 +80,6 @@ void select_local_device(const World& world) {
   if (set != cudaSuccess)
     fail("cudaSetDevice({}) on rank {}: CUDA error {}: {}", world.local_rank(), world.rank(), cudaGetErrorName(set),
          cudaGetErrorString(set));
-#else
-  (void)world;
 #endif
 }
 

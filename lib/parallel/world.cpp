@@ -74,13 +74,9 @@ World::World(int& argc, char**& argv) {
   }
 }
 
-void World::bootstrap(int& argc, char**& argv) {
+void World::bootstrap([[maybe_unused]] int& argc, [[maybe_unused]] char**& argv) {
   const std::string seen = launcher_variable();
-  if (seen.empty()) {  // not started by a launcher: one rank, no MPI call at all
-    (void)argc;
-    (void)argv;
-    return;
-  }
+  if (seen.empty()) return;  // not started by a launcher: one rank, no MPI call at all
 #if defined(PL_WITH_MPI)
   int initialized = 0;
   MPI_Initialized(&initialized);
@@ -110,8 +106,6 @@ void World::bootstrap(int& argc, char**& argv) {
     fail("started by an MPI launcher with more than one rank ({}), but this build has no MPI: install OpenMPI "
          "(scripts/setup.sh) and rebuild (the CMake banner says whether MPI was found)",
          seen);
-  (void)argc;
-  (void)argv;
 #endif
 }
 
@@ -132,8 +126,8 @@ World::~World() {
 }
 
 std::string World::describe() const {
-  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_) + " (node rank " +
-         std::to_string(local_rank_) + " of " + std::to_string(local_size_) + (mpi_ ? ", MPI)" : ", no MPI)");
+  return fmt::format("rank {} of {} (node rank {} of {}, {})", rank_, size_, local_rank_, local_size_,
+                     mpi_ ? "MPI" : "no MPI");
 }
 
 void World::all_reduce_sum(std::span<double> values) const {
@@ -178,7 +172,7 @@ bool World::any(bool flag) const {
   return v != 0;
 }
 
-void World::broadcast(void* data, size_t bytes, int root) const {
+void World::broadcast([[maybe_unused]] void* data, size_t bytes, int root) const {
   PL_CHECK(root >= 0 && root < size_, "World::broadcast on rank {}: root {} is not a rank of {}", rank_, root, size_);
   if (!mpi_ || size_ == 1 || bytes == 0) return;
 #if defined(PL_WITH_MPI)
@@ -190,8 +184,6 @@ void World::broadcast(void* data, size_t bytes, int root) const {
     mpi_check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast",
               "World::broadcast from rank " + std::to_string(root), rank_, n);
   }
-#else
-  (void)data;
 #endif
 }
 
