@@ -438,8 +438,8 @@ void dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c,
 }
 
 void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& a, const QuantizedCopy& b,
-                    QuantFormat format, bool accumulate, const Tensor& scratch_a, const Tensor& scratch_b,
-                    bool /*fast_accumulation*/) {
+                    QuantFormat format, [[maybe_unused]] bool accumulate, const Tensor& scratch_a,
+                    const Tensor& scratch_b, bool /*fast_accumulation*/) {
   constexpr const char* op = "quantized_gemm";
   copy(ctx, op, "a", a, format);
   copy(ctx, op, "b", b, b.format);
