@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/op_cost.h"
 #include "core/tensor.h"
 
 namespace pl {
@@ -25,7 +26,21 @@ struct OpContext {
   // --timing-log-level: the Timers each op reports its category to (backend/ops.cpp); null: untimed. The
   // trainer sets its own on the model's context for the training loop, none for evaluation.
   Timers* timers = nullptr;
+  // Which linear layer and GEMM pass the op serves (the roofline report's row; core/op_cost.h). Set by
+  // the model; no op reads it.
+  OpTag tag;
 };
+// ctx with the tag's linear layer / pass set.
+inline OpContext with_linear(OpContext ctx, LinearKind k) {
+  ctx.tag.linear = k;
+  return ctx;
+}
+inline OpContext with_pass(OpContext ctx, GemmPass p) {
+  ctx.tag.pass = p;
+  return ctx;
+}
+// Inside a two-phase op (core/op_cost.h OpCost): the backend marks where its first phase ends.
+void op_next_phase(const OpContext& ctx);
 
 // The owner of a device's state: the application (or a test helper) opens it once, before the model,
 // and lets every OpContext of that device point at it (ctx.gpu = handle.get()).

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "core/op_cost.h"
 #include "core/tensor.h"
 
 namespace pl {
@@ -82,6 +83,18 @@ struct TimerReading {
   double ms;  // per iteration: the interval's sum divided by the normalizer given to read()
 };
 
+// One row of the roofline report (--roofline): every op call with the same key while op rows were
+// active, summed. Its time is the very measurement the op's timer category gets, so the rows of a
+// category add up to that category's timer over the same iterations.
+struct OpRow {
+  OpRowKey key;
+  TimerId category = TimerId::kCount;  // the op's timer category
+  int64_t calls = 0;
+  double ms = 0.0;
+  double flops = 0.0, bytes = 0.0;
+  double working_set = 0.0;  // the largest single call's
+};
+
 class Timers {
  public:
   static constexpr int kMaxLevel = 2;
@@ -90,14 +103,16 @@ class Timers {
   static constexpr size_t kPoolPairsLevel1 = 1024;
   static constexpr size_t kPoolPairsLevel2 = 16384;
 
-  // level: 0, 1 or 2 (one-line error otherwise). On a CUDA device with level > 0 the event pool is
-  // created here.
-  Timers(Device device, int level);
+  // level: 0, 1 or 2 (one-line error otherwise). op_rows (--roofline): every op is timed, whatever the
+  // level, and attributed to its row while op rows are active; read() still returns only the level's
+  // timers. On a CUDA device that times anything the event pool is created here.
+  Timers(Device device, int level, bool op_rows = false);
   ~Timers();
   Timers(const Timers&) = delete;
   Timers& operator=(const Timers&) = delete;
 
   int level() const { return level_; }
+  // Printed at this level (read() returns it).
   bool enabled(TimerId id) const { return level_ > 0 && timer_level(id) <= level_; }
 
   // A timer's region; nothing happens for a timer above the level. Starting a running timer or
@@ -119,6 +134,21 @@ class Timers {
   // The op dispatch layer's side (see OpTimer): true when it started timing `id`.
   bool op_begin(TimerId id);
   void op_end(TimerId id) noexcept;  // errors are deferred to the next start/read
+
+  // ---- op rows (--roofline) ----
+  bool op_rows_enabled() const { return op_rows_; }
+  // The measurement window: rows accumulate only while active (the trainer's choice of iterations).
+  void set_op_rows_active(bool on);
+  bool op_rows_active() const { return op_rows_ && rows_active_; }
+  // The dispatch layer, right after op_begin returned true: the running op's cost and tag; its time
+  // goes to the row of costs.phase[0] (op_rows_active() only).
+  void op_attach(const OpCosts& costs, OpTag tag);
+  // The backend, inside a two-phase op (an emulated quantized GEMM): the first phase ends here and the
+  // rest of the op's time goes to phase[1]'s row. Nothing happens when no second phase is attached.
+  void op_next_phase();
+  // The rows so far, in the order first seen (CUDA: synchronizes once to read pending events).
+  std::span<const OpRow> op_rows();
+  void clear_op_rows();
 
  private:
   static constexpr uint32_t kNotRunning = 0xFFFFFFFFu;

@@ -1,0 +1,19 @@
+#pragma once
+// cost::<op>: what each op of backend/op_list.h costs (core/op_cost.h): its FLOPs (the op's own
+// arithmetic; a GEMM counts 2·M·N·K only) and its minimal bytes (each input read once, each output
+// written once, at the tensors' storage types: FP32 on the CPU, BF16 activations on the GPU), from the
+// same arguments the op gets. The dispatcher (backend/ops.cpp) calls it only while a roofline report
+// is measuring (Timers::op_rows_active), so it costs nothing otherwise. One table, in op_costs.cpp,
+// each formula with its comment; the report (roofline/) judges each row by its kind and format.
+#include "backend/ops.h"
+#include "backend/quantize.h"
+#include "core/op_cost.h"
+
+namespace pl::cost {
+#define PL_OP(name, ret, timer, params, args) OpCosts name params;
+#define PL_QUANT_OP PL_OP
+#include "backend/op_list.h"
+
+// The format name a report row shows for a quantized format: "fp8" (E4M3 and E5M2 alike), "mxfp8", "nvfp4".
+const char* format_row_name(QuantFormat f);
+}  // namespace pl::cost
