@@ -1,6 +1,13 @@
 #include "backend/device_banner.h"
 
 #include <fmt/format.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -10,7 +17,111 @@
 #include "backend/cuda/gemm.h"
 #endif
 
+// OpenBLAS's description of itself (the program links OpenBLAS: CMakeLists.txt), as the app's banner uses it.
+extern "C" char* openblas_get_config(void);
+extern "C" char* openblas_get_corename(void);
+
 namespace pl {
+
+namespace {
+
+std::string trimmed(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+// The first line of `path` (empty when it cannot be read).
+std::string first_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return trimmed(line);
+}
+
+// /proc/cpuinfo's "model name" (x86), else its "Hardware" / "Processor" line (some ARM kernels), else
+// "unknown CPU".
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, fallback;
+  while (std::getline(in, line)) {
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = trimmed(std::string_view(line).substr(0, colon));
+    if (key == "model name") return trimmed(std::string_view(line).substr(colon + 1));
+    if ((key == "Hardware" || key == "Processor") && fallback.empty())
+      fallback = trimmed(std::string_view(line).substr(colon + 1));
+  }
+  return fallback.empty() ? "unknown CPU" : fallback;
+}
+
+// "1024K", "32M", "1G" (sysfs cache sizes) in bytes; 0 when unreadable.
+double size_bytes(const std::string& text) {
+  size_t used = 0;
+  double v = 0.0;
+  try {
+    v = std::stod(text, &used);
+  } catch (const std::exception&) {
+    return 0.0;
+  }
+  const char unit = used < text.size() ? static_cast<char>(std::toupper(static_cast<unsigned char>(text[used]))) : ' ';
+  return v * (unit == 'K' ? 1024.0 : unit == 'M' ? 1048576.0 : unit == 'G' ? 1073741824.0 : 1.0);
+}
+
+// How many CPUs a sysfs cpu list ("0-1", "0,4", "0-3,8-11") names; at least 1.
+int cpu_list_count(const std::string& list) {
+  int count = 0;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    const std::string part = list.substr(pos, comma - pos);
+    const size_t dash = part.find('-');
+    try {
+      count += dash == std::string::npos ? 1 : std::stoi(part.substr(dash + 1)) - std::stoi(part.substr(0, dash)) + 1;
+    } catch (const std::exception&) {
+      count += 1;
+    }
+    pos = comma + 1;
+  }
+  return count > 0 ? count : 1;
+}
+
+// cpu 0's L2 (one CPU's share) and L3 from sysfs; sysconf's figures where sysfs has none (sysconf may give
+// the whole package's L3 on a VM: sysfs describes the cache as this system sees it, so it comes first).
+void cpu_caches(DeviceIdentity& id) {
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
+    const std::string level = first_line(dir + "level"), type = first_line(dir + "type");
+    if (level.empty()) break;
+    if (type != "Unified" && type != "Data") continue;
+    const double bytes = size_bytes(first_line(dir + "size"));
+    if (level == "2") id.l2_bytes = bytes / cpu_list_count(first_line(dir + "shared_cpu_list"));
+    if (level == "3") id.l3_bytes = bytes;
+  }
+#if defined(_SC_LEVEL2_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE)
+  if (id.l2_bytes <= 0.0) id.l2_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL2_CACHE_SIZE)));
+  if (id.l3_bytes <= 0.0) id.l3_bytes = static_cast<double>(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)));
+#endif
+}
+
+DeviceIdentity cpu_identity() {
+  DeviceIdentity id;
+  id.name = cpu_model_name();
+  id.threads = omp_get_max_threads();
+  cpu_caches(id);
+  id.gemm_impl = fmt::format("{} | core {}", trimmed(openblas_get_config()), trimmed(openblas_get_corename()));
+#if defined(__clang__)
+  const std::string compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+  const std::string compiler = "GCC " __VERSION__;
+#else
+  const std::string compiler = "unknown compiler";
+#endif
+  id.library_versions = fmt::format("{} | OpenMP {}", trimmed(compiler), _OPENMP);
+  return id;
+}
+
+}  // namespace
 
 #if defined(PL_WITH_CUDA)
 
@@ -46,7 +157,63 @@ std::string prepare_attention(const OpContext& ctx, const AttentionShape& shape,
                      static_cast<double>(ap.backward_workspace) / 1048576.0, planned_workspace / 1048576.0);
 }
 
+namespace {
+
+// The NVIDIA kernel module's version from /proc/driver/nvidia/version ("NVRM version: NVIDIA UNIX x86_64
+// Kernel Module  550.54.15  ..."; the open module says "Open Kernel Module for x86_64  ..."): the first
+// dotted number after "Module". Else the CUDA driver API version the runtime reports.
+std::string nvidia_driver_version() {
+  const std::string line = first_line("/proc/driver/nvidia/version");
+  const size_t module = line.find("Module");
+  if (module != std::string::npos) {
+    size_t pos = module;
+    while (pos < line.size()) {
+      while (pos < line.size() && line[pos] == ' ') ++pos;
+      const size_t end = std::min(line.find(' ', pos), line.size());
+      const std::string token = line.substr(pos, end - pos);
+      if (!token.empty() && std::isdigit(static_cast<unsigned char>(token[0])) && token.find('.') != std::string::npos)
+        return token;
+      pos = end;
+    }
+  }
+  int drv = 0;
+  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0)
+    return fmt::format("CUDA driver API {}.{}", drv / 1000, drv / 10 % 100);
+  return "unknown";
+}
+
+DeviceIdentity gpu_identity(const cuda::DeviceState& gpu) {
+  DeviceIdentity id;
+  id.name = gpu.name;
+  id.driver = nvidia_driver_version();
+  id.threads = gpu.num_sms;
+  id.sm = gpu.sm;
+  int l2 = 0;
+  if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, gpu.device) == cudaSuccess) id.l2_bytes = l2;
+  const size_t lt = cublasLtGetVersion();  // major*10000 + minor*100 + patch
+  id.gemm_impl = fmt::format("cuBLASLt {}.{}.{} on sm_{}{}", lt / 10000, lt / 100 % 100, lt % 100, gpu.sm,
+                             gpu.force_emulated_gemm ? " (quantized GEMMs forced onto the emulated path)" : "");
+  for (const std::string& line : cuda::library_version_lines()) {
+    if (line.rfind("device ", 0) == 0) continue;  // every visible GPU: not this one's identity
+    id.library_versions += (id.library_versions.empty() ? "" : " | ") + line;
+  }
+  return id;
+}
+
+}  // namespace
+
+DeviceIdentity device_identity(const OpContext& ctx) {
+  if (ctx.device == Device::CPU) return cpu_identity();
+  PL_CHECK(ctx.gpu != nullptr, "device_identity: the OpContext of the cuda device has no device state");
+  return gpu_identity(*ctx.gpu);
+}
+
 #else
+
+DeviceIdentity device_identity(const OpContext& ctx) {
+  PL_CHECK(ctx.device == Device::CPU, "device_identity: this build has no CUDA backend");
+  return cpu_identity();
+}
 
 LibraryVersions library_versions() { return {false, {"this build has no CUDA backend: no CUDA libraries to report"}}; }
 

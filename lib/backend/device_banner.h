@@ -19,6 +19,23 @@ struct LibraryVersions {
 };
 LibraryVersions library_versions();
 
+// Who ctx's device is: the machine probe's cache key and its first line (roofline/machine_ceilings.h).
+// Cheap (no measurement). CPU: /proc/cpuinfo and /sys/devices/system/cpu/cpu0/cache (sysconf as the
+// fallback), OpenMP's thread count, OpenBLAS's own description. CUDA: the device properties of ctx's GPU,
+// the NVIDIA driver (/proc/driver/nvidia/version), cuBLASLt's version.
+struct DeviceIdentity {
+  std::string name;              // CPU: "model name" of /proc/cpuinfo; GPU: e.g. "NVIDIA H100 80GB HBM3"
+  std::string driver;            // GPU: the NVIDIA driver version; "" on the CPU
+  int threads = 0;               // CPU: OpenMP threads (omp_get_max_threads); GPU: SMs
+  int sm = 0;                    // GPU: compute capability (major·10 + minor); 0 on the CPU
+  double l2_bytes = 0.0;         // CPU: one CPU's share of cpu 0's L2 (its size / the CPUs sharing it); GPU: the
+                                 //   whole L2; 0: unknown
+  double l3_bytes = 0.0;         // CPU: the L3 cpu 0 is in (shared by its cores); 0 on the GPU or unknown
+  std::string gemm_impl;         // CPU: "OpenBLAS <config> | core <corename>"; GPU: "cuBLASLt <v> on sm_<sm>"
+  std::string library_versions;  // CPU: compiler and OpenMP; GPU: CUDA runtime, driver API, cuBLASLt, cuDNN
+};
+DeviceIdentity device_identity(const OpContext& ctx);
+
 // The GPU of a training run: fails with one line when this build's CUDA attention has no cudnn-frontend,
 // else opens the current GPU's state, points ctx.gpu at it with the run's switches and returns its owner.
 DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_attention, bool sync_every_launch);

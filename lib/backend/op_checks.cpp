@@ -334,6 +334,15 @@ void copy_master_to_param(const OpContext& ctx, const Tensor& param, const Tenso
   same_numel(op, "param", param, "master", master);
 }
 
+void stream_triad(const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c, float /*s*/) {
+  constexpr const char* op = "stream_triad";
+  arg(ctx, op, "a", a, DType::F32, 1);
+  arg(ctx, op, "b", b, DType::F32, 1);
+  arg(ctx, op, "c", c, DType::F32, 1);
+  PL_CHECK(same_shape(a, b) && same_shape(a, c), "{}: a {}, b {} and c {} must have one shape", op, a.shape_str(),
+           b.shape_str(), c.shape_str());
+}
+
 // ---- loss -------------------------------------------------------------------------------------------------------
 
 void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, const Tensor& logits,

@@ -96,6 +96,13 @@ PL_OP(accumulate_bf16, void, TimerId::Elementwise, (const OpContext& ctx, const 
 // param = round_bf16(master)   (initial copy of the fp32 master weights into the bf16 weights)
 PL_OP(copy_master_to_param, void, TimerId::Elementwise,
       (const OpContext& ctx, const Tensor& param, const Tensor& master), (ctx, param, master))
+// a[i] = b[i] + s * c[i]   a, b, c: fp32 [n] of one shape (a may be b or c itself, not a partial overlap).
+// The STREAM benchmark's triad (J. D. McCalpin, "Memory Bandwidth and Machine Balance in Current High
+// Performance Computers", IEEE TCCA Newsletter 1995): the machine probe's bandwidth kernel
+// (roofline/machine_ceilings.h), 2 reads and 1 write of 4 bytes per element (3·n·4 bytes per call, as
+// STREAM counts them: the write-allocate read of `a` is not counted) and 2·n FLOPs. Not used by the model.
+PL_OP(stream_triad, void, TimerId::Elementwise,
+      (const OpContext& ctx, const Tensor& a, const Tensor& b, const Tensor& c, float s), (ctx, a, b, c, s))
 
 // ---- loss ----------------------------------------------------------------------------------------
 // Fused softmax cross-entropy. logits[T,V] (bf16 activation), targets[T] i32.

@@ -29,6 +29,9 @@ struct GemmCeiling {
   double tflops = 0.0;            // measured: the best over the sweep
   GemmShape best_shape;
   double datasheet_tflops = 0.0;  // this GPU's dense (not sparse) datasheet peak for the format; 0: unknown / CPU
+  // An emulated format: the whole op's rate at best_shape (the expansion of the codes included), for
+  // information; `tflops` is the GEMM row's alone (what the report judges a GEMM row by). 0 when native.
+  double path_tflops = 0.0;
 };
 
 struct MemoryCeiling {
@@ -60,15 +63,17 @@ struct MachineCeilings {
 
 using ProbeLineFn = std::function<void(const std::string&)>;
 
-// The model's own GEMM shapes for a micro-batch of `tokens` tokens (fprop, dgrad, wgrad of qkv, proj, fc1,
-// fc2 and the LM head), deduplicated; the probe's sweep adds them to its own square shapes.
-struct ModelGemmShapes {
-  std::vector<GemmShape> shapes;
-};
-
 // Measures this machine on ctx's device (ctx.gpu set for CUDA). `progress` gets one line per roof.
+// model_shapes: the model's own GEMMs (fprop, dgrad, wgrad of each linear layer and the LM head); the sweep
+// adds a few squares (CPU 256..1024, GPU 1024..8192), drops duplicates and keeps the kProbeMaxShapes with
+// the most FLOPs. Every GEMM and triad runs through the ops and is timed by the op rows of a Timers of the
+// probe's own (core/timers.h: steady_clock on the CPU, CUDA events on the GPU), the same clock the
+// roofline report's rows are timed with.
+inline constexpr size_t kProbeMaxShapes = 8;
 MachineCeilings probe_machine(const OpContext& ctx, const std::vector<GemmShape>& model_shapes,
                               const ProbeLineFn& progress);
+// How many times probe_machine measured in this process (tests: a reused cache measures nothing).
+int64_t probes_measured();
 // The ceilings from `cache_path` when that file holds this machine's identity and this probe version;
 // otherwise measured and written there (atomically). A corrupt or foreign cache is re-measured with one
 // line to `out` saying why. An empty cache_path: always measured, nothing written.
