@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/op_checks.h"
+#include "backend/op_costs.h"
 #include "backend/quantize.h"
 #include "core/error.h"
 #include "core/timers.h"
@@ -63,12 +64,18 @@ TimerId gemm_timer(QuantFormat f) {
     check::name args;                                          \
     require_state(ctx, #name);                                 \
     const OpTimer op_timer(ctx.timers, timer);                 \
+    if (op_timer.measuring_rows())                             \
+      op_timer.attach(#name, ctx.tag, cost::name args);        \
     if (ctx.device == Device::CPU) return cpu::name args;      \
     PL_CUDA_CALL(name, args);                                  \
   }
 #define PL_QUANT_OP PL_OP
 #include "backend/op_list.h"
 #undef PL_CUDA_CALL
+
+void op_next_phase(const OpContext& ctx) {
+  if (ctx.timers != nullptr) ctx.timers->op_next_phase();
+}
 
 void adamw_update(const OpContext& ctx, const Tensor& param, const Tensor& master, const Tensor& grad,
                   const Tensor& m, const Tensor& v, const AdamWStep& step) {

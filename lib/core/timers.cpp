@@ -2,6 +2,7 @@
 // stream, the steady clock on the CPU.
 #include "core/timers.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -74,14 +75,15 @@ void destroy_events(std::span<void* const> events, const char* what) {
 const char* timer_name(TimerId id) { return kInfo[idx(id)].name; }
 int timer_level(TimerId id) { return kInfo[idx(id)].level; }
 
-Timers::Timers(Device device, int level) : device_(device), level_(level) {
+Timers::Timers(Device device, int level, bool op_rows) : device_(device), level_(level), op_rows_(op_rows) {
   PL_CHECK(level >= 0 && level <= kMaxLevel, "--timing-log-level must be 0, 1 or 2, got {}", level);
   running_.fill(kNotRunning);
 #if defined(PL_WITH_CUDA)
-  if (device_ == Device::CUDA && level_ > 0) {
-    const size_t pairs = level_ >= 2 ? kPoolPairsLevel2 : kPoolPairsLevel1;
+  if (device_ == Device::CUDA && (level_ > 0 || op_rows_)) {
+    const size_t pairs = level_ >= 2 || op_rows_ ? kPoolPairsLevel2 : kPoolPairsLevel1;
     events_.assign(2 * pairs, nullptr);
     pending_owner_.assign(pairs, TimerId::kCount);
+    pending_row_.assign(pairs, -1);
     for (void*& e : events_) {
       cudaEvent_t ev;
       check(cudaEventCreate(&ev), "cudaEventCreate (timers)");
@@ -130,13 +132,16 @@ void Timers::record_stop(size_t i) {
     check(cudaEventRecord(ev, 0), "cudaEventRecord (timer stop)");
     last_recorded_ = ev;
     pending_owner_[k] = static_cast<TimerId>(i);
+    pending_row_[k] = static_cast<TimerId>(i) == op_category_ ? op_row_ : -1;
     running_[i] = kNotRunning;
     ++counts_[i];
     return;
   }
 #endif
   const auto now = std::chrono::steady_clock::now();
-  sums_ms_[i] += std::chrono::duration<double, std::milli>(now - t0_[i]).count();
+  const double ms = std::chrono::duration<double, std::milli>(now - t0_[i]).count();
+  sums_ms_[i] += ms;
+  if (static_cast<TimerId>(i) == op_category_) add_row_ms(op_row_, ms);
   running_[i] = kNotRunning;
   ++counts_[i];
 }
@@ -161,6 +166,7 @@ void Timers::drain() {
     check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_[2 * k]), static_cast<cudaEvent_t>(events_[2 * k + 1])),
           "cudaEventElapsedTime (timers)");
     sums_ms_[idx(owner)] += static_cast<double>(ms);
+    add_row_ms(pending_row_[k], static_cast<double>(ms));
   }
   next_pair_ = 0;
   for (size_t i = 0; i < kTimerCount; ++i)
@@ -189,8 +195,11 @@ void Timers::mark_loss_computed() {
 }
 
 bool Timers::op_begin(TimerId id) {
-  if (op_depth_ > 0 || !enabled(id)) return false;
-  start(id);
+  if (op_depth_ > 0 || !op_timed(id)) return false;
+  rethrow_deferred();
+  PL_CHECK(!running(id), "internal: timer {} started while running", timer_name(id));
+  record_start(idx(id));
+  op_category_ = id;
   ++op_depth_;
   return true;
 }
@@ -198,11 +207,61 @@ bool Timers::op_begin(TimerId id) {
 void Timers::op_end(TimerId id) noexcept {
   --op_depth_;
   try {
-    stop(id);
+    rethrow_deferred();
+    PL_CHECK(running(id), "internal: timer {} stopped while not running", timer_name(id));
+    record_stop(idx(id));
   } catch (const std::exception& e) {
     if (deferred_error_.empty()) deferred_error_ = e.what();
     running_[idx(id)] = kNotRunning;
   }
+  op_category_ = TimerId::kCount;
+  op_row_ = op_next_row_ = -1;
+}
+
+// ---- op rows ---------------------------------------------------------------------------------------
+
+void Timers::set_op_rows_active(bool on) {
+  PL_CHECK(!on || op_rows_, "internal: op rows activated on timers made without them");
+  rows_active_ = on;
+}
+
+// The row of (c, tag), added on first sight; its calls and costs grow by this call's.
+int Timers::row_of(const OpCost& c, OpTag tag, TimerId category) {
+  const OpRowKey key{c.op, tag, c.kind, c.format};
+  auto it = std::find_if(rows_.begin(), rows_.end(), [&](const OpRow& r) { return r.key == key; });
+  if (it == rows_.end()) it = rows_.insert(rows_.end(), OpRow{.key = key, .category = category});
+  ++it->calls;
+  it->flops += c.flops;
+  it->bytes += c.bytes;
+  it->working_set = std::max(it->working_set, c.working_set);
+  return static_cast<int>(it - rows_.begin());
+}
+
+void Timers::op_attach(const OpCosts& costs, OpTag tag) {
+  if (!op_rows_active() || op_category_ == TimerId::kCount) return;
+  op_row_ = row_of(costs.phase[0], tag, op_category_);
+  op_next_row_ = costs.phases > 1 ? row_of(costs.phase[1], tag, op_category_) : -1;
+}
+
+// The running op's time is split at this point: its category's region stops (the first phase's row
+// gets it) and starts again at once for the second phase, so the category's sum is unchanged.
+void Timers::op_next_phase() {
+  if (op_next_row_ < 0 || !running(op_category_)) return;
+  record_stop(idx(op_category_));
+  --counts_[idx(op_category_)];
+  op_row_ = std::exchange(op_next_row_, -1);
+  record_start(idx(op_category_));
+}
+
+std::span<const OpRow> Timers::op_rows() {
+  drain();
+  return rows_;
+}
+
+void Timers::clear_op_rows() {
+  drain();
+  rows_.clear();
+  op_row_ = op_next_row_ = -1;
 }
 
 std::span<const TimerReading> Timers::read(double normalizer) {
@@ -211,7 +270,8 @@ std::span<const TimerReading> Timers::read(double normalizer) {
   drain();
   size_t n = 0;
   for (size_t i = 0; i < kTimerCount; ++i) {
-    if (counts_[i] > 0) readings_[n++] = {static_cast<TimerId>(i), kInfo[i].name, sums_ms_[i] / normalizer};
+    if (counts_[i] > 0 && enabled(static_cast<TimerId>(i)))
+      readings_[n++] = {static_cast<TimerId>(i), kInfo[i].name, sums_ms_[i] / normalizer};
     sums_ms_[i] = 0.0;
     counts_[i] = 0;
   }

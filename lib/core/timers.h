@@ -152,8 +152,13 @@ class Timers {
 
  private:
   static constexpr uint32_t kNotRunning = 0xFFFFFFFFu;
+  bool op_timed(TimerId id) const { return enabled(id) || op_rows_; }
   void record_start(size_t idx);
   void record_stop(size_t idx);
+  int row_of(const OpCost& c, OpTag tag, TimerId category);
+  void add_row_ms(int row, double ms) {
+    if (row >= 0) rows_[static_cast<size_t>(row)].ms += ms;
+  }
   void drain();  // CUDA: synchronize, add every finished pair to sums_, free the pool
   void rethrow_deferred();
 
@@ -171,6 +176,13 @@ class Timers {
   std::vector<TimerId> pending_owner_;
   size_t next_pair_ = 0;
   void* last_recorded_ = nullptr;
+  std::vector<int> pending_row_;  // pair i's op row (-1: none)
+  // Op rows (--roofline): the running outermost op's category and the rows of its current and next phase.
+  bool op_rows_ = false;
+  bool rows_active_ = false;
+  std::vector<OpRow> rows_;
+  TimerId op_category_ = TimerId::kCount;
+  int op_row_ = -1, op_next_row_ = -1;
 };
 
 // Brackets one op in the dispatch layer on `t` (the op context's Timers). With none (the trainer gives
@@ -179,6 +191,14 @@ class OpTimer {
  public:
   OpTimer(Timers* t, TimerId id) : id_(id) {
     if (t != nullptr && t->op_begin(id)) timers_ = t;
+  }
+  // True while a roofline report is measuring: the dispatcher then computes the op's costs and attaches
+  // them (the op's own name fills in a phase without one).
+  bool measuring_rows() const { return timers_ != nullptr && timers_->op_rows_active(); }
+  void attach(const char* op, OpTag tag, OpCosts costs) const {
+    for (OpCost& c : costs.phase)
+      if (c.op == nullptr) c.op = op;
+    timers_->op_attach(costs, tag);
   }
   ~OpTimer() {
     if (timers_ != nullptr) timers_->op_end(id_);

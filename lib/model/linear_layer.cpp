@@ -72,7 +72,8 @@ void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
            {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .compact_scales = false});
 }
 
-void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
+void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
+  const OpContext ctx = with_pass(layer_ctx, GemmPass::Fprop);
   if (!p_.quantized()) return linear_forward(ctx, y, x, w);
   // Rowwise only: the wgrad copy is made in backward from the saved bf16 x (same bits), with the
   // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
@@ -87,9 +88,10 @@ void LinearLayer::forward(const OpContext& ctx, const Tensor& y, const Tensor& x
 
 void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
                            const Tensor& x, const Tensor& w, const StepOptions& step) {
+  const OpContext wgrad = with_pass(ctx, GemmPass::Wgrad), dgrad = with_pass(ctx, GemmPass::Dgrad);
   if (!p_.quantized()) {
-    linear_backward_weight(ctx, dw, dy, x);
-    linear_backward_input(ctx, dx, dy, w);
+    linear_backward_weight(wgrad, dw, dy, x);
+    linear_backward_input(dgrad, dx, dy, w);
     return;
   }
   if (step.collect_quant_stats)
@@ -103,13 +105,13 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
             .counter = step.counter, .compact_scales = false});
   // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
   QuantizedTensor xq = x_copies();
-  quantize(ctx, xq, x,
+  quantize(wgrad, xq, x,
            {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .amax_given = true,
             .compact_scales = false});
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
-  quantized_gemm(ctx, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
+  quantized_gemm(wgrad, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
-  quantized_gemm(ctx, dx, ws_->dyq.rowwise, wq_.columnwise, ws_->dyq.format, false, scratch_a_, scratch_b_);
+  quantized_gemm(dgrad, dx, ws_->dyq.rowwise, wq_.columnwise, ws_->dyq.format, false, scratch_a_, scratch_b_);
   if (step.collect_quant_stats) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);

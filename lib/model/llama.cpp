@@ -216,7 +216,7 @@ void LlamaModel::prepare_weights() {
 void LlamaModel::prepare_layer_weights(int64_t l) {
   const LayerParams& w = weights_.layers[l];
   const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
-  for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(ctx_, *ws[k]);
+  for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(linear_ctx(k), *ws[k]);
 }
 
 void LlamaModel::weights_arrive_during_forward(const WeightGate* gate) {
@@ -315,15 +315,15 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out) {
   auto& a = acts_.layers[l];
   const LayerParams& w = weights_.layers[l];
   rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
-  linear(l, kQkv).forward(ctx_, a.qkv, a.ln1, w.qkv);
+  linear(l, kQkv).forward(linear_ctx(kQkv), a.qkv, a.ln1, w.qkv);
   rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
   attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
-  linear(l, kProj).forward(ctx_, acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
+  linear(l, kProj).forward(linear_ctx(kProj), acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
   add(ctx_, a.resid_mid, a.resid_in, acts_.d_h);
   rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
-  linear(l, kFc1).forward(ctx_, a.fc1, a.ln2, w.fc1);
+  linear(l, kFc1).forward(linear_ctx(kFc1), a.fc1, a.ln2, w.fc1);
   swiglu_forward(ctx_, a.swi, a.fc1);
-  linear(l, kFc2).forward(ctx_, acts_.d_h, a.swi, w.fc2);
+  linear(l, kFc2).forward(linear_ctx(kFc2), acts_.d_h, a.swi, w.fc2);
   add(ctx_, out, a.resid_mid, acts_.d_h);
 }
 
@@ -340,7 +340,8 @@ void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   before_reading_weights(entries_[head].offset, num_params(), -1);
   weights_pending_ = false;
   rmsnorm_forward(ctx_, acts_.lnf, acts_.rstdf, acts_.resid_out, weights_.final_norm, eps);
-  linear_forward(ctx_, acts_.logits, acts_.lnf, weights_.lm_head);
+  linear_forward(with_pass(with_linear(ctx_, LinearKind::LmHead), GemmPass::Fprop), acts_.logits, acts_.lnf,
+                 weights_.lm_head);
   cross_entropy_forward_backward(ctx_, losses_, acts_.logits, acts_.labels, want_grad ? grad_scale : 0.0f);
 }
 
@@ -368,8 +369,9 @@ void LlamaModel::run_backward(const StepOptions& step) {
   };
   const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);
   begin_group(head, entries_.size());
-  linear_backward_weight(ctx_, g_all.lm_head, acts_.logits, acts_.lnf);
-  linear_backward_input(ctx_, acts_.d_ln, acts_.logits, weights_.lm_head);
+  const OpContext lm_head = with_linear(ctx_, LinearKind::LmHead);
+  linear_backward_weight(with_pass(lm_head, GemmPass::Wgrad), g_all.lm_head, acts_.logits, acts_.lnf);
+  linear_backward_input(with_pass(lm_head, GemmPass::Dgrad), acts_.d_ln, acts_.logits, weights_.lm_head);
   fill_zero(ctx_, acts_.d_resid);
   rmsnorm_backward(ctx_, acts_.d_resid, g_all.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm, acts_.rstdf);
   end_group(head, entries_.size());
@@ -383,15 +385,15 @@ void LlamaModel::run_backward(const StepOptions& step) {
     const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
     begin_group(first, first + kEntriesPerLayer);
     // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
-    linear(l, kFc2).backward(ctx_, acts_.d_swi, g.fc2, acts_.d_resid, a.swi, w.fc2, step);
+    linear(l, kFc2).backward(linear_ctx(kFc2), acts_.d_swi, g.fc2, acts_.d_resid, a.swi, w.fc2, step);
     swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1);
-    linear(l, kFc1).backward(ctx_, acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, w.fc1, step);
+    linear(l, kFc1).backward(linear_ctx(kFc1), acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, w.fc1, step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln2, acts_.d_ln, a.resid_mid, w.ln2, a.rstd2);
     // acts_.d_resid = dL/d(resid_mid); the attention branch.
-    linear(l, kProj).backward(ctx_, acts_.d_attn, g.proj, acts_.d_resid, a.attn, w.proj, step);
+    linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn, w.proj, step);
     attention_backward(ctx_, acts_.d_qkv, acts_.d_attn, a.attn, a.lse, a.qkv, as);
     rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
-    linear(l, kQkv).backward(ctx_, acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
+    linear(l, kQkv).backward(linear_ctx(kQkv), acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
     end_group(first, first + kEntriesPerLayer);
   }

@@ -145,8 +145,13 @@ class LlamaModel {
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
 
-  enum LinearKind { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };  // kLinearNames
+  enum LinearSlot { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };  // kLinearNames
   LinearLayer& linear(int64_t layer, int kind) { return linears_[static_cast<size_t>(layer * 4 + kind)]; }
+  // The model's context tagged with the linear layer of slot `kind` (the roofline report's rows).
+  OpContext linear_ctx(int kind) const {
+    constexpr LinearKind kinds[4] = {LinearKind::Qkv, LinearKind::Proj, LinearKind::Fc1, LinearKind::Fc2};
+    return with_linear(ctx_, kinds[kind]);
+  }
 
   ModelConfig cfg_;
   int64_t B_, S_;

@@ -55,6 +55,7 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
   const Tensor db = scratch_b.view({scratch_b.numel()}).rows(0, b.rows * b.cols).view({b.rows, b.cols});
   block_values(a, da.f32());
   block_values(b, db.f32());
+  op_next_phase(ctx);  // the expansion ends, the GEMM begins (two rows of a roofline report)
   float alpha = 1.0f;  // MXFP8: the block scales are all there is
   if (f == QuantFormat::NVFP4) alpha = num::nvfp4_gemm_alpha(a.amax.f32()[0], b.amax.f32()[0]);
   if (f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2) alpha = a.scale_inv.f32()[0] * b.scale_inv.f32()[0];
