@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/ops.h"
 #include "core/tensor.h"
 #include "numerics/adamw.h"
 #include "numerics/bf16.h"
@@ -154,6 +155,37 @@ TEST(CudaConformance, RecipeNumericsAreBitExactWithTheHost) {
     }
   }
   EXPECT_GT(nan_fields, 0) << "the random bit patterns should produce NaN results somewhere";
+#endif
+}
+
+// stream_triad (the machine probe's STREAM triad) on the GPU against the host loop, bit for bit: the
+// float4 path (aligned arrays, n with a tail of 3) and the scalar path (views 1 and 2 floats in), on an
+// array larger than the grid cap's one pass (grid-stride loop).
+TEST(CudaConformance, StreamTriadIsBitExactWithTheHost) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  static cuda::DeviceState* const state = open_device_state(Device::CUDA).release();  // kept to process exit
+  OpContext ctx;
+  ctx.device = Device::CUDA;
+  ctx.gpu = state;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> d(-100.0f, 100.0f);
+  const int64_t n = (int64_t{1} << 22) + 3;
+  std::vector<float> b(n), c(n);
+  for (int64_t i = 0; i < n; ++i) b[i] = d(rng), c[i] = d(rng);
+  const float s = 1.7f;
+  DeviceVec<float> da(std::vector<float>(n, 0.0f)), db(b), dc(c);
+  for (int64_t offset : {0, 1, 2}) {
+    const auto view = [&](const DeviceVec<float>& v) {
+      return Tensor(v.ptr() + offset, {n - offset}, DType::F32, Device::CUDA);
+    };
+    stream_triad(ctx, view(da), view(db), view(dc), s);
+    const std::vector<float> got = da.to_host();
+    for (int64_t i = offset; i < n; ++i) {
+      const float want = b[i] + s * c[i];
+      ASSERT_EQ(num::float_bits(got[i]), num::float_bits(want)) << "offset " << offset << " i " << i;
+    }
+  }
 #endif
 }
 

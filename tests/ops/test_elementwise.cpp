@@ -1,4 +1,4 @@
-// add (with aliasing and rounding), accumulate_bf16 and fill_zero.
+// add (with aliasing and rounding), accumulate_bf16, fill_zero and stream_triad (the machine probe's STREAM triad).
 // Cpu/Elementwise.* and Cuda/Elementwise.* run the same cases on each backend (the GPU also against
 // the CPU backend, bit for bit); OpsElementwise.* are CPU-only (plain FP32, errors).
 #include "op_test_util.h"
@@ -20,6 +20,9 @@ TEST(OpsElementwise, ErrorsNameTheOp) {
   HostF32 a({4, 8}), b({8, 4}), out({4, 8});
   expect_error_naming("add", [&] { add(cpu_ctx(false), out.t(), a.t(), b.t()); });
   expect_error_naming("add", [&] { add(cpu_ctx(false), b.t(), a.t(), a.t()); });
+  HostF32 x({32}), y({32}), z({31}), m({4, 8});
+  expect_error_naming("stream_triad", [&] { stream_triad(cpu_ctx(false), x.t(), y.t(), z.t(), 2.0f); });
+  expect_error_naming("stream_triad", [&] { stream_triad(cpu_ctx(false), m.t(), m.t(), m.t(), 2.0f); });  // not 1-D
 }
 
 // ---- on every backend (Cpu/ and Cuda/Elementwise.*) -----------------------------------------------
@@ -86,6 +89,33 @@ TEST_P(Elementwise, FillZero) {
   std::vector<int32_t> ids = uniform_ids(1237, rng, 1000);
   fill_zero(k.ctx(), k.put(ids, {1237}));
   for (int32_t v : k.get(ids)) ASSERT_EQ(v, 0) << "i32";
+}
+
+// a = b + s·c against the plain loop (McCalpin's STREAM triad), bit for bit (one FP32 multiply and one add,
+// no contraction, on every backend), over all n elements and over views that start 1 and 2 floats in (the
+// CUDA float4 path needs 16-byte alignment: those take its scalar path), n odd (a tail after the float4s);
+// the elements before a view stay untouched. Also with a aliasing b (the probe never does; the op allows it).
+TEST_P(Elementwise, StreamTriadIsTheStreamLoop) {
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 4099;
+  const float s = std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
+  const std::vector<float> b = uniform_f32(n, rng, -8.0f, 8.0f), c = uniform_f32(n, rng, -8.0f, 8.0f);
+  for (int64_t offset : {0, 1, 2}) {
+    for (bool alias : {false, true}) {
+      const auto run = [&](Backend& k) {
+        std::vector<float> a(n, -1.0f), bb = b, cc = c;
+        const Tensor ta = k.put(a, {n}, DType::F32), tb = k.put(bb, {n}, DType::F32), tc = k.put(cc, {n}, DType::F32);
+        const Tensor out = (alias ? tb : ta).rows(offset, n - offset);
+        stream_triad(k.ctx(), out, tb.rows(offset, n - offset), tc.rows(offset, n - offset), s);
+        return k.get(alias ? bb : a);
+      };
+      const std::vector<float> got = run_exact(GetParam(), run, "stream_triad");
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = i < offset ? (alias ? b[i] : -1.0f) : b[i] + s * c[i];
+        ASSERT_EQ(num::float_bits(got[i]), num::float_bits(want)) << "offset " << offset << " alias " << alias << " i " << i;
+      }
+    }
+  }
 }
 
 }  // namespace
