@@ -25,7 +25,8 @@ const char* gemm_pass_name(GemmPass p);      // "fprop", "dgrad", "wgrad"; nullp
 struct OpTag {
   LinearKind linear = LinearKind::None;
   GemmPass pass = GemmPass::None;
-  bool operator==(const OpTag&) const = default;
+  // Spelled out: nvcc compiles this header as C++17 (lib/CMakeLists.txt), which has no defaulted operator==.
+  bool operator==(const OpTag& o) const { return linear == o.linear && pass == o.pass; }
 };
 
 // One phase of an op. An op is one phase, except an emulated quantized GEMM: its operands' codes are
