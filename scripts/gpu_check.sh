@@ -8,17 +8,22 @@
 #   3. runs the conformance suite (pl_tests --gtest_filter='Cuda*'), one line per test;
 #   4. trains llama_tiny, llama_small and 4 layers of llama3_8b (seq 4096, MBS 1) in BF16, FP8 current
 #      scaling, MXFP8 and NVFP4, one table row each (native or emulated GEMMs as the banner says);
-#   5. with --sync (or SYNC=1): the conformance suite again with CUDA_LAUNCH_BLOCKING=1;
-#   6. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite.
+#   5. the roofline (issue 24): 2 layers of llama3_8b (seq 4096, MBS 1) in NVFP4 and in BF16 with
+#      --roofline, the machine's measured ceilings probed once and cached, the two per-op tables and
+#      JSON reports, and scripts/roofline_plot.py's figure of both (when python3 has matplotlib);
+#   6. with --sync (or SYNC=1): the conformance suite again with CUDA_LAUNCH_BLOCKING=1;
+#   7. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite.
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
 # and a step that no longer fits is reported as not run (a failure); --sync and --sanitize take their
 # time from the training table (`--only conformance --sync --sanitize` runs them without it). On an H100
 # the conformance suite and the 12 training rows fit in well under the budget when the GPU path is
 # healthy (estimate: not yet measured on a GPU). With $OUT set (the device tool),
-# the report goes to $OUT/gpu_check.txt and every log into $OUT/gpu_check_logs.tar.gz.
+# the report goes to $OUT/gpu_check.txt and every log into $OUT/gpu_check_logs.tar.gz; the roofline's
+# logs, JSON reports, ceilings cache and figure go to $OUT as roofline_{nvfp4,bf16}.{log,json},
+# machine_ceilings.json and roofline.png (else into the logs folder).
 #
 #   scripts/gpu_check.sh [--bundle DIR | --build-dir DIR] [--sync] [--sanitize] [--budget S]
-#                        [--only conformance|training] [--iters N]
+#                        [--only conformance|training|roofline] [--iters N]
 #   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
 #                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
 #
@@ -46,7 +51,8 @@ while (($#)); do
 done
 [[ $budget =~ ^[0-9]+$ ]] && [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] ||
   { echo "gpu_check: --budget and --iters take a number" >&2; exit 2; }
-[[ -z $only || $only == conformance || $only == training ]] || { echo "gpu_check: --only conformance|training" >&2; exit 2; }
+[[ -z $only || $only == conformance || $only == training || $only == roofline ]] ||
+  { echo "gpu_check: --only conformance|training|roofline" >&2; exit 2; }
 
 # ---- is there a GPU at all? One line and exit 3 when not. -------------------------------------
 if [[ -n $unpack_to ]]; then :
@@ -276,14 +282,19 @@ conformance() {
 }
 
 sanitize_limit=${SANITIZE_LIMIT:-150}
-reserve_extras() {  # seconds the requested --sync / --sanitize passes still need
+# The roofline step: the first run probes the ceilings (a sweep of GEMM shapes per format and the
+# bandwidth of L2 and HBM: estimate 30-60 s), then two short runs of 2 layers of llama3_8b.
+roofline_limit=${ROOFLINE_LIMIT:-170}
+roofline_pending=0; [[ -z $only || $only == roofline ]] && roofline_pending=1
+reserve_extras() {  # seconds the roofline step and the requested --sync / --sanitize passes still need
   local r=0
+  ((roofline_pending)) && r=$((r + roofline_limit))
   ((sync)) && r=$((r + ${conf_secs:-120} + 20))
   ((sanitize)) && r=$((r + sanitize_limit))
   echo $r
 }
 conf_secs=""
-if [[ $only != training ]]; then
+if [[ -z $only || $only == conformance ]]; then
   t0=$(date +%s)
   # Keep time for the training table and the requested passes, but never more than half of what is left.
   reserve=$((120 + $(reserve_extras))); (( reserve > $(left) / 2 )) && reserve=$(( $(left) / 2 ))
@@ -334,7 +345,7 @@ recipe_flags() {
     NVFP4) echo --recipe bf16_with_nvfp4_mixed ;;
   esac
 }
-if [[ $only != conformance ]]; then
+if [[ -z $only || $only == training ]]; then
   table=$logs/training_table.txt
   printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' model precision GEMMs "step (s)" TFLOP/s tokens/s "peak (GB)" "final loss" note >"$table"
   say "== training ($(( $(left) - $(reserve_extras) )) s of budget left for it)"
@@ -367,8 +378,56 @@ if [[ $only != conformance ]]; then
   fi
 fi
 
+# ---- roofline ---------------------------------------------------------------------------------------
+# roofline_run NAME LIMIT flags...: one --roofline run of the 8B-shaped layers (--num-layers-at-end-in-bf16 0:
+# both layers in the recipe's format; the playbook's 4 BF16 end layers would leave none quantized); its
+# log and JSON report go to $rf_dir as roofline_NAME.log / .json, its "roofline |" table into the report
+# file, and the table's summary lines (step, speed of light, MFU) on the screen too.
+roofline_run() {
+  local name=$1 limit=$2; shift 2
+  local log=$rf_dir/roofline_$name.log json=$rf_dir/roofline_$name.json rc
+  if ((limit < 30)); then fail "roofline $name: not run (time budget: ${limit} s for it)"; return; fi
+  say "== roofline $name (limit ${limit} s): pretrain_llama $* --roofline $json"
+  # shellcheck disable=SC2086
+  timeout -k 10 "$limit" "$app" --device "$train_device" $rf_shape --num-layers-at-end-in-bf16 0 --train-iters 6 \
+    --log-interval 1 --machine-ceilings "$rf_dir/machine_ceilings.json" --roofline "$json" "$@" >"$log" 2>&1
+  rc=$?
+  [[ $rf_dir != "$logs" ]] && cp "$log" "$logs/"  # the logs archive holds them too
+  grep -E 'roofline \| ' "$log" >>"$report"
+  grep -E 'roofline \| (step [0-9]|speed of light|MFU)' "$log" | while IFS= read -r l; do say "  $l"; done
+  if ((rc == 124 || rc == 137)); then fail "roofline $name: TIMEOUT after ${limit} s (log $log)"
+  elif ((rc != 0)); then fail "roofline $name: FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)"
+  elif [[ ! -s $json ]]; then fail "roofline $name: no JSON report written to $json"
+  else summary+=("roofline $name: $(grep -m1 -oE '[0-9.]+% of speed of light' "$log" || echo 'no % of speed of light line')"); fi
+}
+if ((roofline_pending)); then
+  rf_dir=$logs; [[ -n ${OUT:-} && -d ${OUT:-} ]] && rf_dir=$OUT
+  rf_shape="--model llama3_8b --num-layers 2 --seq-length 4096 --micro-batch-size 1 --global-batch-size 2"
+  [[ $train_device == cpu ]] && rf_shape="--model llama_tiny --seq-length 128 --micro-batch-size 2 --global-batch-size 4"
+  rf_t0=$(date +%s)
+  roofline_pending=0
+  rf_budget=$(step_limit "$roofline_limit" "$(reserve_extras)")
+  # The first run also measures the ceilings (cached in machine_ceilings.json, reused by the second): 60%;
+  # 20 s are kept for the plot.
+  roofline_run nvfp4 $((rf_budget * 6 / 10)) --recipe bf16_with_nvfp4_mixed
+  roofline_run bf16 $((rf_budget - ($(date +%s) - rf_t0) - 20)) --disable-fp4
+  plot=$self_dir/roofline_plot.py
+  if [[ ! -s $rf_dir/roofline_nvfp4.json || ! -s $rf_dir/roofline_bf16.json ]]; then
+    say "  roofline plot: skipped (a JSON report is missing)"
+  elif [[ ! -f $plot ]]; then
+    say "  roofline plot: skipped ($plot is not there; scripts/gpu_bundle.sh copies it)"
+  elif ! python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
+    say "  roofline plot: skipped (python3 has no matplotlib/numpy here; draw it elsewhere: scripts/roofline_plot.py roofline_bf16.json roofline_nvfp4.json --png roofline.png)"
+  elif plot_out=$(timeout 20 python3 "$plot" "$rf_dir/roofline_bf16.json" "$rf_dir/roofline_nvfp4.json" \
+                     --png "$rf_dir/roofline.png" 2>&1); then
+    say "  roofline plot: $rf_dir/roofline.png"
+  else
+    fail "roofline plot: $(tail -n 1 <<<"$plot_out")"
+  fi
+fi
+
 # ---- optional passes ------------------------------------------------------------------------------
-if ((sync)) && [[ $only != training ]]; then
+if ((sync)) && [[ $only != training && $only != roofline ]]; then
   conformance conformance_sync "$(step_limit 200 "$( ((sanitize)) && echo "$sanitize_limit" || echo 0)")" problems CUDA_LAUNCH_BLOCKING=1
 fi
 if ((sanitize)); then

@@ -4,7 +4,11 @@
 #include "pretrain_llama.h"
 
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <tuple>
 
 #include "../app_main.h"
@@ -153,6 +157,40 @@ void add_logging_and_optimizer_flags(CLI::App& app, Options& o) {
       ->capture_default_str();
 }
 
+// The per-op roofline (issue 24) and Megatron's Nsight profiling window.
+void add_roofline_and_profiling_flags(CLI::App& app, Options& o) {
+  TrainConfig& t = o.train;
+  // An optional value: `--roofline` alone is the table only (CLI11 calls the function with "").
+  app.add_option_function<std::string>(
+         "--roofline",
+         [&t](const std::string& file) {
+           t.roofline = true;
+           t.roofline_json = file;
+         },
+         "Per-op roofline report at the end of the run (and a JSON FILE); times every op (a little overhead)")
+      ->expected(0, 1)
+      ->option_text("[FILE]");
+  app.add_flag("--roofline-at-log-interval", t.roofline_at_log_interval,
+               "With --roofline: also print the table at every --log-interval");
+  app.add_flag("--probe-machine", o.probe_machine,
+               "Measure this machine's ceilings (GEMM rate per format, bandwidth per memory level), print them and "
+               "exit");
+  app.add_option("--machine-ceilings", o.machine_ceilings,
+                 "The measured-ceilings cache of --roofline and --probe-machine (default: "
+                 "$XDG_CACHE_HOME/pretrain_llama/machine_ceilings.json, else ~/.cache/...; none: no cache)")
+      ->option_text("FILE");
+  app.add_flag("--profile", t.profile,
+               "Megatron's flag: cudaProfilerStart/Stop around the --profile-step-* window (for nsys profile "
+               "--capture-range=cudaProfilerApi), NVTX ranges per iteration and op category");
+  app.add_option("--profile-step-start", t.profile_step_start,
+                 "Megatron's flag: the window opens when N iterations are done (before iteration N+1)")
+      ->capture_default_str();
+  app.add_option("--profile-step-end", t.profile_step_end, "Megatron's flag: the window closes after iteration N")
+      ->capture_default_str();
+  app.add_option("--profile-ranks", t.profile_ranks, "Megatron's flag: the data-parallel ranks to profile")
+      ->capture_default_str();
+}
+
 // GPU determinism and debugging, data parallelism, and the flags of another mode.
 void add_gpu_and_parallel_flags(CLI::App& app, Options& o) {
   TrainConfig& t = o.train;
@@ -193,6 +231,35 @@ void validate_checkpoint_flags(const Options& o, const CLI::App& app) {
   PL_CHECK(!app.count("--load") || !o.load.empty(), "--load needs a directory");
 }
 
+// --roofline FILE is written at the end of the run: a path that cannot be written is refused now, before
+// any model is built, not after the training. (access(2) answers for this process's user; as root it
+// only refuses a read-only file system.)
+void check_roofline_output(const std::string& file) {
+  namespace fs = std::filesystem;
+  if (file.empty()) return;  // the table only
+  std::error_code ec;
+  const fs::file_status st = fs::status(file, ec);
+  PL_CHECK(st.type() != fs::file_type::directory, "--roofline {}: is a directory (give a FILE for the JSON report)",
+           file);
+  PL_CHECK(!fs::exists(st) || st.type() == fs::file_type::regular,
+           "--roofline {}: exists and is not a regular file (give a FILE for the JSON report)", file);
+  const fs::path parent = fs::path(file).has_parent_path() ? fs::path(file).parent_path() : fs::path(".");
+  PL_CHECK(fs::is_directory(parent, ec), "--roofline {}: directory {} does not exist", file, parent.string());
+  PL_CHECK(::access(parent.c_str(), W_OK | X_OK) == 0, "--roofline {}: directory {} is not writable: {}", file,
+           parent.string(), std::strerror(errno));
+  PL_CHECK(!fs::exists(st) || ::access(file.c_str(), W_OK) == 0, "--roofline {}: not writable: {}", file,
+           std::strerror(errno));
+}
+
+void validate_roofline_flags(const Options& o, const CLI::App& app) {
+  check_roofline_output(o.train.roofline_json);
+  if (!app.count("--machine-ceilings")) return;
+  std::error_code ec;
+  PL_CHECK(!o.machine_ceilings.empty(), "--machine-ceilings needs a FILE (or none: no cache)");
+  PL_CHECK(!std::filesystem::is_directory(o.machine_ceilings, ec), "--machine-ceilings {}: is a directory (give a FILE)",
+           o.machine_ceilings);
+}
+
 }  // namespace
 
 // In the order --help lists them.
@@ -201,6 +268,7 @@ void add_flags(CLI::App& app, Options& o) {
   add_training_flags(app, o);
   add_checkpoint_and_data_flags(app, o);
   add_logging_and_optimizer_flags(app, o);
+  add_roofline_and_profiling_flags(app, o);
   add_gpu_and_parallel_flags(app, o);
 }
 
@@ -209,6 +277,7 @@ void validate_flags(const Options& o, const CLI::App& app) {
   const TrainConfig& t = o.train;
   validate_train_config(t);
   validate_checkpoint_flags(o, app);
+  validate_roofline_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
            "--eval-interval {} needs --eval-iters N > 0 (validation is off by default, as in the playbook)",
            t.eval_interval);

@@ -35,6 +35,11 @@ struct Options {
   int64_t dry_run_world_size = 0;  // --dry-run-world-size: plan one GPU of this many data-parallel ranks
   int64_t dp_rank = 0;             // this process's data-parallel rank (the World's rank)
   bool print_library_versions = false;
+  // --probe-machine: measure this machine's ceilings (roofline/machine_ceilings.h), print them and exit.
+  bool probe_machine = false;
+  // --machine-ceilings FILE: the ceilings cache of --roofline and --probe-machine. "" (not given): the
+  // default path, roofline::default_ceilings_cache_path(); "none": no cache, always measured.
+  std::string machine_ceilings;
   // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
   // lives in TrainConfig because the trainer stops there.
   std::string save, load;

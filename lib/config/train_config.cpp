@@ -90,6 +90,23 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.max_consecutive_nan_iterations >= 1, "--max-nan-iterations must be >= 1, got {}",
            t.max_consecutive_nan_iterations);
   validate_optimizer_dtypes(t);
+  PL_CHECK(!t.roofline_at_log_interval || t.roofline, "--roofline-at-log-interval needs --roofline");
+  validate_profile_window(t);
+}
+
+// Megatron checks none of these (the window just never opens); a window that cannot open is refused
+// here, one line naming the flag. As in Megatron, the --profile-step-* flags without --profile are
+// accepted and do nothing.
+void validate_profile_window(const TrainConfig& t) {
+  PL_CHECK(t.profile_step_start >= 0, "--profile-step-start must be >= 0, got {}", t.profile_step_start);
+  PL_CHECK(t.profile_step_end > t.profile_step_start,
+           "--profile-step-end {} must be greater than --profile-step-start {} (the window is iterations start+1 "
+           "to end)",
+           t.profile_step_end, t.profile_step_start);
+  for (const int64_t rank : t.profile_ranks)
+    PL_CHECK(rank >= 0 && rank < t.data_parallel_size,
+             "--profile-ranks: rank {} is outside the data-parallel world of {} rank(s) (0 to {})", rank,
+             t.data_parallel_size, t.data_parallel_size - 1);
 }
 
 // Megatron-LM's rules (megatron/core/optimizer/optimizer_config.py, OptimizerConfig.__post_init__, and

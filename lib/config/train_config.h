@@ -2,6 +2,7 @@
 // Training settings: the playbook's flags and Megatron-Bridge's recipe defaults.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pl {
 
@@ -69,6 +70,29 @@ struct TrainConfig {
   bool optimizer_cpu_offload = false;
   double optimizer_offload_fraction = 1.0;
 
+  // --roofline [FILE] (issue 24): a per-op roofline table at the end of the run (every op timed, as
+  // --timing-log-level 2 does), and the same as JSON in roofline_json ("" = the table only; the path is
+  // checked at start-up, before any model is built). --roofline-at-log-interval: the table at every
+  // --log-interval too.
+  bool roofline = false;
+  std::string roofline_json;
+  bool roofline_at_log_interval = false;
+  // Megatron's --profile / --profile-step-start / --profile-step-end / --profile-ranks
+  // (megatron/training/config/common_config.py ProfilingConfig; megatron/training/training.py train()):
+  // a window for Nsight Systems / Nsight Compute (nsys profile --capture-range=cudaProfilerApi), with NVTX
+  // ranges on. Megatron's counter `iteration` holds the iterations completed so far (the checkpoint's on
+  // a resume): cudaProfilerStart is called at the top of the loop when iteration == start, before that
+  // step runs, and cudaProfilerStop after a step when the incremented counter == end. So the window
+  // covers the 1-based iterations start+1 .. end (the defaults 10 and 12: iterations 11 and 12, the
+  // numbers of the log's iteration lines); a start below the resumed iteration never opens it. Only on
+  // the ranks listed. Defaults: Megatron's 10 and 12; ranks {0}, Megatron's default until Feb 2026
+  // (Megatron-LM #3273 made it [] = every rank; one rank is the usual Nsight use and what this project
+  // keeps). On the CPU the window bounds the roofline's measurement instead.
+  bool profile = false;
+  int64_t profile_step_start = 10;
+  int64_t profile_step_end = 12;
+  std::vector<int64_t> profile_ranks{0};
+
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global
   // batches; (train_iters / eval_interval + 1) * eval_iters for validation (one evaluation every
@@ -85,5 +109,7 @@ void validate_train_config(const TrainConfig& t);
 void validate_data_parallel(const TrainConfig& t);
 // The precision-aware optimizer's flags alone (part of validate_train_config).
 void validate_optimizer_dtypes(const TrainConfig& t);
+// --profile-step-start / --profile-step-end / --profile-ranks alone (part of validate_train_config).
+void validate_profile_window(const TrainConfig& t);
 
 }  // namespace pl

@@ -1,0 +1,338 @@
+#!/usr/bin/env python3
+"""Draw pretrain_llama's --roofline reports: the hierarchical roofline and the time-based view.
+
+One figure for one or more reports (e.g. a BF16 and an NVFP4 run of the same model), so a reader sees
+where a speed-up goes. Only the standard library, numpy and matplotlib (Agg backend, no display needed).
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+
+PROG = "roofline_plot.py"
+
+HELP_EPILOG = """\
+what is drawn:
+  left   the log-log roofline (Yang et al., "Hierarchical Roofline Performance Analysis for Deep
+         Learning Applications", 2020): one horizontal compute roof per GEMM format of the report's
+         measured ceilings, one bandwidth slope per memory level (intensity x GB/s), and one marker per
+         op row at (arithmetic intensity, achieved TFLOP/s); its area is the row's share of the step,
+         its colour the row's kind, its shape the report. Rows with 0 FLOPs (or 0 bytes, or 0 ms) have
+         no place on these axes: they are not drawn, and the legend counts them per report.
+  right  the time-based view (Wang et al., "Time-Based Roofline for Deep Learning Performance
+         Analysis", 2020): per op group (kind, linear layer, GEMM pass; a report's rows of one group
+         summed), the time the group would take at its ceilings (ms_at_ceiling) and the time lost
+         (ms_per_iter - ms_at_ceiling), one bar per report side by side, and the step's time outside
+         the ops (host work, gaps, waits).
+  titles each report's label and recipe, step time, speed-of-light time and % of speed of light.
+
+exit status: 0 the figure was written; 1 matplotlib or numpy is missing, or the PNG cannot be written;
+2 bad arguments, or a report that is missing, not JSON, or lacks a field (one line naming the file and
+the field).
+"""
+
+# The kinds of the report's schema, each with its colour (matplotlib's tab10, in this order).
+KINDS = ["gemm", "attention", "quantize", "norm", "elementwise", "embedding", "cross_entropy", "optimizer",
+         "comm", "other"]
+MARKERS = ["o", "^", "s", "D", "v", "P"]
+HATCHES = ["", "//", "xx", "..", "\\\\", "oo"]
+
+
+class InputError(Exception):
+    """A report that cannot be used: one line naming the file and the field (exit 2)."""
+
+
+class EnvError(Exception):
+    """Not the input's fault: a missing module, an unwritable output (exit 1)."""
+
+
+def field(obj, key, where, path, kind):
+    """obj[key] checked against `kind`: 'number' (finite, >= 0), 'str', 'list', 'dict' or 'str?' (str or null)."""
+    if not isinstance(obj, dict) or key not in obj:
+        raise InputError(f"{path}: missing field {where}{key}")
+    v = obj[key]
+    if kind == "number":
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise InputError(f"{path}: field {where}{key} is not a finite number >= 0 (got {json.dumps(v)})")
+        return float(v)
+    ok = {"str": isinstance(v, str), "str?": v is None or isinstance(v, str), "list": isinstance(v, list),
+          "dict": isinstance(v, dict)}[kind]
+    if not ok:
+        raise InputError(f"{path}: field {where}{key} is not a {kind.rstrip('?')}"
+                         f"{' or null' if kind.endswith('?') else ''} (got {json.dumps(v)[:40]})")
+    return v
+
+
+def optional_number(obj, key, where, path):
+    return field(obj, key, where, path, "number") if key in obj and obj[key] is not None else None
+
+
+class Report:
+    """One --roofline JSON file: what the figure needs of it, checked."""
+
+    def __init__(self, path, index):
+        self.path = path
+        self.index = index
+        try:
+            with open(path, "r", encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror or e}")
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not JSON (not UTF-8 text)")
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise InputError(f"{path}: not JSON: {e}")
+        if not isinstance(doc, dict):
+            raise InputError(f"{path}: not a --roofline report (the top level is not an object)")
+        self.read_summary(doc)
+        self.read_ceilings(doc)
+        self.rows = [self.read_row(r, i) for i, r in enumerate(field(doc, "rows", "", path, "list"))]
+        if self.outside_ms is None:
+            self.outside_ms = max(0.0, self.step_ms - sum(r["ms"] for r in self.rows))
+
+    def read_summary(self, doc):
+        p = self.path
+        machine = field(doc, "machine", "", p, "dict")
+        text = lambda key: machine.get(key) if isinstance(machine.get(key), str) else "?"
+        self.machine = f"{text('name')} ({text('device')})"
+        self.step_ms = field(doc, "step_ms", "", p, "number")
+        if self.step_ms <= 0:
+            raise InputError(f"{p}: field step_ms must be > 0 (got {self.step_ms})")
+        self.sol_ms = field(doc, "sol_ms", "", p, "number")
+        pct = optional_number(doc, "pct_of_sol", "", p)
+        self.pct_of_sol = pct if pct is not None else 100.0 * self.sol_ms / self.step_ms
+        # Time outside the ops: a clock's rounding can make it a hair below 0 (drawn as 0).
+        outside = doc.get("outside_ops_ms")
+        if outside is not None and (isinstance(outside, bool) or not isinstance(outside, (int, float))
+                                    or not math.isfinite(outside)):
+            raise InputError(f"{p}: field outside_ops_ms is not a finite number (got {json.dumps(outside)})")
+        self.outside_ms = None if outside is None else max(0.0, float(outside))
+        label = doc.get("label") if isinstance(doc.get("label"), str) and doc.get("label") else None
+        self.label = label or os.path.splitext(os.path.basename(p))[0]
+        self.recipe = doc.get("recipe") if isinstance(doc.get("recipe"), str) else ""
+
+    def read_ceilings(self, doc):
+        p = self.path
+        ceilings = field(doc, "ceilings", "", p, "dict")
+        self.gemm_roofs = []
+        for i, g in enumerate(field(ceilings, "gemm", "ceilings.", p, "list")):
+            where = f"ceilings.gemm[{i}]."
+            self.gemm_roofs.append((field(g, "format", where, p, "str"), field(g, "tflops", where, p, "number")))
+        self.memory_roofs = []
+        for i, m in enumerate(field(ceilings, "memory", "ceilings.", p, "list")):
+            where = f"ceilings.memory[{i}]."
+            self.memory_roofs.append((field(m, "level", where, p, "str"), field(m, "gbps", where, p, "number")))
+
+    def read_row(self, r, i):
+        p, where = self.path, f"rows[{i}]."
+        kind = field(r, "kind", where, p, "str")
+        if kind not in KINDS:
+            raise InputError(f"{p}: field {where}kind is '{kind}', not one of {', '.join(KINDS)}")
+        row = {"op": field(r, "op", where, p, "str"), "kind": kind,
+               "linear": field(r, "linear", where, p, "str?") if "linear" in r else None,
+               "pass": field(r, "pass", where, p, "str?") if "pass" in r else None,
+               "format": r.get("format") if isinstance(r.get("format"), str) else "",
+               "ms": field(r, "ms_per_iter", where, p, "number"),
+               "gflop": field(r, "gflop_per_iter", where, p, "number"),
+               "gb": field(r, "gb_per_iter", where, p, "number"),
+               "ms_at_ceiling": field(r, "ms_at_ceiling", where, p, "number")}
+        # Derived as the report defines them when the file leaves them out (GFLOP / ms = TFLOP/s).
+        intensity = optional_number(r, "intensity", where, p)
+        row["intensity"] = intensity if intensity is not None else (row["gflop"] / row["gb"] if row["gb"] > 0 else 0.0)
+        achieved = optional_number(r, "achieved_tflops", where, p)
+        row["tflops"] = achieved if achieved is not None else (row["gflop"] / row["ms"] if row["ms"] > 0 else 0.0)
+        return row
+
+    def title(self):
+        recipe = f" ({self.recipe})" if self.recipe and self.recipe != self.label else ""
+        return (f"{self.label}{recipe}: step {self.step_ms:.1f} ms, speed of light {self.sol_ms:.1f} ms "
+                f"= {self.pct_of_sol:.1f}% of speed of light")
+
+
+def group_key(row):
+    """The time view's op group: kind, then the linear layer and the GEMM pass where the row has them."""
+    return " ".join(x for x in (row["kind"], row["linear"], row["pass"]) if x)
+
+
+def import_plotting():
+    try:
+        import numpy as np
+    except ImportError:
+        raise EnvError("needs numpy (Debian: apt-get install python3-numpy)")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise EnvError("needs matplotlib (Debian: apt-get install python3-matplotlib)")
+    return np, plt
+
+
+def draw_roofs(ax, reports, np, x_range):
+    """The compute roofs and bandwidth slopes, once per distinct value (reports of one machine share them)."""
+    lo, hi = x_range
+    top = max((t for r in reports for _, t in r.gemm_roofs), default=0.0)
+    drawn = set()
+    for rep in reports:
+        style = "-" if rep.index == 0 else "--"
+        for fmt, tflops in rep.gemm_roofs:
+            key = ("gemm", fmt, round(tflops, 9))
+            if tflops <= 0 or key in drawn:
+                continue
+            drawn.add(key)
+            ax.hlines(tflops, lo, hi, colors="black", linestyles=style, linewidth=1.0)
+            ax.text(hi, tflops, f" {fmt} {tflops:.3g} TFLOP/s", va="bottom", ha="right", fontsize=7)
+        for level, gbps in rep.memory_roofs:
+            key = ("memory", level, round(gbps, 9))
+            if gbps <= 0 or key in drawn:
+                continue
+            drawn.add(key)
+            # intensity (FLOP/byte) x GB/s = GFLOP/s; up to the highest compute roof (the ridge point).
+            ridge = top * 1000.0 / gbps if top > 0 else hi
+            x = np.geomspace(lo, max(lo * 1.0001, min(hi, ridge)), 32)
+            ax.plot(x, x * gbps / 1000.0, color="grey", linestyle=style, linewidth=1.0)
+            ax.text(x[0], x[0] * gbps / 1000.0, f" {level} {gbps:.3g} GB/s", rotation=0, va="bottom", fontsize=7,
+                    color="dimgrey")
+
+
+def draw_roofline(ax, reports, np):
+    """Left panel; returns nothing. Axes span every drawn row and roof."""
+    kind_color = {k: f"C{i}" for i, k in enumerate(KINDS)}
+    xs, ys, handles = [], [], []
+    for rep in reports:
+        marker = MARKERS[rep.index % len(MARKERS)]
+        on_axes = lambda r: r["gflop"] > 0 and r["gb"] > 0 and r["ms"] > 0
+        placed = [r for r in rep.rows if on_axes(r)]
+        skipped = [r for r in rep.rows if not on_axes(r)]
+        for r in placed:
+            share = r["ms"] / rep.step_ms
+            ax.scatter(r["intensity"], r["tflops"], s=15 + 900 * share, marker=marker, color=kind_color[r["kind"]],
+                       alpha=0.7, edgecolors="black", linewidths=0.4)
+            xs.append(r["intensity"])
+            ys.append(r["tflops"])
+        note = (f"; {len(skipped)} rows with 0 FLOPs (or bytes, ms) not drawn, {sum(r['ms'] for r in skipped):.2f} ms"
+                if skipped else "")
+        handles.append(ax.scatter([], [], marker=marker, color="white", edgecolors="black",
+                                  label=f"{rep.label}: {len(placed)} rows{note}"))
+    for k in KINDS:
+        if any(r["kind"] == k and r["gflop"] > 0 for rep in reports for r in rep.rows):
+            handles.append(ax.scatter([], [], marker="o", color=kind_color[k], label=k))
+    roof_tops = [t for rep in reports for _, t in rep.gemm_roofs if t > 0]
+    lo = min(xs + [1.0]) / 4
+    hi = max(xs + [1000.0]) * 4
+    draw_roofs(ax, reports, np, (lo, hi))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    y_hi = max(ys + roof_tops + [1e-3]) * 3
+    ax.set_ylim(min(ys + [y_hi / 1e4]) / 3, y_hi)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved TFLOP/s")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(handles=handles, fontsize=7, loc="lower right")
+    ax.set_title("roofline: ops against the measured ceilings", fontsize=9)
+
+
+def draw_time_view(ax, reports, np):
+    """Right panel: per op group and report, the time at its ceiling and the time lost."""
+    groups = {}
+    for rep in reports:
+        for r in rep.rows:
+            at, total = groups.setdefault(group_key(r), {}).get(rep.index, (0.0, 0.0))
+            groups[group_key(r)][rep.index] = (at + r["ms_at_ceiling"], total + r["ms"])
+    order = sorted(groups, key=lambda g: -max(t for _, t in groups[g].values()))
+    order.append("outside the ops")
+    groups["outside the ops"] = {rep.index: (0.0, rep.outside_ms) for rep in reports}
+    n = len(reports)
+    height = 0.8 / n
+    y = np.arange(len(order))
+    for rep in reports:
+        at = np.array([groups[g].get(rep.index, (0.0, 0.0))[0] for g in order])
+        total = np.array([groups[g].get(rep.index, (0.0, 0.0))[1] for g in order])
+        lost = np.maximum(total - at, 0.0)
+        pos = y - 0.4 + height * (rep.index + 0.5)
+        color = f"C{rep.index}"
+        hatch = HATCHES[rep.index % len(HATCHES)]
+        ax.barh(pos, at, height=height, color=color, hatch=hatch, edgecolor="black", linewidth=0.3,
+                label=f"{rep.label}: at the ceiling")
+        ax.barh(pos, lost, height=height, left=at, color=color, alpha=0.3, hatch=hatch, edgecolor="black",
+                linewidth=0.3, label=f"{rep.label}: lost")
+    ax.set_yticks(y)
+    ax.set_yticklabels(order, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms per iteration")
+    ax.grid(True, axis="x", alpha=0.25)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("time: at the ceiling vs lost, per op group", fontsize=9)
+    return len(order)
+
+
+def write_atomically(path, write):
+    """Writes `path` through a temp file in its directory renamed into place; `write(binary file)`."""
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".roofline_plot.", suffix=".png", dir=directory)
+    except OSError as e:
+        raise EnvError(f"cannot write {path}: {e.strerror or e}")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError):
+            raise EnvError(f"cannot write {path}: {e.strerror or e}")
+        raise
+
+
+def write_png(path, reports):
+    np, plt = import_plotting()
+    groups = len({group_key(r) for rep in reports for r in rep.rows}) + 1
+    fig, (ax_roof, ax_time) = plt.subplots(1, 2, figsize=(16, max(7.0, 2.0 + 0.22 * groups * len(reports))))
+    draw_roofline(ax_roof, reports, np)
+    draw_time_view(ax_time, reports, np)
+    machines = sorted({rep.machine for rep in reports})
+    fig.suptitle("\n".join([" / ".join(machines)] + [rep.title() for rep in reports]), fontsize=10)
+    fig.tight_layout()
+    try:
+        write_atomically(path, lambda fh: fig.savefig(fh, format="png", dpi=100))
+    finally:
+        plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
+        description="Draw one or more pretrain_llama --roofline JSON reports on one figure: the log-log "
+                    "roofline beside the time-based view.")
+    ap.add_argument("reports", nargs="+", metavar="FILE", help="a --roofline JSON report")
+    ap.add_argument("--png", metavar="OUT", required=True, help="write the figure to OUT")
+    args = ap.parse_args(argv)
+    try:
+        reports = [Report(p, i) for i, p in enumerate(args.reports)]
+        write_png(args.png, reports)
+    except InputError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except EnvError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    for rep in reports:
+        print(f"{PROG}: {rep.path}: {rep.title()}")
+    print(f"{PROG}: wrote {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
