@@ -9,6 +9,10 @@
 
 #include "numerics/swizzle.h"
 
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/device_state.h"
+#endif
+
 namespace pl::cost {
 
 namespace {
@@ -67,6 +71,17 @@ double scale_bytes_read(const OpContext& ctx, const QuantizedCopy& c) {
   return ctx.device == Device::CUDA ? swizzled_scale_bytes(c) : compact_scale_bytes(c);
 }
 constexpr double kCopyScalarBytes = 8.0;  // a copy's amax and scale_inv (f32 each)
+
+// Whether quantized_gemm runs `f` natively: the CUDA backend's own answer (cuda::gemm_native: the rule
+// quantized_gemm_native on this GPU's sm, unless a test forces the emulated path), so the rows split
+// exactly where the backend calls op_next_phase. The CPU always emulates.
+bool gemm_runs_native(const OpContext& ctx, QuantFormat f) {
+  if (ctx.device != Device::CUDA) return false;
+#if defined(PL_WITH_CUDA)
+  if (ctx.gpu != nullptr) return cuda::gemm_native(*ctx.gpu, f);
+#endif
+  return quantized_gemm_native(f, device_sm(ctx));
+}
 
 // Bytes one element of an emulated GEMM's expanded operand takes: the CPU expands into FP32 scratch,
 // the CUDA emulation into BF16 (op_list.h quantized_gemm).
@@ -300,7 +315,7 @@ OpCosts quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCop
   const double y_bytes = (accumulate ? 2.0 : 1.0) * bytes_of(y);
   const double quantized = code_bytes(a) + code_bytes(b) + scale_bytes_read(ctx, a) + scale_bytes_read(ctx, b);
   const char* fmt = format_row_name(format);
-  const bool native = ctx.device == Device::CUDA && quantized_gemm_native(format, device_sm(ctx));
+  const bool native = gemm_runs_native(ctx, format);
   OpCosts c;
   if (native) {
     c.phase[0] = OpCost{"quantized_gemm", OpKind::Gemm, fmt, 2.0 * M * N * K, quantized + y_bytes,

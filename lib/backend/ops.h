@@ -28,7 +28,7 @@ struct OpContext {
   Timers* timers = nullptr;
   // Which linear layer and GEMM pass the op serves (the roofline report's row; core/op_cost.h). Set by
   // the model; no op reads it.
-  OpTag tag;
+  OpTag tag{};
 };
 // ctx with the tag's linear layer / pass set.
 inline OpContext with_linear(OpContext ctx, LinearKind k) {
