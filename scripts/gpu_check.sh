@@ -412,13 +412,18 @@ if ((roofline_pending)); then
   roofline_run nvfp4 $((rf_budget * 6 / 10)) --recipe bf16_with_nvfp4_mixed
   roofline_run bf16 $((rf_budget - ($(date +%s) - rf_t0) - 20)) --disable-fp4
   plot=$self_dir/roofline_plot.py
+  # A python3 that has matplotlib and numpy: Debian's first (scripts/setup.sh installs them there).
+  plot_py=""
+  for py in /usr/bin/python3 python3; do
+    command -v "$py" >/dev/null 2>&1 && "$py" -c 'import matplotlib, numpy' >/dev/null 2>&1 && { plot_py=$py; break; }
+  done
   if [[ ! -s $rf_dir/roofline_nvfp4.json || ! -s $rf_dir/roofline_bf16.json ]]; then
     say "  roofline plot: skipped (a JSON report is missing)"
   elif [[ ! -f $plot ]]; then
     say "  roofline plot: skipped ($plot is not there; scripts/gpu_bundle.sh copies it)"
-  elif ! python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
+  elif [[ -z $plot_py ]]; then
     say "  roofline plot: skipped (python3 has no matplotlib/numpy here; draw it elsewhere: scripts/roofline_plot.py roofline_bf16.json roofline_nvfp4.json --png roofline.png)"
-  elif plot_out=$(timeout 20 python3 "$plot" "$rf_dir/roofline_bf16.json" "$rf_dir/roofline_nvfp4.json" \
+  elif plot_out=$(timeout 20 "$plot_py" "$plot" "$rf_dir/roofline_bf16.json" "$rf_dir/roofline_nvfp4.json" \
                      --png "$rf_dir/roofline.png" 2>&1); then
     say "  roofline plot: $rf_dir/roofline.png"
   else
