@@ -222,6 +222,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
       EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
       DataParallelRanks{&world, &comm});
   print_data_parallel(world, comm, t, model, trainer->gradient_buckets(), out);
+  attach_roofline(*trainer, o, in.setup, model.context(), world, out);
   if (!o.save.empty())  // (every rank takes part in agree_or_fail; rank 0 holds the lock)
     if (const int rc = agree_or_fail(world, [&] {
           if (in.save_lock) in.save_lock->check_free_space(checkpoint_bytes(model, trainer->optimizer()));
@@ -259,6 +260,7 @@ int build_and_train(const RunInputs& in) {
   OpContext ctx{.device = device, .round_bf16 = !t.fp32_reference};
   print_model_and_plan(setup, t, device, threads, out);
   const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
+  if (o.probe_machine) return probe_machine_command(o, setup, ctx, out);
   const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);
   print_training_and_parameters(mc, t, out);
 

@@ -80,6 +80,11 @@ void print_data_parallel(const parallel::World& world, const parallel::Communica
                          const LlamaModel& model, size_t buckets, const Logger& out);
 void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out);
 
+// roofline.cpp: --probe-machine (prints the ceilings; the exit code) and --roofline (the listener).
+int probe_machine_command(const Options& o, const RunSetup& s, const OpContext& ctx, const Logger& out);
+void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s, const OpContext& ctx,
+                     const parallel::World& world, const Logger& out);
+
 // memory.cpp
 void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm);
 void print_dry_run(const RunSetup& s, const Options& o, const Logger& out);

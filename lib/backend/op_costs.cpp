@@ -236,6 +236,15 @@ OpCosts copy_master_to_param(const OpContext&, const Tensor& param, const Tensor
   return streamed(OpKind::Elementwise, dtype_row_name(param.dtype), 0.0, bytes_of(master) + bytes_of(param));
 }
 
+// The STREAM triad a = b + s·c (the probe's bandwidth op): one multiply and one add per element, 2·n;
+// bytes 3·n·4 (b and c read, a written; as STREAM counts them, the write-allocate read of a is not);
+// the working set is the three arrays (two when a aliases b or c).
+OpCosts stream_triad(const OpContext&, const Tensor& a, const Tensor& b, const Tensor& c, float) {
+  const double n = static_cast<double>(a.numel()), array = n * static_cast<double>(dtype_size(a.dtype));
+  const bool aliased = a.data != nullptr && (a.data == b.data || a.data == c.data);
+  return single(OpKind::Elementwise, "fp32", 2.0 * n, 3.0 * array, (aliased ? 2.0 : 3.0) * array);
+}
+
 // ---- loss ----------------------------------------------------------------------------------------------
 // Per logit: the row max (1 compare), x − max (1), exp (1), the sum (1): 4·T·V for the loss; the
 // gradient adds one multiply, e·(grad_scale/sum) (the −1 at the target is per row): 5·T·V. Bytes: the

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/nvtx.h"
 #include "core/step_timer.h"
 
 #if defined(PL_WITH_CUDA)
@@ -194,18 +195,28 @@ void Timers::mark_loss_computed() {
   start(TimerId::BackwardCompute);
 }
 
+// An op's NVTX range (--profile) and its timer: the range whatever the level, the timer when the level
+// or the op rows ask for it.
 bool Timers::op_begin(TimerId id) {
-  if (op_depth_ > 0 || !op_timed(id)) return false;
-  rethrow_deferred();
-  PL_CHECK(!running(id), "internal: timer {} started while running", timer_name(id));
-  record_start(idx(id));
-  op_category_ = id;
+  if (op_depth_ > 0) return false;
+  const bool timed = op_timed(id);
+  if (!timed && !nvtx::enabled()) return false;
+  if (timed) {
+    rethrow_deferred();
+    PL_CHECK(!running(id), "internal: timer {} started while running", timer_name(id));
+    record_start(idx(id));
+    op_category_ = id;
+  }
   ++op_depth_;
+  op_nvtx_ = nvtx::enabled();
+  if (op_nvtx_) nvtx::push(timer_name(id));
   return true;
 }
 
 void Timers::op_end(TimerId id) noexcept {
   --op_depth_;
+  if (std::exchange(op_nvtx_, false)) nvtx::pop();
+  if (op_category_ != id) return;  // not timed
   try {
     rethrow_deferred();
     PL_CHECK(running(id), "internal: timer {} stopped while not running", timer_name(id));

@@ -183,6 +183,7 @@ class Timers {
   std::vector<OpRow> rows_;
   TimerId op_category_ = TimerId::kCount;
   int op_row_ = -1, op_next_row_ = -1;
+  bool op_nvtx_ = false;  // the running op pushed an NVTX range
 };
 
 // Brackets one op in the dispatch layer on `t` (the op context's Timers). With none (the trainer gives

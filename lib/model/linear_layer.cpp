@@ -99,7 +99,8 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
              "quantization statistics of a {} linear layer [{}x{}] need {} f32 elements of scratch, the model "
              "planned {} (plan it with telemetry on)",
              format_name(p_), p_.out, p_.in, scratch_elements(T_, p_.in, p_.out), scratch_a_.numel());
-  quantize(ctx, ws_->dyq, dy,
+  // dy's two copies serve dgrad (rowwise) and wgrad (columnwise): one row, under dgrad.
+  quantize(dgrad, ws_->dyq, dy,
            {.format = *p_.dy, .rowwise = true, .columnwise = true, .rht_columnwise = p_.rht,
             .stochastic = p_.stochastic_rounding, .seed = kStochasticRoundingSeed, .stream_id = stream_base_,
             .counter = step.counter, .compact_scales = false});

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <cmath>
 
+#include "backend/profiler.h"
 #include "core/error.h"
+#include "core/nvtx.h"
 #include "core/step_timer.h"
 #include "core/timers.h"
 #include "log/megatron_log.h"
 #include "model/accounting.h"
+#include "roofline/report.h"
 
 namespace pl {
 
@@ -146,6 +149,7 @@ struct Trainer::RunState {
   TrainResult res;
   double interval_seconds = 0.0;
   int64_t interval_timed = 0;
+  roofline::Measurement roofline;  // --roofline: the window measured so far (rows read at report time)
   size_t allocs_after_first = 0;
   bool memory_reported = false;
   bool exited = false;  // stopped before --train-iters (--exit-interval, a signal): no final evaluation
@@ -153,7 +157,7 @@ struct Trainer::RunState {
 
 Trainer::RunState::RunState(const Trainer& t, const TrainState& start)
     : step_timer(t.model_.context().device),
-      timers(t.model_.context().device, t.cfg_.timing_log_level),
+      timers(t.model_.context().device, t.cfg_.timing_log_level, t.cfg_.roofline),
       iter_flops(flops_per_iteration(t.model_.config(), t.cfg_.global_batch_size, t.cfg_.seq_length)),
       tokens(static_cast<size_t>(t.model_.tokens_per_micro_batch())),
       labels(tokens.size()),
@@ -165,7 +169,8 @@ Trainer::RunState::RunState(const Trainer& t, const TrainState& start)
 
 TrainResult Trainer::run(const TrainState& start) {
   RunState r(*this, start);
-  const ModelTimers timed_ops(model_, cfg_.timing_log_level > 0 ? &r.timers : nullptr);
+  // The ops report to the timers when anything is timed, and for --profile's NVTX ranges.
+  const ModelTimers timed_ops(model_, cfg_.timing_log_level > 0 || cfg_.roofline || cfg_.profile ? &r.timers : nullptr);
   while (r.st.iteration < cfg_.train_iters) {
     const int64_t iteration = step(r);
     // An --exit-interval stop prints no extra line (as Megatron's training_log): the open interval's
@@ -174,6 +179,7 @@ TrainResult Trainer::run(const TrainState& start) {
     if (after_iteration(r, iteration)) break;
   }
   sync_.finish_weight_gather();  // the model's weights complete for whoever reads them next
+  report_roofline(r, true);
   TrainResult& res = r.res;
   res.allocations_in_loop =
       res.seconds.empty() ? 0 : memory_stats(model_.context().device).total_allocs - r.allocs_after_first;
@@ -194,11 +200,23 @@ TrainResult Trainer::run(const TrainState& start) {
 // the gradient norm is not finite), and the loop state's counters. Returns the iteration's number.
 int64_t Trainer::step(RunState& r) {
   TrainState& st = r.st;
+  const bool measured = measured_by_roofline(r, st.iteration + 1);
+  if (measured) r.timers.set_op_rows_active(true);
+  profile_window(st.iteration, true);
+  const nvtx::Range step_range("iteration");
   r.step_timer.start();
   const double loss = forward_backward(r);
   const double lr = schedule_.lr_at(st.scheduler_samples);
   const AdamW::Result opt = optimizer_step(r, loss, lr);
   const double seconds = r.step_timer.stop_seconds();
+  if (measured) {
+    r.timers.set_op_rows_active(false);
+    roofline::Measurement& m = r.roofline;
+    if (m.iterations++ == 0) m.first_iteration = st.iteration + 1;
+    m.last_iteration = st.iteration + 1;
+    m.step_ms_sum += seconds * 1e3;
+  }
+  profile_window(st.iteration + 1, false);
 
   r.res.loss.push_back(std::isfinite(loss) ? loss : std::nan(""));
   r.res.grad_norm.push_back(opt.grad_norm);
@@ -327,9 +345,43 @@ void Trainer::log_interval(RunState& r, int64_t iteration) {
              cfg_.timing_log_option))
       print_last(line);
   if (quant_stats_at(iteration)) log_quant_stats(iteration);
+  if (cfg_.roofline_at_log_interval) report_roofline(r, false);
   r.interval_seconds = st.interval_loss = 0.0;
   r.interval_timed = 0;
   st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;
+}
+
+// --roofline's window (trainer.h set_roofline_listener). Megatron's --profile window: profiling starts
+// before the iteration whose 0-based index is --profile-step-start and stops after 1-based iteration
+// --profile-step-end (train_config.h), i.e. iterations profile_step_start + 1 .. profile_step_end.
+bool Trainer::measured_by_roofline(const RunState& r, int64_t iteration) const {
+  if (!cfg_.roofline) return false;
+  if (cfg_.profile) return iteration > cfg_.profile_step_start && iteration <= cfg_.profile_step_end;
+  const bool runs_one = cfg_.train_iters - r.res.first_iteration + 1 <= 1;
+  return runs_one || iteration > r.res.first_iteration;
+}
+
+// Megatron's --profile on the listed ranks: the CUDA profiler and the NVTX ranges start before the step
+// when `completed` (the iterations done) equals --profile-step-start, and stop after the step that makes
+// it --profile-step-end (train_config.h).
+void Trainer::profile_window(int64_t completed, bool before_step) const {
+  if (!cfg_.profile || std::find(cfg_.profile_ranks.begin(), cfg_.profile_ranks.end(), world_->rank()) ==
+                           cfg_.profile_ranks.end())
+    return;
+  const Device device = model_.context().device;
+  if (before_step && completed == cfg_.profile_step_start) {
+    profiler_start(device);
+    nvtx::set_enabled(true);
+  } else if (!before_step && completed == cfg_.profile_step_end) {
+    nvtx::set_enabled(false);
+    profiler_stop(device);
+  }
+}
+
+void Trainer::report_roofline(RunState& r, bool final) {
+  if (!cfg_.roofline || !roofline_) return;
+  r.roofline.rows = r.timers.op_rows();
+  roofline_(r.roofline, final);
 }
 
 // What follows an iteration's log line, in Megatron's order (training.py, train()): the evaluation, the

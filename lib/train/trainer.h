@@ -17,6 +17,7 @@
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "model/llama.h"
+#include "roofline/report.h"
 #include "train/gradient_sync.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
@@ -50,6 +51,9 @@ struct TrainState {
   double interval_loss = 0.0;
   int64_t interval_iters = 0, interval_good = 0, interval_skipped = 0, interval_nan = 0;
 };
+// --roofline: the op rows measured over the window so far; `final` at the end of the run (before the
+// final evaluation), otherwise at a --log-interval (--roofline-at-log-interval).
+using RooflineFn = std::function<void(const roofline::Measurement& m, bool final)>;
 // Called after each iteration (after its log line and validation) with the state after it; `last`
 // is true for the last iteration this process runs (--train-iters or --exit-interval reached).
 using CheckpointFn = std::function<void(const TrainState& state, bool last)>;
@@ -105,6 +109,10 @@ class Trainer {
   // iteration is the last: the checkpoint callback runs with last = true, a line says why, and run()
   // returns without the final evaluation (as an --exit-interval stop). Null: signals are not watched.
   void set_stop_flag(const volatile std::sig_atomic_t* flag) { stop_flag_ = flag; }
+  // --roofline: receives the measurement (see RooflineFn). The window of iterations it covers: Megatron's
+  // --profile window when --profile is given, else every iteration this process runs but its first (which
+  // builds plans and warms caches) unless it runs only one.
+  void set_roofline_listener(RooflineFn fn) { roofline_ = std::move(fn); }
 
  private:
   struct RunState;  // one run()'s loop state (trainer.cpp)
@@ -112,6 +120,9 @@ class Trainer {
   double forward_backward(RunState& r);
   AdamW::Result optimizer_step(RunState& r, double loss, double lr);
   void log_interval(RunState& r, int64_t iteration);
+  bool measured_by_roofline(const RunState& r, int64_t iteration) const;
+  void report_roofline(RunState& r, bool final);
+  void profile_window(int64_t completed, bool before_step) const;
   // --quant-stats-interval: the iteration's last backward collects quantization telemetry.
   bool quant_stats_at(int64_t iteration) const {
     return cfg_.quant_stats_interval > 0 && iteration % cfg_.quant_stats_interval == 0;
@@ -141,6 +152,7 @@ class Trainer {
   AdamW opt_;
   GradientSync sync_;
   const volatile std::sig_atomic_t* stop_flag_ = nullptr;
+  RooflineFn roofline_;
   LrSchedule schedule_;
 };
 

@@ -53,14 +53,18 @@ void expect_finite_positive_roofs(const MachineCeilings& c) {
     EXPECT_GT(g->best_shape.m * g->best_shape.n * g->best_shape.k, 0) << f;
     EXPECT_EQ(g->datasheet_tflops, 0.0) << "a CPU has no datasheet peak";
     // The emulated formats also give the whole op's rate, expansion included: slower than the GEMM alone.
-    if (std::string(f) != "bf16") EXPECT_TRUE(g->path_tflops > 0.0 && g->path_tflops <= g->tflops) << f;
+    if (std::string(f) != "bf16") {
+      EXPECT_TRUE(g->path_tflops > 0.0 && g->path_tflops <= g->tflops) << f;
+    }
   }
   ASSERT_GE(c.memory.size(), 2u);  // at least one cache level and DRAM
   for (size_t i = 0; i < c.memory.size(); ++i) {
     EXPECT_TRUE(std::isfinite(c.memory[i].gbps) && c.memory[i].gbps > 0.0) << c.memory[i].level;
     if (i + 1 < c.memory.size()) {
       EXPECT_GT(c.memory[i].capacity_bytes, 0.0) << c.memory[i].level;
-      if (i > 0) EXPECT_GT(c.memory[i].capacity_bytes, c.memory[i - 1].capacity_bytes) << c.memory[i].level;
+      if (i > 0) {
+        EXPECT_GT(c.memory[i].capacity_bytes, c.memory[i - 1].capacity_bytes) << c.memory[i].level;
+      }
     }
   }
   EXPECT_EQ(c.memory.back().level, "DRAM");
@@ -266,7 +270,9 @@ TEST(MachineCeilings, MemoryLevelsAscendAndAreSizedForTheLevel) {
 
 TEST(MachineCeilings, DefaultCachePathFollowsXdg) {
   const std::string p = default_ceilings_cache_path();
-  if (!p.empty()) EXPECT_NE(p.find("pretrain_llama/machine_ceilings.json"), std::string::npos) << p;
+  if (!p.empty()) {
+    EXPECT_NE(p.find("pretrain_llama/machine_ceilings.json"), std::string::npos) << p;
+  }
 }
 
 }  // namespace
