@@ -18,7 +18,8 @@ HELP_EPILOG = """\
 what is drawn:
   left   the log-log roofline (Yang et al., "Hierarchical Roofline Performance Analysis for Deep
          Learning Applications", 2020): one horizontal compute roof per GEMM format of the report's
-         measured ceilings, one bandwidth slope per memory level (intensity x GB/s), and one marker per
+         measured ceilings, one bandwidth slope per memory level (intensity x GB/s; roofs within 3% of
+         each other share one line and one label, e.g. "bf16/fp8 0.206-0.208 TFLOP/s"), one marker per
          op row at (arithmetic intensity, achieved TFLOP/s); its area is the row's share of the step,
          its colour the row's kind, its shape the report. Rows with 0 FLOPs (or 0 bytes, or 0 ms) have
          no place on these axes: they are not drawn, and the legend counts them per report.
@@ -173,35 +174,104 @@ def import_plotting():
     return np, plt
 
 
-def draw_roofs(ax, reports, np, x_range):
-    """The compute roofs and bandwidth slopes, once per distinct value (reports of one machine share them)."""
+# Roofs within 3% of each other are drawn as one line with one label: on one machine that is the probe's
+# trial-to-trial spread (the CPU's emulated formats all run the same FP32 GEMM), not a different ceiling, and
+# separate labels would print on top of each other.
+MERGE_RATIO = 1.03
+LABEL_FONTSIZE = 7
+LABEL_HEIGHT_PT = LABEL_FONTSIZE * 1.6  # one line of text in its background box, with a hair of room
+LABEL_PAD_PT = 1.5  # between a label and its own line
+
+
+def merge_roofs(entries):
+    """entries: (name, value, report index) in the reports' order. Returns the drawn roofs, highest first: dicts
+    with names (in the reports' order, each once), lo and hi (the values merged) and solid (report 0 has one)."""
+    first_seen = {}
+    for name, _, _ in entries:
+        first_seen.setdefault(name, len(first_seen))
+    groups = []
+    for name, value, index in sorted((e for e in entries if e[1] > 0), key=lambda e: -e[1]):
+        if not groups or value * MERGE_RATIO < groups[-1]["hi"]:
+            groups.append({"names": [], "hi": value, "lo": value, "solid": False})
+        group = groups[-1]
+        group["lo"] = value
+        group["solid"] |= index == 0
+        if name not in group["names"]:
+            group["names"].append(name)
+    for group in groups:
+        group["names"].sort(key=first_seen.get)
+    return groups
+
+
+def roof_label(group, unit):
+    lo, hi = f"{group['lo']:.3g}", f"{group['hi']:.3g}"
+    return f"{'/'.join(group['names'])} {hi if lo == hi else lo + '-' + hi} {unit}"
+
+
+def stack_labels(anchors_pt):
+    """Vertical offsets (points, of each label's bottom from its anchor) for labels beside lines through the
+    anchors (display points): above its own line where the next line and label up leave room, else below it,
+    else pushed down as far as they need. Labels never overlap each other."""
+    offsets = [0.0] * len(anchors_pt)
+    limit = math.inf  # the lowest line or label bottom placed so far: nothing may reach above it
+    for i in sorted(range(len(anchors_pt)), key=lambda k: -anchors_pt[k]):
+        y = anchors_pt[i]
+        above, below = y + LABEL_PAD_PT, y - LABEL_PAD_PT - LABEL_HEIGHT_PT
+        if above + LABEL_HEIGHT_PT <= limit:
+            bottom = above
+        elif below + LABEL_HEIGHT_PT <= limit:
+            bottom = below
+        else:
+            bottom = limit - LABEL_HEIGHT_PT
+        offsets[i] = bottom - y
+        limit = min(bottom, y - LABEL_PAD_PT)
+    return offsets
+
+
+def draw_roofs(ax, reports, np, x_range, y_lo):
+    """The compute roofs and bandwidth slopes, once per distinct value (reports of one machine share them).
+    Returns the labels to place once the layout is final: (text, anchor (x, y), 'left' or 'right', colour)."""
     lo, hi = x_range
-    top = max((t for r in reports for _, t in r.gemm_roofs), default=0.0)
-    drawn = set()
-    for rep in reports:
-        style = "-" if rep.index == 0 else "--"
-        for fmt, tflops in rep.gemm_roofs:
-            key = ("gemm", fmt, round(tflops, 9))
-            if tflops <= 0 or key in drawn:
-                continue
-            drawn.add(key)
-            ax.hlines(tflops, lo, hi, colors="black", linestyles=style, linewidth=1.0)
-            ax.text(hi, tflops, f" {fmt} {tflops:.3g} TFLOP/s", va="bottom", ha="right", fontsize=7)
-        for level, gbps in rep.memory_roofs:
-            key = ("memory", level, round(gbps, 9))
-            if gbps <= 0 or key in drawn:
-                continue
-            drawn.add(key)
-            # intensity (FLOP/byte) x GB/s = GFLOP/s; up to the highest compute roof (the ridge point).
-            ridge = top * 1000.0 / gbps if top > 0 else hi
-            x = np.geomspace(lo, max(lo * 1.0001, min(hi, ridge)), 32)
-            ax.plot(x, x * gbps / 1000.0, color="grey", linestyle=style, linewidth=1.0)
-            ax.text(x[0], x[0] * gbps / 1000.0, f" {level} {gbps:.3g} GB/s", rotation=0, va="bottom", fontsize=7,
-                    color="dimgrey")
+    compute = merge_roofs([(f, t, rep.index) for rep in reports for f, t in rep.gemm_roofs])
+    memory = merge_roofs([(lvl, g, rep.index) for rep in reports for lvl, g in rep.memory_roofs])
+    top = compute[0]["hi"] if compute else 0.0
+    labels = []
+    for group in compute:
+        ax.hlines(group["hi"], lo, hi, colors="black", linestyles="-" if group["solid"] else "--", linewidth=1.0)
+        labels.append((roof_label(group, "TFLOP/s"), (hi, group["hi"]), "right", "black"))
+    for group in memory:
+        gbps = group["hi"]
+        # intensity (FLOP/byte) x GB/s = GFLOP/s; from where the slope enters the axes (the left edge, or
+        # the bottom edge for a slow level) up to the highest compute roof (the ridge point).
+        start = max(lo, y_lo * 1000.0 / gbps)
+        ridge = min(hi, top * 1000.0 / gbps if top > 0 else hi)
+        if start >= ridge:
+            continue
+        x = np.geomspace(start, ridge, 32)
+        ax.plot(x, x * gbps / 1000.0, color="grey", linestyle="-" if group["solid"] else "--", linewidth=1.0)
+        labels.append((roof_label(group, "GB/s"), (start, start * gbps / 1000.0), "left", "dimgrey"))
+    return labels
+
+
+def place_roof_labels(ax, labels, dpi):
+    """Draws the roof labels, stacked so none covers another; needs the figure's final layout (drawn once)."""
+    for side in ("left", "right"):
+        mine = [lab for lab in labels if lab[2] == side]
+        anchors_pt = [ax.transData.transform(anchor)[1] * 72.0 / dpi for _, anchor, _, _ in mine]
+        for (text, anchor, _, color), dy in zip(mine, stack_labels(anchors_pt)):
+            # A label pushed off its own line (roofs too close for all labels beside them) gets a leader to it.
+            beside = min(abs(dy - LABEL_PAD_PT), abs(dy + LABEL_PAD_PT + LABEL_HEIGHT_PT)) < 0.01
+            leader = None if beside else dict(arrowstyle="-", color=color, linewidth=0.5, shrinkA=0, shrinkB=0)
+            ann = ax.annotate(text, anchor, xytext=(4 if side == "left" else -4, dy), textcoords="offset points",
+                              ha=side, va="bottom", fontsize=LABEL_FONTSIZE, color=color, annotation_clip=False,
+                              arrowprops=leader,
+                              bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none", alpha=0.8))
+            ann.set_in_layout(False)  # the layout is final: a label must not move the axes it was placed on
 
 
 def draw_roofline(ax, reports, np):
-    """Left panel; returns nothing. Axes span every drawn row and roof."""
+    """Left panel; returns the roof labels to place after the layout (place_roof_labels). Axes span every
+    drawn row and roof, starting about a decade below the lowest marker."""
     kind_color = {k: f"C{i}" for i, k in enumerate(KINDS)}
     xs, ys, handles = [], [], []
     for rep in reports:
@@ -225,17 +295,20 @@ def draw_roofline(ax, reports, np):
     roof_tops = [t for rep in reports for _, t in rep.gemm_roofs if t > 0]
     lo = min(xs + [1.0]) / 4
     hi = max(xs + [1000.0]) * 4
-    draw_roofs(ax, reports, np, (lo, hi))
+    y_hi = max(ys + roof_tops + [1e-3]) * 3
+    # The decade at or below half the lowest marker: room under the markers for the legend, no empty decades.
+    y_lo = 10.0 ** math.floor(math.log10(min(ys) / 2 if ys else y_hi / 1e3))
+    labels = draw_roofs(ax, reports, np, (lo, hi), y_lo)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    y_hi = max(ys + roof_tops + [1e-3]) * 3
-    ax.set_ylim(min(ys + [y_hi / 1e4]) / 3, y_hi)
+    ax.set_ylim(y_lo, y_hi)
     ax.set_xlabel("arithmetic intensity (FLOP/byte)")
     ax.set_ylabel("achieved TFLOP/s")
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(handles=handles, fontsize=7, loc="lower right")
     ax.set_title("roofline: ops against the measured ceilings", fontsize=9)
+    return labels
 
 
 def draw_time_view(ax, reports, np):
@@ -267,7 +340,9 @@ def draw_time_view(ax, reports, np):
     ax.invert_yaxis()
     ax.set_xlabel("ms per iteration")
     ax.grid(True, axis="x", alpha=0.25)
-    ax.legend(fontsize=7, loc="lower right")
+    # Beside the axes, not in them: whichever corner, a long group (the time outside the ops is the last row)
+    # could run under it.
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     ax.set_title("time: at the ceiling vs lost, per op group", fontsize=9)
     return len(order)
 
@@ -299,12 +374,16 @@ def write_atomically(path, write):
 def write_png(path, reports):
     np, plt = import_plotting()
     groups = len({group_key(r) for rep in reports for r in rep.rows}) + 1
-    fig, (ax_roof, ax_time) = plt.subplots(1, 2, figsize=(16, max(7.0, 2.0 + 0.22 * groups * len(reports))))
-    draw_roofline(ax_roof, reports, np)
+    # Constrained layout reserves the figure title's lines above the panels' titles and the tick labels'
+    # and legend's width beside them (tight_layout() left the title's lines over the panels' titles).
+    fig, (ax_roof, ax_time) = plt.subplots(1, 2, figsize=(16, max(7.0, 2.0 + 0.22 * groups * len(reports))),
+                                           constrained_layout=True)
+    labels = draw_roofline(ax_roof, reports, np)
     draw_time_view(ax_time, reports, np)
     machines = sorted({rep.machine for rep in reports})
     fig.suptitle("\n".join([" / ".join(machines)] + [rep.title() for rep in reports]), fontsize=10)
-    fig.tight_layout()
+    fig.canvas.draw()  # the final layout, so the roof labels can be stacked in display points
+    place_roof_labels(ax_roof, labels, fig.dpi)
     try:
         write_atomically(path, lambda fh: fig.savefig(fh, format="png", dpi=100))
     finally:

@@ -5,6 +5,7 @@ NVFP4 one, the schema of lib/roofline/report.h) and on bad ones. Plain unittest;
 """
 
 import copy
+import importlib.util
 import json
 import os
 import subprocess
@@ -55,6 +56,37 @@ def report(label, recipe, gemm_format, gemm_ms):
                                     {"level": "DRAM", "capacity_bytes": 0, "gbps": 20.0}]},
             "recipe": recipe, "label": label, "iterations": 4, "step_ms": step, "sol_ms": sol,
             "pct_of_sol": 100.0 * sol / step, "inside_ops_ms": inside, "outside_ops_ms": step - inside, "rows": rows}
+
+
+def load_script():
+    """The script as a module, for its pure helpers (no matplotlib is imported by loading it)."""
+    spec = importlib.util.spec_from_file_location("roofline_plot", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class RoofLabels(unittest.TestCase):
+    def test_roofs_within_three_percent_share_one_label(self):
+        rp = load_script()
+        # The CPU probe's four formats (one FP32 GEMM underneath) and two roofs of a second report.
+        entries = [("bf16", 0.2074, 0), ("fp8", 0.2068, 0), ("mxfp8", 0.2064, 0), ("nvfp4", 0.20754, 0),
+                   ("bf16", 0.19, 1), ("nvfp4", 0.0, 1)]
+        groups = rp.merge_roofs(entries)
+        self.assertEqual([g["names"] for g in groups], [["bf16", "fp8", "mxfp8", "nvfp4"], ["bf16"]])
+        self.assertEqual(rp.roof_label(groups[0], "TFLOP/s"), "bf16/fp8/mxfp8/nvfp4 0.206-0.208 TFLOP/s")
+        self.assertEqual(rp.roof_label(groups[1], "TFLOP/s"), "bf16 0.19 TFLOP/s")
+        self.assertEqual([g["solid"] for g in groups], [True, False])  # report 0's roofs solid, the others dashed
+
+    def test_stacked_labels_never_overlap(self):
+        rp = load_script()
+        h = rp.LABEL_HEIGHT_PT
+        anchors = [100.0, 104.0, 108.0, 300.0, 40.0, 41.0]  # three roofs a few points apart, two nearly equal
+        offsets = rp.stack_labels(anchors)
+        spans = sorted((a + d, a + d + h) for a, d in zip(anchors, offsets))
+        for (_, top), (bottom, _) in zip(spans, spans[1:]):
+            self.assertLessEqual(top, bottom + 1e-9)
+        self.assertAlmostEqual(offsets[3], rp.LABEL_PAD_PT)  # a lone roof keeps its label just above it
 
 
 class RooflinePlot(unittest.TestCase):
