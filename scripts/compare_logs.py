@@ -10,7 +10,8 @@ import math
 import os
 import re
 import sys
-import tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # atomic_output.py beside this script
+from atomic_output import write_atomically  # noqa: E402
 
 PROG = "compare_logs.py"
 
@@ -293,30 +294,6 @@ def csv_num(x):
     return str(x)
 
 
-def write_atomically(path, what, write):
-    """Writes `path` through a temp file in its directory renamed into place; `write(binary file)`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".compare_logs.", suffix=what, dir=directory)
-    except OSError as e:
-        raise Error(f"cannot write {path}: {e.strerror or e}")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise Error(f"cannot write {path}: {e.strerror or e}")
-        raise
-
-
 def write_csv(path, logs):
     """One row per log, in the order given: the table's figures with all their digits (after analyse())."""
     import csv
@@ -330,7 +307,7 @@ def write_csv(path, logs):
                     csv_num(log.tail_loss), log.tail_n, csv_num(None if log.gap is None else 100 * log.gap),
                     log.nonfinite, csv_num(log.val_iter), csv_num(log.val_loss),
                     csv_num(None if log.val_gap is None else 100 * log.val_gap)])
-    write_atomically(path, ".csv", lambda fh: fh.write(buf.getvalue().encode("utf-8")))
+    write_atomically(path, ".csv", Error, lambda fh: fh.write(buf.getvalue().encode("utf-8")))
 
 
 def write_png(path, logs, np):
@@ -375,7 +352,7 @@ def write_png(path, logs, np):
             ax.legend(fontsize=8)
     fig.tight_layout()
     try:
-        write_atomically(path, ".png", lambda fh: fig.savefig(fh, format="png", dpi=100))
+        write_atomically(path, ".png", Error, lambda fh: fig.savefig(fh, format="png", dpi=100))
     finally:
         plt.close(fig)
 

@@ -10,7 +10,8 @@ import json
 import math
 import os
 import sys
-import tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # atomic_output.py beside this script
+from atomic_output import write_atomically  # noqa: E402
 
 PROG = "roofline_plot.py"
 
@@ -347,30 +348,6 @@ def draw_time_view(ax, reports, np):
     return len(order)
 
 
-def write_atomically(path, write):
-    """Writes `path` through a temp file in its directory renamed into place; `write(binary file)`."""
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".roofline_plot.", suffix=".png", dir=directory)
-    except OSError as e:
-        raise EnvError(f"cannot write {path}: {e.strerror or e}")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            write(fh)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what open() would have made
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise EnvError(f"cannot write {path}: {e.strerror or e}")
-        raise
-
-
 def write_png(path, reports):
     np, plt = import_plotting()
     groups = len({group_key(r) for rep in reports for r in rep.rows}) + 1
@@ -385,7 +362,7 @@ def write_png(path, reports):
     fig.canvas.draw()  # the final layout, so the roof labels can be stacked in display points
     place_roof_labels(ax_roof, labels, fig.dpi)
     try:
-        write_atomically(path, lambda fh: fig.savefig(fh, format="png", dpi=100))
+        write_atomically(path, ".png", EnvError, lambda fh: fig.savefig(fh, format="png", dpi=100))
     finally:
         plt.close(fig)
 

@@ -134,7 +134,7 @@ class OurLogs(unittest.TestCase):
             data = fh.read()
         self.assertGreater(len(data), 1000)
         self.assertTrue(data.startswith(b"\x89PNG\r\n\x1a\n"))
-        self.assertEqual([f for f in os.listdir(self.tmp.name) if f.startswith(".compare_logs.")], [])
+        self.assertEqual([f for f in os.listdir(self.tmp.name) if f.startswith(".pl_output.")], [])
         # A PNG that cannot be written: one error line, no table, no temp file left.
         rc, out, err = compare(self.logs["bf16.log"], self.logs["nvfp4.log"], "--png",
                                os.path.join(self.tmp.name, "no-such-dir", "x.png"))
