@@ -41,6 +41,13 @@ ReportRow judge_row(const OpRow& row, const MachineCeilings& c, double iteration
   const double seconds = r.ms_per_iter / 1e3;
   r.achieved_tflops = seconds > 0.0 ? flops / seconds / 1e12 : 0.0;
   r.achieved_gbps = seconds > 0.0 ? bytes / seconds / 1e9 : 0.0;
+  if (row.key.kind == OpKind::Comm) {
+    // No interconnect roof is probed: a collective counts at its measured time (100% of "its ceiling").
+    r.memory_level = "net";
+    r.ms_at_ceiling = r.ms_per_iter;
+    r.pct_of_ceiling = r.ms_per_iter > 0.0 ? 100.0 : 0.0;
+    return r;
+  }
   const MemoryCeiling& level = c.level_for(row.working_set);
   r.memory_level = level.level;
   r.bandwidth_gbps = level.gbps;
@@ -136,6 +143,9 @@ std::vector<std::string> report_lines(const Report& r) {
   if (r.mfu > 0.0)
     out.push_back(fmt::format("roofline | MFU {:.1f}% (model FLOPs against the BF16 dense datasheet peak of {})", 100.0 * r.mfu,
                               r.machine.name));
+  if (std::any_of(r.rows.begin(), r.rows.end(), [](const ReportRow& x) { return x.kind == "comm"; }))
+    out.push_back("roofline | communication rows: the time the step waits for the collective, counted at that time in "
+                  "the speed of light (no interconnect roof is probed); GB = NCCL-tests' bus bytes");
   out.push_back("roofline | timing every op adds a little overhead (one timer pair per op; CUDA events on a GPU)");
   return out;
 }

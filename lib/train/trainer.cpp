@@ -134,6 +134,21 @@ std::vector<log::TimerOverRanks> Trainer::timers_over_ranks(std::span<const Time
   return out;
 }
 
+namespace {
+// A collective over `ranks` on buffer `t`, for the roofline: NCCL-tests' "bus bytes" (what each rank sends,
+// and receives, over the ring: (ranks-1)/ranks of the buffer per pass, 2 passes for an all-reduce, 1 for a
+// reduce-scatter or an all-gather), the reduction's adds for a reducing collective. Its row shows the time
+// the step waits for it (with overlap, the rest runs under the backward or the next forward).
+OpCosts collective_cost(const Tensor& t, int64_t ranks, double passes, bool reduces) {
+  const double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  const double bytes = static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype));
+  OpCosts c;
+  c.phase[0] = OpCost{nullptr, OpKind::Comm, t.dtype == DType::BF16 ? "bf16" : "fp32",
+                      reduces ? share * static_cast<double>(t.numel()) : 0.0, passes * share * bytes, bytes};
+  return c;
+}
+}  // namespace
+
 // One run()'s loop state beside the TrainState (which a checkpoint saves): the timers, the batch
 // buffers, and what this process measures. Timings are not state: the first interval after a resume
 // times only this process's iterations.
@@ -275,9 +290,13 @@ double Trainer::forward_backward(RunState& r) {
   timers.stop(TimerId::ForwardBackward);
   r.st.micro_batches_done += M * dp;
   // (Timed with more than one rank only, so one-rank logs keep their timer lines.)
-  if (dp > 1) timers.start(TimerId::AllGradsSync);
-  sync_.finish_gradient_reduction();
-  if (dp > 1) timers.stop(TimerId::AllGradsSync);
+  {
+    const OpTimer reduction(dp > 1 ? &timers : nullptr, TimerId::AllGradsSync);
+    if (reduction.measuring_rows())
+      reduction.attach(model_.sharded() ? "reduce_scatter" : "all_reduce", {},
+                       collective_cost(model_.grads_padded(), dp, model_.sharded() ? 1.0 : 2.0, true));
+    sync_.finish_gradient_reduction();
+  }
   // The reported loss is the sum over the ranks.
   loss_sum = world_->all_reduce_sum(loss_sum);
   return loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp));
@@ -299,9 +318,12 @@ AdamW::Result Trainer::optimizer_step(RunState& r, double loss, double lr) {
   r.st.consumed_samples += cfg_.global_batch_size;
   if (!step.skipped) {
     r.st.scheduler_samples += cfg_.global_batch_size;
-    if (model_.sharded()) timers.start(TimerId::ParamsAllGather);
-    sync_.gather_weights();  // the distributed optimizer's updated shards to every rank (or queued)
-    if (model_.sharded()) timers.stop(TimerId::ParamsAllGather);
+    {
+      const OpTimer gather(model_.sharded() ? &timers : nullptr, TimerId::ParamsAllGather);
+      if (gather.measuring_rows())
+        gather.attach("all_gather", {}, collective_cost(model_.weights_padded(), cfg_.data_parallel_size, 1.0, false));
+      sync_.gather_weights();  // the distributed optimizer's updated shards to every rank (or queued)
+    }
     // Quantized weight copies for the next step's micro-batches (with --overlap-param-gather the next
     // forward makes each layer's when its weights have arrived).
     if (!cfg_.overlap_param_gather) {

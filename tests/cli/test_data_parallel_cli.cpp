@@ -127,6 +127,30 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
   }
 }
 
+// --roofline over two ranks: rank 0 alone probes and prints the table (once), and the gradient reduction
+// is a row of its own: an all-reduce, or with the distributed optimizer a reduce-scatter and the weights'
+// all-gather, each with NCCL-tests' bus bytes for 2 ranks (one buffer's worth per pass).
+TEST(DataParallelCli, RooflineHasTheCollectivesAsRows) {
+  SKIP_WITHOUT_MPI();
+  pl::test::TempDir dir;
+  for (const bool distributed : {false, true}) {
+    std::vector<std::string> extra = {"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings",
+                                      (dir.path() / "c.json").string()};
+    if (distributed) extra.push_back("--use-distributed-optimizer");
+    const ProcessResult two = run_ranks(2, tiny(3, extra));
+    ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+    EXPECT_EQ(count(two.out, "of speed of light"), 1u) << two.out;
+    const std::string json = pl::test::read_text_file((dir.path() / "r.json").string());
+    if (distributed) {
+      EXPECT_NE(json.find("\"op\": \"reduce_scatter\""), std::string::npos) << json;
+      EXPECT_NE(json.find("\"op\": \"all_gather\""), std::string::npos) << json;
+    } else {
+      EXPECT_NE(json.find("\"op\": \"all_reduce\""), std::string::npos) << json;
+    }
+    EXPECT_NE(json.find("\"kind\": \"comm\""), std::string::npos) << json;
+  }
+}
+
 // A checkpoint's files do not depend on the rank count: 2 ranks save, 1 rank resumes (and the reverse),
 // continuing as a straight run of its own rank count does (to the printed digits), and a 2-rank resume
 // of a 2-rank checkpoint prints exactly the straight 2-rank lines.

@@ -127,6 +127,21 @@ class RooflineRuns(unittest.TestCase):
         self.assertIn("quantized_gemm:expand", ops)
         self.assertNotIn("quantized_gemm", {row["op"] for row in self.runs["bf16"][1]["rows"]})
 
+    def test_profile_window_bounds_the_measurement(self):
+        # Megatron's --profile window: 1-based iterations start+1 .. end; the table at each log interval too.
+        tiny = os.path.join(os.environ["PL_CONFIG_DIR"], "models", "llama_tiny.json")
+        path = os.path.join(self.tmp.name, "r_window.json")
+        out = run_app(["--model", tiny, "--device", "cpu", "--threads", "2", "--train-iters", "5",
+                       "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "32", "--disable-fp4",
+                       "--roofline", path, "--roofline-at-log-interval", "--log-interval", "2",
+                       "--machine-ceilings", os.path.join(self.tmp.name, "ceilings.json"),
+                       "--profile", "--profile-step-start", "1", "--profile-step-end", "3"])
+        with open(path) as fh:
+            r = json.load(fh)
+        self.assertEqual((r["first_iteration"], r["last_iteration"], r["iterations"]), (2, 3, 2))
+        # Log intervals end at 2 (iteration 2 measured), 4 and 5 (2-3), and the end of the run: four tables.
+        self.assertEqual(len(SOL.findall(out)), 4, out)
+
     def test_plot_writes_a_png(self):
         png = os.path.join(self.tmp.name, "roof.png")
         p = subprocess.run([sys.executable, PLOT, self.runs["bf16"][2], self.runs["nvfp4"][2], "--png", png],
