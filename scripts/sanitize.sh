@@ -6,7 +6,7 @@
 # Configures DIR (default build-sanitize): CPU only (-DPL_CUDA=OFF), gcc, -DPL_SANITIZE=ON
 # (-fsanitize=address,undefined -fno-sanitize-recover=undefined on the library, the apps, the tools and
 # the tests), -O1 -g1; builds it and runs ctest on it, in two passes: every test but those run under
-# mpirun with leak detection on, then those with it off (see below; five slow tests are left out, named below).
+# mpirun with leak detection on, then those with it off (see below; the slow tests named below are left out).
 # Any ASan report (out-of-bounds, use-after-free, a leak at exit) or UBSan report (overflow, misaligned
 # load, bad shift, ...) ends that process with an error and fails its test. Exit status: 0 when every
 # test passed, 1 when one failed, 2 on a setup error. CTEST_ARGS go to both passes (e.g. --timeout 900).
@@ -54,7 +54,16 @@ echo "sanitize: built $build in $((built - start)) s"
 #     the other SignalStop.* tests, the bit-identical resume in CheckpointCli.*)
 #   EndToEnd.ThirtyIterationsOfLlamaTinyInMegatronFormat, EndToEndData.PreprocessTheSampleCorpusTrainAndValidate
 #     (62 s each: the same loop and data path for fewer iterations in the Cli*, TrainOnData* and PreprocessData* tests)
-slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall|TrainRecipes\.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16|SignalStop\.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically|EndToEnd\.ThirtyIterationsOfLlamaTinyInMegatronFormat|EndToEndData\.PreprocessTheSampleCorpusTrainAndValidate)$'
+# And the tests of the Python scripts (NvfpStudy.smoke 46 s here, Sweep.script, CompareLogs.python,
+# RooflinePlot.python, Roofline.run): they test the scripts; the program paths they drive run under the
+# sanitizers in the C++ tests (the roofline's in OpRows.*, RooflineReport.*, CliRoofline.* and
+# DataParallelCli.RooflineHasTheCollectivesAsRows). Of the MPI training comparisons, DataParallel.train_np2
+# and DataParallelCli.* run here; train_np3 and train_np2_two_micro_batches (27 s and 25 s) repeat them with
+# more ranks or micro-batches. OptimizerCpuOffload.OffloadedRunsAreBitIdenticalToOnDeviceRuns (31 s): its
+# offload path runs in OptimizerCpuOffload.CheckpointsResume* and PrecisionAwareOptimizer.Bf16MainGrads*.
+scripts='NvfpStudy\.smoke|Sweep\.script|CompareLogs\.python|RooflinePlot\.python|Roofline\.run'
+repeats='DataParallel\.train_np3|DataParallel\.train_np2_two_micro_batches|OptimizerCpuOffload\.OffloadedRunsAreBitIdenticalToOnDeviceRuns'
+slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall|TrainRecipes\.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16|SignalStop\.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically|EndToEnd\.ThirtyIterationsOfLlamaTinyInMegatronFormat|EndToEndData\.PreprocessTheSampleCorpusTrainAndValidate|'"$scripts|$repeats"')$'
 # Tests whose processes run under mpirun (Open MPI): its libraries and the components it dlopen()s and
 # dlclose()s keep state until exit that LeakSanitizer reports as leaks, with frames in unloaded modules
 # that no suppression can name. They run in a second pass with leak detection off (ASan's memory errors

@@ -3,6 +3,8 @@
 // is touched.
 #include "pretrain_llama.h"
 
+#include <CLI/CLI.hpp>
+
 #include <fmt/format.h>
 #include <unistd.h>
 

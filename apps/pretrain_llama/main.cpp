@@ -8,6 +8,8 @@
 // checks and --dry-run in memory.cpp.
 #include "pretrain_llama.h"
 
+#include <CLI/CLI.hpp>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <omp.h>

@@ -1,7 +1,6 @@
 #pragma once
 // pretrain_llama's parts: the flags (flags.cpp), the banner (banner.cpp), the memory plan's start-up
 // check and --dry-run (memory.cpp), and the run that wires data -> model -> trainer (main.cpp).
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
 #include <memory>
@@ -19,6 +18,10 @@
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "train/trainer.h"
+
+namespace CLI {
+class App;  // <CLI/CLI.hpp>: only flags.cpp and main.cpp parse it (a heavy header-only library)
+}
 
 namespace pl::pretrain {
 

@@ -3,8 +3,6 @@
 // and written as JSON for scripts/roofline_plot.py.
 #include <fmt/format.h>
 
-#include <nlohmann/json.hpp>
-
 #include "io/atomic_file.h"
 #include "model/accounting.h"
 #include "pretrain_llama.h"
@@ -62,7 +60,7 @@ void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s, cons
     const roofline::Report r = roofline::build_report(m, *ceilings, rc);
     for (const std::string& line : roofline::report_lines(r)) out->info("{}", line);
     if (!json_path.empty()) {
-      write_file_atomically(json_path, roofline::report_json(r).dump(1) + "\n");
+      write_file_atomically(json_path, roofline::report_json_text(r));
       if (final) out->info("roofline | report written to {}", json_path);
     }
   });

@@ -176,4 +176,6 @@ nlohmann::json report_json(const Report& r) {
   return j;
 }
 
+std::string report_json_text(const Report& r) { return report_json(r).dump(1) + "\n"; }
+
 }  // namespace pl::roofline

@@ -67,5 +67,6 @@ Report build_report(const Measurement& m, const MachineCeilings& c, const Report
 std::vector<std::string> report_lines(const Report& r);
 // The JSON of docs/PERFORMANCE.md's schema (scripts/roofline_plot.py reads it).
 nlohmann::json report_json(const Report& r);
+std::string report_json_text(const Report& r);  // report_json, indented, with a final newline
 
 }  // namespace pl::roofline
