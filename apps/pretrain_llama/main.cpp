@@ -193,7 +193,7 @@ struct RunInputs {
 
 // The trainer over the built model: its checkpoints, the resume from --load, the run and its summary.
 int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& dataset, parallel::Communicator& comm,
-          const std::optional<VerifiedCheckpoint>& ckpt) {
+          const std::optional<VerifiedCheckpoint>& ckpt, std::shared_ptr<const roofline::MachineCeilings> ceilings) {
   const Options& o = in.o;
   const TrainConfig& t = o.train;
   const ModelConfig& mc = in.setup.mc;
@@ -224,7 +224,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
       EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
       DataParallelRanks{&world, &comm});
   print_data_parallel(world, comm, t, model, trainer->gradient_buckets(), out);
-  attach_roofline(*trainer, o, in.setup, model.context(), world, out);
+  attach_roofline(*trainer, o, in.setup, std::move(ceilings), out);
   if (!o.save.empty())  // (every rank takes part in agree_or_fail; rank 0 holds the lock)
     if (const int rc = agree_or_fail(world, [&] {
           if (in.save_lock) in.save_lock->check_free_space(checkpoint_bytes(model, trainer->optimizer()));
@@ -271,6 +271,7 @@ int build_and_train(const RunInputs& in) {
   check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
                                     t.use_precision_aware_optimizer},
                     t, device, device_sm(ctx));
+  auto ceilings = roofline_ceilings(o, setup, ctx, world, out);
   // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
   if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
@@ -294,7 +295,7 @@ int build_and_train(const RunInputs& in) {
     out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
   else
     model.init_parameters(t.seed);
-  return train(in, model, dataset, *comm, ckpt);
+  return train(in, model, dataset, *comm, ckpt, std::move(ceilings));
 }
 
 int run(const parallel::World& world, int argc, char** argv) {

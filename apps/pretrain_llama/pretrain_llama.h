@@ -83,10 +83,15 @@ void print_data_parallel(const parallel::World& world, const parallel::Communica
                          const LlamaModel& model, size_t buckets, const Logger& out);
 void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out);
 
-// roofline.cpp: --probe-machine (prints the ceilings; the exit code) and --roofline (the listener).
+// roofline.cpp: --probe-machine (prints the ceilings; the exit code) and --roofline: the machine's ceilings
+// (rank 0, measured before the device arena is reserved, so the probe's operands are allocations of their
+// own, freed after it; null on the other ranks and without --roofline), then the trainer's listener.
 int probe_machine_command(const Options& o, const RunSetup& s, const OpContext& ctx, const Logger& out);
-void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s, const OpContext& ctx,
-                     const parallel::World& world, const Logger& out);
+std::shared_ptr<const roofline::MachineCeilings> roofline_ceilings(const Options& o, const RunSetup& s,
+                                                                   const OpContext& ctx, const parallel::World& world,
+                                                                   const Logger& out);
+void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s,
+                     std::shared_ptr<const roofline::MachineCeilings> ceilings, const Logger& out);
 
 // memory.cpp
 void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm);

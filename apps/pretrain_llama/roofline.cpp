@@ -40,12 +40,20 @@ int probe_machine_command(const Options& o, const RunSetup& s, const OpContext& 
   return 0;
 }
 
-void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s, const OpContext& ctx,
-                     const parallel::World& world, const Logger& out) {
+std::shared_ptr<const roofline::MachineCeilings> roofline_ceilings(const Options& o, const RunSetup& s,
+                                                                   const OpContext& ctx, const parallel::World& world,
+                                                                   const Logger& out) {
+  // Rank 0 alone probes the machine (one writer of the cache) and reports.
+  if (!o.train.roofline || world.rank() != 0) return nullptr;
+  auto c = std::make_shared<const roofline::MachineCeilings>(measure_ceilings(o, s, ctx, out));
+  reset_peak_memory_stats(ctx.device);  // the probe's operands are freed: not the run's peak memory
+  return c;
+}
+
+void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s,
+                     std::shared_ptr<const roofline::MachineCeilings> ceilings, const Logger& out) {
+  if (!ceilings) return;  // every rank measures its op rows; rank 0 reports them
   const TrainConfig& t = o.train;
-  // Every rank measures its op rows; rank 0 alone probes the machine (one writer of the cache) and reports.
-  if (!t.roofline || world.rank() != 0) return;
-  auto ceilings = std::make_shared<const roofline::MachineCeilings>(measure_ceilings(o, s, ctx, out));
   const roofline::ReportContext rc{
       .label = report_label(s),
       .recipe = s.recipe.name,

@@ -17,18 +17,7 @@ namespace pl::cost {
 
 namespace {
 
-double bytes_of(const Tensor& t) { return static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype)); }
-
-// The format column of a row that is not a GEMM: the storage of its main tensor.
-const char* dtype_row_name(DType t) {
-  switch (t) {
-    case DType::F32: return "fp32";
-    case DType::BF16: return "bf16";
-    case DType::I32: return "int32";
-    case DType::U8: return "u8";
-  }
-  return "?";
-}
+double bytes_of(const Tensor& t) { return static_cast<double>(t.bytes()); }
 
 // A one-phase op; op = nullptr lets the dispatcher name the row after the op.
 OpCosts single(OpKind kind, const char* format, double flops, double bytes, double working_set) {
@@ -96,6 +85,16 @@ constexpr double kEncodeFlopsPerElement = 3.0;
 constexpr double kRhtFlopsPerElement = 32.0;
 
 }  // namespace
+
+const char* dtype_row_name(DType t) {
+  switch (t) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::I32: return "int32";
+    case DType::U8: return "u8";
+  }
+  return "?";
+}
 
 const char* format_row_name(QuantFormat f) {
   switch (f) {

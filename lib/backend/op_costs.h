@@ -16,4 +16,7 @@ namespace pl::cost {
 
 // The format name a report row shows for a quantized format: "fp8" (E4M3 and E5M2 alike), "mxfp8", "nvfp4".
 const char* format_row_name(QuantFormat f);
+// The format a row that is not a quantized GEMM shows: its main tensor's storage, named as the formats are
+// ("fp32", "bf16"; core/tensor.h dtype_name spells them for error messages: "f32").
+const char* dtype_row_name(DType t);
 }  // namespace pl::cost

@@ -260,6 +260,13 @@ MemoryStats memory_stats(Device device) {
   return g_stats[static_cast<int>(device)];
 }
 
+void reset_peak_memory_stats(Device device) {
+  std::lock_guard lock(g_stats_mutex);
+  MemoryStats& s = g_stats[static_cast<int>(device)];
+  s.max_allocated = s.allocated;
+  s.max_reserved = s.reserved;
+}
+
 int cuda_device_count(std::string* why) {
 #if defined(PL_WITH_CUDA)
   int n = 0;

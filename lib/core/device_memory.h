@@ -48,6 +48,9 @@ class Buffer {
 };
 
 MemoryStats memory_stats(Device device);
+// The peaks start again from what is allocated now (PyTorch's reset_peak_memory_stats): the machine
+// probe's transient operands, measured before the model's run, are not the run's peak.
+void reset_peak_memory_stats(Device device);
 
 // One device allocation for the whole run (DESIGN "Memory"): after this call, CUDA Buffers are
 // carved from a single cudaMalloc of `bytes` (256-byte aligned). A freed Buffer's space goes back to

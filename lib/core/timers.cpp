@@ -175,18 +175,24 @@ void Timers::drain() {
 #endif
 }
 
-void Timers::start(TimerId id) {
-  if (!enabled(id)) return;
+void Timers::begin_region(TimerId id) {
   rethrow_deferred();
   PL_CHECK(!running(id), "internal: timer {} started while running", timer_name(id));
   record_start(idx(id));
 }
 
-void Timers::stop(TimerId id) {
-  if (!enabled(id)) return;
+void Timers::end_region(TimerId id) {
   rethrow_deferred();
   PL_CHECK(running(id), "internal: timer {} stopped while not running", timer_name(id));
   record_stop(idx(id));
+}
+
+void Timers::start(TimerId id) {
+  if (enabled(id)) begin_region(id);
+}
+
+void Timers::stop(TimerId id) {
+  if (enabled(id)) end_region(id);
 }
 
 void Timers::mark_loss_computed() {
@@ -202,9 +208,7 @@ bool Timers::op_begin(TimerId id) {
   const bool timed = op_timed(id);
   if (!timed && !nvtx::enabled()) return false;
   if (timed) {
-    rethrow_deferred();
-    PL_CHECK(!running(id), "internal: timer {} started while running", timer_name(id));
-    record_start(idx(id));
+    begin_region(id);
     op_category_ = id;
   }
   ++op_depth_;
@@ -218,9 +222,7 @@ void Timers::op_end(TimerId id) noexcept {
   if (std::exchange(op_nvtx_, false)) nvtx::pop();
   if (op_category_ != id) return;  // not timed
   try {
-    rethrow_deferred();
-    PL_CHECK(running(id), "internal: timer {} stopped while not running", timer_name(id));
-    record_stop(idx(id));
+    end_region(id);
   } catch (const std::exception& e) {
     if (deferred_error_.empty()) deferred_error_ = e.what();
     running_[idx(id)] = kNotRunning;

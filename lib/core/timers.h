@@ -136,7 +136,6 @@ class Timers {
   void op_end(TimerId id) noexcept;  // errors are deferred to the next start/read
 
   // ---- op rows (--roofline) ----
-  bool op_rows_enabled() const { return op_rows_; }
   // The measurement window: rows accumulate only while active (the trainer's choice of iterations).
   void set_op_rows_active(bool on);
   bool op_rows_active() const { return op_rows_ && rows_active_; }
@@ -153,6 +152,9 @@ class Timers {
  private:
   static constexpr uint32_t kNotRunning = 0xFFFFFFFFu;
   bool op_timed(TimerId id) const { return enabled(id) || op_rows_; }
+  // A region of `id`, whatever the level (start/stop check the level first): errors as start/stop's.
+  void begin_region(TimerId id);
+  void end_region(TimerId id);
   void record_start(size_t idx);
   void record_stop(size_t idx);
   int row_of(const OpCost& c, OpTag tag, TimerId category);

@@ -127,8 +127,8 @@ double datasheet_dense_tflops(std::string_view gpu_name, std::string_view format
   return 0.0;
 }
 
-MachineCeilings machine_identity(const OpContext& ctx) {
-  const DeviceIdentity id = device_identity(ctx);
+namespace {
+MachineCeilings identity_of(const OpContext& ctx, const DeviceIdentity& id) {
   MachineCeilings c;
   c.device = ctx.device == Device::CUDA ? "cuda" : "cpu";
   c.name = id.name;
@@ -138,15 +138,19 @@ MachineCeilings machine_identity(const OpContext& ctx) {
   c.library_versions = id.library_versions;
   return c;
 }
+}  // namespace
+
+MachineCeilings machine_identity(const OpContext& ctx) { return identity_of(ctx, device_identity(ctx)); }
 
 MachineCeilings probe_machine(const OpContext& ctx, const std::vector<GemmShape>& model_shapes,
                               const ProbeLineFn& progress) {
   ++g_probes;
-  MachineCeilings c = machine_identity(ctx);
+  const DeviceIdentity id = device_identity(ctx);
+  MachineCeilings c = identity_of(ctx, id);
   c.gemm = detail::probe_gemm_roofs(ctx, detail::sweep_shapes(ctx.device, model_shapes), progress);
   if (ctx.device == Device::CUDA)
     for (GemmCeiling& g : c.gemm) g.datasheet_tflops = datasheet_dense_tflops(c.name, g.format);
-  c.memory = detail::probe_memory_roofs(ctx, detail::memory_levels(ctx.device, device_identity(ctx)), progress);
+  c.memory = detail::probe_memory_roofs(ctx, detail::memory_levels(ctx.device, id), progress);
   return c;
 }
 

@@ -161,7 +161,7 @@ nlohmann::json report_json(const Report& r) {
                     {"ceiling_tflops", x.ceiling_tflops}, {"achieved_tflops", x.achieved_tflops},
                     {"achieved_gbps", x.achieved_gbps}, {"pct_of_ceiling", x.pct_of_ceiling},
                     {"ms_at_ceiling", x.ms_at_ceiling}});
-  nlohmann::json machine = to_json(r.machine);
+  const nlohmann::json machine = to_json(r.machine);
   nlohmann::json j = {{"label", r.label}, {"recipe", r.recipe}, {"iterations", r.window.iterations},
                       {"first_iteration", r.window.first_iteration}, {"last_iteration", r.window.last_iteration},
                       {"step_ms", r.step_ms}, {"sol_ms", r.sol_ms}, {"pct_of_sol", r.pct_of_sol},
@@ -169,9 +169,8 @@ nlohmann::json report_json(const Report& r) {
                       {"op_gflop_per_iter", r.op_gflop}, {"gemm_gflop_per_iter", r.gemm_gflop},
                       {"attention_gflop_per_iter", r.attention_gflop}, {"model_gflop_per_iter", r.model_gflop},
                       {"rows", std::move(rows)}};
-  j["machine"] = machine.contains("machine") ? machine["machine"] : machine;
-  j["ceilings"] = {{"gemm", machine.value("gemm", nlohmann::json::array())},
-                   {"memory", machine.value("memory", nlohmann::json::array())}};
+  j["machine"] = machine["machine"];
+  j["ceilings"] = {{"gemm", machine["gemm"]}, {"memory", machine["memory"]}};
   if (r.mfu > 0.0) j["mfu"] = r.mfu;
   return j;
 }

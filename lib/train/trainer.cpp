@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "backend/op_costs.h"
 #include "backend/profiler.h"
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -141,9 +142,9 @@ namespace {
 // the step waits for it (with overlap, the rest runs under the backward or the next forward).
 OpCosts collective_cost(const Tensor& t, int64_t ranks, double passes, bool reduces) {
   const double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
-  const double bytes = static_cast<double>(t.numel()) * static_cast<double>(dtype_size(t.dtype));
+  const double bytes = static_cast<double>(t.bytes());
   OpCosts c;
-  c.phase[0] = OpCost{nullptr, OpKind::Comm, t.dtype == DType::BF16 ? "bf16" : "fp32",
+  c.phase[0] = OpCost{nullptr, OpKind::Comm, cost::dtype_row_name(t.dtype),
                       reduces ? share * static_cast<double>(t.numel()) : 0.0, passes * share * bytes, bytes};
   return c;
 }
@@ -367,7 +368,8 @@ void Trainer::log_interval(RunState& r, int64_t iteration) {
              cfg_.timing_log_option))
       print_last(line);
   if (quant_stats_at(iteration)) log_quant_stats(iteration);
-  if (cfg_.roofline_at_log_interval) report_roofline(r, false);
+  // (The last iteration's table is the final one, printed once when the run ends.)
+  if (cfg_.roofline_at_log_interval && iteration != cfg_.train_iters) report_roofline(r, false);
   r.interval_seconds = st.interval_loss = 0.0;
   r.interval_timed = 0;
   st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;

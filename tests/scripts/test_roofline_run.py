@@ -139,8 +139,20 @@ class RooflineRuns(unittest.TestCase):
         with open(path) as fh:
             r = json.load(fh)
         self.assertEqual((r["first_iteration"], r["last_iteration"], r["iterations"]), (2, 3, 2))
-        # Log intervals end at 2 (iteration 2 measured), 4 and 5 (2-3), and the end of the run: four tables.
-        self.assertEqual(len(SOL.findall(out)), 4, out)
+        # Log intervals end at 2 (iteration 2 measured) and 4 (2-3); the last one, 5, is the final table: three.
+        self.assertEqual(len(SOL.findall(out)), 3, out)
+
+    def test_the_probe_is_not_the_runs_peak_memory(self):
+        # The machine is probed before the model is built (and before a GPU's arena is reserved); the peak
+        # memory the run reports is the training's alone: the same as without --roofline.
+        tiny = os.path.join(os.environ["PL_CONFIG_DIR"], "models", "llama_tiny.json")
+        args = ["--model", tiny, "--device", "cpu", "--threads", "2", "--train-iters", "2", "--global-batch-size", "4",
+                "--micro-batch-size", "2", "--seq-length", "32", "--disable-fp4"]
+        peak = re.compile(r"mem-max-allocated-gigabytes: ([0-9.]+)")
+        plain = peak.findall(run_app(args))
+        probed = peak.findall(run_app(args + ["--roofline", "--machine-ceilings", "none"]))
+        self.assertTrue(plain)
+        self.assertEqual(plain, probed)
 
     def test_plot_writes_a_png(self):
         png = os.path.join(self.tmp.name, "roof.png")
