@@ -50,7 +50,7 @@ struct MachineCeilings {
   std::string library_versions;  // backend/device_banner.h library_versions()
   int probe_version = kProbeVersion;
   // The roofs.
-  std::vector<GemmCeiling> gemm;      // one per format this machine runs
+  std::vector<GemmCeiling> gemm;      // one per format this machine runs (one no shape could run: left out, a line says why)
   std::vector<MemoryCeiling> memory;  // ascending capacity; the last is unbounded
 
   // The ceiling of a GEMM row of `format` (nullptr when the probe has none); a non-GEMM row's compute

@@ -1,5 +1,5 @@
 // The GEMM roofs of the machine probe: for each format this program runs (BF16, and FP8, MXFP8, NVFP4
-// natively or emulated), the best rate over a sweep of shapes, each the best of 3 timings after one
+// natively or emulated), the best rate over a sweep of shapes, each the best of 5 timings after one
 // warm-up, rate = 2·m·n·k / time (the FLOP count of a GEMM row of the roofline report). Measured through
 // the ops (linear_forward; quantize once, then quantized_gemm) and timed by op rows: an emulated quantized
 // GEMM's roof is its GEMM row's rate, the expansion of the codes being a row of its own.
@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -110,9 +111,10 @@ Timed time_best(OpRowClock& clock, double flops, int reps, Run&& run) {
   return {rate(best_gemm), rate(best_total)};
 }
 
-// Measures format f at shape s into `roof` when faster than what it holds; false when the format cannot run
-// that shape here (a block or alignment rule of the op: the op's own one-line check says which).
-bool measure(OpRowClock& clock, ShapeOperands& ops, const GemmShape& s, const ProbeFormat& f, GemmCeiling& roof) {
+// Measures format f at shape s into `roof` when faster than what it holds; "" when measured, else the op's
+// one-line error (a shape the format cannot run here: a block or alignment rule; or a library failure).
+std::string measure(OpRowClock& clock, ShapeOperands& ops, const GemmShape& s, const ProbeFormat& f,
+                    GemmCeiling& roof) {
   const OpContext& ctx = clock.ctx();
   const double flops = gemm_flops(s);
   const int reps = reps_for(flops, ctx.device == Device::CUDA ? 50e9 : 0.5e9, 64);
@@ -132,15 +134,15 @@ bool measure(OpRowClock& clock, ShapeOperands& ops, const GemmShape& s, const Pr
         quantized_gemm(c, ops.y, qa.rowwise, qb.rowwise, f.format, false, ops.scratch_a, ops.scratch_b);
       });
     }
-  } catch (const Error&) {
-    return false;
+  } catch (const Error& e) {
+    return e.what();
   }
   if (t.gemm_tflops > roof.tflops) {
     roof.tflops = t.gemm_tflops;
     roof.best_shape = s;
     roof.path_tflops = t.total_tflops;
   }
-  return true;
+  return "";
 }
 
 }  // namespace
@@ -163,6 +165,7 @@ std::vector<GemmCeiling> probe_gemm_roofs(const OpContext& ctx, const std::vecto
   OpRowClock clock(ctx);
   std::vector<GemmCeiling> roofs;
   std::vector<int> measured(std::size(kFormats), 0);
+  std::vector<std::string> last_error(std::size(kFormats));
   for (const ProbeFormat& f : kFormats) {
     GemmCeiling r;
     r.format = f.name;
@@ -173,19 +176,29 @@ std::vector<GemmCeiling> probe_gemm_roofs(const OpContext& ctx, const std::vecto
   const auto t0 = std::chrono::steady_clock::now();
   for (const GemmShape& s : shapes) {  // one allocation per shape, shared by every format
     ShapeOperands ops(ctx.device, s);
-    for (size_t i = 0; i < std::size(kFormats); ++i)
-      measured[i] += measure(clock, ops, s, kFormats[i], roofs[i]) ? 1 : 0;
+    for (size_t i = 0; i < std::size(kFormats); ++i) {
+      std::string error = measure(clock, ops, s, kFormats[i], roofs[i]);
+      if (error.empty()) ++measured[i];
+      else last_error[i] = std::move(error);
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<GemmCeiling> measured_roofs;
   for (size_t i = 0; i < roofs.size(); ++i) {
     GemmCeiling& r = roofs[i];
     if (r.path.rfind("emulated", 0) != 0) r.path_tflops = 0.0;  // the whole op is the GEMM
+    // A format no shape could run has no roof (its rows are then judged by the BF16 one), and says why.
+    if (measured[i] == 0 || !(r.tflops > 0.0)) {
+      if (progress) progress(fmt::format("probe: gemm {} not measured ({})", r.format, last_error[i]));
+      continue;
+    }
     if (progress)
       progress(fmt::format("probe: gemm {} {:.4g} TFLOP/s at {}x{}x{} ({} of {} shapes; the GEMM sweep took {:.1f} s)",
                            r.format, r.tflops, r.best_shape.m, r.best_shape.n, r.best_shape.k, measured[i],
                            shapes.size(), seconds));
+    measured_roofs.push_back(r);
   }
-  return roofs;
+  return measured_roofs;
 }
 
 }  // namespace pl::roofline::detail
