@@ -33,14 +33,16 @@ void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device
             mc.num_query_groups, mc.kv_channels, mc.vocab_size, static_cast<double>(mc.num_parameters()) / 1e6);
   out->info("pretrain_llama | device {} | OpenMP threads {} | BLAS {}", device_name(device), threads,
             openblas_get_config());
+  if (device == Device::CPU)
+    for (const std::string& line : gemm_banner_lines(OpContext{}, {})) out->info("pretrain_llama | {}", line);
   out->info("pretrain_llama | recipe {} ({}){}{}", s.recipe.name, s.recipe_path, s.recipe_note,
             t.fp32_reference ? " | --fp32-reference: activations kept in FP32" : "");
   out->info("pretrain_llama | precision plan:");
   for (const std::string& line : s.plan.describe()) out->info("pretrain_llama |   {}", line);
   for (const std::string& note : s.plan.notes) out->info("pretrain_llama |   note: {}", note);
   if (device == Device::CPU && !s.plan.all_bf16())
-    out->info("pretrain_llama |   note: {} GEMMs are emulated on the cpu (each operand dequantized exactly, FP32 "
-              "BLAS accumulation, global scales as alpha): the recipe's numerics, not its speed",
+    out->info("pretrain_llama |   note: {} GEMMs are emulated on the cpu (each code expanded exactly with its block "
+              "scale, BF16 GEMM with FP32 accumulation, global scales as alpha): the recipe's numerics, not its speed",
               format_name(s.plan.quantized()));
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <string_view>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "core/error.h"
 
 #if defined(PL_WITH_CUDA)
@@ -22,6 +23,8 @@ extern "C" char* openblas_get_config(void);
 extern "C" char* openblas_get_corename(void);
 
 namespace pl {
+
+std::string cpu_gemm_engine_description() { return cpu::cpu_gemm_engine().description; }
 
 namespace {
 
@@ -104,12 +107,15 @@ void cpu_caches(DeviceIdentity& id) {
 #endif
 }
 
+std::vector<std::string> cpu_gemm_banner_lines() { return {"cpu GEMMs: " + cpu_gemm_engine_description()}; }
+
 DeviceIdentity cpu_identity() {
   DeviceIdentity id;
   id.name = cpu_model_name();
   id.threads = omp_get_max_threads();
   cpu_caches(id);
-  id.gemm_impl = fmt::format("{} | core {}", trimmed(openblas_get_config()), trimmed(openblas_get_corename()));
+  id.gemm_impl = fmt::format("{} | {} | core {}", cpu::cpu_gemm_engine().description, trimmed(openblas_get_config()),
+                             trimmed(openblas_get_corename()));
 #if defined(__clang__)
   const std::string compiler = "clang " __clang_version__;
 #elif defined(__GNUC__)
@@ -118,6 +124,7 @@ DeviceIdentity cpu_identity() {
   const std::string compiler = "unknown compiler";
 #endif
   id.library_versions = fmt::format("{} | OpenMP {}", trimmed(compiler), _OPENMP);
+  if (!cpu::onednn_version().empty()) id.library_versions += " | oneDNN " + cpu::onednn_version();
   return id;
 }
 
@@ -139,7 +146,7 @@ DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_atten
 }
 
 std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vector<QuantFormat>& used) {
-  if (ctx.device != Device::CUDA) return {};
+  if (ctx.device != Device::CUDA) return cpu_gemm_banner_lines();
   return cuda::gemm_backend_lines(*ctx.gpu, used);
 }
 
@@ -221,7 +228,9 @@ DeviceStateHandle open_gpu_for_training(OpContext&, bool, bool) {
   return open_device_state(Device::CUDA);  // a one-line error: no CUDA backend
 }
 
-std::vector<std::string> gemm_banner_lines(const OpContext&, const std::vector<QuantFormat>&) { return {}; }
+std::vector<std::string> gemm_banner_lines(const OpContext&, const std::vector<QuantFormat>&) {
+  return cpu_gemm_banner_lines();
+}
 
 std::string prepare_attention(const OpContext&, const AttentionShape&, double) {
   fail("prepare_attention: this build has no CUDA backend");

@@ -35,12 +35,15 @@ struct DeviceIdentity {
   std::string library_versions;  // CPU: compiler and OpenMP; GPU: CUDA runtime, driver API, cuBLASLt, cuDNN
 };
 DeviceIdentity device_identity(const OpContext& ctx);
+// How the CPU backend runs its BF16 GEMMs: "oneDNN bf16 (avx512_core_bf16)" or "FP32 BLAS, BF16 operands
+// emulated (...)" (backend/cpu/onednn_gemm.h).
+std::string cpu_gemm_engine_description();
 
 // The GPU of a training run: fails with one line when this build's CUDA attention has no cudnn-frontend,
 // else opens the current GPU's state, points ctx.gpu at it with the run's switches and returns its owner.
 DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_attention, bool sync_every_launch);
-// How the BF16 GEMMs and each quantized format of `used` run on ctx's GPU (native or emulated); none on
-// the CPU.
+// How the BF16 GEMMs and each quantized format of `used` run on ctx's GPU (native or emulated); on the CPU
+// one line, "cpu GEMMs: oneDNN bf16 (avx512_core_bf16)" or "cpu GEMMs: FP32 BLAS, BF16 operands emulated (...)".
 std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vector<QuantFormat>& used);
 // Builds the cuDNN attention graphs of `shape` now (not in the first step) and allocates the workspace
 // they ask for in the chosen mode; the line names the backward algorithm built and both workspaces next

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/device_banner.h"
 #include "backend/quantize.h"
 #include "core/error.h"
 #include "numerics/bf16.h"
@@ -38,7 +39,7 @@ double gemm_flops(const GemmShape& s) { return 2.0 * static_cast<double>(s.m) * 
 
 std::string path_of(const OpContext& ctx, const ProbeFormat& f, bool native) {
   if (ctx.device == Device::CPU)
-    return f.quantized ? "emulated: expand to FP32 + OpenBLAS sgemm" : "OpenBLAS sgemm (FP32 on BF16 values)";
+    return f.quantized ? "emulated: expand to BF16 + " + cpu_gemm_engine_description() : cpu_gemm_engine_description();
   if (!f.quantized) return "cuBLASLt BF16";
   return native ? fmt::format("cuBLASLt native {}", quant_format_name(f.format))
                 : "emulated: expand to BF16 + cuBLASLt BF16";

@@ -189,9 +189,10 @@ TEST_P(Linear, BackwardWeightAccumulates) {
     const std::vector<double> second = ref_dw(HostF32({s.out, s.in}), dy2, x);
     for (size_t i = 0; i < ref.size(); ++i) ref[i] += second[i];
     check_gemm(dw, ref, mag, false, !on_cuda(), what);
-    if (on_cuda()) continue;
-    Backend cpu(Device::CPU);
-    EXPECT_TRUE(bitwise_equal(dw, run(cpu, false))) << what << ": dw must not be rounded";
+    // An FP32 accumulator: a rounded dw would hold only BF16 values (the plain-FP32 run of the CPU, on
+    // SGEMM, sums in another order than oneDNN, so it is no bitwise reference here).
+    const auto not_bf16 = std::count_if(dw.begin(), dw.end(), [](float v) { return num::round_bf16(v) != v; });
+    EXPECT_GT(not_bf16, static_cast<long>(dw.size() / 2)) << what << ": dw must not be rounded";
   }
 }
 

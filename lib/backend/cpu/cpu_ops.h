@@ -12,9 +12,12 @@ namespace pl::cpu {
 #define PL_QUANT_OP PL_OP
 #include "backend/op_list.h"
 
-// y[M,N] = alpha · a[M,K] · b[N,K]ᵀ (+ y when accumulate) through BLAS; y rounded to BF16 values
-// when ctx.round_bf16 and not accumulating. (backend/cpu/linear.cpp)
-void gemm_nt(const OpContext& ctx, const Tensor& y, const Tensor& a, const Tensor& b, float alpha, bool accumulate);
+// y[M,N] = alpha · a[M,K] · b[N,K]ᵀ (+ y when accumulate) through FP32 SGEMM whatever the CPU GEMM engine;
+// y rounded to BF16 values when ctx.round_bf16 and not accumulating. (backend/cpu/linear.cpp)
+void gemm_nt_fp32(const OpContext& ctx, const Tensor& y, const Tensor& a, const Tensor& b, float alpha,
+                  bool accumulate);
+// p[rows, cols] (contiguous) rounded to BF16 values in place, rows threaded. (backend/cpu/linear.cpp)
+void round_rows_bf16(float* p, int64_t rows, int64_t cols);
 
 // Per-thread scratch of at least n floats that only grows, so steady-state calls do not allocate. One Tag
 // per buffer: 0 and 1 attention (live at the same time), 2 the RMSNorm dw partials, 3 the Σx² partials.

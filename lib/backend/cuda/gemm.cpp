@@ -82,8 +82,8 @@ std::vector<std::string> gemm_backend_lines(const DeviceState& state, const std:
 
 std::string gemm_backend_description(const OpContext& ctx) {
   if (ctx.device == Device::CPU)
-    return "GEMMs on the CPU: BF16 as FP32 OpenBLAS SGEMM; FP8, MXFP8 and NVFP4 emulated (exact dequantization "
-           "to FP32 + OpenBLAS SGEMM)";
+    return "GEMMs on the CPU: BF16 products with FP32 accumulation (oneDNN BF16 matmul, or FP32 OpenBLAS SGEMM "
+           "without it); FP8, MXFP8 and NVFP4 emulated (codes expanded exactly with their block scales, same GEMM)";
   std::string s = gemm_backend_description(ctx.gpu->sm);
   if (ctx.gpu->force_emulated_gemm) s += " [quantized GEMMs forced onto the emulated path]";
   return s;
