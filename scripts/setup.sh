@@ -71,11 +71,12 @@ install_cuda_binutils() {
     "nvidia-cuda-cuobjdump==$CUDA_BINUTILS_VERSION" "nvidia-cuda-nvdisasm==$CUDA_BINUTILS_VERSION"
 }
 
+# libdnnl-dev: oneDNN, the CPU backend's BF16 GEMMs (the build falls back to FP32 OpenBLAS without it).
 # openmpi-bin + libopenmpi-dev: multi-rank runs (mpirun; lib/parallel/) and their tests (ctest Dist.*);
 # the build works without them, single-rank. iproute2: `ip netns` for the two-hosts test (ctest
 # Dist.two_hosts; it skips saying why where namespaces cannot be made).
 packages=(cmake ninja-build g++ libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libgtest-dev
-          libopenblas-openmp-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib
+          libopenblas-openmp-dev libdnnl-dev libpcre2-dev pkg-config python3 python3-numpy python3-matplotlib
           openmpi-bin libopenmpi-dev iproute2
           clang libclang-rt-14-dev  # scripts/fuzz.sh: clang++ -fsanitize=fuzzer (libFuzzer is in libclang-rt-14-dev)
           fortunes)  # fortunes: the text of scripts/nvfp4_study.sh's corpus (/usr/share/games/fortunes)
