@@ -12,12 +12,12 @@ namespace pl::num {
 PL_HD uint32_t float_bits(float x) { return __builtin_bit_cast(uint32_t, x); }
 PL_HD float bits_float(uint32_t u) { return __builtin_bit_cast(float, u); }
 
-// float -> bf16 bits, round to nearest, ties to even.
+// float -> bf16 bits, round to nearest, ties to even. Branch-free (a select, not an early return for NaN) so
+// loops over it vectorize: the CPU backend rounds every bf16 activation with it.
 PL_HD uint16_t float_to_bf16_bits(float x) {
   const uint32_t u = float_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFF;  // NaN
-  const uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<uint16_t>((u + 0x7FFFu + lsb) >> 16);
+  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FFFu : rounded);  // NaN -> 0x7FFF
 }
 
 PL_HD float bf16_bits_to_float(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }

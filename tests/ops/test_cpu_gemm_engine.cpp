@@ -211,5 +211,28 @@ TEST(CpuGemmEngineChoice, TheBannerSaysWhichEngineRuns) {
   EXPECT_EQ(cpu::cpu_gemm_engine().description, e.description) << "the automatic choice is restored";
 }
 
+
+// The operand conversion gives num::float_to_bf16_bits' bits for every kind of input (ties to even, NaN,
+// infinities, subnormals, the overflow to infinity), rows of a strided source.
+TEST(CpuGemmEngineConvert, ToBf16RowsRoundsAsTheSharedHeader) {
+  const std::vector<float> special = {0.0f, -0.0f, 1.0f, num::bits_float(0x3F808000u), num::bits_float(0x3F818000u),
+                                      num::bits_float(0x7F7FFFFFu), -num::bits_float(0x7F7FFFFFu), INFINITY, -INFINITY,
+                                      NAN, num::bits_float(0xFFC12345u), num::bits_float(0x00000001u),
+                                      num::bits_float(0x807FFFFFu), 3.14159f, -2.71828e-20f, 65504.0f};
+  const int64_t rows = 3, cols = static_cast<int64_t>(special.size()), ld = cols + 5;
+  std::vector<float> src(static_cast<size_t>(rows * ld), 7.0f);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) src[r * ld + k] = special[k] * (r == 1 ? -1.0f : 1.0f);
+  std::vector<uint16_t> dst(static_cast<size_t>(rows * cols));
+  cpu::to_bf16_rows(dst.data(), src.data(), rows, cols, ld);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k)
+      EXPECT_EQ(dst[r * cols + k], num::float_to_bf16_bits(src[r * ld + k])) << "row " << r << " col " << k;
+  EXPECT_EQ(num::float_to_bf16_bits(NAN), 0x7FFF);
+  EXPECT_EQ(num::float_to_bf16_bits(num::bits_float(0x3F808000u)), 0x3F80) << "a tie rounds to even (down)";
+  EXPECT_EQ(num::float_to_bf16_bits(num::bits_float(0x3F818000u)), 0x3F82) << "a tie rounds to even (up)";
+  EXPECT_EQ(num::float_to_bf16_bits(num::bits_float(0x7F7FFFFFu)), 0x7F80) << "overflow rounds to infinity";
+}
+
 }  // namespace
 }  // namespace pl::optest

