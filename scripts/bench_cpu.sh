@@ -4,9 +4,12 @@
 # shape, batch, threads and iterations (scripts/bench_torch.py: FP32 eager and BF16 autocast) when
 # PyTorch is installed (one line says it is skipped when not), and the ratios: tokens/s of ours BF16 over
 # each PyTorch mode's (>1: ours faster), and each other recipe's step time over ours BF16 (the first
-# recipe when bf16_mixed is not run). Our runs use OMP_WAIT_POLICY=PASSIVE unless it is set (README's
-# --threads row); PyTorch runs under the same environment. bench_torch.py's model must have as many
-# parameters as ours (both banners print it): the script stops when they differ.
+# recipe when bf16_mixed is not run). Each program runs at its faster OpenMP wait policy on this
+# 2-core machine (10 iterations, 2026-11-26): ours with OMP_WAIT_POLICY=PASSIVE unless the caller sets
+# it (README's --threads row; 1.63 s/step against 2.0-3.2 s with libgomp's default), PyTorch in the
+# caller's environment (its BF16 autocast step 1.30-1.36 s with the default, 1.54-1.66 s under PASSIVE).
+# bench_torch.py's model must have as many parameters as ours (both print the count): the script stops
+# when they differ.
 # Usage: scripts/bench_cpu.sh [extra pretrain_llama flags]
 # Env: BUILD (default build), ITERS (10), GBS (8), MBS (2), SEQ (256), THREADS (all cores),
 #      RECIPES (default "bf16_mixed bf16_with_nvfp4_mixed"), PYTHON (a python3 with torch; default
@@ -20,7 +23,7 @@ bin="${BUILD}/apps/pretrain_llama"
 ITERS=${ITERS:-10} GBS=${GBS:-8} MBS=${MBS:-2} SEQ=${SEQ:-256} THREADS=${THREADS:-$(nproc)}
 RECIPES=${RECIPES:-"bf16_mixed bf16_with_nvfp4_mixed"}
 TORCH_MODES=${TORCH_MODES-"fp32_eager bf16_autocast"}
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+our_wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -34,11 +37,12 @@ label() {  # a recipe's or PyTorch mode's name in the ratio lines
   esac
 }
 
+echo "bench_cpu: OMP_WAIT_POLICY ours ${our_wait_policy}, PyTorch ${OMP_WAIT_POLICY:-unset (the libgomp default)}"
 declare -A step_of toks_of
 order=()
 params=""
 for recipe in $RECIPES; do
-  "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" --global-batch-size "$GBS" \
+  OMP_WAIT_POLICY=$our_wait_policy "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" --global-batch-size "$GBS" \
     --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
   [[ -n "$params" ]] || params=$(grep -m1 -oE '[0-9.]+ M parameters' "$log" || true)
   summary=$(grep "summary:" "$log")
