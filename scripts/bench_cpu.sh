@@ -42,8 +42,8 @@ declare -A step_of toks_of
 order=()
 params=""
 for recipe in $RECIPES; do
-  OMP_WAIT_POLICY=$our_wait_policy "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" --global-batch-size "$GBS" \
-    --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
+  OMP_WAIT_POLICY=$our_wait_policy "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" \
+    --global-batch-size "$GBS" --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
   [[ -n "$params" ]] || params=$(grep -m1 -oE '[0-9.]+ M parameters' "$log" || true)
   summary=$(grep "summary:" "$log")
   step=$(sed -E 's/.*mean step time ([0-9.]+) s.*/\1/' <<<"$summary")

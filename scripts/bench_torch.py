@@ -37,25 +37,26 @@ MODES = ("fp32_eager", "bf16_autocast")
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="bench_torch.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--mode", choices=MODES, required=True)
-    p.add_argument("--model", default=os.path.join(REPO, "configs", "models", "llama_small.json"),
-                   help="model config JSON (default: configs/models/llama_small.json)")
-    p.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads (default: all cores)")
-    p.add_argument("--gbs", type=int, default=8, help="global batch size (samples)")
-    p.add_argument("--mbs", type=int, default=2, help="micro-batch size; gbs/mbs micro-batches accumulated")
-    p.add_argument("--seq", type=int, default=256, help="sequence length")
-    p.add_argument("--iters", type=int, default=10, help="iterations (the last 60%% are timed)")
-    p.add_argument("--seed", type=int, default=1234)
-    p.add_argument("--profile", action="store_true", help="profile one more iteration; print the top 15 ops")
-    a = p.parse_args(argv)
+    parser = argparse.ArgumentParser(prog="bench_torch.py", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--model", default=os.path.join(REPO, "configs", "models", "llama_small.json"),
+                        help="model config JSON (default: configs/models/llama_small.json)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+                        help="torch.set_num_threads (default: all cores)")
+    parser.add_argument("--gbs", type=int, default=8, help="global batch size (samples)")
+    parser.add_argument("--mbs", type=int, default=2, help="micro-batch size; gbs/mbs micro-batches accumulated")
+    parser.add_argument("--seq", type=int, default=256, help="sequence length")
+    parser.add_argument("--iters", type=int, default=10, help="iterations (the last 60%% are timed)")
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--profile", action="store_true", help="profile one more iteration; print the top 15 ops")
+    args = parser.parse_args(argv)
     for name in ("threads", "gbs", "mbs", "seq", "iters"):
-        if getattr(a, name) < 1:
-            p.error(f"--{name} must be >= 1")
-    if a.gbs % a.mbs:
-        p.error(f"--gbs {a.gbs} is not a multiple of --mbs {a.mbs}")
-    return a
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if args.gbs % args.mbs:
+        parser.error(f"--gbs {args.gbs} is not a multiple of --mbs {args.mbs}")
+    return args
 
 
 def read_config(path):
@@ -75,20 +76,20 @@ def read_config(path):
     }
 
 
-def inverse_frequencies(c):
+def inverse_frequencies(cfg):
     """The rotary inverse frequencies as lib/model/llama.cpp's rope_tables: Llama 3.1's scaling (Meta's
     apply_scaling: long wavelengths divided by the factor, short ones kept, a smooth blend between)."""
     out = []
-    for i in range(c["head_dim"] // 2):
-        f = 1.0 / c["rotary_base"] ** (2 * i / c["head_dim"])
-        if c["rope_scaling"]:
-            old, low, high = c["rope_old_ctx"], c["rope_low"], c["rope_high"]
+    for i in range(cfg["head_dim"] // 2):
+        f = 1.0 / cfg["rotary_base"] ** (2 * i / cfg["head_dim"])
+        if cfg["rope_scaling"]:
+            old, low, high = cfg["rope_old_ctx"], cfg["rope_low"], cfg["rope_high"]
             wavelen = 2 * math.pi / f
             if wavelen > old / low:
-                f = f / c["rope_factor"]
+                f = f / cfg["rope_factor"]
             elif wavelen >= old / high:
                 smooth = (old / wavelen - low) / (high - low)
-                f = (1 - smooth) * f / c["rope_factor"] + smooth * f
+                f = (1 - smooth) * f / cfg["rope_factor"] + smooth * f
         out.append(f)
     return out
 
@@ -125,16 +126,16 @@ def rotate(x, cos, sin):
 
 
 class Layer(nn.Module):
-    def __init__(self, c):
+    def __init__(self, cfg):
         super().__init__()
-        h, d = c["hidden"], c["head_dim"]
-        self.heads, self.groups, self.head_dim, self.ffn = c["heads"], c["groups"], d, c["ffn"]
-        self.ln1 = RMSNorm(h, c["eps"])
+        h, d = cfg["hidden"], cfg["head_dim"]
+        self.heads, self.groups, self.head_dim, self.ffn = cfg["heads"], cfg["groups"], d, cfg["ffn"]
+        self.ln1 = RMSNorm(h, cfg["eps"])
         self.qkv = nn.Linear(h, (self.heads + 2 * self.groups) * d, bias=False)  # [q heads | k heads | v heads]
         self.proj = nn.Linear(self.heads * d, h, bias=False)
-        self.ln2 = RMSNorm(h, c["eps"])
-        self.fc1 = nn.Linear(h, 2 * c["ffn"], bias=False)  # [gate | up]
-        self.fc2 = nn.Linear(c["ffn"], h, bias=False)
+        self.ln2 = RMSNorm(h, cfg["eps"])
+        self.fc1 = nn.Linear(h, 2 * cfg["ffn"], bias=False)  # [gate | up]
+        self.fc2 = nn.Linear(cfg["ffn"], h, bias=False)
 
     def attention(self, x, cos, sin, causal_mask):
         b, s, _ = x.shape
@@ -156,14 +157,14 @@ class Layer(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, c, seq):
+    def __init__(self, cfg, seq):
         super().__init__()
-        self.embedding = nn.Embedding(c["vocab"], c["hidden"])
-        self.layers = nn.ModuleList(Layer(c) for _ in range(c["layers"]))
-        self.final_norm = RMSNorm(c["hidden"], c["eps"])
-        self.lm_head = nn.Linear(c["hidden"], c["vocab"], bias=False)
+        self.embedding = nn.Embedding(cfg["vocab"], cfg["hidden"])
+        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg["layers"]))
+        self.final_norm = RMSNorm(cfg["hidden"], cfg["eps"])
+        self.lm_head = nn.Linear(cfg["hidden"], cfg["vocab"], bias=False)
         # FP32 inverse frequencies times FP32 positions (MCore's RotaryEmbedding, the program's tables).
-        inv_freq = torch.tensor(inverse_frequencies(c), dtype=torch.float32)
+        inv_freq = torch.tensor(inverse_frequencies(cfg), dtype=torch.float32)
         angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv_freq)
         angles = torch.cat((angles, angles), dim=-1)
         # cos and sin of each FP32 angle evaluated in double and rounded once, as the program's tables.
@@ -172,10 +173,10 @@ class Llama(nn.Module):
         self.register_buffer("causal_mask", torch.ones(seq, seq, dtype=torch.bool).triu(1), persistent=False)
         # The program's initialization (lib/model/llama.cpp param_layout): N(0, std) for every matrix,
         # std / sqrt(2 layers) for the output projections (Megatron's scaled_init_method_normal), norms 1.
-        out_std = c["std"] / math.sqrt(2.0 * c["layers"])
+        out_std = cfg["std"] / math.sqrt(2.0 * cfg["layers"])
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                nn.init.normal_(p, 0.0, out_std if name.endswith(("proj.weight", "fc2.weight")) else c["std"])
+                nn.init.normal_(p, 0.0, out_std if name.endswith(("proj.weight", "fc2.weight")) else cfg["std"])
 
     def forward(self, tokens, labels):
         x = self.embedding(tokens)
@@ -202,53 +203,53 @@ def make_optimizer(model):
                              lr=0.0, betas=(0.9, 0.95), eps=1e-8)
 
 
-def train_step(model, opt, a, step, data, precision):
+def train_step(model, opt, args, step, data, precision):
     """One global batch: gbs/mbs micro-batches accumulated, clipping, AdamW. Returns the mean loss."""
     opt.zero_grad(set_to_none=True)
-    micro = a.gbs // a.mbs
+    micro = args.gbs // args.mbs
     loss_sum = 0.0
     for _ in range(micro):
-        seqs = torch.randint(0, model.lm_head.out_features, (a.mbs, a.seq + 1), generator=data)
+        seqs = torch.randint(0, model.lm_head.out_features, (args.mbs, args.seq + 1), generator=data)
         with precision():
             loss = model(seqs[:, :-1], seqs[:, 1:]) / micro
         loss.backward()
         loss_sum += loss.item()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     for group in opt.param_groups:
-        group["lr"] = lr_at(step, a.iters, a.gbs)
+        group["lr"] = lr_at(step, args.iters, args.gbs)
     opt.step()
     return loss_sum
 
 
 def main(argv):
-    a = parse_args(argv)
-    c = read_config(a.model)
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-    model = Llama(c, a.seq)
+    args = parse_args(argv)
+    cfg = read_config(args.model)
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    model = Llama(cfg, args.seq)
     opt = make_optimizer(model)
-    data = torch.Generator().manual_seed(a.seed + 1)
-    if a.mode == "bf16_autocast":
+    data = torch.Generator().manual_seed(args.seed + 1)
+    if args.mode == "bf16_autocast":
         def precision():
             return torch.autocast("cpu", dtype=torch.bfloat16)
     else:
         precision = contextlib.nullcontext
     times, losses = [], []
-    for step in range(a.iters):
+    for step in range(args.iters):
         start = time.perf_counter()
-        losses.append(train_step(model, opt, a, step, data, precision))
+        losses.append(train_step(model, opt, args, step, data, precision))
         times.append(time.perf_counter() - start)
-    first = min(max(round(0.4 * a.iters) - 1, 0), a.iters - 1)  # trainer.cpp's window, 0-based
+    first = min(max(round(0.4 * args.iters) - 1, 0), args.iters - 1)  # trainer.cpp's window, 0-based
     step_s = sum(times[first:]) / len(times[first:])
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{PROG}: {a.mode} | torch {torch.__version__} | {c['name']}: {n_params} parameters "
-          f"({n_params / 1e6:.3f} M) | loss step 1 {losses[0]:.4f} (ln vocab {math.log(c['vocab']):.4f}), "
-          f"step {a.iters} {losses[-1]:.4f} | timed iterations {first + 1}-{a.iters} of {a.iters}")
-    print(f"{PROG}: {a.mode} | threads {a.threads} | gbs {a.gbs} mbs {a.mbs} seq {a.seq} | "
-          f"step time {step_s:.3f} s | {round(a.gbs * a.seq / step_s)} tokens/s", flush=True)
-    if a.profile:
+    print(f"{PROG}: {args.mode} | torch {torch.__version__} | {cfg['name']}: {n_params} parameters "
+          f"({n_params / 1e6:.3f} M) | loss step 1 {losses[0]:.4f} (ln vocab {math.log(cfg['vocab']):.4f}), "
+          f"step {args.iters} {losses[-1]:.4f} | timed iterations {first + 1}-{args.iters} of {args.iters}")
+    print(f"{PROG}: {args.mode} | threads {args.threads} | gbs {args.gbs} mbs {args.mbs} seq {args.seq} | "
+          f"step time {step_s:.3f} s | {round(args.gbs * args.seq / step_s)} tokens/s", flush=True)
+    if args.profile:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            train_step(model, opt, a, a.iters, data, precision)
+            train_step(model, opt, args, args.iters, data, precision)
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
     return 0
 
