@@ -9,7 +9,9 @@
 # it (README's --threads row; 1.63 s/step against 2.0-3.2 s with libgomp's default), PyTorch in the
 # caller's environment (its BF16 autocast step 1.30-1.36 s with the default, 1.54-1.66 s under PASSIVE).
 # bench_torch.py's model must have as many parameters as ours (both print the count): the script stops
-# when they differ.
+# when they differ. Run it alone on the machine: with one other busy process on the 2 cores PyTorch's
+# spinning threads slowed 10-20x (30 s FP32 and 15 s BF16 steps, measured) and ours 1.8x. Before each run
+# a line warns when the cores were more than 25% busy over one second.
 # Usage: scripts/bench_cpu.sh [extra pretrain_llama flags]
 # Env: BUILD (default build), ITERS (10), GBS (8), MBS (2), SEQ (256), THREADS (all cores),
 #      RECIPES (default "bf16_mixed bf16_with_nvfp4_mixed"), PYTHON (a python3 with torch; default
@@ -38,10 +40,24 @@ label() {  # a recipe's or PyTorch mode's name in the ratio lines
 }
 
 echo "bench_cpu: OMP_WAIT_POLICY ours ${our_wait_policy}, PyTorch ${OMP_WAIT_POLICY:-unset (the libgomp default)}"
+# Warns when the cores were busy (not idle or waiting on I/O, in /proc/stat) over one second before run $1.
+warn_if_busy() {
+  [[ -r /proc/stat ]] || return 0
+  local before after
+  before=$(head -1 /proc/stat); sleep 1; after=$(head -1 /proc/stat)
+  awk -v a="$before" -v b="$after" -v what="$1" 'BEGIN {
+    n = split(a, x); split(b, y); total = 0
+    for (i = 2; i <= n; i++) total += y[i] - x[i]
+    busy = total - (y[5] - x[5]) - (y[6] - x[6])
+    if (total > 0 && busy > 0.25 * total)
+      printf "bench_cpu: warning: the cores were %.0f%% busy before %s: its timing is not on a quiet machine\n", 100 * busy / total, what }'
+}
+
 declare -A step_of toks_of
 order=()
 params=""
 for recipe in $RECIPES; do
+  warn_if_busy "$recipe"
   OMP_WAIT_POLICY=$our_wait_policy "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" \
     --global-batch-size "$GBS" --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
   [[ -n "$params" ]] || params=$(grep -m1 -oE '[0-9.]+ M parameters' "$log" || true)
@@ -68,6 +84,7 @@ if [[ -n "$TORCH_MODES" ]]; then
   fi
 fi
 for mode in $TORCH_MODES; do
+  warn_if_busy "PyTorch $mode"
   "$python" scripts/bench_torch.py --mode "$mode" --threads "$THREADS" --gbs "$GBS" --mbs "$MBS" --seq "$SEQ" \
     --iters "$ITERS" >"$log"
   cat "$log"
