@@ -1,9 +1,22 @@
 #!/usr/bin/env bash
 # CPU throughput of llama_small with the BF16 baseline and with the playbook's NVFP4 recipe (emulated
-# on the CPU), from each run's own summary line (mean over iterations 40%-100%), and their ratio.
+# on the CPU), from each run's own summary line (mean over iterations 40%-100%), then PyTorch on the same
+# shape, batch, threads and iterations (scripts/bench_torch.py: FP32 eager and BF16 autocast) when
+# PyTorch is installed (one line says it is skipped when not), and the ratios: tokens/s of ours BF16 over
+# each PyTorch mode's (>1: ours faster), and each other recipe's step time over ours BF16 (the first
+# recipe when bf16_mixed is not run). Each program runs at its faster OpenMP wait policy on this
+# 2-core machine (10 iterations, 2026-11-26): ours with OMP_WAIT_POLICY=PASSIVE unless the caller sets
+# it (README's --threads row; 1.63 s/step against 2.0-3.2 s with libgomp's default), PyTorch in the
+# caller's environment (its BF16 autocast step 1.30-1.36 s with the default, 1.54-1.66 s under PASSIVE).
+# bench_torch.py's model must have as many parameters as ours (both print the count): the script stops
+# when they differ. Run it alone on the machine: with one other busy process on the 2 cores PyTorch's
+# spinning threads slowed 10-20x (30 s FP32 and 15 s BF16 steps, measured) and ours 1.8x. Before each run
+# a line warns when the cores were more than 25% busy over one second.
 # Usage: scripts/bench_cpu.sh [extra pretrain_llama flags]
 # Env: BUILD (default build), ITERS (10), GBS (8), MBS (2), SEQ (256), THREADS (all cores),
-#      RECIPES (default "bf16_mixed bf16_with_nvfp4_mixed").
+#      RECIPES (default "bf16_mixed bf16_with_nvfp4_mixed"), PYTHON (a python3 with torch; default
+#      /usr/bin/python3 when it has torch, else python3), TORCH_MODES (default "fp32_eager bf16_autocast";
+#      empty: no PyTorch rows).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -11,12 +24,43 @@ bin="${BUILD}/apps/pretrain_llama"
 [[ -x "$bin" ]] || { echo "bench_cpu: $bin not found; build first (cmake -S . -B $BUILD && cmake --build $BUILD)" >&2; exit 1; }
 ITERS=${ITERS:-10} GBS=${GBS:-8} MBS=${MBS:-2} SEQ=${SEQ:-256} THREADS=${THREADS:-$(nproc)}
 RECIPES=${RECIPES:-"bf16_mixed bf16_with_nvfp4_mixed"}
+TORCH_MODES=${TORCH_MODES-"fp32_eager bf16_autocast"}
+our_wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-first=""
+
+label() {  # a recipe's or PyTorch mode's name in the ratio lines
+  case "$1" in
+    bf16_mixed) echo "ours BF16" ;;
+    bf16_with_nvfp4_mixed) echo "ours NVFP4" ;;
+    fp32_eager) echo "PyTorch FP32 eager" ;;
+    bf16_autocast) echo "PyTorch BF16 autocast" ;;
+    *) echo "ours $1" ;;
+  esac
+}
+
+echo "bench_cpu: OMP_WAIT_POLICY ours ${our_wait_policy}, PyTorch ${OMP_WAIT_POLICY:-unset (the libgomp default)}"
+# Warns when the cores were busy (not idle or waiting on I/O, in /proc/stat) over one second before run $1.
+warn_if_busy() {
+  [[ -r /proc/stat ]] || return 0
+  local before after
+  before=$(head -1 /proc/stat); sleep 1; after=$(head -1 /proc/stat)
+  awk -v a="$before" -v b="$after" -v what="$1" 'BEGIN {
+    n = split(a, x); split(b, y); total = 0
+    for (i = 2; i <= n; i++) total += y[i] - x[i]
+    busy = total - (y[5] - x[5]) - (y[6] - x[6])
+    if (total > 0 && busy > 0.25 * total)
+      printf "bench_cpu: warning: the cores were %.0f%% busy before %s: its timing is not on a quiet machine\n", 100 * busy / total, what }'
+}
+
+declare -A step_of toks_of
+order=()
+params=""
 for recipe in $RECIPES; do
-  "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" --global-batch-size "$GBS" \
-    --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
+  warn_if_busy "$recipe"
+  OMP_WAIT_POLICY=$our_wait_policy "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" \
+    --global-batch-size "$GBS" --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
+  [[ -n "$params" ]] || params=$(grep -m1 -oE '[0-9.]+ M parameters' "$log" || true)
   summary=$(grep "summary:" "$log")
   step=$(sed -E 's/.*mean step time ([0-9.]+) s.*/\1/' <<<"$summary")
   toks=$(sed -E 's/.* ([0-9]+) tokens\/s.*/\1/' <<<"$summary")
@@ -25,7 +69,44 @@ for recipe in $RECIPES; do
   range=$(sed -E 's/.*summary: (iterations [0-9]+-[0-9]+) .*/\1/' <<<"$summary")
   printf 'bench_cpu: llama_small %-36s | threads %s | gbs %s mbs %s seq %s | %s | step time %s s | %s tokens/s | %s TFLOP/s | final loss %s\n' \
     "$recipe" "$THREADS" "$GBS" "$MBS" "$SEQ" "$range" "$step" "$toks" "$tflops" "$loss"
-  if [[ -z "$first" ]]; then first=$step; else
-    awk -v a="$step" -v b="$first" -v r="$recipe" 'BEGIN { printf "bench_cpu: step-time ratio %s / first recipe = %.2f\n", r, a / b }'
+  step_of[$recipe]=$step toks_of[$recipe]=$toks
+  order+=("$recipe")
+done
+
+if [[ -n "$TORCH_MODES" ]]; then
+  if [[ -n "${PYTHON:-}" ]]; then python=$PYTHON
+  elif /usr/bin/python3 -c 'import torch' 2>/dev/null; then python=/usr/bin/python3
+  else python=python3
   fi
+  if ! "$python" -c 'import torch' 2>/dev/null; then
+    echo "bench_cpu: PyTorch not installed (python3-torch); its rows skipped"
+    TORCH_MODES=""
+  fi
+fi
+for mode in $TORCH_MODES; do
+  warn_if_busy "PyTorch $mode"
+  "$python" scripts/bench_torch.py --mode "$mode" --threads "$THREADS" --gbs "$GBS" --mbs "$MBS" --seq "$SEQ" \
+    --iters "$ITERS" >"$log"
+  cat "$log"
+  theirs=$(grep -m1 -oE '\(([0-9.]+ M)\)' "$log" | tr -d '()')
+  if [[ -n "$params" && "$theirs parameters" != "$params" ]]; then
+    echo "bench_cpu: error: bench_torch.py's model has $theirs parameters, ours $params: not the same model" >&2
+    exit 1
+  fi
+  result=$(grep "step time" "$log")
+  step_of[$mode]=$(sed -E 's/.*step time ([0-9.]+) s.*/\1/' <<<"$result")
+  toks_of[$mode]=$(sed -E 's/.* ([0-9]+) tokens\/s.*/\1/' <<<"$result")
+done
+
+# Ours BF16 against each PyTorch mode (tokens/s), then every other recipe's step time against it.
+base=bf16_mixed
+[[ -n "${step_of[$base]:-}" ]] || base=${order[0]}
+for mode in $TORCH_MODES; do
+  awk -v a="${toks_of[$base]}" -v b="${toks_of[$mode]}" -v l="$(label "$base") / $(label "$mode")" \
+    'BEGIN { printf "bench_cpu: %s speed = %.2f (tokens/s ratio; >1: ours faster)\n", l, a / b }'
+done
+for recipe in "${order[@]}"; do
+  [[ "$recipe" != "$base" ]] || continue
+  awk -v a="${step_of[$recipe]}" -v b="${step_of[$base]}" -v l="$(label "$recipe") step / $(label "$base") step" \
+    'BEGIN { printf "bench_cpu: %s = %.2f\n", l, a / b }'
 done
