@@ -110,37 +110,42 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
   float* dwp = dw.f32();
   const bool round = ctx.round_bf16;
 
-  // dx_i += r w_i g_i - (r³/h) x_i Σ_j g_j w_j x_j   (then rounded: dx is a bf16 activation gradient)
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) {
-    const float* xr = xp + t * h;
-    const float* gr = gp + t * h;
-    const float dot = lane_dot3(gr, wp, xr, h);
-    const float r = rp[t];
-    const float coef = dot * (r * r * r) / static_cast<float>(h);
-    if (round) {
-      backward_row<true>(dxp + t * h, gr, xr, wp, r, coef, h);
-    } else {
-      backward_row<false>(dxp + t * h, gr, xr, wp, r, coef, h);
-    }
-  }
-
-// dw_i += Σ_t g_ti x_ti r_t   (fp32 accumulator, never rounded): partial[k][c] = the sequential fp32
+  // dw_i += Σ_t g_ti x_ti r_t   (fp32 accumulator, never rounded): partial[k][c] = the sequential fp32
   // sum over chunk k's tokens, then tree_sum over the chunks of each column. The partials live in the
   // calling thread's thread_scratch.
   const int64_t chunks = (T + num::kRmsNormDwChunk - 1) / num::kRmsNormDwChunk;
   if (chunks == 0) return;
   float* part = thread_scratch<2>(static_cast<size_t>(chunks * h));
   const int64_t blocks = (h + kColumnBlock - 1) / kColumnBlock;
-#pragma omp parallel for schedule(static)
-  for (int64_t kb = 0; kb < chunks * blocks; ++kb) {
-    const int64_t k = kb / blocks, b = kb % blocks;
-    const int64_t c0 = b * kColumnBlock, c1 = std::min(h, c0 + kColumnBlock);
-    const int64_t t0 = k * num::kRmsNormDwChunk, t1 = std::min(T, t0 + num::kRmsNormDwChunk);
-    dw_chunk(part + k * h, xp, gp, rp, h, t0, t1, c0, c1);
+  // One parallel region, not three: starting one wakes the worker threads, which at llama_small's sizes
+  // costs as much as the work (measured under OMP_WAIT_POLICY=PASSIVE). The dx rows and the dw partials
+  // are independent (nowait); the column sums wait for the partials.
+#pragma omp parallel
+  {
+    // dx_i += r w_i g_i - (r³/h) x_i Σ_j g_j w_j x_j   (then rounded: dx is a bf16 activation gradient)
+#pragma omp for schedule(static) nowait
+    for (int64_t t = 0; t < T; ++t) {
+      const float* xr = xp + t * h;
+      const float* gr = gp + t * h;
+      const float dot = lane_dot3(gr, wp, xr, h);
+      const float r = rp[t];
+      const float coef = dot * (r * r * r) / static_cast<float>(h);
+      if (round) {
+        backward_row<true>(dxp + t * h, gr, xr, wp, r, coef, h);
+      } else {
+        backward_row<false>(dxp + t * h, gr, xr, wp, r, coef, h);
+      }
+    }
+#pragma omp for schedule(static)
+    for (int64_t kb = 0; kb < chunks * blocks; ++kb) {
+      const int64_t k = kb / blocks, b = kb % blocks;
+      const int64_t c0 = b * kColumnBlock, c1 = std::min(h, c0 + kColumnBlock);
+      const int64_t t0 = k * num::kRmsNormDwChunk, t1 = std::min(T, t0 + num::kRmsNormDwChunk);
+      dw_chunk(part + k * h, xp, gp, rp, h, t0, t1, c0, c1);
+    }
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < h; ++c) dwp[c] += num::tree_sum(part + c, chunks, h);
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < h; ++c) dwp[c] += num::tree_sum(part + c, chunks, h);
 }
 
 }  // namespace pl::cpu
