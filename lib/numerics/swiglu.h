@@ -1,18 +1,17 @@
 #pragma once
-// SwiGLU of one element, forward and backward, shared by the CPU and CUDA backends. The only
-// difference between backends is expf itself (glibc's is correctly rounded to within 0.5 ulp,
-// CUDA's within 2 ulp), so results agree to a few float ulps, not bit for bit.
-#include <cmath>
-
+// SwiGLU of one element, forward and backward, shared by the CPU and CUDA backends. The exponential is
+// num::exp_f32 (numerics/exp.h), the same FP32 operations on both sides, and the rest is IEEE multiplies,
+// adds and divides with contraction off on both sides, so the backends agree bit for bit (until issue 25
+// each called its own expf: glibc's and CUDA's, up to 2 ulp apart). exp_f32 is within 1 ulp of glibc's.
+#include "numerics/exp.h"
 #include "numerics/hd.h"
 
 namespace pl::num {
 
-// expf on both sides: the host's is glibc's (std::exp(float) calls the same function).
-PL_HD float sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
+PL_HD float sigmoid(float g) { return 1.0f / (1.0f + exp_f32(-g)); }
 
 // silu(gate) * up, with silu(g) = g / (1 + exp(-g)).
-PL_HD float swiglu(float gate, float up) { return gate / (1.0f + expf(-gate)) * up; }
+PL_HD float swiglu(float gate, float up) { return gate / (1.0f + exp_f32(-gate)) * up; }
 
 // Gradients of swiglu(gate, up) given the output gradient dout:
 //   d/dgate = dout * up * sig * (1 + g * (1 - sig)),   d/dup = dout * silu(g).

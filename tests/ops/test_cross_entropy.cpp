@@ -1,8 +1,10 @@
 // Fused softmax cross-entropy: losses and the in-place logits gradient, and the fp32 summation schedule
-// of numerics/reduce.h written out (the CUDA backend sums in the same order; only its expf differs).
+// of numerics/reduce.h written out with the exponential num::exp_f32 (numerics/exp.h; the CUDA backend
+// takes the same exps and sums them in the same order; only its logf differs).
 // Cpu/CrossEntropy.* and Cuda/CrossEntropy.* run the same cases on each backend (the GPU also against
 // the CPU backend); OpsCrossEntropy.* are CPU-only (plain FP32, finite differences, the schedule).
 #include "op_test_util.h"
+#include "numerics/exp.h"
 
 namespace pl::optest {
 namespace {
@@ -72,7 +74,7 @@ TEST(OpsCrossEntropy, GradientMatchesFiniteDifferences) {
   expect_close(logits.v, fd, 1e-5, "op dlogits vs finite differences");
 }
 
-// Σ exp(x - m) in 512 lanes (logit j -> lane j % 512, in order, from +0), combined by the stride tree
+// Σ num::exp_f32(x - m) in 512 lanes (logit j -> lane j % 512, in order, from +0), combined by the stride tree
 // (s = 256..1: lane[k] += lane[k + s]); loss = log(Σ) - (x[y] - m).
 TEST(OpsCrossEntropy, FollowsTheDocumentedFp32Schedule) {
   std::mt19937 rng(805);
@@ -86,7 +88,7 @@ TEST(OpsCrossEntropy, FollowsTheDocumentedFp32Schedule) {
     float m = row[0];
     for (int64_t j = 1; j < V; ++j) m = row[j] > m ? row[j] : m;
     float lane[512] = {};
-    for (int64_t j = 0; j < V; ++j) lane[j % 512] = lane[j % 512] + std::exp(row[j] - m);
+    for (int64_t j = 0; j < V; ++j) lane[j % 512] = lane[j % 512] + num::exp_f32(row[j] - m);
     for (int s = 256; s >= 1; s /= 2)
       for (int k = 0; k < s; ++k) lane[k] = lane[k] + lane[k + s];
     const float want = std::log(lane[0]) - (row[tgt.v[static_cast<size_t>(t)]] - m);
@@ -119,10 +121,12 @@ PL_INSTANTIATE_BACKENDS(CrossEntropy);
 // the block stride (512), Llama 3's vocabulary; a target at V - 1 and one confident row (p(target)
 // near 1) to exercise the p - 1 cancellation.
 // On the GPU also against the CPU backend, within a tolerance. Both sides take the same fp32 max and
-// exponentials of the same arguments, summed in the same fp32 lane/tree schedule: each CUDA expf is
-// within 2 ulp of the value (glibc's within 0.5), so Σ agrees to ~3 ulp relative (plus the rare
-// rounding of a lane sum to a neighbour), log(Σ) to 3·2^-24 absolute plus one ulp of CUDA's logf
-// (<= 1 ulp) and of the final subtraction: |loss diff| <= 1e-5 max(1, |loss|) (about 10x slack).
+// exponentials of the same arguments, summed in the same fp32 lane/tree schedule. Since issue 25 both
+// take num::exp_f32 (the same bits), so Σ and the dlogits agree exactly and the losses differ only by
+// CUDA's logf (<= 1 ulp) and the final subtraction; the tolerances below were derived when each side
+// had its own expf (each CUDA expf within 2 ulp, glibc's within 0.5: Σ within ~3 ulp relative, log(Σ)
+// within 3·2^-24 absolute plus one ulp of logf: |loss diff| <= 1e-5 max(1, |loss|), about 10x slack)
+// and are kept until a GPU run confirms the exact agreement.
 // Gradients: p = e (1/Σ) within a few ulp on both sides, so bf16(grad_scale (p - onehot)) is the same
 // or adjacent, except that p - 1 cancels near p = 1 (absolute error a few 2^-24): |diff| <= 2^-7
 // max(|a|,|b|) + 1e-6 grad_scale, at most 1% of the elements differing. Against double the GPU gets

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_clones.h"
 #include "numerics/adamw.h"
 #include "numerics/bf16.h"
 #include "numerics/reduce.h"
@@ -49,6 +50,19 @@ namespace {
 inline void store_param(float& dst, float master, bool round) { dst = round ? num::round_bf16(master) : master; }
 inline void store_param(uint16_t& dst, float master, bool) { dst = num::float_to_bf16_bits(master); }
 
+// Elements [0, n) of the flat buffers (already offset), vectorized; the caller splits a segment into
+// chunks across threads. Each element's result depends on that element alone, so the split changes nothing.
+template <class P, class G, class M, class V>
+PL_VECTOR_CLONES void adamw_range(P* __restrict pp, float* __restrict mp, const G* __restrict gp, M* __restrict m1,
+                                  V* __restrict m2, int64_t n, const num::AdamWHyper h, bool round) {
+  for (int64_t i = 0; i < n; ++i) {
+    num::adamw_element_stored(mp[i], m1[i], m2[i], num::state_load(gp[i]), h);
+    store_param(pp[i], mp[i], round);
+  }
+}
+
+constexpr int64_t kAdamWChunk = 4096;  // elements per call of adamw_range (L1-sized across the 5 streams)
+
 template <class P, class G, class M, class V>
 void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, const Tensor& m, const Tensor& v,
                  const ElementRanges& no_decay, const num::AdamWHyper& decay, const num::AdamWHyper& plain,
@@ -67,10 +81,11 @@ void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, 
     const int64_t i0 = in_range ? no_decay.host[2 * r] : (r > 0 ? no_decay.host[2 * r - 1] : 0);
     const int64_t i1 = in_range ? no_decay.host[2 * r + 1] : (r < no_decay.count ? no_decay.host[2 * r] : n);
     const num::AdamWHyper& h = in_range ? plain : decay;
+    const int64_t chunks = (i1 - i0 + kAdamWChunk - 1) / kAdamWChunk;
 #pragma omp for schedule(static)
-    for (int64_t i = i0; i < i1; ++i) {
-      num::adamw_element_stored(mp[i], m1[i], m2[i], num::state_load(gp[i]), h);
-      store_param(pp[i], mp[i], round);
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int64_t b = i0 + c * kAdamWChunk, len = std::min(kAdamWChunk, i1 - b);
+      adamw_range<P, G, M, V>(pp + b, mp + b, gp + b, m1 + b, m2 + b, len, h, round);
     }
   }
 }

@@ -1,11 +1,35 @@
 // CPU SwiGLU: fc1[T, 2f] = [gate | up] along the last dimension, out = silu(gate) * up with
-// silu(g) = g / (1 + exp(-g)). All math in fp32, OpenMP over rows; out and dfc1 are bf16 activations
-// (rounded when ctx.round_bf16).
+// silu(g) = g / (1 + exp(-g)) (numerics/swiglu.h, exp by num::exp_f32: bit-identical with the CUDA
+// backend). All math in fp32, OpenMP over rows, one vectorized function per row; out and dfc1 are bf16
+// activations (rounded when ctx.round_bf16).
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/vector_clones.h"
 #include "numerics/bf16.h"
 #include "numerics/swiglu.h"
 
 namespace pl::cpu {
+namespace {
+template <bool Round>
+PL_VECTOR_CLONES void forward_row(float* __restrict out, const float* __restrict gate, const float* __restrict up,
+                                  int64_t f) {
+  for (int64_t i = 0; i < f; ++i) {
+    const float v = num::swiglu(gate[i], up[i]);
+    out[i] = Round ? num::round_bf16(v) : v;
+  }
+}
+
+template <bool Round>
+PL_VECTOR_CLONES void backward_row(float* __restrict dgate, float* __restrict dup, const float* __restrict gate,
+                                   const float* __restrict up, const float* __restrict dout, int64_t f) {
+  for (int64_t i = 0; i < f; ++i) {
+    float vg, vu;
+    num::swiglu_backward(gate[i], up[i], dout[i], vg, vu);
+    dgate[i] = Round ? num::round_bf16(vg) : vg;
+    dup[i] = Round ? num::round_bf16(vu) : vu;
+  }
+}
+}  // namespace
+
 void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) {
   const int64_t T = out.dim(0), f = out.dim(1);
   const float* in = fc1.f32();
@@ -14,11 +38,10 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* gate = in + t * 2 * f;
-    const float* up = gate + f;
-    float* orow = o + t * f;
-    for (int64_t i = 0; i < f; ++i) {
-      const float v = num::swiglu(gate[i], up[i]);
-      orow[i] = round ? num::round_bf16(v) : v;
+    if (round) {
+      forward_row<true>(o + t * f, gate, gate + f, f);
+    } else {
+      forward_row<false>(o + t * f, gate, gate + f, f);
     }
   }
 }
@@ -32,15 +55,11 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dou
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     const float* gate = in + t * 2 * f;
-    const float* up = gate + f;
-    const float* grow = go + t * f;
     float* dgate = d + t * 2 * f;
-    float* dup = dgate + f;
-    for (int64_t i = 0; i < f; ++i) {
-      float vg, vu;
-      num::swiglu_backward(gate[i], up[i], grow[i], vg, vu);
-      dgate[i] = round ? num::round_bf16(vg) : vg;
-      dup[i] = round ? num::round_bf16(vu) : vu;
+    if (round) {
+      backward_row<true>(dgate, dgate + f, gate, gate + f, go + t * f, f);
+    } else {
+      backward_row<false>(dgate, dgate + f, gate, gate + f, go + t * f, f);
     }
   }
 }

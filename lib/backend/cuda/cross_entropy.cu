@@ -7,9 +7,11 @@
 //      is lane k of num::lane_sum with kCrossEntropyLanes lanes, num::block_tree_sum combines them);
 //      losses[t] = log(Σ) - (x[target] - m), x[target] read before any write;
 //   3. unless grad_scale == 0: x = bf16(grad_scale * (exp(x - m) * (1/Σ) - onehot)), the exponentials
-//      recomputed (same inputs, same device expf, so the same values as in pass 2).
-// The expressions and the summation order are the CPU's; the only differences are expf/logf (CUDA:
-// 2 ulp / 1 ulp, glibc: nearly always correctly rounded). No FP64.
+//      recomputed (same inputs, same num::exp_f32, so the same values as in pass 2).
+// The expressions, the exponential (num::exp_f32 of numerics/exp.h: the CPU's FP32 operations, compiled
+// with --fmad=false, so the same bits; until issue 25 this kernel called CUDA's expf, up to 2 ulp from
+// glibc's) and the summation order are the CPU's; the one difference left is logf (CUDA's within 1 ulp,
+// glibc's nearly always correctly rounded), once per row, in the loss only. No FP64.
 // Targets are validated on the host before they are uploaded (LlamaModel checks every label), so
 // there is no device index flag and no host round trip here; a target outside [0, V) that reaches the
 // kernel anyway leaves its row untouched and gets a NaN loss (never an out-of-bounds access).
@@ -17,6 +19,7 @@
 
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
+#include "numerics/exp.h"
 #include "numerics/reduce.h"
 
 namespace pl::cuda {
@@ -52,14 +55,14 @@ __global__ void cross_entropy_kernel(float* losses, uint16_t* logits, const int3
   m = m_shared;
 
   float s = 0.0f;
-  for (int64_t j = threadIdx.x; j < V; j += kThreads) s = s + expf(load_bf16(row, j) - m);
+  for (int64_t j = threadIdx.x; j < V; j += kThreads) s = s + num::exp_f32(load_bf16(row, j) - m);
   const float sum = num::block_tree_sum<kThreads>(s, lanes);
   if (threadIdx.x == 0) losses[t] = logf(sum) - (load_bf16(row, y) - m);
   __syncthreads();  // row[y] has been read; the row may be overwritten from here on
   if (grad_scale == 0.0f) return;
   const float inv = 1.0f / sum;
   for (int64_t j = threadIdx.x; j < V; j += kThreads) {
-    const float p = expf(load_bf16(row, j) - m) * inv;
+    const float p = num::exp_f32(load_bf16(row, j) - m) * inv;
     store_bf16(row, j, grad_scale * (j == y ? p - 1.0f : p));
   }
 }

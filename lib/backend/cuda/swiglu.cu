@@ -1,8 +1,9 @@
 // CUDA SwiGLU (see backend/ops.h; CPU twin backend/cpu/swiglu.cpp): fc1[T, 2f] = [gate | up],
 // out = silu(gate) * up, silu(g) = g / (1 + exp(-g)). One thread per (t, i), the CPU's float
 // expressions in its order (FMA contraction off on both sides), bf16 outputs rounded with the
-// shared numerics. The only difference from the CPU is expf: CUDA's is within 2 ulp, glibc's is
-// (nearly always) correctly rounded, so a result may land on the neighbouring bf16 value.
+// shared numerics. The exponential is num::exp_f32 (numerics/exp.h), the same FP32 operations as the
+// CPU's, so the results are the CPU's bit for bit (until issue 25 each side called its own expf, and a
+// result could land on the neighbouring bf16 value).
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
 #include "numerics/swiglu.h"
