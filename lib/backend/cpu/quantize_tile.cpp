@@ -12,10 +12,12 @@
 #include "numerics/hadamard.h"
 #include "numerics/philox.h"
 
+#ifndef PL_QUANT_CLONES  // defined empty: baseline code only (to check the clones agree)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PL_QUANT_CLONES __attribute__((target_clones("default", "arch=x86-64-v4")))
 #else
 #define PL_QUANT_CLONES
+#endif
 #endif
 // The helpers are inlined into each clone, so they too are compiled for its instruction set.
 #define PL_QUANT_INLINE inline __attribute__((always_inline))
