@@ -13,6 +13,11 @@ namespace pl::cpu {
 namespace {
 int lanes_left(int64_t n, int64_t i) { return static_cast<int>(n - i < kLanes ? n - i : kLanes); }
 
+// A columnwise copy's rows are x's columns: a thread takes a strip of kStrip copy rows and walks down x
+// through it, block by block, so each row of x gives it 4 adjacent cache lines (one per lane group) at a
+// time rather than one line per 1 KB stride.
+constexpr int64_t kStrip = 4 * kLanes;
+
 // max |v| ignoring NaN (fmaxf semantics, as nvte_compute_amax), over the whole copy. Without RHT the
 // copy's values are x's (transposed or not), so one contiguous pass over x; with RHT the 16-chunks
 // along the copy's rows, a group of kLanes copy rows at a time.
@@ -27,13 +32,14 @@ float source_amax(const Source& s, int64_t rows, int64_t cols) {
     }
     return amax;
   }
-  const int64_t strips = (rows + kLanes - 1) / kLanes;
+  const int64_t strips = (rows + kStrip - 1) / kStrip;
 #pragma omp parallel for reduction(max : amax) schedule(static)
   for (int64_t t = 0; t < strips; ++t)
-    for (int64_t b = 0; b < cols / 16; ++b) {
-      const float m = group_amax(s.x, make_group(s, t * kLanes, b, lanes_left(rows, t * kLanes), true, 16), true);
-      amax = m > amax ? m : amax;
-    }
+    for (int64_t b = 0; b < cols / 16; ++b)
+      for (int64_t r0 = t * kStrip; r0 < rows && r0 < (t + 1) * kStrip; r0 += kLanes) {
+        const float m = group_amax(s.x, make_group(s, r0, b, lanes_left(rows, r0), true, 16), true);
+        amax = m > amax ? m : amax;
+      }
   return amax;
 }
 
@@ -51,16 +57,18 @@ void swizzle_scales(const QuantizedCopy& c) {
 }
 
 // Runs f(group) over the copy's blocks of `elems` elements, threaded: a columnwise copy (transposed
-// source) in strips of kLanes copy rows (its blocks' 16-float rows of x are contiguous), a rowwise one
-// kLanes consecutive blocks of a row at a time.
+// source) in groups of kLanes copy rows (its blocks' 16-float rows of x are contiguous) within strips
+// of kStrip, a rowwise one kLanes consecutive blocks of a row at a time.
 template <class F>
 void for_each_group(const Source& s, int64_t rows, int64_t cols, int elems, const F& f) {
   const int64_t nb = cols / elems;
   if (s.transposed) {
-    const int64_t strips = (rows + kLanes - 1) / kLanes;
+    const int64_t strips = (rows + kStrip - 1) / kStrip;
 #pragma omp parallel for schedule(static)
     for (int64_t t = 0; t < strips; ++t)
-      for (int64_t b = 0; b < nb; ++b) f(make_group(s, t * kLanes, b, lanes_left(rows, t * kLanes), true, elems));
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t r0 = t * kStrip; r0 < rows && r0 < (t + 1) * kStrip; r0 += kLanes)
+          f(make_group(s, r0, b, lanes_left(rows, r0), true, elems));
   } else {
 #pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < rows; ++r)
