@@ -1,40 +1,45 @@
-// CPU quantize: whole-tensor schedules around the shared per-block numerics (lib/numerics/). The amax
-// pass and the quantize pass both read x through a Source view (quantize_common.h), so no scratch
-// memory is needed.
+// CPU quantize: whole-tensor schedules around the per-block kernels of quantize_tile.h (the shared
+// numerics of lib/numerics/, vectorized over blocks). The amax pass and the quantize pass both read x
+// through a Source view (quantize_common.h), so no scratch memory is needed beyond a per-thread tile.
 #include <cmath>
 #include <cstring>
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/quantize_common.h"
-#include "numerics/philox.h"
+#include "backend/cpu/quantize_tile.h"
 #include "numerics/swizzle.h"
 
 namespace pl::cpu {
 namespace {
-// fmaxf(m, |v|) for a non-NaN m, without a libm call: a NaN v is ignored, Inf is kept.
-inline float max_abs(float m, float v) {
-  const float a = std::fabs(v);
-  return a > m ? a : m;
-}
+int lanes_left(int64_t n, int64_t i) { return static_cast<int>(n - i < kLanes ? n - i : kLanes); }
 
-// max |v| ignoring NaN (fmaxf semantics, as nvte_compute_amax), over the whole copy.
+// A columnwise copy's rows are x's columns: a thread takes a strip of kStrip copy rows and walks down x
+// through it, block by block, so each row of x gives it 4 adjacent cache lines (one per lane group) at a
+// time rather than one line per 1 KB stride.
+constexpr int64_t kStrip = 4 * kLanes;
+
+// max |v| ignoring NaN (fmaxf semantics, as nvte_compute_amax), over the whole copy. Without RHT the
+// copy's values are x's (transposed or not), so one contiguous pass over x; with RHT the 16-chunks
+// along the copy's rows, a group of kLanes copy rows at a time.
 float source_amax(const Source& s, int64_t rows, int64_t cols) {
   float amax = 0.0f;
-  const bool blocked = s.rht;  // RHT values only exist per 16-chunk
+  if (!s.rht) {
+    const int64_t n = rows * cols, chunk = 1 << 14;
 #pragma omp parallel for reduction(max : amax) schedule(static)
-  for (int64_t r = 0; r < rows; ++r) {
-    float m = 0.0f;
-    if (blocked) {
-      float v[16];
-      for (int64_t c = 0; c < cols; c += 16) {
-        s.load16(r, c, v);
-        for (float e : v) m = max_abs(m, e);
-      }
-    } else {
-      for (int64_t c = 0; c < cols; ++c) m = max_abs(m, s.at(r, c));
+    for (int64_t i = 0; i < n; i += chunk) {
+      const float m = contiguous_amax(s.x + i, n - i < chunk ? n - i : chunk);
+      amax = m > amax ? m : amax;
     }
-    amax = m > amax ? m : amax;
+    return amax;
   }
+  const int64_t strips = (rows + kStrip - 1) / kStrip;
+#pragma omp parallel for reduction(max : amax) schedule(static)
+  for (int64_t t = 0; t < strips; ++t)
+    for (int64_t b = 0; b < cols / 16; ++b)
+      for (int64_t r0 = t * kStrip; r0 < rows && r0 < (t + 1) * kStrip; r0 += kLanes) {
+        const float m = group_amax(s.x, make_group(s, r0, b, lanes_left(rows, r0), true, 16), true);
+        amax = m > amax ? m : amax;
+      }
   return amax;
 }
 
@@ -44,84 +49,73 @@ void swizzle_scales(const QuantizedCopy& c) {
   uint8_t* out = c.scales_swizzled.u8();
   std::memset(out, 0, static_cast<size_t>(c.scales_swizzled.numel()));
   const uint8_t* in = c.scales.u8();
-  for (int64_t r = 0; r < c.rows; ++r)
-    for (int64_t k = 0; k < sc; ++k) out[num::swizzled_scale_offset(r, k, pc)] = in[r * sc + k];
+  for (int64_t r = 0; r < c.rows; ++r) {
+    // swizzled_scale_offset(r, k, pc) = offset(r, 0) + (k / 4) * 512 + k % 4.
+    uint8_t* row = out + num::swizzled_scale_offset(r, 0, pc);
+    for (int64_t k = 0; k < sc; ++k) row[(k >> 2) * 512 + (k & 3)] = in[r * sc + k];
+  }
+}
+
+// Runs f(group) over the copy's blocks of `elems` elements, threaded: a columnwise copy (transposed
+// source) in groups of kLanes copy rows (its blocks' 16-float rows of x are contiguous) within strips
+// of kStrip, a rowwise one kLanes consecutive blocks of a row at a time.
+template <class F>
+void for_each_group(const Source& s, int64_t rows, int64_t cols, int elems, const F& f) {
+  const int64_t nb = cols / elems;
+  if (s.transposed) {
+    const int64_t strips = (rows + kStrip - 1) / kStrip;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < strips; ++t)
+      for (int64_t b = 0; b < nb; ++b)
+        for (int64_t r0 = t * kStrip; r0 < rows && r0 < (t + 1) * kStrip; r0 += kLanes)
+          f(make_group(s, r0, b, lanes_left(rows, r0), true, elems));
+  } else {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; b += kLanes) f(make_group(s, r, b, lanes_left(nb, b), false, elems));
+  }
 }
 
 // ---- NVFP4 ---------------------------------------------------------------------------------------
 
-void pack_codes(uint8_t* dst, const uint8_t code[16]) {
-  for (int k = 0; k < 8; ++k) dst[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
-}
-
 void quantize_nvfp4_copy(const QuantizedCopy& c, const Source& src, const QuantizeOptions& opt, uint32_t stream) {
   const int64_t R = c.rows, C = c.cols, nb = C / 16;
   const float amax = opt.amax_given ? c.amax.f32()[0] : source_amax(src, R, C);
-  const float s_enc = num::nvfp4_global_encode_scale(amax);
+  Nvfp4Params p;
+  p.s_enc = num::nvfp4_global_encode_scale(amax);
+  p.s_dec = num::nvfp4_global_decode_scale(p.s_enc);
+  p.mult = num::nvfp4_block_scale_multiplier(p.s_enc);
+  p.rht = src.rht;
+  p.cols = C;
   uint8_t* data = c.data.u8();
   uint8_t* scales = c.scales.u8();
   if (opt.block_2d) {
     // One scale per 16x16 tile (tile amax over 16 rows), written to all 16 rows (TE #2298); the
     // codes then use the block encode scale of their tile. Weights: RN, no RHT.
-    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
+    p.tile_2d = true;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t tr = 0; tr < R / 16; ++tr)
-      for (int64_t b = 0; b < nb; ++b) {
-        float tile_amax = 0.0f;
-        float v[16];
-        for (int64_t r = tr * 16; r < tr * 16 + 16; ++r) {
-          src.load16(r, b * 16, v);
-          tile_amax = std::fmax(tile_amax, num::nvfp4_abs_max(v, 16));
-        }
-        const uint8_t sb = num::nvfp4_block_scale(tile_amax, s_enc);
-        const float enc = num::nvfp4_block_encode(sb, s_dec);
-        for (int64_t r = tr * 16; r < tr * 16 + 16; ++r) {
-          src.load16(r, b * 16, v);
-          uint8_t code[16];
-          for (int k = 0; k < 16; ++k) code[k] = num::nvfp4_encode(v[k], enc);
-          pack_codes(data + r * (C / 2) + b * 8, code);
-          scales[r * nb + b] = sb;
-        }
-      }
+      for (int64_t b = 0; b < nb; ++b) nvfp4_group(src.x, make_group(src, tr * 16, b, 16, true, 16), p, data, scales);
   } else {
     // 1x16 blocks: scale and codes of a block in one pass over its 16 source values.
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < R; ++r) {
-      float v[16];
-      uint8_t code[16], rb[16];
-      for (int64_t b = 0; b < nb; ++b) {
-        src.load16(r, b * 16, v);
-        if (opt.stochastic) {
-          num::sr_random_bytes16(opt.seed, stream, opt.counter, static_cast<uint64_t>(r * nb + b), rb);
-          num::nvfp4_quantize_block16_sr(v, s_enc, rb, &scales[r * nb + b], code);
-        } else {
-          num::nvfp4_quantize_block16(v, s_enc, &scales[r * nb + b], code);
-        }
-        pack_codes(data + r * (C / 2) + b * 8, code);
-      }
-    }
+    p.stochastic = opt.stochastic;
+    p.seed = opt.seed;
+    p.counter = opt.counter;
+    p.stream = stream;
+    for_each_group(src, R, C, 16, [&](const BlockGroup& g) { nvfp4_group(src.x, g, p, data, scales); });
   }
   c.amax.f32()[0] = amax;
-  c.scale_inv.f32()[0] = num::nvfp4_global_decode_scale(s_enc);
+  c.scale_inv.f32()[0] = p.s_dec;
   swizzle_scales(c);
 }
 
 // ---- MXFP8 ---------------------------------------------------------------------------------------
 
 void quantize_mxfp8_copy(const QuantizedCopy& c, const Source& src, const QuantizeOptions& opt) {
-  const int64_t R = c.rows, C = c.cols, nb = C / 32;
+  const int64_t R = c.rows, C = c.cols;
   uint8_t* data = c.data.u8();
   uint8_t* scales = c.scales.u8();
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      float bamax = 0.0f;
-      for (int64_t k = 0; k < 32; ++k) bamax = std::fmax(bamax, std::fabs(src.at(r, b * 32 + k)));
-      const uint8_t e = num::mxfp8_block_scale(bamax);
-      const float s = num::mxfp8_element_scale(e);
-      scales[r * nb + b] = e;
-      for (int64_t k = 0; k < 32; ++k) data[r * C + b * 32 + k] = num::float_to_e4m3(src.at(r, b * 32 + k) * s);
-    }
+  for_each_group(src, R, C, 32, [&](const BlockGroup& g) { mxfp8_group(src.x, g, C, data, scales); });
   if (!opt.amax_given) c.amax.f32()[0] = source_amax(src, R, C);
   c.scale_inv.f32()[0] = 1.0f;
   swizzle_scales(c);
@@ -135,12 +129,9 @@ void quantize_fp8_copy(const QuantizedCopy& c, const Source& src, QuantFormat f,
   const float amax = opt.amax_given ? c.amax.f32()[0] : source_amax(src, R, C);
   const float scale = num::fp8_current_scale(amax, e4m3 ? num::kE4M3Max : num::kE5M2Max);
   uint8_t* data = c.data.u8();
+  const int64_t strips = (R + kLanes - 1) / kLanes;
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t k = 0; k < C; ++k) {
-      const float v = src.at(r, k) * scale;
-      data[r * C + k] = e4m3 ? num::float_to_e4m3(v) : num::float_to_e5m2(v);
-    }
+  for (int64_t t = 0; t < strips; ++t) fp8_rows(src, t * kLanes, lanes_left(R, t * kLanes), C, scale, e4m3, data);
   c.amax.f32()[0] = amax;
   c.scale_inv.f32()[0] = 1.0f / scale;  // TE: __frcp_rn(scale)
 }
