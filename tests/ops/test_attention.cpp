@@ -1,6 +1,8 @@
 // Causal GQA attention against a double reference (full softmax), its analytic gradient, and central
-// finite differences of the double forward. On the CPU (Ops*) and, against the CPU backend, on the
-// GPU (Cuda*, skipped without a device).
+// finite differences of the double forward. On the CPU (Ops*) — both its paths: BF16 GEMMs by tile with P and
+// dS rounded to BF16 (round_bf16 on a oneDNN BF16 engine), and FP32 (round_bf16 off, or the FP32 BLAS engine)
+// — and, against the CPU backend, on the GPU (Cuda*, skipped without a device).
+#include "backend/cpu/onednn_gemm.h"
 #include "op_test_util.h"
 
 #if defined(PL_WITH_CUDA)
@@ -145,22 +147,86 @@ TEST_P(OpsAttention, GradientMatchesFiniteDifferences) {
   expect_close(dqkv.v, fd, 1e-5, "op dqkv vs finite differences");
 }
 
+using cpu::GemmEngineOverride;
+
+// Forces one CPU GEMM engine for a scope, restoring the automatic choice after.
+class EngineScope {
+ public:
+  explicit EngineScope(GemmEngineOverride o) { cpu::set_gemm_engine_override_for_testing(o); }
+  ~EngineScope() { cpu::set_gemm_engine_override_for_testing(GemmEngineOverride::Auto); }
+  EngineScope(const EngineScope&) = delete;
+  EngineScope& operator=(const EngineScope&) = delete;
+};
+
+// The engines whose attention paths a test runs: FP32 BLAS (the FP32 path) and, in a build with oneDNN, oneDNN
+// with whatever implementation it picks (the BF16-GEMM path, also on a CI machine without BF16 instructions).
+std::vector<GemmEngineOverride> attention_engines() {
+  if (cpu::onednn_version().empty()) return {GemmEngineOverride::Fp32Blas};
+  return {GemmEngineOverride::Fp32Blas, GemmEngineOverride::OneDnnAnyImpl};
+}
+
+struct Bf16Run {
+  HostF32 out, lse, dqkv;
+};
+
+// Forward and backward with BF16 activations (round_bf16) on `threads` OpenMP threads.
+Bf16Run run_bf16(const Case& c, HostF32& qkv, HostF32& dout, int threads) {
+  Bf16Run r{HostF32({c.B * c.S, c.nq * c.d}), HostF32({c.B, c.nq, c.S}), HostF32({c.B * c.S, width(c)}, NAN)};
+  ScopedThreads scoped(threads);
+  attention_forward(cpu_ctx(true), r.out.t(), r.lse.t(), qkv.t(), shape_of(c));
+  attention_backward(cpu_ctx(true), r.dqkv.t(), dout.t(), r.out.t(), r.lse.t(), qkv.t(), shape_of(c));
+  return r;
+}
+
+// BF16 inputs in [-2, 2] (dout in [-1, 1]) through the engine in force, against the double reference:
+//   out  — its BF16 rounding (<= 2^-9·|out|) and, on the BF16-GEMM path, P's: each term p_j·v_j of Σ_j p_j v_j
+//          off by <= 2^-9·p_j·|v_j|, so <= 2^-9·max|v| per element (Σ p_j = 1). Checked within 2^-7·|ref|
+//          + 2·2^-9·max|v| (bounds doubled), the second term only where P is rounded.
+//   lse  — FP32 throughout, not rounded: 1e-6 norm-wise.
+//   dqkv — the backward reads the rounded out (as on the GPU), so D = dO·O carries BF16 error, and dQ, dK, dV
+//          round once more at the end; P and dS, rounded on the BF16-GEMM path, add 2^-9 per term of their
+//          sums. Norm-wise: within 2^-7·|ref| + 1e-2·max|ref| (measured at most 4e-3·max|ref| on both paths).
+void expect_bf16_matches_double(const Case& c, const HostF32& qkv, const HostF32& dout, const Bf16Run& r,
+                                bool p_rounded) {
+  expect_bf16_representable(r.out.v, "out");
+  expect_bf16_representable(r.dqkv.v, "dqkv");
+  std::vector<double> rout, rlse;
+  ref_forward(qkv.d(), c, rout, rlse);
+  double max_v = 0;
+  for (int64_t row = 0; row < c.B * c.S; ++row)
+    for (int64_t e = (c.nq + c.nkv) * c.d; e < width(c); ++e)  // the V columns
+      max_v = std::max(max_v, std::abs(double(qkv.v[row * width(c) + e])));
+  const double abs_frac = p_rounded ? 2.0 * 0x1p-9 * max_v / max_abs(rout) : 1e-4;
+  expect_bf16_close(r.out.v, rout, "out", 1.0 / 128, abs_frac);
+  expect_close(r.lse.v, rlse, 1e-6, "lse (fp32, not rounded)");
+  expect_bf16_close(r.dqkv.v, ref_backward(qkv.d(), dout.d(), c), "dqkv", 1.0 / 128, 1e-2);
+}
+
+// The engine this machine picks (the BF16-GEMM path where the CPU has BF16 dot products).
 TEST_P(OpsAttention, RoundBf16) {
   const Case c = GetParam();
   std::mt19937 rng(504);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
   HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
-  HostF32 out({c.B * c.S, c.nq * c.d}), lse({c.B, c.nq, c.S}), dqkv({c.B * c.S, width(c)});
-  attention_forward(cpu_ctx(true), out.t(), lse.t(), qkv.t(), shape_of(c));
-  attention_backward(cpu_ctx(true), dqkv.t(), dout.t(), out.t(), lse.t(), qkv.t(), shape_of(c));
-  expect_bf16_representable(out.v, "out");
-  expect_bf16_representable(dqkv.v, "dqkv");
-  std::vector<double> rout, rlse;
-  ref_forward(qkv.d(), c, rout, rlse);
-  expect_bf16_close(out.v, rout, "out");
-  expect_close(lse.v, rlse, 1e-6, "lse (fp32, not rounded)");
-  // The backward reads the rounded out (as on the GPU), so D carries bf16 error: norm-wise tolerance.
-  expect_bf16_close(dqkv.v, ref_backward(qkv.d(), dout.d(), c), "dqkv", 1.0 / 128, 1e-2);
+  expect_bf16_matches_double(c, qkv, dout, run_bf16(c, qkv, dout, 2), cpu::cpu_gemm_engine().onednn_bf16);
+}
+
+// Both paths, forced: each matches the double reference, gives the same bits on 1 and 2 threads, and the
+// FP32 path leaves P unrounded (its out within the tight bound).
+TEST_P(OpsAttention, BothPathsMatchDoubleAndAreIndependentOfThreadCount) {
+  const Case c = GetParam();
+  std::mt19937 rng(507);
+  HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
+  HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
+  for (GemmEngineOverride o : attention_engines()) {
+    SCOPED_TRACE(o == GemmEngineOverride::Fp32Blas ? "FP32 BLAS engine: FP32 path" : "oneDNN: BF16-GEMM path");
+    EngineScope engine(o);
+    const Bf16Run one = run_bf16(c, qkv, dout, 1), two = run_bf16(c, qkv, dout, 2);
+    expect_bf16_matches_double(c, qkv, dout, two, o != GemmEngineOverride::Fp32Blas);
+    EXPECT_TRUE(bitwise_equal(one.out.v, two.out.v));
+    EXPECT_TRUE(bitwise_equal(one.lse.v, two.lse.v));
+    EXPECT_TRUE(bitwise_equal(one.dqkv.v, two.dqkv.v));
+  }
 }
 
 TEST_P(OpsAttention, IndependentOfThreadCount) {
@@ -185,6 +251,23 @@ TEST_P(OpsAttention, IndependentOfThreadCount) {
 INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttention,
                          ::testing::Values(Case{2, 7, 4, 2, 8}, Case{1, 13, 6, 2, 16}, Case{3, 5, 2, 2, 4},
                                            Case{2, 9, 4, 1, 8}));
+
+// Several query and key tiles of 64 (the last one partial) with a GQA group of 2 and head dim 64 (the
+// model's), through both paths: against the double reference and the same bits on 1 and 2 threads.
+TEST(OpsAttentionLong, BothPathsOverSeveralTiles) {
+  const Case c{1, 150, 4, 2, 64};
+  std::mt19937 rng(508);
+  HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
+  HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
+  for (GemmEngineOverride o : attention_engines()) {
+    SCOPED_TRACE(o == GemmEngineOverride::Fp32Blas ? "FP32 BLAS engine: FP32 path" : "oneDNN: BF16-GEMM path");
+    EngineScope engine(o);
+    const Bf16Run one = run_bf16(c, qkv, dout, 1), two = run_bf16(c, qkv, dout, 2);
+    expect_bf16_matches_double(c, qkv, dout, two, o != GemmEngineOverride::Fp32Blas);
+    EXPECT_TRUE(bitwise_equal(one.out.v, two.out.v));
+    EXPECT_TRUE(bitwise_equal(one.dqkv.v, two.dqkv.v));
+  }
+}
 
 TEST(OpsAttentionLong, ForwardBackwardMatchDouble) {
   const Case c{2, 130, 4, 2, 32};
@@ -229,9 +312,14 @@ TEST(OpsAttentionErrors, ErrorsNameTheOp) {
 //
 // Tolerances. The two backends do not run the same arithmetic:
 //   * cuDNN's flash kernel rounds the probabilities P to BF16 before P·V (and dS, P to BF16 before the
-//     backward GEMMs); the CPU keeps them in FP32. One BF16 rounding is a relative error <= 2^-9 per
-//     term, so a sum of n terms with random signs is off by about 2^-9 of its L2 size, with a worst
-//     case of 2^-9 · Σ|terms|.
+//     backward GEMMs). On a CPU whose GEMM engine is oneDNN BF16 the CPU does the same (its BF16-GEMM
+//     path, backend/cpu/attention_bf16.cpp), but the two roundings are of FP32 values that already differ
+//     in their last bits (next point), so they can land one BF16 ulp apart: per term still up to 2^-9
+//     relative, not less. On the CPU's FP32 path (a CPU without BF16 dot products) P and dS stay FP32 and
+//     the GPU's roundings are the whole difference. Either way one BF16 rounding is a relative error
+//     <= 2^-9 per term, so a sum of n terms with random signs is off by about 2^-9 of its L2 size, with
+//     a worst case of 2^-9 · Σ|terms|: the same bounds serve both CPU paths, so they stay as they were
+//     (the typical error is smaller against the BF16-GEMM path: most terms now round to the same BF16).
 //   * accumulation order differs (tiles, online softmax rescaling, exp2 with a folded log2 e), which is
 //     FP32-level noise (~1e-6 relative) in scores, lse and the sums;
 //   * both sides round their BF16 outputs, so the same exact value can land one BF16 ulp apart

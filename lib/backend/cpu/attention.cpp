@@ -1,6 +1,11 @@
 // CPU causal grouped-query attention, flash-attention style: the forward saves only the per-row
 // log-sum-exp, the backward recomputes the probabilities from it.
 //
+// Two paths. With BF16 activations (ctx.round_bf16) on a CPU whose GEMM engine is oneDNN BF16, the products
+// run as BF16 GEMMs by tile, P and dS rounded to BF16 for them as cuDNN does: attention_bf16.cpp (D below is
+// shared). Otherwise (the plain-FP32 model of the finite-difference tests, or the FP32 BLAS engine) this file's
+// FP32 path, which keeps P and dS in FP32:
+//
 // Forward, per query row i of a (batch, query head): scores s_j = q_i·k_j / sqrt(d) for j <= i in
 // fp32, softmax in fp32 (max-subtracted, fp32 sum), out_i = Σ_j p_j v_j, lse_i = max + log Σ exp(s_j - max).
 //
@@ -22,6 +27,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backend/cpu/attention_bf16.h"
 #include "backend/cpu/cpu_ops.h"
 #include "numerics/bf16.h"
 
@@ -161,6 +167,7 @@ struct AttentionBackward {
 
 void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                        const AttentionShape& s) {
+  if (attention_bf16_path(ctx)) return attention_forward_bf16(out, lse, qkv, s);
   const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
 
   const QkvLayout L{s.seq, nq, nkv, d, (nq + 2 * nkv) * d};
@@ -222,6 +229,7 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
       const int64_t off = ((bh / nq) * S + i) * ostride + (bh % nq) * d;
       D[bh * S + i] = dot(go + off, o + off, d);
     }
+  if (attention_bf16_path(ctx)) return attention_backward_bf16(dqkv, dout, lse, qkv, s, D);
 
   const AttentionBackward pass{QkvLayout{S, nq, nkv, d, (nq + 2 * nkv) * d},
                                S, nq, nkv, d, nq / nkv, ostride, 1.0f / std::sqrt(static_cast<float>(d)),
