@@ -41,16 +41,12 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/cpu/vector_clones.h"
 #include "numerics/bf16.h"
+#include "numerics/exp.h"
 
-// The row kernels below are compiled twice, for x86-64-v4 (AVX-512) and for the baseline, and picked at load
-// time by the CPU (GCC function multiversioning). They use only IEEE add, multiply, compare, conversion and
-// integer operations with -ffp-contract=off (CMakeLists.txt): both clones give the same bits.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PL_ROW_KERNEL __attribute__((target_clones("arch=x86-64-v4", "default")))
-#else
-#define PL_ROW_KERNEL
-#endif
+// The row kernels below are PL_VECTOR_CLONES (vector_clones.h): IEEE add, multiply, compare, conversion and
+// integer operations only, so every clone gives the same bits.
 
 namespace pl::cpu {
 namespace {
@@ -58,29 +54,6 @@ namespace {
 constexpr int64_t kTile = 64;       // query positions per forward / dQ item, key positions per dK/dV item
 constexpr int64_t kChunkTiles = 4;  // query tiles per dK/dV column chunk (bounds the score block of long S)
 constexpr int kLanes = 16;          // fixed-order partial sums: the same result at every vector width
-
-// e^x in FP32 as straight-line arithmetic the compiler vectorizes (std::exp is a scalar libm call, as long as
-// the GEMMs here). e^x = 2^n·e^r with n = round(x·log2 e) and r = x − n·ln 2 (ln 2 split in a high part whose
-// products with n are exact and a low correction, Cody and Waite 1980), |r| <= ln2/2, e^r by its degree-7
-// Taylor polynomial (truncation < 6e-9 relative) in Horner form: a few ulp in all. x below -87 gives 0
-// (e^x < 1.7e-38, under BF16's smallest normal); NaN stays NaN.
-inline float exp_fp32(float x) {
-  const float xc = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float shifter = 12582912.0f;  // 1.5·2^23: adding it rounds to an integer (nearest, ties to even)
-  const float nf = (xc * 1.44269504f + shifter) - shifter;
-  const float r = (xc - nf * 0.693145752f) - nf * 1.42860677e-6f;  // 0.693145752 has 16 significant bits
-  float p = 1.0f / 5040;
-  p = p * r + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float two_n = num::bits_float(static_cast<uint32_t>(static_cast<int32_t>(nf) + 127) << 23);
-  const float e = p * two_n;
-  return x < -87.0f ? 0.0f : e;
-}
 
 inline float lane_sum(const float* lane) {
   float l8[8];
@@ -94,7 +67,7 @@ struct RowStats {
 
 // One forward row of scores s[0, len) whose keys [0, n) are causal: s_j ← s_j·scale, m = max, p_j = e^(s_j − m),
 // p16[j] = BF16(p_j) (exact zeros for j in [n, len)). Returns m and Σ p_j of the unrounded p.
-PL_ROW_KERNEL RowStats softmax_row(float* s, int64_t n, int64_t len, float scale, uint16_t* p16) {
+PL_VECTOR_CLONES RowStats softmax_row(float* s, int64_t n, int64_t len, float scale, uint16_t* p16) {
   float lane[kLanes];
   for (int k = 0; k < kLanes; ++k) lane[k] = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) s[j] *= scale;
@@ -104,7 +77,7 @@ PL_ROW_KERNEL RowStats softmax_row(float* s, int64_t n, int64_t len, float scale
   for (int k = 0; j < n; ++j, ++k) lane[k] = s[j] > lane[k] ? s[j] : lane[k];
   float m = lane[0];
   for (int k = 1; k < kLanes; ++k) m = lane[k] > m ? lane[k] : m;
-  for (j = 0; j < n; ++j) s[j] = exp_fp32(s[j] - m);
+  for (j = 0; j < n; ++j) s[j] = num::exp_f32(s[j] - m);
   for (int k = 0; k < kLanes; ++k) lane[k] = 0.0f;
   for (j = 0; j + kLanes <= n; j += kLanes)
     for (int k = 0; k < kLanes; ++k) lane[k] += s[j + k];
@@ -115,10 +88,10 @@ PL_ROW_KERNEL RowStats softmax_row(float* s, int64_t n, int64_t len, float scale
 }
 
 // A dQ row (one query, keys [0, n) causal of [0, len)): ds16[j] = BF16(p_j·(dp_j − D)), p_j = e^(s_j·scale − lse).
-PL_ROW_KERNEL void dq_row(const float* s, const float* dp, int64_t n, int64_t len, float scale, float lse, float D,
+PL_VECTOR_CLONES void dq_row(const float* s, const float* dp, int64_t n, int64_t len, float scale, float lse, float D,
                           uint16_t* ds16) {
   for (int64_t j = 0; j < n; ++j) {
-    const float p = exp_fp32(s[j] * scale - lse);
+    const float p = num::exp_f32(s[j] * scale - lse);
     ds16[j] = num::float_to_bf16_bits(p * (dp[j] - D));
   }
   for (int64_t j = n; j < len; ++j) ds16[j] = 0;
@@ -126,11 +99,11 @@ PL_ROW_KERNEL void dq_row(const float* s, const float* dp, int64_t n, int64_t le
 
 // A dK/dV row (one key; columns c are queries, causal from c0 on, each with its lse[c] and D[c]):
 // p16[c] = BF16(p_c), ds16[c] = BF16(p_c·(dp_c − D[c])), p_c = e^(s_c·scale − lse[c]); zeros before c0.
-PL_ROW_KERNEL void dkdv_row(const float* s, const float* dp, int64_t c0, int64_t len, float scale, const float* lse,
+PL_VECTOR_CLONES void dkdv_row(const float* s, const float* dp, int64_t c0, int64_t len, float scale, const float* lse,
                             const float* D, uint16_t* p16, uint16_t* ds16) {
   for (int64_t c = 0; c < c0; ++c) p16[c] = ds16[c] = 0;
   for (int64_t c = c0; c < len; ++c) {
-    const float p = exp_fp32(s[c] * scale - lse[c]);
+    const float p = num::exp_f32(s[c] * scale - lse[c]);
     p16[c] = num::float_to_bf16_bits(p);
     ds16[c] = num::float_to_bf16_bits(p * (dp[c] - D[c]));
   }

@@ -12,13 +12,7 @@
 #include "numerics/hadamard.h"
 #include "numerics/philox.h"
 
-#ifndef PL_QUANT_CLONES  // defined empty: baseline code only (to check the clones agree)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PL_QUANT_CLONES __attribute__((target_clones("default", "arch=x86-64-v4")))
-#else
-#define PL_QUANT_CLONES
-#endif
-#endif
+#include "backend/cpu/vector_clones.h"
 // The helpers are inlined into each clone, so they too are compiled for its instruction set.
 #define PL_QUANT_INLINE inline __attribute__((always_inline))
 
@@ -187,7 +181,7 @@ BlockGroup make_group(const Source& s, int64_t r0, int64_t b0, int lanes, bool a
   return g;
 }
 
-PL_QUANT_CLONES float group_amax(const float* x, const BlockGroup& g, bool rht) {
+PL_VECTOR_CLONES float group_amax(const float* x, const BlockGroup& g, bool rht) {
   Tile<16> T;
   load_tile<16>(T, x, g);
   if (rht) rht_tile(T);
@@ -198,7 +192,7 @@ PL_QUANT_CLONES float group_amax(const float* x, const BlockGroup& g, bool rht) 
   return simd::bits_float(m);
 }
 
-PL_QUANT_CLONES float contiguous_amax(const float* x, int64_t n) {
+PL_VECTOR_CLONES float contiguous_amax(const float* x, int64_t n) {
   uint32_t m[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes)
@@ -215,7 +209,7 @@ PL_QUANT_CLONES float contiguous_amax(const float* x, int64_t n) {
   return simd::bits_float(r);
 }
 
-PL_QUANT_CLONES void nvfp4_group(const float* x, const BlockGroup& g, const Nvfp4Params& p, uint8_t* data,
+PL_VECTOR_CLONES void nvfp4_group(const float* x, const BlockGroup& g, const Nvfp4Params& p, uint8_t* data,
                                  uint8_t* scales) {
   Tile<16> T;
   load_tile<16>(T, x, g);
@@ -244,7 +238,7 @@ PL_QUANT_CLONES void nvfp4_group(const float* x, const BlockGroup& g, const Nvfp
   }
 }
 
-PL_QUANT_CLONES void mxfp8_group(const float* x, const BlockGroup& g, int64_t cols, uint8_t* data,
+PL_VECTOR_CLONES void mxfp8_group(const float* x, const BlockGroup& g, int64_t cols, uint8_t* data,
                                  uint8_t* scales) {
   Tile<32> T;
   load_tile<32>(T, x, g);
@@ -268,7 +262,7 @@ PL_QUANT_CLONES void mxfp8_group(const float* x, const BlockGroup& g, int64_t co
   }
 }
 
-PL_QUANT_CLONES void fp8_rows(const Source& s, int64_t r0, int rows, int64_t cols, float scale, bool e4m3,
+PL_VECTOR_CLONES void fp8_rows(const Source& s, int64_t r0, int rows, int64_t cols, float scale, bool e4m3,
                               uint8_t* data) {
   if (!s.transposed) {
     for (int j = 0; j < rows; ++j) {
