@@ -4,10 +4,10 @@
 # shape, batch, threads and iterations (scripts/bench_torch.py: FP32 eager and BF16 autocast) when
 # PyTorch is installed (one line says it is skipped when not), and the ratios: tokens/s of ours BF16 over
 # each PyTorch mode's (>1: ours faster), and each other recipe's step time over ours BF16 (the first
-# recipe when bf16_mixed is not run). Each program runs at its faster OpenMP wait policy on this
-# 2-core machine (10 iterations, 2026-11-26): ours with OMP_WAIT_POLICY=PASSIVE unless the caller sets
-# it (README's --threads row; 1.63 s/step against 2.0-3.2 s with libgomp's default), PyTorch in the
-# caller's environment (its BF16 autocast step 1.30-1.36 s with the default, 1.54-1.66 s under PASSIVE).
+# recipe when bf16_mixed is not run). Both programs run in the caller's OpenMP environment (libgomp's default
+# wait policy unless OMP_WAIT_POLICY is set): on the quiet 2-core machine it is the faster one for both
+# (2026-11-26, 10 iterations: ours 0.68 s/step against 0.83 s under PASSIVE, PyTorch's BF16 autocast
+# 1.30-1.36 s against 1.54-1.66 s); PASSIVE helps only when another busy process shares the cores.
 # bench_torch.py's model must have as many parameters as ours (both print the count): the script stops
 # when they differ. Run it alone on the machine: with one other busy process on the 2 cores PyTorch's
 # spinning threads slowed 10-20x (30 s FP32 and 15 s BF16 steps, measured) and ours 1.8x. Before each run
@@ -25,7 +25,6 @@ bin="${BUILD}/apps/pretrain_llama"
 ITERS=${ITERS:-10} GBS=${GBS:-8} MBS=${MBS:-2} SEQ=${SEQ:-256} THREADS=${THREADS:-$(nproc)}
 RECIPES=${RECIPES:-"bf16_mixed bf16_with_nvfp4_mixed"}
 TORCH_MODES=${TORCH_MODES-"fp32_eager bf16_autocast"}
-our_wait_policy=${OMP_WAIT_POLICY:-PASSIVE}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
@@ -39,7 +38,7 @@ label() {  # a recipe's or PyTorch mode's name in the ratio lines
   esac
 }
 
-echo "bench_cpu: OMP_WAIT_POLICY ours ${our_wait_policy}, PyTorch ${OMP_WAIT_POLICY:-unset (the libgomp default)}"
+echo "bench_cpu: OMP_WAIT_POLICY ${OMP_WAIT_POLICY:-unset (the libgomp default)} for both programs"
 # Warns when the cores were busy (not idle or waiting on I/O, in /proc/stat) over one second before run $1.
 warn_if_busy() {
   [[ -r /proc/stat ]] || return 0
@@ -58,7 +57,7 @@ order=()
 params=""
 for recipe in $RECIPES; do
   warn_if_busy "$recipe"
-  OMP_WAIT_POLICY=$our_wait_policy "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" \
+  "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" \
     --global-batch-size "$GBS" --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
   [[ -n "$params" ]] || params=$(grep -m1 -oE '[0-9.]+ M parameters' "$log" || true)
   summary=$(grep "summary:" "$log")
