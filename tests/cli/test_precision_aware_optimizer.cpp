@@ -112,14 +112,15 @@ TEST(PrecisionAwareOptimizer, Fp32StateWithTheFlagIsBitIdenticalAndBf16ShrinksTh
 }
 
 // BF16 moments against FP32 state on llama_small (8 layers, hidden 256, 32k vocab; BF16 linears), 100
-// iterations of 4 x 128 tokens (about a minute of CPU each on this project's 2-core machine): the final
-// log interval's loss (the mean of iterations 81-100) within 0.25 of the FP32-state run's. Measured
-// (this commit): 8.0722 FP32 state vs 8.1113 BF16 moments (gap +0.039). For scale, 200-iteration runs
-// of the same shape: gaps -0.215 (seed 1234) and +0.159 (seed 1235) at iteration 200, while the
-// FP32-state runs of the two seeds differ by 0.254: the BF16 moments' gap is within seed-to-seed noise.
-// BF16 main grads on top (--main-grads-dtype bf16), same bound; 200 iterations of seed 1234 (iterations
-// 181-200): FP32 state 6.9707, BF16 moments 6.7560, BF16 moments and main grads 6.6855 (gap -0.285).
-// At 100 iterations, BF16 moments and main grads: 8.0889 (gap +0.017).
+// iterations of 4 x 128 tokens (about 25 s of CPU each on this project's 2-core machine since issue 25's
+// oneDNN GEMMs): the final log interval's loss (the mean of iterations 81-100) within 0.25 of the FP32-state
+// run's. Measured (issue 25, oneDNN BF16 GEMMs and attention): 8.0861 FP32 state vs 8.0537 BF16 moments (gap
+// -0.032), 8.0965 with BF16 main grads too (gap +0.010); before it (FP32 SGEMM): 8.0722 vs 8.1113 (+0.039),
+// 8.0889 with BF16 main grads (+0.017). For scale (before issue 25), 200-iteration runs of the same shape:
+// gaps -0.215 (seed 1234) and +0.159 (seed 1235) at iteration 200, while the FP32-state runs of the two
+// seeds differ by 0.254: the BF16 moments' gap is within seed-to-seed noise. BF16 main grads on top
+// (--main-grads-dtype bf16), same bound; 200 iterations of seed 1234 (iterations 181-200): FP32 state
+// 6.9707, BF16 moments 6.7560, BF16 moments and main grads 6.6855 (gap -0.285).
 TEST(PrecisionAwareOptimizer, Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall) {
   const std::vector<std::string> base = {"--model", kSmall, "--device", "cpu", "--threads", "2", "--train-iters", "100",
                                          "--global-batch-size", "4", "--micro-batch-size", "4", "--seq-length", "128",
