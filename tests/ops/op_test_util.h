@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/onednn_gemm.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "cuda/cuda_test_util.h"
@@ -179,6 +180,17 @@ void expect_error_naming(const std::string& op, Fn&& fn) {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "message is not one line: " << msg;
   }
 }
+
+using cpu::GemmEngineOverride;
+
+// Forces one CPU GEMM engine (backend/cpu/onednn_gemm.h) for a scope, restoring the automatic choice after.
+class EngineScope {
+ public:
+  explicit EngineScope(GemmEngineOverride o) { cpu::set_gemm_engine_override_for_testing(o); }
+  ~EngineScope() { cpu::set_gemm_engine_override_for_testing(GemmEngineOverride::Auto); }
+  EngineScope(const EngineScope&) = delete;
+  EngineScope& operator=(const EngineScope&) = delete;
+};
 
 // Sets the OpenMP thread count for a scope.
 class ScopedThreads {

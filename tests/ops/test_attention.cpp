@@ -147,16 +147,6 @@ TEST_P(OpsAttention, GradientMatchesFiniteDifferences) {
   expect_close(dqkv.v, fd, 1e-5, "op dqkv vs finite differences");
 }
 
-using cpu::GemmEngineOverride;
-
-// Forces one CPU GEMM engine for a scope, restoring the automatic choice after.
-class EngineScope {
- public:
-  explicit EngineScope(GemmEngineOverride o) { cpu::set_gemm_engine_override_for_testing(o); }
-  ~EngineScope() { cpu::set_gemm_engine_override_for_testing(GemmEngineOverride::Auto); }
-  EngineScope(const EngineScope&) = delete;
-  EngineScope& operator=(const EngineScope&) = delete;
-};
 
 // The engines whose attention paths a test runs: FP32 BLAS (the FP32 path) and, in a build with oneDNN, oneDNN
 // with whatever implementation it picks (the BF16-GEMM path, also on a CI machine without BF16 instructions).
@@ -213,9 +203,8 @@ TEST_P(OpsAttention, RoundBf16) {
 
 // Both paths, forced: each matches the double reference, gives the same bits on 1 and 2 threads, and the
 // FP32 path leaves P unrounded (its out within the tight bound).
-TEST_P(OpsAttention, BothPathsMatchDoubleAndAreIndependentOfThreadCount) {
-  const Case c = GetParam();
-  std::mt19937 rng(507);
+void expect_both_paths_match_double_on_any_thread_count(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
   HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
   for (GemmEngineOverride o : attention_engines()) {
@@ -227,6 +216,10 @@ TEST_P(OpsAttention, BothPathsMatchDoubleAndAreIndependentOfThreadCount) {
     EXPECT_TRUE(bitwise_equal(one.lse.v, two.lse.v));
     EXPECT_TRUE(bitwise_equal(one.dqkv.v, two.dqkv.v));
   }
+}
+
+TEST_P(OpsAttention, BothPathsMatchDoubleAndAreIndependentOfThreadCount) {
+  expect_both_paths_match_double_on_any_thread_count(GetParam(), 507);
 }
 
 TEST_P(OpsAttention, IndependentOfThreadCount) {
@@ -255,18 +248,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttention,
 // Several query and key tiles of 64 (the last one partial) with a GQA group of 2 and head dim 64 (the
 // model's), through both paths: against the double reference and the same bits on 1 and 2 threads.
 TEST(OpsAttentionLong, BothPathsOverSeveralTiles) {
-  const Case c{1, 150, 4, 2, 64};
-  std::mt19937 rng(508);
-  HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
-  HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
-  for (GemmEngineOverride o : attention_engines()) {
-    SCOPED_TRACE(o == GemmEngineOverride::Fp32Blas ? "FP32 BLAS engine: FP32 path" : "oneDNN: BF16-GEMM path");
-    EngineScope engine(o);
-    const Bf16Run one = run_bf16(c, qkv, dout, 1), two = run_bf16(c, qkv, dout, 2);
-    expect_bf16_matches_double(c, qkv, dout, two, o != GemmEngineOverride::Fp32Blas);
-    EXPECT_TRUE(bitwise_equal(one.out.v, two.out.v));
-    EXPECT_TRUE(bitwise_equal(one.dqkv.v, two.dqkv.v));
-  }
+  expect_both_paths_match_double_on_any_thread_count(Case{1, 150, 4, 2, 64}, 508);
 }
 
 TEST(OpsAttentionLong, ForwardBackwardMatchDouble) {

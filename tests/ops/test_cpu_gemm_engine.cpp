@@ -24,17 +24,7 @@
 namespace pl::optest {
 namespace {
 
-using cpu::GemmEngineOverride;
 using test::Mat;
-
-// Forces one engine path for a scope, restoring the automatic choice after.
-class EngineScope {
- public:
-  explicit EngineScope(GemmEngineOverride o) { cpu::set_gemm_engine_override_for_testing(o); }
-  ~EngineScope() { cpu::set_gemm_engine_override_for_testing(GemmEngineOverride::Auto); }
-  EngineScope(const EngineScope&) = delete;
-  EngineScope& operator=(const EngineScope&) = delete;
-};
 
 // Expects |got − ref| <= 2·((K − 1)·2^-24·mag + out_rel·|ref|) element by element; ref and mag in double.
 void expect_sum_close(const std::vector<float>& got, const std::vector<double>& ref, const std::vector<double>& mag,
