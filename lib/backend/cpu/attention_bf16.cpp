@@ -42,6 +42,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/cpu/vector_clones.h"
+#include "core/error.h"
 #include "numerics/bf16.h"
 #include "numerics/exp.h"
 
@@ -109,19 +110,13 @@ PL_VECTOR_CLONES void dkdv_row(const float* s, const float* dp, int64_t c0, int6
   }
 }
 
-// c[M,N] (dense, N = lb.cols) = A·B (+ c when accumulate), BF16 operands, FP32 sums: oneDNN's native BF16
-// matmul; for a shape it has no native kernel for, the same exact products summed in FP32 here.
+// c[M,N] (dense, N = lb.cols) = A·B (+ c when accumulate), BF16 operands, FP32 sums: oneDNN's BF16 matmul,
+// its native kernel or, for a tile shape it has none for, whatever implementation it picked (the operands
+// exist only in BF16 here; this path runs only on the oneDNN engine, so the call cannot decline).
 void tile_matmul(const char* op, const uint16_t* a, const MatLayout& la, const uint16_t* b, const MatLayout& lb,
                  float* c, bool accumulate) {
-  if (onednn_bf16_matmul(op, a, la, b, lb, c, lb.cols, 1.0f, accumulate)) return;
-  for (int64_t i = 0; i < la.rows; ++i)
-    for (int64_t j = 0; j < lb.cols; ++j) {
-      float sum = accumulate ? c[i * lb.cols + j] : 0.0f;
-      for (int64_t k = 0; k < la.cols; ++k)
-        sum += num::bf16_bits_to_float(a[i * la.row_stride + k * la.col_stride]) *
-               num::bf16_bits_to_float(b[k * lb.row_stride + j * lb.col_stride]);
-      c[i * lb.cols + j] = sum;
-    }
+  PL_CHECK(onednn_bf16_matmul(op, a, la, b, lb, c, lb.cols, 1.0f, accumulate, false),
+           "{}: the BF16-GEMM attention path ran without the oneDNN engine", op);
 }
 
 // dst[e] = BF16 value of y[e]·a, as FP32 storage (the op's BF16 outputs).

@@ -201,14 +201,15 @@ void set_gemm_engine_override_for_testing(GemmEngineOverride o) {
 }
 
 bool onednn_bf16_matmul(const char* op, const uint16_t* a, const MatLayout& la, const uint16_t* b,
-                        const MatLayout& lb, float* c, int64_t ldc, float alpha, bool accumulate) {
+                        const MatLayout& lb, float* c, int64_t ldc, float alpha, bool accumulate,
+                        bool require_native) {
 #if PL_WITH_ONEDNN
   if (!engine_state().onednn_bf16) return false;
   PL_CHECK(la.cols == lb.rows, "{}: oneDNN matmul inner dimensions differ: A [{},{}] x B [{},{}]", op, la.rows,
            la.cols, lb.rows, lb.cols);
   const bool scaled_sum = accumulate && alpha != 1.0f;  // c += alpha · (A·B): through a temporary
   const Entry& e = entry_for(op, la, lb, scaled_sum ? lb.cols : ldc, accumulate && !scaled_sum);
-  if (!e.native && g_override != GemmEngineOverride::OneDnnAnyImpl) return false;
+  if (!e.native && require_native && g_override != GemmEngineOverride::OneDnnAnyImpl) return false;
   if (!scaled_sum) {
     execute(op, e, a, b, c);
     if (alpha != 1.0f) scale_into(c, ldc, c, lb.cols, la.rows, lb.cols, alpha, false);
@@ -220,7 +221,8 @@ bool onednn_bf16_matmul(const char* op, const uint16_t* a, const MatLayout& la, 
   scale_into(c, ldc, product.data(), lb.cols, la.rows, lb.cols, alpha, true);
   return true;
 #else
-  (void)op, (void)a, (void)la, (void)b, (void)lb, (void)c, (void)ldc, (void)alpha, (void)accumulate;
+  (void)op, (void)a, (void)la, (void)b, (void)lb, (void)c, (void)ldc, (void)alpha, (void)accumulate,
+      (void)require_native;
   return false;
 #endif
 }

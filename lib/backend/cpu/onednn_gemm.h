@@ -47,10 +47,13 @@ void set_gemm_engine_override_for_testing(GemmEngineOverride o);
 
 // c[M,N] (row stride ldc) = alpha · A[M,K] · B[K,N] (+ c when accumulate), A and B BF16 bits laid out by
 // la and lb, products exact, FP32 accumulation. Returns false, touching nothing, when the engine is not
-// oneDNN or no native BF16 matmul serves this shape (the caller then runs its FP32 path). Errors name
-// the op, the shapes and oneDNN's status.
+// oneDNN or no native BF16 matmul serves this shape (the caller then runs its FP32 path); with
+// require_native = false a non-native shape runs on whatever implementation oneDNN picked (correct, slower:
+// for callers whose operands exist only in BF16, the attention's tiles). Errors name the op, the shapes and
+// oneDNN's status.
 bool onednn_bf16_matmul(const char* op, const uint16_t* a, const MatLayout& la, const uint16_t* b,
-                        const MatLayout& lb, float* c, int64_t ldc, float alpha, bool accumulate);
+                        const MatLayout& lb, float* c, int64_t ldc, float alpha, bool accumulate,
+                        bool require_native = true);
 
 // dst[r * cols + k] = BF16 bits of src[r * ld + k] (round to nearest even: exact for BF16 values), rows
 // threaded unless called inside a parallel region.

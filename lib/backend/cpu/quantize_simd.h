@@ -1,5 +1,5 @@
 #pragma once
-// Branch-free twins of the per-element numerics in lib/numerics/ (fp4.h, fp8.h, bf16.h), for the CPU
+// Branch-free twins of the per-element numerics in lib/numerics/ (fp4.h, fp8.h), for the CPU
 // quantizers' vectorized loops (quantize_tile.cpp): every function returns exactly what its twin
 // returns for every input (tests/ops/test_quantize.cpp compares whole copies with the twins), but is
 // written as selects over integer and FP32 operations that the compiler turns into SIMD lanes: no
@@ -108,13 +108,6 @@ inline float mxfp8_element_scale(uint32_t e) {
   const uint32_t bits = (254u - e) << 23;
   const uint32_t r = sel(e == 0, 0x3F800000u, bits);
   return bits_float(sel(e == 0xFF, 0x7FC00000u, r));
-}
-
-// num::round_bf16: RN even to BF16, NaN -> 0x7FFF.
-inline float round_bf16(float x) {
-  const uint32_t u = float_bits(x);
-  const uint32_t r = ((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16) << 16;
-  return bits_float(sel((u & 0x7FFFFFFFu) > 0x7F800000u, 0x7FFF0000u, r));
 }
 
 // fminf(x, FLT_MAX) (NaN -> FLT_MAX, as fminf drops the NaN).

@@ -91,7 +91,7 @@ PL_QUANT_INLINE void rht_tile(Tile<16>& T) {
           T[k + len][j] = a - b;
         }
   for (int i = 0; i < 16; ++i)
-    for (int j = 0; j < kLanes; ++j) T[i][j] = simd::round_bf16(T[i][j] * 0.25f);
+    for (int j = 0; j < kLanes; ++j) T[i][j] = num::round_bf16(T[i][j] * 0.25f);
   if (ok == 0xFFFFu) return;
   for (int j = 0; j < kLanes; ++j) {
     if ((ok >> j) & 1u) continue;
