@@ -17,12 +17,17 @@ extern "C" char* openblas_get_config(void);
 
 namespace pl::pretrain {
 
-// --print-library-versions: what the device layer reports (backend/device_banner.h). Exit 0, or 1 without
-// CUDA.
+// --print-library-versions: what the device layer reports (backend/device_banner.h), then the library
+// smoke test on the GPU. Exit 0 when every smoke check passed; 1 without CUDA, without a device, or when a
+// check failed (scripts/gpu_check.sh stops there and shows the ✗ lines).
 int print_library_versions() {
   const LibraryVersions v = library_versions();
   for (const std::string& line : v.lines) std::printf("pretrain_llama | %s\n", line.c_str());
-  return v.cuda_backend ? 0 : 1;
+  if (!v.cuda_backend) return 1;
+  std::fflush(stdout);  // the versions stand even if a library aborts the process in the smoke test
+  const LibrarySmokeTest smoke = library_smoke_test();
+  for (const std::string& line : smoke.lines) std::printf("pretrain_llama | %s\n", line.c_str());
+  return smoke.passed ? 0 : 1;
 }
 
 void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads, const Logger& out) {

@@ -16,6 +16,7 @@
 #include "backend/cuda/attention_graph.h"
 #include "backend/cuda/device_state.h"
 #include "backend/cuda/gemm.h"
+#include "backend/cuda/smoke.h"
 #endif
 
 // OpenBLAS's description of itself (the program links OpenBLAS: CMakeLists.txt), as the app's banner uses it.
@@ -134,6 +135,21 @@ DeviceIdentity cpu_identity() {
 
 LibraryVersions library_versions() { return {true, cuda::library_version_lines()}; }
 
+LibrarySmokeTest library_smoke_test() {
+  LibrarySmokeTest t{true, {}};
+  bool device = false;
+  for (const cuda::SmokeCheck& c : cuda::library_smoke_checks()) {
+    using R = cuda::SmokeCheck::Result;
+    t.lines.push_back((c.result == R::Passed ? "✓ " : c.result == R::Skipped ? "- " : "✗ ") + c.text);
+    t.passed = t.passed && c.result != R::Failed;
+    device = device || c.result != R::Failed;
+  }
+  // Only when something ran: without a device the one line says so, and nothing else is of interest.
+  if (device)
+    for (const std::string& l : cuda::loaded_nvidia_libraries()) t.lines.push_back("loaded " + l);
+  return t;
+}
+
 DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_attention, bool sync_every_launch) {
   PL_CHECK(cuda::attention_has_cudnn_frontend(),
            "this build's CUDA attention has no cudnn-frontend headers (run scripts/setup.sh, which installs "
@@ -223,6 +239,8 @@ DeviceIdentity device_identity(const OpContext& ctx) {
 }
 
 LibraryVersions library_versions() { return {false, {"this build has no CUDA backend: no CUDA libraries to report"}}; }
+
+LibrarySmokeTest library_smoke_test() { return {}; }
 
 DeviceStateHandle open_gpu_for_training(OpContext&, bool, bool) {
   return open_device_state(Device::CUDA);  // a one-line error: no CUDA backend

@@ -18,6 +18,19 @@ struct LibraryVersions {
   std::vector<std::string> lines;
 };
 LibraryVersions library_versions();
+// The library smoke test that --print-library-versions runs after the versions (scripts/gpu_check.sh runs
+// it before anything else): on the current GPU, a cuDNN handle, the device state, a tiny cuDNN SDPA
+// forward+backward graph built and run on training's packed QKV layout, a tiny cuBLASLt BF16 matmul and,
+// where native (FP8 on sm_89+, NVFP4 on sm_100/103), an FP8 and an NVFP4 one, each against a host
+// reference: one line each, "✓ ...", "✗ ..." with the library's status string, or "- ...: skipped: not
+// native on sm_N". Then "loaded <library file>: <path>" for every NVIDIA library the process mapped,
+// what cuDNN dlopened included. Without a device: one "✗ no CUDA device (...)" line. Without a CUDA
+// backend: no lines. `passed`: every check passed or was skipped, and there was a device.
+struct LibrarySmokeTest {
+  bool passed = false;
+  std::vector<std::string> lines;
+};
+LibrarySmokeTest library_smoke_test();
 
 // Who ctx's device is: the machine probe's cache key and its first line (roofline/machine_ceilings.h).
 // Cheap (no measurement). CPU: /proc/cpuinfo and /sys/devices/system/cpu/cpu0/cache (sysconf as the
