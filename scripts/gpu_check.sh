@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # The first thing to run on a GPU machine, offline: from the bundle that scripts/gpu_bundle.sh made
 # (.device/) or from a CUDA build directory. Installs nothing and builds nothing. It
-#   1. finds NVIDIA's libraries (cudart, cuBLASLt, cuDNN, NVRTC, NCCL) wherever the machine has them:
-#      $PL_CUDA_LIBS, the CUDA toolkit's lib64, the nvidia-* Python wheels' lib folders, ldconfig;
-#   2. prints the GPU, the driver, the bundle's commit and architectures, and the library versions
-#      (as the libraries report them, and the files the process actually loaded);
+#   1. finds NVIDIA's libraries (cudart, cuBLASLt, cuDNN, NVRTC, NCCL) as ONE set: $PL_CUDA_LIBS when
+#      given, else the first of the CUDA toolkit and each Python environment's nvidia-* wheels that holds
+#      both cuDNN and cuBLASLt (a wheel's cuDNN goes with that wheel set's cuBLASLt); the machine's other
+#      folders (ldconfig) only supply what the set lacks, each such library named in the log;
+#   2. prints the GPU, the driver, the bundle's commit and architectures, its time estimate per step, and
+#      runs the library smoke test (pretrain_llama --print-library-versions: the versions, then a cuDNN
+#      handle, a tiny SDPA forward+backward graph, a BF16 and, where native, an FP8 / NVFP4 cuBLASLt
+#      matmul, one ✓/✗ line each, and the library files the process mapped, cuDNN's dlopened engines
+#      included); when a check fails it stops there, with the ✗ lines;
 #   3. runs the conformance suite (pl_tests --gtest_filter='Cuda*'), one line per test;
 #   4. trains llama_tiny, llama_small and 4 layers of llama3_8b (seq 4096, MBS 1) in BF16, FP8 current
 #      scaling, MXFP8 and NVFP4, one table row each (native or emulated GEMMs as the banner says);
@@ -13,6 +18,8 @@
 #      JSON reports, and scripts/roofline_plot.py's figure of both (when python3 has matplotlib);
 #   6. with --sync (or SYNC=1): the conformance suite again with CUDA_LAUNCH_BLOCKING=1;
 #   7. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite.
+# GPU_CHECK_PAST_SMOKE=1: go on after a failed smoke test (only to try the later steps' parsing without
+# a GPU; the failure still counts).
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
 # and a step that no longer fits is reported as not run (a failure); --sync and --sanitize take their
 # time from the training table (`--only conformance --sync --sanitize` runs them without it). On an H100
@@ -26,12 +33,29 @@
 #                        [--only conformance|training|roofline] [--iters N]
 #   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
 #                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
+#   scripts/gpu_check.sh --gemm-mode FORMAT LOG   (no GPU needed; for tests: what the GEMMs column reads
+#                        for FORMAT (BF16, FP8, MXFP8, NVFP4) from a pretrain_llama log: native, emulated or ?)
+#
+# A first GPU run is two calls, each under the device tool's 10 minutes (the estimate printed first):
+#   scripts/gpu_check.sh --only conformance      then      scripts/gpu_check.sh --only training
 #
 # Exit status: 0 every check passed; 1 a check failed or did not run; 2 bad arguments, or no bundle
 # or build to run; 3 no GPU is present (one line on stderr, nothing else is done).
 set -uo pipefail
 self_dir=$(cd "$(dirname "$0")" && pwd)
 start=$(date +%s)
+
+# gemm_mode FORMAT LOG: how pretrain_llama's banner says FORMAT's GEMMs run, "native" or "emulated" (its
+# line "<FORMAT> GEMMs: native on sm_90 (...)", backend/cuda/gemm.cpp gemm_backend_description), or "?".
+# The character before FORMAT must not be a letter or digit: MXFP8's line is not FP8's.
+gemm_mode() {
+  local m; m=$(grep -oE "(^|[^A-Za-z0-9])$1 GEMMs: (native|emulated)" "$2" 2>/dev/null | head -n 1 | awk '{print $NF}')
+  echo "${m:-?}"
+}
+if [[ ${1:-} == --gemm-mode ]]; then
+  [[ $# -eq 3 && -f $3 ]] || { echo "gpu_check: --gemm-mode FORMAT LOG" >&2; exit 2; }
+  gemm_mode "$2" "$3"; exit 0
+fi
 
 bundle="" build="" unpack_to="" sync=${SYNC:-0} sanitize=${SANITIZE:-0} budget=${GPU_CHECK_BUDGET:-530} only="" iters=""
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
@@ -140,14 +164,32 @@ finish() {
 
 # ---- NVIDIA's libraries -------------------------------------------------------------------------
 nvidia_re='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn[a-z_]*|libnccl|libnvrtc[a-z_-]*|libnvJitLink|libnvidia-[a-z-]+|libcufft|libcurand|libcusolver|libcusparse|libcupti|libnvToolsExt)\.so'
-candidates=()
-[[ -n ${PL_CUDA_LIBS:-} ]] && IFS=: read -r -a candidates <<<"$PL_CUDA_LIBS"
+# Library sets. cuDNN is built against one cuBLASLt: a wheel's cuDNN must run with that wheel set's
+# cuBLASLt, not the toolkit's or another environment's. Each source is one set of folders: $PL_CUDA_LIBS
+# (the user's choice, taken as it is), the CUDA toolkit, each Python environment's nvidia/ wheels
+# (nvidia/cu13/lib, nvidia/cudnn/lib, nvidia/nccl/lib, ...). The first set holding both cuDNN and
+# cuBLASLt is chosen and searched first for every library; the machine's other folders (ldconfig, the
+# driver's) only supply what it lacks, and each such library is named as coming from outside the set.
+set_names=() set_dirs=()  # one entry per set: its name, its folders joined by ':'
+add_set() {  # NAME DIR...: a set of the folders that exist (canonical paths), unless an earlier set has them
+  local name=$1 d c ds=(); shift
+  for d in "$@"; do
+    [[ -n $d && -d $d ]] || continue
+    c=$(cd "$d" && pwd -P); [[ " ${ds[*]} " == *" $c "* ]] || ds+=("$c")
+  done
+  ((${#ds[@]})) || return 0
+  local joined; joined=$(IFS=:; echo "${ds[*]}")
+  for d in "${set_dirs[@]}"; do [[ $d == "$joined" ]] && return 0; done
+  set_names+=("$name"); set_dirs+=("$joined")
+}
+set_has() { local d; for d in ${1//:/ }; do [[ -e $d/$2 ]] && return 0; done; return 1; }  # DIRS SONAME
+[[ -n ${PL_CUDA_LIBS:-} ]] && add_set "PL_CUDA_LIBS" ${PL_CUDA_LIBS//:/ }
 nvcc_dir=$(dirname "$(command -v nvcc 2>/dev/null || echo /usr/local/cuda/bin/nvcc)")
 for d in "${CUDA_HOME:-}" "${CUDA_PATH:-}" "$nvcc_dir/.." /usr/local/cuda; do
-  [[ -n $d ]] && candidates+=("$d/lib64" "$d/lib" "$d/targets/x86_64-linux/lib")
+  [[ -n $d && -d $d ]] && add_set "CUDA toolkit $(cd "$d" && pwd -P)" "$d/lib64" "$d/lib" "$d/targets/x86_64-linux/lib"
 done
-# The nvidia-* wheels (nvidia/cu13/lib, nvidia/cudnn/lib, nvidia/nccl/lib, ...): ask python3 where its
-# site-packages are when there is one, and look in the usual places too.
+# The nvidia-* wheels: ask python3 where its site-packages are when there is one, and look in the usual
+# places too.
 sites=()
 for py in python3 /opt/*/.venv/bin/python3; do
   command -v "$py" >/dev/null 2>&1 || continue
@@ -157,17 +199,35 @@ done
 for s in "${sites[@]}" /opt/*/.venv/lib/python3*/site-packages /usr/local/lib/python3*/dist-packages \
          /usr/lib/python3/dist-packages "$HOME"/.local/lib/python3*/site-packages; do
   [[ -d $s/nvidia ]] || continue
-  while IFS= read -r f; do candidates+=("$(dirname "$f")"); done < <(find "$s/nvidia" -maxdepth 3 -name 'lib*.so*' 2>/dev/null)
+  wheel_dirs=()
+  while IFS= read -r f; do wheel_dirs+=("$(dirname "$f")"); done < <(find "$s/nvidia" -maxdepth 3 -name 'lib*.so*' 2>/dev/null | sort)
+  add_set "nvidia wheels $(cd "$s/nvidia" && pwd -P)" "${wheel_dirs[@]}"
 done
+chosen="" chosen_name=""
+for i in "${!set_names[@]}"; do
+  if [[ ${set_names[i]} == PL_CUDA_LIBS ]] || { set_has "${set_dirs[i]}" libcudnn.so.9 && set_has "${set_dirs[i]}" libcublasLt.so.13; }; then
+    chosen=${set_dirs[i]} chosen_name=${set_names[i]}; break
+  fi
+done
+candidates=()
+[[ -n $chosen ]] && IFS=: read -r -a candidates <<<"$chosen"
+for d in "${set_dirs[@]}"; do IFS=: read -r -a more <<<"$d"; candidates+=("${more[@]}"); done
 while IFS= read -r f; do candidates+=("$(dirname "$f")"); done < <(ldconfig -p 2>/dev/null | awk '$NF ~ /^\// {print $NF}' | grep -E '/lib(cuda|cudart|cublas|cudnn|nccl|nvrtc)')
 candidates+=(/usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64)
+others=()
+for i in "${!set_names[@]}"; do [[ ${set_dirs[i]} != "$chosen" ]] && others+=("${set_names[i]}"); done
+if [[ -n $chosen ]]; then
+  lib_set_line="library set: $chosen_name (${chosen//:/, })"
+  ((${#others[@]})) && lib_set_line+="; also seen, used only for what it lacks: $(IFS=';'; echo "${others[*]}")"
+elif ((${#set_names[@]})); then lib_set_line="library set: none holds both cuDNN (libcudnn.so.9) and cuBLASLt (libcublasLt.so.13): each library from the first folder that has it (${set_names[*]}); the smoke test shows whether they work together"
+else lib_set_line="library set: no CUDA toolkit, \$PL_CUDA_LIBS or nvidia wheels found: each library from the machine's library folders"; fi
 ldpath=()
 [[ -n $libdir ]] && ldpath+=("$libdir")
 nv_sonames=$( { ldd "$app"; ldd "$tests"; } 2>/dev/null | awk '{print $1}' | grep -E "$nvidia_re" | sort -u)
 lib_report=()
 # What the binaries need (ldd), what this build always needs (in case ldd is missing), NCCL, the driver.
-for so in $(printf '%s\n' $nv_sonames libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnvrtc.so.13 | awk '!seen[$0]++') \
-          libnccl.so.2 libcuda.so.1; do
+for so in $(printf '%s\n' $nv_sonames libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnvrtc.so.13 libnccl.so.2 \
+               libcuda.so.1 | awk '!seen[$0]++'); do
   # The driver's library is normally in the ld.so cache: leave it there.
   if [[ $so == libcuda.so.1 ]] && cached=$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && /x86-64/ {print $NF; exit}') &&
      [[ -n $cached ]]; then
@@ -182,9 +242,17 @@ for so in $(printf '%s\n' $nv_sonames libcudart.so.13 libcublasLt.so.13 libcudnn
     lib_report+=("$so: NOT FOUND"); continue
   fi
   found=$(cd "$found" && pwd -P)
-  lib_report+=("$so: $found")
+  if [[ -n $chosen && ":$chosen:" != *":$found:"* ]]; then lib_report+=("$so: $found (not in the chosen set)")
+  else lib_report+=("$so: $found"); fi
   [[ " ${ldpath[*]} " == *" $found "* ]] || ldpath+=("$found")
 done
+# The chosen set's folders ahead of any other: a folder outside it that supplied one library (cudart,
+# say) may hold another (the toolkit's lib64 holds a cuBLASLt too), and the loader takes the first match.
+ordered=()
+[[ -n $libdir ]] && ordered+=("$libdir")
+for d in "${ldpath[@]}"; do [[ $d != "$libdir" && ":$chosen:" == *":$d:"* ]] && ordered+=("$d"); done
+for d in "${ldpath[@]}"; do [[ $d != "$libdir" && ":$chosen:" != *":$d:"* ]] && ordered+=("$d"); done
+ldpath=("${ordered[@]}")
 LD_LIBRARY_PATH=$(IFS=:; echo "${ldpath[*]}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export LD_LIBRARY_PATH
 # libstdc++/libgcc_s: the machine's when it is at least as new as the build's, else the bundle's copy.
@@ -225,6 +293,26 @@ if [[ $cc =~ ^[0-9]+$ && -n $archs ]]; then
   done
   ((covered)) || fail "the build has no code for this GPU (sm_$cc; built for $archs): scripts/gpu_bundle.sh --arch $cc$( ((cc >= 90)) && echo a)"
 fi
+# ---- the time estimate, before anything runs -------------------------------------------------------
+# ESTIMATES, not measurements: no GPU has run this script yet (replace them with what the first run
+# prints). Smoke test: process start, a handful of cuDNN/cuBLASLt plans. Conformance: the GPU tests are
+# small but for the production-shape GEMM/quantize/attention cases, whose CPU references were bounded
+# (issue 26: about 40 GFLOP of CPU GEMM and attention in all, seconds on the GPU host's 16 cores) and
+# whose GPU side takes seconds; the rest is process and cuDNN-graph start-up. Training: per row, start-up
+# (model init; 1.9 B parameters for the 8B 4-layer rows), the first iteration's plans and graphs, then
+# 10 (8) short iterations: ~8 s tiny, ~12 s small, ~40 s 8B 4 layers (emulated MXFP8/NVFP4 on sm_90 the
+# slowest).
+est_smoke=15 est_conf=150 est_train=$((4 * 8 + 4 * 12 + 4 * 40)) est_roofline=120
+say "== time estimate (an estimate: not yet measured on a GPU; each step runs under its limit, the whole run under --budget $budget s)"
+say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")"
+[[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance (pl_tests Cuda*)' "$est_conf")"
+[[ -z $only || $only == training ]] &&
+  say "$(printf '  %-34s ~%4d s  (row limits 45 / 60 / 110 s: tiny / small / 8B 4 layers)' 'training (12 rows)' "$est_train")"
+[[ -z $only || $only == roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 170 s)' 'roofline (2 runs of 2 8B layers)' "$est_roofline")"
+((sync)) && [[ $only != training && $only != roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance again (--sync)' "$est_conf")"
+((sanitize)) && say "$(printf '  %-34s ~%4d s  (limit 150 s)' 'compute-sanitizer (--sanitize)' 150)"
+say "  the first GPU run's two calls: --only conformance ~$((est_smoke + est_conf)) s, --only training ~$((est_smoke + est_train)) s (each under the device tool's 10 minutes)"
+say "$lib_set_line"
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 for l in "${lib_report[@]}"; do say "  $l"; done
 unresolved=$( { ldd "$app"; ldd "$tests"; } 2>&1 | grep -E 'not found' | sort -u)
@@ -232,10 +320,36 @@ if [[ -n $unresolved ]]; then
   fail "libraries not resolved: $(tr -s ' \t\n' ' ' <<<"$unresolved")"
   finish
 fi
-versions=$("$app" --print-library-versions 2>&1)
-if [[ $? -eq 0 ]]; then sed 's/^pretrain_llama | /  /' <<<"$versions" | while IFS= read -r l; do say "$l"; done
-else say "  library versions: pretrain_llama --print-library-versions failed: $(tail -n 1 <<<"$versions")"; fi
-grep -q 'devices: none' <<<"$versions" && fail "the CUDA runtime sees no GPU ($(sed -n 's/.*devices: none (\(.*\))/\1/p' <<<"$versions"))"
+# ---- the library smoke test, before anything else -------------------------------------------------
+# pretrain_llama --print-library-versions: the versions, then one ✓/✗ line per check (cuDNN handle, device
+# state, a tiny SDPA forward+backward graph, BF16 and native FP8/NVFP4 matmuls), then "loaded <file>: <path>"
+# for every NVIDIA library the process mapped (what cuDNN dlopens included, which ldd cannot see).
+smoke_log=$logs/smoke.log
+timeout -k 5 120 "$app" --print-library-versions >"$smoke_log" 2>&1
+smoke_rc=$?
+say "== library smoke test: pretrain_llama --print-library-versions (exit status $smoke_rc)"
+sed 's/^pretrain_llama | /  /' "$smoke_log" | while IFS= read -r l; do say "$l"; done
+grep -q 'devices: none' "$smoke_log" && fail "the CUDA runtime sees no GPU ($(sed -n 's/.*devices: none (\(.*\))/\1/p' "$smoke_log"))"
+# The cuDNN and cuBLASLt files the process loaded are the chosen set's (else the set was not honoured:
+# RUNPATH, a preloaded library, ...).
+# (/proc/self/maps names real files: the set's folders are compared through the files their links name.)
+set_real=:
+for d in ${chosen//:/ }; do
+  for f in "$d"/libcudnn*.so* "$d"/libcublasLt.so*; do [[ -e $f ]] && set_real+="$(dirname "$(readlink -f "$f")"):"; done
+done
+while IFS= read -r l; do
+  f=${l#*: }
+  [[ -n $chosen && $set_real != *":$(dirname "$f"):"* ]] && say "  note: $(basename "$f") was loaded from $(dirname "$f"), outside the chosen library set"
+done < <(grep -E '^pretrain_llama \| loaded lib(cudnn[a-z_]*|cublasLt)\.so' "$smoke_log")
+if ((smoke_rc != 0)); then
+  why=$(grep '✗' "$smoke_log" | sed 's/^pretrain_llama | //' | paste -sd ' ')
+  ((smoke_rc == 124 || smoke_rc == 137)) && why="did not finish in 120 s. $why"
+  ((smoke_rc > 128 && smoke_rc != 137)) && why="crashed (signal $((smoke_rc - 128))): $(tail -n 1 "$smoke_log"). $why"
+  fail "library smoke test: ${why:-exit status $smoke_rc: $(tail -n 1 "$smoke_log")}"
+  [[ ${GPU_CHECK_PAST_SMOKE:-0} == 1 ]] || finish
+  say "  (GPU_CHECK_PAST_SMOKE=1: going on)"
+fi
+summary+=("library smoke test: $( ((smoke_rc == 0)) && echo passed || echo FAILED) ($(grep -c '✓' "$smoke_log") ✓, $(grep -c '✗' "$smoke_log") ✗, $(grep -c ': skipped: ' "$smoke_log") skipped)")
 
 # pl_tests reads configs from the source tree it was built in: make that path the bundle's configs
 # when this machine lacks it (removed at exit).
@@ -317,11 +431,10 @@ train_row() {  # model-label precision limit flags...
   env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 "$@" >"$log" 2>&1
   rc=$?
   local fmt=$prec; [[ $prec == FP8cs ]] && fmt=FP8
-  # The banner's GEMM line says "<FORMAT> native" or "<FORMAT> emulated" per format.
-  local mode; mode=$(grep -oE "(^|[ ;:(])$fmt (native|emulated)" "$log" | head -n 1 | awk '{print $NF}')
+  local mode; mode=$(gemm_mode "$fmt" "$log")
   if ((rc != 0)); then
     note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
-    printf '%-28s %-9s %-9s %s\n' "$label" "$prec" "${mode:-?}" "$note" >>"$table"; status=1; return
+    printf '%-28s %-9s %-9s %s\n' "$label" "$prec" "$mode" "$note" >>"$table"; status=1; return
   fi
   local s; s=$(grep 'summary: iterations' "$log" | tail -n 1)
   local step tf tok loss nan peak
@@ -333,7 +446,7 @@ train_row() {  # model-label precision limit flags...
   peak=$(grep -oE 'mem-max-allocated-gigabytes: [0-9.]+' "$log" | tail -n 1 | awk '{print $2}')
   if [[ -z $s || -z $step ]]; then note="FAILED: no summary line"; status=1
   elif [[ ${nan:-0} != 0 || ! $loss =~ ^[0-9.]+E[-+][0-9]+$ ]]; then note="FAILED: final loss $loss, $nan nan iterations"; status=1; fi
-  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "${mode:-?}" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
+  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "$mode" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
 }
 precisions=(BF16 FP8cs MXFP8 NVFP4)
 train_device=${GPU_CHECK_TRAIN_DEVICE:-cuda}  # cpu: only to try this script's parsing without a GPU
