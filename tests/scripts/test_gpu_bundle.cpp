@@ -4,7 +4,10 @@
 //     under the bundle's library path resolves every library inside the bundle, except NVIDIA's and
 //     glibc's;
 //   - gpu_check.sh without a GPU prints one line and exits 3; with a GPU that a fake nvidia-smi
-//     claims, it runs the bundle's conformance suite, which skips, and fails saying so.
+//     claims, it prints its time estimate, runs the library smoke test, which finds no device, and stops
+//     there with the ✗ line; told to go on (GPU_CHECK_PAST_SMOKE=1), it runs the bundle's conformance
+//     suite, which skips, and fails saying so;
+//   - the training table's GEMMs column reads the GEMM lines pretrain_llama's banner prints.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -18,6 +21,10 @@
 #include <vector>
 
 #include "test_util.h"
+
+#if defined(PL_WITH_CUDA)
+#include "backend/cuda/gemm.h"
+#endif
 
 namespace {
 
@@ -207,15 +214,27 @@ TEST(GpuCheck, WithoutAGpuPrintsOneLineAndExits3) {
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
 }
 
-// With a GPU that is not there (a fake nvidia-smi), the bundle's gpu_check.sh gets as far as the
-// conformance suite: libraries resolved, versions printed, one line per Cuda* test (all skipped: no
-// device), and a failure saying that no test ran on the GPU; the report and the logs land in $OUT.
+// With a GPU that is not there (a fake nvidia-smi), the bundle's gpu_check.sh prints its time estimate,
+// resolves the libraries as one set, and runs the library smoke test, which finds no device: it stops
+// there, exit 1, with the ✗ line. Told to go on (GPU_CHECK_PAST_SMOKE=1), it gets as far as the
+// conformance suite: one line per Cuda* test (all skipped: no device), and a failure saying that no test
+// ran on the GPU; the report and the logs land in $OUT.
 TEST_F(GpuBundle, GpuCheckFromTheBundleRunsTheConformanceSuiteAndFailsWhenEveryTestSkips) {
   if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: gpu_check.sh would run for real";
   TempDir bin, out;
-  const ProcessResult r = bash("PATH='" + fake_nvidia_smi(bin, "gpu") + ":/usr/bin:/bin' OUT='" + out.path().string() +
-                                   "' '" + (bundle_ / "scripts/gpu_check.sh").string() + "' --only conformance",
-                               240);
+  const std::string check = "PATH='" + fake_nvidia_smi(bin, "gpu") + ":/usr/bin:/bin' OUT='" + out.path().string() +
+                            "' '" + (bundle_ / "scripts/gpu_check.sh").string() + "' --only conformance";
+  const ProcessResult stop = bash(check, 120);
+  const std::string stopped = stop.out + stop.err;
+  EXPECT_EQ(stop.exit_code, 1) << stopped;
+  EXPECT_NE(stopped.find("== time estimate (an estimate: not yet measured on a GPU"), std::string::npos) << stopped;
+  EXPECT_TRUE(std::regex_search(stopped, std::regex(R"(--only conformance ~\d+ s, --only training ~\d+ s)"))) << stopped;
+  EXPECT_NE(stopped.find("library set: "), std::string::npos) << stopped;
+  EXPECT_NE(stopped.find("  ✗ no CUDA device ("), std::string::npos) << stopped;
+  EXPECT_NE(stopped.find("FAILED: library smoke test: ✗ no CUDA device ("), std::string::npos) << stopped;
+  EXPECT_EQ(stopped.find("== conformance"), std::string::npos) << "went on after a failed smoke test:\n" << stopped;
+
+  const ProcessResult r = bash("GPU_CHECK_PAST_SMOKE=1 " + check, 240);
   const std::string all = r.out + r.err;
   EXPECT_EQ(r.exit_code, 1) << all;
   EXPECT_NE(all.find("GPU: NVIDIA H100 80GB HBM3, 9.0"), std::string::npos) << all;
@@ -264,6 +283,43 @@ TEST_F(GpuBundle, Gpu8bFitPicksTheFitTablesFlagsForTheGpuAndReportsTheRun) {
                                   (bundle_ / "scripts/gpu_8b_fit.sh").string() + "'", 60);
   EXPECT_EQ(none.exit_code, 3) << none.out << none.err;
   EXPECT_EQ(split_lines(none.out + none.err).size(), 1u) << none.out << none.err;
+}
+
+// The training table's GEMMs column (gpu_check.sh's gemm_mode) on the very lines pretrain_llama's banner
+// prints for each format (backend/cuda/gemm.cpp, behind the app's "pretrain_llama |   " prefix), on a GPU
+// where the quantized formats are emulated (sm_90) and one where they are native (sm_100): a banner
+// worded otherwise than the column expects reads "?" and fails here. Needs no GPU.
+TEST(GpuCheck, GemmsColumnReadsWhatTheBannerPrints) {
+#if defined(PL_WITH_CUDA)
+  TempDir dir;
+  for (int sm : {90, 100}) {
+    std::string log = "pretrain_llama | device cuda\n";
+    for (const std::string& line :
+         pl::cuda::gemm_backend_lines({pl::QuantFormat::FP8_E4M3, pl::QuantFormat::MXFP8, pl::QuantFormat::NVFP4}, sm))
+      log += "[2026-11-26 17:00:00] pretrain_llama |   " + line + "\n";
+    const std::string path = dir.write("banner_sm" + std::to_string(sm) + ".log", log);
+    const auto mode = [&](pl::QuantFormat f) {
+      return pl::cuda::quantized_gemm_execution(f, sm) == pl::cuda::GemmExecution::Native ? "native\n" : "emulated\n";
+    };
+    const std::pair<const char*, std::string> want[] = {{"BF16", "native\n"},
+                                                        {"FP8", mode(pl::QuantFormat::FP8_E4M3)},
+                                                        {"MXFP8", mode(pl::QuantFormat::MXFP8)},
+                                                        {"NVFP4", mode(pl::QuantFormat::NVFP4)}};
+    for (const auto& [format, expected] : want) {
+      const ProcessResult r = bash(std::string("scripts/gpu_check.sh --gemm-mode ") + format + " '" + path + "'", 30);
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(r.out, expected) << format << " on sm_" << sm << " from:\n" << log;
+    }
+  }
+  // Both words occur: sm_90 emulates MXFP8 and NVFP4 and runs FP8 natively, sm_100 runs all natively.
+  EXPECT_EQ(pl::cuda::quantized_gemm_execution(pl::QuantFormat::MXFP8, 90), pl::cuda::GemmExecution::Emulated);
+  EXPECT_EQ(pl::cuda::quantized_gemm_execution(pl::QuantFormat::FP8_E4M3, 90), pl::cuda::GemmExecution::Native);
+  // A log without a GEMM line (a CPU run) reads "?".
+  const ProcessResult none = bash("scripts/gpu_check.sh --gemm-mode FP8 '" + dir.write("cpu.log", "pretrain_llama | cpu GEMMs: oneDNN\n") + "'", 30);
+  EXPECT_EQ(none.out, "?\n") << none.err;
+#else
+  GTEST_SKIP() << "this build has no CUDA backend: the banner's GEMM lines are the CUDA backend's";
+#endif
 }
 
 }  // namespace
