@@ -3,7 +3,8 @@
 # .device/, git-ignored) that runs on a machine with only a CUDA 13 driver and NVIDIA's libraries
 # (cudart, cuBLASLt, cuDNN, NVRTC, NCCL: as the CUDA toolkit or the nvidia-* Python wheels), no
 # package registry and none of this project's Debian packages. Then carry the folder there and run
-# `.device/scripts/gpu_check.sh` (or `scripts/gpu_check.sh` in a checkout that holds .device/).
+# `.device/scripts/gpu_check.sh` (or `scripts/gpu_check.sh` in a checkout that holds .device/): a first
+# GPU run makes two calls, `--only conformance` then `--only training`.
 #
 #   scripts/gpu_bundle.sh [--arch LIST] [--build-dir DIR] [--out DIR] [--no-build] [--max-mib N] [-j N]
 #
@@ -127,5 +128,6 @@ if ((bytes >= max_mib * 1048576)); then
   echo "gpu_bundle: $out is $mib MiB, not under the $max_mib MiB limit" >&2
   exit 3
 fi
-if [[ $out == /* ]]; then echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh"
-else echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh (the device tool: carry [\"$out\"])"; fi
+# A first GPU run is two calls, each inside the device tool's 10 minutes (gpu_check.sh prints its estimate).
+carry=""; [[ $out != /* ]] && carry=" (the device tool: carry [\"$out\"])"
+echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh --only conformance, then bash $out/scripts/gpu_check.sh --only training$carry"
