@@ -22,9 +22,9 @@
 # a GPU; the failure still counts).
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
 # and a step that no longer fits is reported as not run (a failure); --sync and --sanitize take their
-# time from the training table (`--only conformance --sync --sanitize` runs them without it). On an H100
-# the conformance suite and the 12 training rows fit in well under the budget when the GPU path is
-# healthy (estimate: not yet measured on a GPU). With $OUT set (the device tool),
+# time from the training table (`--only conformance --sync --sanitize` runs them without it). By the
+# estimate it prints first (not yet measured on a GPU), every step together (~525 s) takes about the
+# whole budget, so a first GPU run makes the two calls below. With $OUT set (the device tool),
 # the report goes to $OUT/gpu_check.txt and every log into $OUT/gpu_check_logs.tar.gz; the roofline's
 # logs, JSON reports, ceilings cache and figure go to $OUT as roofline_{nvfp4,bf16}.{log,json},
 # machine_ceilings.json and roofline.png (else into the logs folder).
