@@ -299,10 +299,11 @@ fi
 # small but for the production-shape (Llama 3 8B, seq 4096) cases, whose GPU side takes seconds and whose
 # CPU references dominate: the quantized GEMMs' 126 GFLOP (502 before issue 26 bounded them to 32 rows per
 # check), the attention's ~480 GFLOP (causal, s(s+1)/2 pairs, backward 2.5x the forward), and ~1.3 G
-# elements quantized on the CPU for the byte-exact quantizer checks. At this build machine's measured
-# 2-core rates (OpenBLAS SGEMM 207 GFLOP/s; attention 115-123 GFLOP/s with oneDNN BF16, which the bundle
-# leaves out, so its FP32 path is slower) that is well under a minute on the GPU host's 16 cores: an
-# estimate by count, not a measurement. Training: per row, start-up
+# elements quantized on the CPU for the byte-exact quantizer checks. Timed on the 2-core build machine
+# (busy; the bundle's paths: FP32 BLAS, no oneDNN): the attention reference ~38 s (forward 18 GFLOP/s,
+# backward ~11, extrapolated from seq 1024), the quantizers ~3 s (455 M element-copies/s), the GEMM
+# references ~0.6 s at OpenBLAS's measured 207 GFLOP/s: under a minute there, less on 16 cores.
+# Training: per row, start-up
 # (model init; 1.9 B parameters for the 8B 4-layer rows), the first iteration's plans and graphs, then
 # 10 (8) short iterations: ~8 s tiny, ~12 s small, ~40 s 8B 4 layers (emulated MXFP8/NVFP4 on sm_90 the
 # slowest).
