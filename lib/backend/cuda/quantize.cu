@@ -112,21 +112,18 @@ __device__ __forceinline__ void nvfp4_encode_block(const Nvfp4Out& o, const floa
                                                    uint64_t counter) {
   const float s_enc = num::nvfp4_global_encode_scale(*o.amax);
   uint8_t sc = 0;
-  uint8_t code[16];
-  if (block_2d) {
-    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
-    sc = num::nvfp4_block_scale(tile_amax, s_enc);
-    const float enc = num::nvfp4_block_encode(sc, s_dec);
-    for (int k = 0; k < 16; ++k) code[k] = num::nvfp4_encode(v[k], enc);
-  } else if (sr) {
-    uint8_t rb[16];
+  uint8_t packed[8];
+  if (sr && !block_2d) {  // stochastic rounding: the shared Philox rule (num::float_to_e2m1_sr), never cvt.rs
+    uint8_t rb[16], code[16];
     num::sr_random_bytes16(seed, o.stream, counter, static_cast<uint64_t>(row * nb + blk), rb);
     num::nvfp4_quantize_block16_sr(v, s_enc, rb, &sc, code);
-  } else {
-    num::nvfp4_quantize_block16(v, s_enc, &sc, code);
+    for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
+  } else {  // RN: num::nvfp4_quantize_block16 (1x16) or the 2D tile rule, codes by qk::cvt_e2m1x2
+    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
+    sc = num::nvfp4_block_scale(block_2d ? tile_amax : num::nvfp4_abs_max(v, 16), s_enc);
+    const float enc = num::nvfp4_block_encode(sc, s_dec);
+    for (int k = 0; k < 8; ++k) packed[k] = qk::cvt_e2m1x2(v[2 * k] * enc, v[2 * k + 1] * enc);  // num::nvfp4_encode
   }
-  uint8_t packed[8];
-  for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
   qk::store_bytes(o.data + row * (nb * 8) + blk * 8, packed);
   if (o.scales != nullptr) o.scales[row * nb + blk] = sc;
   o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = sc;
@@ -204,7 +201,11 @@ __device__ __forceinline__ float mxfp8_encode_block(const Mxfp8Out& o, const flo
   const uint8_t e = num::mxfp8_block_scale(bamax);
   const float es = num::mxfp8_element_scale(e);
   uint8_t code[32];
-  for (int k = 0; k < 32; ++k) code[k] = num::float_to_e4m3(v[k] * es);
+  for (int k = 0; k < 16; ++k) {  // num::float_to_e4m3(v * es), two at a time
+    const uint16_t d = qk::cvt_fp8x2<true>(v[2 * k] * es, v[2 * k + 1] * es);
+    code[2 * k] = static_cast<uint8_t>(d & 0xFFu);
+    code[2 * k + 1] = static_cast<uint8_t>(d >> 8);
+  }
   qk::store_bytes(o.data + row * (nb * 32) + blk * 32, code);
   if (o.scales != nullptr) o.scales[row * nb + blk] = e;
   o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = e;
@@ -266,9 +267,11 @@ struct Fp8Args {
 
 __device__ __forceinline__ void fp8_encode_run(const float (&v)[16], int n, float scale, bool e4m3, uint8_t* dst) {
   uint8_t code[16];
-  for (int k = 0; k < 16; ++k) {
-    const float y = v[k] * scale;
-    code[k] = e4m3 ? num::float_to_e4m3(y) : num::float_to_e5m2(y);
+  for (int k = 0; k < 8; ++k) {  // num::float_to_e4m3 / e5m2(v * scale), two at a time
+    const float lo = v[2 * k] * scale, hi = v[2 * k + 1] * scale;
+    const uint16_t d = e4m3 ? qk::cvt_fp8x2<true>(lo, hi) : qk::cvt_fp8x2<false>(lo, hi);
+    code[2 * k] = static_cast<uint8_t>(d & 0xFFu);
+    code[2 * k + 1] = static_cast<uint8_t>(d >> 8);
   }
   if (n == 16) {
     qk::store_bytes(dst, code);
