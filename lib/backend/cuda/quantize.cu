@@ -4,7 +4,8 @@
 // the same float values, and the only cross-thread reductions are maxima (order-independent).
 //
 // Schedule, all on the device state's compute stream with no host round trip:
-//   1. zero the amax slots (and the swizzled scale arrays when they have padding);
+//   1. zero the amax slots (4-byte cudaMemsetAsync each: the amax pass combines per-block maxima into
+//      them with atomicMax; the padding of the swizzled scale arrays is zeroed by the encode pass);
 //   2. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
 //      RHT outputs, computed in the same pass over x), reduced per block and combined with an
 //      atomicMax on the float bits straight into the copies' amax slots;
@@ -13,6 +14,10 @@
 //      tile row and one of the columnwise copy from a tile column, reading the global scale from the
 //      amax slot on the device, and writes codes, compact scales and swizzled scales directly.
 //      MXFP8 needs no global scale, so its amax is reduced inside the encode pass (one pass over x).
+//      NVFP4 (S_enc) and FP8 per tensor (scale) need the whole tensor's amax before the first code, so
+//      their amax pass stays separate. Round-to-nearest codes come from the cvt instructions where the
+//      architecture has them (qk::cvt_fp8x2 / cvt_e2m1x2, quantize_common.cuh), the same bits as the
+//      shared numerics; stochastic rounding stays on the shared Philox rule.
 // The encode pass makes both copies from one read of x (x is read twice in all for NVFP4 and FP8:
 // amax, then encode). Fusion points for later (shared PERF-NOTES): a producer kernel may compute the
 // amax into the slots itself and leave only the encode pass. num::rht16 uses no FP64: an FP32
@@ -87,6 +92,34 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---- padding of the swizzled scale arrays -----------------------------------------------------------
+// Zeroes the padding of a swizzled scale array (num::padded_scale_rows(rows) x pc bytes, of which rows x nb
+// are scales) in copy rows [r_lo, r_hi): the columns nb..pc of real rows and every column of padding rows.
+// Called by all threads of the encode block that owns the last tile of those copy rows (pad_swizzled), so
+// the pass that writes the scales writes every padding byte too: no cudaMemsetAsync before it.
+__device__ void zero_scale_padding(uint8_t* swz, int64_t rows, int64_t nb, int64_t pc, int64_t r_lo, int64_t r_hi) {
+  const int64_t pad_c = pc - nb, real_hi = r_hi < rows ? r_hi : rows;
+  for (int64_t i = threadIdx.x; i < (real_hi - r_lo) * pad_c; i += blockDim.x)
+    swz[num::swizzled_scale_offset(r_lo + i / pad_c, nb + i % pad_c, pc)] = 0;
+  const int64_t p_lo = r_lo > rows ? r_lo : rows;
+  for (int64_t i = threadIdx.x; i < (r_hi - p_lo) * pc; i += blockDim.x)
+    swz[num::swizzled_scale_offset(p_lo + i / pc, i % pc, pc)] = 0;
+}
+
+// The padding owned by tile (r0, c0) of x[R, C] for the rowwise copy (rows R, C/block scales each) and
+// the columnwise copy (rows C, R/block scales each) with row_pc / col_pc padded scale columns;
+// null arrays are skipped. The last tile column owns the padding of its 64 rowwise copy rows (the last
+// tile row also the padding rows up to padded_scale_rows(R)); the last tile row the same for the
+// columnwise copy.
+__device__ void pad_swizzled(uint8_t* row_swz, int64_t row_pc, uint8_t* col_swz, int64_t col_pc, int64_t R,
+                             int64_t C, int64_t r0, int64_t c0, int64_t block) {
+  const bool last_r = r0 + kTile >= R, last_c = c0 + kTile >= C;
+  if (row_swz != nullptr && last_c)
+    zero_scale_padding(row_swz, R, C / block, row_pc, r0, last_r ? num::padded_scale_rows(R) : r0 + kTile);
+  if (col_swz != nullptr && last_r)
+    zero_scale_padding(col_swz, C, R / block, col_pc, c0, last_c ? num::padded_scale_rows(C) : c0 + kTile);
+}
+
 // ---- NVFP4 encode pass -----------------------------------------------------------------------------
 struct Nvfp4Out {  // one copy; data == nullptr when the copy is not requested
   uint8_t* data = nullptr;      // [rows, cols/2]
@@ -139,6 +172,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restr
   const int64_t tile = blockIdx.x;
   const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
   qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
+               a.col.data != nullptr ? a.col.swizzled : nullptr, a.col.padded_cols, a.rows, a.cols, r0, c0, 16);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
   if (a.block_2d) {  // both dims are multiples of 16 here, so a sub-tile is wholly inside x or outside
@@ -221,6 +256,8 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   const int64_t tile = blockIdx.x;
   const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
   qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
+               a.col.data != nullptr ? a.col.swizzled : nullptr, a.col.padded_cols, a.rows, a.cols, r0, c0, 32);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
   const int u = t % (kThreads / 2), q = u / 2, b = u % 2;
@@ -324,14 +361,6 @@ void zero(const DeviceState& st, void* p, size_t bytes, const std::string& what)
   check(cudaMemsetAsync(p, 0, bytes, st.stream), "quantize: cudaMemsetAsync", what);
 }
 
-// Zeroes the swizzled scale array when it has padding (rows % 128 or blocks-per-row % 4); the encode
-// pass writes every non-padding byte.
-void zero_swizzle_padding(const DeviceState& st, const QuantizedCopy& c, int64_t block, const std::string& what) {
-  const int64_t nb = c.cols / block;
-  if (num::padded_scale_rows(c.rows) * num::padded_scale_cols(nb) != c.rows * nb)
-    zero(st, c.scales_swizzled.data, c.scales_swizzled.bytes(), what + " swizzled scale padding");
-}
-
 // The grid of 64x64 tiles (its size is checked in backend/op_checks.cpp).
 unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
   *tiles_c = (cols + kTile - 1) / kTile;
@@ -381,11 +410,9 @@ void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64
       plain0 = q.rowwise.amax.ptr<float>();
       zero(st, plain0, 4, what + " rowwise amax");
     }
-    zero_swizzle_padding(st, q.rowwise, 16, what + " rowwise");
   }
   if (opt.columnwise) {
     a.col = out(q.columnwise, opt.stream_id + 1);
-    zero_swizzle_padding(st, q.columnwise, 16, what + " columnwise");
   }
   if (col_amax) {
     if (opt.rht_columnwise)
@@ -416,7 +443,6 @@ void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64
     o.scale_inv = c.scale_inv.ptr<float>();
     o.padded_cols = num::padded_scale_cols(c.cols / 32);
     zero(st, o.amax, 4, what + " " + which + " amax");
-    zero_swizzle_padding(st, c, 32, what + " " + which);
     return o;
   };
   // MXFP8's amax (telemetry only: the scales are per block) is reduced by the encode pass whether or
