@@ -4,12 +4,12 @@
 // the same float values, and the only cross-thread reductions are maxima (order-independent).
 //
 // Schedule, all on the device state's compute stream with no host round trip:
-//   1. zero the amax slots (4-byte cudaMemsetAsync each: the amax pass combines per-block maxima into
-//      them with atomicMax; the padding of the swizzled scale arrays is zeroed by the encode pass);
-//   2. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
-//      RHT outputs, computed in the same pass over x), reduced per block and combined with an
-//      atomicMax on the float bits straight into the copies' amax slots;
-//   3. encode pass: one block per 64x64 tile of x, staged through shared memory; each thread makes
+//   (no memsets: the amax slots are stored by the last block of the pass that reduces them,
+//   combine_amax, and the padding of the swizzled scale arrays is zeroed by the encode pass)
+//   1. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
+//      RHT outputs, computed in the same pass over x), reduced per block and combined across blocks
+//      by combine_amax into the copies' amax slots;
+//   2. encode pass: one block per 64x64 tile of x, staged through shared memory; each thread makes
 //      one 16-block (NVFP4), 32-block (MXFP8) or 16-element run (FP8) of the rowwise copy from a
 //      tile row and one of the columnwise copy from a tile column, reading the global scale from the
 //      amax slot on the device, and writes codes, compact scales and swizzled scales directly.
@@ -46,10 +46,42 @@ using qk::kThreads;
 using qk::kTile;
 using qk::kTileLd;
 
+// ---- combining the per-block maxima of one launch ----------------------------------------------------
+// The blocks of a launch atomicMax their maxima (non-negative floats, whose bits order as unsigned
+// integers) into partial[]; the last block to finish (counted in blocks_done, after a __threadfence, as
+// the CUDA programming guide's "last block" reduction) takes them with atomicExch, which also zeroes them,
+// stores them into the amax slots and zeroes the count. So the set is zero between launches (module load
+// zeroes it), the slots need no cudaMemsetAsync before the launch, and each slot gets the exact max of
+// every value offered, as a direct atomicMax into a zeroed slot gave. One set per kernel that uses it:
+// its launches are ordered on the device state's compute stream (a second device state quantizing on the
+// same GPU concurrently would need its own sets).
+struct AmaxCombine {
+  unsigned int partial[2];
+  unsigned int blocks_done;
+};
+__device__ AmaxCombine g_amax_pass_combine;   // amax_kernel
+__device__ AmaxCombine g_mxfp8_amax_combine;  // mxfp8_encode_kernel
+
+// Thread 0 of every block: m into d0, d1, d2 and m1 into e0 (null slots skipped).
+__device__ void combine_amax(AmaxCombine& c, float m, float* d0, float* d1, float* d2, float m1, float* e0) {
+  if (d0 != nullptr || d1 != nullptr || d2 != nullptr) atomicMax(&c.partial[0], __float_as_uint(m));
+  if (e0 != nullptr) atomicMax(&c.partial[1], __float_as_uint(m1));
+  __threadfence();  // the maxima above are visible device-wide before this block is counted
+  if (atomicAdd(&c.blocks_done, 1u) != gridDim.x - 1) return;
+  __threadfence();
+  const float all = __uint_as_float(atomicExch(&c.partial[0], 0u));
+  const float all1 = __uint_as_float(atomicExch(&c.partial[1], 0u));
+  if (d0 != nullptr) *d0 = all;
+  if (d1 != nullptr) *d1 = all;
+  if (d2 != nullptr) *d2 = all;
+  if (e0 != nullptr) *e0 = all1;
+  atomicExch(&c.blocks_done, 0u);
+}
+
 // ---- amax pass -------------------------------------------------------------------------------------
 // plain0/plain1 (may be null): max |x| over x[R, C]. rht (may be null; then R % 16 == 0): max |y| over
 // the RHT outputs y = rht16(x[16g .. 16g+15][c]) for every 16-row group g and column c, i.e. over
-// RHT(xᵀ) as the columnwise copy sees it. Each slot must hold +0 on entry.
+// RHT(xᵀ) as the columnwise copy sees it. The slots are written by the last block (combine_amax).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht) {
@@ -85,11 +117,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   m = qk::block_max(m);
   if (rht != nullptr) mr = qk::block_max(mr);
-  if (threadIdx.x == 0) {
-    if (plain0 != nullptr) qk::atomic_max_nonneg(plain0, m);
-    if (plain1 != nullptr) qk::atomic_max_nonneg(plain1, m);
-    if (rht != nullptr) qk::atomic_max_nonneg(rht, mr);
-  }
+  if (threadIdx.x == 0) combine_amax(g_amax_pass_combine, m, plain0, plain1, nullptr, mr, rht);
 }
 
 // ---- padding of the swizzled scale arrays -----------------------------------------------------------
@@ -217,7 +245,7 @@ struct Mxfp8Out {
   uint8_t* data = nullptr;  // [rows, cols]; nullptr when not requested
   uint8_t* scales = nullptr;  // nullptr: compact scales not written
   uint8_t* swizzled = nullptr;
-  float* amax = nullptr;  // +0 on entry, reduced here
+  float* amax = nullptr;  // reduced here (combine_amax)
   float* scale_inv = nullptr;
   int64_t padded_cols = 0;
 };
@@ -225,7 +253,7 @@ struct Mxfp8Out {
 struct Mxfp8Args {
   int64_t rows = 0, cols = 0, tiles_c = 0;
   Mxfp8Out row, col;
-  float* col_amax_only = nullptr;  // columnwise_amax without the columnwise copy: +0 on entry
+  float* col_amax_only = nullptr;  // columnwise_amax without the columnwise copy
 };
 
 // One 32-block as the CPU's quantize_mxfp8_copy; returns the block amax.
@@ -279,9 +307,8 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   }
   m = qk::block_max(m);
   if (t == 0) {
-    if (a.row.data != nullptr) qk::atomic_max_nonneg(a.row.amax, m);
-    if (a.col.data != nullptr) qk::atomic_max_nonneg(a.col.amax, m);
-    if (a.col_amax_only != nullptr) qk::atomic_max_nonneg(a.col_amax_only, m);
+    combine_amax(g_mxfp8_amax_combine, m, a.row.data != nullptr ? a.row.amax : nullptr,
+                 a.col.data != nullptr ? a.col.amax : nullptr, a.col_amax_only, 0.0f, nullptr);
     if (tile == 0) {
       if (a.row.data != nullptr) *a.row.scale_inv = 1.0f;
       if (a.col.data != nullptr) *a.col.scale_inv = 1.0f;
@@ -357,10 +384,6 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
 
 // ---- host side -------------------------------------------------------------------------------------
 
-void zero(const DeviceState& st, void* p, size_t bytes, const std::string& what) {
-  check(cudaMemsetAsync(p, 0, bytes, st.stream), "quantize: cudaMemsetAsync", what);
-}
-
 // The grid of 64x64 tiles (its size is checked in backend/op_checks.cpp).
 unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
   *tiles_c = (cols + kTile - 1) / kTile;
@@ -406,10 +429,7 @@ void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64
   const bool col_amax = opt.columnwise ? !opt.amax_given : opt.columnwise_amax;
   if (opt.rowwise) {
     a.row = out(q.rowwise, opt.stream_id);
-    if (!opt.amax_given) {
-      plain0 = q.rowwise.amax.ptr<float>();
-      zero(st, plain0, 4, what + " rowwise amax");
-    }
+    if (!opt.amax_given) plain0 = q.rowwise.amax.ptr<float>();
   }
   if (opt.columnwise) {
     a.col = out(q.columnwise, opt.stream_id + 1);
@@ -419,7 +439,6 @@ void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64
       rht = q.columnwise.amax.ptr<float>();
     else
       plain1 = q.columnwise.amax.ptr<float>();
-    zero(st, q.columnwise.amax.data, 4, what + " columnwise amax");
   }
   if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) launch_amax(st, x, R, C, plain0, plain1, rht, what);
   if (!opt.rowwise && !opt.columnwise) return;
@@ -434,7 +453,7 @@ void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64
   Mxfp8Args a;
   a.rows = R;
   a.cols = C;
-  auto out = [&](const QuantizedCopy& c, const char* which) {
+  auto out = [&](const QuantizedCopy& c) {
     Mxfp8Out o;
     o.data = c.data.ptr<uint8_t>();
     o.scales = opt.compact_scales ? c.scales.ptr<uint8_t>() : nullptr;
@@ -442,16 +461,14 @@ void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64
     o.amax = c.amax.ptr<float>();
     o.scale_inv = c.scale_inv.ptr<float>();
     o.padded_cols = num::padded_scale_cols(c.cols / 32);
-    zero(st, o.amax, 4, what + " " + which + " amax");
     return o;
   };
   // MXFP8's amax (telemetry only: the scales are per block) is reduced by the encode pass whether or
   // not opt.amax_given; columnwise_amax alone rides on the rowwise pass (the row blocks of a tile
   // cover all of it), or on an amax pass when no copy is made.
-  if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
-  if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
+  if (opt.rowwise) a.row = out(q.rowwise);
+  if (opt.columnwise) a.col = out(q.columnwise);
   if (!opt.columnwise && opt.columnwise_amax) {
-    zero(st, q.columnwise.amax.data, 4, what + " columnwise amax");
     if (!opt.rowwise) return launch_amax(st, x, R, C, nullptr, q.columnwise.amax.ptr<float>(), nullptr, what);
     a.col_amax_only = q.columnwise.amax.ptr<float>();
   }
@@ -480,8 +497,6 @@ void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t
   // The columnwise copy holds the same values as the rowwise one: one plain amax serves both.
   float* plain0 = opt.rowwise && !opt.amax_given ? q.rowwise.amax.ptr<float>() : nullptr;
   float* plain1 = (opt.columnwise ? !opt.amax_given : opt.columnwise_amax) ? q.columnwise.amax.ptr<float>() : nullptr;
-  if (plain0 != nullptr) zero(st, plain0, 4, what + " rowwise amax");
-  if (plain1 != nullptr) zero(st, plain1, 4, what + " columnwise amax");
   if (plain0 != nullptr || plain1 != nullptr) launch_amax(st, x, R, C, plain0, plain1, nullptr, what);
   if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c);
