@@ -81,4 +81,27 @@ PL_HD void quant_numerics_item(const float* x, int64_t i, uint64_t seed, uint8_t
 
 void quant_numerics_on_device(const float* in, uint8_t* out, int64_t n, uint64_t seed);
 
+// ---- the hardware encodes against the shared numerics (backend/cuda/quantize_common.cuh) -----------
+// Every float bit pattern u in [begin, end) is encoded by the quantizers' conversion (qk::cvt_fp8x2 /
+// qk::cvt_e2m1x2: the cvt instruction where this build's code for the running GPU has it, NaN set in
+// software) and by num::float_to_e4m3 / e5m2 / e2m1, as the low element of a pair whose high element is
+// u ^ kConversionPairMask (a bijection, so every pattern is also checked in the high byte / nibble).
+enum class ConversionFormat : int { E4M3 = 0, E5M2 = 1, E2M1 = 2 };
+constexpr uint32_t kConversionPairMask = 0xA5A5A5A5u;
+constexpr int kConversionFirstMismatches = 8;
+
+struct ConversionCheck {
+  unsigned long long mismatches = 0;       // the kernels' conversion vs the numerics (pairs that differ)
+  unsigned long long raw_mismatches = 0;   // the bare instruction (no NaN fix) vs the numerics
+  unsigned long long raw_non_nan_mismatches = 0;  // of those, pairs with no NaN element
+  int hw_paths = 0;    // qk::hw_cvt_paths() of the code that ran: bit 0 FP8 by cvt, bit 1 E2M1 by cvt
+  int cuda_arch = 0;   // __CUDA_ARCH__ of the code that ran
+  int recorded = 0;    // first mismatches of the kernels' conversion (at most kConversionFirstMismatches)
+  uint32_t input[kConversionFirstMismatches] = {};
+  uint32_t got[kConversionFirstMismatches] = {};   // the pair's code bits (low element in the low bits)
+  uint32_t want[kConversionFirstMismatches] = {};
+};
+
+ConversionCheck conversion_check_on_device(ConversionFormat format, uint64_t begin, uint64_t end);
+
 }  // namespace pl::cuda

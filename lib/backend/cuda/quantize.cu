@@ -4,15 +4,20 @@
 // the same float values, and the only cross-thread reductions are maxima (order-independent).
 //
 // Schedule, all on the device state's compute stream with no host round trip:
-//   1. zero the amax slots (and the swizzled scale arrays when they have padding);
-//   2. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
-//      RHT outputs, computed in the same pass over x), reduced per block and combined with an
-//      atomicMax on the float bits straight into the copies' amax slots;
-//   3. encode pass: one block per 64x64 tile of x, staged through shared memory; each thread makes
+//   (no memsets: the amax slots are stored by the last block of the pass that reduces them,
+//   combine_amax, and the padding of the swizzled scale arrays is zeroed by the encode pass)
+//   1. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
+//      RHT outputs, computed in the same pass over x), reduced per block and combined across blocks
+//      by combine_amax into the copies' amax slots;
+//   2. encode pass: one block per 64x64 tile of x, staged through shared memory; each thread makes
 //      one 16-block (NVFP4), 32-block (MXFP8) or 16-element run (FP8) of the rowwise copy from a
 //      tile row and one of the columnwise copy from a tile column, reading the global scale from the
 //      amax slot on the device, and writes codes, compact scales and swizzled scales directly.
 //      MXFP8 needs no global scale, so its amax is reduced inside the encode pass (one pass over x).
+//      NVFP4 (S_enc) and FP8 per tensor (scale) need the whole tensor's amax before the first code, so
+//      their amax pass stays separate. Round-to-nearest codes come from the cvt instructions where the
+//      architecture has them (qk::cvt_fp8x2 / cvt_e2m1x2, quantize_common.cuh), the same bits as the
+//      shared numerics; stochastic rounding stays on the shared Philox rule.
 // The encode pass makes both copies from one read of x (x is read twice in all for NVFP4 and FP8:
 // amax, then encode). Fusion points for later (shared PERF-NOTES): a producer kernel may compute the
 // amax into the slots itself and leave only the encode pass. num::rht16 uses no FP64: an FP32
@@ -41,10 +46,42 @@ using qk::kThreads;
 using qk::kTile;
 using qk::kTileLd;
 
+// ---- combining the per-block maxima of one launch ----------------------------------------------------
+// The blocks of a launch atomicMax their maxima (non-negative floats, whose bits order as unsigned
+// integers) into partial[]; the last block to finish (counted in blocks_done, after a __threadfence, as
+// the CUDA programming guide's "last block" reduction) takes them with atomicExch, which also zeroes them,
+// stores them into the amax slots and zeroes the count. So the set is zero between launches (module load
+// zeroes it), the slots need no cudaMemsetAsync before the launch, and each slot gets the exact max of
+// every value offered, as a direct atomicMax into a zeroed slot gave. One set per kernel that uses it:
+// its launches are ordered on the device state's compute stream (a second device state quantizing on the
+// same GPU concurrently would need its own sets).
+struct AmaxCombine {
+  unsigned int partial[2];
+  unsigned int blocks_done;
+};
+__device__ AmaxCombine g_amax_pass_combine;   // amax_kernel
+__device__ AmaxCombine g_mxfp8_amax_combine;  // mxfp8_encode_kernel
+
+// Thread 0 of every block: m into d0, d1, d2 and m1 into e0 (null slots skipped).
+__device__ void combine_amax(AmaxCombine& c, float m, float* d0, float* d1, float* d2, float m1, float* e0) {
+  if (d0 != nullptr || d1 != nullptr || d2 != nullptr) atomicMax(&c.partial[0], __float_as_uint(m));
+  if (e0 != nullptr) atomicMax(&c.partial[1], __float_as_uint(m1));
+  __threadfence();  // the maxima above are visible device-wide before this block is counted
+  if (atomicAdd(&c.blocks_done, 1u) != gridDim.x - 1) return;
+  __threadfence();
+  const float all = __uint_as_float(atomicExch(&c.partial[0], 0u));
+  const float all1 = __uint_as_float(atomicExch(&c.partial[1], 0u));
+  if (d0 != nullptr) *d0 = all;
+  if (d1 != nullptr) *d1 = all;
+  if (d2 != nullptr) *d2 = all;
+  if (e0 != nullptr) *e0 = all1;
+  atomicExch(&c.blocks_done, 0u);
+}
+
 // ---- amax pass -------------------------------------------------------------------------------------
 // plain0/plain1 (may be null): max |x| over x[R, C]. rht (may be null; then R % 16 == 0): max |y| over
 // the RHT outputs y = rht16(x[16g .. 16g+15][c]) for every 16-row group g and column c, i.e. over
-// RHT(xᵀ) as the columnwise copy sees it. Each slot must hold +0 on entry.
+// RHT(xᵀ) as the columnwise copy sees it. The slots are written by the last block (combine_amax).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht) {
@@ -80,11 +117,35 @@ __global__ void __launch_bounds__(kThreads)
   }
   m = qk::block_max(m);
   if (rht != nullptr) mr = qk::block_max(mr);
-  if (threadIdx.x == 0) {
-    if (plain0 != nullptr) qk::atomic_max_nonneg(plain0, m);
-    if (plain1 != nullptr) qk::atomic_max_nonneg(plain1, m);
-    if (rht != nullptr) qk::atomic_max_nonneg(rht, mr);
-  }
+  if (threadIdx.x == 0) combine_amax(g_amax_pass_combine, m, plain0, plain1, nullptr, mr, rht);
+}
+
+// ---- padding of the swizzled scale arrays -----------------------------------------------------------
+// Zeroes the padding of a swizzled scale array (num::padded_scale_rows(rows) x pc bytes, of which rows x nb
+// are scales) in copy rows [r_lo, r_hi): the columns nb..pc of real rows and every column of padding rows.
+// Called by all threads of the encode block that owns the last tile of those copy rows (pad_swizzled), so
+// the pass that writes the scales writes every padding byte too: no cudaMemsetAsync before it.
+__device__ void zero_scale_padding(uint8_t* swz, int64_t rows, int64_t nb, int64_t pc, int64_t r_lo, int64_t r_hi) {
+  const int64_t pad_c = pc - nb, real_hi = r_hi < rows ? r_hi : rows;
+  for (int64_t i = threadIdx.x; i < (real_hi - r_lo) * pad_c; i += blockDim.x)
+    swz[num::swizzled_scale_offset(r_lo + i / pad_c, nb + i % pad_c, pc)] = 0;
+  const int64_t p_lo = r_lo > rows ? r_lo : rows;
+  for (int64_t i = threadIdx.x; i < (r_hi - p_lo) * pc; i += blockDim.x)
+    swz[num::swizzled_scale_offset(p_lo + i / pc, i % pc, pc)] = 0;
+}
+
+// The padding owned by tile (r0, c0) of x[R, C] for the rowwise copy (rows R, C/block scales each) and
+// the columnwise copy (rows C, R/block scales each) with row_pc / col_pc padded scale columns;
+// null arrays are skipped. The last tile column owns the padding of its 64 rowwise copy rows (the last
+// tile row also the padding rows up to padded_scale_rows(R)); the last tile row the same for the
+// columnwise copy.
+__device__ void pad_swizzled(uint8_t* row_swz, int64_t row_pc, uint8_t* col_swz, int64_t col_pc, int64_t R,
+                             int64_t C, int64_t r0, int64_t c0, int64_t block) {
+  const bool last_r = r0 + kTile >= R, last_c = c0 + kTile >= C;
+  if (row_swz != nullptr && last_c)
+    zero_scale_padding(row_swz, R, C / block, row_pc, r0, last_r ? num::padded_scale_rows(R) : r0 + kTile);
+  if (col_swz != nullptr && last_r)
+    zero_scale_padding(col_swz, C, R / block, col_pc, c0, last_c ? num::padded_scale_rows(C) : c0 + kTile);
 }
 
 // ---- NVFP4 encode pass -----------------------------------------------------------------------------
@@ -112,21 +173,18 @@ __device__ __forceinline__ void nvfp4_encode_block(const Nvfp4Out& o, const floa
                                                    uint64_t counter) {
   const float s_enc = num::nvfp4_global_encode_scale(*o.amax);
   uint8_t sc = 0;
-  uint8_t code[16];
-  if (block_2d) {
-    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
-    sc = num::nvfp4_block_scale(tile_amax, s_enc);
-    const float enc = num::nvfp4_block_encode(sc, s_dec);
-    for (int k = 0; k < 16; ++k) code[k] = num::nvfp4_encode(v[k], enc);
-  } else if (sr) {
-    uint8_t rb[16];
+  uint8_t packed[8];
+  if (sr && !block_2d) {  // stochastic rounding: the shared Philox rule (num::float_to_e2m1_sr), never cvt.rs
+    uint8_t rb[16], code[16];
     num::sr_random_bytes16(seed, o.stream, counter, static_cast<uint64_t>(row * nb + blk), rb);
     num::nvfp4_quantize_block16_sr(v, s_enc, rb, &sc, code);
-  } else {
-    num::nvfp4_quantize_block16(v, s_enc, &sc, code);
+    for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
+  } else {  // RN: num::nvfp4_quantize_block16 (1x16) or the 2D tile rule, codes by qk::cvt_e2m1x2
+    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
+    sc = num::nvfp4_block_scale(block_2d ? tile_amax : num::nvfp4_abs_max(v, 16), s_enc);
+    const float enc = num::nvfp4_block_encode(sc, s_dec);
+    for (int k = 0; k < 8; ++k) packed[k] = qk::cvt_e2m1x2(v[2 * k] * enc, v[2 * k + 1] * enc);  // num::nvfp4_encode
   }
-  uint8_t packed[8];
-  for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
   qk::store_bytes(o.data + row * (nb * 8) + blk * 8, packed);
   if (o.scales != nullptr) o.scales[row * nb + blk] = sc;
   o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = sc;
@@ -142,6 +200,8 @@ __global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restr
   const int64_t tile = blockIdx.x;
   const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
   qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
+               a.col.data != nullptr ? a.col.swizzled : nullptr, a.col.padded_cols, a.rows, a.cols, r0, c0, 16);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
   if (a.block_2d) {  // both dims are multiples of 16 here, so a sub-tile is wholly inside x or outside
@@ -185,7 +245,7 @@ struct Mxfp8Out {
   uint8_t* data = nullptr;  // [rows, cols]; nullptr when not requested
   uint8_t* scales = nullptr;  // nullptr: compact scales not written
   uint8_t* swizzled = nullptr;
-  float* amax = nullptr;  // +0 on entry, reduced here
+  float* amax = nullptr;  // reduced here (combine_amax)
   float* scale_inv = nullptr;
   int64_t padded_cols = 0;
 };
@@ -193,7 +253,7 @@ struct Mxfp8Out {
 struct Mxfp8Args {
   int64_t rows = 0, cols = 0, tiles_c = 0;
   Mxfp8Out row, col;
-  float* col_amax_only = nullptr;  // columnwise_amax without the columnwise copy: +0 on entry
+  float* col_amax_only = nullptr;  // columnwise_amax without the columnwise copy
 };
 
 // One 32-block as the CPU's quantize_mxfp8_copy; returns the block amax.
@@ -204,7 +264,11 @@ __device__ __forceinline__ float mxfp8_encode_block(const Mxfp8Out& o, const flo
   const uint8_t e = num::mxfp8_block_scale(bamax);
   const float es = num::mxfp8_element_scale(e);
   uint8_t code[32];
-  for (int k = 0; k < 32; ++k) code[k] = num::float_to_e4m3(v[k] * es);
+  for (int k = 0; k < 16; ++k) {  // num::float_to_e4m3(v * es), two at a time
+    const uint16_t d = qk::cvt_fp8x2<true>(v[2 * k] * es, v[2 * k + 1] * es);
+    code[2 * k] = static_cast<uint8_t>(d & 0xFFu);
+    code[2 * k + 1] = static_cast<uint8_t>(d >> 8);
+  }
   qk::store_bytes(o.data + row * (nb * 32) + blk * 32, code);
   if (o.scales != nullptr) o.scales[row * nb + blk] = e;
   o.swizzled[num::swizzled_scale_offset(row, blk, o.padded_cols)] = e;
@@ -220,6 +284,8 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   const int64_t tile = blockIdx.x;
   const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
   qk::load_tile(s, x, a.rows, a.cols, r0, c0);
+  pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
+               a.col.data != nullptr ? a.col.swizzled : nullptr, a.col.padded_cols, a.rows, a.cols, r0, c0, 32);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
   const int u = t % (kThreads / 2), q = u / 2, b = u % 2;
@@ -241,9 +307,8 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   }
   m = qk::block_max(m);
   if (t == 0) {
-    if (a.row.data != nullptr) qk::atomic_max_nonneg(a.row.amax, m);
-    if (a.col.data != nullptr) qk::atomic_max_nonneg(a.col.amax, m);
-    if (a.col_amax_only != nullptr) qk::atomic_max_nonneg(a.col_amax_only, m);
+    combine_amax(g_mxfp8_amax_combine, m, a.row.data != nullptr ? a.row.amax : nullptr,
+                 a.col.data != nullptr ? a.col.amax : nullptr, a.col_amax_only, 0.0f, nullptr);
     if (tile == 0) {
       if (a.row.data != nullptr) *a.row.scale_inv = 1.0f;
       if (a.col.data != nullptr) *a.col.scale_inv = 1.0f;
@@ -266,9 +331,11 @@ struct Fp8Args {
 
 __device__ __forceinline__ void fp8_encode_run(const float (&v)[16], int n, float scale, bool e4m3, uint8_t* dst) {
   uint8_t code[16];
-  for (int k = 0; k < 16; ++k) {
-    const float y = v[k] * scale;
-    code[k] = e4m3 ? num::float_to_e4m3(y) : num::float_to_e5m2(y);
+  for (int k = 0; k < 8; ++k) {  // num::float_to_e4m3 / e5m2(v * scale), two at a time
+    const float lo = v[2 * k] * scale, hi = v[2 * k + 1] * scale;
+    const uint16_t d = e4m3 ? qk::cvt_fp8x2<true>(lo, hi) : qk::cvt_fp8x2<false>(lo, hi);
+    code[2 * k] = static_cast<uint8_t>(d & 0xFFu);
+    code[2 * k + 1] = static_cast<uint8_t>(d >> 8);
   }
   if (n == 16) {
     qk::store_bytes(dst, code);
@@ -317,18 +384,6 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
 
 // ---- host side -------------------------------------------------------------------------------------
 
-void zero(const DeviceState& st, void* p, size_t bytes, const std::string& what) {
-  check(cudaMemsetAsync(p, 0, bytes, st.stream), "quantize: cudaMemsetAsync", what);
-}
-
-// Zeroes the swizzled scale array when it has padding (rows % 128 or blocks-per-row % 4); the encode
-// pass writes every non-padding byte.
-void zero_swizzle_padding(const DeviceState& st, const QuantizedCopy& c, int64_t block, const std::string& what) {
-  const int64_t nb = c.cols / block;
-  if (num::padded_scale_rows(c.rows) * num::padded_scale_cols(nb) != c.rows * nb)
-    zero(st, c.scales_swizzled.data, c.scales_swizzled.bytes(), what + " swizzled scale padding");
-}
-
 // The grid of 64x64 tiles (its size is checked in backend/op_checks.cpp).
 unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
   *tiles_c = (cols + kTile - 1) / kTile;
@@ -374,22 +429,16 @@ void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64
   const bool col_amax = opt.columnwise ? !opt.amax_given : opt.columnwise_amax;
   if (opt.rowwise) {
     a.row = out(q.rowwise, opt.stream_id);
-    if (!opt.amax_given) {
-      plain0 = q.rowwise.amax.ptr<float>();
-      zero(st, plain0, 4, what + " rowwise amax");
-    }
-    zero_swizzle_padding(st, q.rowwise, 16, what + " rowwise");
+    if (!opt.amax_given) plain0 = q.rowwise.amax.ptr<float>();
   }
   if (opt.columnwise) {
     a.col = out(q.columnwise, opt.stream_id + 1);
-    zero_swizzle_padding(st, q.columnwise, 16, what + " columnwise");
   }
   if (col_amax) {
     if (opt.rht_columnwise)
       rht = q.columnwise.amax.ptr<float>();
     else
       plain1 = q.columnwise.amax.ptr<float>();
-    zero(st, q.columnwise.amax.data, 4, what + " columnwise amax");
   }
   if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) launch_amax(st, x, R, C, plain0, plain1, rht, what);
   if (!opt.rowwise && !opt.columnwise) return;
@@ -404,7 +453,7 @@ void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64
   Mxfp8Args a;
   a.rows = R;
   a.cols = C;
-  auto out = [&](const QuantizedCopy& c, const char* which) {
+  auto out = [&](const QuantizedCopy& c) {
     Mxfp8Out o;
     o.data = c.data.ptr<uint8_t>();
     o.scales = opt.compact_scales ? c.scales.ptr<uint8_t>() : nullptr;
@@ -412,17 +461,14 @@ void quantize_mxfp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64
     o.amax = c.amax.ptr<float>();
     o.scale_inv = c.scale_inv.ptr<float>();
     o.padded_cols = num::padded_scale_cols(c.cols / 32);
-    zero(st, o.amax, 4, what + " " + which + " amax");
-    zero_swizzle_padding(st, c, 32, what + " " + which);
     return o;
   };
   // MXFP8's amax (telemetry only: the scales are per block) is reduced by the encode pass whether or
   // not opt.amax_given; columnwise_amax alone rides on the rowwise pass (the row blocks of a tile
   // cover all of it), or on an amax pass when no copy is made.
-  if (opt.rowwise) a.row = out(q.rowwise, "rowwise");
-  if (opt.columnwise) a.col = out(q.columnwise, "columnwise");
+  if (opt.rowwise) a.row = out(q.rowwise);
+  if (opt.columnwise) a.col = out(q.columnwise);
   if (!opt.columnwise && opt.columnwise_amax) {
-    zero(st, q.columnwise.amax.data, 4, what + " columnwise amax");
     if (!opt.rowwise) return launch_amax(st, x, R, C, nullptr, q.columnwise.amax.ptr<float>(), nullptr, what);
     a.col_amax_only = q.columnwise.amax.ptr<float>();
   }
@@ -451,8 +497,6 @@ void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t
   // The columnwise copy holds the same values as the rowwise one: one plain amax serves both.
   float* plain0 = opt.rowwise && !opt.amax_given ? q.rowwise.amax.ptr<float>() : nullptr;
   float* plain1 = (opt.columnwise ? !opt.amax_given : opt.columnwise_amax) ? q.columnwise.amax.ptr<float>() : nullptr;
-  if (plain0 != nullptr) zero(st, plain0, 4, what + " rowwise amax");
-  if (plain1 != nullptr) zero(st, plain1, 4, what + " columnwise amax");
   if (plain0 != nullptr || plain1 != nullptr) launch_amax(st, x, R, C, plain0, plain1, nullptr, what);
   if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c);

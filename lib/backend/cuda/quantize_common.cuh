@@ -130,6 +130,94 @@ __device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t (&b)[N])
   for (int i = 0; i < N; ++i) dst[i] = b[i];
 }
 
+// ---- FP8 / FP4 round-to-nearest encodes in hardware -------------------------------------------------
+// Selected at compile time per architecture; everywhere else (host pass, sm_80, E2M1 below sm_100a) the
+// shared numerics (num::float_to_e4m3 / e5m2 / e2m1), which stay the reference of both paths.
+// Instructions (PTX ISA for CUDA 13.0, "Data Movement and Conversion Instructions: cvt",
+// docs.nvidia.com/cuda/parallel-thread-execution/#data-movement-and-conversion-instructions-cvt):
+//   cvt.rn.satfinite.e4m3x2.f32 d, a, b / .e5m2x2: sm_89+; d is .b16, "the value converted from input a
+//     is stored in the upper 8 bits of d and the value converted from input b ... in the lower 8 bits";
+//   cvt.rn.satfinite.e2m1x2.f32 d, a, b: arch-specific targets only (sm_100a/103a, also 110a/120a/121a
+//     and the f families; nvcc 13.0's ptxas refuses it for plain sm_100/sm_120 and for sm_90a); d is .b8,
+//     a in the upper nibble, b in the lower.
+// cuda_fp8.hpp / cuda_fp4.hpp (CUDA 13.0) pass (x.x, x.y) as (b, a) the same way. The E2M1 guard is
+// cuda_fp8.h's own condition for relying on that instruction (__CUDA_ARCH_FAMILY_SPECIFIC__ in
+// [1000, 1300), defined by nvcc for the a and f targets only).
+// Why the results equal the shared numerics bit for bit (tests/cuda/test_cuda_conversion.cpp checks every
+// one of the 2^32 float inputs on the GPU it runs on, and counts the raw instruction's disagreements
+// apart): for every non-NaN input both round to nearest, ties to even, onto the same grid with
+// subnormals; .satfinite turns a result beyond the largest finite value, +-Inf included, into that value
+// with the input's sign, as the numerics do for every |x| above it (an |x| between max finite and max
+// finite + half an ulp rounds down to max finite on both sides); a zero result keeps the input's sign on
+// both (cuda_fp8.hpp / cuda_fp4.hpp host paths, which mirror the instruction, do the same). NaN is where
+// they may part: PTX gives "NaN" for E4M3/E5M2 without fixing sign or payload and +MAX_NORM for E2M1, the
+// numerics 0x7F, 0x7F and 0x7; so the code of a NaN input is chosen in software and the instruction's
+// NaN result is never used. Cost: a compare and a select per element, against ~20 integer operations of
+// the software encode.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define PL_CVT_FP8_HW 1
+#else
+#define PL_CVT_FP8_HW 0
+#endif
+#if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && __CUDA_ARCH_FAMILY_SPECIFIC__ >= 1000 && __CUDA_ARCH_FAMILY_SPECIFIC__ < 1300
+#define PL_CVT_E2M1_HW 1
+#else
+#define PL_CVT_E2M1_HW 0
+#endif
+
+__device__ __forceinline__ bool is_nan(float x) { return (num::float_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+
+// Which encodes of this compilation are the hardware ones (bit 0 FP8, bit 1 E2M1), for the tests' report.
+__device__ __forceinline__ int hw_cvt_paths() { return PL_CVT_FP8_HW | (PL_CVT_E2M1_HW << 1); }
+
+// The instructions alone (lo in the low byte / nibble), NaN results as the hardware makes them: only
+// where PL_CVT_FP8_HW / PL_CVT_E2M1_HW; elsewhere the shared numerics. The kernels use cvt_fp8x2 /
+// cvt_e2m1x2 below; the raw forms are for the conformance test's report.
+template <bool kE4M3>
+__device__ __forceinline__ uint16_t cvt_fp8x2_raw(float lo, float hi) {
+#if PL_CVT_FP8_HW
+  uint16_t d;
+  if constexpr (kE4M3)
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  const uint8_t a = kE4M3 ? num::float_to_e4m3(lo) : num::float_to_e5m2(lo);
+  const uint8_t b = kE4M3 ? num::float_to_e4m3(hi) : num::float_to_e5m2(hi);
+  return static_cast<uint16_t>(a | (b << 8));
+#endif
+}
+
+__device__ __forceinline__ uint8_t cvt_e2m1x2_raw(float lo, float hi) {
+#if PL_CVT_E2M1_HW
+  uint16_t d;
+  asm("{\n .reg .b8 t;\n cvt.rn.satfinite.e2m1x2.f32 t, %1, %2;\n mov.b16 %0, {t, 0};\n}" : "=h"(d) : "f"(hi), "f"(lo));
+  return static_cast<uint8_t>(d);
+#else
+  return num::pack_e2m1_pair(num::float_to_e2m1(lo), num::float_to_e2m1(hi));
+#endif
+}
+
+// The FP8 codes of lo (low byte) and hi (high byte): num::float_to_e4m3 (kE4M3) or float_to_e5m2, bit
+// for bit (NaN -> 0x7F whatever the instruction gives).
+template <bool kE4M3>
+__device__ __forceinline__ uint16_t cvt_fp8x2(float lo, float hi) {
+  uint16_t d = cvt_fp8x2_raw<kE4M3>(lo, hi);
+  if (PL_CVT_FP8_HW && is_nan(lo)) d = static_cast<uint16_t>((d & 0xFF00u) | 0x7Fu);
+  if (PL_CVT_FP8_HW && is_nan(hi)) d = static_cast<uint16_t>((d & 0x00FFu) | 0x7F00u);
+  return d;
+}
+
+// The storage byte of two E2M1 codes, lo in bits 3:0: num::pack_e2m1_pair(float_to_e2m1(lo),
+// float_to_e2m1(hi)) bit for bit (NaN -> 0x7).
+__device__ __forceinline__ uint8_t cvt_e2m1x2(float lo, float hi) {
+  uint8_t d = cvt_e2m1x2_raw(lo, hi);
+  if (PL_CVT_E2M1_HW && is_nan(lo)) d = static_cast<uint8_t>((d & 0xF0u) | 0x7u);
+  if (PL_CVT_E2M1_HW && is_nan(hi)) d = static_cast<uint8_t>((d & 0x0Fu) | 0x70u);
+  return d;
+}
+
 // Blocks for a grid-stride loop over `items`: enough to fill the device, at least one.
 inline unsigned grid_stride_blocks(int64_t items, int threads, int num_sms) {
   const int64_t want = (items + threads - 1) / threads;

@@ -18,7 +18,8 @@
 //   quantized_gemm         y[M,N] = α·a[M,K]·b[N,K]ᵀ (+y), always TN with A = b, B = a (both K-major):
 //     NVFP4  native  A/B e2m1, A/B_SCALE_MODE VEC16_UE4M3, A/B_SCALE_POINTER = the swizzled E4M3
 //                    scales of b / a, POINTER_MODE_DEVICE: alpha = ((1·amax_a)·amax_b)·f32(1/7225344)
-//                    computed on the device into a slot, beta = device constant 0 or 1
+//                    computed on the device into a slot (a one-thread kernel: gemm_alpha_kernel says
+//                    why), beta = device constant 0 or 1
 //     MXFP8  native  A/B e4m3, VEC32_UE8M0, swizzled UE8M0 scales of b / a, alpha 1 (host), beta 0/1
 //     FP8    native  A/B e4m3 or e5m2 (never both e5m2), SCALAR_32F, A/B_SCALE_POINTER = scale_inv of
 //                    b / a (device F32), alpha 1 (host), beta 0/1
@@ -27,7 +28,8 @@
 //                    DeviceState::force_emulated_gemm (a test switch): each copy is dequantized
 //                    (block scale from the swizzled array, global scale not) into BF16 in the scratch
 //                    buffers, then TN BF16 x BF16 with the same alpha as a device pointer (NVFP4: the
-//                    amax formula; FP8: scale_inv_a·scale_inv_b; MXFP8: the device constant 1).
+//                    amax formula; FP8: scale_inv_a·scale_inv_b, both written by b's dequantize kernel;
+//                    MXFP8: the device constant 1).
 //     D (and C) = y: bf16 or f32 — LinearLayer passes bf16 with accumulate=false (y, dx) and f32 with
 //     accumulate=true (dw); both dtypes work either way.
 //   FAST_ACCUM = 1 for native FP8/MXFP8 fprop GEMMs (quantized_gemm's fast_accumulation, as TE), 0 for
@@ -77,8 +79,28 @@ constexpr int kThreads = 256;
 
 // alpha[0] of a GEMM from the two operands' per-tensor values: NVFP4 ((1·amax_a)·amax_b)·f32(1/7225344)
 // (num::nvfp4_gemm_alpha, what the CPU backend and TE use), FP8 scale_inv_a·scale_inv_b.
+__device__ __forceinline__ float gemm_alpha(const float* a, const float* b, bool nvfp4) {
+  return nvfp4 ? num::nvfp4_gemm_alpha(a[0], b[0]) : a[0] * b[0];
+}
+
+// The native NVFP4 GEMM's alpha, alone: its two amaxes become final in two different quantize calls
+// (LinearLayer's), and no kernel of ours runs between the later one and the GEMM. The emulated path
+// computes it in its dequantize kernel instead (AlphaJob).
 __global__ void gemm_alpha_kernel(const float* a, const float* b, bool nvfp4, float* alpha) {
-  alpha[0] = nvfp4 ? num::nvfp4_gemm_alpha(a[0], b[0]) : a[0] * b[0];
+  alpha[0] = gemm_alpha(a, b, nvfp4);
+}
+
+// An alpha for the dequantize kernel to write (thread 0 of block 0) besides its values: out == nullptr
+// for none. Both operands are quantized before the GEMM is called, so their per-tensor values are final.
+struct AlphaJob {
+  const float* a = nullptr;
+  const float* b = nullptr;
+  bool nvfp4 = false;
+  float* out = nullptr;
+};
+
+__device__ __forceinline__ void write_alpha(const AlphaJob& job) {
+  if (job.out != nullptr && blockIdx.x == 0 && threadIdx.x == 0) job.out[0] = gemm_alpha(job.a, job.b, job.nvfp4);
 }
 
 // Counts a dequantized value that BF16 does not hold exactly (NaN propagates and is not counted).
@@ -96,7 +118,8 @@ __device__ __forceinline__ uint16_t to_bf16_counted(float v, unsigned long long*
 // values as one 32-bit store. out[r*cols + k] = e2m1(code) · e4m3(scale[r][k/16]), as the CPU's
 // block_values; the global scale stays in alpha.
 __global__ void dequantize_nvfp4_bf16_kernel(const uint8_t* codes, const uint8_t* swz, int64_t rows, int64_t cols,
-                                             uint32_t* out, unsigned long long* inexact) {
+                                             uint32_t* out, unsigned long long* inexact, AlphaJob alpha) {
+  write_alpha(alpha);
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   const int64_t half = cols / 2;
   if (i >= rows * half) return;
@@ -111,7 +134,8 @@ __global__ void dequantize_nvfp4_bf16_kernel(const uint8_t* codes, const uint8_t
 // MXFP8 (scales != nullptr: e4m3(code) · ue8m0(scale[r][k/32])) and FP8 per tensor (e4m3 or e5m2
 // code alone; scale_inv stays in alpha). One thread per element.
 __global__ void dequantize_fp8_bf16_kernel(const uint8_t* codes, const uint8_t* swz, bool e5m2, int64_t rows,
-                                           int64_t cols, uint16_t* out, unsigned long long* inexact) {
+                                           int64_t cols, uint16_t* out, unsigned long long* inexact, AlphaJob alpha) {
+  write_alpha(alpha);
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= rows * cols) return;
   float v = e5m2 ? num::e5m2_to_float(codes[i]) : num::e4m3_to_float(codes[i]);
@@ -130,8 +154,9 @@ cudaDataType_t lt_code_type(QuantFormat f) {
   }
 }
 
-// Writes the exact block values of copy c as BF16 into out (rows*cols elements).
-void dequantize_to_bf16(const DeviceState& st, const char* op, const QuantizedCopy& c, void* out) {
+// Writes the exact block values of copy c as BF16 into out (rows*cols elements), and alpha when asked.
+void dequantize_to_bf16(const DeviceState& st, const char* op, const QuantizedCopy& c, void* out,
+                        const AlphaJob& alpha = AlphaJob{}) {
   const GemmScalars& s = st.scalars;
   const int64_t n = c.rows * c.cols;
   const std::string what = fmt::format("dequantize {} copy [{}, {}] to bf16", quant_format_name(c.format), c.rows,
@@ -139,12 +164,12 @@ void dequantize_to_bf16(const DeviceState& st, const char* op, const QuantizedCo
   if (c.format == QuantFormat::NVFP4) {
     dequantize_nvfp4_bf16_kernel<<<grid_for(n / 2, kThreads), kThreads, 0, st.stream>>>(
         c.data.ptr<const uint8_t>(), c.scales_swizzled.ptr<const uint8_t>(), c.rows, c.cols,
-        static_cast<uint32_t*>(out), s.inexact);
+        static_cast<uint32_t*>(out), s.inexact, alpha);
   } else {
     const uint8_t* scales = c.format == QuantFormat::MXFP8 ? c.scales_swizzled.ptr<const uint8_t>() : nullptr;
     dequantize_fp8_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, st.stream>>>(c.data.ptr<const uint8_t>(), scales,
                                                                      c.format == QuantFormat::FP8_E5M2, c.rows,
-                                                                     c.cols, static_cast<uint16_t*>(out), s.inexact);
+                                                                     c.cols, static_cast<uint16_t*>(out), s.inexact, alpha);
   }
   check_launch(st, op, what);
 }
@@ -233,25 +258,24 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
     return lt_matmul(st, g);
   }
 
-  // Emulated: exact BF16 block values in the scratch buffers, then a BF16 GEMM with the same alpha.
+  // Emulated: exact BF16 block values in the scratch buffers, then a BF16 GEMM with the same alpha, which
+  // the dequantize kernel of b writes (NVFP4: the amax formula, FP8: scale_inv_a·scale_inv_b; MXFP8: 1).
+  AlphaJob alpha;
+  if (f != QuantFormat::MXFP8) {
+    alpha.nvfp4 = f == QuantFormat::NVFP4;
+    alpha.a = (alpha.nvfp4 ? a.amax : a.scale_inv).ptr<const float>();
+    alpha.b = (alpha.nvfp4 ? b.amax : b.scale_inv).ptr<const float>();
+    alpha.out = s.alpha;
+  }
   dequantize_to_bf16(st, op, a, scratch_a.data);
-  dequantize_to_bf16(st, op, b, scratch_b.data);
+  dequantize_to_bf16(st, op, b, scratch_b.data, alpha);
   op_next_phase(ctx);  // the expansion ends, the GEMM begins (two rows of a roofline report)
   g.what = what + " [emulated: bf16 block values]";
   g.A = scratch_b.data;
   g.B = scratch_a.data;
   g.a_type = CUDA_R_16BF;
   g.b_type = CUDA_R_16BF;
-  if (f == QuantFormat::MXFP8) {
-    g.alpha_device = s.one;
-  } else {
-    const bool nvfp4 = f == QuantFormat::NVFP4;
-    const Tensor& pa = nvfp4 ? a.amax : a.scale_inv;
-    const Tensor& pb = nvfp4 ? b.amax : b.scale_inv;
-    gemm_alpha_kernel<<<1, 1, 0, st.stream>>>(pa.ptr<const float>(), pb.ptr<const float>(), nvfp4, s.alpha);
-    check_launch(st, op, std::string(nvfp4 ? "nvfp4" : "fp8") + " alpha kernel: " + what);
-    g.alpha_device = s.alpha;
-  }
+  g.alpha_device = f == QuantFormat::MXFP8 ? s.one : s.alpha;
   lt_matmul(st, g);
 }
 
