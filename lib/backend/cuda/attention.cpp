@@ -326,16 +326,20 @@ Built build_first_accepted(const DeviceState& dev, const AttentionShape& s, Dire
                            std::vector<std::string>& refusals) {
   Built b;
   for (const Attempt& a : attempts_for(want_det, dev.force_packed_attention)) {
-    std::string step;
-    auto g = make_graph(s, dir, a.deterministic, a.layout, GraphTarget{dev.sm, 0});
-    const fe::error_object e = build_steps(*g, dev.cudnn, &step);
-    if (e.is_good()) {
-      b.graph = std::move(g);
-      b.deterministic = a.deterministic;
-      b.layout = a.layout;
-      return b;
+    std::string step = "make_graph", text;
+    try {
+      auto g = make_graph(s, dir, a.deterministic, a.layout, GraphTarget{dev.sm, 0});
+      const fe::error_object e = build_steps(*g, dev.cudnn, &step);
+      if (e.is_good()) {
+        b.graph = std::move(g);
+        b.deterministic = a.deterministic;
+        b.layout = a.layout;
+        return b;
+      }
+      text = step + ": " + fe_error_text(e);
+    } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers: a refusal too
+      text = step + ": cuDNN frontend exception: " + e.what();
     }
-    const std::string text = step + ": " + fe_error_text(e);
     refusals.push_back(std::string(attention_layout_name(a.layout)) +
                        (a.deterministic ? ", deterministic backward" : "") + " refused at " + text);
     if (a.layout == AttentionLayout::Strided && b.strided_refusal.empty()) b.strided_refusal = text;
@@ -364,12 +368,7 @@ const Built& graph_for(const DeviceState& dev, AttentionGraphs& st, const char* 
 
   const std::string what = shape_text(s);
   std::vector<std::string> refusals;
-  Built b;
-  try {
-    b = build_first_accepted(dev, s, dir, want_det, refusals);
-  } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers
-    throw_error(std::string(op) + " " + what + ": cuDNN frontend exception while building the graph: " + e.what());
-  }
+  Built b = build_first_accepted(dev, s, dir, want_det, refusals);
   if (!b.graph) {
     std::string all;
     for (const std::string& r : refusals) all += (all.empty() ? "" : "; ") + r;
