@@ -168,9 +168,17 @@ std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vect
 
 std::string prepare_attention(const OpContext& ctx, const AttentionShape& shape, double planned_workspace) {
   const cuda::AttentionPlan ap = cuda::attention_prepare(*ctx.gpu, shape);
-  return fmt::format("attention: cuDNN SDPA, backward algorithm {}{}; workspace forward {:.1f} MiB, backward "
+  // Which layout cuDNN's graphs run on (backend/cuda/attention.cpp): the strided views, or the packed
+  // copies with why the views were refused and what the copies take.
+  std::string layout = std::string("on ") + cuda::attention_layout_name(ap.forward_layout);
+  if (ap.backward_layout != ap.forward_layout)
+    layout += std::string(" (backward on ") + cuda::attention_layout_name(ap.backward_layout) + ")";
+  if (ap.pack_scratch_allocated > 0)
+    layout += fmt::format(" ({:.1f} MiB; strided views refused: {})",
+                          static_cast<double>(ap.pack_scratch_allocated) / 1048576.0, ap.strided_refusal);
+  return fmt::format("attention: cuDNN SDPA {}, backward algorithm {}{}; workspace forward {:.1f} MiB, backward "
                      "{:.1f} MiB (planned {:.1f} MiB with cuBLASLt's 32 MiB)",
-                     ap.deterministic_backward ? "deterministic" : "non-deterministic",
+                     layout, ap.deterministic_backward ? "deterministic" : "non-deterministic",
                      ap.deterministic_requested
                          ? (ap.deterministic_backward ? " (--deterministic-mode)"
                                                       : " (--deterministic-mode asked for the deterministic one; "

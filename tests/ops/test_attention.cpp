@@ -285,8 +285,10 @@ TEST(OpsAttentionErrors, ErrorsNameTheOp) {
 
 // ---- CUDA: the same op on the GPU (cuDNN) against the CPU backend -------------------------------
 // GPU conformance of causal GQA attention (backend/cuda/attention.cpp, cuDNN's fused SDPA through
-// cudnn-frontend) against the CPU backend on fresh random inputs (cuda/cuda_test_util.h). Shapes: B=2, nq=8, nkv=2 (GQA groups of 4), d in {64, 128},
-// S in {128, 256}; and the production shape of Llama 3 8B at the playbook's sequence (B=1, S=4096,
+// cudnn-frontend) against the CPU backend on fresh random inputs (cuda/cuda_test_util.h), in both layouts
+// the op may build (attention_graph.h: strided views of the qkv rows, and packed Q/K/V copies, forced by
+// the test switch ForcePackedAttention). Shapes: B=2, nq=8, nkv=2 (GQA groups of 4), d in {64, 128},
+// S in {128, 256}, and llama_tiny's head dim 32; and the production shape of Llama 3 8B at the playbook's sequence (B=1, S=4096,
 // nq=32, nkv=8, d=128) with both backward algorithms (the default non-deterministic one and
 // --deterministic-mode's). Compiled in every build; the device tests skip with the reason when there is no CUDA
 // device. CudaAttentionArgs (argument checks come before any GPU call) and CudaAttentionGraph (the
@@ -334,7 +336,43 @@ struct Case {
   }
 };
 
-const Case kCases[] = {{2, 128, 8, 2, 64}, {2, 256, 8, 2, 64}, {2, 128, 8, 2, 128}, {2, 256, 8, 2, 128}};
+const Case kCases[] = {{2, 128, 8, 2, 64}, {2, 256, 8, 2, 64}, {2, 128, 8, 2, 128}, {2, 256, 8, 2, 128},
+                       {2, 128, 8, 2, 32}};
+
+// The layouts a GPU test runs: the one cuDNN accepts first (strided views, unless refused), then the
+// packed copies (DeviceState::force_packed_attention), so one GPU checks both.
+struct ForcePackedAttention {
+  explicit ForcePackedAttention(bool on) { set(on); }
+  ~ForcePackedAttention() { set(false); }
+  ForcePackedAttention(const ForcePackedAttention&) = delete;
+  ForcePackedAttention& operator=(const ForcePackedAttention&) = delete;
+  static void set(bool on) {
+#if defined(PL_WITH_CUDA)
+    if (test::cuda_ctx().gpu != nullptr) test::cuda_ctx().gpu->force_packed_attention = on;
+#else
+    (void)on;
+#endif
+  }
+};
+
+// Which layout the graphs for `c` were built in under the current switches (checked: the packed switch
+// must give the packed layout).
+std::string layout_trace(const Case& c, bool packed) {
+#if defined(PL_WITH_CUDA)
+  const cuda::AttentionPlan plan = cuda::attention_prepare(*test::cuda_ctx().gpu, c.shape());
+  if (packed) {
+    EXPECT_EQ(plan.forward_layout, cuda::AttentionLayout::Packed);
+    EXPECT_EQ(plan.backward_layout, cuda::AttentionLayout::Packed);
+    EXPECT_GE(plan.pack_scratch_allocated, 2 * c.T() * c.W() * 2) << "the pack scratch: Q/K/V and dQ/dK/dV";
+  } else if (!plan.strided_refusal.empty()) {
+    std::printf("[ info ] %s: cuDNN refused the strided views: %s\n", c.name().c_str(), plan.strided_refusal.c_str());
+  }
+  return c.name() + ", forward on " + cuda::attention_layout_name(plan.forward_layout) + ", backward on " +
+         cuda::attention_layout_name(plan.backward_layout);
+#else
+  return c.name() + (packed ? " packed" : " strided");
+#endif
+}
 
 // Relative L2 and max errors of columns [c0, c1) of two row-major [rows, cols] matrices.
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t cols,
@@ -372,11 +410,13 @@ CpuForward cpu_forward(std::vector<float>& qkv, const Case& c) {
   return f;
 }
 
-TEST(CudaAttention, ForwardMatchesCpuOutAndLse) {
+TEST(CudaAttention, ForwardMatchesCpuOutAndLseInBothLayouts) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_SEEDED_RNG(rng);
+  for (bool packed : {false, true})
   for (const Case& c : kCases) {
-    SCOPED_TRACE(c.name());
+    ForcePackedAttention layout(packed);
+    SCOPED_TRACE(layout_trace(c, packed));
     std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
     const CpuForward ref = cpu_forward(qkv, c);
 
@@ -402,11 +442,13 @@ TEST(CudaAttention, ForwardMatchesCpuOutAndLse) {
 }
 
 // The backward gets the CPU forward's out and lse on both sides, so it is compared alone.
-TEST(CudaAttention, BackwardMatchesCpuDqkv) {
+TEST(CudaAttention, BackwardMatchesCpuDqkvInBothLayouts) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_SEEDED_RNG(rng);
+  for (bool packed : {false, true})
   for (const Case& c : kCases) {
-    SCOPED_TRACE(c.name());
+    ForcePackedAttention layout(packed);
+    SCOPED_TRACE(layout_trace(c, packed));
     std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
     std::vector<float> gout = random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
     CpuForward f = cpu_forward(qkv, c);  // out is BF16-rounded (round_bf16), so exact on the device
@@ -448,7 +490,7 @@ struct DeterministicMode {
 };
 
 // Production shape (Llama 3 8B at the playbook's sequence: seq 4096, 32 query / 8 KV heads, head dim
-// 128, micro-batch 1): forward, and backward in both algorithms (the default non-deterministic one and
+// 128, micro-batch 1), in both layouts: forward, and backward in both algorithms (the default non-deterministic one and
 // --deterministic-mode's), against the CPU within the tolerances above. The CPU reference (~70 GFLOP
 // forward, ~2.5x that backward) is computed once.
 TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
@@ -469,37 +511,43 @@ TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
   auto d_qkv = to_device(qkv, {c.T(), c.W()}, DType::BF16);
   auto d_out = test::device_tensor({c.T(), c.nq * c.d}, DType::BF16);
   auto d_lse = test::device_tensor({c.B, c.nq, c.S}, DType::F32);
-  attention_forward(cuda_ctx(), d_out.t, d_lse.t, d_qkv.t, c.shape());
-  expect_close(to_host_floats(d_out.t), f.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
-  const std::vector<float> lse = to_host_floats(d_lse.t);
-  double max_lse_err = 0;
-  for (size_t i = 0; i < lse.size(); ++i) {
-    const double e = std::abs(double(lse[i]) - double(f.lse[i]));
-    max_lse_err = std::isnan(e) ? INFINITY : std::max(max_lse_err, e);
-  }
-  EXPECT_LE(max_lse_err, 2e-3) << "lse";
-
   // The backward gets the CPU forward's out and lse, as in BackwardMatchesCpuDqkv.
   auto d_gout = to_device(gout, {c.T(), c.nq * c.d}, DType::BF16);
   auto d_cpu_out = to_device(f.out, {c.T(), c.nq * c.d}, DType::BF16);
   auto d_cpu_lse = to_device(f.lse, {c.B, c.nq, c.S}, DType::F32);
-  for (bool deterministic : {false, true}) {
-    SCOPED_TRACE(deterministic ? "deterministic backward" : "default (non-deterministic) backward");
-    DeterministicMode mode(deterministic);
+  for (bool packed : {false, true}) {
+    ForcePackedAttention layout(packed);
+    SCOPED_TRACE(packed ? "packed Q/K/V copies" : "the layout cuDNN accepts first (strided views)");
+    attention_forward(cuda_ctx(), d_out.t, d_lse.t, d_qkv.t, c.shape());
+    expect_close(to_host_floats(d_out.t), f.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
+    const std::vector<float> lse = to_host_floats(d_lse.t);
+    double max_lse_err = 0;
+    for (size_t i = 0; i < lse.size(); ++i) {
+      const double e = std::abs(double(lse[i]) - double(f.lse[i]));
+      max_lse_err = std::isnan(e) ? INFINITY : std::max(max_lse_err, e);
+    }
+    EXPECT_LE(max_lse_err, 2e-3) << "lse";
+
+    for (bool deterministic : {false, true}) {
+      SCOPED_TRACE(deterministic ? "deterministic backward" : "default (non-deterministic) backward");
+      DeterministicMode mode(deterministic);
 #if defined(PL_WITH_CUDA)
-    const cuda::AttentionPlan plan = cuda::attention_prepare(*test::cuda_ctx().gpu, c.shape());
-    EXPECT_EQ(plan.deterministic_requested, deterministic);
-    std::printf("[ info ] %s: backward %s, workspace forward %.1f MiB, backward %.1f MiB\n", c.name().c_str(),
-                plan.deterministic_backward ? "deterministic" : "non-deterministic",
-                double(plan.forward_workspace) / 1048576.0, double(plan.backward_workspace) / 1048576.0);
+      const cuda::AttentionPlan plan = cuda::attention_prepare(*test::cuda_ctx().gpu, c.shape());
+      EXPECT_EQ(plan.deterministic_requested, deterministic);
+      std::printf("[ info ] %s: backward %s on %s, workspace forward %.1f MiB, backward %.1f MiB%s%s\n",
+                  c.name().c_str(), plan.deterministic_backward ? "deterministic" : "non-deterministic",
+                  cuda::attention_layout_name(plan.backward_layout), double(plan.forward_workspace) / 1048576.0,
+                  double(plan.backward_workspace) / 1048576.0, plan.strided_refusal.empty() ? "" : "; strided: ",
+                  plan.strided_refusal.c_str());
 #endif
-    auto d_dqkv = to_device(std::vector<float>(qkv.size(), NAN), {c.T(), c.W()}, DType::BF16);
-    attention_backward(cuda_ctx(), d_dqkv.t, d_gout.t, d_cpu_out.t, d_cpu_lse.t, d_qkv.t, c.shape());
-    const std::vector<float> got = to_host_floats(d_dqkv.t);
-    const int64_t qd = c.nq * c.d, kd = c.nkv * c.d;
-    expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
-    expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
-    expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
+      auto d_dqkv = to_device(std::vector<float>(qkv.size(), NAN), {c.T(), c.W()}, DType::BF16);
+      attention_backward(cuda_ctx(), d_dqkv.t, d_gout.t, d_cpu_out.t, d_cpu_lse.t, d_qkv.t, c.shape());
+      const std::vector<float> got = to_host_floats(d_dqkv.t);
+      const int64_t qd = c.nq * c.d, kd = c.nkv * c.d;
+      expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
+      expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
+      expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
+    }
   }
 }
 
@@ -597,9 +645,12 @@ TEST(CudaAttentionGraph, ValidatesForHopperAndBlackwellWithoutAGpu) {
       for (const Case& c : kCases) {
         for (bool deterministic : {false, true}) {
           if (!backward && deterministic) continue;
-          const std::string why = cuda::attention_validate_graph(c.shape(), backward, sm, deterministic);
-          EXPECT_EQ(why, "") << c.name() << " sm " << sm << (backward ? " backward" : " forward")
-                             << (deterministic ? " deterministic" : "");
+          for (auto layout : {cuda::AttentionLayout::Strided, cuda::AttentionLayout::Packed}) {
+            const std::string why = cuda::attention_validate_graph(c.shape(), backward, sm, deterministic, layout);
+            EXPECT_EQ(why, "") << c.name() << " sm " << sm << (backward ? " backward" : " forward")
+                               << (deterministic ? " deterministic" : "") << " on "
+                               << cuda::attention_layout_name(layout);
+          }
         }
       }
   // The production shape (8B layers at seq 4096), both backward algorithms.

@@ -21,15 +21,30 @@
 // the driver through the runtime).
 //
 // Tensors given to cuDNN (logical dims are always (batch, heads, seq, head_dim); the layout is in the
-// strides, in elements; W = (nq + 2 nkv) d is the qkv row width, B batch, S seq):
-//   Q    dims {B, nq,  S, d}  strides {S W, d, W, 1}          at qkv                 (bf16)
-//   K    dims {B, nkv, S, d}  strides {S W, d, W, 1}          at qkv + nq d          (bf16)
-//   V    dims {B, nkv, S, d}  strides {S W, d, W, 1}          at qkv + (nq + nkv) d  (bf16)
+// strides, in elements; W = (nq + 2 nkv) d is the qkv row width, B batch, S seq, T = B S tokens).
+// Two layouts for Q, K, V (and dQ, dK, dV), chosen once per shape when the graphs are built
+// (attention_graph.h: AttentionLayout):
+//   strided (tried first): views into the packed qkv rows, no copies, no pack kernel:
+//     Q  dims {B, nq,  S, d}  strides {S W, d, W, 1}           at qkv                 (bf16)
+//     K  dims {B, nkv, S, d}  strides {S W, d, W, 1}           at qkv + nq d          (bf16)
+//     V  dims {B, nkv, S, d}  strides {S W, d, W, 1}           at qkv + (nq + nkv) d  (bf16)
+//     dQ/dK/dV like Q/K/V, at dqkv (same offsets)
+//   packed (when cuDNN refuses the strided graph at any build step): contiguous token-major copies
+//     made by attention_pack.cu into the pack scratch (grown in attention_prepare, never in the loop):
+//     Q  dims {B, nq,  S, d}  strides {S nq d,  d, nq d,  1}    at scratch
+//     K  dims {B, nkv, S, d}  strides {S nkv d, d, nkv d, 1}    at scratch + T nq d
+//     V  like K                                                 at scratch + T (nq + nkv) d
+//     dQ/dK/dV like Q/K/V at scratch + T W, unpacked into the dqkv rows after the backward.
+//     This is cuDNN's plain BSHD layout (the one its samples and Transformer Engine's bshd_bshd_bshd
+//     use), and the token-major [T, H, d] layout packed-sequence (THD) attention with document masking
+//     needs: that can reuse the pack kernels.
 //   O    dims {B, nq,  S, d}  strides {S nq d, d, nq d, 1}    = out[T, nq d]         (bf16)
-//   dO   like O, at dout; dQ/dK/dV like Q/K/V, at dqkv (same offsets)               (bf16)
+//   dO   like O, at dout                                                           (bf16)
 //   Stats dims {B, nq, S, 1}  strides {nq S, S, 1, 1}         = lse[B, nq, S]        (fp32)
-// so Q, K and V (and dQ, dK, dV) are strided views into the packed rows: no copies, no pack kernel.
-// The qkv pointers are 16-byte aligned when the buffers are (cudaMalloc: 256) and d % 8 == 0, which
+// Why both: the frontend checks only the last stride and 16-byte alignment of a view, so whether an
+// engine accepts the strided views (for every head dim: 32 for llama_tiny) is decided by cuDNN at
+// check_support / build time on the GPU; the packed layout is the plain BSHD layout of cuDNN's support
+// matrix (SPEC-GPU §1.5). The qkv pointers are 16-byte aligned when the buffers are (cudaMalloc: 256) and d % 8 == 0, which
 // cuDNN requires anyway.
 //
 // Semantics against the CPU reference (lib/backend/cpu/attention.cpp):
@@ -60,18 +75,19 @@
 //     for a configuration, the graph is rebuilt without it and a one-line notice goes to stderr;
 //     attention_prepare() reports which algorithm was built and the workspace it asked for.
 //
-// Graphs are built once per (B, S, nq, nkv, d, direction, deterministic) and cached for the life of the process
-// (building is the slow part: tens to hundreds of ms) in the device state (AttentionGraphs, destroyed
-// with it). The workspace is one grow-only device Buffer shared by all graphs: it is reallocated only
-// when a newly built graph needs more, never per call. All work runs on the state's compute stream.
+// Graphs are built once per (B, S, nq, nkv, d, direction, deterministic, forced layout) and cached for
+// the life of the process (building is the slow part: tens to hundreds of ms) in the device state
+// (AttentionGraphs, destroyed with it). The workspace and the pack scratch are grow-only device Buffers
+// shared by all graphs: reallocated only when a newly built graph needs more, never per call. All work
+// runs on the state's compute stream.
 //
-// What runs without a GPU: the argument checks, and the frontend's validation of both graphs for a
-// given target architecture (attention_graph.h; tests CudaAttentionArgs, CudaAttentionGraph). With
+// What runs without a GPU: the argument checks, the frontend's validation of the graphs for a given
+// target architecture, and cuDNN's deviceless planning for a described target GPU up to check_support()
+// (attention_graph.h; tests CudaAttentionArgs, CudaAttentionGraph, CudaAttentionDeviceless). With
 // set_sm_version given before the SDPA node is added, frontend 1.32's validate() does not call the
 // CUDA runtime. (SPEC-GPU §1.1 saw validate() call cudaGetDevice after set_sm_version: that is what
 // happens when the version is set after the node is added — the node keeps its own copy of the context.)
-// build_operation_graph, the engine heuristics, plan building and execution need a handle, hence a
-// GPU: they are checked by the CudaAttention tests on a GPU.
+// build_plans and execution need a handle, hence a GPU: they are checked by the CudaAttention tests.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -82,10 +98,12 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "backend/cuda/attention_graph.h"
+#include "backend/cuda/attention_pack.h"
 #include "backend/cuda/device_state.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
@@ -118,6 +136,10 @@ void check_shape(const char* op, const AttentionShape& s) {
 }
 
 }  // namespace
+
+const char* attention_layout_name(AttentionLayout layout) {
+  return layout == AttentionLayout::Strided ? "strided views of the qkv rows" : "packed Q/K/V copies";
+}
 
 #if defined(PL_HAVE_CUDNN_FRONTEND)
 
@@ -160,23 +182,34 @@ void fe_check(const fe::error_object& e, const char* op, const std::string& what
 }
 
 enum class Direction : int { Forward = 0, Backward = 1 };
-// B, S, nq, nkv, d, direction, deterministic requested (always false for the forward)
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool>;
+// B, S, nq, nkv, d, direction, deterministic requested (always false for the forward), packed layout
+// forced (DeviceState::force_packed_attention, a test switch)
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
 
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
   bool deterministic = false;  // the algorithm built (a refused deterministic request falls back)
-  int64_t workspace = 0;       // get_workspace_size() of the plan
+  AttentionLayout layout = AttentionLayout::Strided;
+  std::string strided_refusal;  // why the strided graph was not used ("" when it is)
+  int64_t workspace = 0;        // get_workspace_size() of the plan
 };
+
+int64_t tokens(const AttentionShape& s) { return s.batch * s.seq; }
+int64_t row_width(const AttentionShape& s) { return (s.q_heads + 2 * s.kv_heads) * s.head_dim; }
+// Bytes of the packed layout's copies: Q, K, V (T·W bf16), and for the backward dQ, dK, dV too.
+int64_t pack_bytes(const AttentionShape& s, Direction dir) {
+  return tokens(s) * row_width(s) * 2 * (dir == Direction::Backward ? 2 : 1);
+}
 
 }  // namespace
 
-// The graphs of one device state and their shared grow-only workspace (all run on its compute
-// stream, in order).
+// The graphs of one device state, their shared grow-only workspace and the packed layout's shared
+// grow-only scratch (all run on its compute stream, in order).
 struct AttentionGraphs {
   std::mutex mu;
   std::map<Key, Built> graphs;
   Buffer workspace;
+  Buffer pack;
 };
 
 std::shared_ptr<AttentionGraphs> make_attention_graphs() { return std::make_shared<AttentionGraphs>(); }
@@ -194,34 +227,45 @@ std::shared_ptr<fe::graph::Tensor_attributes> bhsd(fe::graph::Graph& g, const ch
                       .set_stride({S * row_stride, d, row_stride, 1}));
 }
 
-// Runs the frontend's build steps one by one, so an error names the step that failed.
+// Runs the frontend's build steps one by one, so an error names the step that failed. Without a handle
+// (deviceless planning: the graph carries a DeviceProperties) it stops after check_support().
 fe::error_object build_steps(fe::graph::Graph& g, cudnnHandle_t handle, std::string* step) {
   *step = "validate";
   if (auto e = g.validate(); e.is_bad()) return e;
   *step = "build_operation_graph";
-  if (auto e = g.build_operation_graph(handle); e.is_bad()) return e;
+  if (auto e = handle ? g.build_operation_graph(handle) : g.build_operation_graph(); e.is_bad()) return e;
   *step = "create_execution_plans";
   if (auto e = g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}); e.is_bad()) return e;
   *step = "check_support";
-  if (auto e = g.check_support(handle); e.is_bad()) return e;
+  if (auto e = g.check_support(); e.is_bad() || handle == nullptr) return e;
   *step = "build_plans";
   return g.build_plans(handle);
 }
 
-// sm: the target's compute capability ×10 (the device state's); given before the SDPA node is
-// added, so that node's checks use it instead of asking the CUDA runtime.
-std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction dir, bool deterministic, int sm) {
+// The target of a graph: its compute capability ×10 (the device state's) and, for deviceless planning,
+// its SM count (0: the device's). Both are given before the SDPA node is added, so that node's checks
+// use them instead of asking the CUDA runtime.
+struct GraphTarget {
+  int sm = 0;
+  int sm_count = 0;
+};
+
+std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction dir, bool deterministic,
+                                             AttentionLayout layout, GraphTarget target) {
   const int64_t B = s.batch, S = s.seq, nq = s.q_heads, nkv = s.kv_heads, d = s.head_dim;
-  const int64_t W = (nq + 2 * nkv) * d;  // qkv / dqkv row width
+  // Distance between consecutive tokens of Q (dQ) and of K, V (dK, dV), in elements.
+  const bool packed = layout == AttentionLayout::Packed;
+  const int64_t q_row = packed ? nq * d : row_width(s), kv_row = packed ? nkv * d : row_width(s);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto g = std::make_shared<fe::graph::Graph>();
   g->set_io_data_type(fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT)
-      .set_sm_version(sm);
-  auto Q = bhsd(*g, "Q", kQ, B, nq, S, d, W);
-  auto K = bhsd(*g, "K", kK, B, nkv, S, d, W);
-  auto V = bhsd(*g, "V", kV, B, nkv, S, d, W);
+      .set_sm_version(target.sm);
+  if (target.sm_count > 0) g->set_sm_count(target.sm_count);
+  auto Q = bhsd(*g, "Q", kQ, B, nq, S, d, q_row);
+  auto K = bhsd(*g, "K", kK, B, nkv, S, d, kv_row);
+  auto V = bhsd(*g, "V", kV, B, nkv, S, d, kv_row);
   if (dir == Direction::Forward) {
     auto attrs = fe::graph::SDPA_attributes()
                      .set_name("attention_forward")
@@ -252,93 +296,157 @@ std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction 
                      .set_diagonal_band_right_bound(0)
                      .set_deterministic_algorithm(deterministic);
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, attrs);
-    dQ->set_output(true).set_uid(kdQ).set_dim({B, nq, S, d}).set_stride({S * W, d, W, 1});
-    dK->set_output(true).set_uid(kdK).set_dim({B, nkv, S, d}).set_stride({S * W, d, W, 1});
-    dV->set_output(true).set_uid(kdV).set_dim({B, nkv, S, d}).set_stride({S * W, d, W, 1});
+    dQ->set_output(true).set_uid(kdQ).set_dim({B, nq, S, d}).set_stride({S * q_row, d, q_row, 1});
+    dK->set_output(true).set_uid(kdK).set_dim({B, nkv, S, d}).set_stride({S * kv_row, d, kv_row, 1});
+    dV->set_output(true).set_uid(kdV).set_dim({B, nkv, S, d}).set_stride({S * kv_row, d, kv_row, 1});
   }
   return g;
 }
 
-// The cached graph for this shape and direction (built on first use) in the current determinism mode,
-// with the shared workspace grown to cover it. Called with the state's mutex held.
+struct Attempt {
+  AttentionLayout layout;
+  bool deterministic;
+};
+
+// What graph_for tries, in order: the strided layout before the packed one (unless the test switch
+// forces the packed one), and a requested deterministic backward before giving it up.
+std::vector<Attempt> attempts_for(bool want_det, bool force_packed) {
+  std::vector<Attempt> v;
+  for (bool det : {want_det, false}) {
+    if (!force_packed) v.push_back({AttentionLayout::Strided, det});
+    v.push_back({AttentionLayout::Packed, det});
+    if (!want_det) break;
+  }
+  return v;
+}
+
+// Builds the first graph of attempts_for() that cuDNN accepts at every build step. `refusals` collects,
+// per refused attempt, the layout, algorithm, step and cuDNN's message.
+Built build_first_accepted(const DeviceState& dev, const AttentionShape& s, Direction dir, bool want_det,
+                           std::vector<std::string>& refusals) {
+  Built b;
+  for (const Attempt& a : attempts_for(want_det, dev.force_packed_attention)) {
+    std::string step = "make_graph", text;
+    try {
+      auto g = make_graph(s, dir, a.deterministic, a.layout, GraphTarget{dev.sm, 0});
+      const fe::error_object e = build_steps(*g, dev.cudnn, &step);
+      if (e.is_good()) {
+        b.graph = std::move(g);
+        b.deterministic = a.deterministic;
+        b.layout = a.layout;
+        return b;
+      }
+      text = step + ": " + fe_error_text(e);
+    } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers: a refusal too
+      text = step + ": cuDNN frontend exception: " + e.what();
+    }
+    refusals.push_back(std::string(attention_layout_name(a.layout)) +
+                       (a.deterministic ? ", deterministic backward" : "") + " refused at " + text);
+    if (a.layout == AttentionLayout::Strided && b.strided_refusal.empty()) b.strided_refusal = text;
+  }
+  return b;  // no graph: every attempt was refused
+}
+
+// Grows a shared grow-only device buffer to `bytes`. Safe while graphs are queued: inside the device
+// arena the old space is reused only by work queued after this point on the same (default) stream;
+// without an arena, cudaFree of the old buffer synchronizes the device first.
+void grow(Buffer& buf, int64_t bytes) {
+  if (bytes <= 0 || static_cast<size_t>(bytes) <= buf.bytes()) return;
+  buf = Buffer();
+  buf = Buffer(static_cast<size_t>(bytes), Device::CUDA);
+}
+
+// The cached graph for this shape and direction (built on first use) in the current determinism mode
+// and layout switch, with the shared workspace (and, for the packed layout, the pack scratch) grown to
+// cover it. Called with the state's mutex held.
 const Built& graph_for(const DeviceState& dev, AttentionGraphs& st, const char* op, const AttentionShape& s,
                        Direction dir) {
   const bool want_det = dir == Direction::Backward && dev.deterministic_attention;
-  const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir), want_det};
+  const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir), want_det,
+                dev.force_packed_attention};
   if (auto it = st.graphs.find(key); it != st.graphs.end()) return it->second;
 
   const std::string what = shape_text(s);
-  std::shared_ptr<fe::graph::Graph> g;
-  bool built_det = want_det;
-  std::string step, first;  // first: the deterministic backward's error, when it had one
-  try {
-    g = make_graph(s, dir, want_det, dev.sm);
-    fe::error_object e = build_steps(*g, dev.cudnn, &step);
-    if (e.is_bad() && want_det) {
-      built_det = false;
-      first = step + ": " + fe_error_text(e);
-      g = make_graph(s, dir, /*deterministic=*/false, dev.sm);
-      e = build_steps(*g, dev.cudnn, &step);
-      if (e.is_good())
-        std::fprintf(stderr, "%s %s: cuDNN has no deterministic backward here (%s); using the non-deterministic one\n",
-                     op, what.c_str(), first.c_str());
-      else
-        first = "; deterministic graph: " + first;
-    }
-    fe_check(e, op, what + " (graph " + step + ", sm " + std::to_string(dev.sm) + ", cuDNN " +
-                        std::to_string(cudnnGetVersion()) + ")" + (e.is_bad() ? first : std::string()));
-  } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers
-    throw_error(std::string(op) + " " + what + ": cuDNN frontend exception while building the graph: " + e.what());
+  std::vector<std::string> refusals;
+  Built b = build_first_accepted(dev, s, dir, want_det, refusals);
+  if (!b.graph) {
+    std::string all;
+    for (const std::string& r : refusals) all += (all.empty() ? "" : "; ") + r;
+    throw_error(fmt::format("{} {}: cuDNN accepts no attention graph for this shape (sm {}, cuDNN {}): {}", op,
+                            what, dev.sm, cudnnGetVersion(), all));
   }
+  if (want_det && !b.deterministic)
+    std::fprintf(stderr, "%s %s: cuDNN has no deterministic backward here (%s); using the non-deterministic one\n",
+                 op, what.c_str(), refusals.front().c_str());
+  if (dev.force_packed_attention) b.strided_refusal = "not tried: DeviceState::force_packed_attention (test switch)";
 
-  int64_t bytes = 0;
-  fe_check(g->get_workspace_size(bytes), op, what + " (get_workspace_size)");
-  if (bytes > 0 && static_cast<size_t>(bytes) > st.workspace.bytes()) {
-    // Safe while graphs are queued: inside the device arena the old space is reused only by work
-    // queued after this point on the same (default) stream; without an arena, cudaFree of the old
-    // buffer synchronizes the device first.
-    st.workspace = Buffer();
-    st.workspace = Buffer(static_cast<size_t>(bytes), Device::CUDA);
-  }
-  return st.graphs.emplace(key, Built{std::move(g), built_det, bytes}).first->second;
+  fe_check(b.graph->get_workspace_size(b.workspace), op, what + " (get_workspace_size)");
+  grow(st.workspace, b.workspace);
+  if (b.layout == AttentionLayout::Packed) grow(st.pack, pack_bytes(s, dir));
+  return st.graphs.emplace(key, std::move(b)).first->second;
 }
 
-void execute(DeviceState& dev, const char* op, const AttentionShape& s, Direction dir,
-             std::unordered_map<int64_t, void*>& pack) {
+// The ops' device pointers; dqkv is null for the forward, dout/out for the forward are O's.
+struct Io {
+  const void* qkv = nullptr;
+  void* dqkv = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;
+  const void* dout = nullptr;
+};
+
+std::unordered_map<int64_t, void*> variant_pack(const AttentionShape& s, Direction dir, AttentionLayout layout,
+                                                 void* x, void* dx, const Io& io) {
+  const int64_t T = tokens(s), nq = s.q_heads, nkv = s.kv_heads, d = s.head_dim;
+  const bool packed = layout == AttentionLayout::Packed;
+  // Where K and V start after Q (in elements): within each row, or after the whole packed Q (then K).
+  const int64_t k_at = packed ? T * nq * d : nq * d, v_at = packed ? T * (nq + nkv) * d : (nq + nkv) * d;
+  auto* q = static_cast<uint16_t*>(x);  // bf16 elements
+  std::unordered_map<int64_t, void*> pack = {
+      {kQ, q}, {kK, q + k_at}, {kV, q + v_at}, {kO, io.out}, {kStats, io.lse}};
+  if (dir == Direction::Backward) {
+    auto* dq = static_cast<uint16_t*>(dx);
+    pack.insert({{kdO, const_cast<void*>(io.dout)}, {kdQ, dq}, {kdK, dq + k_at}, {kdV, dq + v_at}});
+  }
+  return pack;
+}
+
+void execute(DeviceState& dev, const char* op, const AttentionShape& s, Direction dir, const Io& io) {
   AttentionGraphs& st = graphs_of(dev);
   std::lock_guard<std::mutex> lock(st.mu);
-  fe::graph::Graph& g = *graph_for(dev, st, op, s, dir).graph;
+  const Built& b = graph_for(dev, st, op, s, dir);
+  const int64_t T = tokens(s);
+  void* x = const_cast<void*>(io.qkv);  // cuDNN's variant pack takes void*; Q, K, V are only read
+  void* dx = io.dqkv;
+  if (b.layout == AttentionLayout::Packed) {
+    x = st.pack.data();
+    dx = static_cast<uint16_t*>(x) + T * row_width(s);
+    attention_pack_qkv(dev, io.qkv, x, T, s.q_heads, s.kv_heads, s.head_dim);
+  }
+  std::unordered_map<int64_t, void*> pack = variant_pack(s, dir, b.layout, x, dx, io);
   check(cudnnSetStream(dev.cudnn, dev.stream), "cudnnSetStream", std::string(op) + " compute stream");
   try {
-    fe_check(g.execute(dev.cudnn, pack, st.workspace.data()), op, shape_text(s) + " (graph execute)");
+    fe_check(b.graph->execute(dev.cudnn, pack, st.workspace.data()), op, shape_text(s) + " (graph execute)");
   } catch (const fe::cudnnException& e) {
     throw_error(std::string(op) + " " + shape_text(s) + ": cuDNN frontend exception in execute: " + e.what());
   }
   check_launch(dev, op, shape_text(s));
+  if (dir == Direction::Backward && b.layout == AttentionLayout::Packed)
+    attention_unpack_dqkv(dev, dx, io.dqkv, T, s.q_heads, s.kv_heads, s.head_dim);
 }
 
 }  // namespace
 
 void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                        const AttentionShape& s) {
-  constexpr const char* op = "attention_forward";
-  const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-  auto* x = static_cast<uint16_t*>(qkv.data);  // bf16 elements
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, x}, {kK, x + nq * d}, {kV, x + (nq + nkv) * d}, {kO, out.data}, {kStats, lse.data}};
-  execute(*ctx.gpu, op, s, Direction::Forward, pack);
+  execute(*ctx.gpu, "attention_forward", s, Direction::Forward,
+          Io{.qkv = qkv.data, .out = out.data, .lse = lse.data});
 }
 
 void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& dout, const Tensor& out,
                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
-  constexpr const char* op = "attention_backward";
-  const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
-  auto* x = static_cast<uint16_t*>(qkv.data);
-  auto* dx = static_cast<uint16_t*>(dqkv.data);
-  std::unordered_map<int64_t, void*> pack = {
-      {kQ, x},        {kK, x + nq * d},   {kV, x + (nq + nkv) * d},   {kO, out.data},
-      {kdO, dout.data}, {kStats, lse.data}, {kdQ, dx}, {kdK, dx + nq * d}, {kdV, dx + (nq + nkv) * d}};
-  execute(*ctx.gpu, op, s, Direction::Backward, pack);
+  execute(*ctx.gpu, "attention_backward", s, Direction::Backward,
+          Io{.qkv = qkv.data, .dqkv = dqkv.data, .out = out.data, .lse = lse.data, .dout = dout.data});
 }
 
 bool attention_has_cudnn_frontend() { return true; }
@@ -353,16 +461,45 @@ AttentionPlan attention_prepare(DeviceState& state, const AttentionShape& s) {
   AttentionPlan p;
   p.deterministic_requested = state.deterministic_attention;
   p.deterministic_backward = b.deterministic;
+  p.forward_layout = f.layout;
+  p.backward_layout = b.layout;
+  p.strided_refusal = !f.strided_refusal.empty() ? f.strided_refusal : b.strided_refusal;
   p.forward_workspace = f.workspace;
   p.backward_workspace = b.workspace;
   p.workspace_allocated = static_cast<int64_t>(st.workspace.bytes());
+  p.pack_scratch_allocated = static_cast<int64_t>(st.pack.bytes());
   return p;
 }
 
-std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm, bool deterministic) {
-  auto g = make_graph(s, backward ? Direction::Backward : Direction::Forward, deterministic, sm);
+std::string attention_validate_graph(const AttentionShape& s, bool backward, int sm, bool deterministic,
+                                     AttentionLayout layout) {
+  auto g = make_graph(s, backward ? Direction::Backward : Direction::Forward, deterministic, layout,
+                      GraphTarget{sm, 0});
   const fe::error_object e = g->validate();
   return e.is_good() ? std::string() : fe_error_text(e);
+}
+
+DevicelessPlan attention_plan_deviceless(const AttentionShape& s, bool backward, bool deterministic,
+                                         AttentionLayout layout, const AttentionTarget& target) {
+  DevicelessPlan r;
+  try {
+    auto props = std::make_shared<fe::DeviceProperties>();
+    const std::string& js = target.device_properties_json;
+    if (auto e = props->deserialize(std::vector<uint8_t>(js.begin(), js.end())); e.is_bad()) {
+      r.error = "DeviceProperties::deserialize: " + fe_error_text(e);
+      return r;
+    }
+    auto g = make_graph(s, backward ? Direction::Backward : Direction::Forward, deterministic, layout,
+                        GraphTarget{target.sm, target.sm_count});
+    g->set_device_properties(props);
+    std::string step;
+    if (auto e = build_steps(*g, nullptr, &step); e.is_bad()) r.error = step + ": " + fe_error_text(e);
+    std::string name;
+    for (int64_t i = 0; g->get_plan_name_at_index(i, name).is_good(); ++i) r.engines.push_back(name);
+  } catch (const fe::cudnnException& e) {
+    r.error = std::string("cuDNN frontend exception: ") + e.what();
+  }
+  return r;
 }
 
 #else  // !PL_HAVE_CUDNN_FRONTEND
@@ -392,8 +529,12 @@ bool attention_has_cudnn_frontend() { return false; }
 
 AttentionPlan attention_prepare(DeviceState&, const AttentionShape& s) { no_frontend("attention_prepare", s); }
 
-std::string attention_validate_graph(const AttentionShape&, bool, int, bool) {
+std::string attention_validate_graph(const AttentionShape&, bool, int, bool, AttentionLayout) {
   return "this build has no cudnn-frontend headers";
+}
+
+DevicelessPlan attention_plan_deviceless(const AttentionShape&, bool, bool, AttentionLayout, const AttentionTarget&) {
+  return DevicelessPlan{"this build has no cudnn-frontend headers", {}};
 }
 
 #endif  // PL_HAVE_CUDNN_FRONTEND

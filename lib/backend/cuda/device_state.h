@@ -95,6 +95,10 @@ struct DeviceState {
   // What tests use to take the emulated quantized-GEMM path on a GPU that has the native one, so one
   // GPU checks both (tests/cuda/cuda_test_util.h ForceEmulated). Never set by the application.
   bool force_emulated_gemm = false;
+  // What tests use to run attention on the packed Q/K/V copies where cuDNN accepts the strided views
+  // of the qkv rows, so one GPU checks both layouts (backend/cuda/attention.cpp). Never set by the
+  // application.
+  bool force_packed_attention = false;
 
   DeviceState();
   ~DeviceState();
