@@ -98,7 +98,8 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
     out->info("pretrain_llama | memory {}", line);
   if (planned == Device::CUDA)
     out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
-              "({}), estimated; the GPU run reports cuDNN's own figure",
+              "({}), estimated, + the packed Q/K/V scratch reserved should cuDNN refuse strided views of the qkv rows; "
+              "the GPU run reports cuDNN's own figure and the layout it built",
               t.deterministic_mode ? "deterministic" : "non-deterministic",
               t.deterministic_mode ? "--deterministic-mode" : "the default, as Transformer Engine's");
   out->info("pretrain_llama | memory Megatron's theoretical weight and optimizer={:.2f} MB counts {:.0f} more "

@@ -168,12 +168,18 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
 //   deterministic (--deterministic-mode): Hopper's dP-workspace path keeps dP for a whole
 //     [B, heads, S, S] in BF16: B·heads·S²·2 bytes (an upper estimate; Blackwell needs less);
 //   default (non-deterministic): FP32 dQ accumulators and the softmax row sums,
-//     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch.
+//     B·heads·S·(4·d + 4) bytes (SPEC-GPU §1.7), counted twice for cuDNN's tile padding and scratch;
+//   plus, always, the packed-layout attention's scratch (backend/cuda/attention_pack.h): should cuDNN
+//     refuse the graph on strided views of the qkv rows, Q/K/V and dQ/dK/dV are packed copies,
+//     2·T·(nq + 2·nkv)·d BF16 values shared by all layers. Whether it is needed is known only when the
+//     graphs are built on the GPU, after the plan: it is reserved in the worst case (96 MiB at 8B, T 4096).
 double gpu_library_workspace(const ModelConfig& cfg, int64_t B, int64_t S, bool deterministic) {
   const double bhs = static_cast<double>(B) * static_cast<double>(cfg.num_attention_heads) * static_cast<double>(S);
   const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(cfg.kv_channels) + 4.0);
   const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S));
-  return 32.0 * 1024 * 1024 + (deterministic ? det : nondet);
+  const double pack = 2.0 * static_cast<double>(B) * static_cast<double>(S) *
+                      static_cast<double>(cfg.qkv_dim()) * 2.0;
+  return 32.0 * 1024 * 1024 + (deterministic ? det : nondet) + pack;
 }
 
 }  // namespace
