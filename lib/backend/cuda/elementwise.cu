@@ -66,7 +66,7 @@ void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delt
   constexpr const char* op = "accumulate_bf16";
   const int64_t n = acc.numel();
   if (n == 0) return;
-  if (aligned16(acc.data) && aligned16(delta.data))
+  if (is_aligned16(acc.data) && is_aligned16(delta.data))
     accumulate_bf16_vec_kernel<<<grid_capped(n / kVec + 1, kThreads), kThreads, 0, ctx.gpu->stream>>>(
         bf16_out(acc), f32_in(delta), n);
   else
@@ -79,7 +79,7 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
   constexpr const char* op = "add";
   const int64_t n = out.numel();
   if (n == 0) return;
-  if (aligned16(out.data) && aligned16(a.data) && aligned16(b.data))
+  if (is_aligned16(out.data) && is_aligned16(a.data) && is_aligned16(b.data))
     add_vec_kernel<<<grid_capped(n / kVec + 1, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(a),
                                                                                          bf16_in(b), n);
   else

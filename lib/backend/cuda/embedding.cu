@@ -133,7 +133,7 @@ void embedding_forward(const OpContext& ctx, const Tensor& out, const Tensor& to
   const int64_t T = out.dim(0), h = out.dim(1), V = table.dim(0);
   if (T * h == 0) return;
   const std::string what = "out " + dims(T, h) + " table " + dims(V, h);
-  if (rows_aligned16(out.data, h) && aligned16(table.data))
+  if (rows_aligned16(out.data, h) && is_aligned16(table.data))
     embedding_forward_vec_kernel<<<static_cast<unsigned>(T), kGatherThreads, 0, ctx.gpu->stream>>>(
         static_cast<uint4*>(out.data), i32_in(tokens), static_cast<const uint4*>(table.data), h / kVec, V);
   else
@@ -168,7 +168,7 @@ void embedding_backward(const OpContext& ctx, const Tensor& dtable, const Tensor
   // Stable LSD radix sort over all 32 bits: equal ids keep token order.
   check(cub::DeviceRadixSort::SortPairs(base, temp_bytes, ids_in, ids_out, pos_in, pos_out, n, 0, 32, ctx.gpu->stream),
         op, what + " (radix sort of token ids)");
-  if (rows_aligned16(dout.data, h) && aligned16(dtable.data)) {
+  if (rows_aligned16(dout.data, h) && is_aligned16(dtable.data)) {
     const dim3 grid(static_cast<unsigned>(T), grid_for(h / kVec, kScatterThreads));
     embedding_backward_vec_kernel<<<grid, kScatterThreads, 0, ctx.gpu->stream>>>(f32_out(dtable), bf16_in(dout),
                                                                                  ids_out, pos_out, T, h, V);

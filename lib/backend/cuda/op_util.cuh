@@ -31,9 +31,9 @@ __device__ __forceinline__ void store_bf16(uint16_t* p, int64_t i, float v) { p[
 // their lanes: element i still goes to lane i % L). Little-endian: element 0 is the low half-word.
 constexpr int kVec = 8;  // bf16 elements of one 16-byte access
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool is_aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 // Rows of `cols` elements from p are all 16-byte aligned and whole vectors.
-inline bool rows_aligned16(const void* p, int64_t cols) { return aligned16(p) && cols % kVec == 0; }
+inline bool rows_aligned16(const void* p, int64_t cols) { return is_aligned16(p) && cols % kVec == 0; }
 
 __device__ __forceinline__ void load8_bf16(const uint16_t* p, float v[kVec]) {
   const uint4 u = *reinterpret_cast<const uint4*>(p);

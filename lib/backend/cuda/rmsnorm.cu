@@ -196,7 +196,7 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
   const int64_t T = x.dim(0), h = x.dim(1);
   if (T == 0) return;
   cudaStream_t s = ctx.gpu->stream;
-  if (rows_aligned16(x.data, h) && aligned16(out.data) && aligned16(w.data)) {
+  if (rows_aligned16(x.data, h) && is_aligned16(out.data) && is_aligned16(w.data)) {
     rmsnorm_forward_vec_kernel<false><<<grid_for(T, kWarpRows), kWarpRows * 32, 0, s>>>(
         nullptr, bf16_out(out), f32_out(rstd), bf16_in(x), nullptr, bf16_in(w), T, h, eps);
   } else {
@@ -212,8 +212,8 @@ void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Te
   constexpr const char* op = "add_rmsnorm_forward";
   const int64_t T = a.dim(0), h = a.dim(1);
   if (T == 0) return;
-  const bool vec = rows_aligned16(a.data, h) && aligned16(b.data) && aligned16(resid_out.data) &&
-                   aligned16(norm_out.data) && aligned16(w.data);
+  const bool vec = rows_aligned16(a.data, h) && is_aligned16(b.data) && is_aligned16(resid_out.data) &&
+                   is_aligned16(norm_out.data) && is_aligned16(w.data);
   if (!vec) {
     cuda::add(ctx, resid_out, a, b);
     cuda::rmsnorm_forward(ctx, norm_out, rstd, resid_out, w, eps);
@@ -232,7 +232,7 @@ void backward(const char* op, const OpContext& ctx, const Tensor& dx, const Tens
   if (T == 0) return;
   const std::string what = "x " + dims(T, h);
   cudaStream_t s = ctx.gpu->stream;
-  const bool vec = rows_aligned16(x.data, h) && aligned16(dx.data) && aligned16(dout.data) && aligned16(w.data);
+  const bool vec = rows_aligned16(x.data, h) && is_aligned16(dx.data) && is_aligned16(dout.data) && is_aligned16(w.data);
   if (vec) {
     rmsnorm_backward_dx_vec_kernel<Accumulate><<<grid_for(T, kWarpRows), kWarpRows * 32, 0, s>>>(
         bf16_out(dx), bf16_in(dout), bf16_in(x), bf16_in(w), f32_in(rstd), T, h);
@@ -245,7 +245,7 @@ void backward(const char* op, const OpContext& ctx, const Tensor& dx, const Tens
   const int64_t chunks = (T + kDwRows - 1) / kDwRows;
   DeviceScratch& scratch = ctx.gpu->scratch.rmsnorm_dw;
   auto* partial = static_cast<float*>(scratch.get(sizeof(float) * static_cast<size_t>(chunks * h)));
-  if (vec && aligned16(partial)) {
+  if (vec && is_aligned16(partial)) {
     const dim3 grid(grid_for(h / kVec, kDwThreads), static_cast<unsigned>(chunks));
     rmsnorm_backward_dw_partial_vec_kernel<<<grid, kDwThreads, 0, s>>>(partial, bf16_in(dout), bf16_in(x),
                                                                        f32_in(rstd), T, h);

@@ -69,7 +69,7 @@ void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& 
   const int64_t T = qkv.dim(0), width = qkv.dim(1), half = head_dim / 2;
   const int64_t pairs = T * rotated_heads * half;
   if (pairs == 0) return;
-  if (rows_aligned16(qkv.data, width) && half % kVec == 0 && aligned16(cos.data) && aligned16(sin.data))
+  if (rows_aligned16(qkv.data, width) && half % kVec == 0 && is_aligned16(cos.data) && is_aligned16(sin.data))
     rope_vec_kernel<<<grid_capped(pairs / kVec, kThreads), kThreads, 0, ctx.gpu->stream>>>(
         bf16_out(qkv), f32_in(cos), f32_in(sin), T, width, seq_len, rotated_heads, half, sign);
   else

@@ -84,7 +84,7 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
   constexpr const char* op = "swiglu_forward";
   const int64_t T = out.dim(0), f = out.dim(1);
   if (T * f == 0) return;
-  if (rows_aligned16(out.data, f) && aligned16(fc1.data))
+  if (rows_aligned16(out.data, f) && is_aligned16(fc1.data))
     swiglu_forward_vec_kernel<<<grid_capped(T * f / kVec, kThreads), kThreads, 0, ctx.gpu->stream>>>(
         bf16_out(out), bf16_in(fc1), T, f);
   else
@@ -97,7 +97,7 @@ void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dou
   constexpr const char* op = "swiglu_backward";
   const int64_t T = dout.dim(0), f = dout.dim(1);
   if (T * f == 0) return;
-  if (rows_aligned16(dout.data, f) && aligned16(dfc1.data) && aligned16(fc1.data))
+  if (rows_aligned16(dout.data, f) && is_aligned16(dfc1.data) && is_aligned16(fc1.data))
     swiglu_backward_vec_kernel<<<grid_capped(T * f / kVec, kThreads), kThreads, 0, ctx.gpu->stream>>>(
         bf16_out(dfc1), bf16_in(dout), bf16_in(fc1), T, f);
   else
