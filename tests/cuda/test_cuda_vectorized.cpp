@@ -77,7 +77,8 @@ TEST(CudaVectorized, RmsNormRows) {
       Both a(uniform_bf16(T * h, rng, -2, 2), {T, h}, DType::BF16, p.second);
       Both b(uniform_bf16(T * h, rng, -2, 2), {T, h}, DType::BF16, p.second);
       Both w(uniform_bf16(h, rng, -1.5f, 1.5f), {h}, DType::BF16, p.second);
-      Both out(std::vector<float>(T * h), {T, h}, DType::BF16, p.second), rstd(std::vector<float>(T), {T}, DType::F32, 0);
+      Both out(std::vector<float>(T * h), {T, h}, DType::BF16, p.second);
+      Both rstd(std::vector<float>(T), {T}, DType::F32, 0);
       add_rmsnorm_forward(cpu_ctx(true), resid.cpu(), out.cpu(), rstd.cpu(), a.cpu(), b.cpu(), w.cpu(), 1e-5f);
       add_rmsnorm_forward(cuda_ctx(), resid.gpu, out.gpu, rstd.gpu, a.gpu, b.gpu, w.gpu, 1e-5f);
       resid.expect_same(what + " (add_rmsnorm_forward resid)");

@@ -255,7 +255,8 @@ TEST_P(RmsNorm, FusedEqualsUnfused) {
         return joined({k.get(alias ? av : resid), k.get(norm), k.get(rstd)});
       };
       const auto backward = [&](Backend& k, bool fused, const std::vector<float>& x, const std::vector<float>& r) {
-        std::vector<float> xv = x, rv = r, gv = g, wv = w, dx = fused ? garbage : std::vector<float>(T * h), dw = dw0;
+        std::vector<float> xv = x, rv = r, gv = g, wv = w, dw = dw0;
+        std::vector<float> dx = fused ? garbage : std::vector<float>(T * h);
         const DType act = k.cuda() ? DType::BF16 : DType::F32;
         const Tensor dxt = k.put(dx, {T, h}, act), dwt = k.put(dw, {h}, DType::F32), gt = k.put(gv, {T, h}, act);
         const Tensor xt = k.put(xv, {T, h}, act), wt = k.put(wv, {h}, act), rt = k.put(rv, {T}, DType::F32);

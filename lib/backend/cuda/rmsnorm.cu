@@ -232,7 +232,8 @@ void backward(const char* op, const OpContext& ctx, const Tensor& dx, const Tens
   if (T == 0) return;
   const std::string what = "x " + dims(T, h);
   cudaStream_t s = ctx.gpu->stream;
-  const bool vec = rows_aligned16(x.data, h) && is_aligned16(dx.data) && is_aligned16(dout.data) && is_aligned16(w.data);
+  const bool vec =
+      rows_aligned16(x.data, h) && is_aligned16(dx.data) && is_aligned16(dout.data) && is_aligned16(w.data);
   if (vec) {
     rmsnorm_backward_dx_vec_kernel<Accumulate><<<grid_for(T, kWarpRows), kWarpRows * 32, 0, s>>>(
         bf16_out(dx), bf16_in(dout), bf16_in(x), bf16_in(w), f32_in(rstd), T, h);
