@@ -206,9 +206,9 @@ void embedding_backward(const OpContext& ctx, const Tensor& dtable, const Tensor
 
 // ---- RMSNorm ------------------------------------------------------------------------------------------
 
-void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                     float eps) {
-  constexpr const char* op = "rmsnorm_forward";
+namespace {
+void norm_forward(const char* op, const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x,
+                  const Tensor& w, float eps) {
   arg(ctx, op, "out", out, act(ctx), 2);
   arg(ctx, op, "rstd", rstd, DType::F32, 1);
   arg(ctx, op, "x", x, act(ctx), 2);
@@ -222,9 +222,8 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
   rows_fit_grid(ctx, op, "x", x);
 }
 
-void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
-                      const Tensor& w, const Tensor& rstd) {
-  constexpr const char* op = "rmsnorm_backward";
+void norm_backward(const char* op, const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                   const Tensor& x, const Tensor& w, const Tensor& rstd) {
   arg(ctx, op, "dx", dx, act(ctx), 2);
   arg(ctx, op, "dw", dw, DType::F32, 1);
   arg(ctx, op, "dout", dout, act(ctx), 2);
@@ -242,6 +241,37 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
   rows_fit_grid(ctx, op, "x", x);
   PL_CHECK(!on_gpu(ctx) || (x.dim(0) + num::kRmsNormDwChunk - 1) / num::kRmsNormDwChunk <= 65535,
            "{}: x {} has more token chunks than a grid's y dimension holds", op, x.shape_str());
+}
+
+}  // namespace
+
+void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
+                     float eps) {
+  norm_forward("rmsnorm_forward", ctx, out, rstd, x, w, eps);
+}
+
+void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
+                      const Tensor& w, const Tensor& rstd) {
+  norm_backward("rmsnorm_backward", ctx, dx, dw, dout, x, w, rstd);
+}
+
+void rmsnorm_backward_overwrite(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                                const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  norm_backward("rmsnorm_backward_overwrite", ctx, dx, dw, dout, x, w, rstd);
+}
+
+void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
+                         const Tensor& a, const Tensor& b, const Tensor& w, float eps) {
+  constexpr const char* op = "add_rmsnorm_forward";
+  arg(ctx, op, "resid_out", resid_out, act(ctx), 2);
+  arg(ctx, op, "a", a, act(ctx), 2);
+  arg(ctx, op, "b", b, act(ctx), 2);
+  PL_CHECK(same_shape(a, b) && same_shape(resid_out, a), "{}: resid_out {}, a {} and b {} must have one shape", op,
+           resid_out.shape_str(), a.shape_str(), b.shape_str());
+  const void* n = norm_out.data;
+  PL_CHECK(n == nullptr || (n != resid_out.data && n != a.data && n != b.data),
+           "{}: norm_out {} must not alias resid_out, a or b", op, norm_out.shape_str());
+  norm_forward(op, ctx, norm_out, rstd, resid_out, w, eps);
 }
 
 // ---- RoPE -----------------------------------------------------------------------------------------------

@@ -154,6 +154,24 @@ OpCosts rmsnorm_backward(const OpContext&, const Tensor& dx, const Tensor& dw, c
                 reads + 2.0 * bytes_of(dx) + 2.0 * bytes_of(dw), reads + bytes_of(dx) + bytes_of(dw));
 }
 
+// As rmsnorm_backward without reading dx (it is overwritten): one dx read less.
+OpCosts rmsnorm_backward_overwrite(const OpContext&, const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                                   const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  const double reads = bytes_of(dout) + bytes_of(x) + bytes_of(w) + bytes_of(rstd);
+  return single(OpKind::Norm, dtype_row_name(x.dtype), 10.0 * static_cast<double>(x.numel()),
+                reads + bytes_of(dx) + 2.0 * bytes_of(dw), reads + bytes_of(dx) + bytes_of(dw));
+}
+// add then rmsnorm_forward in one pass: 5·T·h FLOPs; bytes a + b + resid_out + w + norm_out + rstd (the
+// sum is written once and not read back, which the unfused pair does).
+OpCosts add_rmsnorm_forward(const OpContext&, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
+                            const Tensor& a, const Tensor& b, const Tensor& w, float) {
+  const bool aliased = resid_out.data != nullptr && (resid_out.data == a.data || resid_out.data == b.data);
+  const double inputs = bytes_of(a) + bytes_of(b) + bytes_of(w);
+  const double outputs = bytes_of(resid_out) + bytes_of(norm_out) + bytes_of(rstd);
+  return single(OpKind::Norm, dtype_row_name(a.dtype), 5.0 * static_cast<double>(a.numel()), inputs + outputs,
+                inputs + outputs - (aliased ? bytes_of(resid_out) : 0.0));
+}
+
 // ---- RoPE: 3 FLOPs per rotated element (a pair: 4 multiplies + 2 adds); bytes: the rotated part of
 // qkv read and written in place + the seq_len rows of cos and sin it uses. ------------------------------
 namespace {

@@ -48,6 +48,20 @@ PL_OP(rmsnorm_backward, void, TimerId::RmsNorm,
       (const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& w,
        const Tensor& rstd),
       (ctx, dx, dw, dout, x, w, rstd))
+// The same with dx overwritten: dx = bf16(0 + ∂L/∂x), bit for bit fill_zero(dx) then rmsnorm_backward,
+// without the zeroing pass (the first gradient of the residual stream: the final norm's).
+PL_OP(rmsnorm_backward_overwrite, void, TimerId::RmsNorm,
+      (const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& w,
+       const Tensor& rstd),
+      (ctx, dx, dw, dout, x, w, rstd))
+// The residual add fused into the RMSNorm that follows it, one pass over the rows:
+// resid_out[T,h] = bf16(a + b) (exactly add; resid_out may alias a or b), then norm_out/rstd exactly as
+// rmsnorm_forward(norm_out, rstd, resid_out, w, eps). Its backward is rmsnorm_backward, whose dx +=
+// already adds the residual stream's gradient.
+PL_OP(add_rmsnorm_forward, void, TimerId::RmsNorm,
+      (const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd, const Tensor& a,
+       const Tensor& b, const Tensor& w, float eps),
+      (ctx, resid_out, norm_out, rstd, a, b, w, eps))
 
 // ---- rotary position embedding (rotate-half, non-interleaved) -----------------------------------
 // qkv[T, (nq+2nkv)*d] with T = B*S: rotates, in place, the first nq+nkv heads (q and k) of every

@@ -308,38 +308,53 @@ double LlamaModel::add_loss_sums(int64_t slots, double acc) {
 }
 
 // One decoder layer: out = h + MLP(norm(h)) with h = x + Attn(norm(x)), x = acts_.layers[l].resid_in.
-void LlamaModel::layer_forward(int64_t l, const Tensor& out) {
+// Each residual add is fused with the RMSNorm that reads its sum (add_rmsnorm_forward, bit for bit
+// add then rmsnorm_forward): h with ln2; when fused, out with the next layer's ln1 or the final norm,
+// whose weight is then read here, before that layer's own weights (the --overlap-param-gather gate
+// waits for it first).
+void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
   const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   auto& a = acts_.layers[l];
   const LayerParams& w = weights_.layers[l];
-  rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
+  if (!fused || l == 0) rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
   linear(l, kQkv).forward(linear_ctx(kQkv), a.qkv, a.ln1, w.qkv);
   rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
   attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
   linear(l, kProj).forward(linear_ctx(kProj), acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
-  add(ctx_, a.resid_mid, a.resid_in, acts_.d_h);
-  rmsnorm_forward(ctx_, a.ln2, a.rstd2, a.resid_mid, w.ln2, eps);
+  add_rmsnorm_forward(ctx_, a.resid_mid, a.ln2, a.rstd2, a.resid_in, acts_.d_h, w.ln2, eps);
   linear(l, kFc1).forward(linear_ctx(kFc1), a.fc1, a.ln2, w.fc1);
   swiglu_forward(ctx_, a.swi, a.fc1);
   linear(l, kFc2).forward(linear_ctx(kFc2), acts_.d_h, a.swi, w.fc2);
-  add(ctx_, out, a.resid_mid, acts_.d_h);
+  if (!fused) {
+    add(ctx_, out, a.resid_mid, acts_.d_h);
+    return;
+  }
+  // The next norm's weight is its group's first entry (param_layout): layer l+1's ln1, or the final norm.
+  const bool last = l + 1 == cfg_.num_layers;
+  const size_t next = 1 + kEntriesPerLayer * static_cast<size_t>(l + 1);
+  before_reading_weights(entries_[next].offset, entries_[next + 1].offset, -1);
+  if (last) {
+    add_rmsnorm_forward(ctx_, out, acts_.lnf, acts_.rstdf, a.resid_mid, acts_.d_h, weights_.final_norm, eps);
+  } else {
+    auto& n = acts_.layers[l + 1];
+    add_rmsnorm_forward(ctx_, out, n.ln1, n.rstd1, a.resid_mid, acts_.d_h, weights_.layers[l + 1].ln1, eps);
+  }
 }
 
 void LlamaModel::run_forward(float grad_scale, bool want_grad) {
-  const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);
   before_reading_weights(0, entries_[1].offset, -1);
   embedding_forward(ctx_, acts_.embed_out, acts_.tokens, weights_.embedding);
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
     before_reading_weights(entries_[first].offset, entries_[first + kEntriesPerLayer].offset, l);
-    layer_forward(l, l + 1 < cfg_.num_layers ? acts_.layers[l + 1].resid_in : acts_.resid_out);
+    layer_forward(l, l + 1 < cfg_.num_layers ? acts_.layers[l + 1].resid_in : acts_.resid_out, true);
   }
   before_reading_weights(entries_[head].offset, num_params(), -1);
   weights_pending_ = false;
-  rmsnorm_forward(ctx_, acts_.lnf, acts_.rstdf, acts_.resid_out, weights_.final_norm, eps);
+  // acts_.lnf and acts_.rstdf were made by the last layer's output add (num_layers >= 1: model_config.cpp).
   linear_forward(with_pass(with_linear(ctx_, LinearKind::LmHead), GemmPass::Fprop), acts_.logits, acts_.lnf,
                  weights_.lm_head);
   cross_entropy_forward_backward(ctx_, losses_, acts_.logits, acts_.labels, want_grad ? grad_scale : 0.0f);
@@ -372,13 +387,13 @@ void LlamaModel::run_backward(const StepOptions& step) {
   const OpContext lm_head = with_linear(ctx_, LinearKind::LmHead);
   linear_backward_weight(with_pass(lm_head, GemmPass::Wgrad), g_all.lm_head, acts_.logits, acts_.lnf);
   linear_backward_input(with_pass(lm_head, GemmPass::Dgrad), acts_.d_ln, acts_.logits, weights_.lm_head);
-  fill_zero(ctx_, acts_.d_resid);
-  rmsnorm_backward(ctx_, acts_.d_resid, g_all.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm, acts_.rstdf);
+  rmsnorm_backward_overwrite(ctx_, acts_.d_resid, g_all.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm,
+                             acts_.rstdf);
   end_group(head, entries_.size());
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
     // Full recomputation: refill the shared activations from the kept layer input (the layer
     // output goes to scratch; the stored outputs are never needed again).
-    if (opt_.recompute) layer_forward(l, acts_.d_h);
+    if (opt_.recompute) layer_forward(l, acts_.d_h, false);
     auto& a = acts_.layers[l];
     const LayerParams& w = weights_.layers[l];
     LayerParams& g = g_all.layers[l];

@@ -137,7 +137,9 @@ class LlamaModel {
   ParamViews views_at(void* base, DType t, Device d, bool group_relative) const;
   ParamViews views_of(const Buffer& buf, DType t) const;
   void allocate_activations();
-  void layer_forward(int64_t l, const Tensor& out);
+  // fused: the training forward, whose layer l > 0 finds its ln1 made by layer l-1's output add, and whose
+  // output add makes the next layer's ln1 (or the final norm); false: a layer on its own (recomputation).
+  void layer_forward(int64_t l, const Tensor& out, bool fused);
   void run_forward(float grad_scale, bool want_grad);
   void run_backward(const StepOptions& step);
   void upload_batch(const int32_t* tokens, const int32_t* labels);

@@ -72,6 +72,13 @@ TEST(OpCosts, EmbeddingNormRope) {
   expect_row(cost::rmsnorm_forward(cpu(), out, rstd, out, w, 1e-5f), OpKind::Norm, "fp32", 1440, 3036, 3036);
   // 10·360 = 3600; dout 1440 + x 1440 + w 96 + rstd 60 + 2·dx 2880 + 2·dw 192 = 6108; working set 4572
   expect_row(cost::rmsnorm_backward(cpu(), out, w, out, out, w, rstd), OpKind::Norm, "fp32", 3600, 6108, 4572);
+  // overwritten dx is not read: 6108 - 1440 = 4668; the same working set
+  expect_row(cost::rmsnorm_backward_overwrite(cpu(), out, w, out, out, w, rstd), OpKind::Norm, "fp32", 3600, 4668,
+             4572);
+  // add + norm, 5·360 = 1800; a 1440 + b 1440 + w 96 + resid 1440 + out 1440 + rstd 60 = 5916 (the unfused pair:
+  // add 4320 + rmsnorm 3036 = 7356, the sum read back)
+  expect_row(cost::add_rmsnorm_forward(cpu(), out, out, rstd, out, out, w, 1e-5f), OpKind::Norm, "fp32", 1800, 5916,
+             5916);
   // RoPE on qkv [15, 80], seq_len 5 (cos/sin hold 8 positions, only 5 are read), 8 rotated heads of 8:
   // 15·64 = 960 rotated elements, 3·960 = 2880 FLOPs; 2·960·4 = 7680 + cos, sin 2·5·4·4 = 160 → 7840
   const Tensor qkv = shape({15, 80}), cs = shape({8, 4});

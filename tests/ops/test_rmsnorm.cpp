@@ -225,5 +225,62 @@ TEST_P(RmsNorm, RoundBf16) {
   }
 }
 
+// add_rmsnorm_forward equals add then rmsnorm_forward, and rmsnorm_backward_overwrite equals fill_zero
+// then rmsnorm_backward, bit for bit, on each backend (and the GPU's equal the CPU's). Odd shapes, h a
+// multiple of 8 (the GPU's 16-byte path) and not; resid_out aliasing a (allowed, as for add); a row of
+// zero gradients with negative weights, whose increments are -0 (overwritten: +0, as 0 + -0).
+TEST_P(RmsNorm, FusedEqualsUnfused) {
+  PL_SEEDED_RNG(rng);
+  for (const auto& [T, h] : {std::pair<int64_t, int64_t>{7, 13}, {131, 264}, {5, 333}}) {
+    SCOPED_TRACE("T=" + std::to_string(T) + " h=" + std::to_string(h));
+    const std::vector<float> a = uniform_bf16(T * h, rng, -2.0f, 2.0f), b = uniform_bf16(T * h, rng, -2.0f, 2.0f);
+    const std::vector<float> w = uniform_bf16(h, rng, -1.5f, 1.5f), dw0 = uniform_f32(h, rng, -1.0f, 1.0f);
+    std::vector<float> g = uniform_bf16(T * h, rng, -1.0f, 1.0f);
+    std::fill(g.begin(), g.begin() + h, 0.0f);
+    const std::vector<float> garbage = uniform_bf16(T * h, rng, -9.0f, 9.0f);
+    for (const bool round : {true, false}) {
+      if (!round && on_cuda()) continue;  // the GPU always rounds
+      const auto forward = [&](Backend& k, bool fused, bool alias) {  // [resid | norm | rstd]
+        std::vector<float> av = a, bv = b, wv = w, resid(T * h), norm(T * h), rstd(T);
+        const DType act = k.cuda() ? DType::BF16 : DType::F32;
+        const Tensor at = k.put(av, {T, h}, act), bt = k.put(bv, {T, h}, act), wt = k.put(wv, {h}, act);
+        const Tensor rt = alias ? at : k.put(resid, {T, h}, act);
+        const Tensor nt = k.put(norm, {T, h}, act), st = k.put(rstd, {T}, DType::F32);
+        if (fused) {
+          add_rmsnorm_forward(k.ctx(round), rt, nt, st, at, bt, wt, kEps);
+        } else {
+          add(k.ctx(round), rt, at, bt);
+          rmsnorm_forward(k.ctx(round), nt, st, rt, wt, kEps);
+        }
+        return joined({k.get(alias ? av : resid), k.get(norm), k.get(rstd)});
+      };
+      const auto backward = [&](Backend& k, bool fused, const std::vector<float>& x, const std::vector<float>& r) {
+        std::vector<float> xv = x, rv = r, gv = g, wv = w, dw = dw0;
+        std::vector<float> dx = fused ? garbage : std::vector<float>(T * h);
+        const DType act = k.cuda() ? DType::BF16 : DType::F32;
+        const Tensor dxt = k.put(dx, {T, h}, act), dwt = k.put(dw, {h}, DType::F32), gt = k.put(gv, {T, h}, act);
+        const Tensor xt = k.put(xv, {T, h}, act), wt = k.put(wv, {h}, act), rt = k.put(rv, {T}, DType::F32);
+        if (fused) {
+          rmsnorm_backward_overwrite(k.ctx(round), dxt, dwt, gt, xt, wt, rt);
+        } else {
+          fill_zero(k.ctx(round), dxt);
+          rmsnorm_backward(k.ctx(round), dxt, dwt, gt, xt, wt, rt);
+        }
+        return joined({k.get(dx), k.get(dw)});
+      };
+      const std::vector<float> fwd = run_exact(GetParam(), [&](Backend& k) { return forward(k, true, false); },
+                                               "add_rmsnorm_forward");
+      Backend k(GetParam());
+      EXPECT_TRUE(bitwise_equal(fwd, forward(k, false, false))) << "fused forward != add + rmsnorm_forward";
+      EXPECT_TRUE(bitwise_equal(fwd, forward(k, true, true))) << "fused forward with resid_out = a";
+      const std::vector<float> x(fwd.begin(), fwd.begin() + T * h), r(fwd.begin() + 2 * T * h, fwd.end());
+      const std::vector<float> bwd = run_exact(GetParam(), [&](Backend& kb) { return backward(kb, true, x, r); },
+                                               "rmsnorm_backward_overwrite");
+      EXPECT_TRUE(bitwise_equal(bwd, backward(k, false, x, r))) << "overwrite != fill_zero + rmsnorm_backward";
+      for (int64_t i = 0; i < h; ++i) ASSERT_EQ(num::float_bits(bwd[i]), 0u) << "dx of a zero-gradient row: +0";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pl::optest

@@ -1,4 +1,6 @@
-// CPU RMSNorm (Llama): out = (x * rstd) * w, rstd = 1/sqrt(mean(x²) + eps).
+// CPU RMSNorm (Llama): out = (x * rstd) * w, rstd = 1/sqrt(mean(x²) + eps); add_rmsnorm_forward, the
+// residual add fused in (the sum written and normed row by row); rmsnorm_backward_overwrite, dx
+// overwritten instead of accumulated into.
 // Precision: everything is fp32. The per-row sums (Σx² in the forward, Σ (dout·w)·x in the backward)
 // are num::lane_sum with kRmsNormLanes lanes; the per-column weight-gradient sums over tokens are
 // sequential fp32 sums over chunks of kRmsNormDwChunk tokens, the chunk partials combined by
@@ -51,12 +53,33 @@ PL_VECTOR_CLONES void forward_row(float* __restrict o, const float* __restrict x
   }
 }
 
-template <bool Round>
+// Accumulate false: dx overwritten with bf16(0 + increment), the same bits as a zeroed dx accumulated
+// into (0 + v is v except that -0 becomes +0, as it does after fill_zero).
+template <bool Round, bool Accumulate>
 PL_VECTOR_CLONES void backward_row(float* __restrict d, const float* __restrict g, const float* __restrict x,
                                    const float* __restrict w, float r, float coef, int64_t h) {
   for (int64_t i = 0; i < h; ++i) {
-    const float v = d[i] + (r * (w[i] * g[i]) - coef * x[i]);
+    const float v = (Accumulate ? d[i] : 0.0f) + (r * (w[i] * g[i]) - coef * x[i]);
     d[i] = Round ? num::round_bf16(v) : v;
+  }
+}
+
+// s = a + b (rounded when Round: exactly add), kept for the row's norm.
+template <bool Round>
+PL_VECTOR_CLONES void add_row(float* __restrict s, const float* a, const float* b, int64_t h) {
+  for (int64_t i = 0; i < h; ++i) s[i] = Round ? num::round_bf16(a[i] + b[i]) : a[i] + b[i];
+}
+
+// rstd of row x and out = (x * rstd) * w: rmsnorm_forward of one row.
+void norm_row(float* o, float* rstd, const float* x, const float* w, int64_t h, float eps, bool round) {
+  const float ss = lane_dot(x, x, h);
+  const float ms = ss / static_cast<float>(h);
+  const float r = 1.0f / std::sqrt(ms + eps);
+  *rstd = r;
+  if (round) {
+    forward_row<true>(o, x, w, r, h);
+  } else {
+    forward_row<false>(o, x, w, r, h);
   }
 }
 
@@ -85,22 +108,37 @@ void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd
   float* rp = rstd.f32();
   const bool round = ctx.round_bf16;
 #pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < T; ++t) norm_row(op_ + t * h, rp + t, xp + t * h, wp, h, eps, round);
+}
+
+// Row by row: the sum is written and normed while the row is in cache (one pass instead of add's and
+// then the norm's).
+void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
+                         const Tensor& a, const Tensor& b, const Tensor& w, float eps) {
+  const int64_t T = a.dim(0), h = a.dim(1);
+  const float* ap = a.f32();
+  const float* bp = b.f32();
+  const float* wp = w.f32();
+  float* sp = resid_out.f32();
+  float* op_ = norm_out.f32();
+  float* rp = rstd.f32();
+  const bool round = ctx.round_bf16;
+#pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    const float* xr = xp + t * h;
-    const float ss = lane_dot(xr, xr, h);
-    const float ms = ss / static_cast<float>(h);
-    const float r = 1.0f / std::sqrt(ms + eps);
-    rp[t] = r;
+    float* s = sp + t * h;
     if (round) {
-      forward_row<true>(op_ + t * h, xr, wp, r, h);
+      add_row<true>(s, ap + t * h, bp + t * h, h);
     } else {
-      forward_row<false>(op_ + t * h, xr, wp, r, h);
+      add_row<false>(s, ap + t * h, bp + t * h, h);
     }
+    norm_row(op_ + t * h, rp + t, s, wp, h, eps, round);
   }
 }
 
-void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
-                      const Tensor& x, const Tensor& w, const Tensor& rstd) {
+namespace {
+template <bool Accumulate>
+void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
+              const Tensor& w, const Tensor& rstd) {
   const int64_t T = x.dim(0), h = x.dim(1);
   const float* xp = x.f32();
   const float* wp = w.f32();
@@ -131,9 +169,9 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
       const float r = rp[t];
       const float coef = dot * (r * r * r) / static_cast<float>(h);
       if (round) {
-        backward_row<true>(dxp + t * h, gr, xr, wp, r, coef, h);
+        backward_row<true, Accumulate>(dxp + t * h, gr, xr, wp, r, coef, h);
       } else {
-        backward_row<false>(dxp + t * h, gr, xr, wp, r, coef, h);
+        backward_row<false, Accumulate>(dxp + t * h, gr, xr, wp, r, coef, h);
       }
     }
 #pragma omp for schedule(static)
@@ -146,6 +184,17 @@ void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, 
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < h; ++c) dwp[c] += num::tree_sum(part + c, chunks, h);
   }
+}
+}  // namespace
+
+void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                      const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  backward<true>(ctx, dx, dw, dout, x, w, rstd);
+}
+
+void rmsnorm_backward_overwrite(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                                const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  backward<false>(ctx, dx, dw, dout, x, w, rstd);
 }
 
 }  // namespace pl::cpu

@@ -1,5 +1,6 @@
 // CUDA elementwise ops (see backend/ops.h; CPU twin backend/cpu/elementwise.cpp).
-// add: out = bf16(a + b), one element per thread (grid-stride); out may alias a or b since each
+// add: out = bf16(a + b), one element per thread (grid-stride; 8 per thread with 16-byte accesses
+// when the pointers are 16-byte aligned, op_util.cuh); out may alias a or b since each
 // element is read before it is written by the same thread. The fp32 add and the shared rounding
 // make it bit-identical to the CPU. accumulate_bf16: acc = bf16(acc + delta) with an fp32 delta, the same
 // way. fill_zero: cudaMemsetAsync on the compute stream (all-zero bytes
@@ -27,13 +28,50 @@ __global__ void accumulate_bf16_kernel(uint16_t* acc, const float* delta, int64_
     store_bf16(acc, i, load_bf16(acc, i) + delta[i]);
 }
 
+// The 16-byte forms (op_util.cuh): grid-stride over the n / 8 whole vectors, then the n % 8 tail
+// elements one per thread; every pointer 16-byte aligned (checked at launch).
+__global__ void add_vec_kernel(uint16_t* out, const uint16_t* a, const uint16_t* b, int64_t n) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t vectors = n / kVec, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = first; v < vectors; v += stride) {
+    float x[kVec], y[kVec];
+    load8_bf16(a + v * kVec, x);
+    load8_bf16(b + v * kVec, y);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) x[j] = x[j] + y[j];
+    store8_bf16(out + v * kVec, x);
+  }
+  const int64_t i = vectors * kVec + first;
+  if (i < n) store_bf16(out, i, load_bf16(a, i) + load_bf16(b, i));
+}
+
+__global__ void accumulate_bf16_vec_kernel(uint16_t* acc, const float* delta, int64_t n) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t vectors = n / kVec, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = first; v < vectors; v += stride) {
+    float x[kVec], d[kVec];
+    load8_bf16(acc + v * kVec, x);
+    load8_f32(delta + v * kVec, d);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) x[j] = x[j] + d[j];
+    store8_bf16(acc + v * kVec, x);
+  }
+  const int64_t i = vectors * kVec + first;
+  if (i < n) store_bf16(acc, i, load_bf16(acc, i) + delta[i]);
+}
+
 }  // namespace
 
 void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delta) {
   constexpr const char* op = "accumulate_bf16";
   const int64_t n = acc.numel();
   if (n == 0) return;
-  accumulate_bf16_kernel<<<grid_capped(n, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(acc), f32_in(delta), n);
+  if (is_aligned16(acc.data) && is_aligned16(delta.data))
+    accumulate_bf16_vec_kernel<<<grid_capped(n / kVec + 1, kThreads), kThreads, 0, ctx.gpu->stream>>>(
+        bf16_out(acc), f32_in(delta), n);
+  else
+    accumulate_bf16_kernel<<<grid_capped(n, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(acc), f32_in(delta),
+                                                                                       n);
   check_launch(*ctx.gpu, op, "acc " + acc.shape_str());
 }
 
@@ -41,7 +79,11 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
   constexpr const char* op = "add";
   const int64_t n = out.numel();
   if (n == 0) return;
-  add_kernel<<<grid_capped(n, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(a), bf16_in(b), n);
+  if (is_aligned16(out.data) && is_aligned16(a.data) && is_aligned16(b.data))
+    add_vec_kernel<<<grid_capped(n / kVec + 1, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(a),
+                                                                                         bf16_in(b), n);
+  else
+    add_kernel<<<grid_capped(n, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(a), bf16_in(b), n);
   check_launch(*ctx.gpu, op, "out " + out.shape_str());
 }
 
