@@ -224,7 +224,13 @@ void LlamaModel::weights_arrive_during_forward(const WeightGate* gate) {
   weights_pending_ = true;
 }
 
-// --overlap-param-gather: the weights of flat elements [begin, end) are about to be read; the first forward
+void LlamaModel::settle_pending_weights() {
+  if (!weights_pending_) return;
+  (*gate_)(0, num_params());
+  prepare_weights();
+}
+
+// --overlap-param-gather and --overlap-cpu-optimizer-d2h-h2d: the weights of flat elements [begin, end) are about to be read; the first forward
 // after a step waits for them there (and makes a layer's quantized copies then), not before it starts.
 void LlamaModel::before_reading_weights(int64_t begin, int64_t end, int64_t layer) {
   if (!weights_pending_) return;

@@ -130,6 +130,7 @@ class Trainer {
   bool after_iteration(RunState& r, int64_t iteration);
   int signal_seen() const;
   void log_quant_stats(int64_t iteration);
+  std::string host_optimizer_line(int64_t iterations);
   std::vector<log::TimerOverRanks> timers_over_ranks(std::span<const TimerReading> mine) const;
   // eval_iters global batches of `data` from sample `first_sample`, forward only; prints Megatron's
   // validation lines and returns the token-weighted mean loss.
