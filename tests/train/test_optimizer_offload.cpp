@@ -7,6 +7,7 @@
 // again, and the chunks in the forward's order. CudaOffload.*: the same on a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "cuda/cuda_test_util.h"
 #include "data/mock_dataset.h"
 #include "model/llama.h"
+#include "train/offload_gate_probe.h"
 #include "train/optimizer.h"
 
 namespace pl {
@@ -131,6 +133,18 @@ TEST(OptimizerOffload, OverlappedHostStepUpdatesTheEmbeddingFirst) {
     for (int64_t i = 0; i < chunks; ++i)
       EXPECT_EQ(order[static_cast<size_t>(i)], 50000 * (overlap ? i : chunks - 1 - i)) << "chunk " << i;
   }
+}
+
+// The next forward waits per layer, not for the whole model (offload_gate_probe.h): layer 0's gate opens
+// while the host step still holds back the LM head's last chunk; the LM head's gate then waits for it.
+TEST(OptimizerOffload, OverlappedForwardPassesLayerZeroBeforeTheLastChunkIsQueued) {
+  const test::GateProbe r = test::probe_overlapped_forward(OpContext{});
+  EXPECT_TRUE(r.layer0_before_last_chunk);
+  EXPECT_FALSE(r.hook_timed_out);
+  EXPECT_TRUE(r.last_chunk_queued);
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  EXPECT_EQ(r.gates, m.num_layers + 2);  // the embedding, each layer, the final norm with the LM head
+  EXPECT_TRUE(std::isfinite(r.loss));
 }
 
 TEST(OptimizerOffload, OneChunkAndChunksOfOneNormWeightAgreeToo) {
