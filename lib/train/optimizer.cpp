@@ -52,6 +52,7 @@ struct AdamW::HostWorker {
   bool start = false, busy = false, stop = false;
   int64_t queued = 0;
   AdamWStep step;
+  OpContext host;  // the host ops' context, taken on the caller's thread at each step
   std::exception_ptr error;
   std::thread thread;
 };
@@ -177,15 +178,12 @@ void AdamW::queue_gradient_copies(int64_t final_from) {
 // The `order`-th chunk of the host's AdamW in the step's order (forward_order: the embedding first): wait
 // for the chunk's gradients and for the staging slot's previous upload, update its masters and moments and write its new weights into the
 // slot (the CPU backend's op: the same element math as every backend), then queue the slot's upload.
-// Timed only off the worker: the caller's thread owns the timers (they are single-threaded).
-void AdamW::host_chunk(const AdamWStep& s, int order, bool forward_order) {
+// `host`: the model's context on the CPU backend, timed only off the worker (the caller's thread owns
+// the timers: they are single-threaded).
+void AdamW::host_chunk(const AdamWStep& s, const OpContext& host, int order, bool forward_order) {
   const int count = static_cast<int>(chunks_.size());
   const auto chunk_at = [&](int k) { return forward_order ? k : count - 1 - k; };
   const int c = chunk_at(order);
-  OpContext host = model_.context();
-  host.device = Device::CPU;
-  host.gpu = nullptr;
-  if (forward_order) host.timers = nullptr;
   const DType storage = model_.weights().flat.dtype, gdt = model_.grads().flat.dtype;
   const int slot = order % kOffloadStagingSlots;
   const Chunk& ch = chunks_[static_cast<size_t>(c)];
@@ -218,10 +216,10 @@ void AdamW::host_chunk(const AdamWStep& s, int order, bool forward_order) {
 
 // Every chunk: from the LM head down to the embedding (the order the gradients arrive in), or in the
 // forward's order (the overlap: the embedding first), then counted as queued for the weight gate.
-void AdamW::host_chunks(const AdamWStep& s, bool forward_order) {
+void AdamW::host_chunks(const AdamWStep& s, const OpContext& host, bool forward_order) {
   const int count = static_cast<int>(chunks_.size());
   for (int i = 0; i < count; ++i) {
-    host_chunk(s, i, forward_order);
+    host_chunk(s, host, i, forward_order);
     if (worker_ && forward_order) {
       {
         const std::lock_guard lock(worker_->mutex);
@@ -239,11 +237,12 @@ void AdamW::worker_loop(HostWorker& w) {
     if (w.stop) return;
     w.start = false;
     const AdamWStep s = w.step;
+    const OpContext host = w.host;
     lock.unlock();
     std::exception_ptr error;
     try {
       w.owner->copies_.use_on_this_thread();
-      w.owner->host_chunks(s, true);
+      w.owner->host_chunks(s, host, true);
     } catch (...) {
       error = std::current_exception();
     }
@@ -262,8 +261,11 @@ void AdamW::start_host_step(const AdamWStep& s) {
   copied_down_ = 0;
   copies_.compute_waits_for_downloads();  // the next iteration overwrites the gradients they read
   copies_.uploads_wait_for_compute();     // the backward still reads the weights the uploads overwrite
+  OpContext host = model_.context();
+  host.device = Device::CPU;
+  host.gpu = nullptr;
   if (!cfg_.overlap_host_step) {
-    host_chunks(s, false);
+    host_chunks(s, host, false);
     copies_.compute_waits_for_copies();
     return;
   }
@@ -277,6 +279,8 @@ void AdamW::start_host_step(const AdamWStep& s) {
   {
     const std::lock_guard lock(worker_->mutex);
     worker_->step = s;
+    worker_->host = host;
+    worker_->host.timers = nullptr;
     worker_->queued = 0;
     worker_->start = worker_->busy = true;
   }

@@ -139,8 +139,8 @@ class AdamW {
   void prepare_offload();
   void queue_gradient_copies(int64_t final_from);
   void start_host_step(const AdamWStep& s);
-  void host_chunks(const AdamWStep& s, bool forward_order);
-  void host_chunk(const AdamWStep& s, int order, bool forward_order);
+  void host_chunks(const AdamWStep& s, const OpContext& host, bool forward_order);
+  void host_chunk(const AdamWStep& s, const OpContext& host, int order, bool forward_order);
   static void worker_loop(HostWorker& w);
   void wait_for_uploads(int64_t end);
   int download_mark(int chunk) const { return chunk; }
