@@ -447,7 +447,6 @@ bool Trainer::after_iteration(RunState& r, int64_t iteration) {
   }
   if (checkpoint_) {
     sync_.finish_weight_gather();  // (a save reads the weights)
-    opt_.finish_host_step();       // (and the masters and moments)
     checkpoint_(r.st, last);
   }
   if (r.res.stop_signal != 0 && world_->rank() == 0)
