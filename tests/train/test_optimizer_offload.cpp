@@ -7,9 +7,13 @@
 // again, and the chunks in the forward's order. CudaOffload.*: the same on a GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
+#include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,6 +23,7 @@
 #include "model/llama.h"
 #include "train/offload_gate_probe.h"
 #include "train/optimizer.h"
+#include "train/trainer.h"
 
 namespace pl {
 namespace {
@@ -145,6 +150,52 @@ TEST(OptimizerOffload, OverlappedForwardPassesLayerZeroBeforeTheLastChunkIsQueue
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   EXPECT_EQ(r.gates, m.num_layers + 2);  // the embedding, each layer, the final norm with the LM head
   EXPECT_TRUE(std::isfinite(r.loss));
+}
+
+// In the training loop the host step runs into the next iteration: nothing between two iterations waits
+// for it (in particular not the checkpoint callback, which the app passes always and which saves nothing
+// here). The hook holds the worker at step 1's first chunk until the loop asks for iteration 2's first
+// micro-batch: a wait for the host step in between would hold both for 10 s, and the hook would see it.
+// The losses equal the run's without the overlap bit for bit.
+TEST(OptimizerOffload, TrainerLetsTheHostStepRunIntoTheNextIteration) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  TrainConfig t;
+  t.train_iters = 3;
+  t.warmup_iters = 1;
+  t.global_batch_size = t.micro_batch_size = 2;
+  t.seq_length = 32;
+  t.use_precision_aware_optimizer = t.optimizer_cpu_offload = true;
+  data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length, 6, 1234});
+  std::vector<double> losses[2];
+  for (const bool overlap : {false, true}) {
+    t.overlap_cpu_optimizer_d2h_h2d = overlap;
+    RunLayout mo;
+    mo.optimizer_offload = true;
+    LlamaModel model(m, t.micro_batch_size, t.seq_length, OpContext{}, bf16_plan(m), mo);
+    model.init_parameters(t.seed);
+    std::promise<void> iteration2;
+    const std::shared_future<void> asked = iteration2.get_future().share();
+    std::atomic<bool> timed_out{false};
+    std::atomic<int> steps{0};
+    int64_t batches = 0;
+    Trainer tr(
+        model, t,
+        [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+          if (batches++ == 1) iteration2.set_value();
+          data.micro_batch(first, micro, t.micro_batch_size, tok, lab);
+        },
+        [](const std::string&) {}, EvalData{}, [](const TrainState&, bool) {});
+    tr.optimizer().set_host_chunk_listener([&, asked](int64_t begin) {
+      if (begin == 0 && steps++ == 0 && overlap &&
+          asked.wait_for(std::chrono::seconds(10)) != std::future_status::ready)
+        timed_out = true;
+    });
+    losses[overlap ? 1 : 0] = tr.run().loss;
+    EXPECT_FALSE(timed_out) << (overlap ? "overlapped" : "plain");
+    EXPECT_EQ(steps, 3);
+  }
+  ASSERT_EQ(losses[1].size(), 3u);
+  EXPECT_EQ(losses[0], losses[1]);
 }
 
 TEST(OptimizerOffload, OneChunkAndChunksOfOneNormWeightAgreeToo) {
