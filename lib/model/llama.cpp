@@ -368,9 +368,14 @@ void LlamaModel::run_backward(const StepOptions& step) {
   auto begin_group = [&](size_t first, size_t next) {
     if (bf16) fill_zero(ctx_, acts_.grad_scratch.rows(0, group_size(first, next)));
   };
+  PL_CHECK(bf16 || !step.overwrite_main_grads, "internal: overwriting the main grads without BF16 main grads");
   auto end_group = [&](size_t first, size_t next) {
     const int64_t b = entries_[first].offset, size = group_size(first, next);
-    if (bf16) accumulate_bf16(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
+    // (The first micro-batch's overwrite: the FP32 -> main-grads rounding copy, the same rounding.)
+    if (bf16 && step.overwrite_main_grads)
+      copy_master_to_param(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
+    else if (bf16)
+      accumulate_bf16(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
     if (step.grads_final_from) (*step.grads_final_from)(b);
   };
   const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);

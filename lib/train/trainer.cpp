@@ -280,7 +280,11 @@ double Trainer::forward_backward(RunState& r) {
   const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
   const bool stats_now = quant_stats_at(r.st.iteration + 1);
   Timers& timers = r.timers;
-  model_.zero_grads();
+  // BF16 main grads: the first micro-batch's backward overwrites them (StepOptions::overwrite_main_grads),
+  // so no pass zeroes them (16 GB at 8B). FP32 main grads are accumulated into by the GEMMs' beta, the
+  // norms' and the embedding's backward: zeroed here.
+  const bool overwrite = cfg_.main_grads_dtype == "bf16";
+  if (!overwrite) model_.zero_grads();
   double loss_sum = 0.0;
   timers.start(TimerId::ForwardBackward);
   for (int64_t m = 0; m < M; ++m) {
@@ -296,7 +300,7 @@ double Trainer::forward_backward(RunState& r) {
     // With data parallelism the last backward reduces the buckets it finishes (--overlap-grad-reduce).
     const auto* listener = opt_.gradient_copy_listener() ? opt_.gradient_copy_listener() : sync_.listener();
     const StepOptions step{static_cast<uint64_t>(r.st.micro_batches_done + m * dp + rank), stats_now && m == M - 1,
-                           m == M - 1 ? listener : nullptr};
+                           m == M - 1 ? listener : nullptr, overwrite && m == 0};
     // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
     const int64_t slot = m % model_.loss_slots();
     model_.queue_forward_backward(slot, r.tokens.data(), r.labels.data(), grad_scale, step);
