@@ -522,6 +522,19 @@ void CopyStream::wait(int mark) {
   pending_[static_cast<size_t>(mark)] = 0;
 }
 
+bool CopyStream::done(int mark) {
+  PL_CHECK(mark >= 0 && static_cast<size_t>(mark) < pending_.size(), "internal: copy stream mark {} of {}", mark,
+           pending_.size());
+  if (!pending_[static_cast<size_t>(mark)]) return true;
+#if defined(PL_WITH_CUDA)
+  const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)]));
+  if (st == cudaErrorNotReady) return false;
+  check_copy(st, "asking whether a copy is done (cudaEventQuery)");
+#endif
+  pending_[static_cast<size_t>(mark)] = 0;
+  return true;
+}
+
 void CopyStream::uploads_wait_for_compute() {
   if (device_ != Device::CUDA) return;
 #if defined(PL_WITH_CUDA)

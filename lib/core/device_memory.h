@@ -154,6 +154,8 @@ class CopyStream {
   void to_device(const Tensor& dst, const void* src, int mark);
   // Blocks the host until the copy that last marked `mark` has finished (at once if none is pending).
   void wait(int mark);
+  // Whether that copy has finished, without blocking (true if none is pending).
+  bool done(int mark);
   // The uploads queued from now on start after all work queued so far on the compute stream (which may
   // still read what they overwrite).
   void uploads_wait_for_compute();

@@ -156,6 +156,9 @@ void AdamW::prepare_offload() {
   const DType storage = model_.weights().flat.dtype;
   staging_ = Buffer::pinned_host(static_cast<size_t>(chunk_elements_) * dtype_size(storage) * kOffloadStagingSlots, dev);
   copies_ = CopyStream(dev, 2 * static_cast<int>(chunks_.size()));
+  updated_.assign(chunks_.size(), 0);
+  order_chunk_.assign(chunks_.size(), 0);
+  issued_at_.assign(chunks_.size(), 0);
 }
 
 // Chunks are queued from the top of the flat buffers down (the backward finishes the LM head first and
@@ -175,21 +178,18 @@ void AdamW::queue_gradient_copies(int64_t final_from) {
   }
 }
 
-// The `order`-th chunk of the host's AdamW in the step's order (forward_order: the embedding first): wait
-// for the chunk's gradients and for the staging slot's previous upload, update its masters and moments and write its new weights into the
-// slot (the CPU backend's op: the same element math as every backend), then queue the slot's upload.
-// `host`: the model's context on the CPU backend, timed only off the worker (the caller's thread owns
-// the timers: they are single-threaded).
-void AdamW::host_chunk(const AdamWStep& s, const OpContext& host, int order, bool forward_order) {
-  const int count = static_cast<int>(chunks_.size());
-  const auto chunk_at = [&](int k) { return forward_order ? k : count - 1 - k; };
-  const int c = chunk_at(order);
+// Chunk c of the host's AdamW, the `order`-th of the step: wait for the chunk's gradients and for the
+// staging slot's previous upload (that of chunk `slot_before`, or none: -1), update its masters and
+// moments and write its new weights into the slot (the CPU backend's op: the same element math as every
+// backend), then queue the slot's upload. `host`: the model's context on the CPU backend, timed only off
+// the worker (the caller's thread owns the timers: they are single-threaded).
+void AdamW::host_chunk(const AdamWStep& s, const OpContext& host, int c, int order, int slot_before) {
   const DType storage = model_.weights().flat.dtype, gdt = model_.grads().flat.dtype;
   const int slot = order % kOffloadStagingSlots;
   const Chunk& ch = chunks_[static_cast<size_t>(c)];
   if (host.timers) host.timers->start(TimerId::OptimizerCopyToMainGrad);
   copies_.wait(download_mark(c));
-  if (order >= kOffloadStagingSlots) copies_.wait(upload_mark(chunk_at(order - kOffloadStagingSlots)));
+  if (slot_before >= 0) copies_.wait(upload_mark(slot_before));
   if (host.timers) host.timers->stop(TimerId::OptimizerCopyToMainGrad);
   const Tensor staged =
       staging_.as({ch.size}, storage, static_cast<size_t>(slot * chunk_elements_) * dtype_size(storage));
@@ -214,19 +214,38 @@ void AdamW::host_chunk(const AdamWStep& s, const OpContext& host, int order, boo
   if (chunk_listener_) chunk_listener_(ch.begin);
 }
 
-// Every chunk: from the LM head down to the embedding (the order the gradients arrive in), or in the
-// forward's order (the overlap: the embedding first), then counted as queued for the weight gate.
-void AdamW::host_chunks(const AdamWStep& s, const OpContext& host, bool forward_order) {
+// Every chunk, from the LM head down to the embedding: the order the gradients arrive in.
+void AdamW::host_chunks(const AdamWStep& s, const OpContext& host) {
   const int count = static_cast<int>(chunks_.size());
   for (int i = 0; i < count; ++i) {
-    host_chunk(s, host, i, forward_order);
-    if (worker_ && forward_order) {
-      {
-        const std::lock_guard lock(worker_->mutex);
-        worker_->queued = i + 1;
-      }
-      worker_->changed.notify_all();
+    const int c = count - 1 - i;
+    host_chunk(s, host, c, i, i >= kOffloadStagingSlots ? c + kOffloadStagingSlots : -1);
+  }
+}
+
+// The worker's order: the forward's (the embedding first). But the embedding's gradients are the last to
+// come down, so while the next chunk in the forward's order still waits for its download and the top
+// chunk not yet updated (the LM head's end) has arrived, that one is updated instead: the host does not
+// idle during the downloads' tail, and the forward's order is kept wherever the gradients allow it (on
+// the CPU backend, whose copies are done at once, it is exactly the forward's order). The gate's counter
+// `queued` is the length of the prefix of chunks updated and uploaded; issued_at_ their upload's rank.
+void AdamW::host_chunks_forward_order(const AdamWStep& s, const OpContext& host) {
+  const int count = static_cast<int>(chunks_.size());
+  std::fill(updated_.begin(), updated_.end(), uint8_t{0});
+  int low = 0, high = count - 1, prefix = 0;
+  for (int i = 0; i < count; ++i) {
+    const bool take_high = low < high && !copies_.done(download_mark(low)) && copies_.done(download_mark(high));
+    const int c = take_high ? high-- : low++;
+    order_chunk_[static_cast<size_t>(i)] = c;
+    host_chunk(s, host, c, i, i >= kOffloadStagingSlots ? order_chunk_[static_cast<size_t>(i - kOffloadStagingSlots)] : -1);
+    updated_[static_cast<size_t>(c)] = 1;
+    {
+      const std::lock_guard lock(worker_->mutex);
+      issued_at_[static_cast<size_t>(c)] = i;
+      while (prefix < count && updated_[static_cast<size_t>(prefix)]) ++prefix;
+      worker_->queued = prefix;
     }
+    worker_->changed.notify_all();
   }
 }
 
@@ -242,7 +261,7 @@ void AdamW::worker_loop(HostWorker& w) {
     std::exception_ptr error;
     try {
       w.owner->copies_.use_on_this_thread();
-      w.owner->host_chunks(s, host, true);
+      w.owner->host_chunks_forward_order(s, host);
     } catch (...) {
       error = std::current_exception();
     }
@@ -265,7 +284,7 @@ void AdamW::start_host_step(const AdamWStep& s) {
   host.device = Device::CPU;
   host.gpu = nullptr;
   if (!cfg_.overlap_host_step) {
-    host_chunks(s, host, false);
+    host_chunks(s, host);
     copies_.compute_waits_for_copies();
     return;
   }
@@ -291,19 +310,22 @@ void AdamW::start_host_step(const AdamWStep& s) {
 }
 
 // The weight gate: the forward is about to read flat elements [.., end). The host waits until the worker
-// has queued the upload of the chunk holding element end - 1 (and so of every chunk before it), then the
-// compute stream waits for that upload, which the one upload stream finishes after all earlier ones.
+// has queued the uploads of every chunk up to the one holding element end - 1, then the compute stream
+// waits for the last queued of them, which the one upload stream finishes after all earlier ones.
 void AdamW::wait_for_uploads(int64_t end) {
   if (!host_step_in_flight_ || end <= 0) return;
   const int64_t last = (end - 1) / chunk_elements_;
   bool failed = false;
+  int latest = 0;
   {
     std::unique_lock lock(worker_->mutex);
     worker_->changed.wait(lock, [&] { return worker_->queued > last || !worker_->busy; });
     failed = worker_->queued <= last;
+    for (int c = 0; !failed && c <= static_cast<int>(last); ++c)
+      if (issued_at_[static_cast<size_t>(c)] > issued_at_[static_cast<size_t>(latest)]) latest = c;
   }
   if (failed) finish_host_step();  // rethrows the worker's error
-  copies_.compute_waits_for(upload_mark(static_cast<int>(last)));
+  copies_.compute_waits_for(upload_mark(latest));
 }
 
 void AdamW::finish_host_step() {

@@ -14,10 +14,11 @@
 // Overlapped (Megatron's --overlap-cpu-optimizer-d2h-h2d, "Overlap CPU optimizer step, gradients D2H and
 // updated parameters H2D", megatron/training/arguments.py; Megatron's HybridDeviceOptimizer in
 // megatron/core/optimizer/cpu_offloading/ overlaps them per parameter with streams and events): step()
-// hands the host AdamW to a worker thread (made once, with the optimizer) and returns at once. The worker
+// hands the host AdamW to a worker thread (made by the first such step, kept to the end) and returns at once. The worker
 // updates and uploads the chunks in the order the next forward reads them (the flat layout's order:
-// embedding, layer 0, 1, ..., final norm, LM head), and the model's weight gate
-// (LlamaModel::weights_arrive_during_forward) makes the next forward wait per layer: the host until the
+// embedding, layer 0, 1, ..., final norm, LM head; while the next of those still waits for its gradients,
+// which come down last for the embedding, a chunk from the top whose gradients are down goes first), and
+// the model's weight gate (LlamaModel::weights_arrive_during_forward) makes the next forward wait per layer: the host until the
 // uploads of the chunks holding that layer are queued, the compute stream (not the host) until they are
 // done. Downloads and uploads have a stream each (CopyStream). Whatever else reads the weights, the
 // masters or the moments first calls finish_host_step().
@@ -139,8 +140,9 @@ class AdamW {
   void prepare_offload();
   void queue_gradient_copies(int64_t final_from);
   void start_host_step(const AdamWStep& s);
-  void host_chunks(const AdamWStep& s, const OpContext& host, bool forward_order);
-  void host_chunk(const AdamWStep& s, const OpContext& host, int order, bool forward_order);
+  void host_chunks(const AdamWStep& s, const OpContext& host);
+  void host_chunks_forward_order(const AdamWStep& s, const OpContext& host);
+  void host_chunk(const AdamWStep& s, const OpContext& host, int c, int order, int slot_before);
   static void worker_loop(HostWorker& w);
   void wait_for_uploads(int64_t end);
   int download_mark(int chunk) const { return chunk; }
@@ -169,6 +171,10 @@ class AdamW {
   int64_t copied_down_ = 0;
   std::function<void(int64_t)> on_final_;
   std::function<void(int64_t)> chunk_listener_;
+  // The worker's bookkeeping of one step, by chunk: updated yet, the rank of its upload (read by the gate
+  // under the worker's mutex); and the chunk of each rank (the staging ring's previous user).
+  std::vector<uint8_t> updated_;
+  std::vector<int> issued_at_, order_chunk_;
   // --overlap-cpu-optimizer-d2h-h2d: the worker thread (started by the first step, then kept to the end)
   // and what it shares with the caller (optimizer.cpp); the model's weight gate; a host step handed to
   // the worker and not yet finished (caller's thread only).
