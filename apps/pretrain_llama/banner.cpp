@@ -89,6 +89,13 @@ void print_optimizer_state(const TrainConfig& t, const Logger& out) {
               "Adam's moments in host memory, AdamW on the host over the shared element math; gradients copied to "
               "the host as each layer's are final in the last micro-batch",
               t.optimizer_offload_fraction);
+  if (t.optimizer_cpu_offload && t.overlap_cpu_optimizer_d2h_h2d)
+    out->info("pretrain_llama | optimizer overlap (--overlap-cpu-optimizer-d2h-h2d): gradients go down on a "
+              "device-to-host stream during the last backward, AdamW runs on a host worker thread chunk by chunk "
+              "in the forward's order (embedding, layers 0..L-1, final norm, LM head; chunks from the top whose "
+              "gradients are down fill in while the embedding's are still coming), each chunk's weights go up on a "
+              "host-to-device stream as soon as it is done; the next forward waits per layer (the host until "
+              "that layer's uploads are queued, the compute stream on their events), not for the whole model");
 }
 
 // The start-up line of a data-parallel run (only with more than one rank or a data-parallel flag, so

@@ -157,6 +157,11 @@ void add_logging_and_optimizer_flags(CLI::App& app, Options& o) {
                  "Megatron's flag: the fraction of the optimizer offloaded to the host (1.0 only: a split is not "
                  "implemented yet)")
       ->capture_default_str();
+  app.add_flag("--overlap-cpu-optimizer-d2h-h2d", t.overlap_cpu_optimizer_d2h_h2d,
+               "Megatron's flag: overlap the offloaded optimizer's host step and its copies with compute: AdamW "
+               "runs on a host thread layer by layer in the order the next forward reads the weights (embedding "
+               "first), gradients go down and weights come up on separate streams, and the next forward waits "
+               "per layer, not for the whole model; needs --optimizer-cpu-offload");
 }
 
 // The per-op roofline (issue 24) and Megatron's Nsight profiling window.

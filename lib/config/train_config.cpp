@@ -147,6 +147,11 @@ void validate_optimizer_dtypes(const TrainConfig& t) {
   PL_CHECK(!t.optimizer_cpu_offload || t.use_precision_aware_optimizer,
            "--optimizer-cpu-offload needs --use-precision-aware-optimizer (as Megatron: the offloaded optimizer "
            "reuses its code path)");
+  // (The overlap flag means nothing without the offload; refused, so no one believes it ran.
+  // The offload's own refusals -- a fraction below 1, data parallelism -- cover the overlap too.)
+  PL_CHECK(!t.overlap_cpu_optimizer_d2h_h2d || t.optimizer_cpu_offload,
+           "--overlap-cpu-optimizer-d2h-h2d needs --optimizer-cpu-offload (it overlaps the offloaded optimizer's "
+           "copies and host step)");
   PL_CHECK(!t.optimizer_cpu_offload || t.optimizer_offload_fraction == 1.0,
            "--optimizer-offload-fraction {} is not implemented yet (1.0 only: the whole optimizer on the host)",
            t.optimizer_offload_fraction);

@@ -69,6 +69,10 @@ struct TrainConfig {
   // in host memory and AdamW runs on the host. Fraction: 1.0 only (a split is not implemented yet).
   bool optimizer_cpu_offload = false;
   double optimizer_offload_fraction = 1.0;
+  // Megatron's --overlap-cpu-optimizer-d2h-h2d ("Overlap CPU optimizer step, gradients D2H and updated
+  // parameters H2D"): the host AdamW on a worker thread, chunk by chunk in the order the next forward reads
+  // the weights, and that forward waiting per layer (train/optimizer.h). Needs --optimizer-cpu-offload.
+  bool overlap_cpu_optimizer_d2h_h2d = false;
 
   // --roofline [FILE] (issue 24): a per-op roofline table at the end of the run (every op timed, as
   // --timing-log-level 2 does), and the same as JSON in roofline_json ("" = the table only; the path is

@@ -424,10 +424,15 @@ CopyStream::CopyStream(Device device, int marks) : device_(device) {
   pending_.assign(static_cast<size_t>(marks), 0);
   if (device != Device::CUDA) return;
 #if defined(PL_WITH_CUDA)
-  cudaStream_t s = nullptr;
-  check_copy(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  stream_ = s;
+  check_copy(cudaGetDevice(&cuda_device_), "cudaGetDevice");
+  for (void** stream : {&down_, &up_}) {
+    cudaStream_t s = nullptr;
+    check_copy(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    *stream = s;
+  }
   ready_ = new_event();
+  compute_ready_ = new_event();
+  drained_ = new_event();
   marks_.resize(static_cast<size_t>(marks));
   for (void*& m : marks_) m = new_event();
 #else
@@ -439,17 +444,19 @@ CopyStream::~CopyStream() { release(); }
 
 void CopyStream::release() {
 #if defined(PL_WITH_CUDA)
-  // Destructors must not throw: the stream is drained first (no copy still reads or writes memory that
+  // Destructors must not throw: the streams are drained first (no copy still reads or writes memory that
   // is about to be freed), failures go to stderr.
-  if (stream_) {
-    warn_on_error(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)), "copy stream synchronize");
-    (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
-  }
-  if (ready_) (void)cudaEventDestroy(static_cast<cudaEvent_t>(ready_));
+  for (void* stream : {down_, up_})
+    if (stream) {
+      warn_on_error(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "copy stream synchronize");
+      (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+    }
+  for (void* e : {ready_, compute_ready_, drained_})
+    if (e) (void)cudaEventDestroy(static_cast<cudaEvent_t>(e));
   for (void* m : marks_)
     if (m) (void)cudaEventDestroy(static_cast<cudaEvent_t>(m));
 #endif
-  stream_ = ready_ = nullptr;
+  down_ = up_ = ready_ = compute_ready_ = drained_ = nullptr;
   marks_.clear();
   pending_.clear();
 }
@@ -460,8 +467,12 @@ CopyStream& CopyStream::operator=(CopyStream&& o) noexcept {
   if (this != &o) {
     release();
     device_ = o.device_;
-    stream_ = std::exchange(o.stream_, nullptr);
+    cuda_device_ = o.cuda_device_;
+    down_ = std::exchange(o.down_, nullptr);
+    up_ = std::exchange(o.up_, nullptr);
     ready_ = std::exchange(o.ready_, nullptr);
+    compute_ready_ = std::exchange(o.compute_ready_, nullptr);
+    drained_ = std::exchange(o.drained_, nullptr);
     marks_ = std::move(o.marks_);
     pending_ = std::move(o.pending_);
     o.marks_.clear();
@@ -476,7 +487,7 @@ void CopyStream::to_host(void* dst, const Tensor& src, int mark) {
            device_name(src.device), device_name(device_), mark, pending_.size());
   if (device_ != Device::CUDA) return copy_to_host(dst, src);
 #if defined(PL_WITH_CUDA)
-  auto* s = static_cast<cudaStream_t>(stream_);
+  auto* s = static_cast<cudaStream_t>(down_);
   check_copy(cudaEventRecord(static_cast<cudaEvent_t>(ready_), /*legacy default stream=*/0), "cudaEventRecord");
   check_copy(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(ready_), 0), "cudaStreamWaitEvent");
   check_copy(cudaMemcpyAsync(dst, src.data, src.bytes(), cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync to the host",
@@ -492,7 +503,7 @@ void CopyStream::to_device(const Tensor& dst, const void* src, int mark) {
            device_name(dst.device), device_name(device_), mark, pending_.size());
   if (device_ != Device::CUDA) return copy_from_host(dst, src);
 #if defined(PL_WITH_CUDA)
-  auto* s = static_cast<cudaStream_t>(stream_);
+  auto* s = static_cast<cudaStream_t>(up_);
   check_copy(cudaMemcpyAsync(dst.data, src, dst.bytes(), cudaMemcpyHostToDevice, s), "cudaMemcpyAsync to the device",
              dst.bytes());
   check_copy(cudaEventRecord(static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)]), s), "cudaEventRecord");
@@ -511,12 +522,69 @@ void CopyStream::wait(int mark) {
   pending_[static_cast<size_t>(mark)] = 0;
 }
 
+bool CopyStream::done(int mark) {
+  PL_CHECK(mark >= 0 && static_cast<size_t>(mark) < pending_.size(), "internal: copy stream mark {} of {}", mark,
+           pending_.size());
+  if (!pending_[static_cast<size_t>(mark)]) return true;
+#if defined(PL_WITH_CUDA)
+  const cudaError_t st = cudaEventQuery(static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)]));
+  if (st == cudaErrorNotReady) return false;
+  check_copy(st, "asking whether a copy is done (cudaEventQuery)");
+#endif
+  pending_[static_cast<size_t>(mark)] = 0;
+  return true;
+}
+
+void CopyStream::uploads_wait_for_compute() {
+  if (device_ != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(compute_ready_), /*legacy default stream=*/0), "cudaEventRecord");
+  check_copy(cudaStreamWaitEvent(static_cast<cudaStream_t>(up_), static_cast<cudaEvent_t>(compute_ready_), 0),
+             "cudaStreamWaitEvent");
+#endif
+}
+
+// (Reads no host-side state of the mark: the host worker may be queueing other marks meanwhile.)
+void CopyStream::compute_waits_for(int mark) {
+  PL_CHECK(mark >= 0 && static_cast<size_t>(mark) < pending_.size(), "internal: copy stream mark {} of {}", mark,
+           pending_.size());
+  if (device_ != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  check_copy(cudaStreamWaitEvent(/*legacy default stream=*/0, static_cast<cudaEvent_t>(marks_[static_cast<size_t>(mark)]), 0),
+             "cudaStreamWaitEvent");
+#endif
+}
+
+#if defined(PL_WITH_CUDA)
+namespace {
+// The legacy default stream waits for everything queued so far on `stream` (through `event`; a
+// cudaStreamWaitEvent takes the event's state when it is called, so the event can be recorded again).
+void compute_waits_for_stream(void* stream, void* event) {
+  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  check_copy(cudaStreamWaitEvent(/*legacy default stream=*/0, static_cast<cudaEvent_t>(event), 0), "cudaStreamWaitEvent");
+}
+}  // namespace
+#endif
+
+void CopyStream::compute_waits_for_downloads() {
+  if (device_ != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  compute_waits_for_stream(down_, drained_);
+#endif
+}
+
+void CopyStream::use_on_this_thread() const {
+  if (device_ != Device::CUDA) return;
+#if defined(PL_WITH_CUDA)
+  check_copy(cudaSetDevice(cuda_device_), "cudaSetDevice");
+#endif
+}
+
 void CopyStream::compute_waits_for_copies() {
   if (device_ != Device::CUDA) return;
 #if defined(PL_WITH_CUDA)
-  check_copy(cudaEventRecord(static_cast<cudaEvent_t>(ready_), static_cast<cudaStream_t>(stream_)), "cudaEventRecord");
-  check_copy(cudaStreamWaitEvent(/*legacy default stream=*/0, static_cast<cudaEvent_t>(ready_), 0),
-             "cudaStreamWaitEvent");
+  compute_waits_for_stream(down_, drained_);
+  compute_waits_for_stream(up_, drained_);
 #endif
 }
 

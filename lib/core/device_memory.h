@@ -57,8 +57,8 @@ void reset_peak_memory_stats(Device device);
 // the arena (a free list, coalesced with its neighbours; first fit), so grow-only scratch that is
 // reallocated larger does not leak its old space. Reuse is safe because all device work runs on the
 // default stream, in order: a kernel queued before the free finishes before any kernel queued after
-// the reallocation touches the same bytes. (The one other stream, the optimizer offload's CopyStream,
-// only touches the model's weights and gradients, which live as long as the model and are never freed
+// the reallocation touches the same bytes. (The other streams, the optimizer offload's CopyStream's two,
+// only touch the model's weights and gradients, which live as long as the model and are never freed
 // while its copies are pending.) A Buffer that does not fit is an error naming the shortfall. Without a reservation each CUDA Buffer is its own cudaMalloc.
 // The reservation refuses, with one line, to leave less than device_memory_margin() free outside the
 // arena (see there).
@@ -124,13 +124,17 @@ class UploadStaging {
   bool pending_[4] = {};          // an event was recorded for the slot
 };
 
-// Copies between pinned host memory and one device on a stream of their own, so they run while the
-// compute stream works (the optimizer offload: gradients go down during the backward, updated weights
-// come up during the host's optimizer step). Each copy marks one of `marks` completion slots; the host
-// waits on a slot, the compute stream waits on every copy queued so far. The copy stream is created
-// non-blocking: it never synchronizes implicitly with the legacy default stream the ops run on, so
-// every ordering between them is one of the two explicit waits below. On the CPU a copy is a memcpy
-// done at once and the waits return.
+// Copies between pinned host memory and one device on two streams of their own, one per direction, so
+// they run while the compute stream works and neither direction queues behind the other (the optimizer
+// offload: gradients go down during the backward, updated weights come up during the host's optimizer
+// step and the next forward; on a GPU each direction has its own copy engine, so a download and an
+// upload can move at once). Each copy marks one of `marks` completion slots; the host waits on a slot,
+// the compute stream waits on one slot or on every copy queued so far. Both streams are created
+// non-blocking: they never synchronize implicitly with the legacy default stream the ops run on, so
+// every ordering between them is one of the explicit waits below. On the CPU a copy is a memcpy done at
+// once and the waits return.
+// Threads: the copies to the device and wait() may run on one thread (the offload's host worker) while
+// another queues downloads and the compute stream's waits, as long as no mark is used by both at once.
 class CopyStream {
  public:
   CopyStream() = default;
@@ -141,22 +145,41 @@ class CopyStream {
   CopyStream(const CopyStream&) = delete;
   CopyStream& operator=(const CopyStream&) = delete;
 
-  // dst (pinned host, src.bytes()) <- src (a device tensor), after all work queued so far on the
-  // compute stream (src is final there); marks `mark`.
+  // dst (pinned host, src.bytes()) <- src (a device tensor) on the download stream, after all work
+  // queued so far on the compute stream (src is final there); marks `mark`.
   void to_host(void* dst, const Tensor& src, int mark);
-  // dst (a device tensor) <- src (pinned host, dst.bytes()), in order after the copies queued before
-  // on this stream; marks `mark`. src must stay untouched until wait(mark).
+  // dst (a device tensor) <- src (pinned host, dst.bytes()) on the upload stream, in order after the
+  // uploads queued before; marks `mark`. src must stay untouched until wait(mark). Uploads do not wait
+  // for the compute stream by themselves: see uploads_wait_for_compute.
   void to_device(const Tensor& dst, const void* src, int mark);
   // Blocks the host until the copy that last marked `mark` has finished (at once if none is pending).
   void wait(int mark);
-  // The compute stream waits (on the device; the host goes on) for every copy queued so far.
+  // Whether that copy has finished, without blocking (true if none is pending).
+  bool done(int mark);
+  // The uploads queued from now on start after all work queued so far on the compute stream (which may
+  // still read what they overwrite).
+  void uploads_wait_for_compute();
+  // The compute stream waits (on the device; the host goes on) for the copy that marked `mark` (which
+  // must have been queued already: waiting on an event not yet recorded waits for nothing), and with it
+  // for every upload queued before it.
+  void compute_waits_for(int mark);
+  // The compute stream waits for every download queued so far (before it overwrites what they read).
+  void compute_waits_for_downloads();
+  // The compute stream waits for every copy queued so far, both directions.
   void compute_waits_for_copies();
+  // Makes the calling thread's current CUDA device the one the streams were made on (the runtime's
+  // current device is per thread): a thread other than the creator calls it before its first copy.
+  void use_on_this_thread() const;
 
  private:
   void release();
   Device device_ = Device::CPU;
-  void* stream_ = nullptr;         // cudaStream_t (non-blocking)
-  void* ready_ = nullptr;          // cudaEvent_t recorded on the compute stream before a download
+  int cuda_device_ = 0;            // the current device when the streams were made
+  void* down_ = nullptr;           // cudaStream_t (non-blocking): device -> host
+  void* up_ = nullptr;             // cudaStream_t (non-blocking): host -> device
+  void* ready_ = nullptr;          // cudaEvent_t: the compute stream's point a download waits for
+  void* compute_ready_ = nullptr;  // cudaEvent_t: the compute stream's point the uploads wait for
+  void* drained_ = nullptr;        // cudaEvent_t: a copy stream's point the compute stream waits for
   std::vector<void*> marks_;       // cudaEvent_t per mark
   std::vector<uint8_t> pending_;   // the mark's event was recorded and not yet waited on
 };

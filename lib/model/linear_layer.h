@@ -42,6 +42,10 @@ struct StepOptions {
   // then each layer from the last, then the embedding with begin = 0), so their copy to the host can
   // start while the rest of the backward runs. Null: nobody listens.
   const std::function<void(int64_t begin)>* grads_final_from = nullptr;
+  // BF16 main grads only: the iteration's first micro-batch writes its (rounded) gradients into the main
+  // grads instead of adding them, so the main grads need no zeroing per iteration (round_bf16(g) where
+  // zero-then-add gives round_bf16(0 + g): the same but for the sign of a zero).
+  bool overwrite_main_grads = false;
 };
 
 // The transient quantized copies of x and dy that one GEMM triple needs while it runs. Only the

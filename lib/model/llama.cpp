@@ -224,7 +224,13 @@ void LlamaModel::weights_arrive_during_forward(const WeightGate* gate) {
   weights_pending_ = true;
 }
 
-// --overlap-param-gather: the weights of flat elements [begin, end) are about to be read; the first forward
+void LlamaModel::settle_pending_weights() {
+  if (!weights_pending_) return;
+  (*gate_)(0, num_params());
+  prepare_weights();
+}
+
+// --overlap-param-gather and --overlap-cpu-optimizer-d2h-h2d: the weights of flat elements [begin, end) are about to be read; the first forward
 // after a step waits for them there (and makes a layer's quantized copies then), not before it starts.
 void LlamaModel::before_reading_weights(int64_t begin, int64_t end, int64_t layer) {
   if (!weights_pending_) return;
@@ -377,9 +383,14 @@ void LlamaModel::run_backward(const StepOptions& step) {
   auto begin_group = [&](size_t first, size_t next) {
     if (bf16) fill_zero(ctx_, acts_.grad_scratch.rows(0, group_size(first, next)));
   };
+  PL_CHECK(bf16 || !step.overwrite_main_grads, "internal: overwriting the main grads without BF16 main grads");
   auto end_group = [&](size_t first, size_t next) {
     const int64_t b = entries_[first].offset, size = group_size(first, next);
-    if (bf16) accumulate_bf16(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
+    // (The first micro-batch's overwrite: the FP32 -> main-grads rounding copy, the same rounding.)
+    if (bf16 && step.overwrite_main_grads)
+      copy_master_to_param(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
+    else if (bf16)
+      accumulate_bf16(ctx_, grads_.flat.rows(b, size), acts_.grad_scratch.rows(0, size));
     if (step.grads_final_from) (*step.grads_final_from)(b);
   };
   const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);

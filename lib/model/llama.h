@@ -96,6 +96,11 @@ class LlamaModel {
   // of the final norm with the LM head, and makes a layer's quantized copies (prepare_weights) only then.
   using WeightGate = std::function<void(int64_t begin, int64_t end)>;
   void weights_arrive_during_forward(const WeightGate* gate);
+  // The gate's owner goes away before a forward has passed it: wait for all the weights now and make
+  // their quantized copies (a no-op when no weights are pending).
+  void settle_pending_weights();
+  // The gate the next forward will pass (null when no weights are pending): tests wrap it to watch it.
+  const WeightGate* weight_gate() const { return weights_pending_ ? gate_ : nullptr; }
   // Host values of the flat elements [offset, offset + count) into the master weights: the part this rank
   // owns (all of it without the distributed optimizer). Initialisation and imports, not the loop.
   void write_master(int64_t offset, const float* values, int64_t count);

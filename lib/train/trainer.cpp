@@ -84,6 +84,19 @@ Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, Lin
            cfg.micro_batch_size * cfg.seq_length);
 }
 
+// --timing-log-level 2 with the optimizer offloaded, after Megatron's timer lines: the host AdamW's time
+// per iteration and the bandwidth it reached (bytes moved / time inside the update op). With the overlap
+// the host step runs beside the next forward, so the chunks of a step still running count in the next
+// interval.
+std::string Trainer::host_optimizer_line(int64_t iterations) {
+  const AdamW::HostWork w = opt_.take_host_work();
+  const double per_iter_ms = w.seconds * 1e3 / static_cast<double>(std::max<int64_t>(1, iterations));
+  return fmt::format("    {:.<48}: {:.2f} ms per iteration, {:.2f} GB moved, {:.2f} GB/s{}",
+                     "host-optimizer-step (AdamW on the host) ", per_iter_ms, w.bytes / 1e9,
+                     w.seconds > 0.0 ? w.bytes / w.seconds / 1e9 : 0.0,
+                     opt_.overlapped() ? " (overlapped with the next forward)" : "");
+}
+
 void Trainer::log_quant_stats(int64_t iteration) {
   for (const LinearStats& ls : model_.quant_stats())
     for (const OperandStats& o : ls.operands)
@@ -94,6 +107,7 @@ void Trainer::log_quant_stats(int64_t iteration) {
 }
 
 double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t first_sample) {
+  opt_.finish_host_step();  // (the forward would wait per layer anyway; the host worker is done first)
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
@@ -195,6 +209,7 @@ TrainResult Trainer::run(const TrainState& start) {
     if (after_iteration(r, iteration)) break;
   }
   sync_.finish_weight_gather();  // the model's weights complete for whoever reads them next
+  opt_.finish_host_step();       // and the masters and moments (the optimizer offload's overlap)
   report_roofline(r, true);
   TrainResult& res = r.res;
   res.allocations_in_loop =
@@ -265,7 +280,11 @@ double Trainer::forward_backward(RunState& r) {
   const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
   const bool stats_now = quant_stats_at(r.st.iteration + 1);
   Timers& timers = r.timers;
-  model_.zero_grads();
+  // BF16 main grads: the first micro-batch's backward overwrites them (StepOptions::overwrite_main_grads),
+  // so no pass zeroes them (16 GB at 8B). FP32 main grads are accumulated into by the GEMMs' beta, the
+  // norms' and the embedding's backward: zeroed here.
+  const bool overwrite = cfg_.main_grads_dtype == "bf16";
+  if (!overwrite) model_.zero_grads();
   double loss_sum = 0.0;
   timers.start(TimerId::ForwardBackward);
   for (int64_t m = 0; m < M; ++m) {
@@ -281,7 +300,7 @@ double Trainer::forward_backward(RunState& r) {
     // With data parallelism the last backward reduces the buckets it finishes (--overlap-grad-reduce).
     const auto* listener = opt_.gradient_copy_listener() ? opt_.gradient_copy_listener() : sync_.listener();
     const StepOptions step{static_cast<uint64_t>(r.st.micro_batches_done + m * dp + rank), stats_now && m == M - 1,
-                           m == M - 1 ? listener : nullptr};
+                           m == M - 1 ? listener : nullptr, overwrite && m == 0};
     // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
     const int64_t slot = m % model_.loss_slots();
     model_.queue_forward_backward(slot, r.tokens.data(), r.labels.data(), grad_scale, step);
@@ -327,7 +346,8 @@ AdamW::Result Trainer::optimizer_step(RunState& r, double loss, double lr) {
     }
     // Quantized weight copies for the next step's micro-batches (with --overlap-param-gather the next
     // forward makes each layer's when its weights have arrived).
-    if (!cfg_.overlap_param_gather) {
+    // (Likewise with --overlap-cpu-optimizer-d2h-h2d, whose host step is still running.)
+    if (!cfg_.overlap_param_gather && !opt_.overlapped()) {
       timers.start(TimerId::OptimizerCopyMainToModelParams);
       model_.prepare_weights();
       timers.stop(TimerId::OptimizerCopyMainToModelParams);
@@ -367,6 +387,7 @@ void Trainer::log_interval(RunState& r, int64_t iteration) {
              std::span<const log::TimerOverRanks>(timers_over_ranks(r.timers.read(static_cast<double>(r.interval_timed)))),
              cfg_.timing_log_option))
       print_last(line);
+  if (r.timers.level() >= 2 && cfg_.optimizer_cpu_offload) print_last(host_optimizer_line(r.interval_timed));
   if (quant_stats_at(iteration)) log_quant_stats(iteration);
   // (The last iteration's table is the final one, printed once when the run ends.)
   if (cfg_.roofline_at_log_interval && iteration != cfg_.train_iters) report_roofline(r, false);

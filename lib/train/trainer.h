@@ -101,8 +101,14 @@ class Trainer {
   // pl::Error when max_consecutive_nan_iterations consecutive iterations had a non-finite loss or
   // gradient norm.
   TrainResult run(const TrainState& start = {});
-  // The optimizer's moments and step count, for checkpoints.
-  AdamW& optimizer() { return opt_; }
+  // The optimizer's moments and step count, for checkpoints. With --overlap-cpu-optimizer-d2h-h2d its host
+  // step may still run beside the next forward: it is finished first (a save reads the weights, the
+  // masters and the moments). The checkpoint callback runs after every iteration, so only a save that
+  // happens asks for it and the overlap survives the iterations that save nothing.
+  AdamW& optimizer() {
+    opt_.finish_host_step();
+    return opt_;
+  }
   size_t gradient_buckets() const { return sync_.bucket_count(); }
   // Megatron's --exit-signal-handler: *flag (set by a signal handler to the signal's number) is read after
   // every iteration (on every rank; any rank's signal counts, so all stop together); when set, that
@@ -130,6 +136,7 @@ class Trainer {
   bool after_iteration(RunState& r, int64_t iteration);
   int signal_seen() const;
   void log_quant_stats(int64_t iteration);
+  std::string host_optimizer_line(int64_t iterations);
   std::vector<log::TimerOverRanks> timers_over_ranks(std::span<const TimerReading> mine) const;
   // eval_iters global batches of `data` from sample `first_sample`, forward only; prints Megatron's
   // validation lines and returns the token-weighted mean loss.

@@ -195,10 +195,20 @@ TEST(OptimizerCpuOffload, BadFlagCombinationsAreRefusedNamingTheFlag) {
                           {"--optimizer-offload-fraction 0.5", "not implemented yet"});
   expect_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "1.5"}),
                           {"--optimizer-offload-fraction", "[0, 1]"});
+  // The overlap serves the whole optimizer offloaded on one rank: without the offload it is refused, and
+  // what the offload refuses (a fraction, data parallelism) stays refused with it.
+  expect_one_line_failure({"--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"},
+                          {"--overlap-cpu-optimizer-d2h-h2d needs --optimizer-cpu-offload"});
+  expect_one_line_failure(plus(kOffload, {"--overlap-cpu-optimizer-d2h-h2d", "--optimizer-offload-fraction", "0.5"}),
+                          {"--optimizer-offload-fraction 0.5", "not implemented yet"});
+  expect_one_line_failure(plus(kOffload, {"--overlap-cpu-optimizer-d2h-h2d", "--dry-run-world-size", "2"}),
+                          {"--optimizer-cpu-offload with 2 data-parallel ranks"});
 }
 
 // Offload moves the state, not the math: the offloaded run prints the on-device run's iteration lines
-// (FP32 and BF16 moments), says so in its banner, and its timers include the gradient copy's wait.
+// (FP32 and BF16 moments), says so in its banner, and its timers include the gradient copy's wait. So does
+// the overlapped offload (--overlap-cpu-optimizer-d2h-h2d: the host step on a worker thread, the next
+// forward waiting per layer), whose level-2 timers add the host AdamW's bandwidth.
 TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
   for (const std::vector<std::string>& moments :
        {std::vector<std::string>{"--use-precision-aware-optimizer"}, kBf16Moments}) {
@@ -210,6 +220,15 @@ TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
     EXPECT_NE(offloaded.out.find("optimizer CPU offload (--optimizer-cpu-offload, fraction 1)"), std::string::npos)
         << offloaded.out;
     EXPECT_EQ(on_device.out.find("optimizer CPU offload"), std::string::npos);
+    if (moments != kBf16Moments) continue;
+    const ProcessResult overlapped = run_ok(tiny(plus(
+        moments, {"--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--timing-log-level", "2"})));
+    EXPECT_EQ(iteration_lines(overlapped.out, 1), a);
+    EXPECT_NE(overlapped.out.find("optimizer overlap (--overlap-cpu-optimizer-d2h-h2d)"), std::string::npos)
+        << overlapped.out;
+    static const std::regex host_line(R"(host-optimizer-step \(AdamW on the host\) \.+: [0-9.]+ ms per iteration, )"
+                                      R"([0-9.]+ GB moved, [0-9.]+ GB/s \(overlapped with the next forward\))");
+    EXPECT_TRUE(std::regex_search(overlapped.out, host_line)) << overlapped.out;
   }
   const ProcessResult timed = run_ok(tiny(plus(kOffload, {"--timing-log-level", "1", "--log-interval", "10"})));
   EXPECT_NE(timed.out.find("optimizer-copy-to-main-grad"), std::string::npos) << timed.out;
@@ -248,6 +267,13 @@ TEST(OptimizerCpuOffload, DryRunSplitsThePlanIntoGpuAndHost) {
   EXPECT_NEAR(mb(on_device.out, "total") - mb(off.out, "total on the GPU"), master + moments, 0.02);
   EXPECT_NEAR(mb(off.out, "total on the host"), master + moments + grads + staging, 0.02);
   EXPECT_NEAR(grads, master, 0.01);  // both fp32, one element per parameter
+  // The issue's acceptance 3: the 8B plan with the overlap names the streams, the order and the wait.
+  const ProcessResult overlap = run_ok({"--dry-run", "--model", "llama3_8b", "--micro-batch-size", "1", "--seq-length",
+                                        "4096", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+                                        "--overlap-cpu-optimizer-d2h-h2d"});
+  for (const char* needle : {"optimizer overlap (--overlap-cpu-optimizer-d2h-h2d)", "device-to-host stream",
+                             "host-to-device stream", "embedding, layers 0..L-1, final norm, LM head", "per layer"})
+    EXPECT_NE(overlap.out.find(needle), std::string::npos) << needle << " not in:\n" << overlap.out;
 }
 
 // Start-up refuses, with one line, an offload the host cannot hold (a 400-layer 8B shape: ~1.4 TB).

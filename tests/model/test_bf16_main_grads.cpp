@@ -4,8 +4,11 @@
 // gradients G1, G2 (each from its own FP32-grads backward), the main grads must hold
 // round_bf16(round_bf16(0 + G1) + G2) for every element, with BF16 and NVFP4 layers, with and without
 // full recomputation; on a GPU the same against the GPU's own FP32-grads backward (CudaBf16MainGrads).
+// The first micro-batch may overwrite instead (StepOptions::overwrite_main_grads, what the trainer does
+// instead of zeroing them): the main grads then start from garbage and must end the same.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -33,7 +36,17 @@ std::vector<float> host_copy(const Tensor& t) {
   return v;
 }
 
-void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const OpContext& ctx = {}) {
+// Every element of t (F32 or BF16 storage) set to `value` (a bf16 value).
+void fill_with(const Tensor& t, float value) {
+  if (t.dtype == DType::F32) {
+    copy_from_host(t, std::vector<float>(static_cast<size_t>(t.numel()), value).data());
+    return;
+  }
+  copy_from_host(t, std::vector<uint16_t>(static_cast<size_t>(t.numel()), num::float_to_bf16_bits(value)).data());
+}
+
+void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const OpContext& ctx = {},
+                              bool overwrite = false) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   const int64_t B = 2, S = 32, T = B * S;
   RunLayout fp32, bf16;
@@ -45,14 +58,19 @@ void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const O
   data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, S, 16, 7});
   std::vector<int32_t> tok(static_cast<size_t>(T)), lab(static_cast<size_t>(T));
   std::vector<std::vector<float>> g;
-  b.zero_grads();
+  if (overwrite)
+    fill_with(b.grads().flat, 3.0f);  // what the last iteration left: never zeroed
+  else
+    b.zero_grads();
   for (int mb = 0; mb < 2; ++mb) {
     data.micro_batch(0, mb, B, tok, lab);
     const StepOptions step{static_cast<uint64_t>(10 + mb)};  // the same stochastic rounding on both sides
     a.zero_grads();
     const double la = a.forward_backward(tok.data(), lab.data(), 0.25f, step);
     g.push_back(host_copy(a.grads().flat));
-    EXPECT_EQ(la, b.forward_backward(tok.data(), lab.data(), 0.25f, step)) << "micro-batch " << mb;
+    StepOptions b_step = step;
+    b_step.overwrite_main_grads = overwrite && mb == 0;
+    EXPECT_EQ(la, b.forward_backward(tok.data(), lab.data(), 0.25f, b_step)) << "micro-batch " << mb;
   }
   const std::vector<float> got = host_copy(b.grads().flat);
   ASSERT_EQ(got.size(), g[0].size());
@@ -75,6 +93,12 @@ TEST(Bf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
   expect_bf16_accumulation(nvfp4, true);
 }
 
+TEST(Bf16MainGrads, TheFirstMicroBatchOverwritesUnzeroedMainGrads) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  expect_bf16_accumulation(bf16_plan(m), false, {}, true);
+  expect_bf16_accumulation(bf16_plan(m), true, {}, true);
+}
+
 // The same on a GPU: its BF16 main grads (bf16 storage) against its own FP32-grads backward (the GPU's
 // GEMMs, the same accumulate_bf16 rounding). Compiled always; skipped without a device.
 TEST(CudaBf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
@@ -85,6 +109,7 @@ TEST(CudaBf16MainGrads, EachMicroBatchIsAddedIntoBf16MainGradsRoundedOnce) {
       m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
   expect_bf16_accumulation(bf16_plan(m), false, test::cuda_ctx());
   expect_bf16_accumulation(nvfp4, true, test::cuda_ctx());
+  expect_bf16_accumulation(bf16_plan(m), false, test::cuda_ctx(), true);  // the first micro-batch overwrites
 }
 
 // The plan: 2 bytes of gradient per parameter on the GPU, plus an FP32 scratch of the largest group (here
