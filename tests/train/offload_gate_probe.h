@@ -27,7 +27,7 @@ struct GateProbe {
   bool layer0_before_last_chunk = false;  // layer 0's gate opened while the last chunk was not queued
   bool hook_timed_out = false;            // the worker waited 10 s for layer 0 in vain
   bool last_chunk_queued = false;         // by the end of the forward (the LM head's gate waited for it)
-  int gates = 0;                          // gates the forward passed (embedding, each layer, the head)
+  int gates = 0;                          // gates the forward passed (embedding, each layer and its next norm, the head)
   double loss = 0.0;                      // the forward's loss sum after the step
 };
 

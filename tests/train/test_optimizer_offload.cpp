@@ -148,7 +148,9 @@ TEST(OptimizerOffload, OverlappedForwardPassesLayerZeroBeforeTheLastChunkIsQueue
   EXPECT_FALSE(r.hook_timed_out);
   EXPECT_TRUE(r.last_chunk_queued);
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
-  EXPECT_EQ(r.gates, m.num_layers + 2);  // the embedding, each layer, the final norm with the LM head
+  // The embedding; each layer's weights, then the norm its fused output add computes (the next layer's ln1
+  // or the final norm: add_rmsnorm_forward); the final norm with the LM head.
+  EXPECT_EQ(r.gates, 2 * m.num_layers + 2);
   EXPECT_TRUE(std::isfinite(r.loss));
 }
 
