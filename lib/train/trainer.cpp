@@ -449,10 +449,9 @@ bool Trainer::after_iteration(RunState& r, int64_t iteration) {
     r.exited = last = true;
     r.res.stop_signal = sig;
   }
-  if (checkpoint_) {
-    sync_.finish_weight_gather();  // (a save reads the weights)
-    checkpoint_(r.st, last);
-  }
+  // (A save finishes the weight gather and the host step through optimizer(): an iteration that saves
+  // nothing leaves them running into the next forward.)
+  if (checkpoint_) checkpoint_(r.st, last);
   if (r.res.stop_signal != 0 && world_->rank() == 0)
     out_(fmt::format("exiting program after receiving {} at iteration {}", sigabbrev(r.res.stop_signal), iteration));
   return r.exited;

@@ -102,10 +102,12 @@ class Trainer {
   // gradient norm.
   TrainResult run(const TrainState& start = {});
   // The optimizer's moments and step count, for checkpoints. With --overlap-cpu-optimizer-d2h-h2d its host
-  // step may still run beside the next forward: it is finished first (a save reads the weights, the
-  // masters and the moments). The checkpoint callback runs after every iteration, so only a save that
-  // happens asks for it and the overlap survives the iterations that save nothing.
+  // step, and with --overlap-param-gather the weights' all-gather, may still run beside the next forward:
+  // both are finished first (a save reads the weights, the masters and the moments). The checkpoint
+  // callback runs after every iteration, so only a save that happens asks for it and the overlap survives
+  // the iterations that save nothing.
   AdamW& optimizer() {
+    sync_.finish_weight_gather();
     opt_.finish_host_step();
     return opt_;
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/ops.h"
+#include "cuda/cuda_test_util.h"
 #include "core/tensor.h"
 #include "numerics/adamw.h"
 #include "numerics/bf16.h"
@@ -24,11 +25,6 @@
 namespace pl {
 namespace {
 
-#define PL_REQUIRE_CUDA_DEVICE()                                              \
-  do {                                                                       \
-    std::string why;                                                         \
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 // Float bits equal, or both NaN (whatever their payloads).
 bool same_float(uint32_t a, uint32_t b) {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "backend/ops.h"
+#include "cuda/cuda_test_util.h"
 
 #if defined(PL_WITH_CUDA)
 #include "cuda/numerics_check.h"
@@ -22,11 +23,6 @@
 namespace pl {
 namespace {
 
-#define PL_REQUIRE_CUDA_DEVICE()                                                 \
-  do {                                                                          \
-    std::string why;                                                            \
-    if (cuda_device_count(&why) == 0) GTEST_SKIP() << "no CUDA device: " << why; \
-  } while (0)
 
 #if defined(PL_WITH_CUDA)
 const char* format_name(cuda::ConversionFormat f) {
