@@ -84,24 +84,26 @@ PL_HD float nvfp4_abs_max(const float* x, int n) {
   return m;
 }
 
+// The scale byte of a block whose max |x| is block_amax (written to *scale_out) and its element encode
+// factor enc_b (returned): §1.4-1.5 for s_enc, the per-tensor encode scale. A 1x16 block passes its own
+// amax (nvfp4_abs_max), a 16x16 weight tile the tile's.
+PL_HD float nvfp4_block_scale_and_encode(float block_amax, float s_enc, uint8_t* scale_out) {
+  *scale_out = nvfp4_block_scale(block_amax, s_enc);
+  return nvfp4_block_encode(*scale_out, nvfp4_global_decode_scale(s_enc));
+}
+
 // One 1x16 block, RN (§1.10): writes the E4M3 scale byte and 16 codes (unpacked, one per byte).
 // s_enc is the per-tensor encode scale (nvfp4_global_encode_scale of the tensor amax).
 PL_HD void nvfp4_quantize_block16(const float* x, float s_enc, uint8_t* scale_out, uint8_t codes_out[16]) {
-  const float s_dec = nvfp4_global_decode_scale(s_enc);
-  const uint8_t scale = nvfp4_block_scale(nvfp4_abs_max(x, 16), s_enc);
-  const float enc = nvfp4_block_encode(scale, s_dec);
+  const float enc = nvfp4_block_scale_and_encode(nvfp4_abs_max(x, 16), s_enc, scale_out);
   for (int i = 0; i < 16; ++i) codes_out[i] = nvfp4_encode(x[i], enc);
-  *scale_out = scale;
 }
 
 // Same with stochastic rounding of the codes; rbits[i] is element i's random byte (philox.h).
 PL_HD void nvfp4_quantize_block16_sr(const float* x, float s_enc, const uint8_t rbits[16], uint8_t* scale_out,
                                      uint8_t codes_out[16]) {
-  const float s_dec = nvfp4_global_decode_scale(s_enc);
-  const uint8_t scale = nvfp4_block_scale(nvfp4_abs_max(x, 16), s_enc);
-  const float enc = nvfp4_block_encode(scale, s_dec);
+  const float enc = nvfp4_block_scale_and_encode(nvfp4_abs_max(x, 16), s_enc, scale_out);
   for (int i = 0; i < 16; ++i) codes_out[i] = nvfp4_encode_sr(x[i], enc, rbits[i]);
-  *scale_out = scale;
 }
 
 // Storage byte of elements 2j (lo, bits 3:0) and 2j+1 (hi, bits 7:4) (§1.1).

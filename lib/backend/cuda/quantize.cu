@@ -180,9 +180,7 @@ __device__ __forceinline__ void nvfp4_encode_block(const Nvfp4Out& o, const floa
     num::nvfp4_quantize_block16_sr(v, s_enc, rb, &sc, code);
     for (int k = 0; k < 8; ++k) packed[k] = num::pack_e2m1_pair(code[2 * k], code[2 * k + 1]);
   } else {  // RN: num::nvfp4_quantize_block16 (1x16) or the 2D tile rule, codes by qk::cvt_e2m1x2
-    const float s_dec = num::nvfp4_global_decode_scale(s_enc);
-    sc = num::nvfp4_block_scale(block_2d ? tile_amax : num::nvfp4_abs_max(v, 16), s_enc);
-    const float enc = num::nvfp4_block_encode(sc, s_dec);
+    const float enc = num::nvfp4_block_scale_and_encode(block_2d ? tile_amax : num::nvfp4_abs_max(v, 16), s_enc, &sc);
     for (int k = 0; k < 8; ++k) packed[k] = qk::cvt_e2m1x2(v[2 * k] * enc, v[2 * k + 1] * enc);  // num::nvfp4_encode
   }
   qk::store_bytes(o.data + row * (nb * 8) + blk * 8, packed);

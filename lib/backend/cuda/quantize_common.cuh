@@ -98,13 +98,6 @@ __device__ __forceinline__ float block_max(float v) {
   return v;
 }
 
-// *slot = max(*slot, v) for non-negative, non-NaN floats (their bit patterns order as unsigned
-// integers, +Inf included). The slot must start at +0 (all-zero bytes). The result is the exact max
-// of every value offered, whatever the order: bit-identical to any sequential max.
-__device__ __forceinline__ void atomic_max_nonneg(float* slot, float v) {
-  atomicMax(reinterpret_cast<unsigned int*>(slot), __float_as_uint(v));
-}
-
 __device__ __forceinline__ uint32_t word_of(const uint8_t* b) {
   return static_cast<uint32_t>(b[0]) | (static_cast<uint32_t>(b[1]) << 8) | (static_cast<uint32_t>(b[2]) << 16) |
          (static_cast<uint32_t>(b[3]) << 24);

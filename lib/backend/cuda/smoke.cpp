@@ -142,8 +142,9 @@ std::string quantized_matmul(const OpContext& ctx, QuantFormat f) {
                      quant_format_name(f), kM, kN, kK, worst);
 }
 
-// Attention on the packed QKV rows (the strided Q/K/V views training uses), forward and backward, on the
-// GPU (graphs built by attention_prepare first, as the app does) and on the CPU backend.
+// Attention on the packed QKV rows, forward and backward, on the GPU (graphs built by attention_prepare
+// first, as the app does: strided views of the rows, or packed copies where cuDNN refuses those; the line
+// names which) and on the CPU backend.
 std::string sdpa(DeviceState& state, const OpContext& ctx) {
   const AttentionShape s{1, 64, 2, 1, 64};
   const int64_t T = s.batch * s.seq, W = (s.q_heads + 2 * s.kv_heads) * s.head_dim, O = s.q_heads * s.head_dim;
@@ -172,9 +173,11 @@ std::string sdpa(DeviceState& state, const OpContext& ctx) {
            "cuDNN SDPA ({}): the GPU differs from the CPU backend by {:.3g} (forward out) and {:.3g} (backward dqkv) "
            "of the largest value; a working graph stays under 0.05",
            shape, e_out, e_dqkv);
-  return fmt::format("cuDNN SDPA forward+backward graphs built and run ({}): forward {:.4f}, backward {:.4f} of the "
-                     "largest value from the CPU backend; backward algorithm {}, workspaces {:.2f} / {:.2f} MiB",
-                     shape, e_out, e_dqkv, plan.deterministic_backward ? "deterministic" : "non-deterministic",
+  return fmt::format("cuDNN SDPA forward+backward graphs built and run ({}; on {} / {}): forward {:.4f}, backward "
+                     "{:.4f} of the largest value from the CPU backend; backward algorithm {}, workspaces {:.2f} / "
+                     "{:.2f} MiB",
+                     shape, attention_layout_name(plan.forward_layout), attention_layout_name(plan.backward_layout),
+                     e_out, e_dqkv, plan.deterministic_backward ? "deterministic" : "non-deterministic",
                      static_cast<double>(plan.forward_workspace) / 1048576.0,
                      static_cast<double>(plan.backward_workspace) / 1048576.0);
 }
