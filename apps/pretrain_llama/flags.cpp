@@ -275,6 +275,10 @@ void add_flags(CLI::App& app, Options& o) {
   add_training_flags(app, o);
   add_checkpoint_and_data_flags(app, o);
   add_logging_and_optimizer_flags(app, o);
+  add_schedule_flags(app, o);
+  add_packing_flags(app, o);
+  add_tensorboard_flags(app, o);
+  add_fp8_flags(app, o);
   add_roofline_and_profiling_flags(app, o);
   add_gpu_and_parallel_flags(app, o);
 }
@@ -285,6 +289,10 @@ void validate_flags(const Options& o, const CLI::App& app) {
   validate_train_config(t);
   validate_checkpoint_flags(o, app);
   validate_roofline_flags(o, app);
+  validate_schedule_flags(o, app);
+  validate_packing_flags(o, app);
+  validate_tensorboard_flags(o, app);
+  validate_fp8_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
            "--eval-interval {} needs --eval-iters N > 0 (validation is off by default, as in the playbook)",
            t.eval_interval);

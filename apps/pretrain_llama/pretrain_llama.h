@@ -73,6 +73,20 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
 void check_save_apart_from_inputs(const Options& o, const RunSetup& s);
 RunLayout model_options(const Options& o);
 
+// Issue 27's flag groups, one file each (flags.cpp calls them in add_flags / validate_flags):
+// flags_schedule.cpp: AdamW's and the LR schedule's flags (Megatron's names).
+void add_schedule_flags(CLI::App& app, Options& o);
+void validate_schedule_flags(const Options& o, const CLI::App& app);
+// flags_packing.cpp: document-aware packing (--eod-mask-loss, --reset-position-ids, --reset-attention-mask).
+void add_packing_flags(CLI::App& app, Options& o);
+void validate_packing_flags(const Options& o, const CLI::App& app);
+// flags_tensorboard.cpp: --tensorboard-dir and its companions.
+void add_tensorboard_flags(CLI::App& app, Options& o);
+void validate_tensorboard_flags(const Options& o, const CLI::App& app);
+// flags_fp8.cpp: FP8 delayed scaling's overrides (--fp8-amax-history-len, ...).
+void add_fp8_flags(CLI::App& app, Options& o);
+void validate_fp8_flags(const Options& o, const CLI::App& app);
+
 // banner.cpp
 int print_library_versions();
 void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads, const Logger& out);

@@ -55,8 +55,23 @@ DeviceStateHandle open_device_state(Device device);
 // The compute capability (major*10 + minor) of ctx's GPU, or 0 on the CPU / without a device state.
 int device_sm(const OpContext& ctx);
 
+// Document-aware attention (Megatron's --reset-attention-mask, issue 27): the micro-batch's T = batch*seq
+// tokens, flattened sample by sample, form `count` documents; document i is the tokens
+// [offsets[i], offsets[i+1]) with offsets[0] = 0 and offsets[count] = T. Every sample boundary is also a
+// document boundary (a document lies inside one sample, so it is at most seq tokens long) and no document
+// is empty. Attention is causal within each document and nothing crosses a boundary (block-diagonal).
+// count == 0: no boundaries, causal over each sample (the default).
+// `host` always holds the count+1 offsets (the CPU reads them; the CUDA backend buckets its graphs by
+// count); `device` holds the same values in memory of the CUDA device (uploaded by the model with the
+// micro-batch; unused on the CPU). The pointers are the caller's and outlive the op's call.
+struct DocumentBoundaries {
+  const int32_t* host = nullptr;
+  const int32_t* device = nullptr;
+  int64_t count = 0;
+};
 struct AttentionShape {
   int64_t batch, seq, q_heads, kv_heads, head_dim;
+  DocumentBoundaries docs{};
 };
 struct AdamWStep {
   float lr, beta1, beta2, eps, weight_decay;

@@ -97,6 +97,18 @@ struct TrainConfig {
   int64_t profile_step_end = 12;
   std::vector<int64_t> profile_ranks{0};
 
+  // ---- issue 27: AdamW's and the LR schedule's flags (flags_schedule.cpp) ----
+  // (their fields here)
+
+  // ---- issue 27: document-aware packing (flags_packing.cpp) ----
+  // (their fields here)
+
+  // ---- issue 27: TensorBoard (flags_tensorboard.cpp) ----
+  // (their fields here)
+
+  // ---- issue 27: FP8 delayed scaling's overrides (flags_fp8.cpp) ----
+  // (their fields here)
+
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global
   // batches; (train_iters / eval_interval + 1) * eval_iters for validation (one evaluation every
