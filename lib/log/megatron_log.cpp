@@ -20,6 +20,7 @@ std::string iteration_line(const IterationFields& f, const std::string& timestam
   if (f.lm_loss) s += fmt::format(" lm loss: {:.6E} |", *f.lm_loss);
   s += fmt::format(" loss scale: {:.1f} |", f.loss_scale);
   if (f.grad_norm) s += fmt::format(" grad norm: {:.3f} |", *f.grad_norm);
+  if (f.params_norm) s += fmt::format(" params norm: {:.3f} |", *f.params_norm);  // (Megatron: after num zeros)
   s += fmt::format(" number of skipped iterations: {:3d} |", f.skipped_iterations);
   s += fmt::format(" number of nan iterations: {:3d} |", f.nan_iterations);
   return s;

@@ -25,6 +25,7 @@ struct IterationFields {
   std::optional<double> lm_loss;    // absent when every iteration of the interval was skipped
   double loss_scale = 1.0;
   std::optional<double> grad_norm;
+  std::optional<double> params_norm;  // --log-params-norm
   int64_t skipped_iterations = 0;   // in this interval
   int64_t nan_iterations = 0;       // in this interval
 };
