@@ -1,6 +1,7 @@
 #pragma once
 // Training settings: the playbook's flags and Megatron-Bridge's recipe defaults.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,7 +99,30 @@ struct TrainConfig {
   std::vector<int64_t> profile_ranks{0};
 
   // ---- issue 27: AdamW's and the LR schedule's flags (flags_schedule.cpp) ----
-  // (their fields here)
+  // Megatron-LM's names and meanings (megatron/training/arguments.py, megatron/training/config/
+  // training_config.py SchedulerConfig, megatron/core/optimizer_param_scheduler.py). Defaults: Megatron-Bridge's
+  // Llama 3 recipe as before (AdamW betas 0.9/0.95, eps 1e-8, decay 0.033, clip 1.0, cosine over train_iters).
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_eps = 1e-8;
+  double clip_grad = 1.0;  // --clip-grad: the global-norm bound; 0 = no clipping
+  // --weight-decay, or with --weight-decay-incr-style linear|cosine Megatron's get_wd from
+  // --start-weight-decay to --end-weight-decay over the train_iters x global batch samples.
+  double weight_decay = 0.033;
+  std::optional<double> start_weight_decay, end_weight_decay;
+  std::string weight_decay_incr_style = "constant";  // constant | linear | cosine
+  std::string lr_decay_style = "cosine";             // constant | linear | cosine | inverse-square-root | WSD
+  int64_t lr_decay_iters = 0;                        // 0: train_iters (Megatron's None)
+  std::optional<double> lr_warmup_fraction;          // of the decay span, in samples (may be fractional)
+  std::string lr_wsd_decay_style = "exponential";    // WSD's anneal: exponential | linear | cosine | minus_sqrt
+  int64_t lr_wsd_decay_iters = 0;                    // WSD's anneal length (required with WSD)
+  // Megatron's rule for a warmup that reaches the decay span (an error) applies when the user chose the
+  // schedule (--warmup-iters, --lr-warmup-fraction or --lr-decay-iters given); the recipe's default warmup
+  // of 2 against --train-iters 1 or 2 keeps Bridge's cap to decay - 1 (said in the banner).
+  bool schedule_given = false;
+  double init_method_std = 0.0;      // --init-method-std over the model config's (0: the config's)
+  double exit_duration_in_mins = 0;  // --exit-duration-in-mins: save and stop after this wall time; 0 = off
+  bool log_params_norm = false;      // --log-params-norm: " params norm: X |" in the iteration line
 
   // ---- issue 27: document-aware packing (flags_packing.cpp) ----
   // (their fields here)

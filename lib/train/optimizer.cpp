@@ -25,6 +25,11 @@ DType optimizer_state_dtype(const std::string& flag_value) {
 OptimizerConfig optimizer_config(const TrainConfig& t) {
   validate_optimizer_dtypes(t);
   OptimizerConfig c;
+  c.beta1 = t.adam_beta1;
+  c.beta2 = t.adam_beta2;
+  c.eps = t.adam_eps;
+  c.weight_decay = t.weight_decay;
+  c.clip_grad = t.clip_grad;
   c.exp_avg_dtype = optimizer_state_dtype(t.exp_avg_dtype);
   c.exp_avg_sq_dtype = optimizer_state_dtype(t.exp_avg_sq_dtype);
   c.offload = t.optimizer_cpu_offload;
@@ -347,7 +352,23 @@ AdamW::HostWork AdamW::take_host_work() {
   return std::exchange(host_work_, HostWork{});
 }
 
-AdamW::Result AdamW::step(double lr) {
+double AdamW::master_weights_norm() {
+  finish_host_step();
+  const Tensor master = model_.master().flat;
+  if (model_.sharded()) {
+    const ShardLayout& sh = model_.shard();
+    return std::sqrt(sharded_sum_of_squares(master.rows(sh.real_begin() - sh.begin, sh.real_size())));
+  }
+  OpContext ctx = model_.context();
+  ctx.timers = nullptr;  // (not the optimizer's clip timer: this is logging)
+  if (master.device == Device::CPU) {  // the offload's masters are on the host
+    ctx.device = Device::CPU;
+    ctx.gpu = nullptr;
+  }
+  return std::sqrt(sum_of_squares(ctx, master));
+}
+
+AdamW::Result AdamW::step(double lr, double weight_decay) {
   finish_host_step();  // (the last one is done by now: the forward waited for every chunk)
   const OpContext& ctx = model_.context();
   Result r;
@@ -365,7 +386,7 @@ AdamW::Result AdamW::step(double lr) {
     return r;
   }
   const double clip = cfg_.clip_grad / (r.grad_norm + 1e-6);
-  const float grad_scale = clip < 1.0 ? static_cast<float>(clip) : 1.0f;
+  const float grad_scale = cfg_.clip_grad > 0.0 && clip < 1.0 ? static_cast<float>(clip) : 1.0f;
   ++step_;
   const int64_t n = state_elements();
   AdamWStep s;
@@ -373,7 +394,7 @@ AdamW::Result AdamW::step(double lr) {
   s.beta1 = static_cast<float>(cfg_.beta1);
   s.beta2 = static_cast<float>(cfg_.beta2);
   s.eps = static_cast<float>(cfg_.eps);
-  s.weight_decay = static_cast<float>(cfg_.weight_decay);  // 0 inside no_decay_ (the norm weights)
+  s.weight_decay = static_cast<float>(weight_decay);  // 0 inside no_decay_ (the norm weights)
   s.step = step_;
   s.grad_scale = grad_scale;
   if (offload_) {

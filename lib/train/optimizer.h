@@ -42,8 +42,8 @@ struct OptimizerConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double weight_decay = 0.033;  // Bridge's effective decay (the scheduler's constant 0.033)
-  double clip_grad = 1.0;
+  double weight_decay = 0.033;  // Bridge's effective decay (the scheduler's constant 0.033); step(lr) uses it
+  double clip_grad = 1.0;       // the global-norm bound; 0: no clipping (Megatron's clip_grad > 0.0 test)
   // The precision-aware optimizer's moment dtypes (--exp-avg-dtype / --exp-avg-sq-dtype): F32 or BF16
   // (stored as 2-byte bf16 on every backend; num::adamw_element_stored loads, computes in FP32, stores RNE).
   DType exp_avg_dtype = DType::F32;
@@ -57,7 +57,8 @@ struct OptimizerConfig {
   bool overlap_host_step = false;
 };
 
-// The optimizer settings of a run: the defaults with the run's state dtypes (validated flags).
+// The optimizer settings of a run: AdamW's hyper-parameters (--adam-beta1/2, --adam-eps, --weight-decay,
+// --clip-grad) and the state dtypes (validated flags).
 OptimizerConfig optimizer_config(const TrainConfig& t);
 // "fp32" -> F32, "bf16" -> BF16 (the moment dtypes this optimizer stores).
 DType optimizer_state_dtype(const std::string& flag_value);
@@ -81,8 +82,14 @@ class AdamW {
     double grad_norm = 0.0;  // before clipping
     bool skipped = false;    // grad norm not finite: no update
   };
-  // One step at learning rate lr. A non-finite gradient norm skips the update (nothing changes).
-  Result step(double lr);
+  // One step at learning rate lr and decoupled weight decay weight_decay (the schedule's; without it the
+  // config's). A non-finite gradient norm skips the update (nothing changes). The gradient norm is computed
+  // with clipping off too (--clip-grad 0): the skip and the log line read it (Megatron then logs 0.0).
+  Result step(double lr, double weight_decay);
+  Result step(double lr) { return step(lr, cfg_.weight_decay); }
+  // --log-params-norm: the L2 norm of the FP32 master weights, over the ranks' shards with the distributed
+  // optimizer (Megatron's calc_params_l2_norm on the main params). Finishes an overlapped host step first.
+  double master_weights_norm();
   // The offload's listener for the last micro-batch's backward (StepOptions::grads_final_from): queues
   // the copy to the host of every chunk whose gradients are now final. Null without offload.
   // (Bound to this object at each call, so a moved AdamW hands out a listener that points at itself.)

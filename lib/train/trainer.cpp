@@ -73,8 +73,8 @@ Trainer::Trainer(LlamaModel& model, const TrainConfig& cfg, BatchFn batches, Lin
       comm_(own_comm_ ? own_comm_.get() : ranks.comm),
       opt_(model, optimizer_config(cfg), world_),
       sync_(model, *comm_, cfg),
-      schedule_(LrSchedule::from_iterations(cfg.lr, cfg.min_lr, cfg.warmup_iters, cfg.train_iters,
-                                            cfg.global_batch_size)) {
+      schedule_(LrSchedule::from_config(cfg)),
+      start_time_(std::chrono::steady_clock::now()) {
   validate_train_config(cfg_);
   PL_CHECK(world_->size() == cfg.data_parallel_size && comm_->size() == cfg.data_parallel_size,
            "internal: data-parallel size {} but {} ranks", cfg.data_parallel_size, world_->size());
@@ -329,7 +329,7 @@ AdamW::Result Trainer::optimizer_step(RunState& r, double loss, double lr) {
   timers.start(TimerId::Optimizer);
   AdamW::Result step{};
   if (std::isfinite(loss)) {
-    step = opt_.step(lr);
+    step = opt_.step(lr, schedule_.wd_at(r.st.scheduler_samples));
   } else {
     step.grad_norm = std::nan("");
     step.skipped = true;
@@ -373,6 +373,7 @@ void Trainer::log_interval(RunState& r, int64_t iteration) {
   f.global_batch_size = cfg_.global_batch_size;
   if (st.interval_good > 0) f.lm_loss = st.interval_loss / static_cast<double>(st.interval_good);
   f.grad_norm = r.res.grad_norm.back();  // the last iteration's
+  if (cfg_.log_params_norm) f.params_norm = opt_.master_weights_norm();  // (after the interval's last step)
   f.skipped_iterations = st.interval_skipped;
   f.nan_iterations = st.interval_nan;
   print_last(log::iteration_line(f, log::now_timestamp()));
@@ -449,12 +450,26 @@ bool Trainer::after_iteration(RunState& r, int64_t iteration) {
     r.exited = last = true;
     r.res.stop_signal = sig;
   }
+  const double minutes = exit_duration_minutes();
+  if (!last && minutes > 0.0) r.exited = last = true;
   // (A save finishes the weight gather and the host step through optimizer(): an iteration that saves
   // nothing leaves them running into the next forward.)
   if (checkpoint_) checkpoint_(r.st, last);
   if (r.res.stop_signal != 0 && world_->rank() == 0)
     out_(fmt::format("exiting program after receiving {} at iteration {}", sigabbrev(r.res.stop_signal), iteration));
+  else if (r.exited && minutes > 0.0 && world_->rank() == 0)  // Megatron's print_datetime line
+    out_(fmt::format("[exiting program after {} minutes] datetime: {} ", minutes, log::now_timestamp()));
   return r.exited;
+}
+
+// --exit-duration-in-mins (Megatron's training.py after every iteration: the minutes since the program
+// started, the ranks' decisions combined with a MAX all-reduce, then save and exit): this rank's elapsed
+// minutes when any rank is past the budget, else 0.
+double Trainer::exit_duration_minutes() const {
+  if (!(cfg_.exit_duration_in_mins > 0.0)) return 0.0;
+  const double minutes = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count() / 60.0;
+  const double over = minutes > cfg_.exit_duration_in_mins ? 1.0 : 0.0;
+  return (world_->size() > 1 ? world_->all_reduce_sum(over) : over) > 0.0 ? minutes : 0.0;
 }
 
 // --exit-signal-handler (Megatron's DistributedSignalHandler: every rank's signal state is gathered

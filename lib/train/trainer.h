@@ -1,6 +1,7 @@
 #pragma once
 // The training loop: micro-batch gradient accumulation with Megatron's loss averaging, AdamW with
 // clipping, the sample-based LR schedule, NaN/Inf skipping, and the Megatron log lines.
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cmath>
@@ -121,6 +122,9 @@ class Trainer {
   // --profile window when --profile is given, else every iteration this process runs but its first (which
   // builds plans and warms caches) unless it runs only one.
   void set_roofline_listener(RooflineFn fn) { roofline_ = std::move(fn); }
+  // --exit-duration-in-mins counts from here (default: the trainer's construction); the app passes the
+  // time its process started, as Megatron's _TRAIN_START_TIME.
+  void set_start_time(std::chrono::steady_clock::time_point t) { start_time_ = t; }
 
  private:
   struct RunState;  // one run()'s loop state (trainer.cpp)
@@ -137,6 +141,7 @@ class Trainer {
   }
   bool after_iteration(RunState& r, int64_t iteration);
   int signal_seen() const;
+  double exit_duration_minutes() const;
   void log_quant_stats(int64_t iteration);
   std::string host_optimizer_line(int64_t iterations);
   std::vector<log::TimerOverRanks> timers_over_ranks(std::span<const TimerReading> mine) const;
@@ -163,6 +168,7 @@ class Trainer {
   const volatile std::sig_atomic_t* stop_flag_ = nullptr;
   RooflineFn roofline_;
   LrSchedule schedule_;
+  std::chrono::steady_clock::time_point start_time_;
 };
 
 }  // namespace pl
