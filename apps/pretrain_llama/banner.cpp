@@ -12,6 +12,7 @@
 #include "log/megatron_log.h"
 #include "model/accounting.h"
 #include "model/llama.h"
+#include "train/lr_schedule.h"
 
 extern "C" char* openblas_get_config(void);
 
@@ -68,13 +69,35 @@ DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& c
 
 void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, const Logger& out) {
   out->info("pretrain_llama | training: {} iterations, global batch {} = {} micro-batches x {} samples x {} tokens, "
-            "lr {:.3g} -> {:.3g} (cosine, warmup {}), seed {}, log interval {}",
+            "lr {:.3g} -> {:.3g} ({}, warmup {}), seed {}, log interval {}",
             t.train_iters, t.global_batch_size, t.num_micro_batches(), t.micro_batch_size, t.seq_length, t.lr,
-            t.min_lr, t.warmup_iters, t.seed, t.log_interval);
+            t.min_lr, t.lr_decay_style, t.lr_warmup_fraction ? fmt::format("fraction {}", *t.lr_warmup_fraction)
+                                                              : fmt::format("{}", t.warmup_iters),
+            t.seed, t.log_interval);
+  print_optimizer_and_schedule(mc, t, out);
   print_optimizer_state(t, out);
   const MegatronParamCounts pc = megatron_param_counts(mc);
   // Five lines in one message: the "%v" pattern prints them as they are, each ending in a newline.
   out->info("{}", log::parameter_lines(pc.transformer_layers, pc.embedding_layers, kWeightAndOptimizerBytesPerParam));
+}
+
+// The effective AdamW hyper-parameters and LR / weight-decay schedule (issue 27's flags, or the recipe's
+// defaults), as the optimizer and LrSchedule::from_config will use them.
+void print_optimizer_and_schedule(const ModelConfig& mc, const TrainConfig& t, const Logger& out) {
+  const LrSchedule s = LrSchedule::from_config(t);
+  const std::string wd = s.wd_incr_style == "constant"
+                             ? fmt::format("{}", s.end_wd)
+                             : fmt::format("{} -> {} ({} over {} iterations)", s.start_wd, s.end_wd, s.wd_incr_style,
+                                           t.train_iters);
+  out->info("pretrain_llama | optimizer: AdamW beta1 {}, beta2 {}, eps {}, weight decay {} (not on 1-D norm weights), "
+            "{}, init std {}",
+            t.adam_beta1, t.adam_beta2, t.adam_eps, wd,
+            t.clip_grad > 0.0 ? fmt::format("gradients clipped to global norm {}", t.clip_grad)
+                              : std::string("no gradient clipping (--clip-grad 0)"),
+            mc.init_method_std);
+  out->info("pretrain_llama | lr schedule: {} -> {}, {}{}{}", t.lr, t.min_lr, s.describe(t.global_batch_size),
+            t.exit_duration_in_mins > 0.0 ? fmt::format(" | exit after {} minutes", t.exit_duration_in_mins) : "",
+            t.log_params_norm ? " | params norm logged" : "");
 }
 
 // The precision-aware optimizer's one banner line (only when --use-precision-aware-optimizer is given,

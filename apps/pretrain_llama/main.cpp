@@ -33,6 +33,9 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace pl::pretrain {
 namespace {
 
+// When the process started (before main, as Megatron's _TRAIN_START_TIME before its imports).
+const std::chrono::steady_clock::time_point g_program_start = std::chrono::steady_clock::now();
+
 // --exit-signal-handler: the first SIGTERM/SIGINT is recorded for the trainer (read after each iteration);
 // a second one restores the default action and re-raises it, so the process ends at once.
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -223,6 +226,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
       [&](const std::string& line) { in.lines->info("{}", line); },
       EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
       DataParallelRanks{&world, &comm});
+  trainer->set_start_time(g_program_start);  // --exit-duration-in-mins counts from the program's start
   print_data_parallel(world, comm, t, model, trainer->gradient_buckets(), out);
   attach_roofline(*trainer, o, in.setup, std::move(ceilings), out);
   if (!o.save.empty())  // (every rank takes part in agree_or_fail; rank 0 holds the lock)
@@ -315,6 +319,7 @@ int run(const parallel::World& world, int argc, char** argv) {
   if (const int rc = agree_or_fail(world, [&] {
         validate_flags(o, app);
         setup = resolve_model_and_plan(o, app, argv[0]);
+        apply_init_method_std(o, setup);
         check_save_apart_from_inputs(o, setup);
       }))
     return rc;

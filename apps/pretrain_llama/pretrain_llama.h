@@ -77,6 +77,8 @@ RunLayout model_options(const Options& o);
 // flags_schedule.cpp: AdamW's and the LR schedule's flags (Megatron's names).
 void add_schedule_flags(CLI::App& app, Options& o);
 void validate_schedule_flags(const Options& o, const CLI::App& app);
+// --init-method-std over the resolved model config (after resolve_model_and_plan).
+void apply_init_method_std(const Options& o, RunSetup& s);
 // flags_packing.cpp: document-aware packing (--eod-mask-loss, --reset-position-ids, --reset-attention-mask).
 void add_packing_flags(CLI::App& app, Options& o);
 void validate_packing_flags(const Options& o, const CLI::App& app);
@@ -93,6 +95,7 @@ void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device
 DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx, const Logger& out);
 void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, const Logger& out);
 void print_optimizer_state(const TrainConfig& t, const Logger& out);
+void print_optimizer_and_schedule(const ModelConfig& mc, const TrainConfig& t, const Logger& out);
 void print_data_parallel(const parallel::World& world, const parallel::Communicator& comm, const TrainConfig& t,
                          const LlamaModel& model, size_t buckets, const Logger& out);
 void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out);
