@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <ctime>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -81,6 +82,79 @@ TrainState state_from_json(const json& j, const std::string& file) {
   return s;
 }
 
+// Issue 27's optimizer and schedule settings (Megatron's scheduler state_dict holds the schedule's; here
+// AdamW's too). An unset optional is null.
+json optional_json(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+json schedule_json(const TrainConfig& t) {
+  return json{{"adam_beta1", t.adam_beta1},
+              {"adam_beta2", t.adam_beta2},
+              {"adam_eps", t.adam_eps},
+              {"clip_grad", t.clip_grad},
+              {"weight_decay", t.weight_decay},
+              {"start_weight_decay", optional_json(t.start_weight_decay)},
+              {"end_weight_decay", optional_json(t.end_weight_decay)},
+              {"weight_decay_incr_style", t.weight_decay_incr_style},
+              {"lr_decay_style", t.lr_decay_style},
+              {"lr_decay_iters", t.lr_decay_iters},
+              {"lr_warmup_fraction", optional_json(t.lr_warmup_fraction)},
+              {"lr_wsd_decay_style", t.lr_wsd_decay_style},
+              {"lr_wsd_decay_iters", t.lr_wsd_decay_iters}};
+}
+
+// Read back; a checkpoint written before these settings existed has no "schedule" object: it was trained
+// with the defaults (the only values there were), which TrainConfig holds.
+void schedule_from_json(const json& meta, const std::string& file, TrainConfig& t) {
+  if (!meta.contains("schedule")) return;
+  const json j = json_field<json>(meta, "schedule", file);
+  const auto optional = [&](const char* key) -> std::optional<double> {
+    if (j.is_object() && j.contains(key) && j.at(key).is_null()) return std::nullopt;
+    return json_field<double>(j, key, file);
+  };
+  t.adam_beta1 = json_field<double>(j, "adam_beta1", file);
+  t.adam_beta2 = json_field<double>(j, "adam_beta2", file);
+  t.adam_eps = json_field<double>(j, "adam_eps", file);
+  t.clip_grad = json_field<double>(j, "clip_grad", file);
+  t.weight_decay = json_field<double>(j, "weight_decay", file);
+  t.start_weight_decay = optional("start_weight_decay");
+  t.end_weight_decay = optional("end_weight_decay");
+  t.weight_decay_incr_style = json_field<std::string>(j, "weight_decay_incr_style", file);
+  t.lr_decay_style = json_field<std::string>(j, "lr_decay_style", file);
+  t.lr_decay_iters = json_field<int64_t>(j, "lr_decay_iters", file);
+  t.lr_warmup_fraction = optional("lr_warmup_fraction");
+  t.lr_wsd_decay_style = json_field<std::string>(j, "lr_wsd_decay_style", file);
+  t.lr_wsd_decay_iters = json_field<int64_t>(j, "lr_wsd_decay_iters", file);
+}
+
+std::string text_of(double v) { return fmt::format("{}", v); }
+std::string text_of(const std::string& v) { return v; }
+std::string text_of(const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string("(not given)"); }
+
+// One line per changed value, naming the flag, saved -> now (Megatron's OptimizerParamScheduler logs each
+// value it checks against the checkpoint); the run follows the command line.
+void add_schedule_changes(const TrainConfig& saved, const TrainConfig& now, std::vector<std::string>& notes) {
+  const auto note = [&](const char* flag, const auto& before, const auto& after) {
+    if (before != after)
+      notes.push_back(fmt::format("checkpoint saved with {} {}, resuming with {} {} (the command line's value is used)",
+                                  flag, text_of(before), flag, text_of(after)));
+  };
+  note("--adam-beta1", saved.adam_beta1, now.adam_beta1);
+  note("--adam-beta2", saved.adam_beta2, now.adam_beta2);
+  note("--adam-eps", saved.adam_eps, now.adam_eps);
+  note("--clip-grad", saved.clip_grad, now.clip_grad);
+  note("--weight-decay", saved.weight_decay, now.weight_decay);
+  note("--start-weight-decay", saved.start_weight_decay, now.start_weight_decay);
+  note("--end-weight-decay", saved.end_weight_decay, now.end_weight_decay);
+  note("--weight-decay-incr-style", saved.weight_decay_incr_style, now.weight_decay_incr_style);
+  note("--lr-decay-style", saved.lr_decay_style, now.lr_decay_style);
+  // (0: not given, the default span of --train-iters / none.)
+  const auto iters = [](int64_t v) { return v > 0 ? std::optional<double>(static_cast<double>(v)) : std::nullopt; };
+  note("--lr-decay-iters", iters(saved.lr_decay_iters), iters(now.lr_decay_iters));
+  note("--lr-warmup-fraction", saved.lr_warmup_fraction, now.lr_warmup_fraction);
+  note("--lr-wsd-decay-style", saved.lr_wsd_decay_style, now.lr_wsd_decay_style);
+  note("--lr-wsd-decay-iters", iters(saved.lr_wsd_decay_iters), iters(now.lr_wsd_decay_iters));
+}
+
 }  // namespace
 
 std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run) {
@@ -99,6 +173,7 @@ std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_ste
                     {"fp32_reference", t.fp32_reference}, {"eval_interval", t.eval_interval},
                     {"eval_iters", t.eval_iters},     {"data_parallel_size", t.data_parallel_size},
                     {"use_distributed_optimizer", t.use_distributed_optimizer}};
+  j["schedule"] = schedule_json(t);
   j["train_state"] = state_json(st);
   j["optimizer"] = json{{"steps_taken", optimizer_steps}};
   j["data"] = json{{"description", run.data},
@@ -149,6 +224,7 @@ void read_checkpoint_metadata(const std::string& meta_path, const std::string& m
   v.train.min_lr = json_field<double>(t, "min_lr", meta_path);
   // (Absent before data parallelism: one rank.)
   if (t.contains("data_parallel_size")) v.train.data_parallel_size = json_field<int64_t>(t, "data_parallel_size", meta_path);
+  schedule_from_json(meta, meta_path, v.train);
   v.state = state_from_json(json_field<json>(meta, "train_state", meta_path), meta_path);
   v.optimizer_steps = json_field<int64_t>(json_field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
   PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path,
@@ -203,6 +279,7 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
   if (c.train.lr != t.lr || c.train.min_lr != t.min_lr)
     notes.push_back(fmt::format("checkpoint saved with --lr {} --min-lr {}, resuming with --lr {} --min-lr {}",
                                 c.train.lr, c.train.min_lr, t.lr, t.min_lr));
+  add_schedule_changes(c.train, t, notes);
   return notes;
 }
 
