@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# Runs a grid of pretrain_llama settings: recipes x micro-batch sizes x sequence lengths (x seeds), one
-# log per point named by its settings, then one CSV of the summary figures (a row per point, from
-# scripts/compare_logs.py --csv) and the comparison figure over all points (compare_logs.py --png).
+# Runs a grid of pretrain_llama settings: recipes x micro-batch sizes x sequence lengths (x seeds) (x the
+# values of any other flag, --vary), one log per point named by its settings, then one CSV of the summary
+# figures (a row per point, from scripts/compare_logs.py --csv) and the comparison figure over all points
+# (compare_logs.py --png).
 #
 #   scripts/sweep.sh --recipes bf16_mixed,bf16_with_nvfp4_mixed --mbs 1,2 --seq 128 --out DIR \
-#       [--seeds 1234,1235] [--bin PATH] [--no-png] -- <extra pretrain_llama flags>
+#       [--seeds 1234,1235] [--vary --FLAG=V1,V2 ...] [--bin PATH] [--no-png] -- <extra pretrain_llama flags>
+#
+# --vary --FLAG=V1,V2[,...] (repeatable): one more axis, pretrain_llama's --FLAG taking each value in turn
+# (innermost, in the order given). Weight decay x LR decay style on llama_tiny (four points):
+#
+#   scripts/sweep.sh --recipes bf16_mixed --mbs 1 --seq 64 --vary --weight-decay=0.033,0.1 \
+#       --vary --lr-decay-style=cosine,WSD --out DIR -- --model llama_tiny --device cpu --train-iters 20 \
+#       --global-batch-size 4 --lr-wsd-decay-iters 5
 #
 # Writes, in DIR:
-#   RECIPE_mbsM_seqS[_seedN].log  each point's output (stdout and stderr), its first line the command
-#   sweep.csv                     the point's settings (recipe, mbs, seq_length[, seed]) then
-#                                 compare_logs.py's columns; the first point is the reference of the gaps
+#   RECIPE_mbsM_seqS[_seedN][_FLAG-VALUE...].log  each point's output (stdout and stderr), its first line
+#                                 the command (FLAG without its dashes, e.g. _weight-decay-0.1)
+#   sweep.csv                     the point's settings (recipe, mbs, seq_length[, seed][, one column per
+#                                 --vary flag, named like weight_decay]) then compare_logs.py's columns;
+#                                 the first point is the reference of the gaps
 #   sweep.png                     compare_logs.py's figure over all complete points (unless --no-png)
 # Resumable: a point whose log is complete (its last line is pretrain_llama's summary line) is skipped;
 # a point runs into DIR/.NAME.log.partial, renamed to NAME.log when complete; a failed run's output is
@@ -28,9 +38,14 @@ source "$repo/scripts/script_util.sh"  # die, quote_words, print_usage, find_pyt
 usage() { print_usage "${BASH_SOURCE[0]}"; }
 
 recipes_arg="" mbs_arg="" seq_arg="" seeds_arg="" out="" bin="$repo/build/apps/pretrain_llama" png=1
-extra=()
+extra=() vary_flags=() vary_values=()
 while (($#)); do
   case "$1" in
+    --vary)
+      (($# >= 2)) && [[ "$2" =~ ^--[A-Za-z0-9][A-Za-z0-9-]*=. ]] ||
+        die "--vary needs --FLAG=V1,V2 (a pretrain_llama flag, '=', its values), got '${2:-}'"
+      vary_flags+=("${2%%=*}") vary_values+=("${2#*=}")
+      shift 2 ;;
     --recipes|--mbs|--seq|--seeds|--out|--bin)
       (($# >= 2)) && [[ -n "$2" && "$2" != --* ]] || die "$1 needs a value"
       case "$1" in
@@ -73,6 +88,22 @@ split_list mbss --mbs "$mbs_arg" int
 split_list seqs --seq "$seq_arg" int
 seeds=("")
 [[ -z "$seeds_arg" ]] || split_list seeds --seeds "$seeds_arg" int
+# --vary: each axis's values (checked like the others; a value names logs, so it is one plain word).
+for a in "${!vary_flags[@]}"; do
+  f=${vary_flags[a]}
+  case "$f" in
+    --recipe|--disable-fp4|--micro-batch-size|--seq-length|--seed)
+      die "--vary $f: the grid sets $f itself (use --recipes, --mbs, --seq or --seeds)" ;;
+  esac
+  for ((b = 0; b < a; b++)); do [[ "${vary_flags[b]}" != "$f" ]] || die "--vary $f given twice"; done
+  split_list _values "--vary $f" "${vary_values[a]}" str
+  for v in "${_values[@]}"; do
+    [[ "$v" =~ ^[A-Za-z0-9._+-]+$ ]] || die "--vary $f: value '$v' cannot name a log (letters, digits and ._+- only)"
+  done
+  for flag in "${extra[@]}"; do
+    [[ "$flag" != "$f" && "$flag" != "$f="* ]] || die "'$flag' after -- is also varied by --vary $f"
+  done
+done
 
 # Flags the grid sets itself must not come again after --.
 for flag in "${extra[@]}"; do
@@ -104,20 +135,39 @@ mkdir -p "$out" 2>/dev/null || die "--out $out: cannot create the directory"
 
 find_python
 
-# The points, in order: seeds (outermost), recipes, micro-batch sizes, sequence lengths.
+# The --vary axes' combinations, the last axis fastest: each as name suffix, CSV cells and flags.
+combo_names=("") combo_settings=("") combo_args=("")
+for a in "${!vary_flags[@]}"; do
+  f=${vary_flags[a]}
+  IFS=, read -r -a _values <<<"${vary_values[a]}"
+  next_names=() next_settings=() next_args=()
+  for c in "${!combo_names[@]}"; do
+    for v in "${_values[@]}"; do
+      next_names+=("${combo_names[c]}_${f#--}-$v") next_settings+=("${combo_settings[c]},$v")
+      next_args+=("${combo_args[c]} $(quote_words "$f" "$v")")
+    done
+  done
+  combo_names=("${next_names[@]}") combo_settings=("${next_settings[@]}") combo_args=("${next_args[@]}")
+done
+
+# The points, in order: seeds (outermost), recipes, micro-batch sizes, sequence lengths, --vary axes.
 names=() settings=() cmds=()
 for seed in "${seeds[@]}"; do
   for i in "${!recipes[@]}"; do
     for m in "${mbss[@]}"; do
       for s in "${seqs[@]}"; do
-        name="${labels[i]}_mbs${m}_seq${s}"
-        args=(--recipe "${recipe_args[i]}" --micro-batch-size "$m" --seq-length "$s")
-        setting="${labels[i]},$m,$s"
-        if [[ -n "$seed" ]]; then
-          name+="_seed${seed}" args+=(--seed "$seed") setting+=",$seed"
-        fi
-        args+=("${extra[@]}")
-        names+=("$name") settings+=("$setting") cmds+=("$(quote_words "${args[@]}")")
+        for c in "${!combo_names[@]}"; do
+          name="${labels[i]}_mbs${m}_seq${s}"
+          args=(--recipe "${recipe_args[i]}" --micro-batch-size "$m" --seq-length "$s")
+          setting="${labels[i]},$m,$s"
+          if [[ -n "$seed" ]]; then
+            name+="_seed${seed}" args+=(--seed "$seed") setting+=",$seed"
+          fi
+          eval "args+=(${combo_args[c]})"  # the quoted words of this combination's flags
+          args+=("${extra[@]}")
+          name+=${combo_names[c]} setting+=${combo_settings[c]}
+          names+=("$name") settings+=("$setting") cmds+=("$(quote_words "${args[@]}")")
+        done
       done
     done
   done
@@ -210,6 +260,10 @@ if ((rc != 0)); then
 fi
 head_cols="recipe,mbs,seq_length"
 [[ -z "$seeds_arg" ]] || head_cols+=",seed"
+for f in "${vary_flags[@]}"; do
+  col=${f#--}
+  head_cols+=",${col//-/_}"
+done
 tmp_csv="$out/.sweep.csv.partial"
 partial="$tmp_csv"
 {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ctest Sweep.script: scripts/sweep.sh on a 2x1x1 grid of llama_tiny (BF16 and NVFP4, 3 iterations): the
 logs, the CSV checked against the logs, the figure, a rerun that does no work, an incomplete log rerun,
-a failed point, a seed axis, Ctrl-C, and one-line errors for bad arguments. Plain unittest; no GPU.
+a failed point, a seed axis, two --vary axes (weight decay x LR decay style), Ctrl-C, and one-line errors
+for bad arguments. Plain unittest; no GPU.
 
 Environment (set by tests/CMakeLists.txt): PL_APP_PATH (the built pretrain_llama).
 """
@@ -221,6 +222,31 @@ class SweepMore(unittest.TestCase):
             losses.append(hand_parse(os.path.join(out, f"bf16_mixed_mbs{MBS}_seq{SEQ}_seed{s}.log"))[2])
         self.assertNotEqual(losses[0], losses[1])
 
+    def test_vary(self):
+        # Two --vary axes: 2 x 2 points, the last axis fastest, each log named and each CSV row filled by them.
+        out = os.path.join(self.tmp.name, "v")
+        extra = EXTRA + ["--warmup-iters", "0", "--lr-wsd-decay-iters", "1"]
+        rc, stdout, err = grid(out, recipes=["bf16_mixed"], extra=extra,
+                               more=("--no-png", "--vary", "--weight-decay=0.033,0.1",
+                                     "--vary", "--lr-decay-style=cosine,WSD"))
+        self.assertEqual(rc, 0, stdout + err)
+        points = [("0.033", "cosine"), ("0.033", "WSD"), ("0.1", "cosine"), ("0.1", "WSD")]
+        names = [f"bf16_mixed_mbs{MBS}_seq{SEQ}_weight-decay-{wd}_lr-decay-style-{style}" for wd, style in points]
+        self.assertEqual(sorted(f for f in os.listdir(out) if f.endswith(".log")), sorted(n + ".log" for n in names))
+        with open(os.path.join(out, "sweep.csv"), newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        self.assertEqual([(r["weight_decay"], r["lr_decay_style"]) for r in rows], points)
+        self.assertEqual([r["log"] for r in rows], [n + ".log" for n in names])
+        lrs = []
+        for (wd, style), name in zip(points, names):
+            text = read(os.path.join(out, name + ".log"))
+            self.assertIn(f"--weight-decay {wd} --lr-decay-style {style} --model llama_tiny", text.splitlines()[0])
+            self.assertIn(f"weight decay {wd} (", text)  # the banner: the point ran with its values
+            self.assertIn(f"lr schedule: 0.0003 -> 3e-05, {style}, ", text)
+            lrs.append(re.findall(r"iteration +1/ +\d+ \|.*learning rate: (\S+) \|", text))
+        self.assertEqual(lrs[0], lrs[2])
+        self.assertNotEqual(lrs[0], lrs[1])  # WSD holds the peak where cosine decays
+
     def test_interrupt(self):
         out = os.path.join(self.tmp.name, "i")
         extra = [("100000" if a == str(ITERS) else a) for a in EXTRA]
@@ -267,6 +293,17 @@ class SweepMore(unittest.TestCase):
             (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--bin", "/no/such/binary"),
              "/no/such/binary"),
             (("--recipes",), "--recipes needs a value"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "weight-decay=1"),
+             "--vary needs --FLAG=V1,V2"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--seed=1,2"),
+             "the grid sets --seed"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--lr=1,2",
+              "--vary", "--lr=3"), "--vary --lr given twice"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--lr=1,1"), "given twice"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--lr=a/b"),
+             "cannot name a log"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--lr=1,2", "--",
+              "--lr", "3"), "also varied by --vary --lr"),
         ]
         for args, message in cases:
             with self.subTest(args=args):
