@@ -221,6 +221,10 @@ TwoSteps run_two_steps(const TrainConfig& t) {
   int64_t matrix = -1, norm = -1;
   for (const pl::ParamEntry& e : model.param_entries()) (e.is_matrix ? matrix : norm) = e.offset;
   const float* master = model.master().flat.f32();
+  // --log-params-norm's value: the L2 norm of the FP32 masters (summed in FP32 lanes, as the grad norm).
+  double squares = 0;
+  for (int64_t i = 0; i < n; ++i) squares += static_cast<double>(master[i]) * master[i];
+  EXPECT_NEAR(opt.master_weights_norm(), std::sqrt(squares), 1e-5 * std::sqrt(squares));
   return {master[matrix], master[norm]};
 }
 
