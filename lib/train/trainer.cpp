@@ -451,13 +451,14 @@ bool Trainer::after_iteration(RunState& r, int64_t iteration) {
     r.res.stop_signal = sig;
   }
   const double minutes = exit_duration_minutes();
-  if (!last && minutes > 0.0) r.exited = last = true;
+  const bool out_of_time = !last && minutes > 0.0;
+  if (out_of_time) r.exited = last = true;
   // (A save finishes the weight gather and the host step through optimizer(): an iteration that saves
   // nothing leaves them running into the next forward.)
   if (checkpoint_) checkpoint_(r.st, last);
   if (r.res.stop_signal != 0 && world_->rank() == 0)
     out_(fmt::format("exiting program after receiving {} at iteration {}", sigabbrev(r.res.stop_signal), iteration));
-  else if (r.exited && minutes > 0.0 && world_->rank() == 0)  // Megatron's print_datetime line
+  else if (out_of_time && world_->rank() == 0)  // Megatron's print_datetime line
     out_(fmt::format("[exiting program after {} minutes] datetime: {} ", minutes, log::now_timestamp()));
   return r.exited;
 }
