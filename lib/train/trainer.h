@@ -14,6 +14,7 @@
 #include "config/train_config.h"
 #include "core/timers.h"
 #include "log/megatron_log.h"
+#include "log/tensorboard.h"
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "model/llama.h"
@@ -121,6 +122,9 @@ class Trainer {
   // --profile window when --profile is given, else every iteration this process runs but its first (which
   // builds plans and warms caches) unless it runs only one.
   void set_roofline_listener(RooflineFn fn) { roofline_ = std::move(fn); }
+  // --tensorboard-dir: the writer (the app gives it to the last rank only, Megatron's writer rank) gets each
+  // iteration's values, each log interval's and each evaluation's, the very numbers the log lines print.
+  void set_tensorboard(log::TensorBoardLog* tensorboard) { tensorboard_ = tensorboard; }
 
  private:
   struct RunState;  // one run()'s loop state (trainer.cpp)
@@ -128,6 +132,7 @@ class Trainer {
   double forward_backward(RunState& r);
   AdamW::Result optimizer_step(RunState& r, double loss, double lr);
   void log_interval(RunState& r, int64_t iteration);
+  void tensorboard_iteration(const RunState& r, int64_t iteration) const;
   bool measured_by_roofline(const RunState& r, int64_t iteration) const;
   void report_roofline(RunState& r, bool final);
   void profile_window(int64_t completed, bool before_step) const;
@@ -162,6 +167,7 @@ class Trainer {
   GradientSync sync_;
   const volatile std::sig_atomic_t* stop_flag_ = nullptr;
   RooflineFn roofline_;
+  log::TensorBoardLog* tensorboard_ = nullptr;
   LrSchedule schedule_;
 };
 
