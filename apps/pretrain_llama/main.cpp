@@ -341,7 +341,7 @@ int run(const parallel::World& world, int argc, char** argv) {
   // before the model is built, so a path it cannot write is a one-line error, not a run without its curves.
   // On an error or a signal stop its destructor still writes what was queued (a bounded wait).
   std::optional<log::TensorBoardLog> tensorboard;
-  if (!o.train.tensorboard_dir.empty())
+  if (!o.train.tensorboard_dir.empty() && !o.probe_machine)  // (--probe-machine trains nothing)
     if (const int rc = agree_or_fail(world, [&] {
           if (world.rank() != world.size() - 1) return;
           tensorboard.emplace(o.train, [lines](const std::string& note) { lines->info("pretrain_llama | {}", note); });

@@ -269,40 +269,36 @@ struct EventFileWriter::Shared {
   std::atomic<int64_t> dropped{0}, written{0};
   int fd = -1;  // owned by the writer thread once it runs
 
-  // The writer thread: takes the queue's records, encodes them and hands them to the OS at each flush
-  // request, when its buffer passes 1 MiB, and at the close. Never holds the mutex during I/O.
+  // The writer thread: whenever it wakes it takes the queue's records, encodes them and hands them to the
+  // OS. It wakes at each flush request, when the queue is half full, at the close, and every 30 s with
+  // anything queued (so a long --log-interval still reaches the disk; torch's SummaryWriter has flush_secs,
+  // 120 s, for the same). It never holds the mutex during I/O.
   static void run(const std::shared_ptr<Shared>& s) {
     std::vector<PendingScalar> batch;
     std::string buffer;
-    int64_t buffered = 0;
     for (;;) {
-      bool flush = false, closing = false, failed = false;
+      bool closing = false, failed = false;
       {
         std::unique_lock lock(s->mutex);
-        s->wake.wait(lock, [&] { return s->queue.size() >= s->wake_at || s->flush_requested || s->closing; });
+        s->wake.wait_for(lock, std::chrono::seconds(30),
+                         [&] { return s->queue.size() >= s->wake_at || s->flush_requested || s->closing; });
         batch.swap(s->queue);
-        flush = std::exchange(s->flush_requested, false);
+        s->flush_requested = false;
         closing = s->closing;
         failed = !s->error.empty();
       }
-      if (failed) {  // (after a write error nothing more is written: counted as dropped)
-        s->dropped += static_cast<int64_t>(batch.size());
-      } else {
-        for (const PendingScalar& p : batch) buffer += tfrecord(scalar_event(p.wall_time, p.step, p.tag, p.value));
-        buffered += static_cast<int64_t>(batch.size());
-      }
-      batch.clear();
-      if ((flush || closing || buffer.size() >= (1u << 20)) && !buffer.empty()) {
-        const std::string error = write_all(s->fd, buffer);
-        if (error.empty()) s->written += buffered;
-        else s->dropped += buffered;
+      if (!batch.empty() && failed) s->dropped += static_cast<int64_t>(batch.size());  // (after a write error)
+      if (!batch.empty() && !failed) {
         buffer.clear();
-        buffered = 0;
+        for (const PendingScalar& p : batch) buffer += tfrecord(scalar_event(p.wall_time, p.step, p.tag, p.value));
+        const std::string error = write_all(s->fd, buffer);
+        (error.empty() ? s->written : s->dropped) += static_cast<int64_t>(batch.size());
         if (!error.empty()) {
           const std::lock_guard lock(s->mutex);
           s->error = error;
         }
       }
+      batch.clear();
       if (closing) break;
     }
     ::close(s->fd);

@@ -22,7 +22,7 @@
 //
 // The writer never blocks training on the disk: add_scalar() puts a record into a bounded queue (a
 // mutex held for a push, never during I/O) and a writer thread encodes and writes it; flush() asks that
-// thread to hand what it has to the OS. A full queue (the disk slower than the run for
+// thread to hand what it has to the OS now (it also does so when the queue is half full and every 30 s). A full queue (the disk slower than the run for
 // --tensorboard-queue-size records) drops the new record and counts it, with one warning. close() waits
 // a bounded time for the thread, then gives up on what it has not written and says how much.
 #include <cstdint>
@@ -133,7 +133,8 @@ struct IntervalScalars {
 // Megatron's global_vars._set_tensorboard_writer. The step is the iteration; each "X vs samples" is X at
 // step = consumed training samples.
 //  Every --tensorboard-log-interval iterations: learning-rate, batch-size, lm loss (the iteration's own, as
-//    Megatron's loss_dict: with --log-interval > 1 the log line prints the interval's mean instead),
+//    Megatron's loss_dict, written for a skipped step too: with --log-interval > 1 the log line prints the
+//    interval's mean of the steps taken instead),
 //    loss-scale (unless --no-log-loss-scale-to-tensorboard), world-size (--log-world-size-to-tensorboard),
 //    grad-norm (not for a skipped step: Megatron's optimizer returns None there), each with its "vs samples";
 //    with --log-memory-to-tensorboard mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes,

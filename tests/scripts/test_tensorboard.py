@@ -168,6 +168,20 @@ class TensorBoardRuns(unittest.TestCase):
         self.assertEqual([v[:2] for v in validations],
                          [(4, ""), (6, ""), (6, " on validation set"), (6, " on test set")])
 
+    def test_a_run_that_fails_still_writes_what_it_queued(self):
+        # An LR this large overflows the weights at the first step: iteration 2's gradient norm is not finite
+        # and --max-nan-iterations 1 ends the run with an error. With --log-interval 4 no log interval flushed
+        # the file before: iterations 1 and 2 are in it only if the writer is closed on the error path.
+        tb = os.path.join(self.tmp.name, "tb_error")
+        p = run_app([*COMMON[:COMMON.index("--train-iters")], "--train-iters", "8", "--log-interval", "4",
+                     "--lr", "1e30", "--min-lr", "1e29", "--warmup-iters", "0", "--max-nan-iterations", "1",
+                     "--tensorboard-dir", tb], check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("consecutive iterations had a non-finite loss", p.stderr)
+        scalars, _ = read_scalars(self.events_file(p.stdout))
+        self.assertEqual([s for s, _ in scalars["learning-rate"]], [1, 2])
+        self.assertEqual([s for s, _ in scalars["grad-norm"]], [1])  # (none for the skipped step, as Megatron)
+
     def test_directory_that_cannot_be_made_is_one_line_at_start_up(self):
         blocker = os.path.join(self.tmp.name, "a_file")
         with open(blocker, "w") as fh:
