@@ -175,12 +175,24 @@ class TensorBoardRuns(unittest.TestCase):
         tb = os.path.join(self.tmp.name, "tb_error")
         p = run_app([*COMMON[:COMMON.index("--train-iters")], "--train-iters", "8", "--log-interval", "4",
                      "--lr", "1e30", "--min-lr", "1e29", "--warmup-iters", "0", "--max-nan-iterations", "1",
+                     "--no-log-loss-scale-to-tensorboard", "--log-world-size-to-tensorboard",
                      "--tensorboard-dir", tb], check=False)
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("consecutive iterations had a non-finite loss", p.stderr)
         scalars, _ = read_scalars(self.events_file(p.stdout))
         self.assertEqual([s for s, _ in scalars["learning-rate"]], [1, 2])
         self.assertEqual([s for s, _ in scalars["grad-norm"]], [1])  # (none for the skipped step, as Megatron)
+        self.assertNotIn("loss-scale", scalars)
+        self.assertEqual(scalars["world-size"], [(1, 1.0), (2, 1.0)])
+
+    def test_flag_errors_are_one_line_naming_the_flag(self):
+        for extra, flag in ((["--log-memory-to-tensorboard"], "--log-memory-to-tensorboard needs --tensorboard-dir"),
+                            (["--tensorboard-dir", self.tb, "--tensorboard-log-interval", "0"],
+                             "--tensorboard-log-interval must be >= 1")):
+            p = run_app([*COMMON[:COMMON.index("--timing-log-level")], *extra], check=False)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(len(p.stderr.strip().splitlines()), 1, p.stderr)
+            self.assertIn(flag, p.stderr)
 
     def test_directory_that_cannot_be_made_is_one_line_at_start_up(self):
         blocker = os.path.join(self.tmp.name, "a_file")
