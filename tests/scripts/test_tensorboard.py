@@ -164,6 +164,13 @@ class TensorBoardRuns(unittest.TestCase):
         first, second = self.events_file(self.first), self.events_file(self.second)
         self.assertNotEqual(first, second)
         self.assertEqual(sorted(os.listdir(self.tb)), sorted([os.path.basename(first), os.path.basename(second)]))
+        # The directory as `tensorboard --logdir` loads it (its server's accumulator): one run, the two files'
+        # curves continued.
+        from tensorboard.backend.event_processing import plugin_event_accumulator
+        acc = plugin_event_accumulator.EventAccumulator(self.tb)
+        acc.Reload()
+        self.assertEqual([t.step for t in acc.Tensors("lm loss")], [1, 2, 3, 4, 5, 6])
+        self.assertEqual([t.step for t in acc.Tensors("learning-rate")], [1, 2, 3, 4, 5, 6])
         validations = self.check_run(self.second, [4, 5, 6])
         self.assertEqual([v[:2] for v in validations],
                          [(4, ""), (6, ""), (6, " on validation set"), (6, " on test set")])
