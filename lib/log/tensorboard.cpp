@@ -483,9 +483,10 @@ void TensorBoardLog::evaluation(int64_t iteration, int64_t consumed_samples, dou
 std::string TensorBoardLog::close(double timeout_s) {
   writer_.close(timeout_s);
   const int64_t dropped = writer_.dropped();
+  const std::string lost =
+      dropped > 0 ? fmt::format(", {} dropped (the writer could not keep up, or the disk failed)", dropped) : "";
   return fmt::format("tensorboard: {} scalars written to {}{}", std::max<int64_t>(0, writer_.written() - 1), path(),
-                     dropped > 0 ? fmt::format(", {} dropped (the writer could not keep up, or the disk failed)", dropped)
-                                 : std::string());
+                     lost);
 }
 
 }  // namespace pl::log

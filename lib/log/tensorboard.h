@@ -22,9 +22,10 @@
 //
 // The writer never blocks training on the disk: add_scalar() puts a record into a bounded queue (a
 // mutex held for a push, never during I/O) and a writer thread encodes and writes it; flush() asks that
-// thread to hand what it has to the OS now (it also does so when the queue is half full and every 30 s). A full queue (the disk slower than the run for
-// --tensorboard-queue-size records) drops the new record and counts it, with one warning. close() waits
-// a bounded time for the thread, then gives up on what it has not written and says how much.
+// thread to hand what it has to the OS now (it also does so when the queue is half full and every 30 s).
+// A full queue (the disk slower than the run for --tensorboard-queue-size records) drops the new record and
+// counts it, with one warning. close() waits a bounded time for the thread, then gives up on what it has
+// not written and says so.
 #include <cstdint>
 #include <functional>
 #include <memory>

@@ -390,7 +390,8 @@ void Trainer::log_interval(RunState& r, int64_t iteration) {
   std::vector<log::TimerOverRanks> timers;
   if (r.timers.level() > 0) {
     timers = timers_over_ranks(r.timers.read(static_cast<double>(r.interval_timed)));
-    for (const std::string& line : log::timer_lines(std::span<const log::TimerOverRanks>(timers), cfg_.timing_log_option))
+    for (const std::string& line :
+         log::timer_lines(std::span<const log::TimerOverRanks>(timers), cfg_.timing_log_option))
       print_last(line);
   }
   if (r.timers.level() >= 2 && cfg_.optimizer_cpu_offload) print_last(host_optimizer_line(r.interval_timed));

@@ -42,8 +42,9 @@ TEST(TensorBoardCrc32c, Rfc3720Vectors) {
   EXPECT_EQ(crc32c(std::string(32, '\xFF')), 0x62A8AB43u);
   EXPECT_EQ(crc32c(ascending), 0x46DD794Eu);
   EXPECT_EQ(crc32c(descending), 0x113FDB5Cu);
-  const std::string read_pdu = bytes({0x01, 0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,    0x14, 0, 0, 0, 0, 0, 0x04, 0,
-                                      0,    0,    0, 0x14, 0, 0, 0, 0x18, 0x28, 0, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0});
+  const std::string read_pdu = bytes({0x01, 0xC0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,           // bytes 0-15
+                                      0x14, 0, 0, 0, 0, 0, 0x04, 0, 0, 0, 0, 0x14, 0, 0, 0, 0x18,  // 16-31
+                                      0x28, 0, 0, 0, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0});      // 32-47
   ASSERT_EQ(read_pdu.size(), 48u);
   EXPECT_EQ(crc32c(read_pdu), 0xD9963A56u);
   EXPECT_EQ(crc32c("123456789"), 0xE3069283u);
