@@ -19,7 +19,7 @@ pip_install() {
   local label=$1 why=$2 spec need=() have
   shift 2
   local py
-  py=$(command -v python3 || true)
+  py=${PIP_PYTHON:-$(command -v python3 || true)}  # PIP_PYTHON: another python3 than PATH's (see the tensorboard line)
   if [[ -z "$py" ]] || ! "$py" -m pip --version >/dev/null 2>&1; then
     echo "setup: WARNING: no python3 with pip; $label not installed ($why)"
     return 0
@@ -98,4 +98,11 @@ install_cuda_binutils
 # lizard (with its two dependencies, pinned): the function lengths scripts/check_code_limits.sh measures.
 pip_install lizard "scripts/check_code_limits.sh (run by CI) cannot run" \
   "lizard==1.24.3" "pathspec==1.1.1" "pygments==2.20.0"
+# tensorboard with the two modules its event-file reader imports (numpy is Debian's python3-numpy), pinned:
+# ctest TensorBoard.events reads pretrain_llama's --tensorboard-dir files with TensorBoard's own reader.
+# (--no-deps: enough for the reader; the `tensorboard --logdir` web server wants a plain `pip install tensorboard`.)
+# For the python3 the tests run (tests/CMakeLists.txt: Debian's /usr/bin/python3 first, else PATH's).
+PIP_PYTHON=$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || command -v python3 || true) \
+  pip_install tensorboard "ctest TensorBoard.events fails until it is installed" \
+  "tensorboard==2.20.0" "protobuf==6.33.6" "absl-py==2.3.1"
 echo "setup: done"

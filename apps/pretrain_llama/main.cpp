@@ -24,6 +24,7 @@
 #include "backend/device_banner.h"
 #include "core/error.h"
 #include "log/megatron_log.h"
+#include "log/tensorboard.h"
 #include "model/hf_llama.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
@@ -190,6 +191,7 @@ struct RunInputs {
   // rank (print_rank_last): `out` is rank 0's; the trainer chooses its own rank for `lines`.
   Logger out, lines;
   const std::optional<SaveDirectoryLock>& save_lock;  // rank 0's, with --save
+  log::TensorBoardLog* tensorboard;                   // the last rank's, with --tensorboard-dir
   int argc;
   char** argv;
 };
@@ -235,6 +237,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
         }))
       return rc;
   if (o.exit_signal_handler || !o.save.empty()) install_stop_signals(o, *trainer, out);
+  trainer->set_tensorboard(in.tensorboard);
   if (ckpt) {
     const auto t_load = std::chrono::steady_clock::now();
     restore_checkpoint(*ckpt, model, trainer->optimizer());
@@ -246,6 +249,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
   out->info("{}", log::final_memory_line(memory_stats(model.context().device)));
   // The summary comes from the rank that printed the iteration lines (its timings).
   if (world.rank() == world.size() - 1) print_summary(r, t, start, in.lines);
+  if (in.tensorboard) in.lines->info("pretrain_llama | {}", in.tensorboard->close());
   return 0;
 }
 
@@ -338,7 +342,20 @@ int run(const parallel::World& world, int argc, char** argv) {
           if (world.rank() == 0) save_lock.emplace(o.save);
         }))
       return rc;
-  return build_and_train(RunInputs{world, o, setup, out, lines, save_lock, argc, argv});
+  // --tensorboard-dir: the writer rank (Megatron's: the last) creates the directory and its events file now,
+  // before the model is built, so a path it cannot write is a one-line error, not a run without its curves.
+  // On an error or a signal stop its destructor still writes what was queued (a bounded wait).
+  std::optional<log::TensorBoardLog> tensorboard;
+  if (!o.train.tensorboard_dir.empty() && !o.probe_machine)  // (--probe-machine trains nothing)
+    if (const int rc = agree_or_fail(world, [&] {
+          if (world.rank() != world.size() - 1) return;
+          tensorboard.emplace(o.train, [lines](const std::string& note) { lines->info("pretrain_llama | {}", note); });
+          lines->info("pretrain_llama | tensorboard: writing {} (per-iteration scalars every {} iterations)",
+                      tensorboard->path(), o.train.tensorboard_log_interval);
+        }))
+      return rc;
+  return build_and_train(
+      RunInputs{world, o, setup, out, lines, save_lock, tensorboard ? &*tensorboard : nullptr, argc, argv});
 }
 
 // Every rank runs `run`. An error after the ranks have started working together ends all of them: the

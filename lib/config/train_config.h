@@ -128,7 +128,18 @@ struct TrainConfig {
   // (their fields here)
 
   // ---- issue 27: TensorBoard (flags_tensorboard.cpp) ----
-  // (their fields here)
+  // Megatron's --tensorboard-dir ("" = off) and its companions (megatron/training/arguments.py; what each
+  // writes: log/tensorboard.h). --tensorboard-queue-size: Megatron passes it to SummaryWriter's max_queue
+  // (events held before an add forces a write); here the capacity of the writer thread's queue, in scalars,
+  // beyond which new scalars are dropped (counted, one warning) rather than training waiting on the disk.
+  std::string tensorboard_dir;
+  int64_t tensorboard_log_interval = 1;
+  int64_t tensorboard_queue_size = 1000;
+  bool log_timers_to_tensorboard = false;
+  bool log_loss_scale_to_tensorboard = true;  // --no-log-loss-scale-to-tensorboard turns it off
+  bool log_validation_ppl_to_tensorboard = false;
+  bool log_memory_to_tensorboard = false;
+  bool log_world_size_to_tensorboard = false;
 
   // ---- issue 27: FP8 delayed scaling's overrides (flags_fp8.cpp) ----
   // (their fields here)

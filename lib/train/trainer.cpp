@@ -203,6 +203,7 @@ TrainResult Trainer::run(const TrainState& start) {
   const ModelTimers timed_ops(model_, cfg_.timing_log_level > 0 || cfg_.roofline || cfg_.profile ? &r.timers : nullptr);
   while (r.st.iteration < cfg_.train_iters) {
     const int64_t iteration = step(r);
+    if (tensorboard_) tensorboard_iteration(r, iteration);
     // An --exit-interval stop prints no extra line (as Megatron's training_log): the open interval's
     // sums go into the checkpoint, so a resumed run prints the straight run's next line.
     if (iteration % cfg_.log_interval == 0 || iteration == cfg_.train_iters) log_interval(r, iteration);
@@ -218,11 +219,15 @@ TrainResult Trainer::run(const TrainState& start) {
   res.state = r.st;
   // After training, as Megatron's pretrain(): the validation split (continuing) and the test split.
   // A run stopped by --exit-interval exits before them, as Megatron's train() does.
-  if (!r.exited && validation_on())
+  if (!r.exited && validation_on()) {
     res.final_valid_loss = evaluate(fmt::format("iteration {} on validation set", r.st.iteration), eval_.valid,
                                     r.st.valid_consumed_samples);
-  if (!r.exited && cfg_.eval_iters > 0 && eval_.test)
+    if (tensorboard_) tensorboard_->evaluation(r.st.iteration, r.st.consumed_samples, res.final_valid_loss, false);
+  }
+  if (!r.exited && cfg_.eval_iters > 0 && eval_.test) {
     res.final_test_loss = evaluate(fmt::format("iteration {} on test set", r.st.iteration), eval_.test, 0);
+    if (tensorboard_) tensorboard_->evaluation(r.st.iteration, r.st.consumed_samples, res.final_test_loss, true);
+  }
   summarize(res, r.iter_flops, cfg_.data_parallel_size);
   return std::move(res);
 }
@@ -383,18 +388,39 @@ void Trainer::log_interval(RunState& r, int64_t iteration) {
   }
   // Megatron's training_log ends with timers.log(timers_to_log, normalizer=log_interval); here
   // normalized by the iterations this interval timed (= log_interval but for a last short one).
-  if (r.timers.level() > 0)
-    for (const std::string& line : log::timer_lines(
-             std::span<const log::TimerOverRanks>(timers_over_ranks(r.timers.read(static_cast<double>(r.interval_timed)))),
-             cfg_.timing_log_option))
+  std::vector<log::TimerOverRanks> timers;
+  if (r.timers.level() > 0) {
+    timers = timers_over_ranks(r.timers.read(static_cast<double>(r.interval_timed)));
+    for (const std::string& line :
+         log::timer_lines(std::span<const log::TimerOverRanks>(timers), cfg_.timing_log_option))
       print_last(line);
+  }
   if (r.timers.level() >= 2 && cfg_.optimizer_cpu_offload) print_last(host_optimizer_line(r.interval_timed));
   if (quant_stats_at(iteration)) log_quant_stats(iteration);
   // (The last iteration's table is the final one, printed once when the run ends.)
   if (cfg_.roofline_at_log_interval && iteration != cfg_.train_iters) report_roofline(r, false);
+  if (tensorboard_)
+    tensorboard_->interval({iteration, per_iter, tflops,
+                            static_cast<double>(cfg_.global_batch_size * cfg_.seq_length) / per_iter, timers});
   r.interval_seconds = st.interval_loss = 0.0;
   r.interval_timed = 0;
   st.interval_iters = st.interval_good = st.interval_skipped = st.interval_nan = 0;
+}
+
+// Megatron's training_log writes these every --tensorboard-log-interval (the writer applies it): the
+// iteration's loss, the rate the next step uses and the step's gradient norm, as the iteration line prints
+// them at --log-interval 1.
+void Trainer::tensorboard_iteration(const RunState& r, int64_t iteration) const {
+  log::IterationScalars s;
+  s.iteration = iteration;
+  s.consumed_samples = r.st.consumed_samples;
+  s.batch_size = cfg_.global_batch_size;
+  s.world_size = world_->size();
+  s.lm_loss = r.res.loss.back();
+  s.learning_rate = schedule_.lr_at(r.st.scheduler_samples);
+  s.grad_norm = r.res.grad_norm.back();
+  s.memory = memory_stats(model_.context().device);
+  tensorboard_->iteration(s);
 }
 
 // --roofline's window (trainer.h set_roofline_listener). Megatron's --profile window: profiling starts
@@ -437,6 +463,7 @@ bool Trainer::after_iteration(RunState& r, int64_t iteration) {
     r.res.valid_loss.emplace_back(iteration, evaluate(fmt::format("iteration {}", iteration), eval_.valid,
                                                       r.st.valid_consumed_samples));
     r.st.valid_consumed_samples += cfg_.eval_iters * cfg_.global_batch_size;
+    if (tensorboard_) tensorboard_->evaluation(iteration, r.st.consumed_samples, r.res.valid_loss.back().second, false);
   }
   if (iteration == r.res.first_iteration) r.allocs_after_first = memory_stats(model_.context().device).total_allocs;
   if (r.st.consecutive_nan >= cfg_.max_consecutive_nan_iterations)

@@ -15,6 +15,7 @@
 #include "config/train_config.h"
 #include "core/timers.h"
 #include "log/megatron_log.h"
+#include "log/tensorboard.h"
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "model/llama.h"
@@ -125,6 +126,9 @@ class Trainer {
   // --exit-duration-in-mins counts from here (default: the trainer's construction); the app passes the
   // time its process started, as Megatron's _TRAIN_START_TIME.
   void set_start_time(std::chrono::steady_clock::time_point t) { start_time_ = t; }
+  // --tensorboard-dir: the writer (the app gives it to the last rank only, Megatron's writer rank) gets each
+  // iteration's values, each log interval's and each evaluation's, the very numbers the log lines print.
+  void set_tensorboard(log::TensorBoardLog* tensorboard) { tensorboard_ = tensorboard; }
 
  private:
   struct RunState;  // one run()'s loop state (trainer.cpp)
@@ -132,6 +136,7 @@ class Trainer {
   double forward_backward(RunState& r);
   AdamW::Result optimizer_step(RunState& r, double loss, double lr);
   void log_interval(RunState& r, int64_t iteration);
+  void tensorboard_iteration(const RunState& r, int64_t iteration) const;
   bool measured_by_roofline(const RunState& r, int64_t iteration) const;
   void report_roofline(RunState& r, bool final);
   void profile_window(int64_t completed, bool before_step) const;
@@ -167,6 +172,7 @@ class Trainer {
   GradientSync sync_;
   const volatile std::sig_atomic_t* stop_flag_ = nullptr;
   RooflineFn roofline_;
+  log::TensorBoardLog* tensorboard_ = nullptr;
   LrSchedule schedule_;
   std::chrono::steady_clock::time_point start_time_;
 };

@@ -1,0 +1,492 @@
+#include "log/tensorboard.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+
+#include "config/train_config.h"
+#include "core/error.h"
+#include "io/file_checks.h"
+
+namespace pl::log {
+
+// ---- CRC-32C and the TFRecord framing ----------------------------------------------------------------
+
+namespace {
+
+// The byte-wise table of the reflected Castagnoli polynomial (RFC 3720 B.4 computes the same CRC bit by
+// bit): entry i is the CRC register after shifting byte i through eight steps.
+constexpr std::array<uint32_t, 256> make_crc32c_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t c = i;
+    for (int bit = 0; bit < 8; ++bit) c = (c & 1u) != 0 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
+
+// Little-endian bytes whatever the host's order (the TFRecord header and protobuf's fixed-width fields).
+void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
+}
+uint64_t get_le(std::string_view in, size_t at, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
+  return v;
+}
+
+// Protobuf's wire format: wire types 0 (varint), 1 (64-bit), 2 (length-delimited), 5 (32-bit).
+void put_varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<char>((v & 0x7Fu) | 0x80u));
+    v >>= 7;
+  }
+  out.push_back(static_cast<char>(v));
+}
+void put_key(std::string& out, uint32_t field, uint32_t wire_type) { put_varint(out, (field << 3) | wire_type); }
+void put_length_delimited(std::string& out, uint32_t field, std::string_view payload) {
+  put_key(out, field, 2);
+  put_varint(out, payload.size());
+  out.append(payload);
+}
+
+// Event.wall_time = 1 and Event.step = 2, the fields every event starts with.
+std::string event_head(double wall_time, int64_t step) {
+  std::string e;
+  put_key(e, 1, 1);
+  put_le(e, std::bit_cast<uint64_t>(wall_time), 8);
+  if (step != 0) {  // (proto3: a zero scalar is not written)
+    put_key(e, 2, 0);
+    put_varint(e, static_cast<uint64_t>(step));
+  }
+  return e;
+}
+
+}  // namespace
+
+uint32_t crc32c(std::string_view data, uint32_t crc) {
+  crc = ~crc;
+  for (const char ch : data) crc = kCrc32cTable[(crc ^ static_cast<unsigned char>(ch)) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+uint32_t masked_crc32c(std::string_view data) {
+  const uint32_t c = crc32c(data);
+  return ((c >> 15) | (c << 17)) + 0xa282ead8u;
+}
+
+std::string tfrecord(std::string_view data) {
+  std::string r;
+  r.reserve(data.size() + 16);
+  put_le(r, data.size(), 8);
+  put_le(r, masked_crc32c(r), 4);
+  r.append(data);
+  put_le(r, masked_crc32c(data), 4);
+  return r;
+}
+
+std::string file_version_event(double wall_time) {
+  std::string e = event_head(wall_time, 0);
+  put_length_delimited(e, 3, "brain.Event:2");
+  return e;
+}
+
+std::string scalar_event(double wall_time, int64_t step, std::string_view tag, float value) {
+  std::string v;  // Summary.Value
+  put_length_delimited(v, 1, tag);
+  put_key(v, 2, 5);
+  put_le(v, std::bit_cast<uint32_t>(value), 4);
+  std::string summary;
+  put_length_delimited(summary, 1, v);
+  std::string e = event_head(wall_time, step);
+  put_length_delimited(e, 5, summary);
+  return e;
+}
+
+// ---- reading back (the tests' round trip) ------------------------------------------------------------
+
+namespace {
+
+// A protobuf message being read: its fields one by one, each checked against the bytes left.
+struct ProtoReader {
+  std::string_view in;
+  size_t at = 0;
+  const std::string& where;  // "FILE, record at byte N", for errors
+
+  bool done() const { return at >= in.size(); }
+  uint64_t varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      PL_CHECK(at < in.size(), "{}: truncated varint", where);
+      const auto b = static_cast<unsigned char>(in[at++]);
+      v |= static_cast<uint64_t>(b & 0x7Fu) << shift;
+      if ((b & 0x80u) == 0) return v;
+    }
+    fail("{}: varint longer than 10 bytes", where);
+  }
+  uint64_t fixed(int bytes) {
+    PL_CHECK(in.size() - at >= static_cast<size_t>(bytes), "{}: truncated {}-byte field", where, bytes);
+    const uint64_t v = get_le(in, at, bytes);
+    at += static_cast<size_t>(bytes);
+    return v;
+  }
+  std::string_view bytes() {
+    const uint64_t n = varint();
+    PL_CHECK(n <= in.size() - at, "{}: a field of {} bytes overruns its message", where, n);
+    const std::string_view s = in.substr(at, n);
+    at += n;
+    return s;
+  }
+  void skip(uint32_t wire_type) {
+    switch (wire_type) {
+      case 0: (void)varint(); return;
+      case 1: (void)fixed(8); return;
+      case 2: (void)bytes(); return;
+      case 5: (void)fixed(4); return;
+      default: fail("{}: unsupported wire type {}", where, wire_type);
+    }
+  }
+};
+
+void decode_summary(std::string_view summary, const std::string& where, DecodedEvent& e) {
+  ProtoReader s{summary, 0, where};
+  while (!s.done()) {
+    const uint64_t key = s.varint();
+    if (key != ((1u << 3) | 2u)) {
+      s.skip(static_cast<uint32_t>(key & 7u));
+      continue;
+    }
+    ProtoReader v{s.bytes(), 0, where};
+    std::pair<std::string, float> tv;
+    while (!v.done()) {
+      const uint64_t vkey = v.varint();
+      if (vkey == ((1u << 3) | 2u)) tv.first = std::string(v.bytes());
+      else if (vkey == ((2u << 3) | 5u)) tv.second = std::bit_cast<float>(static_cast<uint32_t>(v.fixed(4)));
+      else v.skip(static_cast<uint32_t>(vkey & 7u));
+    }
+    e.values.push_back(std::move(tv));
+  }
+}
+
+DecodedEvent decode_event(std::string_view data, const std::string& where) {
+  DecodedEvent e;
+  ProtoReader r{data, 0, where};
+  while (!r.done()) {
+    const uint64_t key = r.varint();
+    switch (key) {
+      case (1u << 3) | 1u: e.wall_time = std::bit_cast<double>(r.fixed(8)); break;
+      case (2u << 3) | 0u: e.step = static_cast<int64_t>(r.varint()); break;
+      case (3u << 3) | 2u: e.file_version = std::string(r.bytes()); break;
+      case (5u << 3) | 2u: decode_summary(r.bytes(), where, e); break;
+      default: r.skip(static_cast<uint32_t>(key & 7u));
+    }
+  }
+  return e;
+}
+
+}  // namespace
+
+std::vector<DecodedEvent> read_event_file(const std::string& path) {
+  const std::string file = read_regular_file(path);
+  std::vector<DecodedEvent> events;
+  size_t at = 0;
+  while (at < file.size()) {
+    const std::string where = fmt::format("{}, record at byte {}", path, at);
+    PL_CHECK(file.size() - at >= 12, "{}: truncated header", where);
+    const std::string_view header(file.data() + at, 8);
+    PL_CHECK(get_le(file, at + 8, 4) == masked_crc32c(header), "{}: the length's CRC does not match", where);
+    const uint64_t n = get_le(file, at, 8);
+    PL_CHECK(n <= file.size() - at - 12 && file.size() - at - 12 - n >= 4, "{}: a record of {} bytes overruns the file",
+             where, n);
+    const std::string_view data(file.data() + at + 12, n);
+    PL_CHECK(get_le(file, at + 12 + n, 4) == masked_crc32c(data), "{}: the data's CRC does not match", where);
+    events.push_back(decode_event(data, where));
+    at += 16 + n;
+  }
+  return events;
+}
+
+// ---- the writer --------------------------------------------------------------------------------------
+
+namespace {
+
+struct PendingScalar {
+  std::string tag;
+  float value;
+  int64_t step;
+  double wall_time;
+};
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// tensorboard's event_file_writer.py: "events.out.tfevents.%010d.%s.%s.%s" % (time, host, pid, counter).
+std::string events_file_name() {
+  static std::atomic<int> counter{0};
+  std::array<char, 256> host{};
+  if (::gethostname(host.data(), host.size() - 1) != 0) std::strcpy(host.data(), "localhost");
+  std::string h(host.data());
+  std::replace(h.begin(), h.end(), '/', '_');
+  return fmt::format("events.out.tfevents.{:010d}.{}.{}.{}", static_cast<int64_t>(wall_seconds()), h, ::getpid(),
+                     counter.fetch_add(1));
+}
+
+// All of `bytes` to `fd` (write(2) may take less; EINTR is retried). Returns "" or the error.
+std::string write_all(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n < 0 ? std::strerror(errno) : "write returned 0";
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+}  // namespace
+
+struct EventFileWriter::Shared {
+  std::mutex mutex;
+  std::condition_variable wake, finished_cv;
+  std::vector<PendingScalar> queue;  // guarded by mutex
+  size_t wake_at = 1;                // the writer thread is woken when the queue holds this many
+  bool flush_requested = false, closing = false, finished = false;  // guarded by mutex
+  std::string error;                 // the first write error (guarded by mutex)
+  std::atomic<int64_t> dropped{0}, written{0};
+  int fd = -1;  // owned by the writer thread once it runs
+
+  // The writer thread: whenever it wakes it takes the queue's records, encodes them and hands them to the
+  // OS. It wakes at each flush request, when the queue is half full, at the close, and every 30 s with
+  // anything queued (so a long --log-interval still reaches the disk; torch's SummaryWriter has flush_secs,
+  // 120 s, for the same). It never holds the mutex during I/O.
+  static void run(const std::shared_ptr<Shared>& s) {
+    std::vector<PendingScalar> batch;
+    std::string buffer;
+    for (;;) {
+      bool closing = false, failed = false;
+      {
+        std::unique_lock lock(s->mutex);
+        s->wake.wait_for(lock, std::chrono::seconds(30),
+                         [&] { return s->queue.size() >= s->wake_at || s->flush_requested || s->closing; });
+        batch.swap(s->queue);
+        s->flush_requested = false;
+        closing = s->closing;
+        failed = !s->error.empty();
+      }
+      if (!batch.empty() && failed) s->dropped += static_cast<int64_t>(batch.size());  // (after a write error)
+      if (!batch.empty() && !failed) {
+        buffer.clear();
+        for (const PendingScalar& p : batch) buffer += tfrecord(scalar_event(p.wall_time, p.step, p.tag, p.value));
+        const std::string error = write_all(s->fd, buffer);
+        (error.empty() ? s->written : s->dropped) += static_cast<int64_t>(batch.size());
+        if (!error.empty()) {
+          const std::lock_guard lock(s->mutex);
+          s->error = error;
+        }
+      }
+      batch.clear();
+      if (closing) break;
+    }
+    ::close(s->fd);
+    const std::lock_guard lock(s->mutex);
+    s->finished = true;
+    s->finished_cv.notify_all();
+  }
+};
+
+EventFileWriter::EventFileWriter(const std::string& dir, size_t queue_capacity, NoteFn note)
+    : capacity_(std::max<size_t>(1, queue_capacity)), note_(std::move(note)), shared_(std::make_shared<Shared>()) {
+  namespace fs = std::filesystem;
+  PL_CHECK(!dir.empty(), "--tensorboard-dir needs a DIR");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  PL_CHECK(!ec, "--tensorboard-dir {}: cannot create the directory: {}", dir, ec.message());
+  PL_CHECK(fs::is_directory(dir, ec), "--tensorboard-dir {}: exists and is not a directory", dir);
+  path_ = (fs::path(dir) / events_file_name()).string();
+  shared_->fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  PL_CHECK(shared_->fd >= 0, "--tensorboard-dir {}: cannot create {}: {}", dir, path_, std::strerror(errno));
+  // The first record now, from this thread: a directory that takes a file but no data fails here too.
+  const std::string error = write_all(shared_->fd, tfrecord(file_version_event(wall_seconds())));
+  if (!error.empty()) {
+    ::close(shared_->fd);
+    fail("--tensorboard-dir {}: cannot write {}: {}", dir, path_, error);
+  }
+  shared_->written = 1;
+  shared_->queue.reserve(capacity_);
+  shared_->wake_at = std::max<size_t>(1, capacity_ / 2);
+  thread_ = std::thread([s = shared_] { Shared::run(s); });
+}
+
+EventFileWriter::~EventFileWriter() {
+  try {
+    close();
+  } catch (...) {  // (a note that throws must not end the program from a destructor)
+  }
+}
+
+void EventFileWriter::add_scalar(std::string_view tag, double value, int64_t step) {
+  if (closed_) return;
+  bool wake = false, full = false;
+  {
+    const std::lock_guard lock(shared_->mutex);
+    full = shared_->queue.size() >= capacity_;
+    if (!full) {
+      shared_->queue.push_back({std::string(tag), static_cast<float>(value), step, wall_seconds()});
+      wake = shared_->queue.size() == shared_->wake_at;
+    }
+  }
+  if (wake) shared_->wake.notify_one();
+  if (full) {
+    ++shared_->dropped;
+    note_new_trouble();
+  }
+}
+
+void EventFileWriter::flush() {
+  if (closed_) return;
+  {
+    const std::lock_guard lock(shared_->mutex);
+    shared_->flush_requested = true;
+  }
+  shared_->wake.notify_one();
+  note_new_trouble();
+}
+
+void EventFileWriter::close(double timeout_s) {
+  if (closed_) return;
+  closed_ = true;
+  bool finished = false;
+  {
+    std::unique_lock lock(shared_->mutex);
+    shared_->closing = true;
+    shared_->wake.notify_one();
+    finished = shared_->finished_cv.wait_for(lock, std::chrono::duration<double>(timeout_s),
+                                             [&] { return shared_->finished; });
+  }
+  if (finished) {
+    thread_.join();
+  } else {
+    // A disk that has not taken the data in that time may never: the thread keeps the shared state alive
+    // and ends on its own if it can; the run does not wait for it.
+    thread_.detach();
+    if (note_)
+      note_(fmt::format("WARNING: --tensorboard-dir: {} still not written after {:.0f} s (a stuck disk?): exiting "
+                        "without it; the file may lack the last scalars",
+                        path_, timeout_s));
+  }
+  note_new_trouble();
+}
+
+int64_t EventFileWriter::dropped() const { return shared_->dropped.load(); }
+int64_t EventFileWriter::written() const { return shared_->written.load(); }
+
+// One warning per kind of trouble, from the training thread (the writer thread never prints).
+void EventFileWriter::note_new_trouble() {
+  if (!note_) return;
+  if (!drop_noted_ && shared_->dropped.load() > 0) {
+    drop_noted_ = true;
+    std::string error;
+    {
+      const std::lock_guard lock(shared_->mutex);
+      error = shared_->error;
+    }
+    if (error.empty())
+      note_(fmt::format("WARNING: --tensorboard-dir: the event writer is behind the run (its queue of {} scalars, "
+                        "--tensorboard-queue-size, is full: a slow disk?): new scalars are dropped rather than waited "
+                        "for; the count is printed at the end",
+                        capacity_));
+  }
+  if (!error_noted_) {
+    std::string error;
+    {
+      const std::lock_guard lock(shared_->mutex);
+      error = shared_->error;
+    }
+    if (!error.empty()) {
+      error_noted_ = drop_noted_ = true;
+      note_(fmt::format("WARNING: --tensorboard-dir: writing {} failed ({}): the run goes on, its scalars are "
+                        "dropped",
+                        path_, error));
+    }
+  }
+}
+
+// ---- Megatron's scalars ----------------------------------------------------------------------------
+
+TensorBoardLog::TensorBoardLog(const TrainConfig& cfg, NoteFn note)
+    : log_interval_(std::max<int64_t>(1, cfg.tensorboard_log_interval)),
+      loss_scale_(cfg.log_loss_scale_to_tensorboard),
+      world_size_(cfg.log_world_size_to_tensorboard),
+      memory_(cfg.log_memory_to_tensorboard),
+      timers_(cfg.log_timers_to_tensorboard),
+      validation_ppl_(cfg.log_validation_ppl_to_tensorboard),
+      writer_(cfg.tensorboard_dir, static_cast<size_t>(std::max<int64_t>(1, cfg.tensorboard_queue_size)),
+              std::move(note)) {}
+
+void TensorBoardLog::pair(const std::string& tag, double value, int64_t iteration, int64_t consumed_samples) {
+  writer_.add_scalar(tag, value, iteration);
+  writer_.add_scalar(tag + " vs samples", value, consumed_samples);
+}
+
+void TensorBoardLog::iteration(const IterationScalars& s) {
+  if (s.iteration % log_interval_ != 0) return;
+  pair("learning-rate", s.learning_rate, s.iteration, s.consumed_samples);
+  pair("batch-size", static_cast<double>(s.batch_size), s.iteration, s.consumed_samples);
+  pair("lm loss", s.lm_loss, s.iteration, s.consumed_samples);
+  if (loss_scale_) pair("loss-scale", s.loss_scale, s.iteration, s.consumed_samples);
+  if (world_size_) pair("world-size", static_cast<double>(s.world_size), s.iteration, s.consumed_samples);
+  if (!std::isnan(s.grad_norm)) pair("grad-norm", s.grad_norm, s.iteration, s.consumed_samples);
+  if (memory_) {
+    // (Megatron's names, from torch.cuda.memory_stats(): reserved_bytes, allocated_bytes, its peak and the
+    // live allocation count; the values are the memory line's.)
+    writer_.add_scalar("mem-reserved-bytes", static_cast<double>(s.memory.reserved), s.iteration);
+    writer_.add_scalar("mem-allocated-bytes", static_cast<double>(s.memory.allocated), s.iteration);
+    writer_.add_scalar("mem-max-allocated-bytes", static_cast<double>(s.memory.max_allocated), s.iteration);
+    writer_.add_scalar("mem-allocated-count", static_cast<double>(s.memory.alloc_count), s.iteration);
+  }
+}
+
+void TensorBoardLog::interval(const IntervalScalars& s) {
+  writer_.add_scalar("iteration-time", s.seconds_per_iteration, s.iteration);
+  writer_.add_scalar("throughput", s.tflops_per_gpu, s.iteration);
+  writer_.add_scalar("throughput/tokens_per_sec", s.tokens_per_second, s.iteration);
+  if (timers_)
+    for (const TimerOverRanks& t : s.timers) {
+      double max_ms = 0.0;
+      for (const auto& rank_ms : t.rank_ms) max_ms = std::max(max_ms, rank_ms.second);
+      writer_.add_scalar(std::string(t.name) + "-time", max_ms / 1e3, s.iteration);
+    }
+  writer_.flush();
+}
+
+void TensorBoardLog::evaluation(int64_t iteration, int64_t consumed_samples, double lm_loss, bool test_split) {
+  const std::string tag = test_split ? "lm loss test" : "lm loss validation";
+  pair(tag, lm_loss, iteration, consumed_samples);
+  if (validation_ppl_) pair(tag + " ppl", std::exp(std::min(20.0, lm_loss)), iteration, consumed_samples);
+  writer_.flush();
+}
+
+std::string TensorBoardLog::close(double timeout_s) {
+  writer_.close(timeout_s);
+  const int64_t dropped = writer_.dropped();
+  const std::string lost =
+      dropped > 0 ? fmt::format(", {} dropped (the writer could not keep up, or the disk failed)", dropped) : "";
+  return fmt::format("tensorboard: {} scalars written to {}{}", std::max<int64_t>(0, writer_.written() - 1), path(),
+                     lost);
+}
+
+}  // namespace pl::log
