@@ -11,6 +11,7 @@
 // flash kernel). Compiled always; skips without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +29,7 @@
 namespace pl {
 namespace {
 
+#if defined(PL_WITH_CUDA)
 struct Case {
   int64_t B, S, nq, nkv, d;
   int64_t T() const { return B * S; }
@@ -124,7 +126,6 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
   EXPECT_LE(max_err, 2e-2 * max_ref) << what << ": largest error, max|cpu| " << max_ref;
 }
 
-#if defined(PL_WITH_CUDA)
 struct ForcePacked {
   explicit ForcePacked(bool on) { test::cuda_ctx().gpu->force_packed_attention = on; }
   ~ForcePacked() { test::cuda_ctx().gpu->force_packed_attention = false; }
