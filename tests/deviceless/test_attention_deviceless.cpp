@@ -3,7 +3,8 @@
 // (cuDNN's default algorithm and --deterministic-mode's), on strided views of the qkv rows and on packed
 // Q/K/V copies, for the model shapes of configs/models (head dims 32, 64 and 128), each through cuDNN's
 // validate(), build_operation_graph(), engine heuristics and check_support() for an H100, a B200, a
-// GB300 and an RTX 5090 described by their device properties (attention_targets.cpp).
+// GB300 and an RTX 5090 described by their device properties (attention_targets.cpp); and the
+// document-aware (THD) graphs of every class of document bucket (issue 27, PlansEveryDocumentBucket).
 //
 // A NECESSARY check, NOT a proof that the engine runs: check_support() accepted FP32 IO and head dim
 // 512 too (SPEC-GPU §1.7), and build_plans() (kernel loading) and execution need the GPU. What it does
@@ -112,10 +113,10 @@ TEST_P(CudaAttentionDeviceless, PlansEveryGraphTheProgramBuilds) {
 INSTANTIATE_TEST_SUITE_P(Targets, CudaAttentionDeviceless, ::testing::Values(90, 100, 103, 120),
                          [](const ::testing::TestParamInfo<int>& i) { return "sm" + std::to_string(i.param); });
 
-// Document-aware attention (issue 27): every document bucket the program can build for each model shape
+// Document-aware attention (issue 27): the document buckets the program can build for each model shape
 // (attention_document_bucket from 1 document to T: 32, 64, ..., 512, then multiples of 512, capped at T),
-// forward and backward in both layouts, plus the deterministic backward at the smallest and largest
-// bucket. Hopper and datacenter Blackwell plan them all. SM 12x (RTX 5090) plans the forward but cuDNN
+// each class of them — the powers of two, the first multiple of 512 that is not one, and T — forward and
+// backward in both layouts, plus the deterministic backward at the smallest and largest bucket. Hopper and datacenter Blackwell plan them all. SM 12x (RTX 5090) plans the forward but cuDNN
 // (frontend rules for cuDNN >= 9.18.1) refuses every THD backward with ragged Stats — the layout that
 // keeps the lse buffer at T·nq floats (attention_graph.h) — and every deterministic THD backward: the
 // test holds it to exactly that refusal, so a cuDNN that lifts it shows up here.
@@ -125,6 +126,14 @@ std::vector<int64_t> document_buckets(const AttentionShape& s) {
     const int64_t b = cuda::attention_document_bucket(count, s.batch * s.seq);
     if (v.empty() || v.back() != b) v.push_back(b);
   }
+  return v;
+}
+// The buckets planned: the powers of two, 1536 (the first step of 512 past them) and the largest.
+std::vector<int64_t> planned_buckets(const AttentionShape& s) {
+  std::vector<int64_t> v;
+  const std::vector<int64_t> all = document_buckets(s);
+  for (int64_t b : all)
+    if ((b & (b - 1)) == 0 || b == 1536 || b == all.back()) v.push_back(b);
   return v;
 }
 
@@ -138,7 +147,7 @@ TEST_P(CudaAttentionDeviceless, PlansEveryDocumentBucket) {
   const auto start = std::chrono::steady_clock::now();
   int plans = 0;
   for (const ModelShape& m : kShapes) {
-    const std::vector<int64_t> buckets = document_buckets(m.shape);
+    const std::vector<int64_t> buckets = planned_buckets(m.shape);
     for (int64_t bucket : buckets)
       for (const GraphKind& k : kKinds) {
         if (k.deterministic && bucket != buckets.front() && bucket != buckets.back()) continue;
@@ -179,6 +188,8 @@ TEST(CudaAttentionDevicelessDocuments, BucketsFollowTransformerEngineCappedAtThe
   EXPECT_EQ(cuda::attention_document_bucket(3, 16), 16) << "capped at T";
   EXPECT_EQ(document_buckets(AttentionShape{2, 128, 8, 2, 32}), (std::vector<int64_t>{32, 64, 128, 256}));
   EXPECT_EQ(document_buckets(AttentionShape{1, 4096, 32, 8, 128}).size(), 12u);
+  EXPECT_EQ(planned_buckets(AttentionShape{1, 4096, 32, 8, 128}),
+            (std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 1536, 2048, 4096}));
   // 4 int64 arrays of bucket + 1 (16-byte aligned) and bucket int32 lengths.
   EXPECT_EQ(cuda::attention_document_scratch_bytes(32), 4 * 272 + 128);
   EXPECT_EQ(cuda::attention_document_scratch_bytes(0), 0);
