@@ -225,5 +225,31 @@ TEST(CudaAttentionDocuments, ChangingBucketsAllocatesNothingAfterPrepare) {
 #endif
 }
 
+// Boundaries that break the contract (backend/ops.h DocumentBoundaries) fail before anything is queued,
+// in one line naming the op and the document.
+TEST(CudaAttentionDocuments, RejectsBoundariesThatBreakTheContract) {
+  PL_REQUIRE_CUDA_DEVICE();
+#if defined(PL_WITH_CUDA)
+  const Case c{2, 128, 8, 2, 64};
+  auto qkv = test::device_tensor({c.T(), c.W()}, DType::BF16);
+  auto out = test::device_tensor({c.T(), c.nq * c.d}, DType::BF16);
+  auto lse = test::device_tensor({c.B, c.nq, c.S}, DType::F32);
+  const std::vector<std::vector<int32_t>> bad = {{0, 100, 200, 256}, {0, 128, 128, 256}, {0, 128, 255}};
+  const char* why[] = {"crosses a sample boundary", "is empty", "must run from 0 to 256"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    test::DeviceTensor d_off;
+    const AttentionShape s = with_docs(c, bad[i], d_off);
+    try {
+      attention_forward(test::cuda_ctx(), out.t, lse.t, qkv.t, s);
+      ADD_FAILURE() << "no error for layout " << i;
+    } catch (const Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("attention_forward"), std::string::npos) << m;
+      EXPECT_NE(m.find(why[i]), std::string::npos) << m;
+    }
+  }
+#endif
+}
+
 }  // namespace
 }  // namespace pl

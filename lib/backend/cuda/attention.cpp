@@ -535,7 +535,7 @@ void check_documents(const char* op, const AttentionShape& s) {
   for (int64_t i = 0; i < d.count; ++i) {
     const int64_t begin = d.host[i], end = d.host[i + 1];
     PL_CHECK(end > begin && end - begin <= s.seq && begin / s.seq == (end - 1) / s.seq,
-             "{} {}: document {} [{}, {}) is empty or crosses a sample boundary", op, shape_text(s), i, begin, end);
+             "{} {}: document {} [{}, {}) is empty or crosses a sample boundary (documents lie inside one sample)", op, shape_text(s), i, begin, end);
   }
 }
 
