@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/checked_math.h"
 #include "core/error.h"
@@ -172,14 +173,25 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
 //   plus, always, the packed-layout attention's scratch (backend/cuda/attention_pack.h): should cuDNN
 //     refuse the graph on strided views of the qkv rows, Q/K/V and dQ/dK/dV are packed copies,
 //     2·T·(nq + 2·nkv)·d BF16 values shared by all layers. Whether it is needed is known only when the
-//     graphs are built on the GPU, after the plan: it is reserved in the worst case (96 MiB at 8B, T 4096).
-double gpu_library_workspace(const ModelConfig& cfg, int64_t B, int64_t S, bool deterministic) {
+//     graphs are built on the GPU, after the plan: it is reserved in the worst case (96 MiB at 8B, T 4096);
+//   plus, with documents (RunLayout::document_attention, backend/cuda/attention_graph.h), the THD graphs of
+//     the largest bucket (T documents), which attention_prepare builds: cuDNN sizes their FP32 dQ
+//     accumulators with dQ's own ragged layout (frontend ragged_workspace_size), which on the strided views
+//     is the qkv row width: T·(nq + 2·nkv)·d·4 bytes on top (96 MiB at 8B, T 4096), and the ragged offsets
+//     and lengths (backend/cuda/attention_pack.h DocumentScratch: 4 INT64 arrays of T + 1, T INT32, each
+//     16-byte aligned; 144 KiB at T 4096). A deterministic document backward whose workspace would exceed
+//     the dense deterministic one (the term above) falls back to the non-deterministic one.
+double gpu_library_workspace(const ModelConfig& cfg, int64_t B, int64_t S, const RunLayout& opt) {
   const double bhs = static_cast<double>(B) * static_cast<double>(cfg.num_attention_heads) * static_cast<double>(S);
   const double nondet = 2.0 * bhs * (4.0 * static_cast<double>(cfg.kv_channels) + 4.0);
   const double det = std::max(nondet, 2.0 * bhs * static_cast<double>(S));
-  const double pack = 2.0 * static_cast<double>(B) * static_cast<double>(S) *
-                      static_cast<double>(cfg.qkv_dim()) * 2.0;
-  return 32.0 * 1024 * 1024 + (deterministic ? det : nondet) + pack;
+  const double T = static_cast<double>(B) * static_cast<double>(S);
+  const double pack = 2.0 * T * static_cast<double>(cfg.qkv_dim()) * 2.0;
+  const auto round16 = [](double bytes) { return std::ceil(bytes / 16.0) * 16.0; };
+  const double documents =
+      opt.document_attention ? T * static_cast<double>(cfg.qkv_dim()) * 4.0 + 4.0 * round16((T + 1) * 8) + round16(T * 4)
+                             : 0.0;
+  return 32.0 * 1024 * 1024 + (opt.deterministic_attention ? det : nondet) + pack + documents;
 }
 
 }  // namespace
@@ -209,7 +221,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
                                 static_cast<double>(scratch.a + scratch.b) * 4 / 1048576.0,
                                 exec.telemetry ? " (with the quantization-statistics reference)" : "");
   }
-  mem.workspace = gpu_library_workspace(cfg, B, S, opt.deterministic_attention);
+  mem.workspace = gpu_library_workspace(cfg, B, S, opt);
   return mem;
 }
 

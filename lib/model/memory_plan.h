@@ -30,6 +30,9 @@ struct RunLayout {
   // --deterministic-mode: plan the workspace of cuDNN's deterministic attention backward (chosen by
   // the device state's deterministic_attention).
   bool deterministic_attention = false;
+  // Document-aware attention (--reset-attention-mask, issue 27): plan cuDNN's packed-sequence (THD) graphs'
+  // extra workspace and their ragged-offset scratch for the largest document bucket (memory_plan.cpp).
+  bool document_attention = false;
   // The precision-aware optimizer's moment dtypes (--exp-avg-dtype / --exp-avg-sq-dtype): F32 or BF16.
   DType exp_avg = DType::F32;
   DType exp_avg_sq = DType::F32;

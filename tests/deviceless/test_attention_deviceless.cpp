@@ -3,7 +3,8 @@
 // (cuDNN's default algorithm and --deterministic-mode's), on strided views of the qkv rows and on packed
 // Q/K/V copies, for the model shapes of configs/models (head dims 32, 64 and 128), each through cuDNN's
 // validate(), build_operation_graph(), engine heuristics and check_support() for an H100, a B200, a
-// GB300 and an RTX 5090 described by their device properties (attention_targets.cpp).
+// GB300 and an RTX 5090 described by their device properties (attention_targets.cpp); and the
+// document-aware (THD) graphs of every class of document bucket (issue 27, PlansEveryDocumentBucket).
 //
 // A NECESSARY check, NOT a proof that the engine runs: check_support() accepted FP32 IO and head dim
 // 512 too (SPEC-GPU §1.7), and build_plans() (kernel loading) and execution need the GPU. What it does
@@ -111,6 +112,88 @@ TEST_P(CudaAttentionDeviceless, PlansEveryGraphTheProgramBuilds) {
 
 INSTANTIATE_TEST_SUITE_P(Targets, CudaAttentionDeviceless, ::testing::Values(90, 100, 103, 120),
                          [](const ::testing::TestParamInfo<int>& i) { return "sm" + std::to_string(i.param); });
+
+// Document-aware attention (issue 27): the document buckets the program can build for each model shape
+// (attention_document_bucket from 1 document to T: 32, 64, ..., 512, then multiples of 512, capped at T),
+// each class of them — the powers of two, the first multiple of 512 that is not one, and T — forward and
+// backward in both layouts, plus the deterministic backward at the smallest and largest bucket. Hopper and datacenter Blackwell plan them all. SM 12x (RTX 5090) plans the forward but cuDNN
+// (frontend rules for cuDNN >= 9.18.1) refuses every THD backward with ragged Stats — the layout that
+// keeps the lse buffer at T·nq floats (attention_graph.h) — and every deterministic THD backward: the
+// test holds it to exactly that refusal, so a cuDNN that lifts it shows up here.
+std::vector<int64_t> document_buckets(const AttentionShape& s) {
+  std::vector<int64_t> v;
+  for (int64_t count = 1; count <= s.batch * s.seq; ++count) {
+    const int64_t b = cuda::attention_document_bucket(count, s.batch * s.seq);
+    if (v.empty() || v.back() != b) v.push_back(b);
+  }
+  return v;
+}
+// The buckets planned: the powers of two, 1536 (the first step of 512 past them) and the largest.
+std::vector<int64_t> planned_buckets(const AttentionShape& s) {
+  std::vector<int64_t> v;
+  const std::vector<int64_t> all = document_buckets(s);
+  for (int64_t b : all)
+    if ((b & (b - 1)) == 0 || b == 1536 || b == all.back()) v.push_back(b);
+  return v;
+}
+
+TEST_P(CudaAttentionDeviceless, PlansEveryDocumentBucket) {
+  require_planning_prerequisites();
+  const cuda::AttentionTarget* target = nullptr;
+  for (const cuda::AttentionTarget& t : cuda::attention_targets())
+    if (t.sm == GetParam()) target = &t;
+  ASSERT_NE(target, nullptr);
+  const bool sm12x = target->sm / 10 == 12;
+  const auto start = std::chrono::steady_clock::now();
+  int plans = 0;
+  for (const ModelShape& m : kShapes) {
+    const std::vector<int64_t> buckets = planned_buckets(m.shape);
+    for (int64_t bucket : buckets)
+      for (const GraphKind& k : kKinds) {
+        if (k.deterministic && bucket != buckets.front() && bucket != buckets.back()) continue;
+        for (cuda::AttentionLayout layout : {cuda::AttentionLayout::Strided, cuda::AttentionLayout::Packed}) {
+          AttentionShape s = m.shape;
+          s.docs.count = bucket;  // the graph of a full bucket (planning reads only the count)
+          const cuda::DevicelessPlan p = cuda::attention_plan_deviceless(s, k.backward, k.deterministic, layout, *target);
+          ++plans;
+          std::printf("[ plan ] %-42s | docs bucket %5lld | sm_%d | %-22s | %-7s | %s\n", shape_name(m).c_str(),
+                      static_cast<long long>(bucket), target->sm, k.name,
+                      layout == cuda::AttentionLayout::Strided ? "strided" : "packed",
+                      p.error.empty() ? "pass" : p.error.c_str());
+          const std::string what = shape_name(m) + ", document bucket " + std::to_string(bucket) + ", " + k.name +
+                                   ", " + cuda::attention_layout_name(layout) + ", sm_" + std::to_string(target->sm);
+          if (sm12x && k.backward) {
+            const char* rule = k.deterministic ? "Deterministic algorithm is not supported for bprop thd on SM8X and SM12X"
+                                               : "Packed/ragged LSE is not supported for bprop thd on SM8X and SM12X";
+            EXPECT_NE(p.error.find(rule), std::string::npos) << what << ": " << p.error;
+          } else {
+            EXPECT_EQ(p.error, "") << what;
+            EXPECT_FALSE(p.engines.empty()) << what << ": the heuristics returned no engine";
+          }
+        }
+      }
+  }
+  std::printf("[ info ] %d document plans for sm_%d in %.2f s\n", plans, target->sm,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST(CudaAttentionDevicelessDocuments, BucketsFollowTransformerEngineCappedAtTheTokens) {
+  EXPECT_EQ(cuda::attention_document_bucket(1, 4096), 32);
+  EXPECT_EQ(cuda::attention_document_bucket(32, 4096), 32);
+  EXPECT_EQ(cuda::attention_document_bucket(33, 4096), 64);
+  EXPECT_EQ(cuda::attention_document_bucket(512, 4096), 512);
+  EXPECT_EQ(cuda::attention_document_bucket(513, 4096), 1024);
+  EXPECT_EQ(cuda::attention_document_bucket(1025, 4096), 1536);
+  EXPECT_EQ(cuda::attention_document_bucket(4096, 4096), 4096);
+  EXPECT_EQ(cuda::attention_document_bucket(3, 16), 16) << "capped at T";
+  EXPECT_EQ(document_buckets(AttentionShape{2, 128, 8, 2, 32}), (std::vector<int64_t>{32, 64, 128, 256}));
+  EXPECT_EQ(document_buckets(AttentionShape{1, 4096, 32, 8, 128}).size(), 12u);
+  EXPECT_EQ(planned_buckets(AttentionShape{1, 4096, 32, 8, 128}),
+            (std::vector<int64_t>{32, 64, 128, 256, 512, 1024, 1536, 2048, 4096}));
+  // 4 int64 arrays of bucket + 1 (16-byte aligned) and bucket int32 lengths.
+  EXPECT_EQ(cuda::attention_document_scratch_bytes(32), 4 * 272 + 128);
+  EXPECT_EQ(cuda::attention_document_scratch_bytes(0), 0);
+}
 
 // The targets' descriptions are what they claim to be, and a refusal comes back as the step and
 // cuDNN's own message: head dim 256 backward is Hopper-only (cuDNN's Blackwell backward limit is 128).

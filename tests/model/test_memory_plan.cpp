@@ -36,6 +36,23 @@ TEST(ModelMemoryPlan, TheModelAllocatesExactlyThePlan) {
     }
 }
 
+// Document-aware attention (issue 27) adds its THD graphs' workspace to the GPU plan: the FP32 dQ
+// accumulators at the qkv row width, T·(nq + 2 nkv)·d·4 bytes, and the ragged offsets and lengths of the
+// largest bucket (4 INT64 arrays of T + 1 and T INT32, each 16-byte aligned); nothing else changes.
+TEST(ModelMemoryPlan, DocumentAttentionPlansItsWorkspace) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  const PrecisionPlan plan =
+      make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_mixed.json"));
+  RunLayout docs{};
+  docs.document_attention = true;
+  const MemoryPlan dense = plan_memory(m, 2, 64, Device::CUDA, plan, RunLayout{}, 90);
+  const MemoryPlan with_docs = plan_memory(m, 2, 64, Device::CUDA, plan, docs, 90);
+  const double T = 128, offsets = 4 * ((T + 1) * 8 + 8) + T * 4;  // (129·8 = 1032) rounds up to 1040
+  EXPECT_EQ(with_docs.workspace - dense.workspace, T * static_cast<double>(m.qkv_dim()) * 4 + offsets);
+  EXPECT_EQ(with_docs.activations, dense.activations);
+  EXPECT_EQ(plan_memory(m, 2, 64, Device::CPU, plan, docs, 0).workspace, 0.0) << "no GPU library on the CPU";
+}
+
 TEST(ModelMemoryPlan, TheSlotsTileTheArena) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_small.json");
   const PrecisionPlan plan =

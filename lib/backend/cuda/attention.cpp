@@ -47,6 +47,9 @@
 // matrix (SPEC-GPU §1.5). The qkv pointers are 16-byte aligned when the buffers are (cudaMalloc: 256) and d % 8 == 0, which
 // cuDNN requires anyway.
 //
+// With documents (AttentionShape::docs) the same layouts carry ragged offsets in cuDNN's packed-sequence
+// (THD) graphs, bucketed by document count, and Stats is token-major [T, nq]: attention_graph.h.
+//
 // Semantics against the CPU reference (lib/backend/cpu/attention.cpp):
 //   * causal: diagonal alignment TOP_LEFT with right bound 0 (what set_causal_mask does): query row i
 //     sees keys j <= i, as on the CPU (equal query and key lengths).
@@ -88,6 +91,7 @@
 // CUDA runtime. (SPEC-GPU §1.1 saw validate() call cudaGetDevice after set_sm_version: that is what
 // happens when the version is set after the node is added — the node keeps its own copy of the context.)
 // build_plans and execution need a handle, hence a GPU: they are checked by the CudaAttention tests.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -141,13 +145,30 @@ const char* attention_layout_name(AttentionLayout layout) {
   return layout == AttentionLayout::Strided ? "strided views of the qkv rows" : "packed Q/K/V copies";
 }
 
+// Transformer Engine's rule for the batch of its packed-sequence graphs (transformer_engine/common/
+// fused_attn/utils.cu get_max_batch_size: "b = 1, ..., 32 -> 32; 33, ..., 512 -> next power of 2; 513, ...
+// -> increment by 512"), capped at the micro-batch's T tokens, the most documents it can hold. The token
+// side needs no bucket here (TE's get_max_tokens): every micro-batch has exactly T tokens.
+int64_t attention_document_bucket(int64_t count, int64_t tokens) {
+  int64_t b = 32;
+  if (count > 512)
+    b = (count + 511) / 512 * 512;
+  else
+    while (b < count) b *= 2;
+  return std::min(b, tokens);
+}
+
+int64_t attention_document_scratch_bytes(int64_t bucket) {
+  return bucket > 0 ? 4 * document_offsets_bytes(bucket) + (bucket * 4 + 15) / 16 * 16 : 0;
+}
+
 #if defined(PL_HAVE_CUDNN_FRONTEND)
 
 namespace {
 
 namespace fe = cudnn_frontend;
 
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kdO, kdQ, kdK, kdV, kOffQ, kOffKV, kOffO, kOffStats, kSeqQ, kSeqKV };
 
 const char* fe_code_name(fe::error_code_t c) {
   switch (c) {
@@ -183,8 +204,8 @@ void fe_check(const fe::error_object& e, const char* op, const std::string& what
 
 enum class Direction : int { Forward = 0, Backward = 1 };
 // B, S, nq, nkv, d, direction, deterministic requested (always false for the forward), packed layout
-// forced (DeviceState::force_packed_attention, a test switch)
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool>;
+// forced (DeviceState::force_packed_attention, a test switch), document bucket (0: no documents)
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int, bool, bool, int64_t>;
 
 struct Built {
   std::shared_ptr<fe::graph::Graph> graph;
@@ -196,6 +217,10 @@ struct Built {
 
 int64_t tokens(const AttentionShape& s) { return s.batch * s.seq; }
 int64_t row_width(const AttentionShape& s) { return (s.q_heads + 2 * s.kv_heads) * s.head_dim; }
+// The graph class of the shape's documents (attention_document_bucket), 0 without documents.
+int64_t document_bucket(const AttentionShape& s) {
+  return s.docs.count > 0 ? attention_document_bucket(s.docs.count, tokens(s)) : 0;
+}
 // Bytes of the packed layout's copies: Q, K, V (T·W bf16), and for the backward dQ, dK, dV too.
 int64_t pack_bytes(const AttentionShape& s, Direction dir) {
   return tokens(s) * row_width(s) * 2 * (dir == Direction::Backward ? 2 : 1);
@@ -210,6 +235,7 @@ struct AttentionGraphs {
   std::map<Key, Built> graphs;
   Buffer workspace;
   Buffer pack;
+  Buffer docs;  // the document graphs' ragged offsets and lengths (attention_document_scratch_bytes)
 };
 
 std::shared_ptr<AttentionGraphs> make_attention_graphs() { return std::make_shared<AttentionGraphs>(); }
@@ -250,9 +276,57 @@ struct GraphTarget {
   int sm_count = 0;
 };
 
+// The document-aware (THD) tensors of a graph with `bucket` > 0 (attention_document_bucket): the ragged
+// offsets, in elements of the tensor they belong to ([bucket + 1] INT64, Transformer Engine's offset type
+// for cuDNN >= 9.5: fused_attn_f16_arbitrary_seqlen.cu ragged_offset_type), and the per-document lengths
+// ([bucket] INT32, as TE's seq_q / seq_kv). Queries and keys of a document are the same tokens, so one
+// length array serves both (two uids, one device pointer). attention_pack.cu fills them.
+struct DocTensors {
+  std::shared_ptr<fe::graph::Tensor_attributes> off_q, off_kv, off_o, off_stats, seq_q, seq_kv;
+};
+
+DocTensors doc_tensors(fe::graph::Graph& g, int64_t bucket) {
+  auto index = [&](const char* name, int64_t uid, int64_t n, fe::DataType_t type) {
+    return g.tensor(fe::graph::Tensor_attributes()
+                        .set_name(name)
+                        .set_uid(uid)
+                        .set_dim({n, 1, 1, 1})
+                        .set_stride({1, 1, 1, 1})
+                        .set_data_type(type));
+  };
+  const auto i64 = fe::DataType_t::INT64, i32 = fe::DataType_t::INT32;
+  return DocTensors{index("offset_q", kOffQ, bucket + 1, i64),  index("offset_kv", kOffKV, bucket + 1, i64),
+                    index("offset_o", kOffO, bucket + 1, i64),  index("offset_stats", kOffStats, bucket + 1, i64),
+                    index("seq_len_q", kSeqQ, bucket, i32),     index("seq_len_kv", kSeqKV, bucket, i32)};
+}
+
+// The SDPA options both directions share: scale, causal (top-left, right bound 0) and, with documents,
+// the padding mask over each document's length and the total token count T (every token is in one
+// document), which sizes cuDNN's ragged backward workspaces (softmax sums, dQ accumulators) by T instead
+// of bucket x S (frontend node/scaled_dot_product_flash_attention.h: ragged_workspace_size).
+template <class Attrs>
+void set_common(Attrs& a, float scale, const DocTensors* docs, int64_t T) {
+  a.set_attn_scale(scale).set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  if (docs != nullptr)
+    a.set_padding_mask(true).set_seq_len_q(docs->seq_q).set_seq_len_kv(docs->seq_kv).set_max_total_seq_len_q(T)
+        .set_max_total_seq_len_kv(T);
+}
+
+// Stats, [B, nq, S] per sample without documents; with documents token-major [T, nq] with ragged
+// offsets (Transformer Engine's ragged stats, stride {h s, 1, h, 1}): T·nq floats, the lse buffer's size.
+void set_stats_layout(fe::graph::Tensor_attributes& st, int64_t B, int64_t nq, int64_t S, const DocTensors* docs) {
+  st.set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim({B, nq, S, 1});
+  if (docs == nullptr)
+    st.set_stride({nq * S, S, 1, 1});
+  else
+    st.set_stride({nq * S, 1, nq, 1}).set_ragged_offset(docs->off_stats);
+}
+
 std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction dir, bool deterministic,
                                              AttentionLayout layout, GraphTarget target) {
-  const int64_t B = s.batch, S = s.seq, nq = s.q_heads, nkv = s.kv_heads, d = s.head_dim;
+  const int64_t bucket = document_bucket(s);
+  // With documents the graph's batch is the bucket: one "sequence" per document (THD).
+  const int64_t B = bucket > 0 ? bucket : s.batch, S = s.seq, nq = s.q_heads, nkv = s.kv_heads, d = s.head_dim;
   // Distance between consecutive tokens of Q (dQ) and of K, V (dK, dV), in elements.
   const bool packed = layout == AttentionLayout::Packed;
   const int64_t q_row = packed ? nq * d : row_width(s), kv_row = packed ? nkv * d : row_width(s);
@@ -263,44 +337,68 @@ std::shared_ptr<fe::graph::Graph> make_graph(const AttentionShape& s, Direction 
       .set_compute_data_type(fe::DataType_t::FLOAT)
       .set_sm_version(target.sm);
   if (target.sm_count > 0) g->set_sm_count(target.sm_count);
+  DocTensors dt;
+  const DocTensors* docs = nullptr;
+  if (bucket > 0) {
+    dt = doc_tensors(*g, bucket);
+    docs = &dt;
+  }
+  // Ragged offsets on a Q-, K/V- or O-shaped tensor when there are documents.
+  auto ragged = [&](const std::shared_ptr<fe::graph::Tensor_attributes>& t,
+                    const std::shared_ptr<fe::graph::Tensor_attributes>& off) {
+    if (docs != nullptr) t->set_ragged_offset(off);
+  };
   auto Q = bhsd(*g, "Q", kQ, B, nq, S, d, q_row);
   auto K = bhsd(*g, "K", kK, B, nkv, S, d, kv_row);
   auto V = bhsd(*g, "V", kV, B, nkv, S, d, kv_row);
+  ragged(Q, dt.off_q);
+  ragged(K, dt.off_kv);
+  ragged(V, dt.off_kv);
   if (dir == Direction::Forward) {
-    auto attrs = fe::graph::SDPA_attributes()
-                     .set_name("attention_forward")
-                     .set_generate_stats(true)
-                     .set_attn_scale(scale)
-                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                     .set_diagonal_band_right_bound(0);
+    auto attrs = fe::graph::SDPA_attributes().set_name("attention_forward").set_generate_stats(true);
+    set_common(attrs, scale, docs, tokens(s));
     auto [O, Stats] = g->sdpa(Q, K, V, attrs);
     O->set_output(true).set_uid(kO).set_dim({B, nq, S, d}).set_stride({S * nq * d, d, nq * d, 1});
-    Stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({B, nq, S, 1})
-        .set_stride({nq * S, S, 1, 1});
+    ragged(O, dt.off_o);
+    Stats->set_output(true);
+    set_stats_layout(*Stats, B, nq, S, docs);
   } else {
     auto O = bhsd(*g, "O", kO, B, nq, S, d, nq * d);
     auto dO = bhsd(*g, "dO", kdO, B, nq, S, d, nq * d);
-    auto Stats = g->tensor(fe::graph::Tensor_attributes()
-                               .set_name("Stats")
-                               .set_uid(kStats)
-                               .set_data_type(fe::DataType_t::FLOAT)
-                               .set_dim({B, nq, S, 1})
-                               .set_stride({nq * S, S, 1, 1}));
+    ragged(O, dt.off_o);
+    ragged(dO, dt.off_o);
+    auto Stats = g->tensor(fe::graph::Tensor_attributes().set_name("Stats"));
+    set_stats_layout(*Stats, B, nq, S, docs);
     auto attrs = fe::graph::SDPA_backward_attributes()
                      .set_name("attention_backward")
-                     .set_attn_scale(scale)
-                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                     .set_diagonal_band_right_bound(0)
                      .set_deterministic_algorithm(deterministic);
+    set_common(attrs, scale, docs, tokens(s));
     auto [dQ, dK, dV] = g->sdpa_backward(Q, K, V, O, dO, Stats, attrs);
     dQ->set_output(true).set_uid(kdQ).set_dim({B, nq, S, d}).set_stride({S * q_row, d, q_row, 1});
     dK->set_output(true).set_uid(kdK).set_dim({B, nkv, S, d}).set_stride({S * kv_row, d, kv_row, 1});
     dV->set_output(true).set_uid(kdV).set_dim({B, nkv, S, d}).set_stride({S * kv_row, d, kv_row, 1});
+    ragged(dQ, dt.off_q);
+    ragged(dK, dt.off_kv);
+    ragged(dV, dt.off_kv);
   }
   return g;
+}
+
+// A document graph's deterministic backward on Hopper keeps dP for the padded [bucket, nq, S, S]
+// (cudnn-frontend's dP-workspace path; its linear-workspace alternative needs cuDNN >= 9.25 and
+// CUDNN_FRONTEND_ATTN_DP_WORKSPACE_LIMIT): 32 GiB at 8B for the smallest bucket of 32 documents. One
+// whose workspace is over what the dense deterministic backward of the same micro-batch takes (B nq S² 2
+// bytes, what lib/model/memory_plan.cpp reserves) is refused like a cuDNN refusal, so the build falls back
+// to the non-deterministic backward with the usual notice. "" when the graph is within it.
+std::string over_document_limit(fe::graph::Graph& g, const AttentionShape& s) {
+  if (s.docs.count == 0) return "";
+  int64_t ws = 0;
+  if (g.get_workspace_size(ws).is_bad()) return "get_workspace_size failed";
+  const int64_t limit = s.batch * s.q_heads * s.seq * s.seq * 2;
+  if (ws <= limit) return "";
+  return fmt::format("workspace {:.1f} MiB over the dense deterministic backward's {:.1f} MiB (document bucket {})",
+                     static_cast<double>(ws) / 1048576.0, static_cast<double>(limit) / 1048576.0,
+                     document_bucket(s));
 }
 
 struct Attempt {
@@ -330,13 +428,15 @@ Built build_first_accepted(const DeviceState& dev, const AttentionShape& s, Dire
     try {
       auto g = make_graph(s, dir, a.deterministic, a.layout, GraphTarget{dev.sm, 0});
       const fe::error_object e = build_steps(*g, dev.cudnn, &step);
-      if (e.is_good()) {
+      // A refusal of ours, not cuDNN's: a document graph's deterministic workspace.
+      const std::string over = e.is_good() && a.deterministic ? over_document_limit(*g, s) : "";
+      if (e.is_good() && over.empty()) {
         b.graph = std::move(g);
         b.deterministic = a.deterministic;
         b.layout = a.layout;
         return b;
       }
-      text = step + ": " + fe_error_text(e);
+      text = over.empty() ? step + ": " + fe_error_text(e) : "the workspace check: " + over;
     } catch (const fe::cudnnException& e) {  // the frontend throws from a few helpers: a refusal too
       text = step + ": cuDNN frontend exception: " + e.what();
     }
@@ -362,11 +462,12 @@ void grow(Buffer& buf, int64_t bytes) {
 const Built& graph_for(const DeviceState& dev, AttentionGraphs& st, const char* op, const AttentionShape& s,
                        Direction dir) {
   const bool want_det = dir == Direction::Backward && dev.deterministic_attention;
+  const int64_t bucket = document_bucket(s);
   const Key key{s.batch, s.seq, s.q_heads, s.kv_heads, s.head_dim, static_cast<int>(dir), want_det,
-                dev.force_packed_attention};
+                dev.force_packed_attention, bucket};
   if (auto it = st.graphs.find(key); it != st.graphs.end()) return it->second;
 
-  const std::string what = shape_text(s);
+  const std::string what = shape_text(s) + (bucket > 0 ? fmt::format(" document bucket {}", bucket) : "");
   std::vector<std::string> refusals;
   Built b = build_first_accepted(dev, s, dir, want_det, refusals);
   if (!b.graph) {
@@ -383,6 +484,7 @@ const Built& graph_for(const DeviceState& dev, AttentionGraphs& st, const char* 
   fe_check(b.graph->get_workspace_size(b.workspace), op, what + " (get_workspace_size)");
   grow(st.workspace, b.workspace);
   if (b.layout == AttentionLayout::Packed) grow(st.pack, pack_bytes(s, dir));
+  grow(st.docs, attention_document_scratch_bytes(bucket));
   return st.graphs.emplace(key, std::move(b)).first->second;
 }
 
@@ -411,7 +513,45 @@ std::unordered_map<int64_t, void*> variant_pack(const AttentionShape& s, Directi
   return pack;
 }
 
+// The ragged offsets of a document graph in `layout`, in elements per token of each tensor: the qkv
+// rows' width W for the strided views (Q, K and V are views of the same rows), nq d and nkv d for the
+// packed copies; O and dO are [T, nq d]; Stats [T, nq].
+RaggedUnits ragged_units(const AttentionShape& s, AttentionLayout layout) {
+  const int64_t qd = s.q_heads * s.head_dim, kvd = s.kv_heads * s.head_dim;
+  if (layout == AttentionLayout::Strided) return RaggedUnits{row_width(s), row_width(s), qd, s.q_heads};
+  return RaggedUnits{qd, kvd, qd, s.q_heads};
+}
+
+// The document boundaries as the ops' contract states them (backend/ops.h DocumentBoundaries), checked on
+// the host copy (count + 1 values, a few thousand at most) before anything is queued.
+void check_documents(const char* op, const AttentionShape& s) {
+  const DocumentBoundaries& d = s.docs;
+  const int64_t T = tokens(s);
+  PL_CHECK(d.host != nullptr && d.device != nullptr && d.count >= 1 && d.count <= T,
+           "{} {}: document boundaries need host and device offsets and 1 <= count <= {} tokens, got count {}", op,
+           shape_text(s), T, d.count);
+  PL_CHECK(d.host[0] == 0 && d.host[d.count] == T, "{} {}: document offsets must run from 0 to {}, got {} .. {}", op,
+           shape_text(s), T, d.host[0], d.host[d.count]);
+  for (int64_t i = 0; i < d.count; ++i) {
+    const int64_t begin = d.host[i], end = d.host[i + 1];
+    PL_CHECK(end > begin && end - begin <= s.seq && begin / s.seq == (end - 1) / s.seq,
+             "{} {}: document {} [{}, {}) is empty or crosses a sample boundary (documents lie inside one sample)", op, shape_text(s), i, begin, end);
+  }
+}
+
+// With documents: the ragged offsets and lengths of this micro-batch into the document scratch, and
+// their places in the variant pack.
+void add_documents(DeviceState& dev, AttentionGraphs& st, const AttentionShape& s, AttentionLayout layout,
+                   std::unordered_map<int64_t, void*>& pack) {
+  const int64_t bucket = document_bucket(s);
+  const DocumentScratch ds = document_scratch_at(st.docs.data(), bucket);
+  attention_document_offsets(dev, s.docs.device, s.docs.count, bucket, ragged_units(s, layout), ds);
+  pack.insert({{kOffQ, ds.off_q}, {kOffKV, ds.off_kv}, {kOffO, ds.off_o}, {kOffStats, ds.off_stats},
+               {kSeqQ, ds.seq_len}, {kSeqKV, ds.seq_len}});
+}
+
 void execute(DeviceState& dev, const char* op, const AttentionShape& s, Direction dir, const Io& io) {
+  if (s.docs.count > 0) check_documents(op, s);
   AttentionGraphs& st = graphs_of(dev);
   std::lock_guard<std::mutex> lock(st.mu);
   const Built& b = graph_for(dev, st, op, s, dir);
@@ -424,6 +564,7 @@ void execute(DeviceState& dev, const char* op, const AttentionShape& s, Directio
     attention_pack_qkv(dev, io.qkv, x, T, s.q_heads, s.kv_heads, s.head_dim);
   }
   std::unordered_map<int64_t, void*> pack = variant_pack(s, dir, b.layout, x, dx, io);
+  if (s.docs.count > 0) add_documents(dev, st, s, b.layout, pack);
   check(cudnnSetStream(dev.cudnn, dev.stream), "cudnnSetStream", std::string(op) + " compute stream");
   try {
     fe_check(b.graph->execute(dev.cudnn, pack, st.workspace.data()), op, shape_text(s) + " (graph execute)");
@@ -454,11 +595,15 @@ bool attention_has_cudnn_frontend() { return true; }
 AttentionPlan attention_prepare(DeviceState& state, const AttentionShape& s) {
   constexpr const char* op = "attention_prepare";
   check_shape(op, s);
+  AttentionShape largest = s;  // with documents, their largest bucket: T documents of one token
+  if (s.docs.count > 0) largest.docs = DocumentBoundaries{nullptr, nullptr, tokens(s)};
   AttentionGraphs& st = graphs_of(state);
   std::lock_guard<std::mutex> lock(st.mu);
-  const Built& f = graph_for(state, st, "attention_forward", s, Direction::Forward);
-  const Built& b = graph_for(state, st, "attention_backward", s, Direction::Backward);
+  const Built& f = graph_for(state, st, "attention_forward", largest, Direction::Forward);
+  const Built& b = graph_for(state, st, "attention_backward", largest, Direction::Backward);
   AttentionPlan p;
+  p.document_bucket = document_bucket(largest);
+  p.document_scratch_allocated = static_cast<int64_t>(st.docs.bytes());
   p.deterministic_requested = state.deterministic_attention;
   p.deterministic_backward = b.deterministic;
   p.forward_layout = f.layout;

@@ -61,7 +61,32 @@ void repack(const DeviceState& state, const char* op, const void* src, void* dst
   check_launch(state, op, what_of(T, nq, nkv, d));
 }
 
+// One thread per graph sequence i in [0, bucket]: its offsets (i == bucket: the end) and, for i < bucket,
+// its length; sequences past `count` are empty and start at the end.
+__global__ void document_offsets_kernel(const int32_t* __restrict__ doc, int64_t count, int64_t bucket,
+                                        RaggedUnits u, DocumentScratch out) {
+  const int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (i > bucket) return;
+  const int64_t first = doc[i < count ? i : count];
+  out.off_q[i] = first * u.q;
+  out.off_kv[i] = first * u.kv;
+  out.off_o[i] = first * u.o;
+  out.off_stats[i] = first * u.stats;
+  if (i < bucket) out.seq_len[i] = i < count ? doc[i + 1] - doc[i] : 0;
+}
+
 }  // namespace
+
+void attention_document_offsets(const DeviceState& state, const int32_t* doc_offsets, int64_t count, int64_t bucket,
+                                 RaggedUnits units, const DocumentScratch& out) {
+  const std::string what = "documents " + std::to_string(count) + " bucket " + std::to_string(bucket);
+  if (doc_offsets == nullptr || count < 1 || bucket < count)
+    throw_error("attention_document_offsets " + what + ": needs the device offsets and 1 <= count <= bucket");
+  const int64_t n = bucket + 1;
+  document_offsets_kernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0, state.stream>>>(
+      doc_offsets, count, bucket, units, out);
+  check_launch(state, "attention_document_offsets", what);
+}
 
 void attention_pack_qkv(const DeviceState& state, const void* qkv, void* packed, int64_t tokens, int64_t q_heads,
                         int64_t kv_heads, int64_t head_dim) {

@@ -21,4 +21,33 @@ void attention_pack_qkv(const DeviceState& state, const void* qkv, void* packed,
 void attention_unpack_dqkv(const DeviceState& state, const void* packed, void* dqkv, int64_t tokens,
                            int64_t q_heads, int64_t kv_heads, int64_t head_dim);
 
+// ---- document-aware attention (issue 27): the tensors cuDNN's packed-sequence (THD) graphs read ----------
+// For a graph of `bucket` documents (attention_document_bucket), in one grow-only scratch reserved at
+// attention_prepare for the largest bucket: four ragged-offset arrays of bucket + 1 INT64 values (Q and
+// dQ, K/V and dK/dV, O and dO, Stats), each the documents' first tokens times the elements per token of
+// its tensor, then bucket INT32 document lengths. Entries past `count` are Transformer Engine's padding:
+// length 0, offset at the end (T · unit). Each array starts 16-byte aligned (as TE aligns its offsets).
+struct RaggedUnits {
+  int64_t q = 0, kv = 0, o = 0, stats = 0;  // elements per token of Q, K/V, O, Stats
+};
+struct DocumentScratch {
+  int64_t* off_q = nullptr;
+  int64_t* off_kv = nullptr;
+  int64_t* off_o = nullptr;
+  int64_t* off_stats = nullptr;
+  int32_t* seq_len = nullptr;
+};
+inline int64_t document_offsets_bytes(int64_t bucket) { return ((bucket + 1) * 8 + 15) / 16 * 16; }
+inline DocumentScratch document_scratch_at(void* base, int64_t bucket) {
+  auto* p = static_cast<char*>(base);
+  const int64_t a = document_offsets_bytes(bucket);
+  return DocumentScratch{reinterpret_cast<int64_t*>(p), reinterpret_cast<int64_t*>(p + a),
+                         reinterpret_cast<int64_t*>(p + 2 * a), reinterpret_cast<int64_t*>(p + 3 * a),
+                         reinterpret_cast<int32_t*>(p + 4 * a)};
+}
+// From the count + 1 document offsets on the device (DocumentBoundaries::device, tokens), one small
+// kernel on the state's stream fills `out` for `bucket` >= count graphs.
+void attention_document_offsets(const DeviceState& state, const int32_t* doc_offsets, int64_t count, int64_t bucket,
+                                 RaggedUnits units, const DocumentScratch& out);
+
 }  // namespace pl::cuda
