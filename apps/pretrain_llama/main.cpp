@@ -283,7 +283,9 @@ int build_and_train(const RunInputs& in) {
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
   if (world.rank() == 0) world.barrier();
 
-  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, mopt);
+  RunLayout layout = mopt;
+  layout.packing = data::document_packing(dataset, mopt.packing);  // the data's EOD id (or a one-line error)
+  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, layout);
   model.set_communicator(comm.get());
   // The banner says which attention algorithm cuDNN built, and the workspace it asked for.
   if (device == Device::CUDA)

@@ -84,6 +84,9 @@ void plan_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const Model
   a.layers.resize(static_cast<size_t>(L));
   want(a.tokens, {T}, DType::I32);
   want(a.labels, {T}, DType::I32);
+  // Document-aware packing's uploads (RunLayout::packing): a few bytes per token, only with their flags.
+  if (opt.packing.reset_position_ids) want(a.positions, {T}, DType::I32);
+  if (opt.packing.reset_attention_mask) want(a.doc_offsets, {T + 1}, DType::I32);
   want(a.embed_out, {T, h}, act);
   // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. With full
   // recomputation only these inputs are kept per layer; the rest is one set shared by all layers
