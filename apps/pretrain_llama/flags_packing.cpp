@@ -5,6 +5,7 @@
 // data flags do: lib/data/documents.h) and megatron/core/pipeline_parallel/schedules.py (the normalization:
 // lib/train/trainer.cpp loss_gradient_scale).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "pretrain_llama.h"
 
@@ -38,6 +39,19 @@ data::DocumentPacking packing_flags(const TrainConfig& t) {
           .eod_mask_loss = t.eod_mask_loss,
           .reset_position_ids = t.reset_position_ids,
           .reset_attention_mask = t.reset_attention_mask};
+}
+
+// The start-up line of a run with any of these flags (none: no line, the log stays today's).
+std::string packing_line(const data::DocumentPacking& p, const TrainConfig& t) {
+  if (!p.any() && !t.calculate_per_token_loss) return "";
+  std::string flags;
+  for (const auto& [on, name] : {std::pair{p.eod_mask_loss, "--eod-mask-loss"},
+                                 {p.reset_position_ids, "--reset-position-ids"},
+                                 {p.reset_attention_mask, "--reset-attention-mask"}})
+    if (on) flags += fmt::format("{}{}", flags.empty() ? "" : " ", name);
+  return fmt::format("documents: {}; loss normalized {}", p.any() ? fmt::format("EOD {} ({})", p.eod, flags) : "not split",
+                     t.calculate_per_token_loss ? "by the tokens counted over the global batch (--calculate-per-token-loss)"
+                                                : "per micro-batch by its counted tokens");
 }
 
 }  // namespace pl::pretrain

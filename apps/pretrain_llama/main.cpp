@@ -285,6 +285,7 @@ int build_and_train(const RunInputs& in) {
 
   RunLayout layout = mopt;
   layout.packing = data::document_packing(dataset, mopt.packing);  // the data's EOD id (or a one-line error)
+  if (const std::string line = packing_line(layout.packing, t); !line.empty()) out->info("pretrain_llama | {}", line);
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, layout);
   model.set_communicator(comm.get());
   // The banner says which attention algorithm cuDNN built, and the workspace it asked for.

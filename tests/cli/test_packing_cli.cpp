@@ -68,6 +68,11 @@ TEST(PackingCli, TrainsWithEveryFlagAndChangesTheLoss) {
   ASSERT_EQ(losses(plain.out).size(), 2u) << plain.out;
   ASSERT_EQ(losses(packed.out).size(), 2u) << packed.out;
   EXPECT_NE(losses(plain.out), losses(packed.out));
+  EXPECT_NE(packed.out.find("documents: EOD 127 (--eod-mask-loss --reset-position-ids --reset-attention-mask); loss "
+                            "normalized by the tokens counted over the global batch"),
+            std::string::npos)
+      << packed.out;
+  EXPECT_EQ(plain.out.find("documents:"), std::string::npos);
 }
 
 TEST(PackingCli, DataWithoutTokenizerRecordIsOneLineNamingFlagAndFile) {
