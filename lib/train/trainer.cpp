@@ -326,7 +326,8 @@ double Trainer::forward_backward(RunState& r) {
   }
   // The reported loss, as Megatron's training_step reports 'lm loss' with or without
   // --calculate-per-token-loss: [Σ loss, Σ counted tokens] summed over the micro-batches and the ranks, then
-  // divided (no counted token at all: 0, where Megatron's 0/0 would be NaN and skip the step).
+  // divided. No counted token at all (every position masked): 0, where Megatron's report would be 0/0 = NaN;
+  // here a NaN loss would skip the step, and the gradients (all zero) are finite.
   world_->all_reduce_sum(sums);
   return loss_sum / std::max(sums[1], 1.0);
 }

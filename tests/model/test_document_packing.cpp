@@ -128,9 +128,39 @@ TEST(ModelDocumentPacking, EodMaskLossIgnoresExactlyThePredictionsFromEod) {
   EXPECT_NE(run({}, tokens, at_eod, 0.1f).loss_sum, run({}, tokens, labels, 0.1f).loss_sum);
 }
 
-// Two micro-batches of one 16-token sample with 12 and 3 counted tokens (--eod-mask-loss). Per micro-batch
-// (Megatron's default) the gradient is g0/(2·12) + g1/(2·3); with --calculate-per-token-loss (g0 + g1)/15, where
-// g_m is the gradient of micro-batch m's loss sum. The reported loss is (s0 + s1)/15 either way.
+// One iteration of the trainer over two micro-batches of one sample each (--eod-mask-loss at EOD 127; learning
+// rate 0, so the iteration's gradients stay in the model): the reported loss and the gradients.
+struct Trained {
+  double loss;
+  std::vector<float> grads;
+};
+Trained train_one(bool per_token, const std::vector<int32_t> (&tok)[2], const std::vector<int32_t> (&lab)[2]) {
+  const ModelConfig m = tiny();
+  const auto S = static_cast<int64_t>(tok[0].size());
+  LlamaModel model(m, 1, S, fp32(), bf16_plan(m), packed(true, false, false));
+  model.init_parameters(7);
+  TrainConfig t;
+  t.train_iters = 1;
+  t.warmup_iters = 1;  // learning rate 0
+  t.global_batch_size = 2;
+  t.micro_batch_size = 1;
+  t.seq_length = S;
+  t.calculate_per_token_loss = per_token;
+  Trainer trainer(
+      model, t,
+      [&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels) {
+        std::copy(tok[micro].begin(), tok[micro].end(), tokens.begin());
+        std::copy(lab[micro].begin(), lab[micro].end(), labels.begin());
+      },
+      [](const std::string&) {});
+  const TrainResult r = trainer.run();
+  const float* g = model.grads().flat.f32();
+  return {r.loss[0], std::vector<float>(g, g + model.num_params())};
+}
+
+// Two micro-batches with 12 and 3 counted tokens. Per micro-batch (Megatron's default) the gradient is
+// g0/(2·12) + g1/(2·3); with --calculate-per-token-loss (g0 + g1)/15, where g_m is the gradient of micro-batch
+// m's loss sum. The reported loss is (s0 + s1)/15 either way.
 TEST(ModelDocumentPacking, PerTokenLossNormalizesOverTheGlobalBatch) {
   constexpr int64_t kS = 16;
   std::mt19937 rng(2704);
@@ -143,32 +173,36 @@ TEST(ModelDocumentPacking, PerTokenLossNormalizesOverTheGlobalBatch) {
   const double counted = 15.0, reported = (g0.loss_sum + g1.loss_sum) / counted;
   for (bool per_token : {false, true}) {
     SCOPED_TRACE(per_token ? "--calculate-per-token-loss" : "per micro-batch");
-    const ModelConfig m = tiny();
-    LlamaModel model(m, 1, kS, fp32(), bf16_plan(m), mask);
-    model.init_parameters(7);
-    TrainConfig t;
-    t.train_iters = 1;
-    t.warmup_iters = 1;  // learning rate 0: the gradients of the step stay in the model
-    t.global_batch_size = 2;
-    t.micro_batch_size = 1;
-    t.seq_length = kS;
-    t.calculate_per_token_loss = per_token;
-    Trainer trainer(
-        model, t,
-        [&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels) {
-          std::copy(tok[micro].begin(), tok[micro].end(), tokens.begin());
-          std::copy(lab[micro].begin(), lab[micro].end(), labels.begin());
-        },
-        [](const std::string&) {});
-    const TrainResult r = trainer.run();
-    EXPECT_NEAR(r.loss[0], reported, 1e-6 * reported);
+    const Trained r = train_one(per_token, tok, lab);
+    EXPECT_NEAR(r.loss, reported, 1e-6 * reported);
     std::vector<float> want(g0.grads.size());
     for (size_t i = 0; i < want.size(); ++i)
       want[i] = per_token ? static_cast<float>((g0.grads[i] + g1.grads[i]) / counted)
                           : static_cast<float>(g0.grads[i] / 24.0 + g1.grads[i] / 6.0);
-    const float* g = model.grads().flat.f32();
-    const std::vector<float> got(g, g + model.num_params());
-    EXPECT_LE(max_diff(got, want), 1e-4 * max_abs(want));
+    EXPECT_LE(max_diff(r.grads, want), 1e-4 * max_abs(want));
+  }
+}
+
+// A micro-batch with no counted token (every input an EOD) adds nothing and makes nothing NaN: its count is
+// taken as 1 (Megatron's clamp), so the gradient is the other micro-batch's g0/(2·12), the loss s0/12; a global
+// batch with no counted token at all reports loss 0 with zero gradients.
+TEST(ModelDocumentPacking, AllMaskedMicroBatchIsSafe) {
+  constexpr int64_t kS = 16;
+  std::mt19937 rng(2705);
+  std::vector<int32_t> tok[2] = {random_ids(kS, rng), std::vector<int32_t>(kS, kEod)},
+                       lab[2] = {random_ids(kS, rng), random_ids(kS, rng)};
+  for (int i : {1, 5, 9, 13}) tok[0][static_cast<size_t>(i)] = kEod;  // 12 counted
+  const LossAndGrads g0 = run(packed(true, false, false), tok[0], lab[0], 1.0f);
+  const Trained r = train_one(false, tok, lab);
+  EXPECT_NEAR(r.loss, g0.loss_sum / 12.0, 1e-6 * g0.loss_sum);
+  std::vector<float> want(g0.grads.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(g0.grads[i] / 24.0);
+  EXPECT_LE(max_diff(r.grads, want), 1e-4 * max_abs(want));
+  tok[0].assign(kS, kEod);
+  for (bool per_token : {false, true}) {
+    const Trained none = train_one(per_token, tok, lab);
+    EXPECT_EQ(none.loss, 0.0);
+    EXPECT_EQ(max_abs(none.grads), 0.0);
   }
 }
 
