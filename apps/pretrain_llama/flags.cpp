@@ -380,7 +380,8 @@ RunLayout model_options(const Options& o) {
                    .bf16_main_grads = t.main_grads_dtype == "bf16",
                    .dp_size = t.data_parallel_size,
                    .dp_rank = o.dp_rank,
-                   .distributed_optimizer = t.use_distributed_optimizer};
+                   .distributed_optimizer = t.use_distributed_optimizer,
+                   .packing = packing_flags(t)};
 }
 
 }  // namespace pl::pretrain

@@ -291,14 +291,20 @@ int build_and_train(const RunInputs& in) {
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
   if (world.rank() == 0) world.barrier();
 
-  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, mopt);
+  RunLayout layout = mopt;
+  layout.packing = data::document_packing(dataset, mopt.packing);  // the data's EOD id (or a one-line error)
+  if (const std::string line = packing_line(layout.packing, t); !line.empty()) out->info("pretrain_llama | {}", line);
+  LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, layout);
   model.set_communicator(comm.get());
-  // The banner says which attention algorithm cuDNN built, and the workspace it asked for.
-  if (device == Device::CUDA)
-    out->info("pretrain_llama |   {}",
-              prepare_attention(ctx, AttentionShape{t.micro_batch_size, t.seq_length, mc.num_attention_heads,
-                                                    mc.num_query_groups, mc.kv_channels},
-                                model.memory_plan().workspace));
+  // The banner says which attention algorithm cuDNN built, and the workspace it asked for. With
+  // --reset-attention-mask the document graphs of the largest bucket (T documents) are built now, so their
+  // workspace and offsets scratch exist before the loop (the count alone selects them; no offsets are read).
+  if (device == Device::CUDA) {
+    AttentionShape shape{t.micro_batch_size, t.seq_length, mc.num_attention_heads, mc.num_query_groups, mc.kv_channels};
+    if (layout.packing.reset_attention_mask)
+      shape.docs = DocumentBoundaries{nullptr, nullptr, t.micro_batch_size * t.seq_length};
+    out->info("pretrain_llama |   {}", prepare_attention(ctx, shape, model.memory_plan().workspace));
+  }
   if (!o.init_from_hf.empty())
     out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
   else

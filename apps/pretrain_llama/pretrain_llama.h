@@ -82,6 +82,8 @@ void apply_init_method_std(const Options& o, RunSetup& s);
 // flags_packing.cpp: document-aware packing (--eod-mask-loss, --reset-position-ids, --reset-attention-mask).
 void add_packing_flags(CLI::App& app, Options& o);
 void validate_packing_flags(const Options& o, const CLI::App& app);
+data::DocumentPacking packing_flags(const TrainConfig& t);  // RunLayout::packing without the data's EOD id
+std::string packing_line(const data::DocumentPacking& p, const TrainConfig& t);  // "" without these flags
 // flags_tensorboard.cpp: --tensorboard-dir and its companions.
 void add_tensorboard_flags(CLI::App& app, Options& o);
 void validate_tensorboard_flags(const Options& o, const CLI::App& app);

@@ -176,6 +176,10 @@ std::string prepare_attention(const OpContext& ctx, const AttentionShape& shape,
   if (ap.pack_scratch_allocated > 0)
     layout += fmt::format(" ({:.1f} MiB; strided views refused: {})",
                           static_cast<double>(ap.pack_scratch_allocated) / 1048576.0, ap.strided_refusal);
+  // --reset-attention-mask: the packed-sequence (THD) graphs, prepared for the largest document bucket.
+  if (ap.document_bucket > 0)
+    layout += fmt::format(", documents as packed sequences (largest bucket {} documents, offsets {:.1f} KiB)",
+                          ap.document_bucket, static_cast<double>(ap.document_scratch_allocated) / 1024.0);
   return fmt::format("attention: cuDNN SDPA {}, backward algorithm {}{}; workspace forward {:.1f} MiB, backward "
                      "{:.1f} MiB (planned {:.1f} MiB with cuBLASLt's 32 MiB)",
                      layout, ap.deterministic_backward ? "deterministic" : "non-deterministic",

@@ -59,11 +59,14 @@ void rows_fit_grid(const OpContext& ctx, const char* op, const char* name, const
 // Every id must index a row of the vocabulary. The model's ids were checked once already, naming the
 // sample (LlamaModel::upload_batch); this is for direct op calls, on the CPU only (the ids are in host
 // memory there; the GPU kernels skip an id outside [0, V) rather than read out of bounds).
-void ids_in_vocab(const OpContext& ctx, const char* op, const char* name, const Tensor& ids, int64_t vocab) {
+// ignored: an id that may also be `ignored` (cross-entropy's masked target, -1); -2 accepts none.
+void ids_in_vocab(const OpContext& ctx, const char* op, const char* name, const Tensor& ids, int64_t vocab,
+                  int32_t ignored = -2) {
   if (on_gpu(ctx)) return;
   const int32_t* p = ids.i32();
   for (int64_t t = 0; t < ids.dim(0); ++t)
-    PL_CHECK(p[t] >= 0 && p[t] < vocab, "{}: {}[{}] = {} is outside the vocabulary [0, {})", op, name, t, p[t], vocab);
+    PL_CHECK((p[t] >= 0 && p[t] < vocab) || p[t] == ignored, "{}: {}[{}] = {} is outside the vocabulary [0, {})", op,
+             name, t, p[t], vocab);
 }
 
 bool same_shape(const Tensor& a, const Tensor& b) {
@@ -144,7 +147,7 @@ void gemm(const OpContext& ctx, const char* op, DType out_dtype, const char* out
 
 // The rules of rope_forward and rope_backward (`name` the rotated tensor).
 void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& qkv, const Tensor& cos,
-          const Tensor& sin, int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
+          const Tensor& sin, int64_t seq_len, int64_t rotated_heads, int64_t head_dim, const TokenPositions& pos) {
   arg(ctx, op, name, qkv, act(ctx), 2);
   arg(ctx, op, "cos", cos, DType::F32, 2);
   arg(ctx, op, "sin", sin, DType::F32, 2);
@@ -157,6 +160,14 @@ void rope(const OpContext& ctx, const char* op, const char* name, const Tensor& 
            cos.shape_str(), seq_len, head_dim / 2);
   PL_CHECK(sin.dim(0) == cos.dim(0) && sin.dim(1) == cos.dim(1), "{}: sin {} does not match cos {}", op,
            sin.shape_str(), cos.shape_str());
+  // Per-token positions (--reset-position-ids): the host copy is always there and every position is a row of
+  // the tables; the CUDA kernel reads the device copy.
+  PL_CHECK(pos.host != nullptr || pos.device == nullptr, "{}: positions on the device without their host copy", op);
+  if (pos.host == nullptr) return;
+  PL_CHECK(!on_gpu(ctx) || pos.device != nullptr, "{}: positions without their device copy on the GPU", op);
+  for (int64_t t = 0; t < qkv.dim(0); ++t)
+    PL_CHECK(pos.host[t] >= 0 && pos.host[t] < seq_len, "{}: position {} of token {} is outside [0, {}) ({} {})", op,
+             pos.host[t], t, seq_len, name, qkv.shape_str());
 }
 
 }  // namespace
@@ -277,13 +288,13 @@ void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Te
 // ---- RoPE -----------------------------------------------------------------------------------------------
 
 void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-                  int64_t rotated_heads, int64_t head_dim) {
-  rope(ctx, "rope_forward", "qkv", qkv, cos, sin, seq_len, rotated_heads, head_dim);
+                  int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions) {
+  rope(ctx, "rope_forward", "qkv", qkv, cos, sin, seq_len, rotated_heads, head_dim, positions);
 }
 
 void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-                   int64_t rotated_heads, int64_t head_dim) {
-  rope(ctx, "rope_backward", "dqkv", dqkv, cos, sin, seq_len, rotated_heads, head_dim);
+                   int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions) {
+  rope(ctx, "rope_backward", "dqkv", dqkv, cos, sin, seq_len, rotated_heads, head_dim, positions);
 }
 
 // ---- attention -------------------------------------------------------------------------------------------
@@ -386,7 +397,7 @@ void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, 
   PL_CHECK(losses.dim(0) == logits.dim(0), "{}: losses {} does not match logits {} (expected [{}])", op,
            losses.shape_str(), logits.shape_str(), logits.dim(0));
   rows_fit_grid(ctx, op, "logits", logits);
-  ids_in_vocab(ctx, op, "targets", targets, logits.dim(1));
+  ids_in_vocab(ctx, op, "targets", targets, logits.dim(1), -1);  // -1: a masked position (op_list.h)
 }
 
 // ---- optimizer ----------------------------------------------------------------------------------------------------

@@ -185,11 +185,11 @@ OpCosts rope_cost(const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64
 }
 }  // namespace
 OpCosts rope_forward(const OpContext&, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-                     int64_t rotated_heads, int64_t head_dim) {
+                     int64_t rotated_heads, int64_t head_dim, const TokenPositions&) {
   return rope_cost(qkv, cos, sin, seq_len, rotated_heads, head_dim);
 }
 OpCosts rope_backward(const OpContext&, const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-                      int64_t rotated_heads, int64_t head_dim) {
+                      int64_t rotated_heads, int64_t head_dim, const TokenPositions&) {
   return rope_cost(dqkv, cos, sin, seq_len, rotated_heads, head_dim);
 }
 
@@ -198,7 +198,9 @@ OpCosts rope_backward(const OpContext&, const Tensor& dqkv, const Tensor& cos, c
 // heads, 2·d FLOPs a pair each: 4·B·nq·d·S(S+1)/2 (softmax not counted). Bytes qkv + out + lse.
 // Megatron's model FLOPs (SPEC-MEGATRON §2a) count the attention as 6·q·s² per layer and sample (q =
 // nq·d): the causal half as s²/2, not S(S+1)/2, and 3× the forward for forward + backward, where these
-// rows count 1 + 2.5 (attention_backward); the roofline report states this.
+// rows count 1 + 2.5 (attention_backward); the roofline report states this. With documents
+// (AttentionShape::docs, --reset-attention-mask) these rows still count whole causal samples: the pairs the
+// block-diagonal mask removes are not discounted, as Megatron's model FLOPs do not discount them either.
 namespace {
 double attention_forward_flops(const AttentionShape& s) {
   const double S = static_cast<double>(s.seq);

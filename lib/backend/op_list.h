@@ -65,16 +65,17 @@ PL_OP(add_rmsnorm_forward, void, TimerId::RmsNorm,
 
 // ---- rotary position embedding (rotate-half, non-interleaved) -----------------------------------
 // qkv[T, (nq+2nkv)*d] with T = B*S: rotates, in place, the first nq+nkv heads (q and k) of every
-// row at position t % S. cos/sin: fp32 [S, d/2] (angle of frequency i at position p).
+// row t at position positions[t] (ops.h TokenPositions; none given: t % S). cos/sin: fp32 [S, d/2] (angle of
+// frequency i at position p).
 PL_OP(rope_forward, void, TimerId::Rope,
       (const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-       int64_t rotated_heads, int64_t head_dim),
-      (ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim))
-// The adjoint: rotates the q/k gradient heads of dqkv back by -angle, in place.
+       int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions),
+      (ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim, positions))
+// The adjoint: rotates the q/k gradient heads of dqkv back by -angle, in place (the same positions).
 PL_OP(rope_backward, void, TimerId::Rope,
       (const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-       int64_t rotated_heads, int64_t head_dim),
-      (ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim))
+       int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions),
+      (ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim, positions))
 
 // ---- causal grouped-query attention -------------------------------------------------------------
 // qkv[T, (nq+2nkv)*d] laid out [q heads | k heads | v heads]; query head j uses kv head j/(nq/nkv).
@@ -123,6 +124,8 @@ PL_OP(stream_triad, void, TimerId::Elementwise,
 // losses[T] fp32 = -log softmax(logits)[target] computed in fp32.
 // Then overwrites logits with the gradient  grad_scale * (softmax - onehot(target))  (bf16 activation),
 // so the logits buffer holds dlogits afterwards (as llm.c does). grad_scale = 0 skips the gradient.
+// A target of -1 is ignored (a masked position, data/documents.h kIgnoredLabel; PyTorch's ignore_index): its loss
+// is 0 and, unless grad_scale = 0, its dlogits row is 0. Any other target must lie in [0, V).
 PL_OP(cross_entropy_forward_backward, void, TimerId::CrossEntropy,
       (const OpContext& ctx, const Tensor& losses, const Tensor& logits, const Tensor& targets, float grad_scale),
       (ctx, losses, logits, targets, grad_scale))

@@ -69,6 +69,14 @@ struct DocumentBoundaries {
   const int32_t* device = nullptr;
   int64_t count = 0;
 };
+// Per-token RoPE positions (Megatron's --reset-position-ids, issue 27): position of token t of the flattened
+// T = batch*seq tokens, in [0, seq). `host` (always, when given: the CPU reads it, the checks validate it) and
+// `device` (the same T values on the CUDA device, uploaded by the model with the micro-batch). Both null: t % seq
+// (the default). The pointers are the caller's and outlive the op's call.
+struct TokenPositions {
+  const int32_t* host = nullptr;
+  const int32_t* device = nullptr;
+};
 struct AttentionShape {
   int64_t batch, seq, q_heads, kv_heads, head_dim;
   DocumentBoundaries docs{};

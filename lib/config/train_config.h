@@ -125,7 +125,15 @@ struct TrainConfig {
   bool log_params_norm = false;      // --log-params-norm: " params norm: X |" in the iteration line
 
   // ---- issue 27: document-aware packing (flags_packing.cpp) ----
-  // (their fields here)
+  // Megatron's flags (arguments.py; semantics of gpt_dataset.py _get_ltor_masks_and_position_ids, see
+  // data/documents.h): no loss on predictions made from an EOD, RoPE positions and attention restarted at
+  // each document. All false: today's behaviour, bit for bit.
+  bool eod_mask_loss = false;
+  bool reset_position_ids = false;
+  bool reset_attention_mask = false;
+  // --calculate-per-token-loss: the gradient is of Σ losses / (tokens counted over the global batch) instead of
+  // the mean of the micro-batches' per-token means (trainer.cpp loss_gradient_scale).
+  bool calculate_per_token_loss = false;
 
   // ---- issue 27: TensorBoard (flags_tensorboard.cpp) ----
   // Megatron's --tensorboard-dir ("" = off) and its companions (megatron/training/arguments.py; what each

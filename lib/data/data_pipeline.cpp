@@ -94,6 +94,7 @@ void TrainingData::build_mock() {
   summary_.push_back(fmt::format("Megatron MockGPTDataset: vocab {}, eod {}, split 1,1,1 (mock data ignores --split), "
                                  "seed {}",
                                  c.mock_vocab_size, c.mock_eod, c.seed));
+  eod_ = static_cast<int32_t>(c.mock_eod);
   auto low = std::make_shared<const MockGPTLowLevelDataset>(c.mock_vocab_size, c.mock_eod);
   const auto ranges = split_ranges("1,1,1", low->num_sequences());
   for (const Split s : {Split::train, Split::valid, Split::test}) {
@@ -123,6 +124,7 @@ void TrainingData::build_indexed() {
         rec ? fmt::format("tokenizer {} vocab {} eod {}", rec->type, rec->vocab_size, rec->eod)
             : std::string("no tokenizer record"),
         blended ? fmt::format(", weight {:.4f}", blend.weights[d]) : ""));
+    note_eod(rec ? rec->eod : -1, tokenizer_record_path(blend.prefixes[d]), d == 0);
     if (rec && rec->vocab_size > recorded_vocab_size_) {
       recorded_vocab_size_ = rec->vocab_size;
       recorded_vocab_source_ = tokenizer_record_path(blend.prefixes[d]);
@@ -174,6 +176,31 @@ void TrainingData::build_indexed() {
     }
   }
   PL_CHECK(splits_[0] != nullptr, "--split {} gives the train split no data", c.split);
+}
+
+// One dataset's EOD id (-1: it has no tokenizer record at `record`) into the data's: every dataset must name
+// the same one.
+void TrainingData::note_eod(int32_t eod, const std::string& record, bool first) {
+  if (!eod_problem_.empty()) return;
+  if (eod < 0) {
+    eod_ = -1;
+    eod_problem_ = fmt::format("{} does not exist (data without a tokenizer record has no known EOD id)", record);
+  } else if (first) {
+    eod_ = eod;
+  } else if (eod != eod_) {
+    eod_problem_ = fmt::format("{} names EOD {} but an earlier dataset's record names {}", record, eod, eod_);
+    eod_ = -1;
+  }
+}
+
+DocumentPacking document_packing(const TrainingData& data, DocumentPacking flags) {
+  if (!flags.any()) return flags;
+  const char* flag = flags.eod_mask_loss ? "--eod-mask-loss"
+                     : flags.reset_position_ids ? "--reset-position-ids"
+                                                : "--reset-attention-mask";
+  PL_CHECK(data.eod_token() >= 0, "{} needs the data's EOD token id: {}", flag, data.eod_problem());
+  flags.eod = data.eod_token();
+  return flags;
 }
 
 void TrainingData::micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch,

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/documents.h"
 #include "data/gpt_dataset.h"
 
 namespace pl::data {
@@ -57,6 +58,11 @@ class TrainingData {
   // 0 when no dataset has a record (Megatron-made data, mock data).
   int64_t recorded_vocab_size() const { return recorded_vocab_size_; }
   const std::string& recorded_vocab_source() const { return recorded_vocab_source_; }
+  // The EOD token id of the data (document-aware packing): mock data's, or the one the tokenizer records of
+  // all datasets name; -1 when it is unknown, and then eod_problem() says why (a missing record file, two
+  // records that disagree).
+  int32_t eod_token() const { return eod_; }
+  const std::string& eod_problem() const { return eod_problem_; }
 
   // Micro-batch `micro` of the global batch starting at `first_sample` of split `s`.
   void micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch, std::span<int32_t> tokens,
@@ -65,12 +71,20 @@ class TrainingData {
  private:
   void build_mock();
   void build_indexed();
+  void note_eod(int32_t eod, const std::string& record, bool first);
 
   DataConfig config_;
   std::array<std::shared_ptr<const SampleSource>, 3> splits_;
   std::vector<std::string> summary_;
   int64_t recorded_vocab_size_ = 0;
   std::string recorded_vocab_source_;
+  int32_t eod_ = -1;
+  std::string eod_problem_;
 };
+
+// `flags` (Megatron's --eod-mask-loss, --reset-position-ids, --reset-attention-mask) with the data's EOD id;
+// a one-line error naming the first flag given and why the data has no EOD id (e.g. the missing
+// "<prefix>.tokenizer.json") when a flag is given and the id is unknown. No flag: returned as given.
+DocumentPacking document_packing(const TrainingData& data, DocumentPacking flags);
 
 }  // namespace pl::data

@@ -14,6 +14,8 @@ double flops_per_iteration(const ModelConfig& m, int64_t global_batch, int64_t s
   const double V = static_cast<double>(m.padded_vocab_size());
   const double expansion = 3.0 * 2.0 * 2.0;  // fwd+wgrad+dgrad, 2 FLOPs per MAC, 2 GEMMs per pair
   const double gated = 1.5;                  // SwiGLU: three h<->f GEMMs instead of two
+  // Megatron's formula (training.py num_floating_point_operations): with --reset-attention-mask the attention
+  // is block-diagonal, but Megatron does not discount the masked pairs, and neither does this count.
   const double self_attn = expansion * L * h * h * ((1.0 + g / n + s / h / 2.0) * q_over_h);
   return B * s * (expansion * L * h * (f * gated) + self_attn + 6.0 * h * V);
 }

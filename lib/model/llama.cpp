@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <span>
 
 #include "core/error.h"
 #include "core/timers.h"
@@ -146,8 +147,15 @@ void LlamaModel::allocate_activations() {
   copy_from_host(acts_.rope_sin, sin.data());
   losses_ = acts_.losses_all.rows(0, 1).view({T});
   host_losses_.resize(static_cast<size_t>(opt_.loss_micro_batches * T));
-  // Pinned staging for tokens + labels, two slots (see UploadStaging): allocated here, never in the loop.
-  staging_ = UploadStaging(2 * static_cast<size_t>(T) * sizeof(int32_t), 2, ctx_.device);
+  // Document-aware packing's host buffers, for the worst case (every token its own document).
+  const data::DocumentPacking& pack = opt_.packing;
+  if (pack.eod_mask_loss) host_labels_.resize(static_cast<size_t>(T));
+  if (pack.reset_position_ids) host_positions_.resize(static_cast<size_t>(T));
+  if (pack.reset_attention_mask) host_offsets_.resize(static_cast<size_t>(T + 1));
+  // Pinned staging for tokens + labels (+ positions and offsets), two slots (see UploadStaging): allocated
+  // here, never in the loop.
+  const size_t ids = 2 * static_cast<size_t>(T) + host_positions_.size() + host_offsets_.size();
+  staging_ = UploadStaging(ids * sizeof(int32_t), 2, ctx_.device);
 }
 
 void LlamaModel::write_master(int64_t offset, const float* values, int64_t count) {
@@ -257,13 +265,43 @@ void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
     PL_CHECK(tokens[i] >= 0 && tokens[i] < V,
              "token id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", tokens[i],
              i / S_, i % S_, V);
-    PL_CHECK(labels[i] >= 0 && labels[i] < V,
+    PL_CHECK((labels[i] >= 0 && labels[i] < V) || labels[i] == data::kIgnoredLabel,
              "label id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", labels[i],
              i / S_, i % S_, V);
   }
-  // CUDA: async copies from pinned staging on the default stream, ordered before the ops that read the
-  // ids and after those of the previous micro-batch; CPU: memcpy.
-  staging_.upload({{acts_.tokens, tokens}, {acts_.labels, labels}});
+  upload_packed(tokens, labels);
+}
+
+// The micro-batch's ids with what RunLayout::packing derives from them (data/documents.h), through one staging
+// slot. CUDA: async copies from pinned staging on the default stream, ordered before the ops that read the
+// ids and after those of the previous micro-batch; CPU: memcpy.
+void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels) {
+  const data::DocumentPacking& pack = opt_.packing;
+  const auto T = static_cast<size_t>(B_ * S_);
+  const std::span<const int32_t> tok(tokens, T);
+  if (pack.eod_mask_loss) {
+    (void)data::masked_labels(pack, tok, std::span<const int32_t>(labels, T), host_labels_);
+    labels = host_labels_.data();
+  }
+  if (pack.reset_position_ids) {
+    data::position_ids(pack, tok, S_, host_positions_);
+    positions_ = {host_positions_.data(), acts_.positions.i32()};
+  }
+  if (pack.reset_attention_mask) {
+    const int64_t count = data::document_offsets(pack, tok, S_, host_offsets_);
+    docs_ = {host_offsets_.data(), acts_.doc_offsets.i32(), count};
+  }
+  const Tensor tokens_t = acts_.tokens, labels_t = acts_.labels;
+  const Tensor offsets_t = pack.reset_attention_mask ? acts_.doc_offsets.rows(0, docs_.count + 1) : Tensor{};
+  if (pack.reset_position_ids && pack.reset_attention_mask)
+    staging_.upload({{tokens_t, tokens}, {labels_t, labels}, {acts_.positions, host_positions_.data()},
+                     {offsets_t, host_offsets_.data()}});
+  else if (pack.reset_position_ids)
+    staging_.upload({{tokens_t, tokens}, {labels_t, labels}, {acts_.positions, host_positions_.data()}});
+  else if (pack.reset_attention_mask)
+    staging_.upload({{tokens_t, tokens}, {labels_t, labels}, {offsets_t, host_offsets_.data()}});
+  else
+    staging_.upload({{tokens_t, tokens}, {labels_t, labels}});
 }
 
 void LlamaModel::use_loss_slot(int64_t slot) {
@@ -319,14 +357,14 @@ double LlamaModel::add_loss_sums(int64_t slots, double acc) {
 // whose weight is then read here, before that layer's own weights (the --overlap-param-gather gate
 // waits for it first).
 void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
-  const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
+  const AttentionShape as = attention_shape();  // with the micro-batch's documents (recomputation too)
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   auto& a = acts_.layers[l];
   const LayerParams& w = weights_.layers[l];
   if (!fused || l == 0) rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
   linear(l, kQkv).forward(linear_ctx(kQkv), a.qkv, a.ln1, w.qkv);
-  rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
+  rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
   attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
   linear(l, kProj).forward(linear_ctx(kProj), acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
   add_rmsnorm_forward(ctx_, a.resid_mid, a.ln2, a.rstd2, a.resid_in, acts_.d_h, w.ln2, eps);
@@ -367,7 +405,7 @@ void LlamaModel::run_forward(float grad_scale, bool want_grad) {
 }
 
 void LlamaModel::run_backward(const StepOptions& step) {
-  const AttentionShape as{B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels};
+  const AttentionShape as = attention_shape();
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   // acts_.logits now holds dlogits.
   // The gradients are final group by group: the final norm with the LM head, each layer from the last,
@@ -418,7 +456,7 @@ void LlamaModel::run_backward(const StepOptions& step) {
     // acts_.d_resid = dL/d(resid_mid); the attention branch.
     linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn, w.proj, step);
     attention_backward(ctx_, acts_.d_qkv, acts_.d_attn, a.attn, a.lse, a.qkv, as);
-    rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels);
+    rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
     linear(l, kQkv).backward(linear_ctx(kQkv), acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
     end_group(first, first + kEntriesPerLayer);

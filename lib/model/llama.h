@@ -118,9 +118,13 @@ class LlamaModel {
   // Telemetry of the last backward run with StepOptions::collect_quant_stats.
   std::vector<LinearStats> quant_stats() const;
   const PrecisionPlan& plan() const { return plan_; }
+  // The run's document-aware packing (RunLayout::packing): which positions the loss counts (data/documents.h).
+  const data::DocumentPacking& packing() const { return opt_.packing; }
 
-  // Forward of one micro-batch: tokens/labels are host arrays of B*S ids. Returns the sum of the
-  // per-token losses (fp32 per token, summed in double).
+  // Forward of one micro-batch: tokens/labels are host arrays of B*S ids (a label may be -1: not counted).
+  // With RunLayout::packing the model masks the labels, restarts the RoPE positions and splits the attention
+  // into documents as its flags say (data/documents.h). Returns the sum of the per-token losses (fp32 per
+  // token, summed in double; a masked position adds 0).
   double forward(const int32_t* tokens, const int32_t* labels);
   // forward() then backward, accumulating grads += d(loss_sum * grad_scale)/dθ; `step` seeds the
   // gradients' stochastic rounding and switches telemetry for this backward.
@@ -148,6 +152,7 @@ class LlamaModel {
   void run_forward(float grad_scale, bool want_grad);
   void run_backward(const StepOptions& step);
   void upload_batch(const int32_t* tokens, const int32_t* labels);
+  void upload_packed(const int32_t* tokens, const int32_t* labels);
   void prepare_layer_weights(int64_t layer);
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
@@ -184,7 +189,16 @@ class LlamaModel {
   Activations<Tensor> acts_;
   Tensor losses_;  // the slot of acts_.losses_all the next cross-entropy writes
   std::vector<float> host_losses_;  // [loss_micro_batches * T]
-  UploadStaging staging_;            // pinned host staging of tokens+labels (CUDA), 2 slots
+  UploadStaging staging_;            // pinned host staging of tokens+labels (+ packing's), 2 slots
+  // Document-aware packing (RunLayout::packing), sized at construction: the host side of the micro-batch's
+  // masked labels [T], RoPE positions [T] and document offsets [T+1], and what the ops are given (their host
+  // copies and the arena's acts_.positions / acts_.doc_offsets; empty without the flags).
+  std::vector<int32_t> host_labels_, host_positions_, host_offsets_;
+  TokenPositions positions_{};
+  DocumentBoundaries docs_{};
+  AttentionShape attention_shape() const {
+    return {B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels, docs_};
+  }
 };
 
 // The parameters in the order of the flat buffers (Megatron names, shapes, offsets, init): the embedding,

@@ -85,6 +85,9 @@ void plan_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const Model
   a.layers.resize(static_cast<size_t>(L));
   want(a.tokens, {T}, DType::I32);
   want(a.labels, {T}, DType::I32);
+  // Document-aware packing's uploads (RunLayout::packing): a few bytes per token, only with their flags.
+  if (opt.packing.reset_position_ids) want(a.positions, {T}, DType::I32);
+  if (opt.packing.reset_attention_mask) want(a.doc_offsets, {T + 1}, DType::I32);
   want(a.embed_out, {T, h}, act);
   // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. With full
   // recomputation only these inputs are kept per layer; the rest is one set shared by all layers
@@ -174,7 +177,7 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
 //     refuse the graph on strided views of the qkv rows, Q/K/V and dQ/dK/dV are packed copies,
 //     2·T·(nq + 2·nkv)·d BF16 values shared by all layers. Whether it is needed is known only when the
 //     graphs are built on the GPU, after the plan: it is reserved in the worst case (96 MiB at 8B, T 4096);
-//   plus, with documents (RunLayout::document_attention, backend/cuda/attention_graph.h), the THD graphs of
+//   plus, with documents (RunLayout::packing.reset_attention_mask, backend/cuda/attention_graph.h), the THD graphs of
 //     the largest bucket (T documents), which attention_prepare builds: cuDNN sizes their FP32 dQ
 //     accumulators with dQ's own ragged layout (frontend ragged_workspace_size), which on the strided views
 //     is the qkv row width: T·(nq + 2·nkv)·d·4 bytes on top (96 MiB at 8B, T 4096), and the ragged offsets
@@ -189,7 +192,7 @@ double gpu_library_workspace(const ModelConfig& cfg, int64_t B, int64_t S, const
   const double pack = 2.0 * T * static_cast<double>(cfg.qkv_dim()) * 2.0;
   const auto round16 = [](double bytes) { return std::ceil(bytes / 16.0) * 16.0; };
   const double documents =
-      opt.document_attention ? T * static_cast<double>(cfg.qkv_dim()) * 4.0 + 4.0 * round16((T + 1) * 8) + round16(T * 4)
+      opt.packing.reset_attention_mask ? T * static_cast<double>(cfg.qkv_dim()) * 4.0 + 4.0 * round16((T + 1) * 8) + round16(T * 4)
                              : 0.0;
   return 32.0 * 1024 * 1024 + (opt.deterministic_attention ? det : nondet) + pack + documents;
 }

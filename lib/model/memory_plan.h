@@ -9,6 +9,7 @@
 
 #include "config/model_config.h"
 #include "core/tensor.h"
+#include "data/documents.h"
 #include "model/precision_plan.h"
 #include "numerics/reduce.h"
 
@@ -30,9 +31,6 @@ struct RunLayout {
   // --deterministic-mode: plan the workspace of cuDNN's deterministic attention backward (chosen by
   // the device state's deterministic_attention).
   bool deterministic_attention = false;
-  // Document-aware attention (--reset-attention-mask, issue 27): plan cuDNN's packed-sequence (THD) graphs'
-  // extra workspace and their ragged-offset scratch for the largest document bucket (memory_plan.cpp).
-  bool document_attention = false;
   // The precision-aware optimizer's moment dtypes (--exp-avg-dtype / --exp-avg-sq-dtype): F32 or BF16.
   DType exp_avg = DType::F32;
   DType exp_avg_sq = DType::F32;
@@ -49,6 +47,10 @@ struct RunLayout {
   int64_t dp_size = 1;
   int64_t dp_rank = 0;
   bool distributed_optimizer = false;
+  // Document-aware packing (--eod-mask-loss, --reset-position-ids, --reset-attention-mask): the model derives
+  // each micro-batch's loss mask, RoPE positions and document offsets from its tokens (data/documents.h) and
+  // uploads them with it; the arena gets positions [T] and offsets [T+1] (i32) only when their flag is on.
+  data::DocumentPacking packing;
 };
 
 // The flat buffers across the data-parallel ranks with Megatron's distributed optimizer (ZeRO-1): the
@@ -106,12 +108,13 @@ struct Activations {
   };
   std::vector<Layer> layers;  // with full recomputation layers 1.. share layer 0's slots but resid_in
   T tokens, labels, embed_out, resid_out, lnf, rstdf, logits, losses_all, rope_cos, rope_sin;
+  T positions, doc_offsets;  // i32 [T] and [T+1]: RunLayout::packing's RoPE positions and document offsets
   T d_resid, d_ln, d_h, d_qkv, d_attn, d_fc1, d_swi, quant_scratch_a, quant_scratch_b;
   T grad_scratch;  // fp32 [largest parameter group] with BF16 main grads (RunLayout::bf16_main_grads)
   template <class S>
   static auto all(S& s) {
     return std::array{&s.tokens, &s.labels, &s.embed_out, &s.resid_out, &s.lnf, &s.rstdf, &s.logits,
-                      &s.losses_all, &s.rope_cos, &s.rope_sin, &s.d_resid, &s.d_ln, &s.d_h, &s.d_qkv,
+                      &s.losses_all, &s.rope_cos, &s.rope_sin, &s.positions, &s.doc_offsets, &s.d_resid, &s.d_ln, &s.d_h, &s.d_qkv,
                       &s.d_attn, &s.d_fc1, &s.d_swi, &s.quant_scratch_a, &s.quant_scratch_b, &s.grad_scratch};
   }
 };

@@ -13,6 +13,7 @@
 #include "core/nvtx.h"
 #include "core/step_timer.h"
 #include "core/timers.h"
+#include "data/documents.h"
 #include "log/megatron_log.h"
 #include "model/accounting.h"
 #include "roofline/report.h"
@@ -115,18 +116,23 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
   // reports sum / count.
   // The losses stay on the device and are read once per model_.loss_slots() micro-batches.
-  double loss_sum = 0.0;
+  // With masked positions (--eod-mask-loss) the count is of the positions counted (data/documents.h), as
+  // Megatron's loss_func reports [Σ masked losses, Σ loss_mask]; without, every token: the same division.
+  double sums[2] = {0.0, 0.0};  // loss sum, counted tokens
+  double& loss_sum = sums[0];
   const int64_t K = model_.loss_slots();
   for (int64_t e = 0; e < cfg_.eval_iters; ++e)
     for (int64_t m = 0; m < M; ++m) {
       data(first_sample + e * cfg_.global_batch_size, m * dp + rank, tokens, labels);  // the sampler's slice
+      sums[1] += static_cast<double>(data::counted_tokens(model_.packing(), tokens, labels));
       const int64_t slot = (e * M + m) % K;
       model_.queue_forward(slot, tokens.data(), labels.data());
       if (slot == K - 1 || (e == cfg_.eval_iters - 1 && m == M - 1)) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
-  // Megatron all-reduces the sums over the data-parallel group.
-  loss_sum = world_->all_reduce_sum(loss_sum);
-  const double loss = loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp * cfg_.eval_iters));
+  // Megatron all-reduces the sums over the data-parallel group. No counted token at all: loss 0 (Megatron's
+  // 0/0 would print NaN), the same rule as training's.
+  world_->all_reduce_sum(sums);
+  const double loss = loss_sum / std::max(sums[1], 1.0);
   for (const std::string& line : log::validation_lines(prefix, loss)) print_last(line);
   return loss;
 }
@@ -277,12 +283,9 @@ int64_t Trainer::step(RunState& r) {
 // Every micro-batch of the iteration, forward and backward, then the gradients' reduction over the
 // ranks. Returns the reported loss: the token-weighted mean over the global batch.
 double Trainer::forward_backward(RunState& r) {
-  const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
-  // Megatron's backward: each micro-batch's mean token loss divided by the number of micro-batches, and
-  // the data-parallel gradients averaged over the ranks: one scale, 1 / (tokens of the global batch),
-  // the same float on every rank count, and the reduction sums.
-  const float grad_scale = static_cast<float>(1.0 / (static_cast<double>(T) * static_cast<double>(M * dp)));
+  // --calculate-per-token-loss: the global batch's counted tokens, known before any backward.
+  const double global_tokens = cfg_.calculate_per_token_loss ? global_batch_tokens(r) : 0.0;
   const bool stats_now = quant_stats_at(r.st.iteration + 1);
   Timers& timers = r.timers;
   // BF16 main grads: the first micro-batch's backward overwrites them (StepOptions::overwrite_main_grads),
@@ -290,13 +293,17 @@ double Trainer::forward_backward(RunState& r) {
   // norms' and the embedding's backward: zeroed here.
   const bool overwrite = cfg_.main_grads_dtype == "bf16";
   if (!overwrite) model_.zero_grads();
-  double loss_sum = 0.0;
+  double sums[2] = {0.0, 0.0};  // the loss sum and the tokens counted in it, over this rank's micro-batches
+  double& loss_sum = sums[0];
   timers.start(TimerId::ForwardBackward);
   for (int64_t m = 0; m < M; ++m) {
     timers.start(TimerId::ForwardCompute);
     timers.start(TimerId::BatchGenerator);
     batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels);  // the sampler's slice (see trainer.h)
     timers.stop(TimerId::BatchGenerator);
+    const int64_t counted = data::counted_tokens(model_.packing(), r.tokens, r.labels);
+    sums[1] += static_cast<double>(counted);
+    const float grad_scale = loss_gradient_scale(counted, global_tokens);
     // One counter per micro-batch over the whole run (= it*M + m for a fixed batch size), so a
     // resumed run draws the same stochastic-rounding bits as one that never stopped.
     // Telemetry of the last micro-batch of the iteration.
@@ -322,9 +329,38 @@ double Trainer::forward_backward(RunState& r) {
                        collective_cost(model_.grads_padded(), dp, model_.sharded() ? 1.0 : 2.0, true));
     sync_.finish_gradient_reduction();
   }
-  // The reported loss is the sum over the ranks.
-  loss_sum = world_->all_reduce_sum(loss_sum);
-  return loss_sum / (static_cast<double>(T) * static_cast<double>(M * dp));
+  // The reported loss, as Megatron's training_step reports 'lm loss' with or without
+  // --calculate-per-token-loss: [Σ loss, Σ counted tokens] summed over the micro-batches and the ranks, then
+  // divided. No counted token at all (every position masked): 0, where Megatron's report would be 0/0 = NaN;
+  // here a NaN loss would skip the step, and the gradients (all zero) are finite.
+  world_->all_reduce_sum(sums);
+  return loss_sum / std::max(sums[1], 1.0);
+}
+
+// The scale of one micro-batch's gradient of its loss SUM (the cross-entropy's grad_scale), following
+// Megatron-LM (megatron/core/pipeline_parallel/schedules.py forward_step_calc_loss, finalize_model_grads.py):
+//   default: the micro-batch's mean over its counted tokens, divided by the number of micro-batches, and
+//            averaged over the data-parallel ranks: 1 / (max(counted, 1) · M · dp) (Megatron clamps the count
+//            to 1, so an all-masked micro-batch adds nothing); without masking counted = T, today's 1 / (T·M·dp)
+//            to the bit;
+//   --calculate-per-token-loss: the loss sums of the whole global batch divided by the tokens counted over it
+//            (all ranks; Megatron scales the reduced gradients by 1 / max(num_tokens, 1)): 1 / max(N, 1).
+float Trainer::loss_gradient_scale(int64_t counted, double global_tokens) const {
+  const double M = static_cast<double>(cfg_.num_micro_batches()), dp = static_cast<double>(cfg_.data_parallel_size);
+  if (cfg_.calculate_per_token_loss) return static_cast<float>(1.0 / std::max(global_tokens, 1.0));
+  return static_cast<float>(1.0 / (static_cast<double>(std::max<int64_t>(counted, 1)) * (M * dp)));
+}
+
+// --calculate-per-token-loss: the tokens counted in the loss over the global batch (every micro-batch of this
+// rank read once more, then summed over the ranks), before the first backward needs the scale.
+double Trainer::global_batch_tokens(RunState& r) {
+  const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
+  double counted = 0.0;
+  for (int64_t m = 0; m < M; ++m) {
+    batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels);
+    counted += static_cast<double>(data::counted_tokens(model_.packing(), r.tokens, r.labels));
+  }
+  return world_->all_reduce_sum(counted);
 }
 
 // Megatron's "optimizer" timer: AdamW, or the skip of a non-finite loss; after a step the updated weights

@@ -1,5 +1,6 @@
 #pragma once
-// The training loop: micro-batch gradient accumulation with Megatron's loss averaging, AdamW with
+// The training loop: micro-batch gradient accumulation with Megatron's loss averaging (per micro-batch over
+// its counted tokens, or per token over the global batch with --calculate-per-token-loss), AdamW with
 // clipping, the sample-based LR schedule, NaN/Inf skipping, and the Megatron log lines.
 #include <chrono>
 #include <csignal>
@@ -134,6 +135,8 @@ class Trainer {
   struct RunState;  // one run()'s loop state (trainer.cpp)
   int64_t step(RunState& r);
   double forward_backward(RunState& r);
+  float loss_gradient_scale(int64_t counted, double global_tokens) const;
+  double global_batch_tokens(RunState& r);
   AdamW::Result optimizer_step(RunState& r, double loss, double lr);
   void log_interval(RunState& r, int64_t iteration);
   void tensorboard_iteration(const RunState& r, int64_t iteration) const;

@@ -109,11 +109,11 @@ TEST(CudaVectorized, RopeAndSwiglu) {
       Both qkv(uniform_bf16(T * heads * d, rng, -2, 2), {T, heads * d}, DType::BF16, p.first);
       Both cos(uniform_f32(S * d / 2, rng, -1, 1), {S, d / 2}, DType::F32, p.second);
       Both sin(uniform_f32(S * d / 2, rng, -1, 1), {S, d / 2}, DType::F32, p.second);
-      rope_forward(cpu_ctx(true), qkv.cpu(), cos.cpu(), sin.cpu(), S, rotated, d);
-      rope_forward(cuda_ctx(), qkv.gpu, cos.gpu, sin.gpu, S, rotated, d);
+      rope_forward(cpu_ctx(true), qkv.cpu(), cos.cpu(), sin.cpu(), S, rotated, d, {});
+      rope_forward(cuda_ctx(), qkv.gpu, cos.gpu, sin.gpu, S, rotated, d, {});
       qkv.expect_same(what + " (forward)");
-      rope_backward(cpu_ctx(true), qkv.cpu(), cos.cpu(), sin.cpu(), S, rotated, d);
-      rope_backward(cuda_ctx(), qkv.gpu, cos.gpu, sin.gpu, S, rotated, d);
+      rope_backward(cpu_ctx(true), qkv.cpu(), cos.cpu(), sin.cpu(), S, rotated, d, {});
+      rope_backward(cuda_ctx(), qkv.gpu, cos.gpu, sin.gpu, S, rotated, d, {});
       qkv.expect_same(what + " (backward)");
     }
   }

@@ -44,13 +44,37 @@ TEST(ModelMemoryPlan, DocumentAttentionPlansItsWorkspace) {
   const PrecisionPlan plan =
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_mixed.json"));
   RunLayout docs{};
-  docs.document_attention = true;
+  docs.packing.reset_attention_mask = true;
   const MemoryPlan dense = plan_memory(m, 2, 64, Device::CUDA, plan, RunLayout{}, 90);
   const MemoryPlan with_docs = plan_memory(m, 2, 64, Device::CUDA, plan, docs, 90);
   const double T = 128, offsets = 4 * ((T + 1) * 8 + 8) + T * 4;  // (129·8 = 1032) rounds up to 1040
   EXPECT_EQ(with_docs.workspace - dense.workspace, T * static_cast<double>(m.qkv_dim()) * 4 + offsets);
   EXPECT_EQ(with_docs.activations, dense.activations);
   EXPECT_EQ(plan_memory(m, 2, 64, Device::CPU, plan, docs, 0).workspace, 0.0) << "no GPU library on the CPU";
+}
+
+// Document-aware packing (RunLayout::packing) adds its two i32 uploads to the arena, each with its own flag:
+// RoPE positions [T] and document offsets [T+1], 256-byte rounded, and the model allocates that plan.
+TEST(ModelMemoryPlan, PackingAddsOnlyItsUploads) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  const PrecisionPlan plan = bf16_plan(m);
+  const double plain = plan_memory(m, 2, 64, Device::CPU, plan, RunLayout{}, 0).activations;
+  const auto with = [&](bool mask, bool positions, bool docs) {
+    RunLayout o;
+    o.packing = data::DocumentPacking{127, mask, positions, docs};
+    return o;
+  };
+  const double T = 128;
+  EXPECT_EQ(plan_memory(m, 2, 64, Device::CPU, plan, with(true, false, false), 0).activations, plain);
+  EXPECT_EQ(plan_memory(m, 2, 64, Device::CPU, plan, with(false, true, false), 0).activations, plain + 4 * T);
+  EXPECT_EQ(plan_memory(m, 2, 64, Device::CPU, plan, with(false, false, true), 0).activations, plain + 768);
+  const RunLayout all = with(true, true, true);
+  const MemoryPlan mem = plan_memory(m, 2, 64, Device::CPU, plan, all, 0);
+  EXPECT_EQ(mem.activations, plain + 4 * T + 768);  // (T + 1) * 4 = 516 bytes -> 768
+  const size_t before = memory_stats(Device::CPU).allocated;
+  const LlamaModel model(m, 2, 64, OpContext{}, plan, all);
+  EXPECT_EQ(static_cast<double>(memory_stats(Device::CPU).allocated - before),
+            mem.weights + mem.grads + mem.master + mem.activations + mem.quantized);
 }
 
 TEST(ModelMemoryPlan, TheSlotsTileTheArena) {

@@ -103,7 +103,7 @@ TEST(OpsCrossEntropy, ErrorsNameTheOp) {
   tgt.v[3] = kV;
   expect_error_naming(
       op, [&] { cross_entropy_forward_backward(cpu_ctx(false), losses.t(), logits.t(), tgt.t(), 1.0f); });
-  tgt.v[3] = -1;
+  tgt.v[3] = -2;  // (-1 is a masked position: CrossEntropy.IgnoredTargets)
   expect_error_naming(
       op, [&] { cross_entropy_forward_backward(cpu_ctx(false), losses.t(), logits.t(), tgt.t(), 1.0f); });
   tgt.v[3] = 0;
@@ -169,6 +169,40 @@ TEST_P(CrossEntropy, RoundBf16) {
     const std::vector<float> zero = run(k, 0.0f);
     expect_bits_equal(losses_of(zero), losses_of(got), "cross_entropy losses (grad_scale 0)");
     expect_bits_equal(logits_of(zero), logits, "cross_entropy logits untouched (grad_scale 0)");
+  }
+}
+
+// A target of -1 (a masked position, --eod-mask-loss) is ignored: loss exactly 0 and a dlogits row of zeros
+// (none written with grad_scale 0); every other row bit for bit what the same backend computes with a real
+// target there (rows are independent). Both the 16-byte (V % 8 == 0) and the scalar GPU kernel.
+TEST_P(CrossEntropy, IgnoredTargets) {
+  PL_SEEDED_RNG(rng);
+  for (const int64_t V : {512, 37}) {
+    const int64_t T = 5;
+    SCOPED_TRACE("V = " + std::to_string(V));
+    const std::vector<float> logits = uniform_bf16(T * V, rng, -4.0f, 4.0f);
+    std::vector<int32_t> full = uniform_ids(T, rng, static_cast<int32_t>(V)), masked = full;
+    masked[1] = masked[4] = -1;
+    for (const float scale : {0.25f, 0.0f}) {
+      Backend k(GetParam());
+      const auto run = [&](std::vector<int32_t>& tgt, std::vector<float>& losses) {
+        std::vector<float> l = logits;
+        cross_entropy_forward_backward(k.ctx(), k.put(losses, {T}, DType::F32), k.put(l, {T, V}, DType::BF16),
+                                       k.put(tgt, {T}), scale);
+        losses = k.get(losses);
+        return k.get(l);
+      };
+      std::vector<float> loss_full(T), loss_masked(T);
+      const std::vector<float> g_full = run(full, loss_full), g_masked = run(masked, loss_masked);
+      for (int64_t t = 0; t < T; ++t) {
+        const bool ignored = t == 1 || t == 4;
+        EXPECT_EQ(loss_masked[t], ignored ? 0.0f : loss_full[t]) << t;
+        for (int64_t j = 0; j < V; ++j) {
+          const float want = ignored ? (scale == 0.0f ? logits[t * V + j] : 0.0f) : g_full[t * V + j];
+          ASSERT_EQ(g_masked[t * V + j], want) << "row " << t << " logit " << j << " grad_scale " << scale;
+        }
+      }
+    }
   }
 }
 

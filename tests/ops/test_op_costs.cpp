@@ -82,8 +82,8 @@ TEST(OpCosts, EmbeddingNormRope) {
   // RoPE on qkv [15, 80], seq_len 5 (cos/sin hold 8 positions, only 5 are read), 8 rotated heads of 8:
   // 15·64 = 960 rotated elements, 3·960 = 2880 FLOPs; 2·960·4 = 7680 + cos, sin 2·5·4·4 = 160 → 7840
   const Tensor qkv = shape({15, 80}), cs = shape({8, 4});
-  expect_row(cost::rope_forward(cpu(), qkv, cs, cs, 5, 8, 8), OpKind::Elementwise, "fp32", 2880, 7840, 4000);
-  expect_row(cost::rope_backward(cpu(), qkv, cs, cs, 5, 8, 8), OpKind::Elementwise, "fp32", 2880, 7840, 4000);
+  expect_row(cost::rope_forward(cpu(), qkv, cs, cs, 5, 8, 8, {}), OpKind::Elementwise, "fp32", 2880, 7840, 4000);
+  expect_row(cost::rope_backward(cpu(), qkv, cs, cs, 5, 8, 8, {}), OpKind::Elementwise, "fp32", 2880, 7840, 4000);
 }
 
 TEST(OpCosts, AttentionGqa) {

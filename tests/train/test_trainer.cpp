@@ -105,9 +105,9 @@ TEST(TrainLoop, OutOfVocabularyIdIsRejectedBeforeUploadNamingTheSample) {
       << m;
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   tok[S + 5] = 1;
-  lab[3] = -1;
+  lab[3] = -2;  // (-1 is a masked position: data/documents.h kIgnoredLabel)
   m = message();
-  EXPECT_NE(m.find("label id -1 of sample 0 of the micro-batch (position 3)"), std::string::npos) << m;
+  EXPECT_NE(m.find("label id -2 of sample 0 of the micro-batch (position 3)"), std::string::npos) << m;
   lab[3] = 2;
   EXPECT_TRUE(std::isfinite(run.model->forward(tok.data(), lab.data())));
 }

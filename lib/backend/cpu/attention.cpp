@@ -13,6 +13,10 @@
 //   pass 1, per (b, query head, query row i):  dq_i = scale Σ_{j<=i} dS_ij k_j
 //   pass 2, per (b, kv head, key row j):       dk_j = scale Σ_{heads of the group} Σ_{i>=j} dS_ij q_i
 //                                              dv_j =       Σ_{heads of the group} Σ_{i>=j} P_ij dO_i
+// With documents (AttentionShape::docs, --reset-attention-mask) the sums run over the query's document only:
+// j from its first position lo(i) (not 0) in pass 1 and the forward, i up to its end hi(j) (not S) in pass 2.
+// The terms and their grouping are those of the document run as a sample of its own, so the result equals
+// that run's bit for bit (tests/ops/test_attention_documents.cpp).
 // Every output row is owned by one work item, so there are no atomics, results do not depend on the
 // thread count, and dqkv is fully overwritten. The price is recomputing P and dP in both passes.
 //
@@ -26,9 +30,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "backend/cpu/attention_bf16.h"
 #include "backend/cpu/cpu_ops.h"
+#include "core/error.h"
 #include "numerics/bf16.h"
 
 namespace pl::cpu {
@@ -93,6 +99,7 @@ struct AttentionBackward {
   const float* D;  // [B, nq, S]: dO_i · O_i
   float* dx;
   bool round;
+  DocumentSpans docs;
 
   // Pass 1, per (batch, query head, block of query rows): dq_i = scale Σ_{j<=i} dS_ij k_j.
   void dq_block(int64_t bh, int64_t blk) const {
@@ -108,7 +115,7 @@ struct AttentionBackward {
       const float li = l[bh * S + i], Di = D[bh * S + i];
       float* dq = dx + L.q(b, i, h);
       for (int64_t c = 0; c < d; ++c) dq[c] = 0.0f;
-      for (int64_t j0 = 0; j0 <= i; j0 += 4) {
+      for (int64_t j0 = docs.lo(b, i); j0 <= i; j0 += 4) {
         const int64_t m = std::min<int64_t>(4, i + 1 - j0);
         float ds[4];
         for (int64_t u = 0; u < m; ++u) {
@@ -143,8 +150,9 @@ struct AttentionBackward {
         const float* v = x + L.v(b, j, g);
         float* dk = dx + L.k(b, j, g);
         float* dv = dx + L.v(b, j, g);
-        for (int64_t i0 = j; i0 < S; i0 += 4) {
-          const int64_t m = std::min<int64_t>(4, S - i0);
+        const int64_t hi = docs.hi(b, j);
+        for (int64_t i0 = j; i0 < hi; i0 += 4) {
+          const int64_t m = std::min<int64_t>(4, hi - i0);
           float p[4], ds[4];
           for (int64_t u = 0; u < m; ++u) {
             const int64_t i = i0 + u;
@@ -165,9 +173,36 @@ struct AttentionBackward {
 
 }  // namespace
 
+DocumentSpans document_spans(const char* op, const AttentionShape& s) {
+  const DocumentBoundaries& d = s.docs;
+  const int64_t S = s.seq, T = s.batch * s.seq;
+  if (d.count == 0) return {nullptr, nullptr, S};
+  PL_CHECK(d.count > 0 && d.count <= T && d.host != nullptr,
+           "{}: {} documents over {} tokens (batch {} x seq {}) need 1..{} offsets on the host", op, d.count, T,
+           s.batch, S, T);
+  PL_CHECK(d.host[0] == 0 && d.host[d.count] == T, "{}: document offsets run from {} to {}, not from 0 to {}", op,
+           d.host[0], d.host[d.count], T);
+  thread_local std::vector<int32_t> spans;  // grow-only: steady-state calls do not allocate
+  if (spans.size() < static_cast<size_t>(2 * T)) spans.resize(static_cast<size_t>(2 * T));
+  int32_t* start = spans.data();
+  int32_t* end = start + T;
+  for (int64_t k = 0; k < d.count; ++k) {
+    const int64_t a = d.host[k], e = d.host[k + 1];
+    // Non-empty, inside one sample (so every sample boundary is a document boundary).
+    PL_CHECK(a < e && a / S == (e - 1) / S, "{}: document {} spans tokens [{}, {}), {} (samples of {} tokens)", op, k,
+             a, e, a < e ? "across a sample boundary" : "empty or reversed", S);
+    for (int64_t t = a; t < e; ++t) {
+      start[t] = static_cast<int32_t>(a % S);
+      end[t] = static_cast<int32_t>((e - 1) % S + 1);
+    }
+  }
+  return {start, end, S};
+}
+
 void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& lse, const Tensor& qkv,
                        const AttentionShape& s) {
-  if (attention_bf16_path(ctx)) return attention_forward_bf16(out, lse, qkv, s);
+  const DocumentSpans docs = document_spans("attention_forward", s);
+  if (attention_bf16_path(ctx)) return attention_forward_bf16(out, lse, qkv, s, docs);
   const int64_t d = s.head_dim, nq = s.q_heads, nkv = s.kv_heads;
 
   const QkvLayout L{s.seq, nq, nkv, d, (nq + 2 * nkv) * d};
@@ -192,19 +227,20 @@ void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& ls
       pack_rows(vp, x + L.v(b, 0, g), L.width, 0, i1, d);
       for (int64_t i = i0; i < i1; ++i) {
         const float* q = x + L.q(b, i, h);
+        const int64_t lo = docs.lo(b, i);
         float m = -std::numeric_limits<float>::infinity();
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = lo; j <= i; ++j) {
           p[j] = dot(q, kp + j * d, d) * scale;
           m = std::max(m, p[j]);
         }
         float sum = 0.0f;
-        for (int64_t j = 0; j <= i; ++j) {
+        for (int64_t j = lo; j <= i; ++j) {
           p[j] = std::exp(p[j] - m);
           sum += p[j];
         }
         float* orow = o + (b * S + i) * nq * d + h * d;
         for (int64_t c = 0; c < d; ++c) orow[c] = 0.0f;
-        for (int64_t j = 0; j <= i; j += 4)
+        for (int64_t j = lo; j <= i; j += 4)
           axpy_rows(orow, p + j, vp + j * d, std::min<int64_t>(4, i + 1 - j), d);
         scale_round(orow, 1.0f / sum, d, round);
         l[bh * S + i] = m + std::log(sum);
@@ -220,6 +256,7 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
   const int64_t ostride = nq * d;
   const float* go = dout.f32();
   const float* o = out.f32();
+  const DocumentSpans docs = document_spans("attention_backward", s);
 
   // D[b, h, i] = dO_i · O_i, in the calling thread's scratch, read by all threads below.
   float* D = thread_scratch<1>(static_cast<size_t>(BH * S));
@@ -229,11 +266,11 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
       const int64_t off = ((bh / nq) * S + i) * ostride + (bh % nq) * d;
       D[bh * S + i] = dot(go + off, o + off, d);
     }
-  if (attention_bf16_path(ctx)) return attention_backward_bf16(dqkv, dout, lse, qkv, s, D);
+  if (attention_bf16_path(ctx)) return attention_backward_bf16(dqkv, dout, lse, qkv, s, docs, D);
 
   const AttentionBackward pass{QkvLayout{S, nq, nkv, d, (nq + 2 * nkv) * d},
                                S, nq, nkv, d, nq / nkv, ostride, 1.0f / std::sqrt(static_cast<float>(d)),
-                               qkv.f32(), go, lse.f32(), D, dqkv.f32(), ctx.round_bf16};
+                               qkv.f32(), go, lse.f32(), D, dqkv.f32(), ctx.round_bf16, docs};
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int64_t bh = 0; bh < BH; ++bh)
     for (int64_t blk = 0; blk < blocks; ++blk) pass.dq_block(bh, blk);

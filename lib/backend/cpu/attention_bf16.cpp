@@ -21,7 +21,9 @@
 // Work items (OpenMP, dynamic schedule, largest first):
 //   forward and dQ: (batch, kv head, tile of kTile query positions [i0, i1)) × the group's heads, against the
 //                   keys [0, i1) only: fully masked key tiles are never computed; the causal mask is applied
-//                   inside the diagonal tile (masked P and dS are exact zeros in the GEMM operands).
+//                   inside the diagonal tile (masked P and dS are exact zeros in the GEMM operands), and with
+//                   documents (AttentionShape::docs) the keys before the query's document are masked the same
+//                   way (their GEMM work is not skipped: the CPU path is the reference, not the fast one).
 //   dK and dV:      (batch, kv head, tile of kTile key positions [j0, j1)), against the query positions
 //                   [j0, S) of every head of the group (Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ recomputed transposed),
 //                   in column chunks of kChunkTiles query tiles accumulated in FP32 (the matmul's sum).
@@ -66,19 +68,22 @@ struct RowStats {
   float max, sum;
 };
 
-// One forward row of scores s[0, len) whose keys [0, n) are causal: s_j ← s_j·scale, m = max, p_j = e^(s_j − m),
-// p16[j] = BF16(p_j) (exact zeros for j in [n, len)). Returns m and Σ p_j of the unrounded p.
-PL_VECTOR_CLONES RowStats softmax_row(float* s, int64_t n, int64_t len, float scale, uint16_t* p16) {
+// One forward row of scores s[0, len) whose keys [lo, n) are visible (causal, within the query's document):
+// s_j ← s_j·scale, m = max, p_j = e^(s_j − m), p16[j] = BF16(p_j) (exact zeros outside [lo, n)). Returns m and
+// Σ p_j of the unrounded p (the masked p_j = 0 added in their lanes: exact, so lo = 0 is the plain causal row).
+PL_VECTOR_CLONES RowStats softmax_row(float* s, int64_t lo, int64_t n, int64_t len, float scale, uint16_t* p16) {
   float lane[kLanes];
   for (int k = 0; k < kLanes; ++k) lane[k] = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < n; ++j) s[j] *= scale;
+  for (int64_t j = 0; j < lo; ++j) s[j] = -std::numeric_limits<float>::infinity();
+  for (int64_t j = lo; j < n; ++j) s[j] *= scale;
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes)
     for (int k = 0; k < kLanes; ++k) lane[k] = s[j + k] > lane[k] ? s[j + k] : lane[k];
   for (int k = 0; j < n; ++j, ++k) lane[k] = s[j] > lane[k] ? s[j] : lane[k];
   float m = lane[0];
   for (int k = 1; k < kLanes; ++k) m = lane[k] > m ? lane[k] : m;
-  for (j = 0; j < n; ++j) s[j] = num::exp_f32(s[j] - m);
+  for (j = 0; j < lo; ++j) s[j] = 0.0f;
+  for (j = lo; j < n; ++j) s[j] = num::exp_f32(s[j] - m);
   for (int k = 0; k < kLanes; ++k) lane[k] = 0.0f;
   for (j = 0; j + kLanes <= n; j += kLanes)
     for (int k = 0; k < kLanes; ++k) lane[k] += s[j + k];
@@ -88,22 +93,26 @@ PL_VECTOR_CLONES RowStats softmax_row(float* s, int64_t n, int64_t len, float sc
   return {m, lane_sum(lane)};
 }
 
-// A dQ row (one query, keys [0, n) causal of [0, len)): ds16[j] = BF16(p_j·(dp_j − D)), p_j = e^(s_j·scale − lse).
-PL_VECTOR_CLONES void dq_row(const float* s, const float* dp, int64_t n, int64_t len, float scale, float lse, float D,
-                          uint16_t* ds16) {
-  for (int64_t j = 0; j < n; ++j) {
+// A dQ row (one query, keys [lo, n) visible of [0, len)): ds16[j] = BF16(p_j·(dp_j − D)), p_j = e^(s_j·scale − lse);
+// zeros outside [lo, n).
+PL_VECTOR_CLONES void dq_row(const float* s, const float* dp, int64_t lo, int64_t n, int64_t len, float scale, float lse,
+                          float D, uint16_t* ds16) {
+  for (int64_t j = 0; j < lo; ++j) ds16[j] = 0;
+  for (int64_t j = lo; j < n; ++j) {
     const float p = num::exp_f32(s[j] * scale - lse);
     ds16[j] = num::float_to_bf16_bits(p * (dp[j] - D));
   }
   for (int64_t j = n; j < len; ++j) ds16[j] = 0;
 }
 
-// A dK/dV row (one key; columns c are queries, causal from c0 on, each with its lse[c] and D[c]):
-// p16[c] = BF16(p_c), ds16[c] = BF16(p_c·(dp_c − D[c])), p_c = e^(s_c·scale − lse[c]); zeros before c0.
-PL_VECTOR_CLONES void dkdv_row(const float* s, const float* dp, int64_t c0, int64_t len, float scale, const float* lse,
-                            const float* D, uint16_t* p16, uint16_t* ds16) {
+// A dK/dV row (one key; columns c are queries, visible in [c0, c1): causal from c0 on, within the key's document
+// before c1; each with its lse[c] and D[c]): p16[c] = BF16(p_c), ds16[c] = BF16(p_c·(dp_c − D[c])),
+// p_c = e^(s_c·scale − lse[c]); zeros outside [c0, c1).
+PL_VECTOR_CLONES void dkdv_row(const float* s, const float* dp, int64_t c0, int64_t c1, int64_t len, float scale,
+                            const float* lse, const float* D, uint16_t* p16, uint16_t* ds16) {
   for (int64_t c = 0; c < c0; ++c) p16[c] = ds16[c] = 0;
-  for (int64_t c = c0; c < len; ++c) {
+  for (int64_t c = std::max(c0, c1); c < len; ++c) p16[c] = ds16[c] = 0;
+  for (int64_t c = c0; c < c1; ++c) {
     const float p = num::exp_f32(s[c] * scale - lse[c]);
     p16[c] = num::float_to_bf16_bits(p);
     ds16[c] = num::float_to_bf16_bits(p * (dp[c] - D[c]));
@@ -129,6 +138,7 @@ struct Bf16Attention {
   int64_t B, S, nq, nkv, d, group, width;  // width: the row length of qkv, (nq + 2·nkv)·d
   float scale;
   const uint16_t *q, *k, *v, *dO;  // q, dO: [B·nkv][S·group][d]; k, v: [B·nkv][S][d]
+  DocumentSpans docs;              // the visible keys of each query and queries of each key
   int64_t tiles() const { return (S + kTile - 1) / kTile; }
   const uint16_t* q_rows(int64_t bg, int64_t i) const { return q + (bg * S + i) * group * d; }
   const uint16_t* dO_rows(int64_t bg, int64_t i) const { return dO + (bg * S + i) * group * d; }
@@ -155,20 +165,21 @@ struct Bf16Attention {
             h, h + block};
   }
 
-  Bf16Attention(const AttentionShape& s, const float* qkv, const float* dout);
+  Bf16Attention(const AttentionShape& s, const DocumentSpans& spans, const float* qkv, const float* dout);
   void forward_item(int64_t bg, int64_t t, float* out, float* lse) const;
   void dq_item(int64_t bg, int64_t t, const float* lse, const float* D, float* dx) const;
   void dkdv_item(int64_t bg, int64_t t, const float* lse, const float* D, float* dx) const;
 };
 
 // Converts qkv (and dout, when given) into the grouped BF16 layout: exact, the inputs hold BF16 values.
-Bf16Attention::Bf16Attention(const AttentionShape& s, const float* qkv, const float* dout)
+Bf16Attention::Bf16Attention(const AttentionShape& s, const DocumentSpans& spans, const float* qkv, const float* dout)
     : B(s.batch), S(s.seq), nq(s.q_heads), nkv(s.kv_heads), d(s.head_dim), group(s.q_heads / s.kv_heads),
       width((s.q_heads + 2 * s.kv_heads) * s.head_dim), scale(1.0f / std::sqrt(static_cast<float>(s.head_dim))) {
   const int64_t per_q = B * S * nq * d, per_kv = B * S * nkv * d;
   uint16_t* buf = thread_bf16_scratch<2>(static_cast<size_t>(per_q * (dout ? 2 : 1) + 2 * per_kv));
   uint16_t *qb = buf, *kb = qb + per_q, *vb = kb + per_kv, *gb = dout ? vb + per_kv : nullptr;
   q = qb, k = kb, v = vb, dO = gb;
+  docs = spans;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t g = 0; g < nkv; ++g) {
       const int64_t bg = b * nkv + g;
@@ -187,7 +198,8 @@ void Bf16Attention::forward_item(int64_t bg, int64_t t, float* out, float* lse) 
   float *s = w.s, *o = w.res1, *row_max = w.vec1, *row_sum = w.vec2;  // M <= kTile·group <= cols()
   tile_matmul("attention_forward", q_rows(bg, i0), row_major(M, d, d), k_rows(bg, 0), transposed(i1, d, d), s, false);
   for (int64_t r = 0; r < M; ++r) {
-    const RowStats st = softmax_row(s + r * i1, i0 + r / group + 1, i1, scale, w.p16 + r * i1);
+    const int64_t i = i0 + r / group;
+    const RowStats st = softmax_row(s + r * i1, docs.lo(b, i), i + 1, i1, scale, w.p16 + r * i1);
     row_max[r] = st.max;
     row_sum[r] = st.sum;
   }
@@ -208,7 +220,7 @@ void Bf16Attention::dq_item(int64_t bg, int64_t t, const float* lse, const float
   tile_matmul(op, dO_rows(bg, i0), row_major(M, d, d), v_rows(bg, 0), transposed(i1, d, d), w.dp, false);
   for (int64_t r = 0; r < M; ++r) {
     const int64_t i = i0 + r / group, at = lse_at(b, g * group + r % group, i);
-    dq_row(w.s + r * i1, w.dp + r * i1, i + 1, i1, scale, lse[at], D[at], w.ds16 + r * i1);
+    dq_row(w.s + r * i1, w.dp + r * i1, docs.lo(b, i), i + 1, i1, scale, lse[at], D[at], w.ds16 + r * i1);
   }
   tile_matmul(op, w.ds16, row_major(M, i1, i1), k_rows(bg, 0), row_major(i1, d, d), w.res1, false);
   for (int64_t r = 0; r < M; ++r)
@@ -233,7 +245,8 @@ void Bf16Attention::dkdv_item(int64_t bg, int64_t t, const float* lse, const flo
     tile_matmul(op, v_rows(bg, j0), row_major(M, d, d), dO_rows(bg, p0), transposed(N, d, d), w.dp, false);
     for (int64_t r = 0; r < M; ++r) {
       const int64_t c0 = std::max<int64_t>(0, (j0 + r - p0) * group);  // queries before key j0 + r are masked
-      dkdv_row(w.s + r * N, w.dp + r * N, c0, N, scale, lse_c, D_c, w.p16 + r * N, w.ds16 + r * N);
+      const int64_t c1 = std::clamp<int64_t>((docs.hi(b, j0 + r) - p0) * group, 0, N);  // and those after its document
+      dkdv_row(w.s + r * N, w.dp + r * N, c0, c1, N, scale, lse_c, D_c, w.p16 + r * N, w.ds16 + r * N);
     }
     const bool acc = p0 > j0;
     tile_matmul(op, w.p16, row_major(M, N, N), dO_rows(bg, p0), row_major(N, d, d), dv, acc);
@@ -263,15 +276,16 @@ void for_each_item(int64_t BG, int64_t tiles, bool heavy_last, const Item& item)
 
 bool attention_bf16_path(const OpContext& ctx) { return ctx.round_bf16 && cpu_gemm_engine().onednn_bf16; }
 
-void attention_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
-  const Bf16Attention a(s, qkv.f32(), nullptr);
+void attention_forward_bf16(const Tensor& out, const Tensor& lse, const Tensor& qkv, const AttentionShape& s,
+                            const DocumentSpans& docs) {
+  const Bf16Attention a(s, docs, qkv.f32(), nullptr);
   float *o = out.f32(), *l = lse.f32();
   for_each_item(a.B * a.nkv, a.tiles(), true, [&](int64_t bg, int64_t t) { a.forward_item(bg, t, o, l); });
 }
 
 void attention_backward_bf16(const Tensor& dqkv, const Tensor& dout, const Tensor& lse, const Tensor& qkv,
-                             const AttentionShape& s, const float* D) {
-  const Bf16Attention a(s, qkv.f32(), dout.f32());
+                             const AttentionShape& s, const DocumentSpans& docs, const float* D) {
+  const Bf16Attention a(s, docs, qkv.f32(), dout.f32());
   const float* l = lse.f32();
   float* dx = dqkv.f32();
   for_each_item(a.B * a.nkv, a.tiles(), true, [&](int64_t bg, int64_t t) { a.dq_item(bg, t, l, D, dx); });

@@ -7,6 +7,8 @@
 // difference between the backends (glibc's logf, CUDA's logf within 1 ulp), once per row.
 // Then, unless grad_scale == 0, the row is overwritten with grad_scale * (softmax - onehot(target)),
 // rounded to bf16 when ctx.round_bf16 (dlogits is a bf16 activation).
+// A target of -1 (a masked position, --eod-mask-loss) is ignored: loss 0, and a row of zeros as its gradient.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -76,8 +78,13 @@ void cross_entropy_forward_backward(const OpContext& ctx, const Tensor& losses, 
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
     float* row = x + t * V;
-    const float m = row_max(row, V);
     const int64_t y = tgt[t];
+    if (y < 0) {  // -1: ignored (op_checks: the only negative target that reaches here)
+      loss[t] = 0.0f;
+      if (write_grad) std::fill(row, row + V, 0.0f);
+      continue;
+    }
+    const float m = row_max(row, V);
     const float zy = row[y] - m;  // exact; read before the row is overwritten
     const float sum = write_grad ? exp_sum<true>(row, V, m) : exp_sum<false>(row, V, m);
     loss[t] = std::log(sum) - zy;

@@ -1,5 +1,6 @@
 // CPU rotary position embedding, rotate-half (non-interleaved, as in HF Llama): for pair i < d/2 of
-// a head, (x_i, x_{i+d/2}) at angle θ = angle(position, i) becomes
+// a head, (x_i, x_{i+d/2}) at angle θ = angle(position, i) (position: the token's TokenPositions entry, or
+// t % seq_len without them) becomes
 //   (x_i cos θ - x_{i+d/2} sin θ,  x_{i+d/2} cos θ + x_i sin θ).
 // The backward applies the transposed rotation (angle -θ). Both work in place on the first
 // rotated_heads heads of every row of qkv, OpenMP over rows; results are rounded to bf16 when
@@ -11,15 +12,16 @@ namespace pl::cpu {
 namespace {
 // sign = +1: forward rotation by θ; sign = -1: rotation by -θ (the adjoint).
 void rotate(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin, int64_t seq_len,
-            int64_t rotated_heads, int64_t head_dim, float sign) {
+            int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions, float sign) {
   const int64_t T = qkv.dim(0), width = qkv.dim(1), half = head_dim / 2;
   const float* cp = cos.f32();
   const float* sp = sin.f32();
   float* base = qkv.f32();
   const bool round = ctx.round_bf16;
+  const int32_t* given = positions.host;
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < T; ++t) {
-    const int64_t pos = t % seq_len;
+    const int64_t pos = given != nullptr ? given[t] : t % seq_len;
     const float* c = cp + pos * half;
     const float* s = sp + pos * half;
     float* row = base + t * width;
@@ -39,13 +41,13 @@ void rotate(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Te
 }  // namespace
 
 void rope_forward(const OpContext& ctx, const Tensor& qkv, const Tensor& cos, const Tensor& sin,
-                  int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  rotate(ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim, 1.0f);
+                  int64_t seq_len, int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions) {
+  rotate(ctx, qkv, cos, sin, seq_len, rotated_heads, head_dim, positions, 1.0f);
 }
 
 void rope_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& cos, const Tensor& sin,
-                   int64_t seq_len, int64_t rotated_heads, int64_t head_dim) {
-  rotate(ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim, -1.0f);
+                   int64_t seq_len, int64_t rotated_heads, int64_t head_dim, const TokenPositions& positions) {
+  rotate(ctx, dqkv, cos, sin, seq_len, rotated_heads, head_dim, positions, -1.0f);
 }
 
 }  // namespace pl::cpu

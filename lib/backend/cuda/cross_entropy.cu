@@ -13,6 +13,8 @@
 // with --fmad=false, so the same bits; until issue 25 this kernel called CUDA's expf, up to 2 ulp from
 // glibc's) and the summation order are the CPU's; the one difference left is logf (CUDA's within 1 ulp,
 // glibc's nearly always correctly rounded), once per row, in the loss only. No FP64.
+// A target of -1 is ignored (a masked position, --eod-mask-loss; op_list.h): loss 0 and, unless grad_scale = 0,
+// a row of zeros as its gradient (ignored_row).
 // Targets are validated on the host before they are uploaded (LlamaModel checks every label), so
 // there is no device index flag and no host round trip here; a target outside [0, V) that reaches the
 // kernel anyway leaves its row untouched and gets a NaN loss (never an out-of-bounds access).
@@ -34,6 +36,15 @@ struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return b > a ? b : a; }
 };
 
+// The row of an ignored target (-1): loss 0, its dlogits 0 (bf16 zero bits) unless grad_scale == 0. Threads
+// stride by the block size; no barrier (the caller returns uniformly over the block).
+__device__ __forceinline__ void ignored_row(float* losses, uint16_t* logits, int64_t t, int64_t V, float grad_scale) {
+  if (threadIdx.x == 0) losses[t] = 0.0f;
+  if (grad_scale == 0.0f) return;
+  uint16_t* row = logits + t * V;
+  for (int64_t j = threadIdx.x; j < V; j += blockDim.x) row[j] = 0;
+}
+
 // losses[T] f32, logits[T,V] bf16 (overwritten with dlogits unless grad_scale == 0), targets[T] i32
 __global__ void cross_entropy_kernel(float* losses, uint16_t* logits, const int32_t* targets, int64_t V,
                                      float grad_scale) {
@@ -42,6 +53,10 @@ __global__ void cross_entropy_kernel(float* losses, uint16_t* logits, const int3
   __shared__ float m_shared;
   const int64_t t = blockIdx.x;
   const int32_t y = targets[t];
+  if (y == -1) {  // uniform over the block, before any barrier
+    ignored_row(losses, logits, t, V, grad_scale);
+    return;
+  }
   if (y < 0 || y >= V) {  // uniform over the block: every thread returns before any barrier
     if (threadIdx.x == 0) losses[t] = __int_as_float(0x7FC00000);  // NaN (the host validates targets)
     return;
@@ -80,6 +95,10 @@ __global__ void cross_entropy_vec_kernel(float* losses, uint16_t* logits, const 
   __shared__ float m_shared;
   const int64_t t = blockIdx.x;
   const int32_t y = targets[t];
+  if (y == -1) {  // uniform over the block, before any barrier
+    ignored_row(losses, logits, t, V, grad_scale);
+    return;
+  }
   if (y < 0 || y >= V) {
     if (threadIdx.x == 0) losses[t] = __int_as_float(0x7FC00000);
     return;
