@@ -50,7 +50,7 @@ struct RunLayout {
   // Document-aware packing (--eod-mask-loss, --reset-position-ids, --reset-attention-mask): the model derives
   // each micro-batch's loss mask, RoPE positions and document offsets from its tokens (data/documents.h) and
   // uploads them with it; the arena gets positions [T] and offsets [T+1] (i32) only when their flag is on.
-  data::DocumentPacking packing;
+  data::DocumentPacking packing{};
 };
 
 // The flat buffers across the data-parallel ranks with Megatron's distributed optimizer (ZeRO-1): the
