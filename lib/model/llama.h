@@ -118,6 +118,9 @@ class LlamaModel {
   // Telemetry of the last backward run with StepOptions::collect_quant_stats.
   std::vector<LinearStats> quant_stats() const;
   const PrecisionPlan& plan() const { return plan_; }
+  // FP8 delayed scaling's amax histories and scales (not enabled() for other recipes): updated after
+  // each micro-batch's backward (queue_forward_backward); a checkpoint saves and restores `all`.
+  const DelayedScalingState& delayed_scaling() const { return fp8_state_; }
 
   // Forward of one micro-batch: tokens/labels are host arrays of B*S ids. Returns the sum of the
   // per-token losses (fp32 per token, summed in double).
@@ -169,6 +172,7 @@ class LlamaModel {
   std::vector<Buffer> quant_buffers_;
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
+  DelayedScalingState fp8_state_;
   std::vector<ParamEntry> entries_;
   ShardLayout shard_;
   parallel::Communicator* comm_ = nullptr;

@@ -158,6 +158,9 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
     mem.workspaces.push_back(static_cast<int64_t>(i));
     mem.quantized += static_cast<double>(LinearWorkspace::bytes(p, T));
   }
+  // FP8 delayed scaling's amax histories and scales (DelayedScalingState), counted as quantized state.
+  mem.fp8_histories = static_cast<double>(DelayedScalingState::bytes(plan));
+  mem.quantized += mem.fp8_histories;
   return scratch;
 }
 
