@@ -113,8 +113,8 @@ QuantizedTensor LinearLayer::x_copies() const {
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
   if (!p_.quantized()) return;
   quantize(ctx, wq_, w,
-           {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .compact_scales = false,
-            .scale = ds_.w_scale, .amax_record = ds_.w_record});
+           {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .scale = ds_.w_scale,
+            .amax_record = ds_.w_record, .compact_scales = false});
 }
 
 void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
@@ -124,8 +124,8 @@ void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Ten
   // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
   QuantizedTensor xq = x_copies();
   quantize(ctx, xq, x,
-           {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .columnwise_amax = true,
-            .compact_scales = false, .scale = ds_.x_scale, .amax_record = ds_.x_record});
+           {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
+            .amax_record = ds_.x_record, .columnwise_amax = true, .compact_scales = false});
   // fprop: FAST_ACCUM where TE uses it (native FP8 forward GEMMs; see backend/cuda/linear.cu).
   quantized_gemm(ctx, y, xq.rowwise, wq_.rowwise, xq.format, false, scratch_a_, scratch_b_,
                  /*fast_accumulation=*/true);
@@ -148,12 +148,12 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   quantize(dgrad, ws_->dyq, dy,
            {.format = *p_.dy, .rowwise = true, .columnwise = true, .rht_columnwise = p_.rht,
             .stochastic = p_.stochastic_rounding, .seed = kStochasticRoundingSeed, .stream_id = stream_base_,
-            .counter = step.counter, .compact_scales = false, .scale = ds_.dy_scale, .amax_record = ds_.dy_record});
+            .counter = step.counter, .scale = ds_.dy_scale, .amax_record = ds_.dy_record, .compact_scales = false});
   // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
   QuantizedTensor xq = x_copies();
   quantize(wgrad, xq, x,
-           {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .amax_given = true,
-            .compact_scales = false, .scale = ds_.x_scale, .amax_record = {}});
+           {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
+            .amax_given = true, .compact_scales = false});
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
   quantized_gemm(wgrad, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
@@ -163,7 +163,7 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
     record(ctx, "w rowwise", wq_.rowwise, w);
     // rowwise x as fprop saw it
     quantize(ctx, xq, x,
-             {.format = *p_.x, .amax_given = true, .compact_scales = false, .scale = ds_.x_scale, .amax_record = {}});
+             {.format = *p_.x, .scale = ds_.x_scale, .amax_given = true, .compact_scales = false});
     record(ctx, "x rowwise", xq.rowwise, x);
     record_columnwise(ctx, "x columnwise", xq.columnwise, x, p_.rht);
     record(ctx, "dy rowwise", ws_->dyq.rowwise, dy);
