@@ -211,6 +211,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
                                 exec.gpu_sm, source, scratch.how,
                                 static_cast<double>(scratch.a + scratch.b) * 4 / 1048576.0,
                                 exec.telemetry ? " (with the quantization-statistics reference)" : "");
+    if (mem.fp8_histories > 0)
+      mem.gemm_note += fmt::format("; FP8 delayed scaling's amax histories and scales {:.2f} MB are in quantized copies",
+                                   mem.fp8_histories / 1048576.0);
   }
   mem.workspace = gpu_library_workspace(cfg, B, S, opt.deterministic_attention);
   return mem;
