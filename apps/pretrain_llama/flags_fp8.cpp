@@ -1,9 +1,10 @@
 // pretrain_llama's flags of issue 27: FP8 delayed scaling's overrides of the recipe: Megatron's
-// --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin (megatron/training/arguments.py,
-// _add_mixed_precision_args: int 1, choice 'most_recent'|'max' default 'most_recent', int 0; read by
-// megatron/core/fp8_utils.py get_fp8_recipe into TE's DelayedScaling(margin, amax_history_len,
-// amax_compute_algo) for --fp8-recipe delayed only). Here they override the recipe's values and are
-// refused with a recipe that is not delayed scaling (Megatron ignores them silently there).
+// --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin (Megatron-LM read at HEAD: the flags are
+// made by megatron/training/arguments.py, _add_transformer_engine_args, from TransformerConfig's fields in
+// megatron/core/transformer/transformer_config.py: fp8_amax_history_len int = 1, fp8_amax_compute_algo
+// 'most_recent'|'max' = 'most_recent', fp8_margin int = 0; megatron/core/extensions/transformer_engine.py,
+// TEDelayedScaling, passes them to TE's DelayedScaling for --fp8-recipe delayed only). Here they override
+// the recipe's values and are refused with a recipe that is not delayed scaling (Megatron ignores them).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 

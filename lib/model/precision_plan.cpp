@@ -44,8 +44,8 @@ LinearPlan recipe_linear(const PrecisionRecipe& r) {
     p.x = p.w = QuantFormat::FP8_E4M3;
     p.dy = *r.fp8 == "hybrid" ? QuantFormat::FP8_E5M2 : QuantFormat::FP8_E4M3;
     p.block_multiple = p.gpu_multiple = 16;  // cuBLASLt FP8: dims multiple of 16
-    // fp8_recipe "delayed": Megatron's get_fp8_recipe passes the same format to TE's DelayedScaling
-    // with margin, amax_history_len and amax_compute_algo (megatron/core/fp8_utils.py).
+    // fp8_recipe "delayed": Megatron passes the same format to TE's DelayedScaling with margin,
+    // amax_history_len and amax_compute_algo (megatron/core/extensions/transformer_engine.py, TEDelayedScaling).
     if (r.fp8_recipe == "delayed") {
       p.amax_history_len = r.fp8_amax_history_len;
       p.amax_most_recent = r.fp8_amax_compute_algo == "most_recent";
