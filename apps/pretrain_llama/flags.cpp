@@ -347,6 +347,7 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
     *field = value;
     s.recipe_note += fmt::format(" | {} {}", flag, value);
   }
+  apply_fp8_flags(o, app, s);
   s.plan = make_precision_plan(s.mc, s.recipe);
   check_tokens_block_rule(s.plan, o.train.micro_batch_size, o.train.seq_length);
   return s;

@@ -1,18 +1,62 @@
-// pretrain_llama's flags of issue 27: FP8 delayed scaling's overrides of the recipe: Megatron's --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin.
+// pretrain_llama's flags of issue 27: FP8 delayed scaling's overrides of the recipe: Megatron's
+// --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin (Megatron-LM read at HEAD: the flags are
+// made by megatron/training/arguments.py, _add_transformer_engine_args, from TransformerConfig's fields in
+// megatron/core/transformer/transformer_config.py: fp8_amax_history_len int = 1, fp8_amax_compute_algo
+// 'most_recent'|'max' = 'most_recent', fp8_margin int = 0; megatron/core/extensions/transformer_engine.py,
+// TEDelayedScaling, passes them to TE's DelayedScaling for --fp8-recipe delayed only). Here they override
+// the recipe's values and are refused with a recipe that is not delayed scaling (Megatron ignores them).
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
+#include "core/error.h"
 #include "pretrain_llama.h"
 
 namespace pl::pretrain {
 
+namespace {
+constexpr const char* kFp8Flags[3] = {"--fp8-amax-history-len", "--fp8-amax-compute-algo", "--fp8-margin"};
+}
+
 void add_fp8_flags(CLI::App& app, Options& o) {
-  (void)app;
-  (void)o;
+  TrainConfig& t = o.train;
+  app.add_option(kFp8Flags[0], t.fp8_amax_history_len,
+                 "FP8 delayed scaling: steps of amax history per tensor (overrides the recipe's)");
+  app.add_option(kFp8Flags[1], t.fp8_amax_compute_algo,
+                 "FP8 delayed scaling: max | most_recent, the amax the scale is computed from (overrides the recipe's)");
+  app.add_option(kFp8Flags[2], t.fp8_margin,
+                 "FP8 delayed scaling: scale = fp8_max / amax / 2^margin (overrides the recipe's)");
 }
 
 void validate_fp8_flags(const Options& o, const CLI::App& app) {
-  (void)o;
-  (void)app;
+  const TrainConfig& t = o.train;
+  PL_CHECK(!app.count(kFp8Flags[0]) || (t.fp8_amax_history_len >= 1 && t.fp8_amax_history_len <= (int64_t{1} << 24)),
+           "--fp8-amax-history-len must be in [1, 16777216], got {}", t.fp8_amax_history_len);
+  PL_CHECK(!app.count(kFp8Flags[1]) || t.fp8_amax_compute_algo == "max" || t.fp8_amax_compute_algo == "most_recent",
+           "--fp8-amax-compute-algo must be max or most_recent, got '{}'", t.fp8_amax_compute_algo);
+  PL_CHECK(!app.count(kFp8Flags[2]) || (t.fp8_margin >= 0 && t.fp8_margin <= 64), "--fp8-margin must be in [0, 64], got {}",
+           t.fp8_margin);
+}
+
+void apply_fp8_flags(const Options& o, const CLI::App& app, RunSetup& s) {
+  const TrainConfig& t = o.train;
+  PrecisionRecipe& r = s.recipe;
+  for (const char* flag : kFp8Flags)
+    PL_CHECK(!app.count(flag) || r.delayed_scaling(),
+             "{} applies to FP8 delayed scaling only; recipe '{}' is not (use --recipe bf16_with_fp8_delayed_scaling_mixed)",
+             flag, r.name);
+  if (!r.delayed_scaling()) return;
+  // TE's reduce_amax (a MAX all-reduce of the amaxes over the data-parallel group before each update) is
+  // not implemented: without it the ranks' scales would drift apart and a checkpoint (rank 0's) could not
+  // resume the other ranks bit for bit.
+  PL_CHECK(t.data_parallel_size == 1,
+           "recipe '{}' (FP8 delayed scaling) runs with --data-parallel-size 1 only (the amax reduction over "
+           "data-parallel ranks is not implemented), got {}",
+           r.name, t.data_parallel_size);
+  if (app.count(kFp8Flags[0])) r.fp8_amax_history_len = t.fp8_amax_history_len;
+  if (app.count(kFp8Flags[1])) r.fp8_amax_compute_algo = t.fp8_amax_compute_algo;
+  if (app.count(kFp8Flags[2])) r.fp8_margin = t.fp8_margin;
+  for (const char* flag : kFp8Flags)
+    if (app.count(flag)) s.recipe_note += fmt::format(" | {} {}", flag, app.get_option(flag)->as<std::string>());
 }
 
 }  // namespace pl::pretrain

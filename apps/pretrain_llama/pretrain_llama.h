@@ -90,6 +90,8 @@ void validate_tensorboard_flags(const Options& o, const CLI::App& app);
 // flags_fp8.cpp: FP8 delayed scaling's overrides (--fp8-amax-history-len, ...).
 void add_fp8_flags(CLI::App& app, Options& o);
 void validate_fp8_flags(const Options& o, const CLI::App& app);
+// The FP8 flags over the recipe (refused unless it is delayed scaling), before the plan is made.
+void apply_fp8_flags(const Options& o, const CLI::App& app, RunSetup& s);
 
 // banner.cpp
 int print_library_versions();

@@ -458,6 +458,15 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
            "{}: 16x16 blocks, RHT and stochastic rounding are NVFP4 options, not {}", op,
            quant_format_name(opt.format));
   PL_CHECK(!(opt.block_2d && opt.rht_columnwise), "{}: RHT is not applied to 16x16-block (weight) tensors", op);
+  const bool per_tensor = opt.format == QuantFormat::FP8_E4M3 || opt.format == QuantFormat::FP8_E5M2;
+  PL_CHECK((opt.scale.data == nullptr && opt.amax_record.data == nullptr) || per_tensor,
+           "{}: a given scale and an amax record (delayed scaling) are FP8 per-tensor options, not {}", op,
+           quant_format_name(opt.format));
+  for (const auto& [name, t] : {std::pair{"scale", &opt.scale}, std::pair{"amax_record", &opt.amax_record}}) {
+    if (t->data == nullptr) continue;
+    arg(ctx, op, name, *t, DType::F32, 1);
+    PL_CHECK(t->numel() == 1, "{}: {} {} must hold one float", op, name, t->shape_str());
+  }
   if (opt.rowwise) {
     PL_CHECK(q.has_rowwise && q.rowwise.rows == rows && q.rowwise.cols == cols,
              "{}: x {} does not match the allocated rowwise copy [{}, {}]", op, x.shape_str(), q.rowwise.rows,
@@ -557,6 +566,17 @@ void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x,
   PL_CHECK(!rht || rows % 16 == 0, "{}: RHT needs rows % 16 == 0, x is {}", op, x.shape_str());
   PL_CHECK(!on_gpu(ctx) || (rows + 63) / 64 * ((cols + 63) / 64) <= 0x7FFFFFFF,
            "{}: x {} needs more tiles of 64x64 than a grid holds", op, x.shape_str());
+}
+
+void delayed_scaling_update(const OpContext& ctx, const Tensor& history, const Tensor& scale,
+                            const DelayedScalingRule& rule) {
+  constexpr const char* op = "delayed_scaling_update";
+  arg(ctx, op, "history", history, DType::F32, 2);
+  arg(ctx, op, "scale", scale, DType::F32, 1);
+  PL_CHECK(scale.dim(0) == history.dim(1), "{}: scale {} needs one element per history column of {}", op,
+           scale.shape_str(), history.shape_str());
+  PL_CHECK(rule.num_forward >= 0 && rule.num_forward <= history.dim(1),
+           "{}: {} forward columns of a history {}", op, rule.num_forward, history.shape_str());
 }
 
 }  // namespace pl::check

@@ -373,4 +373,11 @@ OpCosts columnwise_source(const OpContext&, const Tensor& out, const Tensor& x, 
   return streamed(OpKind::Other, dtype_row_name(x.dtype), flops, bytes_of(x) + bytes_of(out));
 }
 
+// One compare per history element (the roll and max), the history read and written, the scales.
+OpCosts delayed_scaling_update(const OpContext&, const Tensor& history, const Tensor& scale,
+                               const DelayedScalingRule&) {
+  return streamed(OpKind::Other, "fp32", static_cast<double>(history.numel()),
+                  2.0 * bytes_of(history) + 2.0 * bytes_of(scale));
+}
+
 }  // namespace pl::cost

@@ -188,6 +188,11 @@ PL_QUANT_OP(quant_stats, QuantStats, TimerId::QuantStats,
 // written to out [cols, rows]. Used by telemetry and tests.
 PL_QUANT_OP(columnwise_source, void, TimerId::QuantStats,
             (const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht), (ctx, out, x, rht))
+// FP8 delayed scaling, after each step: history f32 [len, n] (row 0: this step's amaxes) and scale
+// f32 [n] updated in place, tensor by tensor, by num::delayed_scaling_update_one (TE's kernel_bulk).
+PL_QUANT_OP(delayed_scaling_update, void, TimerId::Quantization,
+            (const OpContext& ctx, const Tensor& history, const Tensor& scale, const DelayedScalingRule& rule),
+            (ctx, history, scale, rule))
 
 #undef PL_OP
 #undef PL_QUANT_OP

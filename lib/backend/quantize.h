@@ -57,6 +57,13 @@ struct QuantizeOptions {
   uint64_t seed = 0;
   uint32_t stream_id = 0;
   uint64_t counter = 0;
+  // FP8 per tensor, delayed scaling (numerics/delayed_scaling.h): scale, when not empty, is an f32 [1]
+  // slot holding the scale to quantize every requested copy with (instead of current scaling's
+  // fp8_max / amax); each copy's scale_inv becomes 1/scale. The amax is still computed (unless
+  // amax_given) and, when amax_record is not empty (f32 [1]: the tensor's entry in row 0 of its amax
+  // history), also stored there: each quantization overwrites it with the amax of what it quantized.
+  Tensor scale = {};
+  Tensor amax_record = {};
   // amax_given: the amax slots of the requested copies already hold what this call would compute
   // (max |x|, or max |RHT(xᵀ)| for an RHT'd columnwise copy, of this same x), e.g. from an earlier
   // call with columnwise_amax: skip computing it. The codes are then bit-identical to a call without
@@ -71,6 +78,14 @@ struct QuantizeOptions {
   // quantizer skips the compact ones when this is false (the copy's `scales` bytes are then stale).
   // The CPU backend reads the compact scales and always writes both.
   bool compact_scales = true;
+};
+
+// The columns of an amax history [len, n] (delayed_scaling_update): [0, num_forward) are forward tensors
+// (inputs and weights: E4M3), the rest gradients (E5M2 under "hybrid"); scaled_max = fp8_max * 2^-margin.
+struct DelayedScalingRule {
+  int64_t num_forward = 0;
+  float forward_scaled_max = 448.0f, backward_scaled_max = 57344.0f;
+  bool most_recent = false;  // amax_compute_algo "most_recent" (else "max")
 };
 
 // Allocates the buffers of a quantized tensor for x[rows, cols] with the given copies (once,

@@ -150,7 +150,11 @@ struct TrainConfig {
   bool log_world_size_to_tensorboard = false;
 
   // ---- issue 27: FP8 delayed scaling's overrides (flags_fp8.cpp) ----
-  // (their fields here)
+  // Megatron's --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin: when given (the app
+  // checks app.count) they replace the recipe's fp8_amax_history_len / _compute_algo / fp8_margin.
+  int64_t fp8_amax_history_len = 1024;
+  std::string fp8_amax_compute_algo = "max";
+  int64_t fp8_margin = 0;
 
   int64_t num_micro_batches() const { return global_batch_size / (micro_batch_size * data_parallel_size); }
   // Samples each split needs (Megatron's get_train_valid_test_num_samples): train_iters global

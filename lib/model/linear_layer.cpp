@@ -3,7 +3,10 @@
 #include <algorithm>
 
 #include "backend/ops.h"
+#include "core/device_memory.h"
 #include "core/error.h"
+#include "numerics/delayed_scaling.h"
+#include "numerics/fp8.h"
 
 namespace pl {
 
@@ -43,6 +46,47 @@ LinearWorkspace LinearWorkspace::allocate(std::vector<Buffer>& owner, Device dev
           .dyq = allocate_quantized(owner, device, *p.dy, tokens, p.out, true, true)};
 }
 
+size_t DelayedScalingState::bytes(const PrecisionPlan& plan) {
+  const LinearPlan& q = plan.quantized();
+  if (!q.delayed()) return 0;
+  int64_t quantized = 0;
+  for (const LinearPlan& p : plan.linears) quantized += p.quantized() ? 1 : 0;
+  return static_cast<size_t>((q.amax_history_len + 1) * 3 * quantized) * sizeof(float);
+}
+
+DelayedScalingState DelayedScalingState::allocate(std::vector<Buffer>& owner, Device device, const PrecisionPlan& plan) {
+  DelayedScalingState s;
+  const size_t bytes = DelayedScalingState::bytes(plan);
+  if (bytes == 0) return s;
+  const LinearPlan& q = plan.quantized();
+  for (const LinearPlan& p : plan.linears) s.quantized_linears += p.quantized() ? 1 : 0;
+  const int64_t len = q.amax_history_len, n = 3 * s.quantized_linears;
+  owner.emplace_back(bytes, device);
+  s.all = owner.back().as({(len + 1) * n}, DType::F32, 0);
+  s.history = s.all.rows(0, len * n).view({len, n});
+  s.scale = s.all.rows(len * n, n);
+  const float e4m3 = num::kE4M3Max, dy_max = *q.dy == QuantFormat::FP8_E5M2 ? num::kE5M2Max : num::kE4M3Max;
+  s.rule = {.num_forward = 2 * s.quantized_linears,
+            .forward_scaled_max = num::delayed_scaled_max(e4m3, static_cast<int>(q.margin)),
+            .backward_scaled_max = num::delayed_scaled_max(dy_max, static_cast<int>(q.margin)),
+            .most_recent = q.amax_most_recent};
+  return s;
+}
+
+void DelayedScalingState::reset() const {
+  if (!enabled()) return;
+  std::vector<float> init(static_cast<size_t>(all.numel()), 0.0f);
+  std::fill(init.end() - scale.numel(), init.end(), 1.0f);
+  copy_from_host(all, init.data());
+}
+
+DelayedScalingState::Slots DelayedScalingState::slots(int64_t q) const {
+  const int64_t Q = quantized_linears;
+  const Tensor row0 = history.rows(0, 1).view({history.dim(1)});
+  return {.x_record = row0.rows(2 * q, 1), .w_record = row0.rows(2 * q + 1, 1), .dy_record = row0.rows(2 * Q + q, 1),
+          .x_scale = scale.rows(2 * q, 1), .w_scale = scale.rows(2 * q + 1, 1), .dy_scale = scale.rows(2 * Q + q, 1)};
+}
+
 LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device,
                          std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b)
     : p_(plan), T_(tokens), stream_base_(stream_base), ws_(ws), scratch_a_(scratch_a), scratch_b_(scratch_b) {
@@ -69,7 +113,8 @@ QuantizedTensor LinearLayer::x_copies() const {
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
   if (!p_.quantized()) return;
   quantize(ctx, wq_, w,
-           {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .compact_scales = false});
+           {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .scale = ds_.w_scale,
+            .amax_record = ds_.w_record, .compact_scales = false});
 }
 
 void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
@@ -79,8 +124,8 @@ void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Ten
   // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
   QuantizedTensor xq = x_copies();
   quantize(ctx, xq, x,
-           {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .columnwise_amax = true,
-            .compact_scales = false});
+           {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
+            .amax_record = ds_.x_record, .columnwise_amax = true, .compact_scales = false});
   // fprop: FAST_ACCUM where TE uses it (native FP8 forward GEMMs; see backend/cuda/linear.cu).
   quantized_gemm(ctx, y, xq.rowwise, wq_.rowwise, xq.format, false, scratch_a_, scratch_b_,
                  /*fast_accumulation=*/true);
@@ -103,12 +148,12 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   quantize(dgrad, ws_->dyq, dy,
            {.format = *p_.dy, .rowwise = true, .columnwise = true, .rht_columnwise = p_.rht,
             .stochastic = p_.stochastic_rounding, .seed = kStochasticRoundingSeed, .stream_id = stream_base_,
-            .counter = step.counter, .compact_scales = false});
+            .counter = step.counter, .scale = ds_.dy_scale, .amax_record = ds_.dy_record, .compact_scales = false});
   // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
   QuantizedTensor xq = x_copies();
   quantize(wgrad, xq, x,
-           {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .amax_given = true,
-            .compact_scales = false});
+           {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
+            .amax_given = true, .compact_scales = false});
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
   quantized_gemm(wgrad, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
@@ -116,7 +161,9 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   if (step.collect_quant_stats) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);
-    quantize(ctx, xq, x, {.format = *p_.x, .amax_given = true, .compact_scales = false});  // rowwise x as fprop saw it
+    // rowwise x as fprop saw it
+    quantize(ctx, xq, x,
+             {.format = *p_.x, .scale = ds_.x_scale, .amax_given = true, .compact_scales = false});
     record(ctx, "x rowwise", xq.rowwise, x);
     record_columnwise(ctx, "x columnwise", xq.columnwise, x, p_.rht);
     record(ctx, "dy rowwise", ws_->dyq.rowwise, dy);

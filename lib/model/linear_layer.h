@@ -68,6 +68,33 @@ struct LinearExecution {
   bool native(const LinearPlan& p) const;  // the quantized GEMMs of p run natively (never on the CPU)
 };
 
+// FP8 delayed scaling (a plan whose quantized linears are delayed()): one amax history column and one
+// scale per quantized operand, x, W and dy of each quantized linear q (0, 1, ... in model order), in one
+// buffer: history f32 [len, n] (TE's amax_history layout: row 0 this step's amaxes), then scale f32 [n],
+// n = 3Q. Columns: x_q at 2q, W_q at 2q + 1 (the forward tensors, as TE's scaling_fwd), dy_q at 2Q + q
+// (scaling_bwd). update() runs after each micro-batch's backward (trainer-visible: LlamaModel), as TE
+// updates the forward tensors at the autocast's exit and the backward ones after the backward: x's and
+// dy's histories roll once per micro-batch, W's once per optimizer step (its amax is recorded when it is
+// quantized, after the step; on later micro-batches its entry is 0: no roll, as in TE's kernel_bulk).
+struct DelayedScalingState {
+  Tensor all;      // f32 [(len + 1) * n]: what a checkpoint saves
+  Tensor history;  // f32 [len, n]
+  Tensor scale;    // f32 [n]
+  DelayedScalingRule rule;
+  int64_t quantized_linears = 0;
+
+  bool enabled() const { return all.data != nullptr; }
+  static size_t bytes(const PrecisionPlan& plan);  // 0 when the plan is not delayed scaling
+  static DelayedScalingState allocate(std::vector<Buffer>& owner, Device device, const PrecisionPlan& plan);
+  void reset() const;  // TE's initial state: history 0, scales 1 (upload; outside the loop)
+  void update(const OpContext& ctx) const { delayed_scaling_update(ctx, history, scale, rule); }
+  // Quantized linear q's history entries (row 0) and scales.
+  struct Slots {
+    Tensor x_record, w_record, dy_record, x_scale, w_scale, dy_scale;
+  };
+  Slots slots(int64_t q) const;
+};
+
 class LinearLayer {
  public:
   // Buffers for the quantized copies are appended to `owner`. scratch_a/scratch_b: fp32 buffers of
@@ -87,6 +114,8 @@ class LinearLayer {
   static size_t weight_bytes(const LinearPlan& p);
 
   const LinearPlan& plan() const { return p_; }
+  // Delayed scaling: quantize x, W and dy with these scales and record their amaxes there.
+  void attach_delayed_scaling(const DelayedScalingState::Slots& slots) { ds_ = slots; }
   // Quantizes W (both copies) from the bf16 weights; call after every optimizer step.
   void prepare_weight(const OpContext& ctx, const Tensor& w);
   void forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w);
@@ -114,6 +143,7 @@ class LinearLayer {
   LinearWorkspace* ws_ = nullptr;
   Tensor scratch_a_, scratch_b_;
   std::vector<OperandStats> stats_;
+  DelayedScalingState::Slots ds_;  // empty tensors unless delayed scaling
 };
 
 }  // namespace pl

@@ -140,6 +140,11 @@ void LlamaModel::allocate_activations() {
                           w < 0 ? nullptr : workspace_of[static_cast<size_t>(w)], acts_.quant_scratch_a,
                           acts_.quant_scratch_b);
   }
+  fp8_state_ = DelayedScalingState::allocate(quant_buffers_, ctx_.device, plan_);
+  fp8_state_.reset();
+  for (int64_t i = 0, q = 0; fp8_state_.enabled() && i < static_cast<int64_t>(linears_.size()); ++i)
+    if (linears_[static_cast<size_t>(i)].plan().quantized())
+      linears_[static_cast<size_t>(i)].attach_delayed_scaling(fp8_state_.slots(q++));
 
   std::vector<float> cos(static_cast<size_t>(S_ * d / 2)), sin(cos.size());
   rope_tables(cfg_, S_, cos.data(), sin.data());
@@ -324,6 +329,8 @@ void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, con
   // The loss op ended the forward: forward-compute -> backward-compute (--timing-log-level 2).
   if (ctx_.timers != nullptr) ctx_.timers->mark_loss_computed();
   run_backward(step);
+  // FP8 delayed scaling: this micro-batch's amaxes into the histories, new scales for the next one.
+  if (fp8_state_.enabled()) fp8_state_.update(ctx_);
 }
 
 double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {

@@ -120,6 +120,9 @@ class LlamaModel {
   const PrecisionPlan& plan() const { return plan_; }
   // The run's document-aware packing (RunLayout::packing): which positions the loss counts (data/documents.h).
   const data::DocumentPacking& packing() const { return opt_.packing; }
+  // FP8 delayed scaling's amax histories and scales (not enabled() for other recipes): updated after
+  // each micro-batch's backward (queue_forward_backward); a checkpoint saves and restores `all`.
+  const DelayedScalingState& delayed_scaling() const { return fp8_state_; }
 
   // Forward of one micro-batch: tokens/labels are host arrays of B*S ids (a label may be -1: not counted).
   // With RunLayout::packing the model masks the labels, restarts the RoPE positions and splits the attention
@@ -174,6 +177,7 @@ class LlamaModel {
   std::vector<Buffer> quant_buffers_;
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
+  DelayedScalingState fp8_state_;
   std::vector<ParamEntry> entries_;
   ShardLayout shard_;
   parallel::Communicator* comm_ = nullptr;

@@ -162,6 +162,9 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
     mem.workspaces.push_back(static_cast<int64_t>(i));
     mem.quantized += static_cast<double>(LinearWorkspace::bytes(p, T));
   }
+  // FP8 delayed scaling's amax histories and scales (DelayedScalingState), counted as quantized state.
+  mem.fp8_histories = static_cast<double>(DelayedScalingState::bytes(plan));
+  mem.quantized += mem.fp8_histories;
   return scratch;
 }
 
@@ -223,6 +226,9 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
                                 exec.gpu_sm, source, scratch.how,
                                 static_cast<double>(scratch.a + scratch.b) * 4 / 1048576.0,
                                 exec.telemetry ? " (with the quantization-statistics reference)" : "");
+    if (mem.fp8_histories > 0)
+      mem.gemm_note += fmt::format("; FP8 delayed scaling's amax histories and scales {:.2f} MB are in quantized copies",
+                                   mem.fp8_histories / 1048576.0);
   }
   mem.workspace = gpu_library_workspace(cfg, B, S, opt);
   return mem;

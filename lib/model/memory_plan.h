@@ -134,6 +134,8 @@ struct MemoryPlan {
   std::string optimizer_label;
   // The gradients row's name: empty for FP32 main grads, "gradients (bf16)" with --main-grads-dtype bf16.
   std::string grads_label;
+  // FP8 delayed scaling: the bytes of the amax histories and scales (part of `quantized`; 0 otherwise).
+  double fp8_histories = 0;
   Activations<ArenaSlot> arena;  // the activation arena (activations bytes)
   // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
   // the first linear [layer*4 + kind] that uses it; workspace_of[linear] indexes them (-1: BF16).

@@ -11,7 +11,7 @@ const char* format_name(const LinearPlan& p) {
   switch (*p.x) {
     case QuantFormat::NVFP4: return "nvfp4";
     case QuantFormat::MXFP8: return "mxfp8";
-    default: return "fp8-current-scaling";
+    default: return p.delayed() ? "fp8-delayed-scaling" : "fp8-current-scaling";
   }
 }
 
@@ -44,6 +44,13 @@ LinearPlan recipe_linear(const PrecisionRecipe& r) {
     p.x = p.w = QuantFormat::FP8_E4M3;
     p.dy = *r.fp8 == "hybrid" ? QuantFormat::FP8_E5M2 : QuantFormat::FP8_E4M3;
     p.block_multiple = p.gpu_multiple = 16;  // cuBLASLt FP8: dims multiple of 16
+    // fp8_recipe "delayed": Megatron passes the same format to TE's DelayedScaling with margin,
+    // amax_history_len and amax_compute_algo (megatron/core/extensions/transformer_engine.py, TEDelayedScaling).
+    if (r.fp8_recipe == "delayed") {
+      p.amax_history_len = r.fp8_amax_history_len;
+      p.amax_most_recent = r.fp8_amax_compute_algo == "most_recent";
+      p.margin = r.fp8_margin;
+    }
   }
   return p;
 }
@@ -57,6 +64,10 @@ std::string format_detail(const LinearPlan& p) {
                          p.weight_2d ? "16x16" : "1x16", p.rht ? "on" : "off", p.stochastic_rounding ? "on" : "off");
     case QuantFormat::MXFP8: return "mxfp8 (E4M3, UE8M0 scales per 1x32 block)";
     default:
+      if (p.delayed())
+        return fmt::format("fp8 delayed scaling (E4M3 forward, {} gradients; amax history {}, {}, margin {})",
+                           *p.dy == QuantFormat::FP8_E5M2 ? "E5M2" : "E4M3", p.amax_history_len,
+                           p.amax_most_recent ? "most_recent" : "max", p.margin);
       return fmt::format("fp8 current scaling (E4M3 forward, {} gradients)",
                          *p.dy == QuantFormat::FP8_E5M2 ? "E5M2" : "E4M3");
   }

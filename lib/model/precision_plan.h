@@ -24,6 +24,12 @@ struct LinearPlan {
   bool rht = false;                     // NVFP4: RHT on the wgrad operands (columnwise copies of x and dy)
   bool stochastic_rounding = false;     // NVFP4: stochastic rounding of dy
   bool weight_2d = false;               // NVFP4: 16x16 weight blocks (else 1x16)
+  // FP8 delayed scaling (fp8_recipe "delayed"): x, W and dy each quantized with a scale from its own amax
+  // history of amax_history_len steps (numerics/delayed_scaling.h); 0 for every other format.
+  int64_t amax_history_len = 0;
+  bool amax_most_recent = false;  // amax_compute_algo "most_recent" (else "max")
+  int64_t margin = 0;
+  bool delayed() const { return amax_history_len > 0; }
   // Every GEMM dim must be a multiple of block_multiple (NVFP4 and FP8 16: cuBLASLt FP8 needs 16;
   // MXFP8 32), on the GPU of gpu_multiple (NVFP4 32: cuBLASLt's FP4 rows are 16 bytes); 1 for BF16.
   int64_t block_multiple = 1, gpu_multiple = 1;
@@ -31,7 +37,7 @@ struct LinearPlan {
   bool operator==(const LinearPlan&) const = default;
 };
 // The recipe's name of a linear layer's format, used by the banner and every log line:
-// "bf16", "fp8-current-scaling", "mxfp8" or "nvfp4".
+// "bf16", "fp8-current-scaling", "fp8-delayed-scaling", "mxfp8" or "nvfp4".
 const char* format_name(const LinearPlan& p);
 
 struct PrecisionPlan {

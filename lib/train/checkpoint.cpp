@@ -115,6 +115,10 @@ std::vector<StateBuffer> state_buffers(const LlamaModel& model, const AdamW& opt
   };
 }
 
+// FP8 delayed scaling's amax histories and scales (LlamaModel::delayed_scaling().all), saved whole by rank 0
+// (the recipe runs on one data-parallel rank only), so a resume continues the same scales bit for bit.
+constexpr const char* kFp8StateFile = "fp8_delayed_scaling_fp32.bin";
+
 // Converts `count` elements of the tensor's dtype in `src` to the file's dtype in `dst` (in place
 // allowed when the sizes match). Weights are bf16 values, so f32 -> bf16 is exact.
 void tensor_to_file_dtype(const void* src, DType from, void* dst, DType to, size_t count) {
@@ -459,6 +463,9 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
       std::vector<char> staging;
       for (const StateBuffer& b : state_buffers(model, opt)) files.push_back(write_state_buffer(tmp, b, staging, hook));
     }
+    std::vector<char> fp8_staging;
+    const StateBuffer fp8{kFp8StateFile, model.delayed_scaling().all, DType::F32};
+    if (model.delayed_scaling().enabled()) files.push_back(write_state_buffer(tmp, fp8, fp8_staging, hook));
     files.push_back(write_text_file(fs::path(tmp) / kMetadata, checkpoint_metadata_text(state, opt.steps_taken(), run), hook));
     manifest = write_text_file(fs::path(tmp) / kManifest, checkpoint_manifest_text(state.iteration, files), hook);
   }, process_tmp_suffix());
@@ -517,6 +524,7 @@ uint64_t checkpoint_bytes(const LlamaModel& model, const AdamW& opt) {
   uint64_t total = 1'000'000;  // metadata.json, manifest.json, the tracker
   for (const StateBuffer& b : state_buffers(model, opt))
     total += static_cast<uint64_t>(model.num_params()) * dtype_size(b.file_dtype);
+  if (model.delayed_scaling().enabled()) total += static_cast<uint64_t>(model.delayed_scaling().all.bytes());
   return total;
 }
 
@@ -621,6 +629,26 @@ const CheckpointFile& file_for_buffer(const VerifiedCheckpoint& c, StateBuffer& 
 
 }  // namespace
 
+// FP8 delayed scaling's histories and scales. A checkpoint without them (another recipe's) leaves TE's initial
+// state (history 0, scale 1), as TE's set_extra_state does without FP8 state; another size is refused.
+static void restore_fp8_state(const VerifiedCheckpoint& c, LlamaModel& model, std::vector<char>& staging) {
+  const DelayedScalingState& ds = model.delayed_scaling();
+  const auto f =
+      std::find_if(c.files.begin(), c.files.end(), [](const CheckpointFile& g) { return g.name == kFp8StateFile; });
+  if (!ds.enabled() || f == c.files.end()) return;
+  const fs::path path = fs::path(c.path) / f->name;
+  const int64_t n = ds.all.numel();
+  PL_CHECK(f->dtype == "f32" && f->numel == n && f->bytes == static_cast<uint64_t>(n) * sizeof(float),
+           "{}: {} {} elements, but this run's FP8 delayed scaling keeps {} (amax history {} x {} tensors + scales): "
+           "was it saved with another --fp8-amax-history-len or model?",
+           path.string(), f->numel, f->dtype, n, ds.history.dim(0), ds.history.dim(1));
+  const uint64_t sum = stream_file(path, f->bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {
+    copy_from_host(ds.all.rows(static_cast<int64_t>(off / 4), static_cast<int64_t>(bytes / 4)), data);
+  });
+  PL_CHECK(sum == f->checksum, "{}: changed while loading (checksum {} vs {})", path.string(), hex64(sum),
+           hex64(f->checksum));
+}
+
 TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
   const fs::path dir(c.path);
   std::vector<std::pair<StateBuffer, CheckpointFile>> plan;
@@ -663,6 +691,7 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
              (dir / f.name).string(), hex64(sum), hex64(f.checksum));
   }
   opt.restore_steps_taken(c.optimizer_steps);
+  restore_fp8_state(c, model, staging);  // before the weights are quantized with its scales
   model.prepare_weights();  // quantized copies of the restored bf16 weights
   return c.state;
 }

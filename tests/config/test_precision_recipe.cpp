@@ -118,8 +118,11 @@ TEST_F(ConfigRecipeErrors, Fp4WithFp8) {
 }
 
 TEST_F(ConfigRecipeErrors, BadFp8Recipe) {
-  const std::string p = write({{"name", "r"}, {"fp8", "e4m3"}, {"fp8_recipe", "delayed"}});
+  const std::string p = write({{"name", "r"}, {"fp8", "e4m3"}, {"fp8_recipe", "blockwise"}});
   expect_one_line_error([&] { pl::load_precision_recipe(p); }, {p, "fp8_recipe"});
+  // Delayed scaling's fields (Megatron-Bridge's MixedPrecisionConfig) are checked too.
+  const std::string q = write({{"name", "r"}, {"fp8", "hybrid"}, {"fp8_recipe", "delayed"}, {"fp8_amax_compute_algo", "mean"}});
+  expect_one_line_error([&] { pl::load_precision_recipe(q); }, {q, "fp8_amax_compute_algo"});
 }
 
 TEST_F(ConfigRecipeErrors, BadFp8Format) {

@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/quantize_common.h"
 #include "backend/cpu/quantize_tile.h"
+#include "numerics/delayed_scaling.h"
 #include "numerics/swizzle.h"
 
 namespace pl::cpu {
@@ -127,7 +128,9 @@ void quantize_fp8_copy(const QuantizedCopy& c, const Source& src, QuantFormat f,
   const int64_t R = c.rows, C = c.cols;
   const bool e4m3 = f == QuantFormat::FP8_E4M3;
   const float amax = opt.amax_given ? c.amax.f32()[0] : source_amax(src, R, C);
-  const float scale = num::fp8_current_scale(amax, e4m3 ? num::kE4M3Max : num::kE5M2Max);
+  // Delayed scaling: the scale its history gave (opt.scale); current scaling: from this amax.
+  const float scale = opt.scale.data != nullptr ? opt.scale.f32()[0]
+                                             : num::fp8_current_scale(amax, e4m3 ? num::kE4M3Max : num::kE5M2Max);
   uint8_t* data = c.data.u8();
   const int64_t strips = (R + kLanes - 1) / kLanes;
 #pragma omp parallel for schedule(static)
@@ -159,6 +162,21 @@ void quantize(const OpContext&, QuantizedTensor& q, const Tensor& x, const Quant
     q.columnwise.amax.f32()[0] = source_amax(Source{x.f32(), cols, true, opt.rht_columnwise}, cols, rows);
   }
   if (opt.columnwise) q.columnwise_rht = opt.rht_columnwise;  // a rowwise-only call leaves the flag alone
+  // Delayed scaling's record of this step's amax (the copies' amaxes are all max |x| for FP8 per tensor).
+  if (opt.amax_record.data != nullptr && !opt.amax_given) {
+    const QuantizedCopy& c = opt.rowwise ? q.rowwise : q.columnwise;
+    if (opt.rowwise || opt.columnwise || opt.columnwise_amax) opt.amax_record.f32()[0] = c.amax.f32()[0];
+  }
+}
+
+void delayed_scaling_update(const OpContext&, const Tensor& history, const Tensor& scale,
+                            const DelayedScalingRule& rule) {
+  const int64_t len = history.dim(0), n = history.dim(1);
+  float* h = history.f32();
+  float* s = scale.f32();
+  for (int64_t j = 0; j < n; ++j)
+    num::delayed_scaling_update_one(h, len, n, j, s + j, rule.most_recent,
+                                    j < rule.num_forward ? rule.forward_scaled_max : rule.backward_scaled_max);
 }
 
 }  // namespace pl::cpu

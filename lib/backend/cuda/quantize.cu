@@ -32,6 +32,7 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/quantize_common.cuh"
 #include "numerics/fp4.h"
+#include "numerics/delayed_scaling.h"
 #include "numerics/fp8.h"
 #include "numerics/hadamard.h"
 #include "numerics/nvfp4.h"
@@ -81,10 +82,11 @@ __device__ void combine_amax(AmaxCombine& c, float m, float* d0, float* d1, floa
 // ---- amax pass -------------------------------------------------------------------------------------
 // plain0/plain1 (may be null): max |x| over x[R, C]. rht (may be null; then R % 16 == 0): max |y| over
 // the RHT outputs y = rht16(x[16g .. 16g+15][c]) for every 16-row group g and column c, i.e. over
-// RHT(xᵀ) as the columnwise copy sees it. The slots are written by the last block (combine_amax).
+// RHT(xᵀ) as the columnwise copy sees it. record (may be null; only with plain0 or plain1): the plain amax
+// once more (delayed scaling's history entry). The slots are written by the last block (combine_amax).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht) {
+    amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht, float* record) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   float m = 0.0f, mr = 0.0f;
@@ -117,7 +119,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   m = qk::block_max(m);
   if (rht != nullptr) mr = qk::block_max(mr);
-  if (threadIdx.x == 0) combine_amax(g_amax_pass_combine, m, plain0, plain1, nullptr, mr, rht);
+  if (threadIdx.x == 0) combine_amax(g_amax_pass_combine, m, plain0, plain1, record, mr, rht);
 }
 
 // ---- padding of the swizzled scale arrays -----------------------------------------------------------
@@ -318,6 +320,7 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
 struct Fp8Out {
   uint8_t* data = nullptr;  // [rows, cols]; nullptr when not requested
   const float* amax = nullptr;
+  const float* scale = nullptr;  // delayed scaling's given scale; null: current scaling from amax
   float* scale_inv = nullptr;
 };
 
@@ -342,6 +345,11 @@ __device__ __forceinline__ void fp8_encode_run(const float (&v)[16], int n, floa
   }
 }
 
+// The scale of a copy: delayed scaling's given one, else current scaling's from the copy's amax.
+__device__ __forceinline__ float fp8_scale(const Fp8Out& o, float fmax) {
+  return o.scale != nullptr ? *o.scale : num::fp8_current_scale(*o.amax, fmax);
+}
+
 // One block per 64x64 tile; thread t: rowwise, 16 columns 16(t%4).. of tile row t/4; columnwise,
 // 16 rows 16(t%4).. of tile column t/4 (clipped at the edges of x).
 template <typename T>
@@ -357,7 +365,7 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
   if (a.row.data != nullptr) {
     const int64_t r = r0 + q, c = c0 + 16 * seg;
     if (r < a.rows && c < a.cols) {
-      const float scale = num::fp8_current_scale(*a.row.amax, fmax);
+      const float scale = fp8_scale(a.row, fmax);
       float v[16];
       for (int k = 0; k < 16; ++k) v[k] = s[q][16 * seg + k];
       const int n = a.cols - c < 16 ? static_cast<int>(a.cols - c) : 16;
@@ -367,7 +375,7 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
   if (a.col.data != nullptr) {
     const int64_t c = c0 + q, r = r0 + 16 * seg;
     if (c < a.cols && r < a.rows) {
-      const float scale = num::fp8_current_scale(*a.col.amax, fmax);
+      const float scale = fp8_scale(a.col, fmax);
       float v[16];
       for (int k = 0; k < 16; ++k) v[k] = s[16 * seg + k][q];
       const int n = a.rows - r < 16 ? static_cast<int>(a.rows - r) : 16;
@@ -375,8 +383,8 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
     }
   }
   if (tile == 0 && t == 0) {
-    if (a.row.data != nullptr) *a.row.scale_inv = 1.0f / num::fp8_current_scale(*a.row.amax, fmax);  // TE: __frcp_rn
-    if (a.col.data != nullptr) *a.col.scale_inv = 1.0f / num::fp8_current_scale(*a.col.amax, fmax);
+    if (a.row.data != nullptr) *a.row.scale_inv = 1.0f / fp8_scale(a.row, fmax);  // TE: __frcp_rn
+    if (a.col.data != nullptr) *a.col.scale_inv = 1.0f / fp8_scale(a.col, fmax);
   }
 }
 
@@ -390,10 +398,11 @@ unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
 
 template <typename T>
 void launch_amax(const DeviceState& st, const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht,
-                 const std::string& what) {
+                 const std::string& what, float* record = nullptr) {
   const int64_t items = rht != nullptr ? (R / 16) * C : (R * C + 7) / 8;
   amax_kernel<T>
-      <<<qk::grid_stride_blocks(items, kThreads, st.num_sms), kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht);
+      <<<qk::grid_stride_blocks(items, kThreads, st.num_sms), kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht,
+                                                                                     record);
   check_launch(st, "quantize: amax_kernel", what + (rht != nullptr ? " (with RHT)" : ""));
 }
 
@@ -487,6 +496,7 @@ void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t
     Fp8Out o;
     o.data = c.data.ptr<uint8_t>();
     o.amax = c.amax.ptr<float>();
+    o.scale = opt.scale.data != nullptr ? opt.scale.ptr<float>() : nullptr;
     o.scale_inv = c.scale_inv.ptr<float>();
     return o;
   };
@@ -495,7 +505,9 @@ void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t
   // The columnwise copy holds the same values as the rowwise one: one plain amax serves both.
   float* plain0 = opt.rowwise && !opt.amax_given ? q.rowwise.amax.ptr<float>() : nullptr;
   float* plain1 = (opt.columnwise ? !opt.amax_given : opt.columnwise_amax) ? q.columnwise.amax.ptr<float>() : nullptr;
-  if (plain0 != nullptr || plain1 != nullptr) launch_amax(st, x, R, C, plain0, plain1, nullptr, what);
+  // Delayed scaling's record of this step's amax rides on the same pass.
+  float* record = opt.amax_record.data != nullptr ? opt.amax_record.ptr<float>() : nullptr;
+  if (plain0 != nullptr || plain1 != nullptr) launch_amax(st, x, R, C, plain0, plain1, nullptr, what, record);
   if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c);
   fp8_encode_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, a);
@@ -528,6 +540,27 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
     quantize_typed(*ctx.gpu, q, static_cast<const uint16_t*>(x.data), rows, cols, opt, what);
   else
     quantize_typed(*ctx.gpu, q, static_cast<const float*>(x.data), rows, cols, opt, what);
+}
+
+// ---- FP8 delayed scaling's update ------------------------------------------------------------------
+// One thread per tensor (history column), the shared num::delayed_scaling_update_one: the CPU's bits.
+__global__ void __launch_bounds__(kThreads)
+    delayed_scaling_update_kernel(float* history, float* scale, int64_t len, int64_t n, DelayedScalingRule rule) {
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= n) return;
+  num::delayed_scaling_update_one(history, len, n, j, scale + j, rule.most_recent,
+                                  j < rule.num_forward ? rule.forward_scaled_max : rule.backward_scaled_max);
+}
+
+void delayed_scaling_update(const OpContext& ctx, const Tensor& history, const Tensor& scale,
+                            const DelayedScalingRule& rule) {
+  const int64_t len = history.dim(0), n = history.dim(1);
+  if (n == 0) return;
+  const DeviceState& st = *ctx.gpu;
+  const unsigned blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  delayed_scaling_update_kernel<<<blocks, kThreads, 0, st.stream>>>(history.ptr<float>(), scale.ptr<float>(), len, n,
+                                                                    rule);
+  check_launch(st, "delayed_scaling_update: delayed_scaling_update_kernel", "history " + history.shape_str());
 }
 
 }  // namespace pl::cuda
