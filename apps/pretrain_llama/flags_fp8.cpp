@@ -45,13 +45,8 @@ void apply_fp8_flags(const Options& o, const CLI::App& app, RunSetup& s) {
              "{} applies to FP8 delayed scaling only; recipe '{}' is not (use --recipe bf16_with_fp8_delayed_scaling_mixed)",
              flag, r.name);
   if (!r.delayed_scaling()) return;
-  // TE's reduce_amax (a MAX all-reduce of the amaxes over the data-parallel group before each update) is
-  // not implemented: without it the ranks' scales would drift apart and a checkpoint (rank 0's) could not
-  // resume the other ranks bit for bit.
-  PL_CHECK(t.data_parallel_size == 1,
-           "recipe '{}' (FP8 delayed scaling) runs with --data-parallel-size 1 only (the amax reduction over "
-           "data-parallel ranks is not implemented), got {}",
-           r.name, t.data_parallel_size);
+  // Data parallelism: the amaxes are reduced over the ranks before each update (LlamaModel::
+  // update_delayed_scaling, Transformer Engine's reduce_amax).
   if (app.count(kFp8Flags[0])) r.fp8_amax_history_len = t.fp8_amax_history_len;
   if (app.count(kFp8Flags[1])) r.fp8_amax_compute_algo = t.fp8_amax_compute_algo;
   if (app.count(kFp8Flags[2])) r.fp8_margin = t.fp8_margin;

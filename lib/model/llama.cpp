@@ -330,7 +330,21 @@ void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, con
   if (ctx_.timers != nullptr) ctx_.timers->mark_loss_computed();
   run_backward(step);
   // FP8 delayed scaling: this micro-batch's amaxes into the histories, new scales for the next one.
-  if (fp8_state_.enabled()) fp8_state_.update(ctx_);
+  if (fp8_state_.enabled()) update_delayed_scaling();
+}
+
+// Transformer Engine's reduce_amax (transformer_engine/pytorch/quantization.py, FP8GlobalStateManager.
+// reduce_and_update_fp8_tensors: one MAX all-reduce of the current amaxes over the amax reduction group, the
+// data-parallel group in Megatron, before the history update), so every rank rolls the same histories and
+// computes the same scales, and a checkpoint (rank 0's) resumes every rank. The current amaxes are the
+// histories' row 0 ([len, n] layout). The compute stream waits for the reduction only (wait_first keeps the
+// gradient buckets' bookkeeping of an overlapped reduction intact).
+void LlamaModel::update_delayed_scaling() {
+  if (comm_ != nullptr && comm_->size() > 1) {
+    comm_->all_reduce_max(fp8_state_.history.rows(0, 1).view({fp8_state_.history.dim(1)}), false);
+    comm_->wait_first(comm_->queued());
+  }
+  fp8_state_.update(ctx_);
 }
 
 double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {

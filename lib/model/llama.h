@@ -159,6 +159,7 @@ class LlamaModel {
   void prepare_layer_weights(int64_t layer);
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
+  void update_delayed_scaling();  // after each micro-batch's backward (FP8 delayed scaling only)
 
   enum LinearSlot { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };  // kLinearNames
   LinearLayer& linear(int64_t layer, int kind) { return linears_[static_cast<size_t>(layer * 4 + kind)]; }

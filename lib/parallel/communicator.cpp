@@ -24,6 +24,7 @@ class OneRankCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void all_reduce_sum(const Tensor& buf, bool) override { check_buffer("all_reduce_sum", buf, device_, 0); }
+  void all_reduce_max(const Tensor& buf, bool) override { check_buffer("all_reduce_max", buf, device_, 0); }
   void reduce_scatter_sum(const Tensor& buf, bool) override { check_buffer("reduce_scatter_sum", buf, device_, 0); }
   void reduce_sum(const Tensor& piece, int root, bool) override {
     check_buffer("reduce_sum", piece, device_, 0);

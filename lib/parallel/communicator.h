@@ -39,6 +39,9 @@ class Communicator {
 
   // Sum in place over all ranks (plain data parallelism's gradient all-reduce).
   virtual void all_reduce_sum(const Tensor& buf, bool async) = 0;
+  // Maximum in place over all ranks, fp32 (Transformer Engine's reduce_amax: FP8 delayed scaling's amaxes of
+  // this step over the data-parallel group before the history update).
+  virtual void all_reduce_max(const Tensor& buf, bool async) = 0;
   // buf: [size() * k] elements on every rank. Afterwards buf's slice [rank*k, (rank+1)*k) holds the sum
   // over the ranks of that slice; the other slices are unspecified (the distributed optimizer's
   // gradient reduce-scatter, in place as Megatron's).

@@ -46,6 +46,15 @@ class MpiCommunicator final : public Communicator {
       check(c, MPI_Allreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_SUM, comm_));
   }
 
+  void all_reduce_max(const Tensor& buf, bool async) override {
+    const Call c = start("MPI_Allreduce", "all_reduce_max", buf, buf.numel());
+    float* p = buf.f32();
+    if (async)
+      check(c, MPI_Iallreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_MAX, comm_, &queued(c)));
+    else
+      check(c, MPI_Allreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_MAX, comm_));
+  }
+
   void reduce_scatter_sum(const Tensor& buf, bool async) override {
     const int64_t k = slice_elements("reduce_scatter_sum", buf, size(), rank());
     const Call c = start("MPI_Reduce_scatter_block", "reduce_scatter_sum", buf, k);

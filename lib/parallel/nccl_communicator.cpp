@@ -71,6 +71,16 @@ class NcclCommunicator final : public Communicator {
     mark_queued();
   }
 
+  void all_reduce_max(const Tensor& buf, bool) override {
+    const char* op = "all_reduce_max";
+    check_buffer(op, buf, Device::CUDA, rank());
+    after_compute(op, buf);
+    check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), ncclMax, comm_,
+                        gpu_->comm_stream),
+          "ncclAllReduce(max)", describe_buffer(buf));
+    mark_queued();
+  }
+
   void reduce_scatter_sum(const Tensor& buf, bool) override {
     const char* op = "reduce_scatter_sum";
     check_buffer(op, buf, Device::CUDA, rank());

@@ -127,6 +127,30 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
   }
 }
 
+// FP8 delayed scaling over two ranks: the amaxes are MAX-reduced before each history update (Transformer
+// Engine's reduce_amax), so two ranks of one micro-batch of 2 samples roll the histories of one rank's one
+// micro-batch of the same 4 samples: the same amaxes, scales and quantized operands, hence the same loss
+// column (to the FP32 summation order of the weight gradients). Unreduced, each rank would scale by its own
+// half's amaxes and the ranks would quantize with different scales.
+TEST(DataParallelCli, FP8DelayedScalingReducesTheAmaxesOverTheRanks) {
+  SKIP_WITHOUT_MPI();
+  const std::vector<std::string> recipe = {"--recipe", "bf16_with_fp8_delayed_scaling_mixed",
+                                           "--num-layers-at-start-in-bf16", "0", "--num-layers-at-end-in-bf16", "0"};
+  std::vector<std::string> one_args = tiny(6, recipe);
+  for (size_t i = 0; i + 1 < one_args.size(); ++i)  // one micro-batch of 4: one update per iteration
+    if (one_args[i] == "--micro-batch-size") one_args[i + 1].replace(0, std::string::npos, 1, '4');
+  const ProcessResult one = pl::test::run_process(kApp, one_args, 300.0);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const ProcessResult two = run_ranks(2, tiny(6, recipe));
+  ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+  const std::vector<IterFields> a = iterations(two.out), b = iterations(one.out);
+  ASSERT_EQ(a.size(), 6u) << two.out;
+  ASSERT_EQ(b.size(), 6u) << one.out;
+  for (size_t i = 0; i < a.size(); ++i)
+    EXPECT_LE(std::fabs(a[i].loss - b[i].loss), 1e-5 * std::fabs(b[i].loss))
+        << "iteration " << a[i].iteration << ": " << a[i].loss << " vs " << b[i].loss;
+}
+
 // --roofline over two ranks: rank 0 alone probes and prints the table (once), and the gradient reduction
 // is a row of its own: an all-reduce, or with the distributed optimizer a reduce-scatter and the weights'
 // all-gather, each with NCCL-tests' bus bytes for 2 ranks (one buffer's worth per pass).
