@@ -37,23 +37,9 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return world_.rank(); }
   int size() const override { return world_.size(); }
 
-  void all_reduce_sum(const Tensor& buf, bool async) override {
-    const Call c = start("MPI_Allreduce", "all_reduce_sum", buf, buf.numel());
-    float* p = buf.f32();
-    if (async)
-      check(c, MPI_Iallreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_SUM, comm_, &queued(c)));
-    else
-      check(c, MPI_Allreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_SUM, comm_));
-  }
+  void all_reduce_sum(const Tensor& buf, bool async) override { all_reduce("all_reduce_sum", MPI_SUM, buf, async); }
 
-  void all_reduce_max(const Tensor& buf, bool async) override {
-    const Call c = start("MPI_Allreduce", "all_reduce_max", buf, buf.numel());
-    float* p = buf.f32();
-    if (async)
-      check(c, MPI_Iallreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_MAX, comm_, &queued(c)));
-    else
-      check(c, MPI_Allreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, MPI_MAX, comm_));
-  }
+  void all_reduce_max(const Tensor& buf, bool async) override { all_reduce("all_reduce_max", MPI_MAX, buf, async); }
 
   void reduce_scatter_sum(const Tensor& buf, bool async) override {
     const int64_t k = slice_elements("reduce_scatter_sum", buf, size(), rank());
@@ -154,6 +140,15 @@ class MpiCommunicator final : public Communicator {
     int count;
   };
 
+  // In place over all ranks with `reduction` (MPI_SUM, MPI_MAX), fp32.
+  void all_reduce(const char* op, MPI_Op reduction, const Tensor& buf, bool async) {
+    const Call c = start("MPI_Allreduce", op, buf, buf.numel());
+    float* p = buf.f32();
+    if (async)
+      check(c, MPI_Iallreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, reduction, comm_, &queued(c)));
+    else
+      check(c, MPI_Allreduce(MPI_IN_PLACE, p, c.count, MPI_FLOAT, reduction, comm_));
+  }
   Call start(const char* mpi_op, const std::string& op, const Tensor& buf, int64_t count) const {
     check_buffer(op.c_str(), buf, Device::CPU, rank());
     return Call{mpi_op, op + ", " + describe_buffer(buf), buf.bytes(),

@@ -61,25 +61,8 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return world_.rank(); }
   int size() const override { return world_.size(); }
 
-  void all_reduce_sum(const Tensor& buf, bool) override {
-    const char* op = "all_reduce_sum";
-    check_buffer(op, buf, Device::CUDA, rank());
-    after_compute(op, buf);
-    check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), ncclSum, comm_,
-                        gpu_->comm_stream),
-          "ncclAllReduce", describe_buffer(buf));
-    mark_queued();
-  }
-
-  void all_reduce_max(const Tensor& buf, bool) override {
-    const char* op = "all_reduce_max";
-    check_buffer(op, buf, Device::CUDA, rank());
-    after_compute(op, buf);
-    check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), ncclMax, comm_,
-                        gpu_->comm_stream),
-          "ncclAllReduce(max)", describe_buffer(buf));
-    mark_queued();
-  }
+  void all_reduce_sum(const Tensor& buf, bool) override { all_reduce("all_reduce_sum", ncclSum, buf); }
+  void all_reduce_max(const Tensor& buf, bool) override { all_reduce("all_reduce_max", ncclMax, buf); }
 
   void reduce_scatter_sum(const Tensor& buf, bool) override {
     const char* op = "reduce_scatter_sum";
@@ -148,6 +131,16 @@ class NcclCommunicator final : public Communicator {
 
  private:
   std::string where() const { return " on rank " + std::to_string(world_.rank()); }
+
+  // In place over all ranks with `reduction` (ncclSum, ncclMax), on the communication stream.
+  void all_reduce(const char* op, ncclRedOp_t reduction, const Tensor& buf) {
+    check_buffer(op, buf, Device::CUDA, rank());
+    after_compute(op, buf);
+    check(ncclAllReduce(buf.data, buf.data, static_cast<size_t>(buf.numel()), nccl_type(buf.dtype), reduction, comm_,
+                        gpu_->comm_stream),
+          "ncclAllReduce", std::string(op) + " " + describe_buffer(buf));
+    mark_queued();
+  }
 
   // An event after the collective just queued (the ring of marks_), for wait_first.
   void mark_queued() {
