@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Compare training logs: pretrain_llama's and Megatron-LM / Megatron-Bridge's own.
+"""Compare training logs: pretrain_llama's, Megatron-LM / Megatron-Bridge's, NeMo 2's, torchtitan's, llm.c's
+and TensorBoard event directories (log_formats.py beside this script reads the others).
 
 Prints one table (one row per log, the first log is the reference) and, with --png, writes one figure.
 Only the standard library and numpy; matplotlib only for --png (Agg backend, no display needed).
@@ -12,6 +13,7 @@ import re
 import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # atomic_output.py beside this script
 from atomic_output import write_atomically  # noqa: E402
+import log_formats  # noqa: E402
 
 PROG = "compare_logs.py"
 
@@ -28,13 +30,30 @@ how the columns are computed:
                  tokens/s: more digits than the per-line .1f values), else the mean over the window
                  of a line's TFLOP/s/GPU x its step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
                  'Step Time : ... MODEL_TFLOP/s/GPU' line before it); '-' when the log has neither
-  tok/s/GPU      global batch size x seq length / mean step time / GPUs; the seq length from the
+  tok/s/GPU      as each benchmark defines it:
+                 NeMo 2: global_batch_size x seq / mean train_step_timing / GPUs (NeMo's
+                   scripts/performance TPS); seq and GPUs are not in its lines: give them
+                   (FILE:seq=8192,gpus=8, or --seq-length and --gpus), else an error
+                 torchtitan: the mean of its 'tps' over the window (already per device)
+                 llm.c: tokens per step / mean step ms / processes, not its smoothed all-process
+                   tok/s; tokens per step from its 'total_batch_size' start-up row, else
+                   gbs x seq (FILE:gbs=N,seq=N); processes from 'num_processes', else gpus
+                 llm.c main.log: '-' (no times)
+                 TensorBoard directories: as Megatron's lines (iteration-time, batch-size; the
+                   seq length from throughput/tokens_per_sec x iteration-time / batch-size)
+                 Megatron / pretrain_llama:
+                 global batch size x seq length / mean step time / GPUs; the seq length from the
                  log's banner (pretrain_llama's 'training:' line, Megatron's 'seq_length ....' argument
                  or 'seq_length: N'), else --seq-length; the GPUs from Megatron's 'world_size ....'
                  argument or pretrain_llama's 'data parallel: world size N' line, else --gpus (default
                  1); the 'seq' column says where the length came from
-  speed-up       the first log's window step time / this log's
-  final loss     the last compared iteration line's lm loss
+  speed-up       the first log's window step time / this log's; between logs of different formats
+                 (or without step times) this log's tok/s/GPU / the first log's, '-' without them
+  formats        detected per file from its lines (a directory is TensorBoard), or forced with
+                 --format or FILE:format=NAME; per-file options FILE:seq=N,gpus=N,gbs=N,format=NAME
+                 override --seq-length / --gpus for that file
+  final loss     the last compared iteration line's lm loss (NeMo: reduced_train_loss; '-' for a
+                 format with no loss column)
   loss gap       (loss - first log's loss) / first log's loss at the same iteration, averaged over the
                  last 10% of the compared iterations (at least one), iterations where both are finite
   non-finite     iteration lines whose lm loss is nan/inf or missing (Megatron leaves the loss out
@@ -94,6 +113,67 @@ class Log:
         self.seq_length = None
         self.world_size = None
         self.summary = None  # (mean step s, TFLOP/s/GPU, tokens/s) of pretrain_llama's summary line
+        self.index = {}      # iteration -> position (log_formats.add_line)
+        self.tps = []        # torchtitan's per-device tokens/s, one per line
+        self.tokens_per_step = None  # llm.c's total_batch_size
+        self.tokens_rule = "megatron"
+        self.fmt = "megatron"
+        self.opts = {}       # FILE:key=value options
+
+
+def split_spec(spec):
+    """'FILE:seq=8192,gpus=8' -> (FILE, {'seq': '8192', 'gpus': '8'}); a plain path stays as it is."""
+    path, sep, tail = spec.rpartition(":")
+    if not sep or not re.fullmatch(r"[a-z]+=[^,=]+(,[a-z]+=[^,=]+)*", tail):
+        return spec, {}
+    opts = dict(kv.split("=", 1) for kv in tail.split(","))
+    for key, value in opts.items():
+        if key not in ("seq", "gpus", "gbs", "format"):
+            raise Error(f"{spec}: unknown option '{key}' (seq, gpus, gbs, format)")
+        if key == "format" and value not in log_formats.FORMATS:
+            raise Error(f"{spec}: unknown format '{value}' ({', '.join(log_formats.FORMATS)})")
+        if key != "format" and not (value.isdigit() and int(value) > 0):
+            raise Error(f"{spec}: {key} must be a positive integer, not '{value}'")
+    return path, opts
+
+
+def sort_lines(log):
+    order = sorted(range(len(log.iters)), key=lambda i: log.iters[i])
+    for name in ("iters", "ms", "loss", "flops", "gbs"):
+        values = getattr(log, name)
+        setattr(log, name, [values[i] for i in order])
+    if log.tps:
+        log.tps = [log.tps[i] for i in order]
+
+
+def parse_any(spec, forced_format):
+    """A log of any format, with its FILE:key=value options."""
+    path, opts = split_spec(spec)
+    fmt = opts.get("format", forced_format)
+    if fmt in (None, "tensorboard") and os.path.isdir(path):
+        log = Log(path)
+        log_formats.parse_tensorboard(log, path, Error)
+        log.fmt = "tensorboard"
+    else:
+        try:
+            with open(path, "r", encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError as e:
+            raise Error(f"cannot read {path}: {e.strerror or e}")
+        fmt = fmt or log_formats.detect(path, lines)
+        if fmt == "megatron":
+            log = parse_log(path)
+        elif fmt == "tensorboard":
+            raise Error(f"{path}: --format tensorboard needs a directory of event files")
+        else:
+            log = Log(path)
+            log_formats.PARSERS[fmt](log, lines)
+            log.fmt = fmt
+    if not log.iters:
+        raise Error(f"{path}: no {log.fmt} iteration lines")
+    sort_lines(log)
+    log.opts = opts
+    return log
 
 
 def parse_log(path):
@@ -152,11 +232,7 @@ def parse_log(path):
                 log.world_size = int(w.group(1) or w.group(2))
     if not log.iters:
         raise Error(f"{path}: no iteration lines (expected Megatron's ' iteration N/ M | ... | elapsed time per "
-                    f"iteration (ms): ...' lines)")
-    order = sorted(range(len(log.iters)), key=lambda i: log.iters[i])
-    for name in ("iters", "ms", "loss", "flops", "gbs"):
-        values = getattr(log, name)
-        setattr(log, name, [values[i] for i in order])
+                    f"iteration (ms): ...' lines, or NeMo 2's, torchtitan's, llm.c's: see --help)")
     return log
 
 
@@ -173,6 +249,31 @@ def fmt_num(x, spec):
     return format(x, spec)
 
 
+def other_format_columns(log, seq, gpus, gbs, flops, np):
+    """TFLOP/s/GPU and tok/s/GPU of a NeMo 2, torchtitan or llm.c log, as that benchmark defines them."""
+    step_s = log.mean_ms / 1e3
+    log.tflops = float(np.mean(flops)) / step_s / 1e12 if flops.size and math.isfinite(step_s) else None
+    log.tokens = None
+    if log.tokens_rule == "nemo":
+        missing = [name for name, v in (("seq", seq), ("gpus", gpus)) if v is None]
+        if missing:
+            raise Error(f"{log.path}: a NeMo 2 log does not say its {' and '.join(missing)}: give "
+                        f"{log.path}:seq=N,gpus=N (NeMo's TPS/GPU = global_batch_size x seq / "
+                        f"train_step_timing / GPUs)")
+        if math.isfinite(gbs) and math.isfinite(step_s):
+            log.tokens = gbs * seq / step_s / gpus
+    elif log.tokens_rule == "torchtitan":
+        tps = np.array(log.tps[log.w0:log.n], dtype=float)
+        tps = tps[np.isfinite(tps)]
+        log.tokens = float(np.mean(tps)) if tps.size else None
+    elif log.tokens_rule == "llmc":
+        per_step = log.tokens_per_step
+        if per_step is None and seq is not None and math.isfinite(gbs):
+            per_step = gbs * seq
+        if per_step is not None and math.isfinite(step_s):
+            log.tokens = per_step / step_s / (gpus or 1)
+
+
 def analyse(logs, seq_option, gpus_option, np):
     notes = []
     last = min(log.iters[-1] for log in logs)
@@ -187,18 +288,27 @@ def analyse(logs, seq_option, gpus_option, np):
         log.w0 = window_start(k)
         ms = np.array(log.ms[:k], dtype=float)
         win = ms[log.w0:]
-        log.mean_ms = float(np.mean(win))
+        win = win[np.isfinite(win)]
+        log.mean_ms = float(np.mean(win)) if win.size else math.nan
         flops = np.array(log.flops[log.w0:k], dtype=float)
         flops = flops[np.isfinite(flops)]
-        if log.seq_length is not None:
+        opt = lambda key: int(log.opts[key]) if key in log.opts else None
+        if opt("seq") is not None:
+            seq, seq_src = opt("seq"), "option"
+        elif log.seq_length is not None:
             seq, seq_src = log.seq_length, "log"
         elif seq_option is not None:
             seq, seq_src = seq_option, "option"
         else:
             seq, seq_src = None, ""
-        gpus = log.world_size if log.world_size is not None else gpus_option
+        gpus = opt("gpus") or log.world_size or gpus_option
         gbs = log.gbs[k - 1]
-        if log.summary is not None:
+        if opt("gbs") is not None:
+            gbs = float(opt("gbs"))
+        if log.tokens_rule != "megatron":
+            log.seq_src = seq_src
+            other_format_columns(log, seq, gpus, gbs, flops, np)
+        elif log.summary is not None:
             step_s, tf, tok_s = log.summary
             # FLOPs per iteration: TFLOP/s x tokens per iteration / tokens/s keeps more digits than
             # TFLOP/s x the summary's 3-decimal step time.
@@ -206,21 +316,30 @@ def analyse(logs, seq_option, gpus_option, np):
             log.tflops = per_iter / (log.mean_ms / 1e3) / 1e12
         else:
             log.tflops = float(np.mean(flops)) / (log.mean_ms / 1e3) / 1e12 if flops.size else None
-        log.tokens = gbs * seq / (log.mean_ms / 1e3) / gpus if seq is not None and math.isfinite(gbs) else None
-        log.seq_src = seq_src
+        if log.tokens_rule == "megatron":
+            gpus = gpus or 1
+            log.tokens = gbs * seq / (log.mean_ms / 1e3) / gpus if seq is not None and math.isfinite(gbs) else None
+            log.seq_src = seq_src
         log.final_loss = log.loss[k - 1]
         log.tail_n = max(1, int(math.ceil(0.1 * k)))
         tail_vals = [x for x in log.loss[k - log.tail_n:k] if math.isfinite(x)]
         log.tail_loss = sum(tail_vals) / len(tail_vals) if tail_vals else None
         log.nonfinite = sum(1 for x in log.loss[:k] if not math.isfinite(x))
+        log.no_loss = log.nonfinite == k  # a format without a loss column: '-', never 0
         vals = [(it, v) for it, v in log.valid.items() if it <= last]
         log.val_iter, log.val_loss = max(vals) if vals else (None, None)
     ref = logs[0]
     ref_loss = dict(zip(ref.iters, ref.loss))
     tail = max(1, int(math.ceil(0.1 * ref.n)))
     tail_iters = set(ref.iters[ref.n - tail:ref.n])
+    mixed = any(log.fmt != ref.fmt for log in logs)
     for log in logs:
-        log.speedup = ref.mean_ms / log.mean_ms
+        if not mixed and math.isfinite(ref.mean_ms) and math.isfinite(log.mean_ms):
+            log.speedup = ref.mean_ms / log.mean_ms
+        elif ref.tokens and log.tokens:
+            log.speedup = log.tokens / ref.tokens
+        else:
+            log.speedup = None
         gaps = []
         log.gap_series = ([], [])
         for it, x in zip(log.iters[:log.n], log.loss[:log.n]):
@@ -242,12 +361,12 @@ def analyse(logs, seq_option, gpus_option, np):
             log.label,
             str(log.n),
             f"{log.iters[log.w0]}-{log.iters[log.n - 1]}",
-            fmt_num(log.mean_ms, ".1f"),
+            fmt_num(log.mean_ms, ".1f") if math.isfinite(log.mean_ms) else "-",
             fmt_num(log.tflops, ".3f") if log.tflops is not None else "-",
             fmt_num(log.tokens, ".0f") if log.tokens is not None else "-",
             seq_col,
-            fmt_num(log.speedup, ".3f") + "x",
-            fmt_num(log.final_loss, ".4f"),
+            "-" if log.speedup is None else fmt_num(log.speedup, ".3f") + "x",
+            "-" if log.no_loss else fmt_num(log.final_loss, ".4f"),
             ("" if log is ref else "-") if log.gap is None else fmt_num(100 * log.gap, "+.2f") + "%",
             str(log.nonfinite),
             fmt_num(log.val_loss, ".4f") if log.val_loss is not None else "",
@@ -363,15 +482,18 @@ def main(argv=None):
         description="Compare two or more training logs (pretrain_llama's, Megatron-LM's or Megatron-Bridge's): "
                     "one table, the first log is the reference; --png FILE also writes one figure (training and "
                     "validation loss, relative loss gap, step time with the averaging window shaded).")
-    ap.add_argument("logs", nargs="+", metavar="LOG")
+    ap.add_argument("logs", nargs="+", metavar="LOG", help="a log file or TensorBoard directory, optionally "
+                    "with per-file options: LOG:seq=N,gpus=N,gbs=N,format=NAME")
+    ap.add_argument("--format", choices=log_formats.FORMATS, help="read every LOG as this format (default: "
+                    "detected per file from its lines; a directory is TensorBoard)")
     ap.add_argument("--png", metavar="FILE", help="write the figure to FILE (needs matplotlib)")
     ap.add_argument("--csv", metavar="FILE", help="also write the figures as CSV, one row per log with all their "
                     "digits (columns: " + ", ".join(CSV_COLUMNS) + "; tail_loss is the mean lm loss over the "
                     "log's last 10%% of compared iterations, tail_iterations of them; gaps in percent); with "
                     "--csv one log is enough")
     ap.add_argument("--seq-length", type=int, help="sequence length for logs whose banner does not give one")
-    ap.add_argument("--gpus", type=int, default=1, help="GPUs per run for tokens/s/GPU when the log does not say "
-                    "(Megatron's world_size argument); default 1")
+    ap.add_argument("--gpus", type=int, help="GPUs per run for tokens/s/GPU when the log does not say "
+                    "(Megatron's world_size argument); default 1, except for NeMo 2 logs (required there)")
     args = ap.parse_args(argv)
     try:
         if len(args.logs) < 2 and not args.csv:
@@ -380,7 +502,7 @@ def main(argv=None):
             import numpy as np
         except ImportError:
             raise Error("needs numpy (Debian: apt-get install python3-numpy)")
-        logs = [parse_log(p) for p in args.logs]
+        logs = [parse_any(p, args.format) for p in args.logs]
         table = analyse(logs, args.seq_length, args.gpus, np)
         if args.csv:
             write_csv(args.csv, logs)

@@ -1,0 +1,300 @@
+"""The other programs' logs compare_logs.py reads: NeMo 2, torchtitan, llm.c (stdout and main.log) and
+TensorBoard event directories (pretrain_llama --tensorboard-dir, Megatron's tag names).
+
+Each parser fills a compare_logs.Log: per line the iteration, step time (ms), loss (nan when absent), FLOPs
+per iteration per GPU (nan when unknown) and global batch size; `tokens_rule` says how tok/s/GPU is
+computed for that format (compare_logs.analyse reads it). Fields are found by name, not position, where
+a format's fields change across versions.
+"""
+
+import glob
+import math
+import os
+import re
+import struct
+
+# ANSI colour codes (torchtitan's logger colours each field: torchtitan/tools/utils.py Color).
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+# NeMo 2: nemo/lightning/pytorch/callbacks/progress_printer.py (ProgressPrinter) prints
+#   "Training epoch {epoch}, iteration {i}/{n} | key: value | key: value ..."
+# (its metrics by name: lr, global_batch_size, global_step, reduced_train_loss, 'train_step_timing in s',
+# TFLOPS_per_GPU, consumed_samples; NeMo's scripts/performance prepend the run name, e.g. "mbs_128gbs/0 ").
+# Validation metrics come as "val_loss: X" (or Lightning's "val_loss=X") on their own line.
+NEMO_ITER_RE = re.compile(r"Training epoch\s+\d+,\s*iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
+NEMO_VAL_RE = re.compile(r"\bval_loss\s*[:=]\s*([-+0-9.eE]+|nan|inf)")
+
+# torchtitan: torchtitan/components/metrics.py MetricsProcessor.log (train.py before it) logs
+#   f"{color.red}step: {step:2}  {color.green}loss: {loss:7.4f}  ... memory: {gib:5.2f}GiB({pct:.2f}%)
+#     {color.blue}tps: {round(tps):,}  {color.cyan}tflops: {tflops:,.2f}  {color.magenta}mfu: {mfu:.2f}%"
+# (grad_norm and elapsed_time_per_step appear in some versions); tps is tokens/s per device
+# (ntokens_since_last_log / (time_delta * non_data_parallel_size)); "validate step: N  loss: X" for validation.
+TITAN_STEP_RE = re.compile(r"(?<![A-Za-z_])(validate )?step:\s*(\d+)\s{2}")
+TITAN_FIELD_RE = re.compile(r"([A-Za-z_]+):\s*([-+0-9.,eE]+|nan|inf)")
+
+# llm.c, train_gpt2.cu's printf0, three generations:
+#   today   "step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
+#   earlier "step %4d/%d | train loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
+#   2024    "step %d/%d: train loss %f (%f ms, %.0f tok/s)"
+# and its main.log (llmc/logger.h logger_log_train / logger_log_val): "s:%d trl:%.4f", "s:%d tel:%.4f",
+# with the 0-based step (stdout prints step + 1). tok/s is a bias-corrected EMA over all processes.
+LLMC_STEP_RE = re.compile(r"^\s*step\s+(\d+)\s*/\s*(\d+)\s*[|:]")
+LLMC_LOSS_RE = re.compile(r"(?:train loss|loss)\s+([-+0-9.eE]+|nan|inf)")
+LLMC_MS_RE = re.compile(r"([0-9.]+)\s*ms\b")
+LLMC_VAL_RE = re.compile(r"^\s*val loss\s+([-+0-9.eE]+|nan|inf)")
+LLMC_MAINLOG_RE = re.compile(r"^s:(\d+)\s+(trl|tel):([-+0-9.eE]+|nan|inf)\s*$")
+# llm.c's start-up table rows ("| num_processes | 8 |", "| total_batch_size ... | 524288 |"): tokens per step.
+LLMC_PROCS_RE = re.compile(r"\|\s*num_processes\s*\|\s*(\d+)\s*\|")
+LLMC_TOTAL_RE = re.compile(r"total[_ ]batch[_ ]size[^0-9|]*\|?\s*(\d+)")
+
+FORMATS = ("megatron", "nemo", "torchtitan", "llmc", "llmc-mainlog", "tensorboard")
+
+
+def to_float(text):
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return math.nan
+
+
+def detect(path, lines):
+    """The format of a file (or 'tensorboard' for a directory), from its first lines that say."""
+    if os.path.isdir(path):
+        return "tensorboard"
+    for line in lines:
+        line = ANSI_RE.sub("", line)
+        if "elapsed time per iteration" in line:
+            return "megatron"
+        if NEMO_ITER_RE.search(line):
+            return "nemo"
+        if TITAN_STEP_RE.search(line) and "tps:" in line:
+            return "torchtitan"
+        if LLMC_STEP_RE.search(line) and " ms" in line:
+            return "llmc"
+        if LLMC_MAINLOG_RE.match(line):
+            return "llmc-mainlog"
+    return "megatron"  # compare_logs.py's own parser says what it expected
+
+
+def add_line(log, it, ms, loss, flops=math.nan, gbs=math.nan):
+    """One iteration line; a repeated iteration (a resumed run) replaces the earlier one."""
+    if it in log.index:
+        i = log.index[it]
+        log.ms[i], log.loss[i], log.flops[i], log.gbs[i] = ms, loss, flops, gbs
+        return
+    log.index[it] = len(log.iters)
+    log.iters.append(it)
+    log.ms.append(ms)
+    log.loss.append(loss)
+    log.flops.append(flops)
+    log.gbs.append(gbs)
+
+
+def nemo_fields(line):
+    """NeMo's ' | key: value' pairs after the iteration prefix."""
+    fields = {}
+    for part in line.split("|")[1:]:
+        key, sep, value = part.rpartition(":")
+        if sep and key.strip():
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def parse_nemo(log, lines):
+    last_it = None
+    for line in lines:
+        m = NEMO_ITER_RE.search(line)
+        if m:
+            f = nemo_fields(line[m.start():])
+            step_s = to_float(f.get("train_step_timing in s", "nan"))
+            tflops = to_float(f.get("TFLOPS_per_GPU", "nan"))
+            last_it = int(m.group(1))
+            add_line(log, last_it, step_s * 1e3, to_float(f.get("reduced_train_loss", "nan")),
+                     tflops * 1e12 * step_s, to_float(f.get("global_batch_size", "nan")))
+            continue
+        v = NEMO_VAL_RE.search(line)
+        if v and last_it is not None:
+            log.valid[last_it] = to_float(v.group(1))
+    # NeMo's own TPS/GPU (scripts/performance): GBS x seq / train_step_timing / GPUs; seq and GPUs are not
+    # in its lines, so they must be given (FILE:seq=N,gpus=N).
+    log.tokens_rule = "nemo"
+
+
+def parse_torchtitan(log, lines):
+    for line in lines:
+        line = ANSI_RE.sub("", line)
+        m = TITAN_STEP_RE.search(line)
+        if not m:
+            continue
+        f = {k: v for k, v in TITAN_FIELD_RE.findall(line[m.end():])}
+        it, loss = int(m.group(2)), to_float(f.get("loss", "nan"))
+        if m.group(1):
+            log.valid[it] = loss
+            continue
+        tps = to_float(f.get("tps", "nan"))
+        tflops = to_float(f.get("tflops", "nan"))
+        # elapsed_time_per_step (some versions) is the step time; else the step time is not printed and
+        # the per-device tps stands in for it: ms = seq x local batch / tps is unknown, so keep tps itself.
+        step_s = to_float(f.get("elapsed_time_per_step", "nan").rstrip("s"))
+        add_line(log, it, step_s * 1e3, loss, tflops * 1e12 * step_s if math.isfinite(step_s) else math.nan)
+        log.tps.append(tps)
+    log.tokens_rule = "torchtitan"
+
+
+def parse_llmc(log, lines):
+    last_it = None
+    for line in lines:
+        p = LLMC_PROCS_RE.search(line)
+        if p:
+            log.world_size = int(p.group(1))
+        t = LLMC_TOTAL_RE.search(line)
+        if t and log.tokens_per_step is None:
+            log.tokens_per_step = int(t.group(1))
+        m = LLMC_STEP_RE.search(line)
+        if m:
+            rest = line[m.end():]
+            loss = LLMC_LOSS_RE.search(rest)
+            ms = LLMC_MS_RE.search(rest)
+            last_it = int(m.group(1))
+            add_line(log, last_it, to_float(ms.group(1)) if ms else math.nan,
+                     to_float(loss.group(1)) if loss else math.nan)
+            continue
+        v = LLMC_VAL_RE.search(line)
+        if v:
+            log.valid[(last_it or 0) + 1] = to_float(v.group(1))  # printed before step last_it + 1 runs
+    log.tokens_rule = "llmc"
+
+
+def parse_llmc_mainlog(log, lines):
+    for line in lines:
+        m = LLMC_MAINLOG_RE.match(line)
+        if not m:
+            continue
+        it = int(m.group(1)) + 1  # 0-based in main.log; the iteration stdout prints
+        if m.group(2) == "trl":
+            add_line(log, it, math.nan, to_float(m.group(3)))
+        else:
+            log.valid[it] = to_float(m.group(3))
+    log.tokens_rule = "none"
+
+
+# ---- TensorBoard event files ------------------------------------------------------------------------
+# A TFRecord file is records of: uint64 length, uint32 masked CRC-32C of the length, the data, uint32
+# masked CRC-32C of the data (tensorflow/core/lib/io/record_writer.cc; lib/log/tensorboard.cpp writes
+# them). The data is an Event proto (tensorflow/core/util/event.proto): wall_time = 1 (double),
+# step = 2 (int64), summary = 5 (Summary: repeated Value = 1 {tag = 1, simple_value = 2 (float)}).
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def masked_crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = CRC32C_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    c ^= 0xFFFFFFFF
+    return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _varint(buf, at):
+    value = shift = 0
+    while True:
+        b = buf[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return value, at
+
+
+def proto_fields(buf):
+    """(field number, wire type, value) of a protobuf message; value is bytes, int or raw 4/8 bytes."""
+    at = 0
+    while at < len(buf):
+        key, at = _varint(buf, at)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            value, at = _varint(buf, at)
+        elif wire == 1:
+            value, at = buf[at:at + 8], at + 8
+        elif wire == 2:
+            n, at = _varint(buf, at)
+            value, at = buf[at:at + n], at + n
+        elif wire == 5:
+            value, at = buf[at:at + 4], at + 4
+        else:
+            raise ValueError(f"protobuf wire type {wire}")
+        yield num, wire, value
+
+
+def read_events(path, error):
+    """[(step, tag, value)] of one event file's simple_value scalars; `error` for a damaged file."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    at, out = 0, []
+    while at < len(data):
+        if at + 12 > len(data):
+            raise error(f"{path}: a truncated record at byte {at}")
+        header = data[at:at + 8]
+        n, = struct.unpack("<Q", header)
+        if struct.unpack("<I", data[at + 8:at + 12])[0] != masked_crc32c(header) or at + 16 + n > len(data):
+            raise error(f"{path}: a damaged record at byte {at} (length CRC or length)")
+        event = data[at + 12:at + 12 + n]
+        if struct.unpack("<I", data[at + 12 + n:at + 16 + n])[0] != masked_crc32c(event):
+            raise error(f"{path}: the data CRC of the record at byte {at} does not match")
+        at += 16 + n
+        step, values = 0, []
+        for num, _, value in proto_fields(event):
+            if num == 2:
+                step = value
+            elif num == 5:
+                for vnum, _, v in proto_fields(value):
+                    if vnum != 1:
+                        continue
+                    f = {k: x for k, _, x in proto_fields(v)}
+                    if 1 in f and 2 in f:
+                        values.append((f[1].decode("utf-8", "replace"), struct.unpack("<f", f[2])[0]))
+        out.extend((step, tag, value) for tag, value in values)
+    return out
+
+
+def parse_tensorboard(log, directory, error):
+    files = sorted(glob.glob(os.path.join(directory, "**", "events.out.tfevents.*"), recursive=True))
+    if not files:
+        raise error(f"{directory}: no events.out.tfevents.* files")
+    scalars = {}  # tag -> {step: value}; a later file (a resumed run) wins
+    for path in files:
+        for step, tag, value in read_events(path, error):
+            scalars.setdefault(tag, {})[step] = value
+    times = scalars.get("iteration-time", {})
+    loss = scalars.get("lm loss", {})
+    tflops = scalars.get("throughput", {})
+    batch = scalars.get("batch-size", {})
+    tokens = scalars.get("throughput/tokens_per_sec", {})
+    for it in sorted(times):
+        s = times[it]
+        add_line(log, it, s * 1e3, loss.get(it, math.nan), tflops.get(it, math.nan) * 1e12 * s,
+                 batch.get(it, math.nan))
+    log.valid.update(scalars.get("lm loss validation", {}))
+    world = scalars.get("world-size")
+    if world:
+        log.world_size = int(world[max(world)])
+    # The sequence length is not a scalar: tokens/s x s/iteration / batch size gives it (float32 values).
+    if tokens and times and batch:
+        it = max(times)
+        if it in tokens and batch.get(it):
+            log.seq_length = int(round(tokens[it] * times[it] / batch[it]))
+    log.tokens_rule = "megatron"
+
+
+PARSERS = {"nemo": parse_nemo, "torchtitan": parse_torchtitan, "llmc": parse_llmc,
+           "llmc-mainlog": parse_llmc_mainlog}
