@@ -22,7 +22,9 @@ how the columns are computed:
   iterations     iteration lines compared (logs of different lengths: the common prefix, said so)
   window         the averaging window, as pretrain_llama's summary line: the last 60% of the n
                  compared iteration lines, from line round(0.4*n) on (iterations 20-50 of 50,
-                 12-30 of 30: lib/train/trainer.cpp's rule);
+                 12-30 of 30: lib/train/trainer.cpp's rule), of the first log; the same
+                 iterations for every log when every log has a line at its start, else (said in
+                 a note) the last 60% of each log's own lines;
                  with --log-interval > 1 each line is the mean of its interval
   step ms        mean 'elapsed time per iteration (ms)' over the window
   TFLOP/s/GPU    the FLOPs per iteration over the window's mean step time; the FLOPs from
@@ -233,6 +235,7 @@ def parse_log(path):
     if not log.iters:
         raise Error(f"{path}: no iteration lines (expected Megatron's ' iteration N/ M | ... | elapsed time per "
                     f"iteration (ms): ...' lines, or NeMo 2's, torchtitan's, llm.c's: see --help)")
+    sort_lines(log)  # (study_report.py calls parse_log directly)
     return log
 
 
@@ -282,10 +285,18 @@ def analyse(logs, seq_option, gpus_option, np):
         notes.append(f"note: the logs have different lengths ({lengths} iterations); comparing the common prefix, "
                      f"iterations up to {last}")
     rows = []
+    # One window for every log: from the first log's window start (the last 60% of its compared lines:
+    # iterations 20-50 of 50) when every log has a line at that iteration, else the last 60% of each.
+    k0 = sum(1 for it in logs[0].iters if it <= last)
+    start = logs[0].iters[window_start(k0)]
+    common = all(start in log.iters[:sum(1 for it in log.iters if it <= last)] for log in logs)
+    if not common:
+        notes.append(f"note: not every log has iteration {start} (the first log's window start): each log's "
+                     f"window is the last 60% of its own compared lines")
     for log in logs:
         k = sum(1 for it in log.iters if it <= last)
         log.n = k
-        log.w0 = window_start(k)
+        log.w0 = log.iters.index(start) if common else window_start(k)
         ms = np.array(log.ms[:k], dtype=float)
         win = ms[log.w0:]
         win = win[np.isfinite(win)]
@@ -294,7 +305,7 @@ def analyse(logs, seq_option, gpus_option, np):
         flops = flops[np.isfinite(flops)]
         opt = lambda key: int(log.opts[key]) if key in log.opts else None
         if opt("seq") is not None:
-            seq, seq_src = opt("seq"), "option"
+            seq, seq_src = opt("seq"), "file"
         elif log.seq_length is not None:
             seq, seq_src = log.seq_length, "log"
         elif seq_option is not None:
@@ -356,7 +367,7 @@ def analyse(logs, seq_option, gpus_option, np):
             r = ref.valid[log.val_iter]
             if math.isfinite(r) and r != 0:
                 log.val_gap = (log.val_loss - r) / r
-        seq_col = {"log": "log", "option": "--seq-length", "": "-"}[log.seq_src]
+        seq_col = {"log": "log", "option": "--seq-length", "file": "LOG:seq", "": "-"}[log.seq_src]
         rows.append([
             log.label,
             str(log.n),
@@ -479,7 +490,8 @@ def write_png(path, logs, np):
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
-        description="Compare two or more training logs (pretrain_llama's, Megatron-LM's or Megatron-Bridge's): "
+        description="Compare two or more training logs (pretrain_llama's, Megatron-LM's or Megatron-Bridge's, NeMo 2's, "
+                    "torchtitan's, llm.c's stdout or main.log, TensorBoard event directories): "
                     "one table, the first log is the reference; --png FILE also writes one figure (training and "
                     "validation loss, relative loss gap, step time with the averaging window shaded).")
     ap.add_argument("logs", nargs="+", metavar="LOG", help="a log file or TensorBoard directory, optionally "
