@@ -16,11 +16,14 @@ import struct
 # ANSI colour codes (torchtitan's logger colours each field: torchtitan/tools/utils.py Color).
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
-# NeMo 2: nemo/lightning/pytorch/callbacks/progress_printer.py (ProgressPrinter) prints
-#   "Training epoch {epoch}, iteration {i}/{n} | key: value | key: value ..."
-# (its metrics by name: lr, global_batch_size, global_step, reduced_train_loss, 'train_step_timing in s',
-# TFLOPS_per_GPU, consumed_samples; NeMo's scripts/performance prepend the run name, e.g. "mbs_128gbs/0 ").
-# Validation metrics come as "val_loss: X" (or Lightning's "val_loss=X") on their own line.
+# NeMo 2: nemo/lightning/pytorch/callbacks/progress_printer.py (ProgressPrinter.on_train_batch_end) prints
+#   prefix = f"Training epoch {epoch}, iteration {n-1}/{total-1}", then format_string adds
+#   f" | {metric}: {val}" (integral floats) or f" | {metric}: {val:.4}" per logged metric
+# (by name: lr, global_batch_size, global_step, reduced_train_loss, 'train_step_timing in s',
+# TFLOPS_per_GPU, consumed_samples, and val_loss once a validation has run; the benchmark's launcher
+# prepends the job name, e.g. "mbs_128gbs/0 "). The iteration is 0-based: stored + 1, the updates done, as
+# Megatron's and ours count. A val_loss is recorded where its value first changes, at the line before (the
+# validation ran after that step); a bare "val_loss: X" / Lightning "val_loss=X" line counts too.
 NEMO_ITER_RE = re.compile(r"Training epoch\s+\d+,\s*iteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 NEMO_VAL_RE = re.compile(r"\bval_loss\s*[:=]\s*([-+0-9.eE]+|nan|inf)")
 
@@ -32,19 +35,22 @@ NEMO_VAL_RE = re.compile(r"\bval_loss\s*[:=]\s*([-+0-9.eE]+|nan|inf)")
 TITAN_STEP_RE = re.compile(r"(?<![A-Za-z_])(validate )?step:\s*(\d+)\s{2}")
 TITAN_FIELD_RE = re.compile(r"([A-Za-z_]+):\s*([-+0-9.,eE]+|nan|inf)")
 
-# llm.c, train_gpt2.cu's printf0, three generations:
+# llm.c (karpathy/llm.c), train_gpt2.cu's printf0, three generations:
 #   today   "step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
-#   earlier "step %4d/%d | train loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %.1f%% bf16 MFU | %.0f tok/s"
-#   2024    "step %d/%d: train loss %f (%f ms, %.0f tok/s)"
-# and its main.log (llmc/logger.h logger_log_train / logger_log_val): "s:%d trl:%.4f", "s:%d tel:%.4f",
-# with the 0-based step (stdout prints step + 1). tok/s is a bias-corrected EMA over all processes.
+#   earlier "step %4d/%d | train loss %7.6f | norm %6.4f | lr %.2e | %.2f ms | %.1f%% A100 fp16 MFU | %.0f tok/s"
+#           (May-June 2024; train_gpt2.py: "... | train loss {:.6f} | ... | ({:.2f} ms | {:.0f} tok/s)")
+#   2024    "step %4d/%d: train loss %f (%f ms, %d tok/s)" (April 2024)
+# and "val loss %f" (printf0, before the step after the validation). Its main.log (llmc/logger.h):
+# "s:%d trl:%.4f lr:%.6f norm:%.2f" (earlier just "s:%d trl:%.4f"), "s:%d tel:%.4f", with the 0-based loop
+# step: a train line's s:N is stdout's step N+1 (N+1 updates done), a validation at s:N follows N updates.
+# Start-up rows "| total batch size      | %-50d |" and "| num_processes         | %-50d |" (also
+# "... num_processes=%d and total_batch_size=%d"). tok/s is a bias-corrected EMA over all processes.
 LLMC_STEP_RE = re.compile(r"^\s*step\s+(\d+)\s*/\s*(\d+)\s*[|:]")
 LLMC_LOSS_RE = re.compile(r"(?:train loss|loss)\s+([-+0-9.eE]+|nan|inf)")
 LLMC_MS_RE = re.compile(r"([0-9.]+)\s*ms\b")
 LLMC_VAL_RE = re.compile(r"^\s*val loss\s+([-+0-9.eE]+|nan|inf)")
-LLMC_MAINLOG_RE = re.compile(r"^s:(\d+)\s+(trl|tel):([-+0-9.eE]+|nan|inf)\s*$")
-# llm.c's start-up table rows ("| num_processes | 8 |", "| total_batch_size ... | 524288 |"): tokens per step.
-LLMC_PROCS_RE = re.compile(r"\|\s*num_processes\s*\|\s*(\d+)\s*\|")
+LLMC_MAINLOG_RE = re.compile(r"^s:(\d+)\s+(trl|tel):([-+0-9.eE]+|nan|inf)(\s|$)")
+LLMC_PROCS_RE = re.compile(r"\|\s*num_processes\s*\|\s*(\d+)\s*\||\bnum_processes=(\d+)")
 LLMC_TOTAL_RE = re.compile(r"total[_ ]batch[_ ]size[^0-9|]*\|?\s*(\d+)")
 
 FORMATS = ("megatron", "nemo", "torchtitan", "llmc", "llmc-mainlog", "tensorboard")
@@ -101,15 +107,19 @@ def nemo_fields(line):
 
 
 def parse_nemo(log, lines):
-    last_it = None
+    last_it, last_val = None, None
     for line in lines:
         m = NEMO_ITER_RE.search(line)
         if m:
             f = nemo_fields(line[m.start():])
             step_s = to_float(f.get("train_step_timing in s", "nan"))
             tflops = to_float(f.get("TFLOPS_per_GPU", "nan"))
-            last_it = int(m.group(1))
-            add_line(log, last_it, step_s * 1e3, to_float(f.get("reduced_train_loss", "nan")),
+            it = int(m.group(1)) + 1
+            if "val_loss" in f and to_float(f["val_loss"]) != last_val and last_it is not None:
+                last_val = to_float(f["val_loss"])
+                log.valid[last_it] = last_val
+            last_it = it
+            add_line(log, it, step_s * 1e3, to_float(f.get("reduced_train_loss", "nan")),
                      tflops * 1e12 * step_s, to_float(f.get("global_batch_size", "nan")))
             continue
         v = NEMO_VAL_RE.search(line)
@@ -146,7 +156,7 @@ def parse_llmc(log, lines):
     for line in lines:
         p = LLMC_PROCS_RE.search(line)
         if p:
-            log.world_size = int(p.group(1))
+            log.world_size = int(p.group(1) or p.group(2))
         t = LLMC_TOTAL_RE.search(line)
         if t and log.tokens_per_step is None:
             log.tokens_per_step = int(t.group(1))
@@ -161,7 +171,7 @@ def parse_llmc(log, lines):
             continue
         v = LLMC_VAL_RE.search(line)
         if v:
-            log.valid[(last_it or 0) + 1] = to_float(v.group(1))  # printed before step last_it + 1 runs
+            log.valid[last_it or 0] = to_float(v.group(1))  # after last_it updates, before step last_it + 1
     log.tokens_rule = "llmc"
 
 
@@ -170,11 +180,11 @@ def parse_llmc_mainlog(log, lines):
         m = LLMC_MAINLOG_RE.match(line)
         if not m:
             continue
-        it = int(m.group(1)) + 1  # 0-based in main.log; the iteration stdout prints
+        step = int(m.group(1))  # 0-based loop step
         if m.group(2) == "trl":
-            add_line(log, it, math.nan, to_float(m.group(3)))
+            add_line(log, step + 1, math.nan, to_float(m.group(3)))  # the step stdout prints
         else:
-            log.valid[it] = to_float(m.group(3))
+            log.valid[step] = to_float(m.group(3))  # after `step` updates
     log.tokens_rule = "none"
 
 

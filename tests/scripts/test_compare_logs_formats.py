@@ -34,12 +34,13 @@ def table_rows(stdout):
     return {l.split()[0]: l.split() for l in lines[rule + 1:] if l.strip()}
 
 
-def nemo_line(it, n, step_s, loss, prefix="mbs_128gbs/0 "):
-    # NeMo 2 ProgressPrinter's line as the NVFP4 benchmark printed it (issue 29), iteration and values varied.
-    return (f"{prefix}Training epoch 0, iteration {it}/{n} | lr: 1.649e-06 | global_batch_size: 128 | "
+def nemo_line(it, n, step_s, loss, prefix="mbs_128gbs/0 ", val=""):
+    # NeMo 2 ProgressPrinter's line as the NVFP4 benchmark printed it (issue 29), iteration and values varied;
+    # 0-based "iteration {n-1}/{total-1}", metrics f" | {metric}: {val:.4}".
+    return (f"{prefix}Training epoch 0, iteration {it}/{n - 1} | lr: 1.649e-06 | global_batch_size: 128 | "
             f"global_step: {it} | max_memory_reserved: 140129599488 | max_memory_allocated: 107693703168 | "
-            f"reduced_train_loss: {loss:.4g} | train_step_timing in s: {step_s} | TFLOPS_per_GPU: 1.831e+03 | "
-            f"consumed_samples: {128 * (it + 1)}")
+            f"reduced_train_loss: {loss:.4} | train_step_timing in s: {step_s} | TFLOPS_per_GPU: 1.831e+03 | "
+            f"consumed_samples: {128 * (it + 1)}{val}")
 
 
 def write(directory, name, lines):
@@ -55,8 +56,10 @@ class Formats(unittest.TestCase):
         cls.tmp = tempfile.TemporaryDirectory()
         d = cls.tmp.name
         # 15 iterations: window 6..14 (the last 60%), every step 3.684 s as in the issue's line.
+        # A validation after the 10th step: its val_loss appears from the 11th step's line on.
         cls.nemo = write(d, "nemo_nvfp4.log", ["[NeMo I] some start-up line"] + [
-            nemo_line(i, 15, 3.684, 12.0 - 0.1 * i) for i in range(15)] + ["Validation: val_loss: 10.5"])
+            nemo_line(i, 15, 3.684, 12.0 - 0.1 * i, val=" | val_loss: 10.5" if i >= 10 else "") for i in range(15)]
+            + ["Validation: iteration 1/1"])
         cls.nemo_plain = write(d, "nemo_plain.log", [nemo_line(i, 15, 3.684, 12.0 - 0.1 * i, prefix="")
                                                      for i in range(15)])
         # torchtitan's MetricsProcessor.log line with its ANSI colours (Color: \033[31m red ... \033[39m reset).
@@ -69,7 +72,7 @@ class Formats(unittest.TestCase):
         # llm.c train_gpt2.cu: today's, the earlier and the 2024 printf lines; main.log's logger lines.
         cls.llmc_today = write(d, "llmc_today.log", [
             "| num_processes         | 8                                                  |",
-            "| total_batch_size      | 524288                                             |"] + [
+            "| total batch size      | 524288                                             |"] + [
             f"step {s:4d}/10 | loss {5 - 0.1 * s:7.6f} (+0.00z)| norm {1.2345:6.4f} (+0.00z)| lr {6e-4:.2e} | "
             f"{200.0:.2f} ms | {45.1:.1f}% bf16 MFU | {36440:.0f} tok/s" for s in range(1, 11)] + ["val loss 4.1"])
         cls.llmc_earlier = write(d, "llmc_earlier.log", [
@@ -77,8 +80,9 @@ class Formats(unittest.TestCase):
             f"{250.0:.2f} ms | {45.1:.1f}% bf16 MFU | {36440:.0f} tok/s" for s in range(1, 11)])
         cls.llmc_2024 = write(d, "llmc_2024.log", [
             f"step {s}/10: train loss {5 - 0.1 * s:f} ({224.3:f} ms, {36440:.0f} tok/s)" for s in range(1, 11)])
-        cls.mainlog = write(d, "main.log", [f"s:{s} trl:{5 - 0.1 * (s + 1):.4f}" for s in range(10)]
-                            + ["s:10 tel:4.1000"])
+        # main.log: today's train line (with lr and norm) and the earlier one (loss only).
+        cls.mainlog = write(d, "main.log", [f"s:{s} trl:{5 - 0.1 * (s + 1):.4f} lr:0.000600 norm:1.23" for s in range(5)]
+                            + [f"s:{s} trl:{5 - 0.1 * (s + 1):.4f}" for s in range(5, 10)] + ["s:10 tel:4.1000"])
 
     @classmethod
     def tearDownClass(cls):
@@ -100,11 +104,11 @@ class Formats(unittest.TestCase):
         for path in (self.nemo, self.nemo_plain):
             log = self.parse(path)
             self.assertEqual(log.fmt, "nemo")
-            self.assertEqual(log.iters, list(range(15)))
+            self.assertEqual(log.iters, list(range(1, 16)))  # 0-based in NeMo's line
             self.assertAlmostEqual(log.loss[3], 11.7)
             self.assertEqual(log.gbs[0], 128)
             self.assertAlmostEqual(log.ms[0], 3684.0)
-        self.assertEqual(self.parse(self.nemo).valid, {14: 10.5})
+        self.assertEqual(self.parse(self.nemo).valid, {10: 10.5})
 
     def test_nemo_without_seq_gpus_is_an_error(self):
         rc, out, err = compare(self.nemo, self.nemo_plain + ":seq=8192,gpus=8")
@@ -136,7 +140,7 @@ class Formats(unittest.TestCase):
             self.assertAlmostEqual(log.loss[4], 4.5, places=loss_fmt)
         today = self.parse(self.llmc_today)
         self.assertEqual((today.world_size, today.tokens_per_step), (8, 524288))
-        self.assertEqual(today.valid, {11: 4.1})
+        self.assertEqual(today.valid, {10: 4.1})  # printed after step 10's line, before step 11 runs
         rc, out, err = compare(self.llmc_today, f"{self.llmc_2024}:gbs=64,seq=1024")
         self.assertEqual(rc, 0, err)
         rows = table_rows(out)
@@ -149,7 +153,7 @@ class Formats(unittest.TestCase):
         self.assertEqual(log.fmt, "llmc-mainlog")
         self.assertEqual(log.iters, list(range(1, 11)))  # s:0 is stdout's step 1
         self.assertAlmostEqual(log.loss[0], 4.9)
-        self.assertEqual(log.valid, {11: 4.1})
+        self.assertEqual(log.valid, {10: 4.1})
         rc, out, err = compare(self.llmc_today, self.mainlog)
         self.assertEqual(rc, 0, err)
         row = table_rows(out)["main.log"]
@@ -182,7 +186,7 @@ class OurTensorBoard(unittest.TestCase):
         if p.returncode != 0:
             with open(cls.log) as fh:
                 raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {fh.read()[-2000:]}")
-        cls.nemo = write(cls.tmp.name, "nemo_bf16.log", [nemo_line(i, 6, 3.684, 12.0) for i in range(1, 7)])
+        cls.nemo = write(cls.tmp.name, "nemo_bf16.log", [nemo_line(i, 6, 3.684, 12.0) for i in range(6)])
 
     @classmethod
     def tearDownClass(cls):
