@@ -487,6 +487,22 @@ def write_png(path, logs, np):
         plt.close(fig)
 
 
+def reexec_with_debian_python(argv):
+    """Run as `scripts/compare_logs.py` by a python3 without numpy (a venv's, earlier on PATH): re-run under
+    Debian's /usr/bin/python3 when that one has it (scripts/setup.sh installs python3-numpy there; the
+    same choice as script_util.sh's find_python). Returns when it cannot."""
+    debian = "/usr/bin/python3"
+    if os.environ.get("PL_COMPARE_LOGS_REEXEC") or not os.access(debian, os.X_OK) \
+            or os.path.realpath(sys.executable) == os.path.realpath(debian):
+        return
+    import subprocess
+    if subprocess.run([debian, "-c", "import numpy"], capture_output=True).returncode != 0:
+        return
+    os.environ["PL_COMPARE_LOGS_REEXEC"] = "1"
+    sys.stdout.flush()
+    os.execv(debian, [debian, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
@@ -513,6 +529,7 @@ def main(argv=None):
         try:
             import numpy as np
         except ImportError:
+            reexec_with_debian_python(argv)
             raise Error("needs numpy (Debian: apt-get install python3-numpy)")
         logs = [parse_any(p, args.format) for p in args.logs]
         table = analyse(logs, args.seq_length, args.gpus, np)
