@@ -26,19 +26,21 @@ how the columns are computed:
                  iterations for every log when every log has a line at its start, else (said in
                  a note) the last 60% of each log's own lines;
                  with --log-interval > 1 each line is the mean of its interval
-  step ms        mean 'elapsed time per iteration (ms)' over the window
+  step ms        mean 'elapsed time per iteration (ms)' over the window (NeMo: 'train_step_timing in s';
+                 torchtitan: 'elapsed_time_per_step' where printed; llm.c: its ms column; TensorBoard:
+                 iteration-time); '-' when the format has none
   TFLOP/s/GPU    the FLOPs per iteration over the window's mean step time; the FLOPs from
                  pretrain_llama's summary line (its TFLOP/s x global batch x seq length / its
                  tokens/s: more digits than the per-line .1f values), else the mean over the window
                  of a line's TFLOP/s/GPU x its step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
                  'Step Time : ... MODEL_TFLOP/s/GPU' line before it); '-' when the log has neither
   tok/s/GPU      as each benchmark defines it:
-                 NeMo 2: global_batch_size x seq / mean train_step_timing / GPUs (NeMo's
-                   scripts/performance TPS); seq and GPUs are not in its lines: give them
+                 NeMo 2: global_batch_size x seq / mean train_step_timing / GPUs (the NeMo
+                   benchmark's TPS/GPU, 128 x 8192 / 3.684 / 8 = 35,578); seq and GPUs are not in its lines: give them
                    (FILE:seq=8192,gpus=8, or --seq-length and --gpus), else an error
                  torchtitan: the mean of its 'tps' over the window (already per device)
                  llm.c: tokens per step / mean step ms / processes, not its smoothed all-process
-                   tok/s; tokens per step from its 'total_batch_size' start-up row, else
+                   tok/s; tokens per step from its 'total batch size' start-up row, else
                    gbs x seq (FILE:gbs=N,seq=N); processes from 'num_processes', else gpus
                  llm.c main.log: '-' (no times)
                  TensorBoard directories: as Megatron's lines (iteration-time, batch-size; the
