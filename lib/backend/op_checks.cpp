@@ -116,6 +116,27 @@ void attention_shape(const OpContext& ctx, const char* op, const AttentionShape&
            "{}: cuDNN attention needs head_dim a multiple of 8 and at most 256, got {}", op, shape_text(s));
 }
 
+// The document boundaries' contract (backend/ops.h DocumentBoundaries), for both backends, before anything is
+// queued: host offsets always (and device ones on the GPU), 1..T documents, offsets from 0 to T, every document
+// non-empty and inside one sample (so every sample boundary is a document boundary).
+void attention_documents(const OpContext& ctx, const char* op, const AttentionShape& s) {
+  const DocumentBoundaries& d = s.docs;
+  if (d.count == 0) return;
+  const int64_t T = s.batch * s.seq;
+  PL_CHECK(d.count > 0 && d.count <= T && d.host != nullptr && (!on_gpu(ctx) || d.device != nullptr),
+           "{} {}: document boundaries need host{} offsets and 1 <= count <= {} tokens, got count {}", op,
+           shape_text(s), on_gpu(ctx) ? " and device" : "", T, d.count);
+  PL_CHECK(d.host[0] == 0 && d.host[d.count] == T, "{} {}: document offsets must run from 0 to {}, got {} .. {}", op,
+           shape_text(s), T, d.host[0], d.host[d.count]);
+  for (int64_t i = 0; i < d.count; ++i) {
+    const int64_t begin = d.host[i], end = d.host[i + 1];
+    PL_CHECK(end > begin, "{} {}: document {} [{}, {}) is empty", op, shape_text(s), i, begin, end);
+    PL_CHECK(begin / s.seq == (end - 1) / s.seq,
+             "{} {}: document {} [{}, {}) crosses a sample boundary (documents lie inside one sample of {} tokens)", op,
+             shape_text(s), i, begin, end, s.seq);
+  }
+}
+
 void attention_tensor(const OpContext& ctx, const char* op, const char* name, const Tensor& t, DType dtype,
                       std::initializer_list<int64_t> shape, const AttentionShape& s) {
   bool same = t.ndim == static_cast<int>(shape.size());
@@ -303,6 +324,7 @@ void attention_forward(const OpContext& ctx, const Tensor& out, const Tensor& ls
                        const AttentionShape& s) {
   constexpr const char* op = "attention_forward";
   attention_shape(ctx, op, s);
+  attention_documents(ctx, op, s);
   const int64_t T = s.batch * s.seq, W = (s.q_heads + 2 * s.kv_heads) * s.head_dim, O = s.q_heads * s.head_dim;
   attention_tensor(ctx, op, "qkv", qkv, act(ctx), {T, W}, s);
   attention_tensor(ctx, op, "out", out, act(ctx), {T, O}, s);
@@ -313,6 +335,7 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
                         const Tensor& lse, const Tensor& qkv, const AttentionShape& s) {
   constexpr const char* op = "attention_backward";
   attention_shape(ctx, op, s);
+  attention_documents(ctx, op, s);
   const int64_t T = s.batch * s.seq, W = (s.q_heads + 2 * s.kv_heads) * s.head_dim, O = s.q_heads * s.head_dim;
   attention_tensor(ctx, op, "dqkv", dqkv, act(ctx), {T, W}, s);
   attention_tensor(ctx, op, "dout", dout, act(ctx), {T, O}, s);

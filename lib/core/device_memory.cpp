@@ -368,12 +368,13 @@ UploadStaging& UploadStaging::operator=(UploadStaging&& o) noexcept {
 
 void UploadStaging::upload(std::initializer_list<std::pair<Tensor, const void*>> copies) {
   [[maybe_unused]] size_t total = 0;
-  for (const auto& [dst, src] : copies) total += dst.bytes();
+  for (const auto& [dst, src] : copies) total += dst.data != nullptr ? dst.bytes() : 0;
   for (const auto& [dst, src] : copies)
-    PL_CHECK(dst.device == device_, "internal: upload of {} to {} through {} staging", dst.shape_str(),
+    PL_CHECK(dst.data == nullptr || dst.device == device_, "internal: upload of {} to {} through {} staging", dst.shape_str(),
              device_name(dst.device), device_name(device_));
   if (device_ != Device::CUDA) {
-    for (const auto& [dst, src] : copies) copy_from_host(dst, src);
+    for (const auto& [dst, src] : copies)
+      if (dst.data != nullptr) copy_from_host(dst, src);
     return;
   }
 #if defined(PL_WITH_CUDA)
@@ -391,6 +392,7 @@ void UploadStaging::upload(std::initializer_list<std::pair<Tensor, const void*>>
   char* base = host_ + static_cast<size_t>(slot) * slot_bytes_;
   size_t off = 0;
   for (const auto& [dst, src] : copies) {
+    if (dst.data == nullptr) continue;  // an optional upload that is off
     std::memcpy(base + off, src, dst.bytes());
     const cudaError_t st = cudaMemcpyAsync(dst.data, base + off, dst.bytes(), cudaMemcpyHostToDevice, /*stream=*/0);
     PL_CHECK(st == cudaSuccess, "cudaMemcpyAsync of {} ({} bytes) from pinned staging failed: {}", dst.shape_str(),

@@ -112,6 +112,7 @@ class UploadStaging {
   UploadStaging& operator=(const UploadStaging&) = delete;
   // Copies each src[i] (dst[i].bytes() bytes) to dst[i], all through one slot
   // (Σ dst[i].bytes() <= bytes_per_slot).
+  // A destination without data (an empty Tensor) is skipped: an optional upload that is off.
   void upload(std::initializer_list<std::pair<Tensor, const void*>> copies);
 
  private:

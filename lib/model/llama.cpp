@@ -296,17 +296,11 @@ void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels) {
     const int64_t count = data::document_offsets(pack, tok, S_, host_offsets_);
     docs_ = {host_offsets_.data(), acts_.doc_offsets.i32(), count};
   }
-  const Tensor tokens_t = acts_.tokens, labels_t = acts_.labels;
+  // (An empty tensor is an upload that is off: UploadStaging skips it.)
+  const Tensor positions_t = pack.reset_position_ids ? acts_.positions : Tensor{};
   const Tensor offsets_t = pack.reset_attention_mask ? acts_.doc_offsets.rows(0, docs_.count + 1) : Tensor{};
-  if (pack.reset_position_ids && pack.reset_attention_mask)
-    staging_.upload({{tokens_t, tokens}, {labels_t, labels}, {acts_.positions, host_positions_.data()},
-                     {offsets_t, host_offsets_.data()}});
-  else if (pack.reset_position_ids)
-    staging_.upload({{tokens_t, tokens}, {labels_t, labels}, {acts_.positions, host_positions_.data()}});
-  else if (pack.reset_attention_mask)
-    staging_.upload({{tokens_t, tokens}, {labels_t, labels}, {offsets_t, host_offsets_.data()}});
-  else
-    staging_.upload({{tokens_t, tokens}, {labels_t, labels}});
+  staging_.upload({{acts_.tokens, tokens}, {acts_.labels, labels}, {positions_t, host_positions_.data()},
+                   {offsets_t, host_offsets_.data()}});
 }
 
 void LlamaModel::use_loss_slot(int64_t slot) {

@@ -16,9 +16,9 @@ struct DocumentSpans {
   int64_t lo(int64_t b, int64_t i) const { return start != nullptr ? start[b * S + i] : 0; }
   int64_t hi(int64_t b, int64_t j) const { return end != nullptr ? end[b * S + j] : S; }
 };
-// Checks s.docs against backend/ops.h's rules (one line naming `op` when broken) and expands it into the
+// Expands s.docs (already checked against backend/ops.h's rules by the op's checks, op_checks.cpp) into the
 // calling thread's scratch (grow-only), valid until its next call (attention.cpp).
-DocumentSpans document_spans(const char* op, const AttentionShape& s);
+DocumentSpans document_spans(const AttentionShape& s);
 
 // True when attention_forward / attention_backward take the BF16-GEMM path for this context.
 bool attention_bf16_path(const OpContext& ctx);

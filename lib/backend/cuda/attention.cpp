@@ -522,23 +522,6 @@ RaggedUnits ragged_units(const AttentionShape& s, AttentionLayout layout) {
   return RaggedUnits{qd, kvd, qd, s.q_heads};
 }
 
-// The document boundaries as the ops' contract states them (backend/ops.h DocumentBoundaries), checked on
-// the host copy (count + 1 values, a few thousand at most) before anything is queued.
-void check_documents(const char* op, const AttentionShape& s) {
-  const DocumentBoundaries& d = s.docs;
-  const int64_t T = tokens(s);
-  PL_CHECK(d.host != nullptr && d.device != nullptr && d.count >= 1 && d.count <= T,
-           "{} {}: document boundaries need host and device offsets and 1 <= count <= {} tokens, got count {}", op,
-           shape_text(s), T, d.count);
-  PL_CHECK(d.host[0] == 0 && d.host[d.count] == T, "{} {}: document offsets must run from 0 to {}, got {} .. {}", op,
-           shape_text(s), T, d.host[0], d.host[d.count]);
-  for (int64_t i = 0; i < d.count; ++i) {
-    const int64_t begin = d.host[i], end = d.host[i + 1];
-    PL_CHECK(end > begin && end - begin <= s.seq && begin / s.seq == (end - 1) / s.seq,
-             "{} {}: document {} [{}, {}) is empty or crosses a sample boundary (documents lie inside one sample)", op, shape_text(s), i, begin, end);
-  }
-}
-
 // With documents: the ragged offsets and lengths of this micro-batch into the document scratch, and
 // their places in the variant pack.
 void add_documents(DeviceState& dev, AttentionGraphs& st, const AttentionShape& s, AttentionLayout layout,
@@ -551,7 +534,6 @@ void add_documents(DeviceState& dev, AttentionGraphs& st, const AttentionShape& 
 }
 
 void execute(DeviceState& dev, const char* op, const AttentionShape& s, Direction dir, const Io& io) {
-  if (s.docs.count > 0) check_documents(op, s);
   AttentionGraphs& st = graphs_of(dev);
   std::lock_guard<std::mutex> lock(st.mu);
   const Built& b = graph_for(dev, st, op, s, dir);

@@ -45,7 +45,7 @@ __global__ void rope_kernel(uint16_t* qkv, const float* cos_t, const float* sin_
 // adjacent pairs (t, head, i..i+7), the same expressions per pair.
 __global__ void rope_vec_kernel(uint16_t* qkv, const float* cos_t, const float* sin_t, int64_t T, int64_t width,
                                 const int32_t* positions, int64_t seq_len, int64_t rotated_heads, int64_t half,
-                            float sign) {
+                                float sign) {
   const int64_t groups = half / kVec, n = T * rotated_heads * groups;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
