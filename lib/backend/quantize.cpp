@@ -23,8 +23,12 @@ int64_t quant_block_size(QuantFormat f) {
 
 namespace {
 
-// Byte layout of one copy's single allocation: codes, compact scales, swizzled scales, then the
-// amax and scale_inv floats; each part 256-byte aligned (cuBLASLt wants 16, TE's allocator gives 256).
+// Byte layout of one copy's single allocation: codes, compact scales, swizzled scales, then a 256-byte
+// tail of floats; each part 256-byte aligned (TE's allocator gives 256). In the tail, scale_inv comes
+// first, at the tail's 256-byte boundary: cuBLASLt's FP8 kernels read it as A/B_SCALE_POINTER and
+// refuse one that is only 4-byte aligned (CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul after the
+// heuristic chose an algorithm: cuBLASLt 13.1 on the first H200 run, 2026-11-28, docs/GPU_RESULTS.md).
+// The amax and the owner's two spare floats follow, each 16-byte aligned.
 struct CopyLayout {
   int64_t data_cols, scale_cols, swizzled;
   size_t data, scales, swz, total;
@@ -60,9 +64,10 @@ QuantizedCopy allocate_copy(std::vector<Buffer>& owner, Device device, QuantForm
     c.scales = b.as({rows, l.scale_cols}, DType::U8, l.data);
     c.scales_swizzled = b.as({l.swizzled}, DType::U8, l.data + l.scales);
   }
-  c.amax = b.as({1}, DType::F32, l.data + l.scales + l.swz);
-  c.scale_inv = b.as({1}, DType::F32, l.data + l.scales + l.swz + 4);
-  c.spare = b.as({2}, DType::F32, l.data + l.scales + l.swz + 8);
+  const size_t tail = l.data + l.scales + l.swz;
+  c.scale_inv = b.as({1}, DType::F32, tail);
+  c.amax = b.as({1}, DType::F32, tail + 16);
+  c.spare = b.as({2}, DType::F32, tail + 32);
   return c;
 }
 

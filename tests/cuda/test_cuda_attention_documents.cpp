@@ -109,6 +109,10 @@ Reference per_document_cpu(const Case& c, const std::vector<int32_t>& off, std::
 }
 
 // Relative L2 below 1e-2 and largest error below 2e-2 of max|ref| over columns [c0, c1) (test_attention.cpp).
+// A reference that is exactly zero is one too for the GPU: dq and dk when every document is one token
+// long (a softmax over one key has no gradient: dS = P (dP - D) with P = 1 and D = dO·O = dO·V = dP), where
+// the GPU may differ from 0 only by the rounding of dP and D summed in different orders (first H200 run,
+// 2026-11-28: this case used to stop at "reference is all zeros").
 void expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t cols, int64_t c0, int64_t c1,
                   const std::string& what) {
   double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
@@ -121,7 +125,15 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
     max_ref = std::max(max_ref, std::abs(double(ref[i])));
     max_err = std::isnan(e) ? INFINITY : std::max(max_err, e);
   }
-  ASSERT_GT(max_ref, 0.0) << what << ": reference is all zeros";
+  if (max_ref == 0.0) {
+    double max_got = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const int64_t col = static_cast<int64_t>(i) % cols;
+      if (col >= c0 && col < c1) max_got = std::isnan(got[i]) ? INFINITY : std::max(max_got, std::abs(double(got[i])));
+    }
+    EXPECT_LE(max_got, 1e-3) << what << ": the reference is exactly zero (one-token documents), the GPU's is not";
+    return;
+  }
   EXPECT_LE(std::sqrt(err2 / ref2), 1e-2) << what << ": relative L2 error";
   EXPECT_LE(max_err, 2e-2 * max_ref) << what << ": largest error, max|cpu| " << max_ref;
 }

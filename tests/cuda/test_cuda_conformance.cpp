@@ -54,14 +54,12 @@ struct DeviceVec {
   explicit DeviceVec(const std::vector<T>& host) : buf(host.size() * sizeof(T), Device::CUDA) {
     copy_from_host(tensor(), host.data());
   }
-  Tensor tensor() const {
-    return Tensor(buf.data(), {static_cast<int64_t>(buf.bytes())}, DType::I32, Device::CUDA).view(
-        {static_cast<int64_t>(buf.bytes() / 4)});
-  }
+  // The bytes, as bytes: the copies move them whatever T is (float, uint16_t, uint8_t).
+  Tensor tensor() const { return Tensor(buf.data(), {static_cast<int64_t>(buf.bytes())}, DType::U8, Device::CUDA); }
   T* ptr() const { return static_cast<T*>(buf.data()); }
   std::vector<T> to_host() const {
     std::vector<T> h(buf.bytes() / sizeof(T));
-    copy_to_host(h.data(), Tensor(buf.data(), {static_cast<int64_t>(buf.bytes() / 4)}, DType::I32, Device::CUDA));
+    copy_to_host(h.data(), tensor());
     return h;
   }
 };

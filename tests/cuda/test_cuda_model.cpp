@@ -3,6 +3,7 @@
 // master weights): the loss and every parameter tensor's gradient are compared.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -39,6 +40,17 @@ StepResult one_step(Device device, const std::string& recipe) {
   return r;
 }
 
+// Relative L2 distance of two gradient vectors over one parameter tensor.
+double distance(const StepResult& a, const StepResult& b, const ParamEntry& e) {
+  double num = 0.0, den = 0.0;
+  for (int64_t i = e.offset; i < e.offset + e.numel(); ++i) {
+    const double d = static_cast<double>(a.grads[i]) - b.grads[i];
+    num += d * d;
+    den += static_cast<double>(b.grads[i]) * b.grads[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
 // Per tensor: relative L2 difference of the gradients. BF16 activations on both sides, but different
 // summation orders (cuBLASLt, cuDNN flash attention with BF16 probabilities, CUB reductions) and
 // device expf: differences of a few BF16 ulps per element, ~1e-2 relative per tensor at most.
@@ -47,14 +59,29 @@ void compare(const std::string& recipe, double bound) {
   const StepResult cpu = one_step(Device::CPU, recipe), gpu = one_step(Device::CUDA, recipe);
   EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * std::abs(cpu.loss));
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  for (const ParamEntry& e : param_layout(m)) EXPECT_LT(distance(gpu, cpu, e), bound) << e.name;
+}
+
+// A quantized recipe, measured against its own quantization error: q = |CPU recipe - CPU BF16| per
+// tensor. Quantization is bit-exact across backends, but a one-ulp difference in a BF16 input (the
+// summation orders above) moves an element across an FP4 rounding boundary (one step is up to 1/6 of
+// its block's largest value), and such flips spread through the backward; so the GPU's gradients differ
+// from the CPU's by a share of q, not by BF16 rounding. The first H200 run (2026-11-28) measured
+// |GPU - CPU| between 0.40 q and 0.50 q for NVFP4 on llama_tiny (0.08 to 0.15 relative; q is 0.16 to
+// 0.33). A GPU that quantized wrongly (a missing Hadamard transform, a transposed scale, another
+// rounding) would carry its own error, unrelated to the CPU's: |GPU - CPU| near sqrt(2) q, and
+// |GPU - BF16| above q.
+void compare_quantized(const std::string& recipe) {
+  SCOPED_TRACE(recipe);
+  const StepResult cpu = one_step(Device::CPU, recipe), gpu = one_step(Device::CUDA, recipe);
+  const StepResult bf16 = one_step(Device::CPU, "bf16_mixed");
+  EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * std::abs(cpu.loss));
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   for (const ParamEntry& e : param_layout(m)) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = e.offset; i < e.offset + e.numel(); ++i) {
-      const double d = static_cast<double>(gpu.grads[i]) - cpu.grads[i];
-      num += d * d;
-      den += static_cast<double>(cpu.grads[i]) * cpu.grads[i];
-    }
-    EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), bound) << e.name;
+    const double q = distance(cpu, bf16, e);
+    EXPECT_GT(q, 1e-2) << e.name << ": the recipe changed nothing on the CPU";
+    EXPECT_LT(distance(gpu, cpu, e), 0.75 * q) << e.name << " (the CPU's quantization error q = " << q << ")";
+    EXPECT_LT(distance(gpu, bf16, e), 1.25 * q) << e.name << " (the CPU's quantization error q = " << q << ")";
   }
 }
 
@@ -65,10 +92,19 @@ TEST(CudaModel, OneBf16TrainingStepMatchesTheCpu) {
 
 TEST(CudaModel, OneNvfp4TrainingStepMatchesTheCpu) {
   PL_REQUIRE_CUDA_DEVICE();
-  // Quantization is bit-exact across backends, but a one-ulp difference in a BF16 input can move an
-  // element across an E2M1 rounding boundary (one FP4 step, up to 1/6 of its block max), so the
-  // bound is wider than for BF16.
-  compare("bf16_with_nvfp4_mixed", 8e-2);
+  compare_quantized("bf16_with_nvfp4_mixed");
+}
+
+// FP8 runs natively on sm_89 and later (cuBLASLt FP8 GEMMs with their own accumulation), emulated on the
+// CPU; MXFP8 is emulated on both below sm_100.
+TEST(CudaModel, OneFp8CurrentScalingTrainingStepMatchesTheCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  compare_quantized("bf16_with_fp8_current_scaling_mixed");
+}
+
+TEST(CudaModel, OneMxfp8TrainingStepMatchesTheCpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  compare_quantized("bf16_with_mxfp8_mixed");
 }
 
 // The loss read once per iteration and the pinned, asynchronous token upload: three micro-batches are

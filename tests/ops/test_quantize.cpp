@@ -166,6 +166,30 @@ TEST(OpsQuantize, ShapesThatBreakBlockRulesAreOneLineErrors) {
   test::expect_one_line_error([&] { quantize(cpu_ctx(true), q, Mat(16, 32).t(), bad); }, {"mxfp8", "nvfp4"});
 }
 
+// cuBLASLt's FP8 GEMMs read scale_inv through A/B_SCALE_POINTER and, on sm_90 (cuBLASLt 13.1, the first
+// H200 run), refuse one that is not 16-byte aligned: every copy's scale_inv, amax and spare slots sit on
+// 16-byte boundaries of their allocation, apart from each other, for every format and both copies.
+TEST(OpsQuantize, ScaleSlotsAreSixteenByteAlignedAndDistinct) {
+  std::vector<Buffer> owner;
+  for (QuantFormat f : {QuantFormat::NVFP4, QuantFormat::MXFP8, QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2}) {
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{32, 64}, {96, 160}, {160, 320}}) {
+      const QuantizedTensor q = allocate_quantized(owner, Device::CPU, f, rows, cols, true, true);
+      for (const QuantizedCopy* c : {&q.rowwise, &q.columnwise}) {
+        SCOPED_TRACE(std::string(quant_format_name(f)) + " [" + std::to_string(c->rows) + ", " +
+                     std::to_string(c->cols) + "]");
+        const auto addr = [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data); };
+        EXPECT_EQ(addr(c->scale_inv) % 16, 0u);
+        EXPECT_EQ(addr(c->amax) % 16, 0u);
+        EXPECT_EQ(addr(c->spare) % 16, 0u);
+        EXPECT_GE(addr(c->amax), addr(c->scale_inv) + 4);
+        EXPECT_GE(addr(c->spare), addr(c->amax) + 4);
+        // The tail lies after the codes (and scales), inside the copy's allocation.
+        EXPECT_GE(addr(c->scale_inv), addr(c->data) + static_cast<uintptr_t>(c->data.bytes()));
+      }
+    }
+  }
+}
+
 // ---- the shared quantize cases on every backend (Cpu/ and Cuda/Quantize.*) ----------------------------
 // Over the shared quantize cases (quant_test_util.h; test_dequantize.cpp and test_quant_stats.cpp run
 // dequantize, quant_stats and columnwise_source on the same cases). On the CPU each copy is checked

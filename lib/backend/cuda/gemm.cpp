@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
+#include "core/error.h"
 
 namespace pl::cuda {
 
@@ -298,6 +299,12 @@ void lt_matmul(DeviceState& state, const LtMatmul& g) {
   auto chk = [&](cublasStatus_t st, const char* call) {
     if (st != CUBLAS_STATUS_SUCCESS) check(st, g.op, std::string(call) + ": " + describe(g));
   };
+  // cuBLASLt 13.1's FP8 kernels on sm_90 answer a scale pointer that is only 4-byte aligned with a bare
+  // CUBLAS_STATUS_NOT_SUPPORTED from cublasLtMatmul, after the heuristic chose an algorithm for it (first
+  // H200 run, 2026-11-28): the quantized copies keep scale_inv 256-byte aligned; anything else is named here.
+  for (const void* s : {g.a_scale, g.b_scale})
+    PL_CHECK(s == nullptr || reinterpret_cast<uintptr_t>(s) % 16 == 0,
+             "{}: {}: a scale pointer ({}) is not 16-byte aligned, which cuBLASLt refuses", g.op, describe(g), s);
   const PlanKey key = key_of(g);
   LtPlanCache& cache = *state.plans;
   // Held through the launch: the cached descriptor is written (scale pointers) and read by it.
