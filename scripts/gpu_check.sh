@@ -22,9 +22,9 @@
 # a GPU; the failure still counts).
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
 # and a step that no longer fits is reported as not run (a failure); --sync and --sanitize take their
-# time from the training table (`--only conformance --sync --sanitize` runs them without it). By the
-# estimate it prints first (not yet measured on a GPU), every step together (~525 s) takes about the
-# whole budget, so a first GPU run makes the two calls below. With $OUT set (the device tool),
+# time from the training table (`--only conformance --sync --sanitize` runs them without it). On an
+# H200 (2026-11-28) every step together took ~215 s, well inside the budget; the two calls below keep
+# each inside the device tool's 10 minutes on a slower machine too. With $OUT set (the device tool),
 # the report goes to $OUT/gpu_check.txt and every log into $OUT/gpu_check_logs.tar.gz; the roofline's
 # logs, JSON reports, ceilings cache and figure go to $OUT as roofline_{nvfp4,bf16}.{log,json},
 # machine_ceilings.json and roofline.png (else into the logs folder).
@@ -294,21 +294,12 @@ if [[ $cc =~ ^[0-9]+$ && -n $archs ]]; then
   ((covered)) || fail "the build has no code for this GPU (sm_$cc; built for $archs): scripts/gpu_bundle.sh --arch $cc$( ((cc >= 90)) && echo a)"
 fi
 # ---- the time estimate, before anything runs -------------------------------------------------------
-# ESTIMATES, not measurements: no GPU has run this script yet (replace them with what the first run
-# prints). Smoke test: process start, a handful of cuDNN/cuBLASLt plans. Conformance: the GPU tests are
-# small but for the production-shape (Llama 3 8B, seq 4096) cases, whose GPU side takes seconds and whose
-# CPU references dominate: the quantized GEMMs' 126 GFLOP (502 before issue 26 bounded them to 32 rows per
-# check), the attention's ~480 GFLOP (causal, s(s+1)/2 pairs, backward 2.5x the forward), and ~1.3 G
-# elements quantized on the CPU for the byte-exact quantizer checks. Timed on the 2-core build machine
-# (busy; the bundle's paths: FP32 BLAS, no oneDNN): the attention reference ~38 s (forward 18 GFLOP/s,
-# backward ~11, extrapolated from seq 1024), the quantizers ~3 s (455 M element-copies/s), the GEMM
-# references ~0.6 s at OpenBLAS's measured 207 GFLOP/s: under a minute there, less on 16 cores.
-# Training: per row, start-up
-# (model init; 1.9 B parameters for the 8B 4-layer rows), the first iteration's plans and graphs, then
-# 10 (8) short iterations: ~8 s tiny, ~12 s small, ~40 s 8B 4 layers (emulated MXFP8/NVFP4 on sm_90 the
-# slowest).
-est_smoke=15 est_conf=150 est_train=$((4 * 8 + 4 * 12 + 4 * 40)) est_roofline=120
-say "== time estimate (an estimate: not yet measured on a GPU; each step runs under its limit, the whole run under --budget $budget s)"
+# Times as the first GPU run measured them (docs/GPU_RESULTS.md: an H200 with 16 host cores, 2026-11-28,
+# with the 90a bundle): smoke test 5 s, conformance 66 s (93 tests; the production-shape cases' CPU
+# references dominate it), training table 63 s, roofline 52 s plus the machine probe's 26 s when no
+# ceilings are cached. Another GPU or fewer host cores changes them; the estimates below round them up.
+est_smoke=5 est_conf=70 est_train=65 est_roofline=80
+say "== time estimate (as measured on an H200, 2026-11-28; each step runs under its limit, the whole run under --budget $budget s)"
 say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")"
 [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance (pl_tests Cuda*)' "$est_conf")"
 [[ -z $only || $only == training ]] &&
@@ -316,7 +307,7 @@ say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")
 [[ -z $only || $only == roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 170 s)' 'roofline (2 runs of 2 8B layers)' "$est_roofline")"
 ((sync)) && [[ $only != training && $only != roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance again (--sync)' "$est_conf")"
 ((sanitize)) && say "$(printf '  %-34s ~%4d s  (limit 150 s)' 'compute-sanitizer (--sanitize)' 150)"
-say "  the first GPU run's two calls: --only conformance ~$((est_smoke + est_conf)) s, --only training ~$((est_smoke + est_train)) s (each under the device tool's 10 minutes)"
+say "  two calls: --only conformance ~$((est_smoke + est_conf)) s, --only training ~$((est_smoke + est_train)) s (each under the device tool's 10 minutes)"
 say "$lib_set_line"
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 for l in "${lib_report[@]}"; do say "  $l"; done

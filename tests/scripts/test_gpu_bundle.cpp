@@ -227,7 +227,7 @@ TEST_F(GpuBundle, GpuCheckFromTheBundleRunsTheConformanceSuiteAndFailsWhenEveryT
   const ProcessResult stop = bash(check, 120);
   const std::string stopped = stop.out + stop.err;
   EXPECT_EQ(stop.exit_code, 1) << stopped;
-  EXPECT_NE(stopped.find("== time estimate (an estimate: not yet measured on a GPU"), std::string::npos) << stopped;
+  EXPECT_NE(stopped.find("== time estimate (as measured on an H200, 2026-11-28"), std::string::npos) << stopped;
   EXPECT_TRUE(std::regex_search(stopped, std::regex(R"(--only conformance ~\d+ s, --only training ~\d+ s)"))) << stopped;
   EXPECT_NE(stopped.find("library set: "), std::string::npos) << stopped;
   EXPECT_NE(stopped.find("  ✗ no CUDA device ("), std::string::npos) << stopped;
