@@ -48,6 +48,41 @@ std::unique_ptr<data::Tokenizer> recorded_tokenizer(const Options& o) {
   return data::make_tokenizer(rec->type, rec->model_path);
 }
 
+std::string escaped(const std::string& text);
+std::pair<int64_t, int64_t> parse_sample_range(const std::string& s);
+
+// SFT data (data/sft_dataset.h): each pack of --sample, example by example: its positions, its inputs and, with
+// --decode, the inputs' text and the answer tokens the loss learns there ("[answers] ...").
+int print_sft_packs(const Options& o, const data::SftData& sft, data::Split from) {
+  const int64_t packs = sft.packs(from);
+  PL_CHECK(packs > 0, "the {} split has no data", o.from);
+  const auto [first, last] = parse_sample_range(o.samples);
+  const std::unique_ptr<data::Tokenizer> tokenizer = o.decode ? recorded_tokenizer(o) : nullptr;
+  const auto S = static_cast<size_t>(sft.seq_length());
+  std::vector<int32_t> tok(S), lab(S), pos(S);
+  for (int64_t i = first; i < last; ++i) {
+    sft.sample(from, i, tok, lab, pos);
+    fmt::print("sample {} of {} (pack {} of {}):\n", i, o.from, i % packs, packs);
+    for (size_t b = 0; b < S;) {
+      size_t e = b + 1;
+      while (e < S && pos[e] != 0) ++e;
+      std::vector<int32_t> in(tok.begin() + static_cast<std::ptrdiff_t>(b), tok.begin() + static_cast<std::ptrdiff_t>(e)), ans;
+      for (size_t t = b; t < e; ++t)
+        if (lab[t] != data::kIgnoredLabel) ans.push_back(lab[t]);
+      fmt::print("  positions [{}, {}): {} tokens, {} answer labels{}\n", b, e, e - b, ans.size(),
+                 ans.empty() ? " (padding)" : "");
+      if (tokenizer) {
+        fmt::print("    text: {}\n", escaped(tokenizer->decode(in)));
+        if (!ans.empty()) fmt::print("    [answers] {}\n", escaped(tokenizer->decode(ans)));
+      } else {
+        fmt::print("    {}\n", fmt::join(in, " "));
+      }
+      b = e;
+    }
+  }
+  return 0;
+}
+
 // Decoded text on one line: control characters escaped as \n, \t, \xNN.
 std::string escaped(const std::string& text) {
   std::string out;
@@ -124,6 +159,7 @@ int run(int argc, char** argv) {
                               : std::string("off (--eval-iters 0)"));
   for (const std::string& line : d.summary()) fmt::print("inspect_data | {}\n", line);
   if (o.samples.empty()) return 0;
+  if (d.sft()) return print_sft_packs(o, *d.sft_data(), from);
 
   const data::SampleSource* src = d.split(from);
   PL_CHECK(src != nullptr, "the {} split has no data", o.from);

@@ -29,6 +29,8 @@
 #include "io/file_checks.h"
 #include "io/json_text.h"
 #include "data/indexed_dataset.h"
+#include "data/sft_dataset.h"
+#include "data/sft_format.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_record.h"
 
@@ -42,7 +44,9 @@ constexpr const char* kDescription =
     "tools/preprocess_data.py does, without Python.\n"
     "\n"
     "  preprocess_data --input FILE [FILE...] --output-prefix PREFIX --tokenizer-type byte|tiktoken\n"
-    "                  [--tokenizer-model tokenizer.model] [--append-eod] [--workers N]\n";
+    "                  [--tokenizer-model tokenizer.model] [--append-eod] [--workers N]\n"
+    "  preprocess_data --dataset-type sft --input chats.jsonl --output-prefix data/sft --tokenizer-type byte\n"
+    "                  [--max-seq-length N [--overlong truncate|drop]]\n";
 
 constexpr const char* kFooter =
     "Input: JSON lines (one object per line; the text is the string under each --json-keys key; blank\n"
@@ -67,6 +71,16 @@ constexpr const char* kFooter =
     "or undone by the next run (one line on stderr says which).\n"
     "Pass PREFIX_K_document as the data path. Progress goes to stderr every --log-interval documents;\n"
     "one summary line per key goes to stdout. The output is the same for any --workers.\n"
+    "\n"
+    "--dataset-type sft (supervised fine-tuning): JSON lines, each {\"input\": ..., \"output\": ...} (NeMo's SFT\n"
+    "format: ids(input) + ids(\" \") + ids(output) + eod) or {\"messages\": [{\"role\", \"content\"}, ...]} (an\n"
+    "optional system message, then user and assistant alternating, ending with assistant; the Llama 3 chat\n"
+    "template with a tiktoken tokenizer, a plain one with the byte tokenizer). Writes exactly PREFIX.bin/.idx (one\n"
+    "example per document), PREFIX.loss_mask (a byte per token: 1 for the answers and the end token after each,\n"
+    "the tokens the loss learns), PREFIX.sft.json and PREFIX.tokenizer.json; pass PREFIX as --data-path.\n"
+    "--max-seq-length N: an example of more than N tokens is truncated (its input first, then its end, as NeMo)\n"
+    "or, with --overlong drop, left out; both are counted in the summary line.\n"
+    "\n"
     "Exit status: 0 success; 1 error (one line on stderr, naming FILE:LINE for a bad document);\n"
     "2 bad command line.";
 
@@ -82,6 +96,10 @@ struct Options {
   bool prepend_bos = false;
   int workers = 1;
   int64_t log_interval = 1000;
+  std::string dataset_type = "pretrain";  // pretrain | sft
+  int64_t max_seq_length = 0;             // sft: 0 = no limit
+  std::string overlong = "truncate";      // sft: truncate | drop
+  bool sft() const { return dataset_type == "sft"; }
 };
 
 enum class Format { jsonl, text };
@@ -226,36 +244,59 @@ struct Encoded {
   std::string error;                      // non-empty when the document failed
 };
 
-// Encodes a batch on `workers` threads; results land in input order, so the output is the same for
-// any number of workers.
-void encode_batch(const std::vector<RawDocument>& batch, const Options& o, const Tokenizer& tok,
-                  std::vector<Encoded>& out) {
-  out.assign(batch.size(), Encoded{});
+// Runs encode(batch[i]) -> out[i] on `workers` threads (an error is kept in out[i].error); results land in input
+// order, so the output is the same for any number of workers.
+template <class Out, class Encode>
+void encode_parallel(const std::vector<RawDocument>& batch, int workers, std::vector<Out>& out, Encode&& encode) {
+  out.assign(batch.size(), Out{});
   std::atomic<size_t> next{0};
   auto work = [&] {
     for (size_t i = next.fetch_add(1); i < batch.size(); i = next.fetch_add(1)) {
       try {
-        out[i].ids = encode_document(batch[i], o, tok);
+        encode(batch[i], out[i]);
       } catch (const std::exception& e) {
         out[i].error = e.what();
       }
     }
   };
-  const size_t helpers = std::min<size_t>(static_cast<size_t>(o.workers) - 1, batch.size());
+  const size_t helpers = std::min<size_t>(static_cast<size_t>(workers) - 1, batch.size());
   std::vector<std::thread> threads;
   try {
     for (size_t t = 0; t < helpers; ++t) threads.emplace_back(work);
   } catch (const std::system_error& e) {
     // Out of threads: let the started ones finish (a joinable thread must not be destroyed).
     for (std::thread& t : threads) t.join();
-    fail("--workers {}: could only start {} threads ({})", o.workers, threads.size() + 1, e.what());
+    fail("--workers {}: could only start {} threads ({})", workers, threads.size() + 1, e.what());
   }
   work();
   for (std::thread& t : threads) t.join();
 }
 
+void encode_batch(const std::vector<RawDocument>& batch, const Options& o, const Tokenizer& tok,
+                  std::vector<Encoded>& out) {
+  encode_parallel(batch, o.workers, out, [&](const RawDocument& d, Encoded& e) { e.ids = encode_document(d, o, tok); });
+}
+
 std::string output_prefix_for(const Options& o, const std::string& key) {
   return fmt::format("{}_{}_document", o.output_prefix, key);
+}
+
+// The flags of the other dataset type are refused in one line, not ignored.
+void check_sft_options(const Options& o) {
+  if (!o.sft()) {
+    PL_CHECK(o.max_seq_length == 0 && o.overlong == "truncate",
+             "--max-seq-length and --overlong apply to --dataset-type sft");
+    return;
+  }
+  PL_CHECK(o.json_keys == std::vector<std::string>{"text"},
+           "--json-keys does not apply to --dataset-type sft (its keys are input/output or messages)");
+  PL_CHECK(!o.append_eod, "--append-eod does not apply to --dataset-type sft (each example ends with its own end "
+                          "token)");
+  PL_CHECK(o.max_seq_length == 0 || o.max_seq_length >= 2, "--max-seq-length {} must be at least 2",
+           o.max_seq_length);
+  for (const std::string& in : o.inputs)
+    PL_CHECK(format_of(in, o.input_format) == Format::jsonl,
+             "--input {}: --dataset-type sft reads JSON lines (a .json/.jsonl name, or --input-format jsonl)", in);
 }
 
 void check_options(const Options& o) {
@@ -272,12 +313,19 @@ void check_options(const Options& o) {
     PL_CHECK(format_of(in, o.input_format) == Format::jsonl || o.json_keys == std::vector<std::string>{"text"},
              "--input {}: plain text has only the key 'text'; --json-keys applies to JSON lines", in);
   }
+  check_sft_options(o);
   app::check_output_directory("--output-prefix", o.output_prefix);
   // No output may replace an input (io/file_checks.h): --input, --tokenizer-model against every final file.
   std::vector<FlagPath> inputs, output_paths;
   for (const std::string& in : o.inputs) inputs.push_back({"--input", in});
   inputs.push_back({"--tokenizer-model", o.tokenizer_model});
-  for (const std::string& key : o.json_keys) {
+  if (o.sft()) {
+    const std::string& p = o.output_prefix;
+    for (const std::string& f : {p + ".bin", p + ".idx", data::sft_loss_mask_path(p), data::sft_record_path(p),
+                                 data::tokenizer_record_path(p)})
+      output_paths.push_back({"--output-prefix", f});
+  }
+  for (const std::string& key : o.sft() ? std::vector<std::string>{} : o.json_keys) {
     const std::string p = output_prefix_for(o, key);
     for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
       output_paths.push_back({"--output-prefix", f});
@@ -311,6 +359,82 @@ void print_progress(int64_t count, double elapsed_s, int64_t bytes) {
              static_cast<double>(bytes) / e / 1024.0 / 1024.0);
 }
 
+// ---- --dataset-type sft ------------------------------------------------------------------------------
+
+struct SftEncoded {
+  data::SftExample example;
+  std::string error;
+};
+
+// One JSON line as an SFT example (data/sft_format.h); every error names FILE:LINE.
+data::SftExample encode_sft_line(const RawDocument& d, const Options& o, const Tokenizer& tok) {
+  const std::string where = fmt::format("{}:{}", *d.file, d.line);
+  const nlohmann::json j = parse_json_text(d.raw, where);
+  try {
+    return data::encode_sft_example(j, tok, o.prepend_bos);
+  } catch (const pl::Error& e) {
+    fail("{}: {}", where, e.what());
+  }
+}
+
+// What --max-seq-length does to one example: true to keep it (perhaps truncated), false to drop it.
+bool fit_sft_example(data::SftExample& e, const Options& o, data::SftRecord& r) {
+  if (o.max_seq_length <= 0 || static_cast<int64_t>(e.tokens.size()) <= o.max_seq_length) return true;
+  if (o.overlong == "drop" || (data::truncate_sft_example(e, o.max_seq_length) && e.answer_tokens() == 0)) {
+    ++r.dropped;  // too long, or no answer token left after the cut
+    return false;
+  }
+  ++r.truncated;
+  return true;
+}
+
+// Every example of the inputs into `w`, in input order; returns the record's caller-side fields.
+data::SftRecord write_sft_examples(const Options& o, const Tokenizer& tok, data::SftDatasetWriter& w) {
+  data::SftRecord r;
+  r.max_seq_length = o.max_seq_length;
+  r.overlong = o.overlong;
+  r.chat_template = data::chat_template_name(data::chat_template_for(tok));
+  r.prepend_bos = o.prepend_bos;
+  DocumentReader reader(o.inputs, o);
+  std::vector<RawDocument> batch;
+  std::vector<SftEncoded> encoded;
+  int64_t count = 0, bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (reader.next_batch(batch, 4096, size_t{64} << 20)) {
+    encode_parallel(batch, o.workers, encoded,
+                    [&](const RawDocument& d, SftEncoded& e) { e.example = encode_sft_line(d, o, tok); });
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!encoded[i].error.empty()) throw pl::Error(encoded[i].error);
+      if (fit_sft_example(encoded[i].example, o, r)) w.add(encoded[i].example);
+      ++count;
+      bytes += static_cast<int64_t>(batch[i].raw.size());
+      if (count % o.log_interval == 0)
+        print_progress(count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes);
+    }
+  }
+  return r;
+}
+
+int run_sft(const Options& o, const Tokenizer& tok, const data::TokenizerRecord& record) {
+  FileSet outputs({data::indexed_dataset_journal_path(o.output_prefix)},
+                  [](const std::string& msg) { std::fprintf(stderr, "preprocess_data: %s\n", msg.c_str()); });
+  data::SftDatasetWriter w(o.output_prefix, record, outputs);
+  w.finalize(write_sft_examples(o, tok, w));
+  outputs.publish();
+  const data::SftRecord& r = w.record();
+  const std::string& p = o.output_prefix;
+  fmt::print("preprocess_data: sft: {} examples ({} chats, {} input/output), {} tokens, {} answer tokens ({:.1f}%), "
+             "{} truncated, {} dropped{}; template {}, {}; wrote {}.bin, {}.idx, {}, {}, {}\n",
+             r.examples, r.chat_examples, r.examples - r.chat_examples, r.tokens, r.answer_tokens,
+             100.0 * static_cast<double>(r.answer_tokens) / std::max<double>(1.0, static_cast<double>(r.tokens)),
+             r.truncated, r.dropped,
+             o.max_seq_length > 0 ? fmt::format(" (--max-seq-length {}, --overlong {})", o.max_seq_length, o.overlong)
+                                  : std::string(),
+             r.chat_template, tok.description(), p, p, data::sft_loss_mask_path(p), data::sft_record_path(p),
+             data::tokenizer_record_path(p));
+  return 0;
+}
+
 // The command line into `o`; an exit status when the program stops here (--help, a bad command line).
 std::optional<int> parse_command_line(int argc, char** argv, Options& o) {
   CLI::App app{kDescription, "preprocess_data"};
@@ -333,6 +457,13 @@ std::optional<int> parse_command_line(int argc, char** argv, Options& o) {
   app.add_flag("--prepend-bos", o.prepend_bos, "Start each document with <|begin_of_text|>");
   app.add_option("--workers", o.workers, "Tokenizer threads")->capture_default_str();
   app.add_option("--log-interval", o.log_interval, "Documents between progress lines")->capture_default_str();
+  app.add_option("--dataset-type", o.dataset_type, "pretrain | sft (supervised fine-tuning examples)")
+      ->check(CLI::IsMember({"pretrain", "sft"}))
+      ->capture_default_str();
+  app.add_option("--max-seq-length", o.max_seq_length, "sft: examples longer than this many tokens are cut or dropped");
+  app.add_option("--overlong", o.overlong, "sft: truncate | drop the examples longer than --max-seq-length")
+      ->check(CLI::IsMember({"truncate", "drop"}))
+      ->capture_default_str();
   return app::parse_command_line(app, argc, argv, "preprocess_data");
 }
 
@@ -375,6 +506,7 @@ int run(int argc, char** argv) {
   check_options(o);
   const std::unique_ptr<Tokenizer> tok = data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
   const data::TokenizerRecord record = make_record(o, *tok);
+  if (o.sft()) return run_sft(o, *tok, record);
 
   // Every key's .bin/.idx/sidecar are published together (io/atomic_file.h FileSet): written under
   // this process's temporary names, and the previous outputs replaced only when all are complete.

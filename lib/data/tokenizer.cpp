@@ -50,7 +50,7 @@ constexpr const char* kEndOfText = "<|end_of_text|>";
 class SpecialTokens {
  public:
   void add(const std::string& name, int32_t id) { ids_.add(name, id); }
-  int32_t id(const std::string& name) const { return ids_.rank(name); }
+  int32_t id(std::string_view name) const { return ids_.rank(name); }
 
   // Calls on_text(segment) for ordinary text and on_special(id) for each special-token string,
   // in order. Every special has the form "<|name|>" (no "|>" inside), so a candidate is "<|" up to
@@ -115,6 +115,7 @@ class ByteTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return 258; }
   int32_t eod() const override { return kEod; }
   int32_t bos() const override { return kBos; }
+  int32_t special_id(std::string_view name) const override { return specials_.id(name); }
   std::string description() const override {
     return "byte (256 byte ids + <|begin_of_text|>=256, <|end_of_text|>=257; vocab 258)";
   }
@@ -331,6 +332,7 @@ class TiktokenTokenizer final : public Tokenizer {
   int64_t vocab_size() const override { return int64_t{num_base_} + kNumLlama3Specials; }
   int32_t eod() const override { return eod_; }
   int32_t bos() const override { return bos_; }
+  int32_t special_id(std::string_view name) const override { return specials_.id(name); }
   std::string description() const override {
     return fmt::format("tiktoken {} ({} ranks + {} Llama 3.1 specials = {} ids)", path_, num_base_,
                        kNumLlama3Specials, vocab_size());

@@ -28,6 +28,8 @@ class Tokenizer {
   virtual int64_t vocab_size() const = 0;
   virtual int32_t eod() const = 0;  // <|end_of_text|>
   virtual int32_t bos() const = 0;  // <|begin_of_text|>
+  // The id of the special token `name` ("<|eot_id|>"), or -1 when this tokenizer has no such special.
+  virtual int32_t special_id(std::string_view name) const = 0;
   // One line, e.g. "tiktoken tokenizer.model (128000 ranks + 256 specials = 128256)".
   virtual std::string description() const = 0;
 };
