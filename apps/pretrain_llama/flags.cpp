@@ -277,6 +277,7 @@ void add_flags(CLI::App& app, Options& o) {
   add_logging_and_optimizer_flags(app, o);
   add_schedule_flags(app, o);
   add_packing_flags(app, o);
+  add_sft_flags(app, o);
   add_tensorboard_flags(app, o);
   add_fp8_flags(app, o);
   add_roofline_and_profiling_flags(app, o);
@@ -291,6 +292,7 @@ void validate_flags(const Options& o, const CLI::App& app) {
   validate_roofline_flags(o, app);
   validate_schedule_flags(o, app);
   validate_packing_flags(o, app);
+  validate_sft_flags(o, app);
   validate_tensorboard_flags(o, app);
   validate_fp8_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
@@ -382,7 +384,7 @@ RunLayout model_options(const Options& o) {
                    .dp_size = t.data_parallel_size,
                    .dp_rank = o.dp_rank,
                    .distributed_optimizer = t.use_distributed_optimizer,
-                   .packing = packing_flags(t)};
+                   .packing = packing_flags(o)};
 }
 
 }  // namespace pl::pretrain

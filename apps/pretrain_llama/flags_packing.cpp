@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "data/data_pipeline.h"
 #include "pretrain_llama.h"
 
 namespace pl::pretrain {
@@ -33,17 +34,27 @@ void validate_packing_flags(const Options& o, const CLI::App& app) {
   (void)app;
 }
 
-// The flags as the model's layout carries them (the EOD id is the data's: main.cpp fills it in).
-data::DocumentPacking packing_flags(const TrainConfig& t) {
-  return {.eod = -1,
-          .eod_mask_loss = t.eod_mask_loss,
-          .reset_position_ids = t.reset_position_ids,
-          .reset_attention_mask = t.reset_attention_mask};
+// The flags as the model's layout carries them (the EOD id is the data's: main.cpp fills it in); an SFT dataset
+// brings its own (explicit documents: data::packing_for_data).
+data::DocumentPacking packing_flags(const Options& o) {
+  const TrainConfig& t = o.train;
+  return data::packing_for_data(data::data_path_is_sft(o.data.data_path),
+                                {.eod = -1,
+                                 .eod_mask_loss = t.eod_mask_loss,
+                                 .reset_position_ids = t.reset_position_ids,
+                                 .reset_attention_mask = t.reset_attention_mask});
 }
 
 // The start-up line of a run with any of these flags (none: no line, the log stays today's).
 std::string packing_line(const data::DocumentPacking& p, const TrainConfig& t) {
   if (!p.any() && !t.calculate_per_token_loss) return "";
+  if (p.explicit_documents)
+    return fmt::format("documents: the SFT dataset's examples (positions, attention and loss inside each; the loss on "
+                       "answer tokens only); loss normalized {}",
+                       t.calculate_per_token_loss
+                           ? "by the answer tokens counted over the global batch (--calculate-per-token-loss)"
+                           : "per micro-batch by its answer tokens (the default, as NeMo 2's masked-token loss; "
+                             "--calculate-per-token-loss for the global batch's)");
   std::string flags;
   for (const auto& [on, name] : {std::pair{p.eod_mask_loss, "--eod-mask-loss"},
                                  {p.reset_position_ids, "--reset-position-ids"},

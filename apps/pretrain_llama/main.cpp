@@ -131,14 +131,15 @@ data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& 
 }
 
 // Micro-batches of split `s`; an id the model cannot embed is reported with the sample it came from
-// (data tokenized for a larger vocabulary than the model's).
+// (data tokenized for a larger vocabulary than the model's). A label may be kIgnoredLabel (SFT data: not an answer).
 BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_batch, int64_t vocab_size) {
-  return [&d, s, micro_batch, vocab_size](int64_t first, int64_t micro, std::span<int32_t> tok,
-                                          std::span<int32_t> lab) {
-    d.micro_batch(s, first, micro, micro_batch, tok, lab);
+  return [&d, s, micro_batch, vocab_size](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab,
+                                          std::span<int32_t> pos) {
+    d.micro_batch(s, first, micro, micro_batch, tok, lab, pos);
     const int64_t seq = static_cast<int64_t>(tok.size()) / micro_batch;
+    const auto outside = [vocab_size](int32_t id) { return id < 0 || id >= vocab_size; };
     for (size_t k = 0; k < tok.size(); ++k) {
-      const int32_t bad = tok[k] < 0 || tok[k] >= vocab_size ? tok[k] : (lab[k] < 0 || lab[k] >= vocab_size ? lab[k] : 0);
+      const int32_t bad = outside(tok[k]) ? tok[k] : (outside(lab[k]) && lab[k] != data::kIgnoredLabel ? lab[k] : 0);
       PL_CHECK(bad == 0, "data: sample {} of the {} split holds token id {}, outside the model's vocabulary [0, {}): "
                "the data was tokenized for another vocabulary (see its .tokenizer.json, or use a model config with "
                "a larger vocab_size)",
@@ -204,7 +205,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
   const ModelConfig& mc = in.setup.mc;
   const parallel::World& world = in.world;
   const Logger& out = in.out;
-  const TrainState start = ckpt ? ckpt->state : TrainState{};
+  const TrainState start = ckpt && !o.finetune ? ckpt->state : TrainState{};  // --finetune: from iteration 0
   const RunDescription desc = describe_run(in.setup, o, in.argc, in.argv);
   int64_t last_saved = -1;
   std::unique_ptr<Trainer> trainer;
@@ -221,7 +222,7 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
     for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);
   };
   const auto eval_batches = [&](data::Split s) {
-    return dataset.split(s) ? batches_of(dataset, s, t.micro_batch_size, mc.vocab_size) : BatchFn{};
+    return dataset.has_split(s) ? batches_of(dataset, s, t.micro_batch_size, mc.vocab_size) : BatchFn{};
   };
   trainer = std::make_unique<Trainer>(
       model, t, batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
@@ -240,10 +241,14 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
   trainer->set_tensorboard(in.tensorboard);
   if (ckpt) {
     const auto t_load = std::chrono::steady_clock::now();
-    restore_checkpoint(*ckpt, model, trainer->optimizer());
+    restore_checkpoint(*ckpt, model, trainer->optimizer(), o.finetune);
     const double secs = ckpt->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     out->info("{}", log::loaded_checkpoint_line(o.load, ckpt->iteration, ckpt->path, 2.0 * ckpt->bytes, secs));
-    last_saved = ckpt->iteration;
+    if (o.finetune)
+      out->info("pretrain_llama | --finetune: the weights of iteration {} only; a fresh optimizer, iteration 0",
+                ckpt->iteration);
+    else
+      last_saved = ckpt->iteration;
   }
   const TrainResult r = trainer->run(start);
   out->info("{}", log::final_memory_line(memory_stats(model.context().device)));

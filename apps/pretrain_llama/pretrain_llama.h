@@ -50,6 +50,7 @@ struct Options {
   int64_t keep_last = 0;
   bool exit_signal_handler = false;  // Megatron's --exit-signal-handler (on by default with --save)
   std::string init_from_hf;  // a Hugging Face Llama directory: config and weights come from it
+  bool finetune = false;     // Megatron's --finetune: --load's weights only, fresh optimizer and iteration 0
   ModelShapeOverrides shape;  // Megatron's --num-layers, --hidden-size, ... over the --model config
   // Megatron's --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 over the recipe (-1 = not given).
   int64_t bf16_layers_at_start = -1, bf16_layers_at_end = -1;
@@ -82,7 +83,11 @@ void apply_init_method_std(const Options& o, RunSetup& s);
 // flags_packing.cpp: document-aware packing (--eod-mask-loss, --reset-position-ids, --reset-attention-mask).
 void add_packing_flags(CLI::App& app, Options& o);
 void validate_packing_flags(const Options& o, const CLI::App& app);
-data::DocumentPacking packing_flags(const TrainConfig& t);  // RunLayout::packing without the data's EOD id
+// RunLayout::packing without the data's EOD id: Megatron's flags, or an SFT dataset's packing (--data-path).
+data::DocumentPacking packing_flags(const Options& o);
+// flags_sft.cpp (issue 28): --finetune and --packing-algorithm.
+void add_sft_flags(CLI::App& app, Options& o);
+void validate_sft_flags(const Options& o, const CLI::App& app);
 std::string packing_line(const data::DocumentPacking& p, const TrainConfig& t);  // "" without these flags
 // flags_tensorboard.cpp: --tensorboard-dir and its companions.
 void add_tensorboard_flags(CLI::App& app, Options& o);

@@ -80,13 +80,46 @@ DataBlend parse_data_path(const std::vector<std::string>& args) {
   return b;
 }
 
+bool data_path_is_sft(const std::vector<std::string>& data_path) {
+  if (data_path.empty()) return false;
+  const DataBlend blend = parse_data_path(data_path);
+  for (const std::string& p : blend.prefixes)
+    PL_CHECK(!is_sft_dataset(p) || blend.prefixes.size() == 1,
+             "--data-path: {} is an SFT dataset ({}); a run takes one SFT dataset alone, not in a blend", p,
+             sft_record_path(p));
+  return is_sft_dataset(blend.prefixes[0]);
+}
+
 TrainingData::TrainingData(const DataConfig& config) : config_(config) {
   PL_CHECK(config_.seq_length >= 1, "data: sequence length must be >= 1, got {}", config_.seq_length);
   for (const int64_t n : config_.num_samples) PL_CHECK(n >= 0, "data: sample counts must be >= 0, got {}", n);
   if (mock())
     build_mock();
+  else if (data_path_is_sft(config_.data_path))
+    build_sft(parse_data_path(config_.data_path).prefixes[0]);
   else
     build_indexed();
+}
+
+// One SFT dataset, split over its examples and packed (data/sft_dataset.h); its tokenizer record gives the EOD id
+// and the vocabulary.
+void TrainingData::build_sft(const std::string& prefix) {
+  const DataConfig& c = config_;
+  sft_ = std::make_shared<const SftData>(prefix, c.split, c.seq_length, parse_packing_algorithm(c.packing_algorithm),
+                                         c.seed);
+  for (const std::string& line : sft_->summary()) summary_.push_back(line);
+  const std::optional<TokenizerRecord> rec = read_tokenizer_record(prefix);  // (SftData required it)
+  note_eod(rec->eod, tokenizer_record_path(prefix), true);
+  recorded_vocab_size_ = rec->vocab_size;
+  recorded_vocab_source_ = tokenizer_record_path(prefix);
+  PL_CHECK(c.num_samples[1] == 0 || sft_->packs(Split::valid) > 0,
+           "{}: --split {} leaves the validation split no example, but the run evaluates ({} samples); change --split "
+           "or pass --eval-iters 0",
+           prefix, c.split, c.num_samples[1]);
+}
+
+bool TrainingData::has_split(Split s) const {
+  return sft_ ? sft_->packs(s) > 0 : splits_[static_cast<size_t>(s)] != nullptr;
 }
 
 void TrainingData::build_mock() {
@@ -204,7 +237,21 @@ DocumentPacking document_packing(const TrainingData& data, DocumentPacking flags
 }
 
 void TrainingData::micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch,
-                               std::span<int32_t> tokens, std::span<int32_t> labels) const {
+                               std::span<int32_t> tokens, std::span<int32_t> labels,
+                               std::span<int32_t> positions) const {
+  PL_CHECK(positions.empty() != sft(), "internal: a micro-batch of {} data {} positions", sft() ? "SFT" : "GPT",
+           positions.empty() ? "without" : "with");
+  if (sft_) {
+    const auto seq = static_cast<size_t>(sft_->seq_length());
+    PL_CHECK(tokens.size() == static_cast<size_t>(micro_batch) * seq, "internal: SFT micro-batch of {} ids for {} x {}",
+             tokens.size(), micro_batch, seq);
+    for (int64_t b = 0; b < micro_batch; ++b) {
+      const size_t at = static_cast<size_t>(b) * seq;
+      sft_->sample(s, first_sample + micro * micro_batch + b, tokens.subspan(at, seq), labels.subspan(at, seq),
+                   positions.subspan(at, seq));
+    }
+    return;
+  }
   const SampleSource* src = split(s);
   PL_CHECK(src != nullptr, "data: the {} split has no data", split_name(s));
   fill_micro_batch(*src, pad_token_id(), first_sample, micro, micro_batch, tokens, labels);

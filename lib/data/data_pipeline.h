@@ -12,6 +12,7 @@
 
 #include "data/documents.h"
 #include "data/gpt_dataset.h"
+#include "data/sft_dataset.h"
 
 namespace pl::data {
 
@@ -25,6 +26,7 @@ struct DataConfig {
   std::array<int64_t, 3> num_samples{};  // train, valid, test (TrainConfig::*_samples)
   int64_t mock_vocab_size = 0;      // mock data only
   int64_t mock_eod = 0;
+  std::string packing_algorithm = "first_fit_shuffle";  // --packing-algorithm: SFT data only (data/sft_dataset.h)
 };
 
 // The data of a run: `flags` (paths, split, cache, seed) completed with the sequence length, the
@@ -41,14 +43,22 @@ struct DataBlend {
 // "PREFIX" or "W1 P1 W2 P2 ...": one-line error for anything else (a weight that is not a positive
 // number, an odd count, several prefixes without weights).
 DataBlend parse_data_path(const std::vector<std::string>& args);
+// True when --data-path names one SFT dataset (data/sft_dataset.h: PREFIX.sft.json exists); false for mock data
+// and pretraining data. An SFT dataset in a blend is a one-line error (one SFT dataset per run).
+bool data_path_is_sft(const std::vector<std::string>& data_path);
 
 class TrainingData {
  public:
   explicit TrainingData(const DataConfig& config);
 
   bool mock() const { return config_.data_path.empty(); }
-  // The split's samples; nullptr when the split has no sequences (e.g. a 0 weight in --split).
+  // An SFT dataset (packed examples with their loss mask and documents: data/sft_dataset.h).
+  bool sft() const { return sft_ != nullptr; }
+  const SftData* sft_data() const { return sft_.get(); }
+  // The split's samples; nullptr when the split has no sequences (e.g. a 0 weight in --split), and for SFT data.
   const SampleSource* split(Split s) const { return splits_[static_cast<size_t>(s)].get(); }
+  // Whether split s has samples (GPT samples or SFT packs).
+  bool has_split(Split s) const;
   int32_t pad_token_id() const { return -1; }  // GPTDataset's _PAD_TOKEN_ID
   // Human-readable lines: each dataset (documents, tokens, dtype, weight) and each split (sequences,
   // tokens per epoch, epochs, samples, index cache).
@@ -64,17 +74,20 @@ class TrainingData {
   int32_t eod_token() const { return eod_; }
   const std::string& eod_problem() const { return eod_problem_; }
 
-  // Micro-batch `micro` of the global batch starting at `first_sample` of split `s`.
+  // Micro-batch `micro` of the global batch starting at `first_sample` of split `s`. `positions` is filled for SFT
+  // data (the position of each token in its example) and must be empty otherwise.
   void micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch, std::span<int32_t> tokens,
-                   std::span<int32_t> labels) const;
+                   std::span<int32_t> labels, std::span<int32_t> positions = {}) const;
 
  private:
   void build_mock();
   void build_indexed();
+  void build_sft(const std::string& prefix);
   void note_eod(int32_t eod, const std::string& record, bool first);
 
   DataConfig config_;
   std::array<std::shared_ptr<const SampleSource>, 3> splits_;
+  std::shared_ptr<const SftData> sft_;
   std::vector<std::string> summary_;
   int64_t recorded_vocab_size_ = 0;
   std::string recorded_vocab_source_;

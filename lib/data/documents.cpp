@@ -48,4 +48,28 @@ int64_t document_offsets(const DocumentPacking& p, std::span<const int32_t> toke
   return count;
 }
 
+int64_t document_offsets_from_positions(std::span<const int32_t> positions, int64_t seq, std::span<int32_t> out) {
+  PL_CHECK(seq > 0 && positions.size() % static_cast<size_t>(seq) == 0 && out.size() == positions.size() + 1,
+           "internal: document_offsets_from_positions of {} tokens in samples of {} into {}", positions.size(), seq,
+           out.size());
+  int64_t count = 0;
+  out[0] = 0;
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const bool sample_end = (t + 1) % static_cast<size_t>(seq) == 0;
+    const bool next_starts = t + 1 < positions.size() && positions[t + 1] == 0;
+    if (sample_end || next_starts) out[static_cast<size_t>(++count)] = static_cast<int32_t>(t + 1);
+  }
+  return count;
+}
+
+DocumentPacking packing_for_data(bool sft, DocumentPacking flags) {
+  if (!sft) return flags;
+  PL_CHECK(!flags.eod_mask_loss, "--eod-mask-loss does not apply to an SFT dataset: its loss mask comes with the data "
+                                 "(answer tokens only)");
+  DocumentPacking p;
+  p.eod = flags.eod;
+  p.reset_position_ids = p.reset_attention_mask = p.explicit_documents = true;
+  return p;
+}
+
 }  // namespace pl::data

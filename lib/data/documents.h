@@ -17,7 +17,11 @@ struct DocumentPacking {
   bool eod_mask_loss = false;
   bool reset_position_ids = false;
   bool reset_attention_mask = false;
-  bool any() const { return eod_mask_loss || reset_position_ids || reset_attention_mask; }
+  // SFT packs (data/sft_dataset.h): the data gives every token's position in its example, and a document starts
+  // where a position is 0 (and at each sample start); reset_position_ids and reset_attention_mask are then set
+  // too, and nothing is derived from EOD tokens.
+  bool explicit_documents = false;
+  bool any() const { return eod_mask_loss || reset_position_ids || reset_attention_mask || explicit_documents; }
 };
 
 // A label the loss ignores (cross-entropy gives it loss 0 and gradient 0): a masked position.
@@ -44,5 +48,14 @@ void position_ids(const DocumentPacking& p, std::span<const int32_t> tokens, int
 // each EOD that is not the last token of its sample and one at each sample end, offsets[count] = batch*seq.
 // out must hold batch*seq + 1 values (the worst case: every token its own document). Returns count.
 int64_t document_offsets(const DocumentPacking& p, std::span<const int32_t> tokens, int64_t seq, std::span<int32_t> out);
+
+// The same offsets from explicit positions (explicit_documents): a boundary before each token whose position is 0
+// (the first token of an example or of a pack's padding) and at each sample end. Returns count.
+int64_t document_offsets_from_positions(std::span<const int32_t> positions, int64_t seq, std::span<int32_t> out);
+
+// The packing an SFT dataset implies (explicit_documents with reset_position_ids and reset_attention_mask), for
+// the memory plan before the data is read; `flags` (Megatron's) when `sft` is false. --eod-mask-loss is refused
+// with SFT data in one line: its loss mask comes with the data.
+DocumentPacking packing_for_data(bool sft, DocumentPacking flags);
 
 }  // namespace pl::data

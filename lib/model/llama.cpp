@@ -79,7 +79,8 @@ std::vector<ParamEntry> param_layout(const ModelConfig& cfg) {
 // Views of flat storage at `base` by parameter. group_relative: each parameter at its offset within its
 // group of kEntriesPerLayer-entry layers (the embedding; layer l; the final norm with the LM head), so all
 // layers share the same memory: the BF16 main grads' FP32 scratch of one group.
-ParamViews LlamaModel::views_at(void* base, DType t, Device d, bool group_relative) const {
+ParamViews param_views(const ModelConfig& cfg, const std::vector<ParamEntry>& entries, void* base, DType t, Device d,
+                       bool group_relative) {
   const size_t es = dtype_size(t);
   auto view = [&](const ParamEntry& e, int64_t group_begin) {
     void* p = static_cast<char*>(base) + static_cast<size_t>(e.offset - (group_relative ? group_begin : 0)) * es;
@@ -87,23 +88,27 @@ ParamViews LlamaModel::views_at(void* base, DType t, Device d, bool group_relati
   };
   ParamViews v;
   size_t i = 0;
-  v.embedding = view(entries_[i++], 0);
-  for (int64_t l = 0; l < cfg_.num_layers; ++l) {
-    const int64_t b = entries_[i].offset;
+  v.embedding = view(entries[i++], 0);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    const int64_t b = entries[i].offset;
     LayerParams lp;
-    lp.ln1 = view(entries_[i++], b);
-    lp.qkv = view(entries_[i++], b);
-    lp.proj = view(entries_[i++], b);
-    lp.ln2 = view(entries_[i++], b);
-    lp.fc1 = view(entries_[i++], b);
-    lp.fc2 = view(entries_[i++], b);
+    lp.ln1 = view(entries[i++], b);
+    lp.qkv = view(entries[i++], b);
+    lp.proj = view(entries[i++], b);
+    lp.ln2 = view(entries[i++], b);
+    lp.fc1 = view(entries[i++], b);
+    lp.fc2 = view(entries[i++], b);
     v.layers.push_back(lp);
   }
-  const int64_t head = entries_[i].offset;
-  v.final_norm = view(entries_[i++], head);
-  v.lm_head = view(entries_[i++], head);
-  v.flat = Tensor(base, {group_relative ? largest_grad_group(cfg_) : num_params()}, t, d);
+  const int64_t head = entries[i].offset;
+  v.final_norm = view(entries[i++], head);
+  v.lm_head = view(entries[i++], head);
+  v.flat = Tensor(base, {group_relative ? largest_grad_group(cfg) : cfg.num_parameters()}, t, d);
   return v;
+}
+
+ParamViews LlamaModel::views_at(void* base, DType t, Device d, bool group_relative) const {
+  return param_views(cfg_, entries_, base, t, d, group_relative);
 }
 
 ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const { return views_at(buf.data(), t, buf.device(), false); }
@@ -154,6 +159,8 @@ void LlamaModel::allocate_activations() {
   host_losses_.resize(static_cast<size_t>(opt_.loss_micro_batches * T));
   // Document-aware packing's host buffers, for the worst case (every token its own document).
   const data::DocumentPacking& pack = opt_.packing;
+  PL_CHECK(!pack.explicit_documents || (pack.reset_position_ids && pack.reset_attention_mask),
+           "internal: explicit documents without their positions and offsets (data::packing_for_data sets all three)");
   if (pack.eod_mask_loss) host_labels_.resize(static_cast<size_t>(T));
   if (pack.reset_position_ids) host_positions_.resize(static_cast<size_t>(T));
   if (pack.reset_attention_mask) host_offsets_.resize(static_cast<size_t>(T + 1));
@@ -264,7 +271,7 @@ void LlamaModel::zero_grads() { fill_zero(ctx_, grads_padded()); }
 
 // The only check of the ids: the GPU kernels (embedding, cross-entropy) trust them and read nothing
 // back. An id outside [0, V) fails here, naming the sample of the micro-batch and the position.
-void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
+void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
   const int64_t V = cfg_.vocab_size, T = B_ * S_;
   for (int64_t i = 0; i < T; ++i) {
     PL_CHECK(tokens[i] >= 0 && tokens[i] < V,
@@ -274,13 +281,22 @@ void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels) {
              "label id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", labels[i],
              i / S_, i % S_, V);
   }
-  upload_packed(tokens, labels);
+  PL_CHECK((positions != nullptr) == opt_.packing.explicit_documents,
+           "internal: a micro-batch {} positions for a model {}", positions ? "with" : "without",
+           opt_.packing.explicit_documents ? "whose data gives them (an SFT dataset)" : "that derives them");
+  if (positions != nullptr)
+    for (int64_t i = 0; i < T; ++i)
+      PL_CHECK(positions[i] >= 0 && positions[i] <= i % S_ && (i % S_ != 0 || positions[i] == 0) &&
+                   (i % S_ == 0 || positions[i] == 0 || positions[i] == positions[i - 1] + 1),
+               "position {} of sample {} of the micro-batch (index {}) does not continue or restart its document",
+               positions[i], i / S_, i % S_);
+  upload_packed(tokens, labels, positions);
 }
 
 // The micro-batch's ids with what RunLayout::packing derives from them (data/documents.h), through one staging
 // slot. CUDA: async copies from pinned staging on the default stream, ordered before the ops that read the
 // ids and after those of the previous micro-batch; CPU: memcpy.
-void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels) {
+void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
   const data::DocumentPacking& pack = opt_.packing;
   const auto T = static_cast<size_t>(B_ * S_);
   const std::span<const int32_t> tok(tokens, T);
@@ -288,13 +304,20 @@ void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels) {
     (void)data::masked_labels(pack, tok, std::span<const int32_t>(labels, T), host_labels_);
     labels = host_labels_.data();
   }
-  if (pack.reset_position_ids) {
-    data::position_ids(pack, tok, S_, host_positions_);
+  if (pack.explicit_documents) {  // (an SFT pack: the positions come with the data, the documents from them)
+    std::copy(positions, positions + T, host_positions_.begin());
     positions_ = {host_positions_.data(), acts_.positions.i32()};
-  }
-  if (pack.reset_attention_mask) {
-    const int64_t count = data::document_offsets(pack, tok, S_, host_offsets_);
+    const int64_t count = data::document_offsets_from_positions(host_positions_, S_, host_offsets_);
     docs_ = {host_offsets_.data(), acts_.doc_offsets.i32(), count};
+  } else {
+    if (pack.reset_position_ids) {
+      data::position_ids(pack, tok, S_, host_positions_);
+      positions_ = {host_positions_.data(), acts_.positions.i32()};
+    }
+    if (pack.reset_attention_mask) {
+      const int64_t count = data::document_offsets(pack, tok, S_, host_offsets_);
+      docs_ = {host_offsets_.data(), acts_.doc_offsets.i32(), count};
+    }
   }
   // (An empty tensor is an upload that is off: UploadStaging skips it.)
   const Tensor positions_t = pack.reset_position_ids ? acts_.positions : Tensor{};
@@ -309,16 +332,16 @@ void LlamaModel::use_loss_slot(int64_t slot) {
   losses_ = acts_.losses_all.rows(slot, 1).view({B_ * S_});
 }
 
-void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels) {
+void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
   use_loss_slot(slot);
-  upload_batch(tokens, labels);
+  upload_batch(tokens, labels, positions);
   run_forward(0.0f, false);
 }
 
 void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
-                                        const StepOptions& step) {
+                                        const StepOptions& step, const int32_t* positions) {
   use_loss_slot(slot);
-  upload_batch(tokens, labels);
+  upload_batch(tokens, labels, positions);
   run_forward(grad_scale, true);
   // The loss op ended the forward: forward-compute -> backward-compute (--timing-log-level 2).
   if (ctx_.timers != nullptr) ctx_.timers->mark_loss_computed();
@@ -341,14 +364,14 @@ void LlamaModel::update_delayed_scaling() {
   fp8_state_.update(ctx_);
 }
 
-double LlamaModel::forward(const int32_t* tokens, const int32_t* labels) {
-  queue_forward(0, tokens, labels);
+double LlamaModel::forward(const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
+  queue_forward(0, tokens, labels, positions);
   return add_loss_sums(1, 0.0);
 }
 
 double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale,
-                                    const StepOptions& step) {
-  queue_forward_backward(0, tokens, labels, grad_scale, step);
+                                    const StepOptions& step, const int32_t* positions) {
+  queue_forward_backward(0, tokens, labels, grad_scale, step, positions);
   return add_loss_sums(1, 0.0);
 }
 

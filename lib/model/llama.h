@@ -127,18 +127,20 @@ class LlamaModel {
   // Forward of one micro-batch: tokens/labels are host arrays of B*S ids (a label may be -1: not counted).
   // With RunLayout::packing the model masks the labels, restarts the RoPE positions and splits the attention
   // into documents as its flags say (data/documents.h). Returns the sum of the per-token losses (fp32 per
-  // token, summed in double; a masked position adds 0).
-  double forward(const int32_t* tokens, const int32_t* labels);
+  // token, summed in double; a masked position adds 0). `positions` (B*S, each restarting at 0 with a document)
+  // is given exactly when RunLayout::packing.explicit_documents (SFT packs) and then makes the documents.
+  double forward(const int32_t* tokens, const int32_t* labels, const int32_t* positions = nullptr);
   // forward() then backward, accumulating grads += d(loss_sum * grad_scale)/dθ; `step` seeds the
   // gradients' stochastic rounding and switches telemetry for this backward.
-  double forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale, const StepOptions& step = {});
+  double forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale, const StepOptions& step = {},
+                          const int32_t* positions = nullptr);
 
   // The same without reading the loss back: the per-token losses of the micro-batch stay on the
   // device in slot `slot` (0 <= slot < loss_micro_batches) until add_loss_sums reads them, so nothing
   // waits for the device between micro-batches.
-  void queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels);
+  void queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, const int32_t* positions = nullptr);
   void queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
-                              const StepOptions& step = {});
+                              const StepOptions& step = {}, const int32_t* positions = nullptr);
   // One copy of the losses of slots [0, slots) to the host (waits for the device), then
   // acc += (Σ losses of slot s, in double from 0) for s = 0, 1, ... in order; returns acc. This is
   // exactly the sequence of additions `acc += forward_backward(...)` makes, micro-batch by micro-batch.
@@ -154,8 +156,8 @@ class LlamaModel {
   void layer_forward(int64_t l, const Tensor& out, bool fused);
   void run_forward(float grad_scale, bool want_grad);
   void run_backward(const StepOptions& step);
-  void upload_batch(const int32_t* tokens, const int32_t* labels);
-  void upload_packed(const int32_t* tokens, const int32_t* labels);
+  void upload_batch(const int32_t* tokens, const int32_t* labels, const int32_t* positions);
+  void upload_packed(const int32_t* tokens, const int32_t* labels, const int32_t* positions);
   void prepare_layer_weights(int64_t layer);
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
@@ -209,6 +211,10 @@ class LlamaModel {
 // The parameters in the order of the flat buffers (Megatron names, shapes, offsets, init): the embedding,
 // kEntriesPerLayer per decoder layer (ln1, qkv, proj, ln2, fc1, fc2), the final norm, the LM head.
 std::vector<ParamEntry> param_layout(const ModelConfig& cfg);
+// Views by parameter of a flat buffer at `base` laid out as `entries` (param_layout(cfg)); group_relative: each
+// layer's views start at the group's own offset 0 (the BF16-main-grads scratch of one group).
+ParamViews param_views(const ModelConfig& cfg, const std::vector<ParamEntry>& entries, void* base, DType t, Device d,
+                       bool group_relative = false);
 
 // cos/sin tables [S, d/2] of Megatron's rotary embedding (Llama 3.1 frequency scaling if enabled).
 void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out);

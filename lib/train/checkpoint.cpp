@@ -1,8 +1,6 @@
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -481,45 +479,6 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
   return r;
 }
 
-SaveDirectoryLock::SaveDirectoryLock(const std::string& dir) : dir_(dir) {
-  std::error_code ec;
-  const fs::file_status st = fs::status(dir, ec);
-  PL_CHECK(!fs::exists(st) || fs::is_directory(st), "--save {}: exists and is not a directory", dir);
-  fs::create_directories(dir, ec);
-  PL_CHECK(!ec, "--save {}: cannot create the directory: {}", dir, ec.message());
-  const std::string lock = (fs::path(dir) / kLockFile).string();
-  fd_ = try_open_fd(lock, O_RDWR | O_CREAT);
-  PL_CHECK(fd_.valid(), "--save {}: cannot create files in it ({}: {})", dir, lock, std::strerror(errno));
-  if (::flock(fd_.get(), LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::string who(255, '\0');
-    who.resize(read_up_to(fd_, who.data(), who.size()));
-    if (who.empty()) who = "unknown";
-    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
-    if (err == EWOULDBLOCK)
-      fail("--save {}: another run is saving into this directory ({}, holding {}); two runs must not share a --save "
-           "directory",
-           dir, who, lock);
-    fail("--save {}: cannot lock {}: {}", dir, lock, std::strerror(err));
-  }
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  const std::string me = fmt::format("pid {} on {}\n", ::getpid(), host);
-  PL_CHECK(::ftruncate(fd_.get(), 0) == 0, "--save {}: cannot write {}: {}", dir, lock, std::strerror(errno));
-  pwrite_all(fd_, me.data(), me.size(), 0);
-}
-
-void SaveDirectoryLock::check_free_space(uint64_t bytes) const {
-  struct statvfs fs_info {};
-  PL_CHECK(::statvfs(dir_.c_str(), &fs_info) == 0, "--save {}: cannot read its file system's free space: {}", dir_,
-           std::strerror(errno));
-  const double free_bytes = static_cast<double>(fs_info.f_bavail) * static_cast<double>(fs_info.f_frsize);
-  PL_CHECK(free_bytes >= static_cast<double>(bytes),
-           "--save {}: {:.2f} GB free, one checkpoint needs {:.2f} GB (a save writes the new checkpoint before "
-           "--keep-last removes old ones)",
-           dir_, free_bytes / 1e9, static_cast<double>(bytes) / 1e9);
-}
-
 uint64_t checkpoint_bytes(const LlamaModel& model, const AdamW& opt) {
   uint64_t total = 1'000'000;  // metadata.json, manifest.json, the tracker
   for (const StateBuffer& b : state_buffers(model, opt))
@@ -574,6 +533,15 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents
 }
 
 std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
+  std::vector<float> out(static_cast<size_t>(c.model.num_parameters()));
+  stream_master_weights(c, [&](int64_t offset, const float* values, int64_t count) {
+    std::copy(values, values + count, out.begin() + offset);
+  });
+  return out;
+}
+
+void stream_master_weights(const VerifiedCheckpoint& c,
+                           const std::function<void(int64_t offset, const float* values, int64_t count)>& write) {
   const fs::path dir(c.path);
   const CheckpointFile* master = nullptr;
   for (const CheckpointFile& f : c.files)
@@ -583,14 +551,16 @@ std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
                master->bytes == static_cast<uint64_t>(master->numel) * sizeof(float),
            "{}: {} elements of {} ({} bytes), but model {} has {} parameters", (dir / master->name).string(),
            master->numel, master->dtype, master->bytes, c.model.name, c.model.num_parameters());
-  std::vector<float> out(static_cast<size_t>(master->numel));
   std::vector<char> staging;
+  std::vector<float> piece;
   const uint64_t sum = stream_file(dir / master->name, master->bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {
-    std::memcpy(reinterpret_cast<char*>(out.data()) + off, data, bytes);
+    // (the pieces are whole floats: kPieceBytes is a multiple of 4, as restore_checkpoint relies on too)
+    piece.resize(bytes / sizeof(float));
+    std::memcpy(piece.data(), data, bytes);
+    write(static_cast<int64_t>(off / sizeof(float)), piece.data(), static_cast<int64_t>(piece.size()));
   });
   PL_CHECK(sum == master->checksum, "{}: checksum {} but the manifest says {} (the file is corrupted)",
            (dir / master->name).string(), hex64(sum), hex64(master->checksum));
-  return out;
 }
 
 namespace {
@@ -649,10 +619,11 @@ static void restore_fp8_state(const VerifiedCheckpoint& c, LlamaModel& model, st
            hex64(f->checksum));
 }
 
-TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt) {
+TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, AdamW& opt, bool weights_only) {
   const fs::path dir(c.path);
   std::vector<std::pair<StateBuffer, CheckpointFile>> plan;
   for (StateBuffer b : state_buffers(model, opt)) {
+    if (weights_only && b.name.rfind("adam_", 0) == 0) continue;  // --finetune: no optimizer state
     const CheckpointFile& f = file_for_buffer(c, b, model.num_params());
     plan.emplace_back(b, f);
   }
@@ -689,6 +660,10 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
     });
     PL_CHECK(sum == f.checksum, "{}: changed while loading (checksum {} vs {}); the model is now partly loaded",
              (dir / f.name).string(), hex64(sum), hex64(f.checksum));
+  }
+  if (weights_only) {  // --finetune: fresh moments, step count, FP8 histories and iteration (Megatron's)
+    model.prepare_weights();
+    return TrainState{};
   }
   opt.restore_steps_taken(c.optimizer_steps);
   restore_fp8_state(c, model, staging);  // before the weights are quantized with its scales

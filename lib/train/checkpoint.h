@@ -115,6 +115,7 @@ struct VerifiedCheckpoint {
   TrainConfig train;  // the batch and schedule settings as saved
   TrainState state;
   int64_t optimizer_steps = 0;
+  std::vector<std::string> command_line;  // the saving run's argv (empty in checkpoints that lack it)
   double bytes = 0, seconds = 0;  // verified bytes and the time it took
 };
 
@@ -137,12 +138,19 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
 // for ckpt.model (re-checking the checksum as it reads): what an export needs, without building a
 // model or its optimizer state.
 std::vector<float> read_master_weights(const VerifiedCheckpoint& ckpt);
+// The same a piece at a time (offsets in floats of the flat layout), so a reader keeps no copy of all of them: the
+// checksum is checked at the end, after every piece went to `write` (a caller discards what it built on an error).
+void stream_master_weights(const VerifiedCheckpoint& ckpt,
+                           const std::function<void(int64_t offset, const float* values, int64_t count)>& write);
 
 // Reads the state files into the model's master weights and bf16 weights and the optimizer's
 // moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and
 // returns the train state to continue from. With the distributed optimizer each rank reads its shard's
 // range of every file (any data-parallel size: the files do not depend on it) and the weights are
 // all-gathered; the checksums are rank 0's verify_checkpoint's.
-TrainState restore_checkpoint(const VerifiedCheckpoint& ckpt, LlamaModel& model, AdamW& opt);
+// weights_only (Megatron's --finetune: "load model for finetuning; do not load optimizer or rng state from
+// checkpoint and set iteration to 0"): the master and bf16 weights only; the moments, the optimizer's step count
+// and FP8 delayed scaling's histories stay as they are (fresh), and the returned state is iteration 0.
+TrainState restore_checkpoint(const VerifiedCheckpoint& ckpt, LlamaModel& model, AdamW& opt, bool weights_only = false);
 
 }  // namespace pl

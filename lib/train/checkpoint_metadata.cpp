@@ -227,6 +227,7 @@ void read_checkpoint_metadata(const std::string& meta_path, const std::string& m
   schedule_from_json(meta, meta_path, v.train);
   v.state = state_from_json(json_field<json>(meta, "train_state", meta_path), meta_path);
   v.optimizer_steps = json_field<int64_t>(json_field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
+  if (meta.contains("command_line")) v.command_line = json_field<std::vector<std::string>>(meta, "command_line", meta_path);
   PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path,
            v.state.iteration, manifest_path, v.iteration);
 }

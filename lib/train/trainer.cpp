@@ -112,6 +112,7 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const int64_t T = model_.tokens_per_micro_batch();
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   std::vector<int32_t> tokens(static_cast<size_t>(T)), labels(static_cast<size_t>(T));
+  std::vector<int32_t> positions(model_.packing().explicit_documents ? static_cast<size_t>(T) : 0);
   const ModelTimers untimed(model_, nullptr);  // the evaluation's ops are not in the training timers
   // Megatron's evaluate sums every micro-batch's [loss sum, token count] over eval_iters batches and
   // reports sum / count.
@@ -123,10 +124,10 @@ double Trainer::evaluate(const std::string& prefix, const BatchFn& data, int64_t
   const int64_t K = model_.loss_slots();
   for (int64_t e = 0; e < cfg_.eval_iters; ++e)
     for (int64_t m = 0; m < M; ++m) {
-      data(first_sample + e * cfg_.global_batch_size, m * dp + rank, tokens, labels);  // the sampler's slice
+      data(first_sample + e * cfg_.global_batch_size, m * dp + rank, tokens, labels, positions);  // the sampler's slice
       sums[1] += static_cast<double>(data::counted_tokens(model_.packing(), tokens, labels));
       const int64_t slot = (e * M + m) % K;
-      model_.queue_forward(slot, tokens.data(), labels.data());
+      model_.queue_forward(slot, tokens.data(), labels.data(), positions.empty() ? nullptr : positions.data());
       if (slot == K - 1 || (e == cfg_.eval_iters - 1 && m == M - 1)) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
     }
   // Megatron all-reduces the sums over the data-parallel group. No counted token at all: loss 0 (Megatron's
@@ -181,6 +182,8 @@ struct Trainer::RunState {
   Timers timers;
   const double iter_flops;
   std::vector<int32_t> tokens, labels;
+  std::vector<int32_t> positions;  // explicit documents only (SFT packs), else empty
+  const int32_t* positions_or_null() const { return positions.empty() ? nullptr : positions.data(); }
   TrainState st;  // the validation sampler continues at st.valid_consumed_samples (Megatron's consumed_valid_samples)
   TrainResult res;
   double interval_seconds = 0.0;
@@ -197,6 +200,7 @@ Trainer::RunState::RunState(const Trainer& t, const TrainState& start)
       iter_flops(flops_per_iteration(t.model_.config(), t.cfg_.global_batch_size, t.cfg_.seq_length)),
       tokens(static_cast<size_t>(t.model_.tokens_per_micro_batch())),
       labels(tokens.size()),
+      positions(t.model_.packing().explicit_documents ? tokens.size() : 0),
       st(start) {
   const int64_t to_run = std::max<int64_t>(0, t.cfg_.train_iters - st.iteration);
   res.first_iteration = st.iteration + 1;
@@ -299,7 +303,7 @@ double Trainer::forward_backward(RunState& r) {
   for (int64_t m = 0; m < M; ++m) {
     timers.start(TimerId::ForwardCompute);
     timers.start(TimerId::BatchGenerator);
-    batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels);  // the sampler's slice (see trainer.h)
+    batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels, r.positions);  // the sampler's slice (trainer.h)
     timers.stop(TimerId::BatchGenerator);
     const int64_t counted = data::counted_tokens(model_.packing(), r.tokens, r.labels);
     sums[1] += static_cast<double>(counted);
@@ -315,7 +319,7 @@ double Trainer::forward_backward(RunState& r) {
                            m == M - 1 ? listener : nullptr, overwrite && m == 0};
     // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
     const int64_t slot = m % model_.loss_slots();
-    model_.queue_forward_backward(slot, r.tokens.data(), r.labels.data(), grad_scale, step);
+    model_.queue_forward_backward(slot, r.tokens.data(), r.labels.data(), grad_scale, step, r.positions_or_null());
     timers.stop(TimerId::BackwardCompute);  // the model switched forward-compute to backward-compute after the loss
     if (slot == model_.loss_slots() - 1 || m == M - 1) loss_sum = model_.add_loss_sums(slot + 1, loss_sum);
   }
@@ -357,7 +361,7 @@ double Trainer::global_batch_tokens(RunState& r) {
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   double counted = 0.0;
   for (int64_t m = 0; m < M; ++m) {
-    batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels);
+    batches_(r.st.consumed_samples, m * dp + rank, r.tokens, r.labels, r.positions);
     counted += static_cast<double>(data::counted_tokens(model_.packing(), r.tokens, r.labels));
   }
   return world_->all_reduce_sum(counted);

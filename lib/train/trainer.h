@@ -30,8 +30,10 @@ namespace pl {
 // Fills tokens/labels (micro_batch*seq ids each) for micro-batch `micro` (0-based) of the global
 // batch whose first sample is `first_sample` (the samples consumed before it), as Megatron's
 // MegatronPretrainingSampler orders them: samples first_sample + micro*micro_batch + [0, micro_batch).
+// `positions` has micro_batch*seq entries when the model's packing takes explicit documents (SFT packs:
+// each token's position in its example, data/documents.h), and is empty otherwise.
 using BatchFn = std::function<void(int64_t first_sample, int64_t micro, std::span<int32_t> tokens,
-                                   std::span<int32_t> labels)>;
+                                   std::span<int32_t> labels, std::span<int32_t> positions)>;
 // The validation and test splits for evaluation; an empty function means the split has no data.
 struct EvalData {
   BatchFn valid;

@@ -58,7 +58,7 @@ GpuRun train_on_gpu(const std::string& recipe, bool distributed, bool nccl) {
   model.init_parameters(7);
   Trainer trainer(
       model, t,
-      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         data.micro_batch(first, micro, t.micro_batch_size, tok, lab);
       },
       [](const std::string&) {}, EvalData{}, CheckpointFn{}, DataParallelRanks{&world, comm.get()});

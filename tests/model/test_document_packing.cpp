@@ -148,7 +148,7 @@ Trained train_one(bool per_token, const std::vector<int32_t> (&tok)[2], const st
   t.calculate_per_token_loss = per_token;
   Trainer trainer(
       model, t,
-      [&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels) {
+      [&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels, std::span<int32_t>) {
         std::copy(tok[micro].begin(), tok[micro].end(), tokens.begin());
         std::copy(lab[micro].begin(), lab[micro].end(), labels.begin());
       },

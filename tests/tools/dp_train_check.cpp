@@ -108,7 +108,7 @@ Run train(const Case& c, const parallel::World& world, parallel::Communicator& c
   Run run;
   Trainer trainer(
       model, t,
-      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         std::vector<int64_t> s;
         for (int64_t k = 0; k < t.micro_batch_size; ++k) s.push_back(first + micro * t.micro_batch_size + k);
         run.samples.push_back(s);

@@ -154,7 +154,7 @@ struct TinyDpRun {
   Trainer trainer() {
     return Trainer(
         *model, t,
-        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
           data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
         },
         [](const std::string&) {});

@@ -182,7 +182,7 @@ TEST(OptimizerOffload, TrainerLetsTheHostStepRunIntoTheNextIteration) {
     int64_t batches = 0;
     Trainer tr(
         model, t,
-        [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab) {
+        [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
           if (batches++ == 1) iteration2.set_value();
           data.micro_batch(first, micro, t.micro_batch_size, tok, lab);
         },

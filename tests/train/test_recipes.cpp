@@ -39,7 +39,7 @@ double final_loss(const std::string& recipe_name) {
   model.init_parameters(t.seed);
   Trainer tr(
       model, t,
-      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
       },
       [](const std::string&) {});

@@ -197,7 +197,7 @@ std::vector<std::string> train(int level, int64_t iters, int64_t log_interval, c
   std::vector<std::string> lines;
   Trainer tr(
       model, t,
-      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab) {
+      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
         if (after_batch) after_batch();
       },
