@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "io/file_checks.h"
+#include "data/tokenizer_record.h"
 #include "model/hf_llama.h"
 #include "train/checkpoint.h"
 
@@ -51,6 +52,19 @@ uint64_t parse_size(const std::string& s) {
 
 namespace fs = std::filesystem;
 
+// The tokenizer record of the first dataset the checkpoint's run named (--data-path in its saved command line),
+// without the fields that tie it to that dataset's files; nullopt for mock data or a dataset without a record.
+std::optional<data::TokenizerRecord> training_tokenizer(const VerifiedCheckpoint& ckpt) {
+  const std::string prefix = data::data_prefix_of_command_line(ckpt.command_line);
+  if (prefix.empty()) return std::nullopt;
+  std::optional<data::TokenizerRecord> r = data::read_tokenizer_record(prefix);
+  if (r) {
+    r->data_bin_bytes = -1;
+    r->data_idx_checksum64.clear();
+  }
+  return r;
+}
+
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"convert_checkpoint: a pretrain_llama checkpoint -> a Hugging Face LlamaForCausalLM directory"};
@@ -67,8 +81,8 @@ int run(int argc, char** argv) {
   // --to-hf onto, inside or around the checkpoint: --overwrite would replace it (io/file_checks.h).
   check_outputs_apart_from_inputs({{"--load", o.load}}, {{"--to-hf", o.to_hf}});
 
-  const HfExportOptions opts{.max_shard_bytes = parse_size(o.max_shard_size), .bos_token_id = o.bos,
-                             .eos_token_ids = o.eos};
+  HfExportOptions opts{.max_shard_bytes = parse_size(o.max_shard_size), .bos_token_id = o.bos,
+                       .eos_token_ids = o.eos};
   const fs::path out = fs::path(o.to_hf).lexically_normal();
   std::error_code ec;
   PL_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && (fs::is_empty(out, ec) || o.overwrite)),
@@ -78,10 +92,20 @@ int run(int argc, char** argv) {
   const VerifiedCheckpoint ckpt = verify_checkpoint(o.load);
   check_hf_expressible(ckpt.model);
   const std::vector<float> master = read_master_weights(ckpt);
+  // The tokenizer of the data the checkpoint trained on, when its record is there: beside config.json (for the
+  // generate tool), and bos/eos in config.json unless given.
+  const std::optional<data::TokenizerRecord> tok = training_tokenizer(ckpt);
+  if (tok && !opts.bos_token_id) opts.bos_token_id = tok->bos;
+  if (tok && opts.eos_token_ids.empty()) opts.eos_token_ids = {tok->eod};
   // A fresh sibling directory replaces `out` only when complete: `out` is always the old export or
   // the new one, never a mix of shards (a crash leaves a *.tmp-<pid> sibling, which is never read).
   std::vector<std::string> files;
-  write_directory_atomically(out.string(), [&](const std::string& tmp) { files = export_hf(ckpt.model, master, tmp, opts); });
+  write_directory_atomically(out.string(), [&](const std::string& tmp) {
+    files = export_hf(ckpt.model, master, tmp, opts);
+    if (!tok) return;
+    write_file_atomically((fs::path(tmp) / data::kHfTokenizerRecordName).string(), data::tokenizer_record_text(*tok));
+    files.push_back(data::kHfTokenizerRecordName);
+  });
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   fmt::print("convert_checkpoint: {} (iteration {}, model {}, {} parameters, recipe {}) -> {}: {} ({:.2f} GB of BF16 "
              "weights, {:.1f} s)\n",

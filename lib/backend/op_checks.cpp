@@ -344,6 +344,32 @@ void attention_backward(const OpContext& ctx, const Tensor& dqkv, const Tensor& 
   attention_tensor(ctx, op, "qkv", qkv, act(ctx), {T, W}, s);
 }
 
+void attention_kv_cache(const OpContext& ctx, const Tensor& out, const Tensor& k_cache, const Tensor& v_cache,
+                        const Tensor& qkv, int64_t past, int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
+  constexpr const char* op = "attention_kv_cache";
+  PL_CHECK(q_heads > 0 && kv_heads > 0 && head_dim > 0 && q_heads % kv_heads == 0,
+           "{}: {} query heads, {} kv heads of dim {} (query heads must be a multiple of kv heads)", op, q_heads,
+           kv_heads, head_dim);
+  // The GPU kernel keeps a query head in registers, head_dim / 32 values per lane (at most 8).
+  PL_CHECK(!on_gpu(ctx) || (head_dim <= 256 && q_heads < 65536), "{}: head_dim {} (at most 256) or {} query heads "
+           "(fewer than 65536) beyond the kernel's limits", op, head_dim, q_heads);
+  arg(ctx, op, "qkv", qkv, act(ctx), 2);
+  arg(ctx, op, "out", out, act(ctx), 2);
+  arg(ctx, op, "k_cache", k_cache, act(ctx), 2);
+  arg(ctx, op, "v_cache", v_cache, act(ctx), 2);
+  const int64_t n = qkv.dim(0), kv = kv_heads * head_dim;
+  PL_CHECK(qkv.dim(1) == (q_heads + 2 * kv_heads) * head_dim && n >= 1,
+           "{}: qkv {} must be [n >= 1, {}] for {} + 2 x {} heads of dim {}", op, qkv.shape_str(),
+           (q_heads + 2 * kv_heads) * head_dim, q_heads, kv_heads, head_dim);
+  PL_CHECK(out.dim(0) == n && out.dim(1) == q_heads * head_dim, "{}: out {} must be [{}, {}]", op, out.shape_str(), n,
+           q_heads * head_dim);
+  PL_CHECK(k_cache.dim(1) == kv && same_shape(k_cache, v_cache), "{}: k_cache {} and v_cache {} must both be [capacity, "
+           "{}]", op, k_cache.shape_str(), v_cache.shape_str(), kv);
+  PL_CHECK(past >= 0 && past + n <= k_cache.dim(0), "{}: {} new rows after {} cached ones do not fit a cache of {} rows",
+           op, n, past, k_cache.dim(0));
+  PL_CHECK(!on_gpu(ctx) || n < (int64_t{1} << 31), "{}: {} new rows are more than a grid holds", op, n);
+}
+
 // ---- SwiGLU ------------------------------------------------------------------------------------------------
 
 void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) {

@@ -220,6 +220,19 @@ OpCosts attention_backward(const OpContext&, const Tensor& dqkv, const Tensor& d
                   bytes_of(qkv) + bytes_of(out) + bytes_of(dout) + bytes_of(lse) + bytes_of(dqkv));
 }
 
+// Against a KV cache: new row i attends past+i+1 keys, 4·d FLOPs per (query head, key) pair:
+// 4·nq·d·(n·past + n(n+1)/2). Bytes: qkv and out once, the n new k/v rows written, every cached k/v row the
+// new rows attend (past + n of them) read once.
+OpCosts attention_kv_cache(const OpContext&, const Tensor& out, const Tensor& k_cache, const Tensor& v_cache,
+                           const Tensor& qkv, int64_t past, int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
+  (void)v_cache;
+  const double n = static_cast<double>(qkv.dim(0)), p = static_cast<double>(past);
+  const double row_bytes = static_cast<double>(kv_heads * head_dim) * static_cast<double>(dtype_size(k_cache.dtype));
+  return streamed(OpKind::Attention, "bf16",
+                  4.0 * static_cast<double>(q_heads * head_dim) * (n * p + n * (n + 1.0) / 2.0),
+                  bytes_of(qkv) + bytes_of(out) + 2.0 * row_bytes * (n + p + n));
+}
+
 // ---- SwiGLU --------------------------------------------------------------------------------------------
 // 5 FLOPs per output element: silu(g) = g / (1 + exp(−g)) (exp, add, div, mul), then ·up. Bytes fc1 + out.
 OpCosts swiglu_forward(const OpContext&, const Tensor& out, const Tensor& fc1) {

@@ -90,6 +90,17 @@ PL_OP(attention_backward, void, TimerId::Attention,
        const Tensor& qkv, const AttentionShape& s),
       (ctx, dqkv, dout, out, lse, qkv, s))
 
+// Attention of n new rows against one sequence's KV cache (the generate tool, issue 28). qkv[n, (nq+2nkv)*d]: the
+// new tokens' q, k and v heads, q and k already rotated at positions past .. past+n-1. Their k and v heads are
+// first written into rows [past, past+n) of k_cache / v_cache [capacity, nkv*d]; then new row i attends cached
+// rows 0 .. past+i:  out[n, nq*d] = softmax(q kᵀ / sqrt(d)) v  (scores, softmax and sums in fp32; out a bf16
+// activation; query head j reads kv head j/(nq/nkv)). With past = 0 and n tokens it is attention_forward's causal
+// attention over one sequence.
+PL_OP(attention_kv_cache, void, TimerId::Attention,
+      (const OpContext& ctx, const Tensor& out, const Tensor& k_cache, const Tensor& v_cache, const Tensor& qkv,
+       int64_t past, int64_t q_heads, int64_t kv_heads, int64_t head_dim),
+      (ctx, out, k_cache, v_cache, qkv, past, q_heads, kv_heads, head_dim))
+
 // ---- SwiGLU --------------------------------------------------------------------------------------
 // fc1[T, 2f] = [gate | up];  out[T,f] = silu(gate) * up     out: bf16 activation
 PL_OP(swiglu_forward, void, TimerId::Swiglu, (const OpContext& ctx, const Tensor& out, const Tensor& fc1),

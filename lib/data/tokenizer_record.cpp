@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
+#include <charconv>
 #include <filesystem>
 #include <optional>
 #include <nlohmann/json.hpp>
@@ -59,7 +60,23 @@ void write_tokenizer_record(const std::string& prefix, const TokenizerRecord& re
 }
 
 std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix) {
-  const std::string path = tokenizer_record_path(prefix);
+  return read_tokenizer_record_file(tokenizer_record_path(prefix));
+}
+
+std::string data_prefix_of_command_line(const std::vector<std::string>& argv) {
+  for (size_t i = 0; i + 1 < argv.size(); ++i) {
+    if (argv[i] != "--data-path") continue;
+    // "--data-path P" or "--data-path W1 P1 ...": the first value that is not a number.
+    for (size_t k = i + 1; k < argv.size() && argv[k].rfind("--", 0) != 0; ++k) {
+      double w = 0;
+      const auto [end, ec] = std::from_chars(argv[k].data(), argv[k].data() + argv[k].size(), w);
+      if (ec != std::errc() || end != argv[k].data() + argv[k].size()) return argv[k];
+    }
+  }
+  return "";
+}
+
+std::optional<TokenizerRecord> read_tokenizer_record_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::nullopt;
   const std::string text = read_regular_file(path);  // (a FIFO: one line, not a hang)

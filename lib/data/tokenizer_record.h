@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace pl::data {
 
@@ -37,5 +38,15 @@ std::string tokenizer_record_text(const TokenizerRecord& record);
 
 // std::nullopt when "<prefix>.tokenizer.json" does not exist; a malformed file is a one-line error.
 std::optional<TokenizerRecord> read_tokenizer_record(const std::string& prefix);
+// The same record read from a file of any name (a Hugging Face export's kHfTokenizerRecordName).
+std::optional<TokenizerRecord> read_tokenizer_record_file(const std::string& path);
+
+// What convert_checkpoint --to-hf writes beside config.json when the checkpoint's data has a record, so that the
+// generate tool finds the tokenizer of an exported model (Hugging Face's tokenizer.json is not made).
+inline constexpr const char* kHfTokenizerRecordName = "pretrain_llama_tokenizer.json";
+
+// The first dataset prefix a pretrain_llama command line (argv, as a checkpoint's metadata keeps it) trains on:
+// --data-path PREFIX, or the first prefix of a blend "W1 P1 W2 P2"; "" without --data-path (mock data).
+std::string data_prefix_of_command_line(const std::vector<std::string>& argv);
 
 }  // namespace pl::data

@@ -312,18 +312,27 @@ std::string HfImportReport::describe() const {
 }
 
 HfImportReport import_hf(const std::string& dir, LlamaModel& model) {
+  HfImportReport rep = read_hf_weights(dir, model.config(), [&](int64_t offset, const float* values, int64_t count) {
+    model.write_master(offset, values, count);
+  });
+  model.sync_weights_from_master();
+  model.zero_grads();
+  return rep;
+}
+
+HfImportReport read_hf_weights(const std::string& dir, const ModelConfig& cfg, const FlatWeightWriter& write) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
   std::error_code ec;
   if (!fs::is_regular_file(config_path, ec)) fail("{}: no config.json (not a Hugging Face model directory)", dir);
   const HfLlamaConfig hf = read_hf_llama_config(config_path);
-  check_hf_config_matches(hf.model, model.config());
+  check_hf_config_matches(hf.model, cfg);
   const SafetensorsCheckpoint ckpt(dir);
 
   HfImportReport rep;
   rep.dir = dir;
   rep.tied_embeddings = hf.tie_word_embeddings;
   // Which HF tensor fills each slot: itself, except a tied LM head, which reads the embedding.
-  std::vector<HfTensorSlot> slots = hf_llama_tensor_layout(model.config());
+  std::vector<HfTensorSlot> slots = hf_llama_tensor_layout(cfg);
   auto source_of = [&](const HfTensorSlot& s) -> std::string {
     return hf.tie_word_embeddings && s.name == "lm_head.weight" ? "model.embed_tokens.weight" : s.name;
   };
@@ -332,7 +341,7 @@ HfImportReport import_hf(const std::string& dir, LlamaModel& model) {
   for (const HfTensorSlot& s : slots) {
     const std::string src = source_of(s);
     if (!ckpt.contains(src))
-      fail("{}: tensor '{}' is missing (a LlamaForCausalLM with {} layers needs it)", dir, src, model.config().num_layers);
+      fail("{}: tensor '{}' is missing (a LlamaForCausalLM with {} layers needs it)", dir, src, cfg.num_layers);
     const SafetensorsTensorInfo& t = ckpt.info(src);
     if (t.shape != s.shape)
       fail("{}: tensor '{}' in {} has shape {}, config.json implies [{}]", dir, src,
@@ -355,16 +364,14 @@ HfImportReport import_hf(const std::string& dir, LlamaModel& model) {
   }
   rep.num_tensors = static_cast<int64_t>(used.size());
 
-  // 2. Into the FP32 master weights, tensor by tensor through a host staging vector (as init_parameters
-  // does; with the distributed optimizer each rank keeps the part in its shard).
+  // 2. Tensor by tensor through a host staging vector into `write` (a model's FP32 masters, as
+  // init_parameters writes them; with the distributed optimizer each rank keeps the part in its shard).
   std::vector<float> staging;
   for (const HfTensorSlot& s : slots) {
     staging.resize(static_cast<size_t>(s.numel()));
     ckpt.read_float(source_of(s), staging.data());
-    model.write_master(s.offset, staging.data(), s.numel());
+    write(s.offset, staging.data(), s.numel());
   }
-  model.sync_weights_from_master();
-  model.zero_grads();
   return rep;
 }
 

@@ -26,6 +26,7 @@
 // exactly the pairing of our RoPE (backend/cpu/rope.cpp); transformers' convert_llama_weights_to_hf
 // permutes Meta's interleaved checkpoints into that form before they reach the Hub.
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <span>
@@ -110,6 +111,11 @@ struct HfImportReport {
 // separately) and the report says so: refusing would lock out tied models such as Llama 3.2 1B.
 // Everything is checked (names, shapes, dtypes) before any weight is written.
 HfImportReport import_hf(const std::string& dir, LlamaModel& model);
+// Receives the weights of a flat layout (LlamaModel::param_entries' offsets), a contiguous run at a time.
+using FlatWeightWriter = std::function<void(int64_t offset, const float* values, int64_t count)>;
+// The same checks and reads without a model: every tensor of dir (whose config.json must describe `cfg`'s shape)
+// as FP32 values into `write`, tensor by tensor (what the generate tool loads without a training model's state).
+HfImportReport read_hf_weights(const std::string& dir, const ModelConfig& cfg, const FlatWeightWriter& write);
 
 // Writes an HF directory (safetensors BF16, rounded to nearest even from the FP32 masters, sharded
 // above opts.max_shard_bytes with model.safetensors.index.json; then config.json) from host master

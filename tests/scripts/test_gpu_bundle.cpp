@@ -119,7 +119,7 @@ class GpuBundle : public ::testing::Test {
 // is checked without that library.
 TEST_F(GpuBundle, HoldsEverythingItsProgramsLoadExceptNvidiasLibrariesAndIsUnder48MiB) {
   for (const char* f : {"bin/pretrain_llama", "bin/pl_tests", "bin/quantize_tensor", "bin/inspect_data",
-                        "bin/preprocess_data", "bin/convert_checkpoint"})
+                        "bin/preprocess_data", "bin/convert_checkpoint", "bin/generate"})
     EXPECT_TRUE(fs::is_regular_file(bundle_ / f) || fs::is_regular_file(bundle_ / (std::string(f) + ".gz")))
         << f << " (or " << f << ".gz) missing";
   for (const char* f : {"scripts/gpu_check.sh", "scripts/gpu_8b_fit.sh", "configs/models/llama3_8b.json",
@@ -174,9 +174,9 @@ TEST_F(GpuBundle, HoldsEverythingItsProgramsLoadExceptNvidiasLibrariesAndIsUnder
       ++in_bundle;
     }
   }
-  EXPECT_EQ(binaries, 6);
-  // spdlog, fmt, OpenBLAS, gfortran, gomp, libstdc++, ... for six programs: the check above saw them.
-  EXPECT_GE(in_bundle, 6 * 3);
+  EXPECT_EQ(binaries, 7);
+  // spdlog, fmt, OpenBLAS, gfortran, gomp, libstdc++, ... for seven programs: the check above saw them.
+  EXPECT_GE(in_bundle, 7 * 3);
 }
 
 // A fake nvidia-smi in a fresh directory: `mode` none prints "No devices were found" and fails (a

@@ -1,0 +1,193 @@
+// generate: the continuation of a prompt by a trained model — what anyone does first after fine-tuning (issue 28).
+// The weights come from a pretrain_llama checkpoint (--load, its FP32 masters) or a Hugging Face Llama directory
+// (--init-from-hf); the model runs with a KV cache (model/generator.h), every linear layer in BF16; the
+// continuation goes to stdout as it is made, everything else to stderr.
+//
+//   generate --load checkpoints/sft --prompt "What is 2+2?" --chat
+//   generate --init-from-hf hf/sft --prompt "Once upon a time" --max-new-tokens 64 --temperature 0.8 --top-p 0.9
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "app_main.h"
+#include "backend/ops.h"
+#include "core/error.h"
+#include "data/sft_format.h"
+#include "data/tokenizer.h"
+#include "data/tokenizer_record.h"
+#include "io/file_checks.h"
+#include "model/generator.h"
+#include "model/hf_llama.h"
+#include "train/checkpoint.h"
+
+namespace {
+
+using namespace pl;
+namespace fs = std::filesystem;
+
+struct Options {
+  std::string load, init_from_hf, prompt, system, device = "cpu", tokenizer_type, tokenizer_model;
+  bool chat = false;
+  int64_t max_new_tokens = 128;
+  double temperature = 0.0, top_p = 1.0;
+  uint64_t seed = 1234;
+};
+
+// Where the tokenizer comes from, in this order: the flags; an export's record (convert_checkpoint writes
+// kHfTokenizerRecordName) or a Meta tokenizer.model inside the Hugging Face directory; the tokenizer record of
+// the data a checkpoint trained on (its saved command line's --data-path).
+std::unique_ptr<data::Tokenizer> find_tokenizer(const Options& o, const std::vector<std::string>& ckpt_command_line,
+                                                std::string& source) {
+  if (!o.tokenizer_type.empty()) {
+    source = "--tokenizer-type " + o.tokenizer_type;
+    return data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
+  }
+  std::optional<data::TokenizerRecord> rec;
+  if (!o.init_from_hf.empty()) {
+    const fs::path dir(o.init_from_hf);
+    std::error_code ec;
+    for (const fs::path& p : {dir / "original" / "tokenizer.model", dir / "tokenizer.model"})
+      if (fs::is_regular_file(p, ec)) {
+        source = p.string();
+        return data::make_tokenizer("tiktoken", p.string());
+      }
+    source = (dir / data::kHfTokenizerRecordName).string();
+    rec = data::read_tokenizer_record_file(source);
+  } else {
+    const std::string prefix = data::data_prefix_of_command_line(ckpt_command_line);
+    if (!prefix.empty()) {
+      source = data::tokenizer_record_path(prefix);
+      rec = data::read_tokenizer_record(prefix);
+    }
+  }
+  PL_CHECK(rec.has_value(),
+           "no tokenizer found ({} does not exist; a Hugging Face tokenizer.json is not read): give --tokenizer-type "
+           "byte, or --tokenizer-type tiktoken --tokenizer-model tokenizer.model",
+           source.empty() ? "the checkpoint's run used mock data, which" : source);
+  return data::make_tokenizer(rec->type, rec->model_path);
+}
+
+// The prompt's token ids: the text as it is, or (--chat) a user turn, after an optional system message, in the
+// chat template of the tokenizer (data/sft_format.h), ending with the assistant's header.
+std::vector<int32_t> prompt_ids(const Options& o, const data::Tokenizer& tok) {
+  if (!o.chat) {
+    PL_CHECK(o.system.empty(), "--system needs --chat");
+    return tok.encode(o.prompt);
+  }
+  std::vector<data::ChatMessage> msgs;
+  if (!o.system.empty()) msgs.push_back({"system", o.system});
+  msgs.push_back({"user", o.prompt});
+  return data::chat_prompt(msgs, tok);
+}
+
+OpContext open_device(const std::string& device, DeviceStateHandle& state) {
+  OpContext ctx;
+  ctx.round_bf16 = true;
+  if (device == "cpu") return ctx;
+  std::string why;
+  PL_CHECK(cuda_device_count(&why) > 0, "--device cuda: no CUDA device ({})", why);
+  ctx.device = Device::CUDA;
+  state = open_device_state(Device::CUDA);
+  ctx.gpu = state.get();
+  return ctx;
+}
+
+std::optional<int> parse(int argc, char** argv, Options& o) {
+  CLI::App app{"generate: the continuation of a prompt by a pretrain_llama checkpoint or a Hugging Face Llama "
+               "(greedy at temperature 0), with a KV cache; the text to stdout, the rest to stderr"};
+  auto* load = app.add_option("--load", o.load, "A checkpoint: a --save directory (its latest) or one iter_ directory");
+  auto* hf = app.add_option("--init-from-hf", o.init_from_hf, "A Hugging Face Llama directory (config.json, safetensors)");
+  load->excludes(hf);
+  app.add_option("--prompt", o.prompt, "The text to continue (with --chat: the user's message)")->required();
+  app.add_flag("--chat", o.chat, "Wrap the prompt in the chat template (Llama 3's with a tiktoken tokenizer, the "
+                                 "plain one with the byte tokenizer) and answer it as the assistant");
+  app.add_option("--system", o.system, "--chat: a system message before the prompt");
+  app.add_option("--max-new-tokens", o.max_new_tokens, "Tokens to generate at most")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "0: greedy; else sample from softmax(logits / T)")
+      ->capture_default_str();
+  app.add_option("--top-p", o.top_p, "Sample from the smallest set of tokens whose probability reaches P")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of the sampling")->capture_default_str();
+  app.add_option("--device", o.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--tokenizer-type", o.tokenizer_type, "byte | tiktoken (default: the one the weights were "
+                                                       "trained with, when a record says so)")
+      ->check(CLI::IsMember({"byte", "tiktoken"}));
+  app.add_option("--tokenizer-model", o.tokenizer_model, "tiktoken: Llama 3 tokenizer.model");
+  if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "generate")) return rc;
+  PL_CHECK(!o.load.empty() || !o.init_from_hf.empty(), "give the weights: --load DIR or --init-from-hf DIR");
+  PL_CHECK(o.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", o.max_new_tokens);
+  PL_CHECK(o.temperature >= 0.0, "--temperature {} must be >= 0 (0: greedy)", o.temperature);
+  PL_CHECK(o.top_p > 0.0 && o.top_p <= 1.0, "--top-p {} must be in (0, 1]", o.top_p);
+  return std::nullopt;
+}
+
+int run(int argc, char** argv) {
+  Options o;
+  if (const std::optional<int> rc = parse(argc, argv, o)) return *rc;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<VerifiedCheckpoint> ckpt;
+  ModelConfig cfg;
+  if (!o.load.empty()) {
+    ckpt = verify_checkpoint(o.load);
+    cfg = ckpt->model;
+  } else {
+    cfg = read_hf_llama_config((fs::path(o.init_from_hf) / "config.json").string()).model;
+  }
+  std::string tok_source;
+  const std::unique_ptr<data::Tokenizer> tok = find_tokenizer(o, ckpt ? ckpt->command_line : std::vector<std::string>{},
+                                                              tok_source);
+  PL_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer ({}) has {} ids but model {} only {}",
+           tok->description(), tok->vocab_size(), cfg.name, cfg.vocab_size);
+  const std::vector<int32_t> prompt = prompt_ids(o, *tok);
+  PL_CHECK(!prompt.empty(), "--prompt: the text tokenizes to nothing");
+  PL_CHECK(static_cast<int64_t>(prompt.size()) < cfg.max_position_embeddings,
+           "--prompt: {} tokens, but model {} has {} positions (max_position_embeddings), and one more is needed for "
+           "the answer",
+           prompt.size(), cfg.name, cfg.max_position_embeddings);
+  DeviceStateHandle state;
+  const OpContext ctx = open_device(o.device, state);
+  const int64_t capacity =
+      std::min<int64_t>(cfg.max_position_embeddings, static_cast<int64_t>(prompt.size()) + o.max_new_tokens);
+  Generator g(cfg, ctx, capacity);
+  const auto write = [&](int64_t off, const float* v, int64_t n) { g.write_weights(off, v, n); };
+  if (ckpt) stream_master_weights(*ckpt, write);
+  else read_hf_weights(o.init_from_hf, cfg, write);
+  const auto t1 = std::chrono::steady_clock::now();
+  fmt::print(stderr, "generate | model {} ({} parameters) from {} on {}, weights loaded in {:.1f} s | tokenizer {} "
+             "(from {}) | prompt {} tokens{} | {}\n",
+             cfg.name, cfg.num_parameters(), ckpt ? ckpt->path : o.init_from_hf, o.device,
+             std::chrono::duration<double>(t1 - t0).count(), tok->description(), tok_source, prompt.size(),
+             o.chat ? fmt::format(" (chat template {})", data::chat_template_name(data::chat_template_for(*tok))) : "",
+             o.temperature == 0.0 ? std::string("greedy")
+                                  : fmt::format("temperature {} top-p {} seed {}", o.temperature, o.top_p, o.seed));
+  std::mt19937_64 rng(o.seed);
+  const std::vector<int32_t> stops = data::answer_stop_ids(*tok);
+  const Generated out = generate_tokens(g, prompt, o.max_new_tokens, stops, {o.temperature, o.top_p}, rng,
+                                        [&](int32_t id) {
+                                          const std::string piece = tok->decode(std::span<const int32_t>(&id, 1));
+                                          std::fwrite(piece.data(), 1, piece.size(), stdout);
+                                          std::fflush(stdout);
+                                        });
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  fmt::print(stderr, "generate | {} tokens in {:.2f} s ({:.1f} tokens/s, prompt included), {}\n", out.tokens.size(),
+             secs, static_cast<double>(out.tokens.size()) / std::max(secs, 1e-9),
+             out.stopped ? "stopped at an end-of-answer token"
+                         : (g.length() == g.capacity() && capacity < static_cast<int64_t>(prompt.size()) + o.max_new_tokens
+                                ? "stopped at the model's last position"
+                                : "stopped at --max-new-tokens"));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return pl::app::guarded_main("generate", run, argc, argv); }
