@@ -272,10 +272,6 @@ void encode_parallel(const std::vector<RawDocument>& batch, int workers, std::ve
   for (std::thread& t : threads) t.join();
 }
 
-void encode_batch(const std::vector<RawDocument>& batch, const Options& o, const Tokenizer& tok,
-                  std::vector<Encoded>& out) {
-  encode_parallel(batch, o.workers, out, [&](const RawDocument& d, Encoded& e) { e.ids = encode_document(d, o, tok); });
-}
 
 std::string output_prefix_for(const Options& o, const std::string& key) {
   return fmt::format("{}_{}_document", o.output_prefix, key);
@@ -359,6 +355,28 @@ void print_progress(int64_t count, double elapsed_s, int64_t bytes) {
              static_cast<double>(bytes) / e / 1024.0 / 1024.0);
 }
 
+// Every input document, a batch at a time: encode(document, out) on the worker threads, then, in input order,
+// consume(out) (an encoding error stops the run with its FILE:LINE message), with Megatron's progress line.
+template <class Out, class Encode, class Consume>
+void for_each_encoded(const Options& o, Encode&& encode, Consume&& consume) {
+  DocumentReader reader(o.inputs, o);
+  std::vector<RawDocument> batch;
+  std::vector<Out> encoded;
+  int64_t count = 0, bytes = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (reader.next_batch(batch, 4096, size_t{64} << 20)) {
+    encode_parallel(batch, o.workers, encoded, encode);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!encoded[i].error.empty()) throw pl::Error(encoded[i].error);
+      consume(encoded[i]);
+      ++count;
+      bytes += static_cast<int64_t>(batch[i].raw.size());
+      if (count % o.log_interval == 0)
+        print_progress(count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes);
+    }
+  }
+}
+
 // ---- --dataset-type sft ------------------------------------------------------------------------------
 
 struct SftEncoded {
@@ -395,23 +413,11 @@ data::SftRecord write_sft_examples(const Options& o, const Tokenizer& tok, data:
   r.overlong = o.overlong;
   r.chat_template = data::chat_template_name(data::chat_template_for(tok));
   r.prepend_bos = o.prepend_bos;
-  DocumentReader reader(o.inputs, o);
-  std::vector<RawDocument> batch;
-  std::vector<SftEncoded> encoded;
-  int64_t count = 0, bytes = 0;
-  const auto start = std::chrono::steady_clock::now();
-  while (reader.next_batch(batch, 4096, size_t{64} << 20)) {
-    encode_parallel(batch, o.workers, encoded,
-                    [&](const RawDocument& d, SftEncoded& e) { e.example = encode_sft_line(d, o, tok); });
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (!encoded[i].error.empty()) throw pl::Error(encoded[i].error);
-      if (fit_sft_example(encoded[i].example, o, r)) w.add(encoded[i].example);
-      ++count;
-      bytes += static_cast<int64_t>(batch[i].raw.size());
-      if (count % o.log_interval == 0)
-        print_progress(count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes);
-    }
-  }
+  for_each_encoded<SftEncoded>(
+      o, [&](const RawDocument& d, SftEncoded& e) { e.example = encode_sft_line(d, o, tok); },
+      [&](SftEncoded& e) {
+        if (fit_sft_example(e.example, o, r)) w.add(e.example);
+      });
   return r;
 }
 
@@ -467,36 +473,26 @@ std::optional<int> parse_command_line(int argc, char** argv, Options& o) {
   return app::parse_command_line(app, argc, argv, "preprocess_data");
 }
 
-// Every input document, tokenized a batch at a time, into each key's writer, in input order.
+
+// Every input document, tokenized, into each key's writer, in input order.
 std::vector<KeyStats> write_documents(const Options& o, const Tokenizer& tok,
                                       std::vector<data::IndexedDatasetWriter>& writers) {
   std::vector<KeyStats> stats(writers.size());
-  DocumentReader reader(o.inputs, o);
-  std::vector<RawDocument> batch;
-  std::vector<Encoded> encoded;
-  int64_t count = 0, bytes = 0;
-  const auto start = std::chrono::steady_clock::now();
-  while (reader.next_batch(batch, 4096, size_t{64} << 20)) {
-    encode_batch(batch, o, tok, encoded);
-    for (size_t i = 0; i < batch.size(); ++i) {
-      if (!encoded[i].error.empty()) throw pl::Error(encoded[i].error);
-      for (size_t k = 0; k < writers.size(); ++k) {
-        const std::vector<int32_t>& ids = encoded[i].ids[k];
-        if (ids.empty()) {
-          writers[k].add_empty_document();
-          ++stats[k].empty;
-        } else {
-          writers[k].add_document(ids);
+  for_each_encoded<Encoded>(
+      o, [&](const RawDocument& d, Encoded& e) { e.ids = encode_document(d, o, tok); },
+      [&](const Encoded& e) {
+        for (size_t k = 0; k < writers.size(); ++k) {
+          const std::vector<int32_t>& ids = e.ids[k];
+          if (ids.empty()) {
+            writers[k].add_empty_document();
+            ++stats[k].empty;
+          } else {
+            writers[k].add_document(ids);
+          }
+          ++stats[k].documents;
+          stats[k].tokens += static_cast<int64_t>(ids.size());
         }
-        ++stats[k].documents;
-        stats[k].tokens += static_cast<int64_t>(ids.size());
-      }
-      ++count;
-      bytes += static_cast<int64_t>(batch[i].raw.size());
-      if (count % o.log_interval == 0)
-        print_progress(count, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), bytes);
-    }
-  }
+      });
   return stats;
 }
 

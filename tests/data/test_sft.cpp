@@ -24,6 +24,7 @@
 #include "data/tokenizer.h"
 #include "data/tokenizer_record.h"
 #include "io/atomic_file.h"
+#include "sft_test_util.h"
 #include "test_tokenizer.h"
 #include "test_util.h"
 
@@ -217,26 +218,9 @@ TEST(SftPacking, EveryExampleOnceAndNoPackOverfull) {
 // next token where that token is an answer, its positions 0.., the padding eod with no loss.
 struct WrittenSet {
   test::TempDir dir;
-  std::string prefix;
   std::vector<SftExample> examples;
-  explicit WrittenSet(const std::vector<json>& objects) : prefix((dir.path() / "sft").string()) {
-    const auto tok = byte_tok();
-    TokenizerRecord rec;
-    rec.type = "byte";
-    rec.vocab_size = tok->vocab_size();
-    rec.eod = tok->eod();
-    rec.bos = tok->bos();
-    FileSet set({indexed_dataset_journal_path(prefix)});
-    SftDatasetWriter w(prefix, rec, set);
-    for (const json& j : objects) {
-      examples.push_back(encode_sft_example(j, *tok, false));
-      w.add(examples.back());
-    }
-    SftRecord r;
-    r.chat_template = "plain";
-    w.finalize(r);
-    set.publish();
-  }
+  std::string prefix;
+  explicit WrittenSet(const std::vector<json>& objects) : prefix(test::write_sft_set(dir.path(), objects, &examples)) {}
 };
 
 std::vector<json> qa_objects(int n) {

@@ -18,6 +18,7 @@
 #include "config/model_config.h"
 #include "data/documents.h"
 #include "model/llama.h"
+#include "model_test_util.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -62,18 +63,6 @@ std::vector<int32_t> random_ids(size_t n, std::mt19937& rng) {  // never the EOD
   std::vector<int32_t> v(n);
   for (int32_t& x : v) x = static_cast<int32_t>(rng() % kEod);
   return v;
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0.0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
-  return m;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
-  return m;
 }
 
 TEST(ModelDocumentPacking, PackedSequenceEqualsItsDocumentsRunApart) {

@@ -23,6 +23,8 @@
 #include "data/tokenizer.h"
 #include "io/atomic_file.h"
 #include "model/llama.h"
+#include "data/sft_test_util.h"
+#include "model_test_util.h"
 #include "test_util.h"
 
 namespace pl {
@@ -51,26 +53,11 @@ RunLayout sft_layout() {
 // Three examples of different lengths (byte tokenizer), written as an SFT set.
 struct ThreeExamples {
   test::TempDir dir;
-  std::string prefix;
-  ThreeExamples() : prefix((dir.path() / "sft").string()) {
-    const auto tok = data::make_tokenizer("byte", "");
-    data::TokenizerRecord rec;
-    rec.type = "byte";
-    rec.vocab_size = tok->vocab_size();
-    rec.eod = tok->eod();
-    rec.bos = tok->bos();
-    FileSet set({data::indexed_dataset_journal_path(prefix)});
-    data::SftDatasetWriter w(prefix, rec, set);
-    for (const json& j : {json{{"input", "What is two and two?"}, {"output", "Four."}},
-                          json{{"messages", {{{"role", "user"}, {"content", "Name a colour."}},
-                                             {{"role", "assistant"}, {"content", "Blue."}}}}},
-                          json{{"input", "Say hi"}, {"output", "Hi there, friend."}}})
-      w.add(data::encode_sft_example(j, *tok, false));
-    data::SftRecord r;
-    r.chat_template = "plain";
-    w.finalize(r);
-    set.publish();
-  }
+  std::string prefix = test::write_sft_set(
+      dir.path(), {json{{"input", "What is two and two?"}, {"output", "Four."}},
+                   json{{"messages", {{{"role", "user"}, {"content", "Name a colour."}},
+                                      {{"role", "assistant"}, {"content", "Blue."}}}}},
+                   json{{"input", "Say hi"}, {"output", "Hi there, friend."}}});
 };
 
 struct Pack {
@@ -101,18 +88,6 @@ LossAndGrads run(const RunLayout& layout, const Pack& p, float grad_scale) {
                                              layout.packing.explicit_documents ? p.positions.data() : nullptr);
   const float* g = model.grads().flat.f32();
   return {loss, std::vector<float>(g, g + model.num_params())};
-}
-
-double max_abs(const std::vector<float>& v) {
-  double m = 0.0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
-  return m;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, static_cast<double>(std::abs(a[i] - b[i])));
-  return m;
 }
 
 // The examples' segments of a pack: [begin, end) per example (the padding excluded).
