@@ -41,9 +41,9 @@ struct Options {
   uint64_t seed = 1234;
 };
 
-// Where the tokenizer comes from, in this order: the flags; an export's record (convert_checkpoint writes
-// kHfTokenizerRecordName) or a Meta tokenizer.model inside the Hugging Face directory; the tokenizer record of
-// the data a checkpoint trained on (its saved command line's --data-path).
+// Where the tokenizer comes from, in this order: the flags; in a Hugging Face directory a Meta tokenizer.model,
+// else an export's record (convert_checkpoint writes kHfTokenizerRecordName); for a checkpoint the tokenizer
+// record of the data it trained on (its saved command line's --data-path).
 std::unique_ptr<data::Tokenizer> find_tokenizer(const Options& o, const std::vector<std::string>& ckpt_command_line,
                                                 std::string& source) {
   if (!o.tokenizer_type.empty()) {
@@ -182,9 +182,8 @@ int run(int argc, char** argv) {
   fmt::print(stderr, "generate | {} tokens in {:.2f} s ({:.1f} tokens/s, prompt included), {}\n", out.tokens.size(),
              secs, static_cast<double>(out.tokens.size()) / std::max(secs, 1e-9),
              out.stopped ? "stopped at an end-of-answer token"
-                         : (g.length() == g.capacity() && capacity < static_cast<int64_t>(prompt.size()) + o.max_new_tokens
-                                ? "stopped at the model's last position"
-                                : "stopped at --max-new-tokens"));
+                         : (static_cast<int64_t>(out.tokens.size()) < o.max_new_tokens ? "stopped at the model's last position"
+                                                                                      : "stopped at --max-new-tokens"));
   return 0;
 }
 

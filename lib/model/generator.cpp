@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/memory_plan.h"
 #include "numerics/bf16.h"
 
 namespace pl {
@@ -14,8 +15,6 @@ namespace {
 
 constexpr int64_t kChunk = 512;  // prompt tokens per pass through the layers
 
-DType act_dtype(const OpContext& ctx) { return ctx.device == Device::CUDA ? DType::BF16 : DType::F32; }
-
 }  // namespace
 
 Generator::Generator(const ModelConfig& cfg, const OpContext& ctx, int64_t capacity)
@@ -23,7 +22,7 @@ Generator::Generator(const ModelConfig& cfg, const OpContext& ctx, int64_t capac
   PL_CHECK(capacity >= 1 && capacity <= cfg.max_position_embeddings,
            "generate: room for {} tokens asked, but model {} has {} positions", capacity, cfg.name,
            cfg.max_position_embeddings);
-  const DType act = act_dtype(ctx);
+  const DType act = float_storage(ctx.device);
   const int64_t P = cfg.num_parameters(), h = cfg.hidden_size, f = cfg.ffn_hidden_size, V = cfg.vocab_size;
   weights_buf_ = Buffer(static_cast<size_t>(P) * dtype_size(act), ctx.device);
   w_ = param_views(cfg, entries_, weights_buf_.data(), act, ctx.device);
@@ -62,7 +61,7 @@ void Generator::write_weights(int64_t offset, const float* values, int64_t count
   PL_CHECK(offset >= 0 && count >= 0 && offset + count <= cfg_.num_parameters(),
            "internal: weights [{}, {}) of {} parameters", offset, offset + count, cfg_.num_parameters());
   const Tensor dst = w_.flat.rows(offset, count);
-  if (act_dtype(ctx_) == DType::F32) {  // the CPU: FP32 storage of BF16 values
+  if (float_storage(ctx_.device) == DType::F32) {  // the CPU: FP32 storage of BF16 values
     staging_.resize(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) staging_[static_cast<size_t>(i)] = num::round_bf16(values[i]);
     copy_from_host(dst, staging_.data());
@@ -84,16 +83,16 @@ std::vector<float> Generator::append(std::span<const int32_t> tokens, bool all_l
   std::vector<float> logits;
   for (size_t at = 0; at < tokens.size(); at += static_cast<size_t>(chunk_)) {
     const size_t n = std::min(tokens.size() - at, static_cast<size_t>(chunk_));
-    const bool last = at + n == tokens.size();
-    forward_chunk(tokens.subspan(at, n), all_logits, logits);
-    if (!last && !all_logits) logits.clear();  // only the last chunk's last row is wanted
+    // Without all_logits only the last chunk's last row goes through the LM head.
+    const Heads heads = all_logits ? Heads::all : (at + n == tokens.size() ? Heads::last : Heads::none);
+    forward_chunk(tokens.subspan(at, n), heads, logits);
   }
   return logits;
 }
 
-// One chunk of n tokens at positions [length_, length_ + n): the layers, then the LM head on the last row (or every
-// row with all_logits, appended to `logits` as floats).
-void Generator::forward_chunk(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits) {
+// One chunk of n tokens at positions [length_, length_ + n): the layers, then the LM head on the rows `heads` says,
+// their logits appended to `logits` as floats.
+void Generator::forward_chunk(std::span<const int32_t> tokens, Heads heads, std::vector<float>& logits) {
   const auto n = static_cast<int64_t>(tokens.size());
   const int64_t past = length_;
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
@@ -119,7 +118,8 @@ void Generator::forward_chunk(std::span<const int32_t> tokens, bool all_logits, 
     add(ctx_, x, h, y);  // the residual stream after the layer
   }
   length_ += n;
-  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
+  if (heads == Heads::none) return;
+  const int64_t first = heads == Heads::all ? 0 : n - 1, rows = n - first;
   const Tensor xs = x.rows(first, rows), lns = ln.rows(first, rows), rs = rstd.rows(first, rows);
   rmsnorm_forward(ctx_, lns, rs, xs, w_.final_norm, eps);
   const Tensor out = logits_.rows(0, rows);

@@ -43,7 +43,8 @@ class Generator {
   const ModelConfig& config() const { return cfg_; }
 
  private:
-  void forward_chunk(std::span<const int32_t> tokens, bool all_logits, std::vector<float>& logits);
+  enum class Heads { none, last, all };  // the rows of a chunk that go through the LM head
+  void forward_chunk(std::span<const int32_t> tokens, Heads heads, std::vector<float>& logits);
 
   ModelConfig cfg_;
   OpContext ctx_;

@@ -111,7 +111,8 @@ struct HfImportReport {
 // separately) and the report says so: refusing would lock out tied models such as Llama 3.2 1B.
 // Everything is checked (names, shapes, dtypes) before any weight is written.
 HfImportReport import_hf(const std::string& dir, LlamaModel& model);
-// Receives the weights of a flat layout (LlamaModel::param_entries' offsets), a contiguous run at a time.
+// Receives the weights of a flat layout (LlamaModel::param_entries' offsets), a contiguous run at a time (the HF
+// import here, a checkpoint's masters in train/checkpoint.h).
 using FlatWeightWriter = std::function<void(int64_t offset, const float* values, int64_t count)>;
 // The same checks and reads without a model: every tensor of dir (whose config.json must describe `cfg`'s shape)
 // as FP32 values into `write`, tensor by tensor (what the generate tool loads without a training model's state).

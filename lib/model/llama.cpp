@@ -286,8 +286,7 @@ void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels, cons
            opt_.packing.explicit_documents ? "whose data gives them (an SFT dataset)" : "that derives them");
   if (positions != nullptr)
     for (int64_t i = 0; i < T; ++i)
-      PL_CHECK(positions[i] >= 0 && positions[i] <= i % S_ && (i % S_ != 0 || positions[i] == 0) &&
-                   (i % S_ == 0 || positions[i] == 0 || positions[i] == positions[i - 1] + 1),
+      PL_CHECK(positions[i] == 0 || (i % S_ != 0 && positions[i] == positions[i - 1] + 1),
                "position {} of sample {} of the micro-batch (index {}) does not continue or restart its document",
                positions[i], i / S_, i % S_);
   upload_packed(tokens, labels, positions);
@@ -304,20 +303,15 @@ void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels, con
     (void)data::masked_labels(pack, tok, std::span<const int32_t>(labels, T), host_labels_);
     labels = host_labels_.data();
   }
-  if (pack.explicit_documents) {  // (an SFT pack: the positions come with the data, the documents from them)
-    std::copy(positions, positions + T, host_positions_.begin());
-    positions_ = {host_positions_.data(), acts_.positions.i32()};
-    const int64_t count = data::document_offsets_from_positions(host_positions_, S_, host_offsets_);
+  // An SFT pack brings its positions, and its documents follow from them; else both come from the EOD tokens.
+  if (pack.explicit_documents) std::copy(positions, positions + T, host_positions_.begin());
+  else if (pack.reset_position_ids) data::position_ids(pack, tok, S_, host_positions_);
+  if (pack.reset_position_ids) positions_ = {host_positions_.data(), acts_.positions.i32()};
+  if (pack.reset_attention_mask) {
+    const int64_t count = pack.explicit_documents
+                              ? data::document_offsets_from_positions(host_positions_, S_, host_offsets_)
+                              : data::document_offsets(pack, tok, S_, host_offsets_);
     docs_ = {host_offsets_.data(), acts_.doc_offsets.i32(), count};
-  } else {
-    if (pack.reset_position_ids) {
-      data::position_ids(pack, tok, S_, host_positions_);
-      positions_ = {host_positions_.data(), acts_.positions.i32()};
-    }
-    if (pack.reset_attention_mask) {
-      const int64_t count = data::document_offsets(pack, tok, S_, host_offsets_);
-      docs_ = {host_offsets_.data(), acts_.doc_offsets.i32(), count};
-    }
   }
   // (An empty tensor is an upload that is off: UploadStaging skips it.)
   const Tensor positions_t = pack.reset_position_ids ? acts_.positions : Tensor{};

@@ -540,8 +540,7 @@ std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
   return out;
 }
 
-void stream_master_weights(const VerifiedCheckpoint& c,
-                           const std::function<void(int64_t offset, const float* values, int64_t count)>& write) {
+void stream_master_weights(const VerifiedCheckpoint& c, const FlatWeightWriter& write) {
   const fs::path dir(c.path);
   const CheckpointFile* master = nullptr;
   for (const CheckpointFile& f : c.files)

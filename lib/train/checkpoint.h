@@ -26,6 +26,7 @@
 #include "config/train_config.h"
 #include "io/fd.h"
 #include "parallel/world.h"
+#include "model/hf_llama.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -140,8 +141,7 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
 std::vector<float> read_master_weights(const VerifiedCheckpoint& ckpt);
 // The same a piece at a time (offsets in floats of the flat layout), so a reader keeps no copy of all of them: the
 // checksum is checked at the end, after every piece went to `write` (a caller discards what it built on an error).
-void stream_master_weights(const VerifiedCheckpoint& ckpt,
-                           const std::function<void(int64_t offset, const float* values, int64_t count)>& write);
+void stream_master_weights(const VerifiedCheckpoint& ckpt, const FlatWeightWriter& write);
 
 // Reads the state files into the model's master weights and bf16 weights and the optimizer's
 // moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and
