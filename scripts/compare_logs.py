@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Compare training logs: pretrain_llama's, Megatron-LM / Megatron-Bridge's, NeMo 2's, torchtitan's, llm.c's
-and TensorBoard event directories (log_formats.py beside this script reads the others).
+"""Compare training logs: pretrain_llama's (its text log or its --log-jsonl JSON-lines log), Megatron-LM /
+Megatron-Bridge's, NeMo 2's, torchtitan's, llm.c's and TensorBoard event directories (log_formats.py and
+jsonl_log.py beside this script read the others). Every log file is opened without blocking and must be a
+regular file (a FIFO or a device is refused with one line, never a hang).
 
 Prints one table (one row per log, the first log is the reference) and, with --png, writes one figure.
 Only the standard library and numpy; matplotlib only for --png (Agg backend, no display needed).
@@ -13,6 +15,7 @@ import re
 import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # atomic_output.py beside this script
 from atomic_output import write_atomically  # noqa: E402
+import jsonl_log  # noqa: E402
 import log_formats  # noqa: E402
 
 PROG = "compare_logs.py"
@@ -26,14 +29,17 @@ how the columns are computed:
                  iterations for every log when every log has a line at its start, else (said in
                  a note) the last 60% of each log's own lines;
                  with --log-interval > 1 each line is the mean of its interval
-  step ms        mean 'elapsed time per iteration (ms)' over the window (NeMo: 'train_step_timing in s';
+  step ms        mean 'elapsed time per iteration (ms)' over the window (pretrain_llama's JSON-lines
+                 log: its "iteration" events' elapsed_ms; NeMo: 'train_step_timing in s';
                  torchtitan: 'elapsed_time_per_step' where printed; llm.c: its ms column; TensorBoard:
                  iteration-time); '-' when the format has none
   TFLOP/s/GPU    the FLOPs per iteration over the window's mean step time; the FLOPs from
                  pretrain_llama's summary line (its TFLOP/s x global batch x seq length / its
-                 tokens/s: more digits than the per-line .1f values), else the mean over the window
+                 tokens/s: more digits than the per-line .1f values; in the JSON-lines log the
+                 "end" event's tflops and tokens_per_s), else the mean over the window
                  of a line's TFLOP/s/GPU x its step time (Megatron's 'throughput per GPU (TFLOP/s/GPU)' field, else the
-                 'Step Time : ... MODEL_TFLOP/s/GPU' line before it); '-' when the log has neither
+                 'Step Time : ... MODEL_TFLOP/s/GPU' line before it; a JSON-lines log without an "end"
+                 event: each "iteration" event's tflops); '-' when the log has neither
   tok/s/GPU      as each benchmark defines it:
                  NeMo 2: global_batch_size x seq / mean train_step_timing / GPUs (the NeMo
                    benchmark's TPS/GPU, 128 x 8192 / 3.684 / 8 = 35,578); seq and GPUs are not in its lines: give them
@@ -48,16 +54,23 @@ how the columns are computed:
                  Megatron / pretrain_llama:
                  global batch size x seq length / mean step time / GPUs; the seq length from the
                  log's banner (pretrain_llama's 'training:' line, Megatron's 'seq_length ....' argument
-                 or 'seq_length: N'), else --seq-length; the GPUs from Megatron's 'world_size ....'
-                 argument or pretrain_llama's 'data parallel: world size N' line, else --gpus (default
-                 1); the 'seq' column says where the length came from
+                 or 'seq_length: N'; the JSON-lines log's "start" event, training.seq_length), else
+                 --seq-length; the GPUs from Megatron's 'world_size ....' argument or pretrain_llama's
+                 'data parallel: world size N' line (the "start" event's world_size), else --gpus
+                 (default 1); the 'seq' column says where the length came from
   speed-up       the first log's window step time / this log's; between logs of different formats
                  (or without step times) this log's tok/s/GPU / the first log's, '-' without them
-  formats        detected per file from its lines (a directory is TensorBoard), or forced with
-                 --format or FILE:format=NAME; per-file options FILE:seq=N,gpus=N,gbs=N,format=NAME
-                 override --seq-length / --gpus for that file
-  final loss     the last compared iteration line's lm loss (NeMo: reduced_train_loss; '-' for a
-                 format with no loss column)
+                 (pretrain_llama's text and JSON-lines logs count as one format here)
+  formats        detected per file from its lines (a directory is TensorBoard; a first line that is a
+                 JSON object with "event": "start" is pretrain_llama's --log-jsonl log, 'jsonl'), or
+                 forced with --format or FILE:format=NAME; per-file options
+                 FILE:seq=N,gpus=N,gbs=N,format=NAME override --seq-length / --gpus for that file
+  JSON-lines     (pretrain_llama --log-jsonl FILE) read as its text log: one line per "iteration"
+                 event (a resumed run's repeated iteration: the later line), so the window is the
+                 summary's own (the last 60% of the iterations); a truncated last line is ignored
+  final loss     the last compared iteration line's lm loss (NeMo: reduced_train_loss; JSON-lines:
+                 the "iteration" event's lm_loss, null being non-finite; '-' for a format with no
+                 loss column)
   loss gap       (loss - first log's loss) / first log's loss at the same iteration, averaged over the
                  last 10% of the compared iterations (at least one), iterations where both are finite
   non-finite     iteration lines whose lm loss is nan/inf or missing (Megatron leaves the loss out
@@ -65,7 +78,8 @@ how the columns are computed:
                  a gap is averaged over the finite iterations only and the count is shown
   val loss       the last 'validation loss at iteration N' (test-set lines are ignored; the
                  after-training 'on validation set' value replaces the in-loop one at its
-                 iteration) within the compared iterations; val gap: relative to the first log's at the same iteration;
+                 iteration; JSON-lines: the "eval" events of split "validation", likewise) within the
+                 compared iterations; val gap: relative to the first log's at the same iteration;
                  blank when there is none
 """
 
@@ -159,33 +173,31 @@ def parse_any(spec, forced_format):
         log_formats.parse_tensorboard(log, path, Error)
         log.fmt = "tensorboard"
     else:
-        try:
-            with open(path, "r", encoding="utf-8", errors="replace") as fh:
-                lines = fh.read().splitlines()
-        except OSError as e:
-            raise Error(f"cannot read {path}: {e.strerror or e}")
+        data = jsonl_log.read_bytes(path, Error)  # a FIFO or a directory: one line, never a hang
+        lines = data.decode("utf-8", "replace").splitlines()
         fmt = fmt or log_formats.detect(path, lines)
         if fmt == "megatron":
-            log = parse_log(path)
+            log = parse_log(path, data)
         elif fmt == "tensorboard":
             raise Error(f"{path}: --format tensorboard needs a directory of event files")
+        elif fmt == "jsonl":
+            log = Log(path)
+            log_formats.parse_jsonl(log, data, path, Error)
+            log.fmt = fmt
         else:
             log = Log(path)
             log_formats.PARSERS[fmt](log, lines)
             log.fmt = fmt
     if not log.iters:
-        raise Error(f"{path}: no {log.fmt} iteration lines")
+        raise Error(f"{path}: no {log.fmt} iteration " + ("events" if log.fmt == "jsonl" else "lines"))
     sort_lines(log)
     log.opts = opts
     return log
 
 
-def parse_log(path):
-    try:
-        with open(path, "r", encoding="utf-8", errors="replace") as fh:
-            text = fh.read()
-    except OSError as e:
-        raise Error(f"cannot read {path}: {e.strerror or e}")
+def parse_log(path, data=None):
+    """Our text log or Megatron's (`data`: the file's bytes when already read)."""
+    text = (jsonl_log.read_bytes(path, Error) if data is None else data).decode("utf-8", "replace")
     log = Log(path)
     pending_tflops = None
     seen = {}
@@ -345,7 +357,8 @@ def analyse(logs, seq_option, gpus_option, np):
     ref_loss = dict(zip(ref.iters, ref.loss))
     tail = max(1, int(math.ceil(0.1 * ref.n)))
     tail_iters = set(ref.iters[ref.n - tail:ref.n])
-    mixed = any(log.fmt != ref.fmt for log in logs)
+    family = lambda fmt: "megatron" if fmt == "jsonl" else fmt  # our JSON-lines log: the text log's numbers
+    mixed = any(family(log.fmt) != family(ref.fmt) for log in logs)
     for log in logs:
         if not mixed and math.isfinite(ref.mean_ms) and math.isfinite(log.mean_ms):
             log.speedup = ref.mean_ms / log.mean_ms
@@ -508,7 +521,8 @@ def reexec_with_debian_python(argv):
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
-        description="Compare two or more training logs (pretrain_llama's, Megatron-LM's or Megatron-Bridge's, NeMo 2's, "
+        description="Compare two or more training logs (pretrain_llama's text or --log-jsonl log, Megatron-LM's or "
+                    "Megatron-Bridge's, NeMo 2's, "
                     "torchtitan's, llm.c's stdout or main.log, TensorBoard event directories): "
                     "one table, the first log is the reference; --png FILE also writes one figure (training and "
                     "validation loss, relative loss gap, step time with the averaging window shaded).")

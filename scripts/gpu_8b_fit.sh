@@ -3,17 +3,19 @@
 # layers in BF16, seq 4096, micro-batch 1) on the one GPU of this machine, with the flags the fit table
 # names for it (`pretrain_llama --dry-run --dry-run-gpu NAME`: on an H100 the CPU optimizer offload, on
 # an H200 the precision-aware optimizer's BF16 moments). Prints the flags, the dry run's GPU and host
-# totals, then one line of measurements from the run's summary and memory lines: mean step time,
-# tokens/s, MODEL_TFLOP/s, peak GPU memory (the memory line's max allocated), final loss. Offline, from
-# the bundle (gpu_check.sh --unpack sets it up); builds nothing.
+# totals, then one line of measurements from the run's JSON-lines log (--log-jsonl, its "end" event, read
+# by scripts/jsonl_log.py with python3's standard library): mean step time, MODEL_TFLOP/s, tokens/s, final
+# loss and nan iterations in the summary line's words, and the peak GPU memory (memory.max_allocated_bytes,
+# in GB of 1e9). Offline, from the bundle (gpu_check.sh --unpack sets it up); builds nothing.
 #
 #   scripts/gpu_8b_fit.sh [--bundle DIR] [--gpu h100|h200|b200|gb300|rtx5090] [--iters N] [--gbs N]
 #                         [--extra "FLAGS"]
 #
 # --gpu: the fit table's GPU (default: from nvidia-smi's name). --iters 10 and --gbs 8 (8 micro-batches
 # per iteration: the playbook's GBS 64 would take several minutes per iteration on one GPU) by default.
-# With $OUT set (the device tool) the report and the log go there. Exit 0 when the run finished with
-# finite losses, 1 otherwise, 2 on bad arguments or nothing to run, 3 without a GPU.
+# With $OUT set (the device tool) the report and the logs (gpu_8b_fit.log, gpu_8b_fit.jsonl) go there.
+# Exit 0 when the run finished (an "end" event) with finite losses, 1 otherwise, 2 on bad arguments or
+# nothing to run, 3 without a GPU.
 set -uo pipefail
 self_dir=$(cd "$(dirname "$0")" && pwd)
 bundle="" gpu="" iters=10 gbs=8 extra=""
@@ -50,7 +52,7 @@ if [[ -z $gpu ]]; then
   esac
 fi
 out=${OUT:-$rt}
-report=$out/gpu_8b_fit.txt log=$out/gpu_8b_fit.log
+report=$out/gpu_8b_fit.txt log=$out/gpu_8b_fit.log jsonl=$out/gpu_8b_fit.jsonl reader=$self_dir/jsonl_log.py
 say() { printf '%s\n' "$*" | tee -a "$report"; }
 shape=(--device cuda --model llama3_8b --micro-batch-size 1 --seq-length 4096 --global-batch-size "$gbs")
 
@@ -69,15 +71,21 @@ while IFS= read -r l; do say "   plan: $l"; done <<<"$plan"
 
 say "   run: pretrain_llama ${shape[*]} $extra $flags --train-iters $iters --log-interval 1 --timing-log-level 1"
 start=$(date +%s)
+rm -f "$jsonl"
 # shellcheck disable=SC2086
-timeout -k 10 570 "$app" "${shape[@]}" $extra $flags --train-iters "$iters" --log-interval 1 --timing-log-level 1 >"$log" 2>&1
+timeout -k 10 570 "$app" "${shape[@]}" $extra $flags --train-iters "$iters" --log-interval 1 --timing-log-level 1 \
+  --log-jsonl "$jsonl" >"$log" 2>&1
 rc=$?
-s=$(grep 'summary: iterations' "$log" | tail -n 1)
-peak=$(grep -oE 'mem-max-allocated-gigabytes: [0-9.]+' "$log" | tail -n 1 | awk '{print $2}')
-if ((rc != 0)) || [[ -z $s ]]; then
-  say "FAILED (rc $rc after $(( $(date +%s) - start )) s): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-200)"; exit 1
+s=$(python3 "$reader" --summary "$jsonl" 2>&1)
+src=$?
+if ((rc != 0 || src != 0)); then
+  why=$(grep -v '^$' "$log" | tail -n 1 | cut -c1-200)
+  ((rc == 0)) && why="${s#jsonl_log.py: }"
+  say "FAILED (rc $rc after $(( $(date +%s) - start )) s): $why"; exit 1
 fi
-say "   ${s#*| }"
-say "   peak GPU memory (max allocated): ${peak:-?} GB; wall $(( $(date +%s) - start )) s including start-up"
+# nan iterations, final loss (null: nan), peak memory in bytes
+IFS=$'\t' read -r nan loss peak < <(python3 "$reader" "$jsonl" end nan_iterations final_lm_loss memory.max_allocated_bytes)
+say "   $s"
+say "   peak GPU memory (max allocated): $(LC_ALL=C awk -v b="$peak" 'BEGIN { if (b ~ /^[0-9.eE+-]+$/) printf "%.3f", b / 1e9; else printf "?" }') GB; wall $(( $(date +%s) - start )) s including start-up"
 grep -E 'optimizer-(copy-to-main-grad|inner-step|copy-main-to-model-params)' "$log" | tail -n 3 | sed 's/^/   /' | tee -a "$report"
-grep -q 'nan iterations 0' <<<"$s" || { say "FAILED: non-finite losses"; exit 1; }
+[[ $nan == 0 && $loss != nan ]] || { say "FAILED: non-finite losses"; exit 1; }

@@ -19,9 +19,10 @@
 #
 # Layout: bin/ (stripped apps and pl_tests), lib/ (every shared library they load per `ldd` except
 # NVIDIA's and glibc's), lib/compat/ (libstdc++ and libgcc_s, used by gpu_check.sh only when the
-# machine's are older than the build's), configs/, scripts/gpu_check.sh, gpu_8b_fit.sh and roofline_plot.py (gpu_check.sh
-# draws its roofline figure with it), BUILD_INFO. Files over 1 MiB
-# are stored gzip-compressed (NAME.gz: Debian's OpenBLAS alone is 36 MiB, 11 MiB compressed);
+# machine's are older than the build's), configs/, scripts/gpu_check.sh, gpu_8b_fit.sh, roofline_plot.py (gpu_check.sh
+# draws its roofline figure with it) and jsonl_log.py (gpu_check.sh and gpu_8b_fit.sh read their runs'
+# --log-jsonl logs with it), BUILD_INFO. Files over 1 MiB are stored gzip-compressed (NAME.gz: Debian's
+# OpenBLAS alone is 36 MiB, 11 MiB compressed);
 # gpu_check.sh unpacks bin/ and lib/ into a temporary folder (`gpu_check.sh --unpack DIR` keeps one,
 # with DIR/env.sh). The binaries keep their build RUNPATH (RUNPATH, not RPATH: LD_LIBRARY_PATH comes
 # first), so gpu_check.sh resolves the bundle's libraries through LD_LIBRARY_PATH.
@@ -85,7 +86,7 @@ for a in "${apps[@]}"; do
 done
 strip --strip-unneeded -o "$out/bin/pl_tests" "$build/tests/pl_tests"
 cp -r configs "$out/configs"
-cp scripts/gpu_check.sh scripts/gpu_8b_fit.sh scripts/roofline_plot.py scripts/atomic_output.py "$out/scripts/"
+cp scripts/gpu_check.sh scripts/gpu_8b_fit.sh scripts/roofline_plot.py scripts/atomic_output.py scripts/jsonl_log.py "$out/scripts/"
 
 # Libraries: NVIDIA's come from the machine (driver, toolkit or wheels), glibc's from the system;
 # everything else ldd names is copied. The NVIDIA pattern is shared with gpu_check.sh and the test.

@@ -12,10 +12,14 @@
 #      included); when a check fails it stops there, with the ✗ lines;
 #   3. runs the conformance suite (pl_tests --gtest_filter='Cuda*'), one line per test;
 #   4. trains llama_tiny, llama_small and 4 layers of llama3_8b (seq 4096, MBS 1) in BF16, FP8 current
-#      scaling, MXFP8 and NVFP4, one table row each (native or emulated GEMMs as the banner says);
+#      scaling, MXFP8 and NVFP4, one table row each, each run with --log-jsonl and its row read from that
+#      JSON-lines log by scripts/jsonl_log.py (python3, standard library only): the GEMMs column from the
+#      "start" event's gemms list (native or emulated), step time, TFLOP/s, tokens/s, final loss and nan
+#      iterations from the "end" event, the peak memory from its memory.max_allocated_bytes (in GB, 1e9);
 #   5. the roofline (issue 24): 2 layers of llama3_8b (seq 4096, MBS 1) in NVFP4 and in BF16 with
 #      --roofline, the machine's measured ceilings probed once and cached, the two per-op tables and
-#      JSON reports, and scripts/roofline_plot.py's figure of both (when python3 has matplotlib);
+#      JSON reports (the summary's "% of speed of light" is the report's pct_of_sol), and
+#      scripts/roofline_plot.py's figure of both (when python3 has matplotlib);
 #   6. with --sync (or SYNC=1): the conformance suite again with CUDA_LAUNCH_BLOCKING=1;
 #   7. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite.
 # GPU_CHECK_PAST_SMOKE=1: go on after a failed smoke test (only to try the later steps' parsing without
@@ -33,8 +37,11 @@
 #                        [--only conformance|training|roofline] [--iters N]
 #   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
 #                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
-#   scripts/gpu_check.sh --gemm-mode FORMAT LOG   (no GPU needed; for tests: what the GEMMs column reads
-#                        for FORMAT (BF16, FP8, MXFP8, NVFP4) from a pretrain_llama log: native, emulated or ?)
+#   scripts/gpu_check.sh --gemm-mode FORMAT JSONL  (no GPU needed; for tests: what the GEMMs column reads for
+#                        FORMAT (BF16, FP8, MXFP8 or NVFP4, any case) from a pretrain_llama --log-jsonl file:
+#                        one line, native, emulated or ?, exit 0; ? when the file's last start event has no
+#                        gemms entry for it or the file is not a JSON-lines log, with one line on stderr
+#                        saying why; exit 2 for bad arguments, or JSONL not a regular file)
 #
 # A first GPU run is two calls, each under the device tool's 10 minutes (the estimate printed first):
 #   scripts/gpu_check.sh --only conformance      then      scripts/gpu_check.sh --only training
@@ -45,15 +52,19 @@ set -uo pipefail
 self_dir=$(cd "$(dirname "$0")" && pwd)
 start=$(date +%s)
 
-# gemm_mode FORMAT LOG: how pretrain_llama's banner says FORMAT's GEMMs run, "native" or "emulated" (its
-# line "<FORMAT> GEMMs: native on sm_90 (...)", backend/cuda/gemm.cpp gemm_backend_description), or "?".
-# The character before FORMAT must not be a letter or digit: MXFP8's line is not FP8's.
+# The JSON-lines logs' reader (beside this script, in a checkout and in the bundle); python3's standard
+# library is all it needs.
+reader=$self_dir/jsonl_log.py
+# gemm_mode FORMAT JSONL: how FORMAT's GEMMs run, "native" or "emulated", as pretrain_llama's JSON-lines log
+# says it: the last "start" event's gemms entry of that format (lower case there: bf16, fp8, mxfp8, nvfp4;
+# both FP8 scalings are "fp8"), or "?" (no such entry, not a JSON-lines log, no python3: the reason on stderr).
 gemm_mode() {
-  local m; m=$(grep -oE "(^|[^A-Za-z0-9])$1 GEMMs: (native|emulated)" "$2" 2>/dev/null | head -n 1 | awk '{print $NF}')
+  local m; m=$(python3 "$reader" --gemm "$(tr '[:upper:]' '[:lower:]' <<<"$1")" "$2") || m=""
   echo "${m:-?}"
 }
 if [[ ${1:-} == --gemm-mode ]]; then
-  [[ $# -eq 3 && -f $3 ]] || { echo "gpu_check: --gemm-mode FORMAT LOG" >&2; exit 2; }
+  [[ $# -eq 3 && ${2^^} =~ ^(BF16|FP8|MXFP8|NVFP4)$ && -f $3 ]] ||
+    { echo "gpu_check: --gemm-mode FORMAT JSONL (FORMAT: BF16, FP8, MXFP8 or NVFP4; JSONL: a pretrain_llama --log-jsonl file)" >&2; exit 2; }
   gemm_mode "$2" "$3"; exit 0
 fi
 
@@ -419,29 +430,35 @@ train_row() {  # model-label precision limit flags...
   local label=$1 prec=$2 limit=$3; shift 3
   row=$((row + 1))
   local log=$logs/train_$(printf '%02d' $row)_${label//[^a-z0-9_]/_}_${prec}.log note="" rc
+  local jsonl=${log%.log}.jsonl
   local -a env_extra=()
   ((row == 1)) && env_extra=(LD_DEBUG=libs "LD_DEBUG_OUTPUT=$logs/ld_debug")  # which files were loaded
   if ((limit < 15)); then
     printf '%-28s %-9s %s\n' "$label" "$prec" "not run (time budget)" >>"$table"; failures+=("$label $prec: not run (time budget)"); status=1; return
   fi
-  env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 "$@" >"$log" 2>&1
+  rm -f "$jsonl"
+  env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 --log-jsonl "$jsonl" "$@" >"$log" 2>&1
   rc=$?
   local fmt=$prec; [[ $prec == FP8cs ]] && fmt=FP8
-  local mode; mode=$(gemm_mode "$fmt" "$log")
+  local mode; mode=$(gemm_mode "$fmt" "$jsonl" 2>/dev/null)
   if ((rc != 0)); then
     note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
     printf '%-28s %-9s %-9s %s\n' "$label" "$prec" "$mode" "$note" >>"$table"; status=1; return
   fi
-  local s; s=$(grep 'summary: iterations' "$log" | tail -n 1)
-  local step tf tok loss nan peak
-  step=$(sed -nE 's/.*mean step time ([0-9.]+) s.*/\1/p' <<<"$s")
-  tf=$(sed -nE 's/.* s, ([0-9.]+) MODEL_TFLOP.*/\1/p' <<<"$s")
-  tok=$(sed -nE 's/.* ([0-9]+) tokens\/s.*/\1/p' <<<"$s")
-  loss=$(sed -nE 's/.*final lm loss ([-0-9.EeNnAaIiFf+]+).*/\1/p' <<<"$s")
-  nan=$(sed -nE 's/.*nan iterations ([0-9]+).*/\1/p' <<<"$s")
-  peak=$(grep -oE 'mem-max-allocated-gigabytes: [0-9.]+' "$log" | tail -n 1 | awk '{print $2}')
-  if [[ -z $s || -z $step ]]; then note="FAILED: no summary line"; status=1
-  elif [[ ${nan:-0} != 0 || ! $loss =~ ^[0-9.]+E[-+][0-9]+$ ]]; then note="FAILED: final loss $loss, $nan nan iterations"; status=1; fi
+  # The "end" event, as the summary line words it: mean step time in s (.3f), TFLOP/s (.3f), tokens/s
+  # (.0f), final loss (.6E; null: nan), nan iterations; the peak memory in GB (max allocated / 1e9, .3f).
+  local e step="" tf="" tok="" loss="" nan="" peak=""
+  if e=$(python3 "$reader" "$jsonl" end mean_step_ms tflops tokens_per_s final_lm_loss nan_iterations \
+           memory.max_allocated_bytes 2>&1); then
+    IFS=$'\t' read -r step tf tok loss nan peak < <(LC_ALL=C awk -F'\t' '
+      function num(x) { return x ~ /^-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
+      { printf "%s\t%s\t%s\t%s\t%s\t%s\n", num($1) ? sprintf("%.3f", $1 / 1000) : "?", num($2) ? sprintf("%.3f", $2) : "?",
+               num($3) ? sprintf("%.0f", $3) : "?", num($4) ? sprintf("%.6E", $4) : ($4 == "" ? "?" : $4),
+               $5 == "" ? "?" : $5, num($6) ? sprintf("%.3f", $6 / 1e9) : "?" }' <<<"$e")
+    if [[ $nan != 0 || ! $loss =~ ^[0-9.]+E[-+][0-9]+$ ]]; then note="FAILED: final loss $loss, $nan nan iterations"; status=1; fi
+  else
+    note="FAILED: no end event (${e#jsonl_log.py: })"; status=1
+  fi
   printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "$mode" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
 }
 precisions=(BF16 FP8cs MXFP8 NVFP4)
@@ -507,7 +524,22 @@ roofline_run() {
   if ((rc == 124 || rc == 137)); then fail "roofline $name: TIMEOUT after ${limit} s (log $log)"
   elif ((rc != 0)); then fail "roofline $name: FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)"
   elif [[ ! -s $json ]]; then fail "roofline $name: no JSON report written to $json"
-  else summary+=("roofline $name: $(grep -m1 -oE '[0-9.]+% of speed of light' "$log" || echo 'no % of speed of light line')"); fi
+  else summary+=("roofline $name: $(sol_of "$json" "$log")"); fi
+}
+# sol_of JSON LOG: "N% of speed of light" from the --roofline JSON report (its pct_of_sol, else 100 x sol_ms /
+# step_ms, as roofline_plot.py reads it), else from the log's "roofline | speed of light" line.
+sol_of() {
+  python3 - "$1" 2>/dev/null <<'EOF' || grep -m1 -oE '[0-9.]+% of speed of light' "$2" || echo 'no % of speed of light line'
+import json, math, sys
+with open(sys.argv[1], encoding="utf-8") as fh:
+    d = json.load(fh)
+p = d.get("pct_of_sol")
+if isinstance(p, bool) or not isinstance(p, (int, float)):
+    p = 100.0 * d["sol_ms"] / d["step_ms"]
+if not math.isfinite(p):
+    sys.exit(1)
+print(f"{p:.1f}% of speed of light")
+EOF
 }
 if ((roofline_pending)); then
   rf_dir=$logs; [[ -n ${OUT:-} && -d ${OUT:-} ]] && rf_dir=$OUT

@@ -1,5 +1,6 @@
-"""The other programs' logs compare_logs.py reads: NeMo 2, torchtitan, llm.c (stdout and main.log) and
-TensorBoard event directories (pretrain_llama --tensorboard-dir, Megatron's tag names).
+"""The other logs compare_logs.py reads: pretrain_llama's JSON-lines log (--log-jsonl, through jsonl_log.py),
+NeMo 2, torchtitan, llm.c (stdout and main.log) and TensorBoard event directories (pretrain_llama
+--tensorboard-dir, Megatron's tag names).
 
 Each parser fills a compare_logs.Log: per line the iteration, step time (ms), loss (nan when absent), FLOPs
 per iteration per GPU (nan when unknown) and global batch size; `tokens_rule` says how tok/s/GPU is
@@ -8,10 +9,13 @@ a format's fields change across versions.
 """
 
 import glob
+import json
 import math
 import os
 import re
 import struct
+
+import jsonl_log
 
 # ANSI colour codes (torchtitan's logger colours each field: torchtitan/tools/utils.py Color).
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -53,7 +57,7 @@ LLMC_MAINLOG_RE = re.compile(r"^s:(\d+)\s+(trl|tel):([-+0-9.eE]+|nan|inf)(\s|$)"
 LLMC_PROCS_RE = re.compile(r"\|\s*num_processes\s*\|\s*(\d+)\s*\||\bnum_processes=(\d+)")
 LLMC_TOTAL_RE = re.compile(r"total[_ ]batch[_ ]size[^0-9|]*\|?\s*(\d+)")
 
-FORMATS = ("megatron", "nemo", "torchtitan", "llmc", "llmc-mainlog", "tensorboard")
+FORMATS = ("megatron", "jsonl", "nemo", "torchtitan", "llmc", "llmc-mainlog", "tensorboard")
 
 
 def to_float(text):
@@ -67,6 +71,14 @@ def detect(path, lines):
     """The format of a file (or 'tensorboard' for a directory), from its first lines that say."""
     if os.path.isdir(path):
         return "tensorboard"
+    first = next((line for line in lines if line.strip()), "")
+    if first.lstrip().startswith("{"):  # pretrain_llama --log-jsonl: its first line is the "start" event
+        try:
+            obj = json.loads(first)
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict) and obj.get("event") == "start":
+            return "jsonl"
     for line in lines:
         line = ANSI_RE.sub("", line)
         if "elapsed time per iteration" in line:
@@ -186,6 +198,35 @@ def parse_llmc_mainlog(log, lines):
         else:
             log.valid[step] = to_float(m.group(3))  # after `step` updates
     log.tokens_rule = "none"
+
+
+def parse_jsonl(log, data, path, error):
+    """pretrain_llama's --log-jsonl file (its bytes; jsonl_log.py's reading rules: a truncated last line
+    ignored, a repeated iteration's later line wins). Read as our text log is: per "iteration" event the
+    step time (elapsed_ms), lm_loss (null: nan) and FLOPs (its tflops x its time); the sequence length from
+    the first "start" event's training.seq_length and the GPUs from its world_size; the validation losses
+    from the "eval" events of the validation split (a later one at the same iteration wins: the
+    after-training value); the last "end" event stands for the summary line (mean step time, TFLOP/s,
+    tokens/s, at full precision), so the TFLOP/s column is computed as for the text log."""
+    run = jsonl_log.Run(path, jsonl_log.parse_events(data, path, error))
+    num = jsonl_log.number
+    for e in run.iterations:
+        ms = num(e.get("elapsed_ms"))
+        add_line(log, e["iteration"], ms, num(e.get("lm_loss")), num(e.get("tflops")) * 1e12 * ms / 1e3,
+                 num(e.get("global_batch_size")))
+    for e in run.evals:
+        if e.get("split") == "validation" and isinstance(e.get("iteration"), int):
+            log.valid[e["iteration"]] = num(e.get("lm_loss"))
+    if run.starts:
+        seq = jsonl_log.value(run.starts[0], "training.seq_length")
+        world = run.starts[0].get("world_size")
+        log.seq_length = seq if isinstance(seq, int) and seq > 0 else None
+        log.world_size = world if isinstance(world, int) and world > 0 else None
+    end = run.last("end")
+    if end is not None:
+        summary = (num(end.get("mean_step_ms")) / 1e3, num(end.get("tflops")), num(end.get("tokens_per_s")))
+        log.summary = summary if all(math.isfinite(x) for x in summary) else None
+    log.tokens_rule = "megatron"
 
 
 # ---- TensorBoard event files ------------------------------------------------------------------------

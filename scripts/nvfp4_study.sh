@@ -23,9 +23,13 @@
 #    each for --seeds seeds (1234, 1235, ...: the seed of the initialisation and of the data shuffle;
 #    within one seed every variant sees the same initial weights and batches), --iterations iterations,
 #    validation every iterations/6 on 8 batches of the 5% validation split (--split 949,50,1).
-# 4. Runs every (variant, seed) through scripts/sweep.sh into OUT/runs/seedN/ (resumable: rerun the
-#    same command after an interruption; complete runs are skipped), then scripts/study_report.py writes
-#    OUT_DOC/nvfp4_study.md (the table, the date, commit, command and machine) and OUT_DOC/nvfp4_study.png.
+# 4. Runs every (variant, seed) through scripts/sweep.sh into OUT/runs/seedN/: per run a text log NAME.log
+#    and a JSON-lines log NAME.jsonl (pretrain_llama --log-jsonl), the sweep.csv over the latter (resumable:
+#    rerun the same command after an interruption; complete runs are skipped, and runs of a work directory
+#    from before the JSON-lines logs are run again). Then scripts/study_report.py writes
+#    OUT_DOC/nvfp4_study.md (the table, the date, commit, command and machine) and OUT_DOC/nvfp4_study.png,
+#    reading the JSON-lines logs only: each run's "start" event (its precision_plan must be its variant's;
+#    the model and the data splits' sizes), its "iteration" and "eval" events (the figure's curves).
 # Time on an idle 2-core CPU (the defaults): about 10 s per iteration of all eight variants (BF16 0.62 s,
 # NVFP4 on every layer 2.2 s; quantized GEMMs are emulated), about 53 min per seed (docs/COMPARING.md).
 # Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3); FORTUNES_DIR, LICENSE_DIR.

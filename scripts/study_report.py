@@ -2,9 +2,12 @@
 """The report of scripts/nvfp4_study.sh: one Markdown table and one PNG from the study's runs.
 
 Reads each seed's run directory (scripts/sweep.sh's sweep.csv, made by compare_logs.py --csv, and the
-logs it names), checks from each log's precision plan that the run used the variant it is filed under,
-and writes OUT_DOC/nvfp4_study.md and OUT_DOC/nvfp4_study.png. Not meant to be run by hand (the study
-script passes everything), but harmless: it only reads the runs.
+JSON-lines logs it names: pretrain_llama --log-jsonl, read with jsonl_log.py), checks from each run's
+"start" event (its precision_plan) that the run used the variant it is filed under, takes the model and
+data lines of the report from the first BF16 run's start event (model.name, model.parameters, the data
+list's per-split lines) and the loss curves from the "iteration" and "eval" events, and writes
+OUT_DOC/nvfp4_study.md and OUT_DOC/nvfp4_study.png. Not meant to be run by hand (the study script passes
+everything), but harmless: it only reads the runs.
 """
 
 import argparse
@@ -18,7 +21,8 @@ import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-import compare_logs  # noqa: E402  (parse_log, smooth: the same parsing as the table's)
+import compare_logs  # noqa: E402  (parse_any, smooth: the same parsing as the table's)
+import jsonl_log  # noqa: E402
 
 PROG = "study_report.py"
 
@@ -35,31 +39,40 @@ VARIANTS = [
 ]
 ABLATIONS = ["nvfp4_no_rht", "nvfp4_no_sr", "nvfp4_no_2d", "nvfp4_all_layers"]
 
-PLAN_LINE = re.compile(r"^pretrain_llama \|\s+(layers? +[0-9-]+)\s*: linear_qkv linear_proj linear_fc1 linear_fc2 in (.*)$")
-PARAMS = re.compile(r"^pretrain_llama \| model (\S+) .*?, ([0-9.]+) M parameters")
-DATA_SPLIT = re.compile(r"^pretrain_llama \| data: dataset \d+ (train|valid|test): \d+ sequences, (\d+) tokens per epoch")
+# An entry of the start event's precision_plan (the banner's plan lines without their prefix) and of its
+# data list (the banner's data lines, with or without their "data: ").
+PLAN_LINE = re.compile(r"^(layers? +[0-9-]+)\s*: linear_qkv linear_proj linear_fc1 linear_fc2 in (.*)$")
+DATA_SPLIT = re.compile(r"^(?:data: )?dataset \d+ (train|valid|test): \d+ sequences, (\d+) tokens per epoch")
 
 
 class Error(Exception):
     pass
 
 
+def start_of(path):
+    """The last "start" event of a run's JSON-lines log (the run that wrote its end)."""
+    start = jsonl_log.read_run(path, Error).last("start")
+    if start is None:
+        raise Error(f"{path}: no \"start\" event (not a --log-jsonl log of a run?)")
+    return start
+
+
 def plan_of(path):
-    """The precision plan's per-layer lines of a log: [(layers, detail)]."""
+    """The precision plan's per-layer lines of a run: [(layers, detail)]."""
     plan = []
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            m = PLAN_LINE.match(line.rstrip("\n"))
-            if m:
-                plan.append((m.group(1), m.group(2)))
+    lines = start_of(path).get("precision_plan")
+    for line in lines if isinstance(lines, list) else []:
+        m = PLAN_LINE.match(str(line).strip())
+        if m:
+            plan.append((m.group(1), m.group(2)))
     return plan
 
 
 def check_plan(path, kind):
-    """Raises Error unless the log's precision plan is the variant's (the ablation really took effect)."""
+    """Raises Error unless the run's precision plan is the variant's (the ablation really took effect)."""
     plan = plan_of(path)
     if not plan:
-        raise Error(f"{path}: no precision plan lines in the banner")
+        raise Error(f"{path}: no per-layer lines in the start event's precision_plan")
     details = [d for _, d in plan]
     quant = [d for d in details if d != "bf16"]
     nv = [d for d in quant if d.startswith("nvfp4")]
@@ -187,7 +200,7 @@ def main(argv=None):
             for label, _, kind in VARIANTS:
                 check_plan(per_seed[label]["log_path"], kind)
         return report(args, seeds, runs, np, plt)
-    except Error as e:
+    except (Error, compare_logs.Error) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1
 
@@ -211,17 +224,16 @@ def report(args, seeds, runs, np, plt):
     noise_train = stats["bf16_mixed"]["train_spread"]
     noise_val = stats["bf16_mixed"]["val_spread"]
 
-    # Model and data, from the first BF16 log's banner.
-    first_log = runs[0]["bf16_mixed"]["log_path"]
-    model_line, data_lines = "", []
-    with open(first_log, encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            m = PARAMS.match(line)
-            if m and not model_line:
-                model_line = f"`{m.group(1)}` ({m.group(2)} M parameters)"
-            d = DATA_SPLIT.match(line)
-            if d:
-                data_lines.append(f"{d.group(1)} {int(d.group(2)):,} tokens")
+    # Model and data, from the first BF16 run's start event (the banner's words: 3 decimals of M parameters).
+    start = start_of(runs[0]["bf16_mixed"]["log_path"])
+    model = start.get("model") if isinstance(start.get("model"), dict) else {}
+    params = jsonl_log.number(model.get("parameters"))
+    model_line = f"`{model.get('name', '?')}` ({params / 1e6:.3f} M parameters)"
+    data_lines = []
+    for line in start.get("data") if isinstance(start.get("data"), list) else []:
+        d = DATA_SPLIT.match(str(line).strip())
+        if d:
+            data_lines.append(f"{d.group(1)} {int(d.group(2)):,} tokens")
 
     md = []
     md.append("# NVFP4 accuracy study: what each part of the recipe does to the loss\n")
@@ -311,7 +323,7 @@ def report(args, seeds, runs, np, plt):
     # The figure.
     fig, (ax_curve, ax_bar) = plt.subplots(2, 1, figsize=(11, 10))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    logs = [{label: compare_logs.parse_log(r[label]["log_path"]) for label, _, _ in VARIANTS} for r in runs]
+    logs = [{label: compare_logs.parse_any(r[label]["log_path"], "jsonl") for label, _, _ in VARIANTS} for r in runs]
     for i, (label, name, _) in enumerate(VARIANTS[1:]):
         c = colors[i % len(colors)]
         curves, vpoints = [], {}

@@ -14,20 +14,32 @@
 #       --vary --lr-decay-style=cosine,WSD --out DIR -- --model llama_tiny --device cpu --train-iters 20 \
 #       --global-batch-size 4 --lr-wsd-decay-iters 5
 #
-# Writes, in DIR:
-#   RECIPE_mbsM_seqS[_seedN][_FLAG-VALUE...].log  each point's output (stdout and stderr), its first line
-#                                 the command (FLAG without its dashes, e.g. _weight-decay-0.1)
+# Writes, in DIR, per point NAME = RECIPE_mbsM_seqS[_seedN][_FLAG-VALUE...] (FLAG without its dashes, e.g.
+# _weight-decay-0.1):
+#   NAME.log                      the point's output (stdout and stderr), for people: its first line the
+#                                 point's command (the binary left out)
+#   NAME.jsonl                    its JSON-lines log (pretrain_llama --log-jsonl; scripts/jsonl_log.py reads
+#                                 it): what the sweep reads, for completeness and for the table
 #   sweep.csv                     the point's settings (recipe, mbs, seq_length[, seed][, one column per
-#                                 --vary flag, named like weight_decay]) then compare_logs.py's columns;
-#                                 the first point is the reference of the gaps
+#                                 --vary flag, named like weight_decay]) then compare_logs.py's columns over
+#                                 the NAME.jsonl files (its log and path columns name them); the first point
+#                                 is the reference of the gaps
 #   sweep.png                     compare_logs.py's figure over all complete points (unless --no-png)
-# Resumable: a point whose log is complete (its last line is pretrain_llama's summary line) is skipped;
-# a point runs into DIR/.NAME.log.partial, renamed to NAME.log when complete; a failed run's output is
-# kept as NAME.failed.log and the sweep goes on (exit status 1 at the end). A complete log made by another
-# command (other extra flags, another recipe path) is not reused: the sweep stops before running anything.
-# Ctrl-C / SIGTERM: the running point is killed, its partial log removed, exit status 130.
+# Resumable: a point is complete when NAME.log is there and NAME.jsonl's last event is "end" (the run ended
+# normally, not stopped by a signal: jsonl_log.py --complete); a complete point is skipped. A point runs
+# into DIR/.NAME.log.partial and DIR/.NAME.jsonl.partial, renamed to NAME.log and then NAME.jsonl when it
+# exited with status 0 and its JSON-lines log is complete; else its output is kept as NAME.failed.log (and
+# NAME.failed.jsonl when the run got as far as writing one) and the sweep goes on (exit status 1 at the end).
+# A directory from before the JSON-lines logs (NAME.log without NAME.jsonl) is run again.
+# A NAME.log made by another command (other extra flags, another recipe path) is not reused: the sweep stops
+# before running anything. The command is read from NAME.log's first line, not from the JSON-lines log's
+# start event: its command_line holds the binary's path and the partial --log-jsonl name, which change
+# when a build tree moves and when the file is renamed, while the first line holds only the point's flags.
+# Ctrl-C / SIGTERM: the running point is killed, its partial logs removed, exit status 130.
 # RECIPE is a name in configs/recipes/ or a path to a JSON recipe (its file name, less .json, names the log).
-# Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3 on PATH) runs compare_logs.py.
+# --log-jsonl is the sweep's own: it may not come after -- or in --vary.
+# Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3 on PATH) runs compare_logs.py and
+# jsonl_log.py (which needs only the standard library).
 set -uo pipefail
 
 prog=sweep.sh
@@ -94,6 +106,7 @@ for a in "${!vary_flags[@]}"; do
   case "$f" in
     --recipe|--disable-fp4|--micro-batch-size|--seq-length|--seed)
       die "--vary $f: the grid sets $f itself (use --recipes, --mbs, --seq or --seeds)" ;;
+    --log-jsonl) die "--vary $f: the sweep writes each point's JSON-lines log itself (NAME.jsonl)" ;;
   esac
   for ((b = 0; b < a; b++)); do [[ "${vary_flags[b]}" != "$f" ]] || die "--vary $f given twice"; done
   split_list _values "--vary $f" "${vary_values[a]}" str
@@ -112,6 +125,7 @@ for flag in "${extra[@]}"; do
     --micro-batch-size|--micro-batch-size=*) die "'$flag' after --: give micro-batch sizes with --mbs" ;;
     --seq-length|--seq-length=*) die "'$flag' after --: give sequence lengths with --seq" ;;
     --seed|--seed=*) [[ -z "$seeds_arg" ]] || die "'$flag' after -- together with --seeds: give the seeds with --seeds" ;;
+    --log-jsonl|--log-jsonl=*) die "'$flag' after --: the sweep writes each point's JSON-lines log itself (NAME.jsonl)" ;;
   esac
 done
 
@@ -134,6 +148,9 @@ mkdir -p "$out" 2>/dev/null || die "--out $out: cannot create the directory"
 [[ -w "$out" ]] || die "--out $out: not writable"
 
 find_python
+# Every point's completeness is read with it: a python that cannot run it would rerun every point.
+reader="$repo/scripts/jsonl_log.py"
+"$python" "$reader" --help >/dev/null 2>&1 || die "$python cannot run $reader (set PYTHON to a working python3)"
 
 # The --vary axes' combinations, the last axis fastest: each as name suffix, CSV cells and flags.
 combo_names=("") combo_settings=("") combo_args=("")
@@ -177,17 +194,19 @@ n=${#names[@]}
 # First line of each log: the command of its point (the binary left out, so that a moved build tree
 # still resumes).
 header_of() { echo "sweep.sh | point $1 | pretrain_llama ${cmds[$2]}"; }
-is_complete() {  # the last non-empty line is pretrain_llama's summary line
-  [[ -f "$1" ]] && [[ "$(grep -v '^[[:space:]]*$' "$1" | tail -n 1)" == "pretrain_llama | summary: "* ]]
+is_complete() {  # NAME: NAME.log is there and NAME.jsonl holds a complete run
+  [[ -f "$out/$1.log" && -f "$out/$1.jsonl" ]] && "$python" "$reader" --complete "$out/$1.jsonl" 2>/dev/null
 }
+# (A NAME.log is only ever a finished point's, renamed into place: whatever its JSON-lines log says, one
+# made by another command is not run over.)
 for k in "${!names[@]}"; do
   log="$out/${names[k]}.log"
-  if is_complete "$log" && [[ "$(head -n 1 "$log")" != "$(header_of "${names[k]}" "$k")" ]]; then
-    die "$log is complete but was made by another command (its first line: $(head -n 1 "$log" | cut -c1-200)); use another --out or remove it"
+  if [[ -f "$log" ]] && [[ "$(head -n 1 "$log")" != "$(header_of "${names[k]}" "$k")" ]]; then
+    die "$log was made by another command (its first line: $(head -n 1 "$log" | cut -c1-200)); use another --out or remove it"
   fi
 done
 
-child="" partial=""
+child="" partial="" partial_jsonl=""
 on_signal() {
   trap '' INT TERM
   if [[ -n "$child" ]]; then
@@ -195,7 +214,8 @@ on_signal() {
     wait "$child" 2>/dev/null
   fi
   [[ -z "$partial" ]] || rm -f "$partial"
-  echo "$prog: interrupted${current:+ during $current}; its partial log removed (run the same command again to resume)" >&2
+  [[ -z "$partial_jsonl" ]] || rm -f "$partial_jsonl"
+  echo "$prog: interrupted${current:+ during $current}; its partial logs removed (run the same command again to resume)" >&2
   exit 130
 }
 current=""
@@ -203,34 +223,43 @@ trap on_signal INT TERM
 
 failed=0 ran=0
 for k in "${!names[@]}"; do
-  name=${names[k]} log="$out/${names[k]}.log"
+  name=${names[k]} log="$out/${names[k]}.log" jsonl="$out/${names[k]}.jsonl"
   tag="[$((k + 1))/$n] $name"
-  if is_complete "$log"; then
+  if is_complete "$name"; then
     echo "$prog: $tag: skip (complete log $log)"
     continue
   fi
   eval "args=(${cmds[k]})"  # the quoted words back into an array
   echo "$prog: $tag: running -> $log"
-  partial="$out/.${name}.log.partial" current=$name
+  partial="$out/.${name}.log.partial" partial_jsonl="$out/.${name}.jsonl.partial" current=$name
+  # (pretrain_llama leaves an existing file alone when it fails before its first iteration, and a run
+  # that resumes from a checkpoint appends to it: no stale partial may be there.)
+  rm -f "$partial_jsonl"
   header_of "$name" "$k" >"$partial"
   start=$SECONDS
   # In the background so that the trap runs at once on Ctrl-C (a non-interactive shell's background
   # child ignores SIGINT; the trap sends it SIGTERM).
-  "$bin" "${args[@]}" >>"$partial" 2>&1 &
+  "$bin" "${args[@]}" --log-jsonl "$partial_jsonl" >>"$partial" 2>&1 &
   child=$!
   wait "$child"
   rc=$?
   child=""
   ran=$((ran + 1))
-  if ((rc == 0)) && is_complete "$partial"; then
+  why=""
+  ((rc == 0)) && why=$("$python" "$reader" --complete "$partial_jsonl" 2>&1)
+  if ((rc == 0)) && [[ -z "$why" ]]; then
+    # The JSON-lines log last: a NAME.jsonl in place means its NAME.log is too.
     mv -f "$partial" "$log"
-    partial=""
-    echo "$prog: $tag: done in $((SECONDS - start)) s: $(tail -n 1 "$log" | sed 's/^pretrain_llama | summary: //')"
+    mv -f "$partial_jsonl" "$jsonl"
+    partial="" partial_jsonl=""
+    echo "$prog: $tag: done in $((SECONDS - start)) s: $("$python" "$reader" --summary "$jsonl" 2>&1)"
   else
     mv -f "$partial" "$out/${name}.failed.log"
-    partial=""
+    if [[ -f "$partial_jsonl" ]]; then mv -f "$partial_jsonl" "$out/${name}.failed.jsonl"; else rm -f "$out/${name}.failed.jsonl"; fi
+    partial="" partial_jsonl=""
     failed=$((failed + 1))
     last=$(grep -v '^[[:space:]]*$' "$out/${name}.failed.log" | tail -n 1 | cut -c1-300)
+    [[ -n "$why" ]] && last="${why#jsonl_log.py: } (last line of the log: $last)"
     echo "$prog: $tag: FAILED (exit status $rc; output kept in $out/${name}.failed.log): $last" >&2
   fi
   current=""
@@ -239,8 +268,8 @@ done
 # The table, the CSV and the figure over the complete points, in grid order.
 logs=() rows=()
 for k in "${!names[@]}"; do
-  if is_complete "$out/${names[k]}.log"; then
-    logs+=("$out/${names[k]}.log") rows+=("${settings[k]}")
+  if is_complete "${names[k]}"; then
+    logs+=("$out/${names[k]}.jsonl") rows+=("${settings[k]}")
   fi
 done
 if ((${#logs[@]} == 0)); then

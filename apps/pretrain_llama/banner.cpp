@@ -14,6 +14,8 @@
 #include "model/llama.h"
 #include "train/lr_schedule.h"
 
+#include <nlohmann/json.hpp>
+
 extern "C" char* openblas_get_config(void);
 
 namespace pl::pretrain {
@@ -57,24 +59,23 @@ void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device
 DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx, const Logger& out) {
   check_gpu_gemm_rules(s.plan, s.mc, t.micro_batch_size, t.seq_length);
   DeviceStateHandle state = open_gpu_for_training(ctx, t.deterministic_mode, t.cuda_sync_every_launch);
-  std::vector<QuantFormat> used;  // one banner line per quantized format of the plan, native or emulated
-  for (const LinearPlan& p : s.plan.linears)
-    if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
-  for (const std::string& line : gemm_banner_lines(ctx, used)) out->info("pretrain_llama |   {}", line);
+  // One banner line per quantized format of the plan, native or emulated.
+  for (const std::string& line : gemm_banner_lines(ctx, s.plan.quantized_formats())) out->info("pretrain_llama |   {}", line);
   if (t.cuda_sync_every_launch)
     out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
               "a fault names its op (slow: timings are not representative)");
   return state;
 }
 
-void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, const Logger& out) {
+void print_training_and_parameters(const ModelConfig& mc, const Options& o, const Logger& out) {
+  const TrainConfig& t = o.train;
   out->info("pretrain_llama | training: {} iterations, global batch {} = {} micro-batches x {} samples x {} tokens, "
             "lr {:.3g} -> {:.3g} ({}, warmup {}), seed {}, log interval {}",
             t.train_iters, t.global_batch_size, t.num_micro_batches(), t.micro_batch_size, t.seq_length, t.lr,
             t.min_lr, t.lr_decay_style, t.lr_warmup_fraction ? fmt::format("fraction {}", *t.lr_warmup_fraction)
                                                               : fmt::format("{}", t.warmup_iters),
             t.seed, t.log_interval);
-  print_optimizer_and_schedule(mc, t, out);
+  print_optimizer_and_schedule(mc, o, out);
   print_optimizer_state(t, out);
   const MegatronParamCounts pc = megatron_param_counts(mc);
   // Five lines in one message: the "%v" pattern prints them as they are, each ending in a newline.
@@ -83,7 +84,9 @@ void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, 
 
 // The effective AdamW hyper-parameters and LR / weight-decay schedule (issue 27's flags, or the recipe's
 // defaults), as the optimizer and LrSchedule::from_config will use them.
-void print_optimizer_and_schedule(const ModelConfig& mc, const TrainConfig& t, const Logger& out) {
+void print_optimizer_and_schedule(const ModelConfig& mc, const Options& o, const Logger& out) {
+  const TrainConfig& t = o.train;
+  const double exit_minutes = o.outputs.stop.exit_duration_in_mins;
   const LrSchedule s = LrSchedule::from_config(t);
   const std::string wd = s.wd_incr_style == "constant"
                              ? fmt::format("{}", s.end_wd)
@@ -96,7 +99,7 @@ void print_optimizer_and_schedule(const ModelConfig& mc, const TrainConfig& t, c
                               : std::string("no gradient clipping (--clip-grad 0)"),
             mc.init_method_std);
   out->info("pretrain_llama | lr schedule: {} -> {}, {}{}{}", t.lr, t.min_lr, s.describe(t.global_batch_size),
-            t.exit_duration_in_mins > 0.0 ? fmt::format(" | exit after {} minutes", t.exit_duration_in_mins) : "",
+            exit_minutes > 0.0 ? fmt::format(" | exit after {} minutes", exit_minutes) : "",
             t.log_params_norm ? " | params norm logged" : "");
 }
 
@@ -144,23 +147,40 @@ void print_data_parallel(const parallel::World& world, const parallel::Communica
                                   : std::string("in one bucket after the backward"));
 }
 
-void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out) {
-  if (r.loss.empty()) {
-    out->info("pretrain_llama | summary: no iterations run (the checkpoint is at iteration {} of {})", start.iteration,
-              t.train_iters);
-    return;
-  }
-  if (t.exit_interval > 0 && r.state.iteration < t.train_iters)
-    out->info("exiting program at iteration {}", r.state.iteration);  // Megatron's --exit-interval line
-  // tokens/s of the whole run, then per GPU (the data-parallel ranks) when there is more than one.
-  const double tokens_per_s = static_cast<double>(t.global_batch_size * t.seq_length) / r.mean_seconds;
-  const std::string per_gpu = t.data_parallel_size > 1
-                                  ? fmt::format(" ({:.0f} tokens/s/GPU)", tokens_per_s / static_cast<double>(t.data_parallel_size))
-                                  : std::string();
-  out->info("pretrain_llama | summary: iterations {}-{} of {} (run by this process: {}-{}): mean step time {:.3f} s, "
-            "{:.3f} MODEL_TFLOP/s/GPU, {:.0f} tokens/s{} | final lm loss {:.6E} | nan iterations {}",
-            r.summary_first, r.summary_last, t.train_iters, r.first_iteration, r.state.iteration, r.mean_seconds,
-            r.mean_tflops, tokens_per_s, per_gpu, r.loss.back(), r.nan_iterations);
+// The facts of the banner as the JSON-lines log's "start" line (README "The JSON-lines log").
+nlohmann::ordered_json run_facts(const RunFacts& f) {
+  using Json = nlohmann::ordered_json;
+  const ModelConfig& mc = f.setup.mc;
+  const TrainConfig& t = f.o.train;
+  const DeviceIdentity id = device_identity(f.ctx);
+  Json categories = Json::object();
+  const auto cat = f.memory.categories();
+  const char* names[] = {"weights", "grads", "master", "optimizer", "activations", "quantized", "workspace"};
+  for (size_t i = 0; i < cat.size(); ++i) categories[names[i]] = cat[i];
+  return Json{
+      {"program", "pretrain_llama"},
+      {"timestamp", log::now_timestamp()},
+      {"command_line", f.command_line},
+      {"model", {{"name", mc.name}, {"source", f.setup.model_source}, {"num_layers", mc.num_layers},
+                 {"hidden_size", mc.hidden_size}, {"ffn_hidden_size", mc.ffn_hidden_size},
+                 {"num_attention_heads", mc.num_attention_heads}, {"num_query_groups", mc.num_query_groups},
+                 {"kv_channels", mc.kv_channels}, {"vocab_size", mc.vocab_size}, {"parameters", mc.num_parameters()}}},
+      {"recipe", {{"name", f.setup.recipe.name}, {"file", f.setup.recipe_path}, {"note", f.setup.recipe_note}}},
+      {"precision_plan", f.setup.plan.describe()},
+      {"quantized_format", format_name(f.setup.plan.quantized())},
+      {"device", {{"type", device_name(f.ctx.device)}, {"name", id.name}, {"driver", id.driver}, {"sm", id.sm},
+                  {"threads", id.threads}, {"gemm_impl", id.gemm_impl}, {"library_versions", id.library_versions}}},
+      {"gemms", observe::gemms_json(gemm_paths(f.ctx, f.setup.plan.quantized_formats()))},
+      {"memory_plan", {{"total_bytes", f.memory.total()}, {"host_total_bytes", f.memory.host_total()},
+                       {"by_category", categories}}},
+      {"training", {{"train_iters", t.train_iters}, {"global_batch_size", t.global_batch_size},
+                    {"micro_batch_size", t.micro_batch_size}, {"seq_length", t.seq_length},
+                    {"num_micro_batches", t.num_micro_batches()}, {"data_parallel_size", t.data_parallel_size},
+                    {"lr", t.lr}, {"min_lr", t.min_lr}, {"lr_decay_style", t.lr_decay_style},
+                    {"warmup_iters", t.warmup_iters}, {"seed", t.seed}, {"log_interval", t.log_interval},
+                    {"eval_interval", t.eval_interval}, {"eval_iters", t.eval_iters},
+                    {"timing_log_level", t.timing_log_level}, {"recompute", f.o.recompute}}},
+      {"data", f.data_summary}};
 }
 
 }  // namespace pl::pretrain

@@ -18,6 +18,7 @@
 #include "data/tokenizer_record.h"
 #include "io/file_checks.h"
 #include "model/hf_llama.h"
+#include "observe/jsonl_log.h"
 
 namespace pl::pretrain {
 
@@ -66,10 +67,10 @@ void add_training_flags(CLI::App& app, Options& o) {
   app.add_option("--log-interval", t.log_interval, "Iterations per log line")->capture_default_str();
   app.add_option("--threads", t.threads, "CPU threads for OpenMP and OpenBLAS (0 = all cores)")
       ->capture_default_str();
-  app.add_option("--max-nan-iterations", t.max_consecutive_nan_iterations,
+  app.add_option("--max-nan-iterations", o.outputs.stop.max_consecutive_nan_iterations,
                  "Stop after this many consecutive iterations with a non-finite loss or grad norm")
       ->capture_default_str();
-  app.add_option("--log-quant-stats-interval", t.quant_stats_interval,
+  app.add_option("--log-quant-stats-interval", o.outputs.quant_stats_interval,
                  "Every N iterations, one 'quant stats' line per quantized linear layer and operand: amax, "
                  "saturated fraction, underflowed-block fraction, relative error (0 = off)")
       ->capture_default_str();
@@ -95,7 +96,7 @@ void add_checkpoint_and_data_flags(CLI::App& app, Options& o) {
   app.add_option("--save-interval", o.save_interval, "Also save every N iterations (needs --save)");
   app.add_option("--load", o.load, "Resume from a checkpoint: a --save directory (its latest checkpoint) or one "
                  "iter_ directory; verified before use");
-  app.add_option("--exit-interval", t.exit_interval,
+  app.add_option("--exit-interval", o.outputs.stop.exit_interval,
                  "Stop after the first iteration divisible by N, saving first when --save is given (0 = off)")
       ->capture_default_str();
   app.add_flag("--exit-signal-handler", o.exit_signal_handler,
@@ -128,9 +129,14 @@ void add_logging_and_optimizer_flags(CLI::App& app, Options& o) {
                  "backward-compute, batch-generator and the time inside each op category (GEMMs by format, "
                  "attention, quantization, norms, ...)")
       ->capture_default_str();
-  app.add_option("--timing-log-option", t.timing_log_option,
+  app.add_option("--timing-log-option", o.outputs.timing_log_option,
                  "How the timers are reported across ranks: max | minmax | all (one process: all equal)")
       ->capture_default_str();
+  app.add_option("--log-jsonl", o.outputs.log_jsonl,
+                 "Also write the run as JSON lines to FILE, one object per event (start, iteration, interval, "
+                 "eval, end; README \"The JSON-lines log\"), for scripts; created at the first iteration, "
+                 "appended to by a resumed run")
+      ->option_text("FILE");
   app.add_flag("--fp32-reference", t.fp32_reference,
                "CPU only: keep every activation in FP32 (no BF16 rounding), for numerics studies");
   app.add_flag("--use-precision-aware-optimizer", t.use_precision_aware_optimizer,
@@ -166,18 +172,19 @@ void add_logging_and_optimizer_flags(CLI::App& app, Options& o) {
 
 // The per-op roofline (issue 24) and Megatron's Nsight profiling window.
 void add_roofline_and_profiling_flags(CLI::App& app, Options& o) {
-  TrainConfig& t = o.train;
+  observe::RooflineConfig& r = o.outputs.roofline;
+  observe::ProfileConfig& p = o.outputs.profile;
   // An optional value: `--roofline` alone is the table only (CLI11 calls the function with "").
   app.add_option_function<std::string>(
          "--roofline",
-         [&t](const std::string& file) {
-           t.roofline = true;
-           t.roofline_json = file;
+         [&r](const std::string& file) {
+           r.on = true;
+           r.json = file;
          },
          "Per-op roofline report at the end of the run (and a JSON FILE); times every op (a little overhead)")
       ->expected(0, 1)
       ->option_text("[FILE]");
-  app.add_flag("--roofline-at-log-interval", t.roofline_at_log_interval,
+  app.add_flag("--roofline-at-log-interval", r.at_log_interval,
                "With --roofline: also print the table at every --log-interval");
   app.add_flag("--probe-machine", o.probe_machine,
                "Measure this machine's ceilings (GEMM rate per format, bandwidth per memory level), print them and "
@@ -186,15 +193,15 @@ void add_roofline_and_profiling_flags(CLI::App& app, Options& o) {
                  "The measured-ceilings cache of --roofline and --probe-machine (default: "
                  "$XDG_CACHE_HOME/pretrain_llama/machine_ceilings.json, else ~/.cache/...; none: no cache)")
       ->option_text("FILE");
-  app.add_flag("--profile", t.profile,
+  app.add_flag("--profile", p.on,
                "Megatron's flag: cudaProfilerStart/Stop around the --profile-step-* window (for nsys profile "
                "--capture-range=cudaProfilerApi), NVTX ranges per iteration and op category");
-  app.add_option("--profile-step-start", t.profile_step_start,
+  app.add_option("--profile-step-start", p.step_start,
                  "Megatron's flag: the window opens when N iterations are done (before iteration N+1)")
       ->capture_default_str();
-  app.add_option("--profile-step-end", t.profile_step_end, "Megatron's flag: the window closes after iteration N")
+  app.add_option("--profile-step-end", p.step_end, "Megatron's flag: the window closes after iteration N")
       ->capture_default_str();
-  app.add_option("--profile-ranks", t.profile_ranks, "Megatron's flag: the data-parallel ranks to profile")
+  app.add_option("--profile-ranks", p.ranks, "Megatron's flag: the data-parallel ranks to profile")
       ->capture_default_str();
 }
 
@@ -259,12 +266,26 @@ void check_roofline_output(const std::string& file) {
 }
 
 void validate_roofline_flags(const Options& o, const CLI::App& app) {
-  check_roofline_output(o.train.roofline_json);
+  observe::validate_roofline_config(o.outputs.roofline);
+  check_roofline_output(o.outputs.roofline.json);
   if (!app.count("--machine-ceilings")) return;
   std::error_code ec;
   PL_CHECK(!o.machine_ceilings.empty(), "--machine-ceilings needs a FILE (or none: no cache)");
   PL_CHECK(!std::filesystem::is_directory(o.machine_ceilings, ec), "--machine-ceilings {}: is a directory (give a FILE)",
            o.machine_ceilings);
+}
+
+// The outputs' flags: the stop conditions, the text log's timer option, quantization statistics, the profiling
+// window (over the data-parallel ranks), and --log-jsonl's FILE (writable, before any model is built).
+void validate_output_flags(const Options& o) {
+  const OutputOptions& out = o.outputs;
+  observe::validate_stop_config(out.stop);
+  PL_CHECK(out.quant_stats_interval >= 0, "--log-quant-stats-interval must be >= 0 (0 = off), got {}",
+           out.quant_stats_interval);
+  PL_CHECK(out.timing_log_option == "minmax" || out.timing_log_option == "max" || out.timing_log_option == "all",
+           "--timing-log-option must be max, minmax or all, got '{}'", out.timing_log_option);
+  observe::validate_profile_config(out.profile, o.train.data_parallel_size);
+  if (!out.log_jsonl.empty()) observe::check_jsonl_output(out.log_jsonl);
 }
 
 }  // namespace
@@ -288,6 +309,7 @@ void add_flags(CLI::App& app, Options& o) {
 void validate_flags(const Options& o, const CLI::App& app) {
   const TrainConfig& t = o.train;
   validate_train_config(t);
+  validate_output_flags(o);
   validate_checkpoint_flags(o, app);
   validate_roofline_flags(o, app);
   validate_schedule_flags(o, app);
@@ -358,8 +380,12 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
 // --save must not be, contain or lie inside anything the run reads (io/file_checks.h): the model and
 // recipe configs, the Hugging Face directory, the data's .bin/.idx/.tokenizer.json. --load may be --save
 // (that is how Megatron resumes) or lie inside it (one iter_ directory).
-void check_save_apart_from_inputs(const Options& o, const RunSetup& s) {
-  if (o.save.empty()) return;
+void check_outputs_apart(const Options& o, const RunSetup& s) {
+  std::vector<FlagPath> outputs;
+  for (const FlagPath& f : {FlagPath{"--save", o.save}, FlagPath{"--log-jsonl", o.outputs.log_jsonl},
+                            FlagPath{"--roofline", o.outputs.roofline.json}})
+    if (!f.path.empty()) outputs.push_back(f);
+  if (outputs.empty()) return;
   std::vector<FlagPath> inputs{o.init_from_hf.empty() ? FlagPath{"--model", s.mc.file}
                                                       : FlagPath{"--init-from-hf", o.init_from_hf},
                                {"--recipe", s.recipe_path}};
@@ -367,14 +393,14 @@ void check_save_apart_from_inputs(const Options& o, const RunSetup& s) {
     for (const std::string& p : data::parse_data_path(o.data.data_path).prefixes)
       for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
         inputs.push_back({"--data-path", f});
-  check_outputs_apart_from_inputs(inputs, {{"--save", o.save}});
+  check_outputs_apart_from_inputs(inputs, outputs);
 }
 
-RunLayout model_options(const Options& o) {
+RunLayout run_layout(const Options& o) {
   const TrainConfig& t = o.train;
   const OptimizerConfig oc = optimizer_config(t);  // validates the precision-aware optimizer's flags
   return RunLayout{.recompute = o.recompute == "full",
-                   .quant_telemetry = t.quant_stats_interval > 0,
+                   .quant_telemetry = o.outputs.quant_stats_interval > 0,
                    .loss_micro_batches = t.num_micro_batches(),  // the loss is read once per iteration
                    .deterministic_attention = t.deterministic_mode,
                    .exp_avg = oc.exp_avg_dtype,

@@ -59,11 +59,11 @@ void add_lr_flags(CLI::App& app, TrainConfig& t) {
                  "Megatron's flag: WSD's anneal, the last N iterations of the decay span (required with WSD)");
 }
 
-void add_run_flags(CLI::App& app, TrainConfig& t) {
+void add_run_flags(CLI::App& app, TrainConfig& t, observe::StopConfig& stop) {
   app.add_option("--init-method-std", t.init_method_std,
                  "Megatron's flag: the standard deviation of the weights' normal initialisation (default: the "
                  "model config's init_method_std)");
-  app.add_option("--exit-duration-in-mins", t.exit_duration_in_mins,
+  app.add_option("--exit-duration-in-mins", stop.exit_duration_in_mins,
                  "Megatron's flag: after the iteration during which this many minutes since start have passed, save "
                  "(with --save) and exit (0 = off)")
       ->capture_default_str();
@@ -83,7 +83,7 @@ void check_range(const CLI::App& app, const char* flag, double v, double low, do
 void add_schedule_flags(CLI::App& app, Options& o) {
   add_adamw_flags(app, o.train);
   add_lr_flags(app, o.train);
-  add_run_flags(app, o.train);
+  add_run_flags(app, o.train, o.outputs.stop);
 }
 
 void validate_schedule_flags(const Options& o, const CLI::App& app) {
@@ -98,7 +98,7 @@ void validate_schedule_flags(const Options& o, const CLI::App& app) {
   check_range(app, "--clip-grad", t.clip_grad, 0.0, inf, false, "a finite number >= 0 (0 = no clipping)");
   check_range(app, "--lr-warmup-fraction", t.lr_warmup_fraction.value_or(0.0), 0.0, 1.0, false, "in [0, 1)");
   check_range(app, "--init-method-std", t.init_method_std, 0.0, inf, true, "a finite number > 0");
-  check_range(app, "--exit-duration-in-mins", t.exit_duration_in_mins, 0.0, inf, false, "a finite number >= 0 (0 = off)");
+  check_range(app, "--exit-duration-in-mins", o.outputs.stop.exit_duration_in_mins, 0.0, inf, false, "a finite number >= 0 (0 = off)");
   for (const char* flag : {"--lr-decay-iters", "--lr-wsd-decay-iters"})
     PL_CHECK(!app.count(flag) || app.get_option(flag)->as<int64_t>() >= 1, "{} must be >= 1, got {}", flag,
              app.get_option(flag)->as<std::string>());

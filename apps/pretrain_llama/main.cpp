@@ -34,31 +34,6 @@ extern "C" void openblas_set_num_threads(int num_threads);
 namespace pl::pretrain {
 namespace {
 
-// When the process started (before main, as Megatron's _TRAIN_START_TIME before its imports).
-const std::chrono::steady_clock::time_point g_program_start = std::chrono::steady_clock::now();
-
-// --exit-signal-handler: the first SIGTERM/SIGINT is recorded for the trainer (read after each iteration);
-// a second one restores the default action and re-raises it, so the process ends at once.
-volatile std::sig_atomic_t g_stop_signal = 0;
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop_signal != 0) {
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
-    return;
-  }
-  g_stop_signal = sig;
-}
-
-// On by default with --save (Megatron's flag otherwise).
-void install_stop_signals(const Options& o, Trainer& trainer, const Logger& out) {
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGINT, on_stop_signal);
-  trainer.set_stop_flag(&g_stop_signal);
-  out->info("pretrain_llama | SIGTERM/SIGINT: finish the iteration, {}exit 0; a second signal stops at once "
-            "(--exit-signal-handler{})",
-            o.save.empty() ? "" : "save a checkpoint, ", o.exit_signal_handler ? "" : ", on because --save is given");
-}
-
 // Every line of the run goes through one stdout logger with the bare "%v" pattern, so Megatron's
 // formats come out to the character and are flushed line by line.
 Logger make_output(const std::string& name) {
@@ -130,36 +105,14 @@ data::TrainingData build_data(const data::DataConfig& flags, const ModelConfig& 
   return d;
 }
 
-// Micro-batches of split `s`; an id the model cannot embed is reported with the sample it came from
-// (data tokenized for a larger vocabulary than the model's). A label may be kIgnoredLabel (SFT data: not an answer).
-BatchFn batches_of(const data::TrainingData& d, data::Split s, int64_t micro_batch, int64_t vocab_size) {
-  return [&d, s, micro_batch, vocab_size](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab,
-                                          std::span<int32_t> pos) {
-    d.micro_batch(s, first, micro, micro_batch, tok, lab, pos);
-    const int64_t seq = static_cast<int64_t>(tok.size()) / micro_batch;
-    const auto outside = [vocab_size](int32_t id) { return id < 0 || id >= vocab_size; };
-    for (size_t k = 0; k < tok.size(); ++k) {
-      const int32_t bad = outside(tok[k]) ? tok[k] : (outside(lab[k]) && lab[k] != data::kIgnoredLabel ? lab[k] : 0);
-      PL_CHECK(bad == 0, "data: sample {} of the {} split holds token id {}, outside the model's vocabulary [0, {}): "
-               "the data was tokenized for another vocabulary (see its .tokenizer.json, or use a model config with "
-               "a larger vocab_size)",
-               first + micro * micro_batch + static_cast<int64_t>(k) / seq, data::split_name(s), bad, vocab_size);
-    }
+// The splits' micro-batches (the ids are checked where they are built: data::TrainingData::micro_batch).
+Batches batches_of(const data::TrainingData& d, int64_t micro_batch) {
+  const auto split = [&d, micro_batch](data::Split s) -> BatchFn {
+    if (!d.has_split(s)) return {};
+    return [&d, s, micro_batch](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab,
+                                std::span<int32_t> pos) { d.micro_batch(s, first, micro, micro_batch, tok, lab, pos); };
   };
-}
-
-// What a checkpoint records about the run that wrote it (metadata.json).
-RunDescription describe_run(const RunSetup& s, const Options& o, int argc, char** argv) {
-  return RunDescription{
-      .model = s.mc,
-      .recipe_name = s.recipe.name,
-      .recipe_file = s.recipe_path,
-      .plan = s.plan.describe(),
-      .train = o.train,
-      .command_line = std::vector<std::string>(argv, argv + argc),
-      .data = o.data.data_path.empty() ? std::string("Megatron MockGPTDataset (split 1,1,1)")
-                                       : fmt::format("--data-path {} --split {} --data-seed {}",
-                                                     fmt::join(o.data.data_path, " "), o.data.split, o.data.seed)};
+  return Batches{split(data::Split::train), split(data::Split::valid), split(data::Split::test)};
 }
 
 // Errors every rank meets alike (the flags, the config files): printed once, by rank 0, when all ranks
@@ -189,72 +142,23 @@ struct RunInputs {
   const Options& o;
   const RunSetup& setup;
   // Megatron prints the start-up lines from rank 0 (print_rank_0) and the iteration lines from the last
-  // rank (print_rank_last): `out` is rank 0's; the trainer chooses its own rank for `lines`.
+  // rank (print_rank_last): `out` is rank 0's; the observers choose their own rank for `lines`.
   Logger out, lines;
-  const std::optional<SaveDirectoryLock>& save_lock;  // rank 0's, with --save
-  log::TensorBoardLog* tensorboard;                   // the last rank's, with --tensorboard-dir
+  std::unique_ptr<SaveDirectoryLock>& save_lock;  // rank 0's, with --save (moved to the checkpoints' observer)
+  observe::TensorBoardLog* tensorboard;           // the last rank's, with --tensorboard-dir
   int argc;
   char** argv;
 };
 
-// The trainer over the built model: its checkpoints, the resume from --load, the run and its summary.
+// The trainer over the built model, with the run's outputs (the checkpoints resume from --load's).
 int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& dataset, parallel::Communicator& comm,
-          const std::optional<VerifiedCheckpoint>& ckpt, std::shared_ptr<const roofline::MachineCeilings> ceilings) {
-  const Options& o = in.o;
-  const TrainConfig& t = o.train;
-  const ModelConfig& mc = in.setup.mc;
-  const parallel::World& world = in.world;
-  const Logger& out = in.out;
-  const TrainState start = ckpt && !o.finetune ? ckpt->state : TrainState{};  // --finetune: from iteration 0
-  const RunDescription desc = describe_run(in.setup, o, in.argc, in.argv);
-  int64_t last_saved = -1;
-  std::unique_ptr<Trainer> trainer;
-  // Megatron's save points (megatron/training/training.py): every --save-interval iterations, and
-  // when the run ends or exits (--exit-interval) unless that iteration was just saved.
-  auto checkpoint = [&](const TrainState& st, bool last) {
-    if (o.save.empty()) return;
-    const bool interval = o.save_interval > 0 && st.iteration % o.save_interval == 0;
-    if (!(interval || last) || st.iteration == last_saved) return;
-    out->info("{}", log::saving_checkpoint_line(st.iteration, o.save));
-    const SaveReport rep = save_checkpoint(o.save, o.keep_last, model, trainer->optimizer(), st, desc, {}, &world);
-    last_saved = st.iteration;
-    out->info("{}", log::saved_checkpoint_line(st.iteration, o.save, rep.path, rep.bytes, rep.seconds));
-    for (const std::string& p : rep.pruned) out->info("pretrain_llama | --keep-last {}: removed {}", o.keep_last, p);
-  };
-  const auto eval_batches = [&](data::Split s) {
-    return dataset.has_split(s) ? batches_of(dataset, s, t.micro_batch_size, mc.vocab_size) : BatchFn{};
-  };
-  trainer = std::make_unique<Trainer>(
-      model, t, batches_of(dataset, data::Split::train, t.micro_batch_size, mc.vocab_size),
-      [&](const std::string& line) { in.lines->info("{}", line); },
-      EvalData{eval_batches(data::Split::valid), eval_batches(data::Split::test)}, checkpoint,
-      DataParallelRanks{&world, &comm});
-  trainer->set_start_time(g_program_start);  // --exit-duration-in-mins counts from the program's start
-  print_data_parallel(world, comm, t, model, trainer->gradient_buckets(), out);
-  attach_roofline(*trainer, o, in.setup, std::move(ceilings), out);
-  if (!o.save.empty())  // (every rank takes part in agree_or_fail; rank 0 holds the lock)
-    if (const int rc = agree_or_fail(world, [&] {
-          if (in.save_lock) in.save_lock->check_free_space(checkpoint_bytes(model, trainer->optimizer()));
-        }))
-      return rc;
-  if (o.exit_signal_handler || !o.save.empty()) install_stop_signals(o, *trainer, out);
-  trainer->set_tensorboard(in.tensorboard);
-  if (ckpt) {
-    const auto t_load = std::chrono::steady_clock::now();
-    restore_checkpoint(*ckpt, model, trainer->optimizer(), o.finetune);
-    const double secs = ckpt->seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-    out->info("{}", log::loaded_checkpoint_line(o.load, ckpt->iteration, ckpt->path, 2.0 * ckpt->bytes, secs));
-    if (o.finetune)
-      out->info("pretrain_llama | --finetune: the weights of iteration {} only; a fresh optimizer, iteration 0",
-                ckpt->iteration);
-    else
-      last_saved = ckpt->iteration;
-  }
-  const TrainResult r = trainer->run(start);
-  out->info("{}", log::final_memory_line(memory_stats(model.context().device)));
-  // The summary comes from the rank that printed the iteration lines (its timings).
-  if (world.rank() == world.size() - 1) print_summary(r, t, start, in.lines);
-  if (in.tensorboard) in.lines->info("pretrain_llama | {}", in.tensorboard->close());
+          OutputInputs outputs) {
+  const TrainConfig& t = in.o.train;
+  const RunOutputs out = make_outputs(in.o, std::move(outputs));
+  Trainer trainer(model, t, batches_of(dataset, t.micro_batch_size), out.list(), DataParallelRanks{&in.world, &comm});
+  print_data_parallel(in.world, comm, t, model, trainer.gradient_buckets(), in.out);
+  print_stop_signals(in.o, in.out);
+  trainer.run(out.checkpoints->start_state());
   return 0;
 }
 
@@ -277,9 +181,9 @@ int build_and_train(const RunInputs& in) {
   const DeviceStateHandle gpu_state = device == Device::CUDA ? open_gpu(setup, t, ctx, out) : DeviceStateHandle{};
   if (o.probe_machine) return probe_machine_command(o, setup, ctx, out);
   const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);
-  print_training_and_parameters(mc, t, out);
+  print_training_and_parameters(mc, o, out);
 
-  const RunLayout mopt = model_options(o);
+  const RunLayout mopt = run_layout(o);
   const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, setup.plan, mopt, device_sm(ctx));
   check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
                                     t.use_precision_aware_optimizer},
@@ -288,7 +192,7 @@ int build_and_train(const RunInputs& in) {
   // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
   if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
-  const std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
+  std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
   if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
   // Megatron builds the dataset indices on rank 0 while the others wait, then the others load them from
   // the cache (two ranks building one cache file at once would race on its temporary).
@@ -314,7 +218,10 @@ int build_and_train(const RunInputs& in) {
     out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
   else
     model.init_parameters(t.seed);
-  return train(in, model, dataset, *comm, ckpt, std::move(ceilings));
+  RunFacts facts{setup, o, ctx, mem, dataset.summary(), std::vector<std::string>(in.argv, in.argv + in.argc)};
+  return train(in, model, dataset, *comm,
+               OutputInputs{world, setup, in.lines, std::move(in.save_lock), in.tensorboard, std::move(ckpt),
+                            std::move(ceilings), run_facts(facts), facts.command_line});
 }
 
 int run(const parallel::World& world, int argc, char** argv) {
@@ -335,7 +242,7 @@ int run(const parallel::World& world, int argc, char** argv) {
         validate_flags(o, app);
         setup = resolve_model_and_plan(o, app, argv[0]);
         apply_init_method_std(o, setup);
-        check_save_apart_from_inputs(o, setup);
+        check_outputs_apart(o, setup);
       }))
     return rc;
   auto out = make_output("pretrain_llama");
@@ -347,22 +254,23 @@ int run(const parallel::World& world, int argc, char** argv) {
   }
   // --save is claimed now, not at the first save hours in: a directory we can write, locked against a
   // second run (rank 0 writes it; every rank learns of a failure and exits 1).
-  std::optional<SaveDirectoryLock> save_lock;
+  std::unique_ptr<SaveDirectoryLock> save_lock;
   if (!o.save.empty())
     if (const int rc = agree_or_fail(world, [&] {
-          if (world.rank() == 0) save_lock.emplace(o.save);
+          if (world.rank() == 0) save_lock = std::make_unique<SaveDirectoryLock>(o.save);
         }))
       return rc;
   // --tensorboard-dir: the writer rank (Megatron's: the last) creates the directory and its events file now,
   // before the model is built, so a path it cannot write is a one-line error, not a run without its curves.
   // On an error or a signal stop its destructor still writes what was queued (a bounded wait).
-  std::optional<log::TensorBoardLog> tensorboard;
-  if (!o.train.tensorboard_dir.empty() && !o.probe_machine)  // (--probe-machine trains nothing)
+  std::optional<observe::TensorBoardLog> tensorboard;
+  if (!o.outputs.tensorboard.dir.empty() && !o.probe_machine)  // (--probe-machine trains nothing)
     if (const int rc = agree_or_fail(world, [&] {
           if (world.rank() != world.size() - 1) return;
-          tensorboard.emplace(o.train, [lines](const std::string& note) { lines->info("pretrain_llama | {}", note); });
+          tensorboard.emplace(o.outputs.tensorboard,
+                              [lines](const std::string& note) { lines->info("pretrain_llama | {}", note); });
           lines->info("pretrain_llama | tensorboard: writing {} (per-iteration scalars every {} iterations)",
-                      tensorboard->path(), o.train.tensorboard_log_interval);
+                      tensorboard->path(), o.outputs.tensorboard.log_interval);
         }))
       return rc;
   return build_and_train(

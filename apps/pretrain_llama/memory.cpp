@@ -69,7 +69,7 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
   const TrainConfig& t = o.train;
   const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
   const GpuSpec* gpu = o.dry_run_gpu.empty() ? nullptr : find_gpu(o.dry_run_gpu);
-  RunLayout mopt = model_options(o);
+  RunLayout mopt = run_layout(o);
   if (gpu) mopt.gpu_sm = gpu->sm;
   const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, mopt,
                                      0 /* no GPU is opened: --dry-run-gpu's sm, else kPlanDefaultSm */);
@@ -106,7 +106,7 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
             "parameters (a bias per norm; RMSNorm has none)",
             pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
             pc.total() - static_cast<double>(s.mc.num_parameters()));
-  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, model_options(o),
+  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, run_layout(o),
                        t.use_precision_aware_optimizer};
   std::vector<log::FitRow> rows;
   for (const GpuSpec& g : known_gpus()) rows.push_back(fit_row(req, g));

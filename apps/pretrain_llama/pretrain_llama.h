@@ -1,10 +1,14 @@
 #pragma once
 // pretrain_llama's parts: the flags (flags.cpp), the banner (banner.cpp), the memory plan's start-up
 // check and --dry-run (memory.cpp), and the run that wires data -> model -> trainer (main.cpp).
+#include <nlohmann/json_fwd.hpp>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/ops.h"
 #include "config/model_config.h"
@@ -15,6 +19,14 @@
 #include "model/fit_plan.h"
 #include "model/memory_plan.h"
 #include "model/precision_plan.h"
+#include "observe/checkpointer.h"
+#include "observe/jsonl_log.h"
+#include "observe/megatron_text_log.h"
+#include "observe/profiler_window.h"
+#include "observe/quant_stats_log.h"
+#include "observe/roofline_report.h"
+#include "observe/stop_conditions.h"
+#include "observe/tensorboard_log.h"
 #include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "train/trainer.h"
@@ -27,8 +39,20 @@ namespace pl::pretrain {
 
 using Logger = std::shared_ptr<spdlog::logger>;
 
+// Where the run's records go (lib/observe/: one observer each), by flag.
+struct OutputOptions {
+  std::string timing_log_option = "minmax";  // --timing-log-option (the text log's timer block)
+  int64_t quant_stats_interval = 0;          // --log-quant-stats-interval (0 = off)
+  observe::StopConfig stop;                  // --exit-interval, --exit-duration-in-mins, --max-nan-iterations
+  observe::RooflineConfig roofline;          // --roofline [FILE], --roofline-at-log-interval
+  observe::ProfileConfig profile;            // --profile, --profile-step-start/-end, --profile-ranks
+  observe::TensorBoardConfig tensorboard;    // --tensorboard-dir and its companions (flags_tensorboard.cpp)
+  std::string log_jsonl;                     // --log-jsonl FILE
+};
+
 struct Options {
   TrainConfig train;
+  OutputOptions outputs;
   std::string model = "llama3_8b";
   std::string recipe = "bf16_with_nvfp4_mixed";  // the playbook's
   bool disable_fp4 = false;
@@ -71,8 +95,8 @@ struct RunSetup {
 void add_flags(CLI::App& app, Options& o);
 void validate_flags(const Options& o, const CLI::App& app);
 RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* argv0);
-void check_save_apart_from_inputs(const Options& o, const RunSetup& s);
-RunLayout model_options(const Options& o);
+void check_outputs_apart(const Options& o, const RunSetup& s);
+RunLayout run_layout(const Options& o);
 
 // Issue 27's flag groups, one file each (flags.cpp calls them in add_flags / validate_flags):
 // flags_schedule.cpp: AdamW's and the LR schedule's flags (Megatron's names).
@@ -102,22 +126,65 @@ void apply_fp8_flags(const Options& o, const CLI::App& app, RunSetup& s);
 int print_library_versions();
 void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device, int threads, const Logger& out);
 DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx, const Logger& out);
-void print_training_and_parameters(const ModelConfig& mc, const TrainConfig& t, const Logger& out);
+void print_training_and_parameters(const ModelConfig& mc, const Options& o, const Logger& out);
 void print_optimizer_state(const TrainConfig& t, const Logger& out);
-void print_optimizer_and_schedule(const ModelConfig& mc, const TrainConfig& t, const Logger& out);
+void print_optimizer_and_schedule(const ModelConfig& mc, const Options& o, const Logger& out);
 void print_data_parallel(const parallel::World& world, const parallel::Communicator& comm, const TrainConfig& t,
                          const LlamaModel& model, size_t buckets, const Logger& out);
-void print_summary(const TrainResult& r, const TrainConfig& t, const TrainState& start, const Logger& out);
+// What the banner says, as values: the JSON-lines log's "start" line.
+struct RunFacts {
+  const RunSetup& setup;
+  const Options& o;
+  const OpContext& ctx;
+  const MemoryPlan& memory;
+  std::vector<std::string> data_summary;  // the data's banner lines
+  std::vector<std::string> command_line;  // argv
+};
+nlohmann::ordered_json run_facts(const RunFacts& f);
 
 // roofline.cpp: --probe-machine (prints the ceilings; the exit code) and --roofline: the machine's ceilings
 // (rank 0, measured before the device arena is reserved, so the probe's operands are allocations of their
-// own, freed after it; null on the other ranks and without --roofline), then the trainer's listener.
+// own, freed after it; null on the other ranks and without --roofline), then the report's observer.
 int probe_machine_command(const Options& o, const RunSetup& s, const OpContext& ctx, const Logger& out);
 std::shared_ptr<const roofline::MachineCeilings> roofline_ceilings(const Options& o, const RunSetup& s,
                                                                    const OpContext& ctx, const parallel::World& world,
                                                                    const Logger& out);
-void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s,
-                     std::shared_ptr<const roofline::MachineCeilings> ceilings, const Logger& out);
+std::unique_ptr<observe::RooflineReport> roofline_report(const Options& o, const RunSetup& s,
+                                                         std::shared_ptr<const roofline::MachineCeilings> ceilings,
+                                                         const Logger& out);
+
+// outputs.cpp: the run's outputs, one observer each (lib/observe/), built from the flags, in the order the
+// trainer calls them (train/observer.h): the stop conditions and the checkpoints first (a resume's restore
+// before anything is printed of the run; a save before the stop's line), then the text log and what follows
+// its lines.
+struct RunOutputs {
+  std::unique_ptr<observe::StopConditions> stop;
+  std::unique_ptr<observe::Checkpointer> checkpoints;
+  std::unique_ptr<observe::MegatronTextLog> text;
+  std::unique_ptr<observe::QuantStatsLog> quant_stats;    // --log-quant-stats-interval
+  std::unique_ptr<observe::RooflineReport> roofline;      // --roofline (rank 0)
+  std::unique_ptr<observe::ProfilerWindow> profiler;      // --profile
+  observe::TensorBoardLog* tensorboard = nullptr;         // --tensorboard-dir (the last rank; made at start-up)
+  std::unique_ptr<observe::JsonLinesLog> jsonl;           // --log-jsonl (the last rank)
+  std::vector<TrainObserver*> list() const;
+};
+// What the outputs are made of, besides the flags.
+struct OutputInputs {
+  const parallel::World& world;
+  const RunSetup& setup;
+  Logger lines;                                     // every line an observer prints (it chooses its rank)
+  std::unique_ptr<SaveDirectoryLock> save_lock;     // rank 0's, with --save
+  observe::TensorBoardLog* tensorboard = nullptr;
+  std::optional<VerifiedCheckpoint> resume;         // --load's
+  std::shared_ptr<const roofline::MachineCeilings> ceilings;  // rank 0's, with --roofline
+  nlohmann::ordered_json facts;                     // the banner's (run_facts)
+  std::vector<std::string> command_line;
+};
+RunOutputs make_outputs(const Options& o, OutputInputs in);
+// --exit-signal-handler (on by default with --save): SIGTERM/SIGINT handlers installed now; the flag they set
+// (null: signals not watched), and the banner line saying so.
+const volatile std::sig_atomic_t* watch_stop_signals(const Options& o);
+void print_stop_signals(const Options& o, const Logger& out);
 
 // memory.cpp
 void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm);

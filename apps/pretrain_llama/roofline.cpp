@@ -3,7 +3,6 @@
 // and written as JSON for scripts/roofline_plot.py.
 #include <fmt/format.h>
 
-#include "io/atomic_file.h"
 #include "model/accounting.h"
 #include "pretrain_llama.h"
 #include "roofline/machine_ceilings.h"
@@ -44,34 +43,24 @@ std::shared_ptr<const roofline::MachineCeilings> roofline_ceilings(const Options
                                                                    const OpContext& ctx, const parallel::World& world,
                                                                    const Logger& out) {
   // Rank 0 alone probes the machine (one writer of the cache) and reports.
-  if (!o.train.roofline || world.rank() != 0) return nullptr;
+  if (!o.outputs.roofline.on || world.rank() != 0) return nullptr;
   auto c = std::make_shared<const roofline::MachineCeilings>(measure_ceilings(o, s, ctx, out));
   reset_peak_memory_stats(ctx.device);  // the probe's operands are freed: not the run's peak memory
   return c;
 }
 
-void attach_roofline(Trainer& trainer, const Options& o, const RunSetup& s,
-                     std::shared_ptr<const roofline::MachineCeilings> ceilings, const Logger& out) {
-  if (!ceilings) return;  // every rank measures its op rows; rank 0 reports them
+std::unique_ptr<observe::RooflineReport> roofline_report(const Options& o, const RunSetup& s,
+                                                         std::shared_ptr<const roofline::MachineCeilings> ceilings,
+                                                         const Logger& out) {
+  if (!ceilings) return nullptr;  // rank 0 measures its op rows and reports them
   const TrainConfig& t = o.train;
-  const roofline::ReportContext rc{
+  roofline::ReportContext rc{
       .label = report_label(s),
       .recipe = s.recipe.name,
       .model_flops_per_iter_per_rank = flops_per_iteration(s.mc, t.global_batch_size, t.seq_length) /
                                        static_cast<double>(t.data_parallel_size)};
-  trainer.set_roofline_listener([ceilings, rc, out, json_path = t.roofline_json](const roofline::Measurement& m,
-                                                                                    bool final) {
-    if (m.iterations == 0) {
-      if (final) out->info("roofline | no iteration was measured (the --profile window lies outside this run)");
-      return;
-    }
-    const roofline::Report r = roofline::build_report(m, *ceilings, rc);
-    for (const std::string& line : roofline::report_lines(r)) out->info("{}", line);
-    if (!json_path.empty()) {
-      write_file_atomically(json_path, roofline::report_json_text(r));
-      if (final) out->info("roofline | report written to {}", json_path);
-    }
-  });
+  return std::make_unique<observe::RooflineReport>(o.outputs.roofline, o.outputs.profile, std::move(ceilings),
+                                                   std::move(rc), [out](const std::string& line) { out->info("{}", line); });
 }
 
 }  // namespace pl::pretrain

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "backend/cpu/onednn_gemm.h"
+#include "backend/op_costs.h"
 #include "core/error.h"
 
 #if defined(PL_WITH_CUDA)
@@ -110,6 +111,25 @@ void cpu_caches(DeviceIdentity& id) {
 
 std::vector<std::string> cpu_gemm_banner_lines() { return {"cpu GEMMs: " + cpu_gemm_engine_description()}; }
 
+// Each format of `used` once, by the roofline's row names ("fp8" for both FP8 encodings), with how it runs.
+template <class Describe>
+void add_quantized_paths(std::vector<GemmPath>& out, const std::vector<QuantFormat>& used, Describe&& describe) {
+  for (QuantFormat f : used) {
+    const std::string name = cost::format_row_name(f);
+    if (std::none_of(out.begin(), out.end(), [&](const GemmPath& p) { return p.format == name; }))
+      out.push_back(describe(f, name));
+  }
+}
+
+std::vector<GemmPath> cpu_gemm_paths(const std::vector<QuantFormat>& used) {
+  std::vector<GemmPath> out{{"bf16", cpu::cpu_gemm_engine().onednn_bf16, cpu_gemm_banner_lines()[0]}};
+  add_quantized_paths(out, used, [](QuantFormat, const std::string& name) {
+    return GemmPath{name, false, fmt::format("{} GEMMs: emulated on the cpu (each code expanded exactly with its block "
+                                             "scale, BF16 GEMM with FP32 accumulation)", name)};
+  });
+  return out;
+}
+
 DeviceIdentity cpu_identity() {
   DeviceIdentity id;
   id.name = cpu_model_name();
@@ -164,6 +184,20 @@ DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_atten
 std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vector<QuantFormat>& used) {
   if (ctx.device != Device::CUDA) return cpu_gemm_banner_lines();
   return cuda::gemm_backend_lines(*ctx.gpu, used);
+}
+
+std::vector<GemmPath> gpu_gemm_paths(const std::vector<QuantFormat>& used, int sm, bool forced_emulated) {
+  std::vector<GemmPath> out{{"bf16", true, cuda::gemm_backend_lines({}, sm)[0]}};
+  add_quantized_paths(out, used, [&](QuantFormat f, const std::string& name) {
+    const bool native = cuda::quantized_gemm_execution(f, sm) == cuda::GemmExecution::Native;
+    return GemmPath{name, native && !forced_emulated, cuda::gemm_backend_description(f, sm)};
+  });
+  return out;
+}
+
+std::vector<GemmPath> gemm_paths(const OpContext& ctx, const std::vector<QuantFormat>& used) {
+  if (ctx.device != Device::CUDA) return cpu_gemm_paths(used);
+  return gpu_gemm_paths(used, ctx.gpu->sm, ctx.gpu->force_emulated_gemm);
 }
 
 std::string prepare_attention(const OpContext& ctx, const AttentionShape& shape, double planned_workspace) {
@@ -260,6 +294,12 @@ DeviceStateHandle open_gpu_for_training(OpContext&, bool, bool) {
 
 std::vector<std::string> gemm_banner_lines(const OpContext&, const std::vector<QuantFormat>&) {
   return cpu_gemm_banner_lines();
+}
+
+std::vector<GemmPath> gemm_paths(const OpContext&, const std::vector<QuantFormat>& used) { return cpu_gemm_paths(used); }
+
+std::vector<GemmPath> gpu_gemm_paths(const std::vector<QuantFormat>&, int, bool) {
+  fail("gpu_gemm_paths: this build has no CUDA backend");
 }
 
 std::string prepare_attention(const OpContext&, const AttentionShape&, double) {

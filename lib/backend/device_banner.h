@@ -58,6 +58,18 @@ DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_atten
 // How the BF16 GEMMs and each quantized format of `used` run on ctx's GPU (native or emulated); on the CPU
 // one line, "cpu GEMMs: oneDNN bf16 (avx512_core_bf16)" or "cpu GEMMs: FP32 BLAS, BF16 operands emulated (...)".
 std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vector<QuantFormat>& used);
+// The same as values, for the run's records (--log-jsonl's start event): BF16 first, then each quantized format
+// of `used` once (FP8_E4M3 and FP8_E5M2 are "fp8").
+struct GemmPath {
+  std::string format;       // "bf16", "fp8", "mxfp8", "nvfp4"
+  bool native = false;      // false: emulated (the CPU's quantized GEMMs and its BF16 ones on FP32 BLAS, a GPU's
+                            //   formats without native support, a GPU forced onto the emulated path)
+  std::string description;  // e.g. "NVFP4 GEMMs: emulated on sm_90 (exact dequantize to BF16 + BF16 GEMM)"
+};
+std::vector<GemmPath> gemm_paths(const OpContext& ctx, const std::vector<QuantFormat>& used);
+// The same for a GPU of compute capability `sm` (pure; a CUDA build's, else a one-line error). forced_emulated:
+// the device state's test switch that sends every quantized GEMM down the emulated path.
+std::vector<GemmPath> gpu_gemm_paths(const std::vector<QuantFormat>& used, int sm, bool forced_emulated = false);
 // Builds the cuDNN attention graphs of `shape` now (not in the first step) and allocates the workspace
 // they ask for in the chosen mode; the line names the backward algorithm built and both workspaces next
 // to the plan's estimate. Needs ctx's GPU.

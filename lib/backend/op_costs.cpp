@@ -86,6 +86,15 @@ constexpr double kRhtFlopsPerElement = 32.0;
 
 }  // namespace
 
+OpCosts collective(const Tensor& t, int64_t ranks, double passes, bool reduces) {
+  const double share = static_cast<double>(ranks - 1) / static_cast<double>(ranks);
+  const double bytes = bytes_of(t);
+  OpCosts c;
+  c.phase[0] = OpCost{nullptr, OpKind::Comm, dtype_row_name(t.dtype), reduces ? share * static_cast<double>(t.numel()) : 0.0,
+                      passes * share * bytes, bytes};
+  return c;
+}
+
 const char* dtype_row_name(DType t) {
   switch (t) {
     case DType::F32: return "fp32";

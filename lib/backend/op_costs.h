@@ -19,4 +19,10 @@ const char* format_row_name(QuantFormat f);
 // The format a row that is not a quantized GEMM shows: its main tensor's storage, named as the formats are
 // ("fp32", "bf16"; core/tensor.h dtype_name spells them for error messages: "f32").
 const char* dtype_row_name(DType t);
+// A collective over `ranks` on buffer `t` (data parallelism's gradient reduction and weight all-gather,
+// which are not ops of op_list.h): NCCL-tests' "bus bytes" (what each rank sends, and receives, over the
+// ring: (ranks-1)/ranks of the buffer per pass, 2 passes for an all-reduce, 1 for a reduce-scatter or an
+// all-gather), the reduction's adds for a reducing collective. Its row shows the time the step waits for it
+// (with overlap, the rest runs under the backward or the next forward).
+OpCosts collective(const Tensor& t, int64_t ranks, double passes, bool reduces);
 }  // namespace pl::cost

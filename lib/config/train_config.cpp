@@ -80,33 +80,9 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.threads >= 0, "--threads must be >= 0 (0 = all cores), got {}", t.threads);
   PL_CHECK(t.device == "auto" || t.device == "cpu" || t.device == "cuda",
            "--device must be auto, cpu or cuda, got '{}'", t.device);
-  PL_CHECK(t.quant_stats_interval >= 0, "--log-quant-stats-interval must be >= 0 (0 = off), got {}",
-           t.quant_stats_interval);
-  PL_CHECK(t.exit_interval >= 0, "--exit-interval must be >= 0 (0 = off), got {}", t.exit_interval);
   PL_CHECK(t.timing_log_level >= 0 && t.timing_log_level <= 2, "--timing-log-level must be 0, 1 or 2, got {}",
            t.timing_log_level);
-  PL_CHECK(t.timing_log_option == "minmax" || t.timing_log_option == "max" || t.timing_log_option == "all",
-           "--timing-log-option must be max, minmax or all, got '{}'", t.timing_log_option);
-  PL_CHECK(t.max_consecutive_nan_iterations >= 1, "--max-nan-iterations must be >= 1, got {}",
-           t.max_consecutive_nan_iterations);
   validate_optimizer_dtypes(t);
-  PL_CHECK(!t.roofline_at_log_interval || t.roofline, "--roofline-at-log-interval needs --roofline");
-  validate_profile_window(t);
-}
-
-// Megatron checks none of these (the window just never opens); a window that cannot open is refused
-// here, one line naming the flag. As in Megatron, the --profile-step-* flags without --profile are
-// accepted and do nothing.
-void validate_profile_window(const TrainConfig& t) {
-  PL_CHECK(t.profile_step_start >= 0, "--profile-step-start must be >= 0, got {}", t.profile_step_start);
-  PL_CHECK(t.profile_step_end > t.profile_step_start,
-           "--profile-step-end {} must be greater than --profile-step-start {} (the window is iterations start+1 "
-           "to end)",
-           t.profile_step_end, t.profile_step_start);
-  for (const int64_t rank : t.profile_ranks)
-    PL_CHECK(rank >= 0 && rank < t.data_parallel_size,
-             "--profile-ranks: rank {} is outside the data-parallel world of {} rank(s) (0 to {})", rank,
-             t.data_parallel_size, t.data_parallel_size - 1);
 }
 
 // Megatron-LM's rules (megatron/core/optimizer/optimizer_config.py, OptimizerConfig.__post_init__, and

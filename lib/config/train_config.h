@@ -33,20 +33,16 @@ struct TrainConfig {
   int64_t log_interval = 1;
   int threads = 0;                    // 0: all cores
   std::string device = "auto";        // auto | cpu | cuda
-  int64_t max_consecutive_nan_iterations = 10;
   bool fp32_reference = false;       // no bf16 rounding anywhere (numerics studies, gradient tests)
-  int64_t exit_interval = 0;          // --exit-interval: stop after an iteration divisible by it; 0 = off
-  int64_t quant_stats_interval = 0;   // --log-quant-stats-interval; 0 = off
   // Validation (Megatron's --eval-interval / --eval-iters): every eval_interval iterations, eval_iters
   // global batches of the validation split, forward only. The playbook sets eval_iters = 0 (off);
   // the recipe's interval is 2000.
   int64_t eval_interval = 2000;
   int64_t eval_iters = 0;
   // Megatron's --timing-log-level (0: none, Megatron's default; 1: forward-backward, optimizer;
-  // 2: adds forward/backward compute, batch generation and the per-op categories) and
-  // --timing-log-option (max | minmax | all; Megatron's default minmax). See core/timers.h.
+  // 2: adds forward/backward compute, batch generation and the per-op categories). See core/timers.h; the
+  // readings go to the log interval's record (--timing-log-option is the text log's, observe/).
   int timing_log_level = 0;
-  std::string timing_log_option = "minmax";
   // Megatron's --deterministic-mode ("Choose code that has deterministic execution"): here, cuDNN's
   // deterministic attention backward. Off: cuDNN picks its fastest backward, as Transformer Engine does
   // by default (NVTE_ALLOW_NONDETERMINISTIC_ALGO=1). The CPU backend is deterministic either way.
@@ -75,29 +71,6 @@ struct TrainConfig {
   // the weights, and that forward waiting per layer (train/optimizer.h). Needs --optimizer-cpu-offload.
   bool overlap_cpu_optimizer_d2h_h2d = false;
 
-  // --roofline [FILE] (issue 24): a per-op roofline table at the end of the run (every op timed, as
-  // --timing-log-level 2 does), and the same as JSON in roofline_json ("" = the table only; the path is
-  // checked at start-up, before any model is built). --roofline-at-log-interval: the table at every
-  // --log-interval too.
-  bool roofline = false;
-  std::string roofline_json;
-  bool roofline_at_log_interval = false;
-  // Megatron's --profile / --profile-step-start / --profile-step-end / --profile-ranks
-  // (megatron/training/config/common_config.py ProfilingConfig; megatron/training/training.py train()):
-  // a window for Nsight Systems / Nsight Compute (nsys profile --capture-range=cudaProfilerApi), with NVTX
-  // ranges on. Megatron's counter `iteration` holds the iterations completed so far (the checkpoint's on
-  // a resume): cudaProfilerStart is called at the top of the loop when iteration == start, before that
-  // step runs, and cudaProfilerStop after a step when the incremented counter == end. So the window
-  // covers the 1-based iterations start+1 .. end (the defaults 10 and 12: iterations 11 and 12, the
-  // numbers of the log's iteration lines); a start below the resumed iteration never opens it. Only on
-  // the ranks listed. Defaults: Megatron's 10 and 12; ranks {0}, Megatron's default until Feb 2026
-  // (Megatron-LM #3273 made it [] = every rank; one rank is the usual Nsight use and what this project
-  // keeps). On the CPU the window bounds the roofline's measurement instead.
-  bool profile = false;
-  int64_t profile_step_start = 10;
-  int64_t profile_step_end = 12;
-  std::vector<int64_t> profile_ranks{0};
-
   // ---- issue 27: AdamW's and the LR schedule's flags (flags_schedule.cpp) ----
   // Megatron-LM's names and meanings (megatron/training/arguments.py, megatron/training/config/
   // training_config.py SchedulerConfig, megatron/core/optimizer_param_scheduler.py). Defaults: Megatron-Bridge's
@@ -121,8 +94,7 @@ struct TrainConfig {
   // of 2 against --train-iters 1 or 2 keeps Bridge's cap to decay - 1 (said in the banner).
   bool schedule_given = false;
   double init_method_std = 0.0;      // --init-method-std over the model config's (0: the config's)
-  double exit_duration_in_mins = 0;  // --exit-duration-in-mins: save and stop after this wall time; 0 = off
-  bool log_params_norm = false;      // --log-params-norm: " params norm: X |" in the iteration line
+  bool log_params_norm = false;      // --log-params-norm: the master weights' norm in each log interval's record
 
   // ---- issue 27: document-aware packing (flags_packing.cpp) ----
   // Megatron's flags (arguments.py; semantics of gpt_dataset.py _get_ltor_masks_and_position_ids, see
@@ -134,20 +106,6 @@ struct TrainConfig {
   // --calculate-per-token-loss: the gradient is of Σ losses / (tokens counted over the global batch) instead of
   // the mean of the micro-batches' per-token means (trainer.cpp loss_gradient_scale).
   bool calculate_per_token_loss = false;
-
-  // ---- issue 27: TensorBoard (flags_tensorboard.cpp) ----
-  // Megatron's --tensorboard-dir ("" = off) and its companions (megatron/training/arguments.py; what each
-  // writes: log/tensorboard.h). --tensorboard-queue-size: Megatron passes it to SummaryWriter's max_queue
-  // (events held before an add forces a write); here the capacity of the writer thread's queue, in scalars,
-  // beyond which new scalars are dropped (counted, one warning) rather than training waiting on the disk.
-  std::string tensorboard_dir;
-  int64_t tensorboard_log_interval = 1;
-  int64_t tensorboard_queue_size = 1000;
-  bool log_timers_to_tensorboard = false;
-  bool log_loss_scale_to_tensorboard = true;  // --no-log-loss-scale-to-tensorboard turns it off
-  bool log_validation_ppl_to_tensorboard = false;
-  bool log_memory_to_tensorboard = false;
-  bool log_world_size_to_tensorboard = false;
 
   // ---- issue 27: FP8 delayed scaling's overrides (flags_fp8.cpp) ----
   // Megatron's --fp8-amax-history-len, --fp8-amax-compute-algo, --fp8-margin: when given (the app
@@ -172,7 +130,5 @@ void validate_train_config(const TrainConfig& t);
 void validate_data_parallel(const TrainConfig& t);
 // The precision-aware optimizer's flags alone (part of validate_train_config).
 void validate_optimizer_dtypes(const TrainConfig& t);
-// --profile-step-start / --profile-step-end / --profile-ranks alone (part of validate_train_config).
-void validate_profile_window(const TrainConfig& t);
 
 }  // namespace pl

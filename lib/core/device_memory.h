@@ -6,19 +6,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/memory_stats.h"
 #include "core/tensor.h"
 
 namespace pl {
-
-// Allocation figures of one device, in the spirit of torch.cuda.memory_stats().
-struct MemoryStats {
-  size_t allocated = 0;
-  size_t max_allocated = 0;
-  size_t reserved = 0;
-  size_t max_reserved = 0;
-  size_t alloc_count = 0;   // live allocations
-  size_t total_allocs = 0;  // allocations ever made; the trainer checks it does not move in the loop
-};
 
 // Owns one allocation; movable, not copyable.
 class Buffer {

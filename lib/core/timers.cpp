@@ -195,12 +195,6 @@ void Timers::stop(TimerId id) {
   if (enabled(id)) end_region(id);
 }
 
-void Timers::mark_loss_computed() {
-  if (!running(TimerId::ForwardCompute)) return;
-  stop(TimerId::ForwardCompute);
-  start(TimerId::BackwardCompute);
-}
-
 // An op's NVTX range (--profile) and its timer: the range whatever the level, the timer when the level
 // or the op rows ask for it.
 bool Timers::op_begin(TimerId id) {

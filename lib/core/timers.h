@@ -121,11 +121,6 @@ class Timers {
   void stop(TimerId id);
   bool running(TimerId id) const { return running_[static_cast<size_t>(id)] != kNotRunning; }
 
-  // The loss op ends a micro-batch's forward: forward-compute, if running, stops and
-  // backward-compute starts (Megatron: the loss is part of forward_step, autograd's backward
-  // is backward_step). Called by the model between a micro-batch's forward and its backward.
-  void mark_loss_computed();
-
   // The timers that ran since the last read, in print order, each divided by `normalizer` (the
   // iterations of the interval: Megatron's normalizer=args.log_interval); resets them all. On CUDA:
   // one synchronize. The returned span stays valid until the next read.

@@ -10,6 +10,7 @@
 #include "core/checksum.h"
 #include "core/error.h"
 #include "data/blended_dataset.h"
+#include "data/documents.h"
 #include "data/indexed_dataset.h"
 #include "data/mock_dataset.h"
 #include "data/tokenizer_record.h"
@@ -47,6 +48,7 @@ std::string split_line(const std::string& what, const GPTDataset& d, int64_t nee
 
 DataConfig data_config_for_run(DataConfig flags, int64_t model_vocab_size, int64_t seq_length,
                                const std::array<int64_t, 3>& num_samples) {
+  flags.vocab_size = model_vocab_size;
   flags.mock_vocab_size = std::min<int64_t>(model_vocab_size, 32000);
   flags.mock_eod = flags.mock_vocab_size - 1;
   flags.seq_length = seq_length;
@@ -250,11 +252,27 @@ void TrainingData::micro_batch(Split s, int64_t first_sample, int64_t micro, int
       sft_->sample(s, first_sample + micro * micro_batch + b, tokens.subspan(at, seq), labels.subspan(at, seq),
                    positions.subspan(at, seq));
     }
-    return;
+  } else {
+    const SampleSource* src = split(s);
+    PL_CHECK(src != nullptr, "data: the {} split has no data", split_name(s));
+    fill_micro_batch(*src, pad_token_id(), first_sample, micro, micro_batch, tokens, labels);
   }
-  const SampleSource* src = split(s);
-  PL_CHECK(src != nullptr, "data: the {} split has no data", split_name(s));
-  fill_micro_batch(*src, pad_token_id(), first_sample, micro, micro_batch, tokens, labels);
+  check_ids_in_vocab(s, first_sample + micro * micro_batch, static_cast<int64_t>(tokens.size()) / micro_batch, tokens,
+                     labels);
+}
+
+void TrainingData::check_ids_in_vocab(Split s, int64_t first, int64_t seq, std::span<const int32_t> tokens,
+                                      std::span<const int32_t> labels) const {
+  const int64_t vocab = config_.vocab_size;
+  if (vocab <= 0) return;
+  const auto outside = [vocab](int32_t id) { return id < 0 || id >= vocab; };
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    const int32_t bad = outside(tokens[k]) ? tokens[k] : (outside(labels[k]) && labels[k] != kIgnoredLabel ? labels[k] : 0);
+    PL_CHECK(bad == 0, "data: sample {} of the {} split holds token id {}, outside the model's vocabulary [0, {}): "
+             "the data was tokenized for another vocabulary (see its .tokenizer.json, or use a model config with "
+             "a larger vocab_size)",
+             first + static_cast<int64_t>(k) / seq, split_name(s), bad, vocab);
+  }
 }
 
 }  // namespace pl::data

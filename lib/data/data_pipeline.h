@@ -24,6 +24,7 @@ struct DataConfig {
   uint32_t seed = 1234;             // --data-seed: every GPTDataset's RandomState
   int64_t seq_length = 0;
   std::array<int64_t, 3> num_samples{};  // train, valid, test (TrainConfig::*_samples)
+  int64_t vocab_size = 0;           // the model's: every id of a micro-batch must be below it (0: not checked)
   int64_t mock_vocab_size = 0;      // mock data only
   int64_t mock_eod = 0;
   std::string packing_algorithm = "first_fit_shuffle";  // --packing-algorithm: SFT data only (data/sft_dataset.h)
@@ -75,7 +76,9 @@ class TrainingData {
   const std::string& eod_problem() const { return eod_problem_; }
 
   // Micro-batch `micro` of the global batch starting at `first_sample` of split `s`. `positions` is filled for SFT
-  // data (the position of each token in its example) and must be empty otherwise.
+  // data (the position of each token in its example) and must be empty otherwise. The one check of the ids the
+  // model reads: one outside the model's vocabulary (data tokenized for a larger one) is a one-line error naming
+  // its sample and split (a label may be kIgnoredLabel: not counted in the loss).
   void micro_batch(Split s, int64_t first_sample, int64_t micro, int64_t micro_batch, std::span<int32_t> tokens,
                    std::span<int32_t> labels, std::span<int32_t> positions = {}) const;
 
@@ -84,6 +87,8 @@ class TrainingData {
   void build_indexed();
   void build_sft(const std::string& prefix);
   void note_eod(int32_t eod, const std::string& record, bool first);
+  void check_ids_in_vocab(Split s, int64_t first, int64_t seq, std::span<const int32_t> tokens,
+                          std::span<const int32_t> labels) const;
 
   DataConfig config_;
   std::array<std::shared_ptr<const SampleSource>, 3> splits_;

@@ -10,19 +10,19 @@
 
 namespace pl::log {
 
-std::string iteration_line(const IterationFields& f, const std::string& timestamp) {
+std::string iteration_line(const IntervalRecord& r, const std::string& timestamp) {
   std::string s = fmt::format(" [{}]", timestamp);
-  s += fmt::format(" iteration {:8d}/{:8d} |", f.iteration, f.train_iters);
-  s += fmt::format(" consumed samples: {:12d} |", f.consumed_samples);
-  s += fmt::format(" elapsed time per iteration (ms): {:.1f} |", f.elapsed_ms);
-  s += fmt::format(" learning rate: {:.6E} |", f.learning_rate);
-  s += fmt::format(" global batch size: {:5d} |", f.global_batch_size);
-  if (f.lm_loss) s += fmt::format(" lm loss: {:.6E} |", *f.lm_loss);
-  s += fmt::format(" loss scale: {:.1f} |", f.loss_scale);
-  if (f.grad_norm) s += fmt::format(" grad norm: {:.3f} |", *f.grad_norm);
-  if (f.params_norm) s += fmt::format(" params norm: {:.3f} |", *f.params_norm);  // (Megatron: after num zeros)
-  s += fmt::format(" number of skipped iterations: {:3d} |", f.skipped_iterations);
-  s += fmt::format(" number of nan iterations: {:3d} |", f.nan_iterations);
+  s += fmt::format(" iteration {:8d}/{:8d} |", r.iteration, r.train_iters);
+  s += fmt::format(" consumed samples: {:12d} |", r.consumed_samples);
+  s += fmt::format(" elapsed time per iteration (ms): {:.1f} |", r.seconds_per_iteration * 1000.0);
+  s += fmt::format(" learning rate: {:.6E} |", r.learning_rate);
+  s += fmt::format(" global batch size: {:5d} |", r.global_batch_size);
+  if (r.lm_loss) s += fmt::format(" lm loss: {:.6E} |", *r.lm_loss);
+  s += fmt::format(" loss scale: {:.1f} |", r.loss_scale);
+  s += fmt::format(" grad norm: {:.3f} |", r.grad_norm);
+  if (r.params_norm) s += fmt::format(" params norm: {:.3f} |", *r.params_norm);  // (Megatron: after num zeros)
+  s += fmt::format(" number of skipped iterations: {:3d} |", r.skipped_iterations);
+  s += fmt::format(" number of nan iterations: {:3d} |", r.nan_iterations);
   return s;
 }
 

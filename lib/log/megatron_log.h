@@ -9,29 +9,16 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "core/memory_stats.h"
 #include "core/timers.h"
+#include "log/run_records.h"
 
 namespace pl::log {
 
-// Everything the per-iteration line shows.
-struct IterationFields {
-  int64_t iteration = 0;
-  int64_t train_iters = 0;
-  int64_t consumed_samples = 0;
-  double elapsed_ms = 0.0;          // per iteration, averaged over the log interval
-  double learning_rate = 0.0;       // the rate the next step will use
-  int64_t global_batch_size = 0;
-  std::optional<double> lm_loss;    // absent when every iteration of the interval was skipped
-  double loss_scale = 1.0;
-  std::optional<double> grad_norm;
-  std::optional<double> params_norm;  // --log-params-norm
-  int64_t skipped_iterations = 0;   // in this interval
-  int64_t nan_iterations = 0;       // in this interval
-};
-
 // " [YYYY-mm-dd HH:MM:SS] iteration        1/      50 | consumed samples: ... |"
-std::string iteration_line(const IterationFields& f, const std::string& timestamp);
+// The log interval's numbers (run_records.h): elapsed time, loss and counts are the interval's, the learning
+// rate the next step's, the grad norm the last iteration's.
+std::string iteration_line(const IntervalRecord& r, const std::string& timestamp);
 // "Step Time : 5.39s GPU utilization: 2347.0MODEL_TFLOP/s/GPU"
 std::string step_time_line(double seconds_per_iteration, double tflops_per_gpu);
 // "[Rank 0] (after 1 iterations) memory (GB) | mem-allocated-gigabytes: 45.123 | ..."
@@ -56,10 +43,6 @@ std::string parameter_lines(double transformer_params, double embedding_params, 
 // The name and a space are padded with '.' to 48 characters. One process: min = max = the value.
 std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option);
 // The same over data-parallel ranks: each timer's value on every rank that ran it (rank order).
-struct TimerOverRanks {
-  const char* name;
-  std::vector<std::pair<int, double>> rank_ms;  // (rank, ms per iteration)
-};
 std::vector<std::string> timer_lines(std::span<const TimerOverRanks> timers, const std::string& option);
 
 // Megatron's checkpoint lines (megatron/training/checkpointing.py: save_checkpoint, load_checkpoint,

@@ -10,15 +10,13 @@
 #include <bit>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
 
-#include "config/train_config.h"
 #include "core/error.h"
-#include "io/file_checks.h"
+#include "io/fd.h"
 
 namespace pl::log {
 
@@ -42,11 +40,6 @@ constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
 // Little-endian bytes whatever the host's order (the TFRecord header and protobuf's fixed-width fields).
 void put_le(std::string& out, uint64_t v, int bytes) {
   for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFFu));
-}
-uint64_t get_le(std::string_view in, size_t at, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<unsigned char>(in[at + i])) << (8 * i);
-  return v;
 }
 
 // Protobuf's wire format: wire types 0 (varint), 1 (64-bit), 2 (length-delimited), 5 (32-bit).
@@ -117,109 +110,6 @@ std::string scalar_event(double wall_time, int64_t step, std::string_view tag, f
   return e;
 }
 
-// ---- reading back (the tests' round trip) ------------------------------------------------------------
-
-namespace {
-
-// A protobuf message being read: its fields one by one, each checked against the bytes left.
-struct ProtoReader {
-  std::string_view in;
-  size_t at = 0;
-  const std::string& where;  // "FILE, record at byte N", for errors
-
-  bool done() const { return at >= in.size(); }
-  uint64_t varint() {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      PL_CHECK(at < in.size(), "{}: truncated varint", where);
-      const auto b = static_cast<unsigned char>(in[at++]);
-      v |= static_cast<uint64_t>(b & 0x7Fu) << shift;
-      if ((b & 0x80u) == 0) return v;
-    }
-    fail("{}: varint longer than 10 bytes", where);
-  }
-  uint64_t fixed(int bytes) {
-    PL_CHECK(in.size() - at >= static_cast<size_t>(bytes), "{}: truncated {}-byte field", where, bytes);
-    const uint64_t v = get_le(in, at, bytes);
-    at += static_cast<size_t>(bytes);
-    return v;
-  }
-  std::string_view bytes() {
-    const uint64_t n = varint();
-    PL_CHECK(n <= in.size() - at, "{}: a field of {} bytes overruns its message", where, n);
-    const std::string_view s = in.substr(at, n);
-    at += n;
-    return s;
-  }
-  void skip(uint32_t wire_type) {
-    switch (wire_type) {
-      case 0: (void)varint(); return;
-      case 1: (void)fixed(8); return;
-      case 2: (void)bytes(); return;
-      case 5: (void)fixed(4); return;
-      default: fail("{}: unsupported wire type {}", where, wire_type);
-    }
-  }
-};
-
-void decode_summary(std::string_view summary, const std::string& where, DecodedEvent& e) {
-  ProtoReader s{summary, 0, where};
-  while (!s.done()) {
-    const uint64_t key = s.varint();
-    if (key != ((1u << 3) | 2u)) {
-      s.skip(static_cast<uint32_t>(key & 7u));
-      continue;
-    }
-    ProtoReader v{s.bytes(), 0, where};
-    std::pair<std::string, float> tv;
-    while (!v.done()) {
-      const uint64_t vkey = v.varint();
-      if (vkey == ((1u << 3) | 2u)) tv.first = std::string(v.bytes());
-      else if (vkey == ((2u << 3) | 5u)) tv.second = std::bit_cast<float>(static_cast<uint32_t>(v.fixed(4)));
-      else v.skip(static_cast<uint32_t>(vkey & 7u));
-    }
-    e.values.push_back(std::move(tv));
-  }
-}
-
-DecodedEvent decode_event(std::string_view data, const std::string& where) {
-  DecodedEvent e;
-  ProtoReader r{data, 0, where};
-  while (!r.done()) {
-    const uint64_t key = r.varint();
-    switch (key) {
-      case (1u << 3) | 1u: e.wall_time = std::bit_cast<double>(r.fixed(8)); break;
-      case (2u << 3) | 0u: e.step = static_cast<int64_t>(r.varint()); break;
-      case (3u << 3) | 2u: e.file_version = std::string(r.bytes()); break;
-      case (5u << 3) | 2u: decode_summary(r.bytes(), where, e); break;
-      default: r.skip(static_cast<uint32_t>(key & 7u));
-    }
-  }
-  return e;
-}
-
-}  // namespace
-
-std::vector<DecodedEvent> read_event_file(const std::string& path) {
-  const std::string file = read_regular_file(path);
-  std::vector<DecodedEvent> events;
-  size_t at = 0;
-  while (at < file.size()) {
-    const std::string where = fmt::format("{}, record at byte {}", path, at);
-    PL_CHECK(file.size() - at >= 12, "{}: truncated header", where);
-    const std::string_view header(file.data() + at, 8);
-    PL_CHECK(get_le(file, at + 8, 4) == masked_crc32c(header), "{}: the length's CRC does not match", where);
-    const uint64_t n = get_le(file, at, 8);
-    PL_CHECK(n <= file.size() - at - 12 && file.size() - at - 12 - n >= 4, "{}: a record of {} bytes overruns the file",
-             where, n);
-    const std::string_view data(file.data() + at + 12, n);
-    PL_CHECK(get_le(file, at + 12 + n, 4) == masked_crc32c(data), "{}: the data's CRC does not match", where);
-    events.push_back(decode_event(data, where));
-    at += 16 + n;
-  }
-  return events;
-}
-
 // ---- the writer --------------------------------------------------------------------------------------
 
 namespace {
@@ -246,13 +136,12 @@ std::string events_file_name() {
                      counter.fetch_add(1));
 }
 
-// All of `bytes` to `fd` (write(2) may take less; EINTR is retried). Returns "" or the error.
-std::string write_all(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return n < 0 ? std::strerror(errno) : "write returned 0";
-    bytes.remove_prefix(static_cast<size_t>(n));
+// All of `bytes` to `fd` (io/fd.h: short counts continued, EINTR retried). Returns "" or the error.
+std::string write_or_error(const UniqueFd& fd, std::string_view bytes) {
+  try {
+    write_all(fd, bytes);
+  } catch (const Error& e) {
+    return e.what();
   }
   return {};
 }
@@ -267,7 +156,7 @@ struct EventFileWriter::Shared {
   bool flush_requested = false, closing = false, finished = false;  // guarded by mutex
   std::string error;                 // the first write error (guarded by mutex)
   std::atomic<int64_t> dropped{0}, written{0};
-  int fd = -1;  // owned by the writer thread once it runs
+  UniqueFd fd;  // owned by the writer thread once it runs
 
   // The writer thread: whenever it wakes it takes the queue's records, encodes them and hands them to the
   // OS. It wakes at each flush request, when the queue is half full, at the close, and every 30 s with
@@ -291,7 +180,7 @@ struct EventFileWriter::Shared {
       if (!batch.empty() && !failed) {
         buffer.clear();
         for (const PendingScalar& p : batch) buffer += tfrecord(scalar_event(p.wall_time, p.step, p.tag, p.value));
-        const std::string error = write_all(s->fd, buffer);
+        const std::string error = write_or_error(s->fd, buffer);
         (error.empty() ? s->written : s->dropped) += static_cast<int64_t>(batch.size());
         if (!error.empty()) {
           const std::lock_guard lock(s->mutex);
@@ -301,7 +190,7 @@ struct EventFileWriter::Shared {
       batch.clear();
       if (closing) break;
     }
-    ::close(s->fd);
+    s->fd.reset();
     const std::lock_guard lock(s->mutex);
     s->finished = true;
     s->finished_cv.notify_all();
@@ -317,14 +206,11 @@ EventFileWriter::EventFileWriter(const std::string& dir, size_t queue_capacity, 
   PL_CHECK(!ec, "--tensorboard-dir {}: cannot create the directory: {}", dir, ec.message());
   PL_CHECK(fs::is_directory(dir, ec), "--tensorboard-dir {}: exists and is not a directory", dir);
   path_ = (fs::path(dir) / events_file_name()).string();
-  shared_->fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  PL_CHECK(shared_->fd >= 0, "--tensorboard-dir {}: cannot create {}: {}", dir, path_, std::strerror(errno));
+  shared_->fd = try_open_fd(path_, O_WRONLY | O_CREAT | O_EXCL);
+  PL_CHECK(shared_->fd.valid(), "--tensorboard-dir {}: cannot create {}: {}", dir, path_, std::strerror(errno));
   // The first record now, from this thread: a directory that takes a file but no data fails here too.
-  const std::string error = write_all(shared_->fd, tfrecord(file_version_event(wall_seconds())));
-  if (!error.empty()) {
-    ::close(shared_->fd);
-    fail("--tensorboard-dir {}: cannot write {}: {}", dir, path_, error);
-  }
+  const std::string error = write_or_error(shared_->fd, tfrecord(file_version_event(wall_seconds())));
+  PL_CHECK(error.empty(), "--tensorboard-dir {}: cannot write {}: {}", dir, path_, error);
   shared_->written = 1;
   shared_->queue.reserve(capacity_);
   shared_->wake_at = std::max<size_t>(1, capacity_ / 2);
@@ -423,70 +309,6 @@ void EventFileWriter::note_new_trouble() {
                         path_, error));
     }
   }
-}
-
-// ---- Megatron's scalars ----------------------------------------------------------------------------
-
-TensorBoardLog::TensorBoardLog(const TrainConfig& cfg, NoteFn note)
-    : log_interval_(std::max<int64_t>(1, cfg.tensorboard_log_interval)),
-      loss_scale_(cfg.log_loss_scale_to_tensorboard),
-      world_size_(cfg.log_world_size_to_tensorboard),
-      memory_(cfg.log_memory_to_tensorboard),
-      timers_(cfg.log_timers_to_tensorboard),
-      validation_ppl_(cfg.log_validation_ppl_to_tensorboard),
-      writer_(cfg.tensorboard_dir, static_cast<size_t>(std::max<int64_t>(1, cfg.tensorboard_queue_size)),
-              std::move(note)) {}
-
-void TensorBoardLog::pair(const std::string& tag, double value, int64_t iteration, int64_t consumed_samples) {
-  writer_.add_scalar(tag, value, iteration);
-  writer_.add_scalar(tag + " vs samples", value, consumed_samples);
-}
-
-void TensorBoardLog::iteration(const IterationScalars& s) {
-  if (s.iteration % log_interval_ != 0) return;
-  pair("learning-rate", s.learning_rate, s.iteration, s.consumed_samples);
-  pair("batch-size", static_cast<double>(s.batch_size), s.iteration, s.consumed_samples);
-  pair("lm loss", s.lm_loss, s.iteration, s.consumed_samples);
-  if (loss_scale_) pair("loss-scale", s.loss_scale, s.iteration, s.consumed_samples);
-  if (world_size_) pair("world-size", static_cast<double>(s.world_size), s.iteration, s.consumed_samples);
-  if (!std::isnan(s.grad_norm)) pair("grad-norm", s.grad_norm, s.iteration, s.consumed_samples);
-  if (memory_) {
-    // (Megatron's names, from torch.cuda.memory_stats(): reserved_bytes, allocated_bytes, its peak and the
-    // live allocation count; the values are the memory line's.)
-    writer_.add_scalar("mem-reserved-bytes", static_cast<double>(s.memory.reserved), s.iteration);
-    writer_.add_scalar("mem-allocated-bytes", static_cast<double>(s.memory.allocated), s.iteration);
-    writer_.add_scalar("mem-max-allocated-bytes", static_cast<double>(s.memory.max_allocated), s.iteration);
-    writer_.add_scalar("mem-allocated-count", static_cast<double>(s.memory.alloc_count), s.iteration);
-  }
-}
-
-void TensorBoardLog::interval(const IntervalScalars& s) {
-  writer_.add_scalar("iteration-time", s.seconds_per_iteration, s.iteration);
-  writer_.add_scalar("throughput", s.tflops_per_gpu, s.iteration);
-  writer_.add_scalar("throughput/tokens_per_sec", s.tokens_per_second, s.iteration);
-  if (timers_)
-    for (const TimerOverRanks& t : s.timers) {
-      double max_ms = 0.0;
-      for (const auto& rank_ms : t.rank_ms) max_ms = std::max(max_ms, rank_ms.second);
-      writer_.add_scalar(std::string(t.name) + "-time", max_ms / 1e3, s.iteration);
-    }
-  writer_.flush();
-}
-
-void TensorBoardLog::evaluation(int64_t iteration, int64_t consumed_samples, double lm_loss, bool test_split) {
-  const std::string tag = test_split ? "lm loss test" : "lm loss validation";
-  pair(tag, lm_loss, iteration, consumed_samples);
-  if (validation_ppl_) pair(tag + " ppl", std::exp(std::min(20.0, lm_loss)), iteration, consumed_samples);
-  writer_.flush();
-}
-
-std::string TensorBoardLog::close(double timeout_s) {
-  writer_.close(timeout_s);
-  const int64_t dropped = writer_.dropped();
-  const std::string lost =
-      dropped > 0 ? fmt::format(", {} dropped (the writer could not keep up, or the disk failed)", dropped) : "";
-  return fmt::format("tensorboard: {} scalars written to {}{}", std::max<int64_t>(0, writer_.written() - 1), path(),
-                     lost);
 }
 
 }  // namespace pl::log

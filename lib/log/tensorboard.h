@@ -36,13 +36,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/device_memory.h"
-#include "log/megatron_log.h"
-
-namespace pl {
-struct TrainConfig;
-}
-
 namespace pl::log {
 
 // ---- the format -------------------------------------------------------------------------------------
@@ -55,17 +48,6 @@ std::string tfrecord(std::string_view data);
 // Serialized tensorflow.Event messages.
 std::string file_version_event(double wall_time);
 std::string scalar_event(double wall_time, int64_t step, std::string_view tag, float value);
-
-// What a reader finds in a file (the tests' round trip): every record's framing and CRCs checked, each
-// Event decoded to the fields above (other fields skipped). A bad record is a one-line pl::Error naming
-// the file and the byte offset.
-struct DecodedEvent {
-  double wall_time = 0.0;
-  int64_t step = 0;
-  std::string file_version;                          // "" unless a file_version event
-  std::vector<std::pair<std::string, float>> values;  // (tag, simple_value) of its summary
-};
-std::vector<DecodedEvent> read_event_file(const std::string& path);
 
 // ---- the writer -------------------------------------------------------------------------------------
 
@@ -104,69 +86,6 @@ class EventFileWriter {
   std::thread thread_;
   bool closed_ = false;
   bool drop_noted_ = false, error_noted_ = false;
-};
-
-// ---- what a training run writes (Megatron's tags) --------------------------------------------------
-
-// One iteration's values, read after its step (the values the log line of that iteration prints).
-struct IterationScalars {
-  int64_t iteration = 0;
-  int64_t consumed_samples = 0;
-  int64_t batch_size = 0;
-  int64_t world_size = 1;
-  double lm_loss = 0.0;        // the iteration's own (NaN when it was skipped)
-  double learning_rate = 0.0;  // the rate the next step uses (the log's)
-  double loss_scale = 1.0;
-  double grad_norm = 0.0;      // NaN when the step was skipped
-  MemoryStats memory;          // this rank's, after the step
-};
-// One log interval's, as its Step Time, iteration and timer lines print them.
-struct IntervalScalars {
-  int64_t iteration = 0;
-  double seconds_per_iteration = 0.0;
-  double tflops_per_gpu = 0.0;
-  double tokens_per_second = 0.0;           // the whole run's (every rank's tokens)
-  std::span<const TimerOverRanks> timers;  // ms per iteration on each rank (empty at --timing-log-level 0)
-};
-
-// Megatron-LM's TensorBoard scalars (megatron/training/training.py: training_log and
-// evaluate_and_print_results; megatron/core/timers.py: Timers.write), one writer on the last rank as
-// Megatron's global_vars._set_tensorboard_writer. The step is the iteration; each "X vs samples" is X at
-// step = consumed training samples.
-//  Every --tensorboard-log-interval iterations: learning-rate, batch-size, lm loss (the iteration's own, as
-//    Megatron's loss_dict, written for a skipped step too: with --log-interval > 1 the log line prints the
-//    interval's mean of the steps taken instead),
-//    loss-scale (unless --no-log-loss-scale-to-tensorboard), world-size (--log-world-size-to-tensorboard),
-//    grad-norm (not for a skipped step: Megatron's optimizer returns None there), each with its "vs samples";
-//    with --log-memory-to-tensorboard mem-reserved-bytes, mem-allocated-bytes, mem-max-allocated-bytes,
-//    mem-allocated-count (the writer rank's).
-//  Every --log-interval (with the log line): iteration-time (s), throughput (TFLOP/s/GPU, the Step Time
-//    line's) and throughput/tokens_per_sec (Megatron-Bridge's tag, train_utils.py report_throughput; Megatron
-//    has no tokens/s scalar). Megatron writes the first two only with --log-timers-to-tensorboard (and
-//    --log-throughput); here always, since the log always prints them. With --log-timers-to-tensorboard,
-//    each timer of --timing-log-level as "<name>-time": the max over ranks, in seconds per iteration
-//    (Timers.write; the log prints ms).
-//  Each evaluation: lm loss validation (+ vs samples), and lm loss validation ppl (+ vs samples) with
-//    --log-validation-ppl-to-tensorboard; PPL = exp(min(20, loss)) as the log. The test split after
-//    training goes to "lm loss test" (and ppl): Megatron writes it under the validation tag, which would put
-//    the test loss on the validation curve.
-// The file is flushed after each log interval and each evaluation, and closed (bounded wait) at the end.
-class TensorBoardLog {
- public:
-  // Creates cfg.tensorboard_dir and the events file (one-line error naming --tensorboard-dir).
-  TensorBoardLog(const TrainConfig& cfg, NoteFn note);
-  const std::string& path() const { return writer_.path(); }
-  void iteration(const IterationScalars& s);
-  void interval(const IntervalScalars& s);
-  void evaluation(int64_t iteration, int64_t consumed_samples, double lm_loss, bool test_split);
-  // Closes the file and returns a summary line ("N scalars written to FILE[, M dropped]").
-  std::string close(double timeout_s = 10.0);
-
- private:
-  void pair(const std::string& tag, double value, int64_t iteration, int64_t consumed_samples);
-  int64_t log_interval_;
-  bool loss_scale_, world_size_, memory_, timers_, validation_ppl_;
-  EventFileWriter writer_;
 };
 
 }  // namespace pl::log

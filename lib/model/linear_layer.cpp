@@ -132,7 +132,7 @@ void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Ten
 }
 
 void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
-                           const Tensor& x, const Tensor& w, const StepOptions& step) {
+                           const Tensor& x, const Tensor& w, const MicroBatchOptions& step) {
   const OpContext wgrad = with_pass(ctx, GemmPass::Wgrad), dgrad = with_pass(ctx, GemmPass::Dgrad);
   if (!p_.quantized()) {
     linear_backward_weight(wgrad, dw, dy, x);

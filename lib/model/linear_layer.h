@@ -34,7 +34,7 @@ struct OperandStats {
 };
 
 // What travels with each step's call (LlamaModel::queue_forward_backward, LinearLayer::backward).
-struct StepOptions {
+struct MicroBatchOptions {
   uint64_t counter = 0;              // distinct per (iteration, micro-batch): seeds the stochastic rounding
   bool collect_quant_stats = false;  // the backward records telemetry of every quantized operand it makes
   // The last micro-batch of an iteration with the optimizer offloaded: called during the backward each
@@ -64,7 +64,7 @@ struct LinearWorkspace {
 struct LinearExecution {
   Device device = Device::CPU;
   int gpu_sm = 0;          // used when device == CUDA
-  bool telemetry = true;   // quantization statistics may be collected (StepOptions::collect_quant_stats)
+  bool telemetry = true;   // quantization statistics may be collected (MicroBatchOptions::collect_quant_stats)
   bool native(const LinearPlan& p) const;  // the quantized GEMMs of p run natively (never on the CPU)
 };
 
@@ -125,7 +125,7 @@ class LinearLayer {
   // step.collect_quant_stats: record every quantized operand's telemetry into stats() (needs scratch_a
   // of scratch_elements(...), checked). Follows this layer's forward() of the same x (reusing its amaxes).
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
-                const Tensor& w, const StepOptions& step);
+                const Tensor& w, const MicroBatchOptions& step);
   const std::vector<OperandStats>& stats() const { return stats_; }
 
  private:

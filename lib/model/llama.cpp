@@ -269,18 +269,11 @@ std::vector<LinearStats> LlamaModel::quant_stats() const {
 // The padding of the distributed optimizer's buffers too: its gradients must stay zero.
 void LlamaModel::zero_grads() { fill_zero(ctx_, grads_padded()); }
 
-// The only check of the ids: the GPU kernels (embedding, cross-entropy) trust them and read nothing
-// back. An id outside [0, V) fails here, naming the sample of the micro-batch and the position.
+// The ids were checked where the batch was built (data::TrainingData::micro_batch names the sample), and on the
+// CPU the embedding and cross-entropy ops check them again; the GPU kernels skip an id outside [0, V) rather
+// than read out of bounds (op_checks.cpp ids_in_vocab).
 void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
-  const int64_t V = cfg_.vocab_size, T = B_ * S_;
-  for (int64_t i = 0; i < T; ++i) {
-    PL_CHECK(tokens[i] >= 0 && tokens[i] < V,
-             "token id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", tokens[i],
-             i / S_, i % S_, V);
-    PL_CHECK((labels[i] >= 0 && labels[i] < V) || labels[i] == data::kIgnoredLabel,
-             "label id {} of sample {} of the micro-batch (position {}) is outside the vocabulary [0, {})", labels[i],
-             i / S_, i % S_, V);
-  }
+  const int64_t T = B_ * S_;
   PL_CHECK((positions != nullptr) == opt_.packing.explicit_documents,
            "internal: a micro-batch {} positions for a model {}", positions ? "with" : "without",
            opt_.packing.explicit_documents ? "whose data gives them (an SFT dataset)" : "that derives them");
@@ -333,12 +326,22 @@ void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_
 }
 
 void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
-                                        const StepOptions& step, const int32_t* positions) {
+                                        const MicroBatchOptions& step, const int32_t* positions) {
+  queue_training_forward(slot, tokens, labels, grad_scale, positions);
+  queue_backward(step);
+}
+
+void LlamaModel::queue_training_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
+                                        const int32_t* positions) {
   use_loss_slot(slot);
   upload_batch(tokens, labels, positions);
   run_forward(grad_scale, true);
-  // The loss op ended the forward: forward-compute -> backward-compute (--timing-log-level 2).
-  if (ctx_.timers != nullptr) ctx_.timers->mark_loss_computed();
+  backward_pending_ = true;
+}
+
+void LlamaModel::queue_backward(const MicroBatchOptions& step) {
+  PL_CHECK(backward_pending_, "internal: a backward without its training forward");
+  backward_pending_ = false;
   run_backward(step);
   // FP8 delayed scaling: this micro-batch's amaxes into the histories, new scales for the next one.
   if (fp8_state_.enabled()) update_delayed_scaling();
@@ -364,7 +367,7 @@ double LlamaModel::forward(const int32_t* tokens, const int32_t* labels, const i
 }
 
 double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale,
-                                    const StepOptions& step, const int32_t* positions) {
+                                    const MicroBatchOptions& step, const int32_t* positions) {
   queue_forward_backward(0, tokens, labels, grad_scale, step, positions);
   return add_loss_sums(1, 0.0);
 }
@@ -436,7 +439,7 @@ void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   cross_entropy_forward_backward(ctx_, losses_, acts_.logits, acts_.labels, want_grad ? grad_scale : 0.0f);
 }
 
-void LlamaModel::run_backward(const StepOptions& step) {
+void LlamaModel::run_backward(const MicroBatchOptions& step) {
   const AttentionShape as = attention_shape();
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   // acts_.logits now holds dlogits.

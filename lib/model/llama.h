@@ -115,7 +115,7 @@ class LlamaModel {
   // optimizer step, reused by all micro-batches of the next step.
   void prepare_weights();
   void zero_grads();
-  // Telemetry of the last backward run with StepOptions::collect_quant_stats.
+  // Telemetry of the last backward run with MicroBatchOptions::collect_quant_stats.
   std::vector<LinearStats> quant_stats() const;
   const PrecisionPlan& plan() const { return plan_; }
   // The run's document-aware packing (RunLayout::packing): which positions the loss counts (data/documents.h).
@@ -132,7 +132,7 @@ class LlamaModel {
   double forward(const int32_t* tokens, const int32_t* labels, const int32_t* positions = nullptr);
   // forward() then backward, accumulating grads += d(loss_sum * grad_scale)/dθ; `step` seeds the
   // gradients' stochastic rounding and switches telemetry for this backward.
-  double forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale, const StepOptions& step = {},
+  double forward_backward(const int32_t* tokens, const int32_t* labels, float grad_scale, const MicroBatchOptions& step = {},
                           const int32_t* positions = nullptr);
 
   // The same without reading the loss back: the per-token losses of the micro-batch stay on the
@@ -140,7 +140,13 @@ class LlamaModel {
   // waits for the device between micro-batches.
   void queue_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, const int32_t* positions = nullptr);
   void queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
-                              const StepOptions& step = {}, const int32_t* positions = nullptr);
+                              const MicroBatchOptions& step = {}, const int32_t* positions = nullptr);
+  // queue_forward_backward's two halves, so the trainer times Megatron's forward-compute (the batch, the
+  // forward and the loss with its gradient) and backward-compute apart: each training forward is followed by
+  // its backward.
+  void queue_training_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
+                              const int32_t* positions = nullptr);
+  void queue_backward(const MicroBatchOptions& step);
   // One copy of the losses of slots [0, slots) to the host (waits for the device), then
   // acc += (Σ losses of slot s, in double from 0) for s = 0, 1, ... in order; returns acc. This is
   // exactly the sequence of additions `acc += forward_backward(...)` makes, micro-batch by micro-batch.
@@ -155,7 +161,7 @@ class LlamaModel {
   // output add makes the next layer's ln1 (or the final norm); false: a layer on its own (recomputation).
   void layer_forward(int64_t l, const Tensor& out, bool fused);
   void run_forward(float grad_scale, bool want_grad);
-  void run_backward(const StepOptions& step);
+  void run_backward(const MicroBatchOptions& step);
   void upload_batch(const int32_t* tokens, const int32_t* labels, const int32_t* positions);
   void upload_packed(const int32_t* tokens, const int32_t* labels, const int32_t* positions);
   void prepare_layer_weights(int64_t layer);
@@ -186,6 +192,7 @@ class LlamaModel {
   parallel::Communicator* comm_ = nullptr;
   const WeightGate* gate_ = nullptr;  // --overlap-param-gather (weights_arrive_during_forward)
   bool weights_pending_ = false;      // the next forward waits for the weights and prepares them
+  bool backward_pending_ = false;     // queue_training_forward ran; its queue_backward has not
   Buffer weight_buf_, grad_buf_, master_buf_;
   ParamViews weights_, grads_, master_;
   ParamViews grad_work_;  // BF16 main grads: where the backward writes a group's FP32 gradients
@@ -206,6 +213,19 @@ class LlamaModel {
   AttentionShape attention_shape() const {
     return {B_, S_, cfg_.num_attention_heads, cfg_.num_query_groups, cfg_.kv_channels, docs_};
   }
+};
+
+// The model's ops report to `timers` (OpContext::timers) while this lives; to the previous ones after.
+class ScopedTimers {
+ public:
+  ScopedTimers(LlamaModel& m, Timers* timers) : model_(m), previous_(m.context().timers) { m.set_timers(timers); }
+  ~ScopedTimers() { model_.set_timers(previous_); }
+  ScopedTimers(const ScopedTimers&) = delete;
+  ScopedTimers& operator=(const ScopedTimers&) = delete;
+
+ private:
+  LlamaModel& model_;
+  Timers* const previous_;
 };
 
 // The parameters in the order of the flat buffers (Megatron names, shapes, offsets, init): the embedding,

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace pl {
@@ -13,6 +15,13 @@ const char* format_name(const LinearPlan& p) {
     case QuantFormat::MXFP8: return "mxfp8";
     default: return p.delayed() ? "fp8-delayed-scaling" : "fp8-current-scaling";
   }
+}
+
+std::vector<QuantFormat> PrecisionPlan::quantized_formats() const {
+  std::vector<QuantFormat> used;
+  for (const LinearPlan& p : linears)
+    if (p.quantized() && std::find(used.begin(), used.end(), *p.x) == used.end()) used.push_back(*p.x);
+  return used;
 }
 
 const LinearPlan& PrecisionPlan::quantized() const {

@@ -50,6 +50,8 @@ struct PrecisionPlan {
   // The first quantized linear's plan (all quantized linears share formats and rules), else a BF16 one.
   const LinearPlan& quantized() const;
   bool all_bf16() const { return !quantized().quantized(); }
+  // The activations' format of each quantized linear, each once, in layer order (the formats whose GEMMs run).
+  std::vector<QuantFormat> quantized_formats() const;
   std::vector<std::string> describe() const;  // one line per run of layers with the same formats
 };
 

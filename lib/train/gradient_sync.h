@@ -9,7 +9,7 @@
 // LM head with the final norm, each layer, the embedding: the order in which the backward finishes
 // them), from the top down, each closed once it holds --ddp-bucket-size elements (Megatron's default
 // max(40M, 1M x data-parallel size)); the last micro-batch's backward announces each finished group
-// (StepOptions::grads_final_from) and every bucket now complete is reduced on the communication stream
+// (MicroBatchOptions::grads_final_from) and every bucket now complete is reduced on the communication stream
 // while the rest of the backward runs: all-reduced (plain), or each owner's part of it reduced to its
 // owner (the distributed optimizer; rank-contiguous shards, so a bucket is cut at shard boundaries).
 // Without --overlap-grad-reduce: one bucket, reduced after the backward (one reduce-scatter or

@@ -90,7 +90,7 @@ class AdamW {
   // --log-params-norm: the L2 norm of the FP32 master weights, over the ranks' shards with the distributed
   // optimizer (Megatron's calc_params_l2_norm on the main params). Finishes an overlapped host step first.
   double master_weights_norm();
-  // The offload's listener for the last micro-batch's backward (StepOptions::grads_final_from): queues
+  // The offload's listener for the last micro-batch's backward (MicroBatchOptions::grads_final_from): queues
   // the copy to the host of every chunk whose gradients are now final. Null without offload.
   // (Bound to this object at each call, so a moved AdamW hands out a listener that points at itself.)
   const std::function<void(int64_t)>* gradient_copy_listener() {

@@ -19,13 +19,14 @@
 #include "parallel/world.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
 namespace {
 
 struct GpuRun {
-  TrainResult result;
+  test::RunRecorder result;
   std::vector<float> master;  // the first num_params master weights
 };
 
@@ -56,27 +57,27 @@ GpuRun train_on_gpu(const std::string& recipe, bool distributed, bool nccl) {
   LlamaModel model(m, t.micro_batch_size, t.seq_length, ctx, plan, o);
   model.set_communicator(comm.get());
   model.init_parameters(7);
+  GpuRun r;
   Trainer trainer(
       model, t,
-      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+      Batches{[&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         data.micro_batch(first, micro, t.micro_batch_size, tok, lab);
-      },
-      [](const std::string&) {}, EvalData{}, CheckpointFn{}, DataParallelRanks{&world, comm.get()});
-  GpuRun r;
-  r.result = trainer.run();
+      }},
+      {&r.result}, DataParallelRanks{&world, comm.get()});
+  trainer.run();
   r.master.resize(static_cast<size_t>(model.num_params()));
   copy_to_host(r.master.data(), model.master().flat.rows(0, model.num_params()));
-  EXPECT_EQ(r.result.allocations_in_loop, 0u);
+  EXPECT_EQ(r.result.end->allocations_in_loop, 0u);
   return r;
 }
 
 void expect_same_training(const std::string& recipe) {
   SCOPED_TRACE(recipe);
   const GpuRun plain = train_on_gpu(recipe, false, false), sharded = train_on_gpu(recipe, true, true);
-  ASSERT_EQ(plain.result.loss.size(), sharded.result.loss.size());
-  for (size_t i = 0; i < plain.result.loss.size(); ++i) {
-    EXPECT_EQ(plain.result.loss[i], sharded.result.loss[i]) << "iteration " << i + 1;
-    EXPECT_EQ(plain.result.grad_norm[i], sharded.result.grad_norm[i]) << "iteration " << i + 1;
+  ASSERT_EQ(plain.result.loss().size(), sharded.result.loss().size());
+  for (size_t i = 0; i < plain.result.loss().size(); ++i) {
+    EXPECT_EQ(plain.result.loss()[i], sharded.result.loss()[i]) << "iteration " << i + 1;
+    EXPECT_EQ(plain.result.grad_norm()[i], sharded.result.grad_norm()[i]) << "iteration " << i + 1;
   }
   EXPECT_EQ(std::memcmp(plain.master.data(), sharded.master.data(), plain.master.size() * 4), 0)
       << "the master weights differ";

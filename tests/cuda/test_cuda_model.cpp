@@ -34,7 +34,7 @@ StepResult one_step(Device device, const std::string& recipe) {
   for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
   for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
   model.zero_grads();
-  const double loss = model.forward_backward(tok.data(), lab.data(), 1.0f / 128, StepOptions{0}) / 128.0;
+  const double loss = model.forward_backward(tok.data(), lab.data(), 1.0f / 128, MicroBatchOptions{0}) / 128.0;
   StepResult r{loss, std::vector<float>(static_cast<size_t>(model.num_params()))};
   copy_to_host(r.grads.data(), model.grads().flat);
   return r;

@@ -153,6 +153,33 @@ TEST(DataIndexCache, BuildsSavesLoadsAndRebuildsWhenTheDescriptionChanges) {
   EXPECT_EQ(nowhere.shuffle_index(), built.shuffle_index());
 }
 
+// The one check of the ids the model reads is where a micro-batch is built: an id outside the model's vocabulary
+// (data tokenized for a larger one) is one line naming the sample and its split; within the vocabulary, or with
+// no vocabulary given, nothing is refused.
+TEST(DataTrainingData, AnIdOutsideTheModelsVocabularyIsRefusedNamingItsSample) {
+  pl::test::TempDir dir;
+  const std::string prefix = write_corpus(dir, "wide_text_document", 200, 1000);  // ids up to 999
+  DataConfig c;
+  c.data_path = {prefix};
+  c.split = "90,8,2";
+  c.seq_length = 16;
+  c.num_samples = {64, 24, 8};
+  c.cache_path = (dir.path() / "cache").string();
+  std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
+  const TrainingData unchecked(c);
+  EXPECT_NO_THROW(unchecked.micro_batch(Split::train, 8, 1, 2, tokens, labels));
+  c.vocab_size = 1000;
+  EXPECT_NO_THROW(TrainingData(c).micro_batch(Split::train, 8, 1, 2, tokens, labels));
+  int32_t largest = 0;
+  for (int32_t id : tokens) largest = std::max(largest, id);
+  ASSERT_GT(largest, 0);
+  c.vocab_size = largest;  // the largest id of samples 10 and 11 is now one past the vocabulary
+  const TrainingData narrow(c);
+  pl::test::expect_one_line_error([&] { narrow.micro_batch(Split::train, 8, 1, 2, tokens, labels); },
+                                  {"data: sample 1", "of the train split holds token id " + std::to_string(largest),
+                                   "outside the model's vocabulary [0, " + std::to_string(largest) + ")"});
+}
+
 TEST(DataTrainingData, SingleDatasetSplitsAndSamplesMatchGPTDataset) {
   pl::test::TempDir dir;
   const std::string prefix = write_corpus(dir, "one_text_document", 200);

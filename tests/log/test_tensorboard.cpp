@@ -14,15 +14,16 @@
 #include <tuple>
 #include <vector>
 
-#include "config/train_config.h"
 #include "core/error.h"
 #include "log/tensorboard.h"
+#include "log/tensorboard_reader.h"
+#include "observe/tensorboard_log.h"
 #include "test_util.h"
 
 namespace {
 
 using pl::log::crc32c;
-using pl::log::DecodedEvent;
+using pl::test::DecodedEvent;
 
 std::string bytes(std::initializer_list<int> values) {
   std::string s;
@@ -94,7 +95,7 @@ TEST(TensorBoardWriter, RoundTripThroughTheWriterThread) {
   EXPECT_TRUE(notes.empty());
   const std::vector<std::string> files = event_files(dir);
   ASSERT_EQ(files.size(), 1u);
-  const std::vector<DecodedEvent> ev = pl::log::read_event_file(files[0]);
+  const std::vector<DecodedEvent> ev = pl::test::read_event_file(files[0]);
   ASSERT_EQ(ev.size(), 4u);
   EXPECT_EQ(ev[0].file_version, "brain.Event:2");
   EXPECT_TRUE(ev[0].values.empty());
@@ -127,7 +128,7 @@ TEST(TensorBoardWriter, CorruptedByteIsFoundAndNamed) {
   content[content.size() - 6] ^= 0x01;  // inside the last record's data
   const std::string bad = tmp.write("events.out.tfevents.bad", content);
   try {
-    (void)pl::log::read_event_file(bad);
+    (void)pl::test::read_event_file(bad);
     FAIL() << "a flipped bit was not found";
   } catch (const pl::Error& e) {
     EXPECT_NE(std::string(e.what()).find("the data's CRC does not match"), std::string::npos) << e.what();
@@ -162,38 +163,43 @@ TEST(TensorBoardWriter, OverflowDropsAndCountsEveryScalar) {
   w.close();
   EXPECT_EQ(w.written() - 1 + w.dropped(), kScalars);
   EXPECT_EQ(notes, w.dropped() > 0 ? 1 : 0);
-  EXPECT_EQ(static_cast<int64_t>(pl::log::read_event_file(w.path()).size()), w.written());
+  EXPECT_EQ(static_cast<int64_t>(pl::test::read_event_file(w.path()).size()), w.written());
 }
 
 // Which tags at which steps: per-iteration ones every --tensorboard-log-interval (and "vs samples" at the
 // consumed samples), the interval's at each call, the optional ones only when asked for.
 TEST(TensorBoardLog, MegatronTagsAndSteps) {
   pl::test::TempDir tmp;
-  pl::TrainConfig cfg;
-  cfg.tensorboard_dir = tmp.path().string();
-  cfg.tensorboard_log_interval = 2;
-  cfg.log_timers_to_tensorboard = true;
-  cfg.log_memory_to_tensorboard = true;
+  pl::observe::TensorBoardConfig cfg;
+  cfg.dir = tmp.path().string();
+  cfg.log_interval = 2;
+  cfg.log_timers = true;
+  cfg.log_memory = true;
   std::string path;
   {
-    pl::log::TensorBoardLog tb(cfg, {});
+    pl::observe::TensorBoardLog tb(cfg, {});
     path = tb.path();
     for (int64_t it = 1; it <= 4; ++it) {
-      pl::log::IterationScalars s;
+      pl::log::IterationRecord s;
       s.iteration = it;
       s.consumed_samples = 8 * it;
       s.lm_loss = 5.0 - static_cast<double>(it);
       s.grad_norm = it == 4 ? std::nan("") : 1.0;  // iteration 4 skipped: no grad-norm
       s.memory.allocated = 1000;
-      tb.iteration(s);
+      tb.on_iteration(s);
     }
-    const std::vector<pl::log::TimerOverRanks> timers{{"forward-backward", {{0, 250.0}, {1, 500.0}}}};
-    tb.interval({4, 0.5, 12.0, 1024.0, timers});
-    tb.evaluation(4, 32, 2.0, false);
+    pl::log::IntervalRecord interval;
+    interval.iteration = 4;
+    interval.seconds_per_iteration = 0.5;
+    interval.tflops_per_gpu = 12.0;
+    interval.tokens_per_second = 1024.0;
+    interval.timers = {{"forward-backward", {{0, 250.0}, {1, 500.0}}}};
+    tb.on_interval(interval);
+    tb.on_eval(pl::log::EvalRecord{4, 32, false, false, 2.0});
     EXPECT_NE(tb.close().find("scalars written to " + path), std::string::npos);
   }
   std::map<std::string, std::vector<std::pair<int64_t, float>>> by_tag;
-  for (const DecodedEvent& e : pl::log::read_event_file(path))
+  for (const DecodedEvent& e : pl::test::read_event_file(path))
     for (const auto& [tag, value] : e.values) by_tag[tag].emplace_back(e.step, value);
   using Points = std::vector<std::pair<int64_t, float>>;
   EXPECT_EQ(by_tag["lm loss"], (Points{{2, 3.0f}, {4, 1.0f}}));

@@ -4,7 +4,7 @@
 // gradients G1, G2 (each from its own FP32-grads backward), the main grads must hold
 // round_bf16(round_bf16(0 + G1) + G2) for every element, with BF16 and NVFP4 layers, with and without
 // full recomputation; on a GPU the same against the GPU's own FP32-grads backward (CudaBf16MainGrads).
-// The first micro-batch may overwrite instead (StepOptions::overwrite_main_grads, what the trainer does
+// The first micro-batch may overwrite instead (MicroBatchOptions::overwrite_main_grads, what the trainer does
 // instead of zeroing them): the main grads then start from garbage and must end the same.
 #include <gtest/gtest.h>
 
@@ -64,11 +64,11 @@ void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const O
     b.zero_grads();
   for (int mb = 0; mb < 2; ++mb) {
     data.micro_batch(0, mb, B, tok, lab);
-    const StepOptions step{static_cast<uint64_t>(10 + mb)};  // the same stochastic rounding on both sides
+    const MicroBatchOptions step{static_cast<uint64_t>(10 + mb)};  // the same stochastic rounding on both sides
     a.zero_grads();
     const double la = a.forward_backward(tok.data(), lab.data(), 0.25f, step);
     g.push_back(host_copy(a.grads().flat));
-    StepOptions b_step = step;
+    MicroBatchOptions b_step = step;
     b_step.overwrite_main_grads = overwrite && mb == 0;
     EXPECT_EQ(la, b.forward_backward(tok.data(), lab.data(), 0.25f, b_step)) << "micro-batch " << mb;
   }

@@ -19,6 +19,7 @@
 #include "data/documents.h"
 #include "model/llama.h"
 #include "model_test_util.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -135,16 +136,17 @@ Trained train_one(bool per_token, const std::vector<int32_t> (&tok)[2], const st
   t.micro_batch_size = 1;
   t.seq_length = S;
   t.calculate_per_token_loss = per_token;
+  test::RunRecorder rec;
   Trainer trainer(
       model, t,
-      [&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels, std::span<int32_t>) {
+      Batches{[&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels, std::span<int32_t>) {
         std::copy(tok[micro].begin(), tok[micro].end(), tokens.begin());
         std::copy(lab[micro].begin(), lab[micro].end(), labels.begin());
-      },
-      [](const std::string&) {});
-  const TrainResult r = trainer.run();
+      }},
+      {&rec});
+  trainer.run();
   const float* g = model.grads().flat.f32();
-  return {r.loss[0], std::vector<float>(g, g + model.num_params())};
+  return {rec.loss()[0], std::vector<float>(g, g + model.num_params())};
 }
 
 // Two micro-batches with 12 and 3 counted tokens. Per micro-batch (Megatron's default) the gradient is

@@ -94,7 +94,7 @@ TEST(ModelLinearLayer, Nvfp4GemmsUseTheRecipeOperands) {
   lin.prepare_weight(exact, fx.w.t());
   Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in, 0.5f);
   lin.forward(exact, y.t(), fx.x.t(), fx.w.t());
-  lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{});
+  lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{});
 
   const QuantFormat F = QuantFormat::NVFP4;
   // fprop: X rowwise 1x16 · W rowwise 16x16
@@ -123,7 +123,7 @@ TEST(ModelLinearLayer, WgradWithRhtEqualsWgradWithoutItUpToQuantizationError) {
     lin.prepare_weight(exact, fx.w.t());
     Mat y(fx.T, fx.out), dx(fx.T, fx.in);
     lin.forward(exact, y.t(), fx.x.t(), fx.w.t());  // backward reuses the forward's amax of x
-    lin.backward(exact, dx.t(), (rht ? dw_rht : dw_plain).t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{3});
+    lin.backward(exact, dx.t(), (rht ? dw_rht : dw_plain).t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{3});
   }
   // R·Rᵀ = I: no inverse transform is needed, both estimate dYᵀX.
   EXPECT_LT(rel_diff(dw_rht, exact_dw), 0.25);
@@ -141,7 +141,7 @@ TEST(ModelLinearLayer, Fp8AndMxfp8LayersAreCloseToBf16) {
     lin.prepare_weight(exact, fx.w.t());
     Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
     lin.forward(exact, y.t(), fx.x.t(), fx.w.t());
-    lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{});
+    lin.backward(exact, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{});
     EXPECT_LT(rel_diff(y, nt(fx.x, fx.w)), 0.08);
     EXPECT_LT(rel_diff(dx, nt(fx.dy, transpose(fx.w))), 0.15);  // E5M2 gradients for fp8 hybrid
     EXPECT_LT(rel_diff(dw, nt(transpose(fx.dy), transpose(fx.x))), 0.15);
@@ -162,7 +162,7 @@ TEST(ModelLinearLayer, Fp8E4m3QuantizesGradientsInE4m3AndHybridInE5m2) {
     lin.prepare_weight(OpContext{}, fx.w.t());
     Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
     lin.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t());
-    lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{0, true});
+    lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{0, true});
     ASSERT_EQ(lin.stats().size(), 5u);
     for (const OperandStats& s : lin.stats())
       EXPECT_EQ(s.format, std::string(s.operand).starts_with("dy") ? dy : QuantFormat::FP8_E4M3) << s.operand;
@@ -196,7 +196,7 @@ TEST(ModelLinearLayer, TelemetryReportsEveryOperand) {
   lin.prepare_weight(OpContext{}, fx.w.t());
   Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
   lin.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t());
-  lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{0, true});
+  lin.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{0, true});
   ASSERT_EQ(lin.stats().size(), 5u);
   for (const OperandStats& s : lin.stats()) {
     SCOPED_TRACE(s.operand);
@@ -231,7 +231,7 @@ TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
     auto run_alone = [&](LinearLayer& l, Mat& x, Mat& dw) {
       Mat y(fx.T, fx.out), dx(fx.T, fx.in);
       l.forward(OpContext{}, y.t(), x.t(), fx.w.t());
-      l.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), x.t(), fx.w.t(), StepOptions{4});
+      l.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), x.t(), fx.w.t(), MicroBatchOptions{4});
     };
     Mat dwa_alone(fx.out, fx.in), dwb_alone(fx.out, fx.in);
     run_alone(a, fx.x, dwa_alone);
@@ -239,8 +239,8 @@ TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
     Mat ya(fx.T, fx.out), yb(fx.T, fx.out), dxa(fx.T, fx.in), dxb(fx.T, fx.in), dwa(fx.out, fx.in), dwb(fx.out, fx.in);
     a.forward(OpContext{}, ya.t(), fx.x.t(), fx.w.t());
     b.forward(OpContext{}, yb.t(), xb.t(), fx.w.t());
-    b.backward(OpContext{}, dxb.t(), dwb.t(), fx.dy.t(), xb.t(), fx.w.t(), StepOptions{4});
-    a.backward(OpContext{}, dxa.t(), dwa.t(), fx.dy.t(), fx.x.t(), fx.w.t(), StepOptions{4});
+    b.backward(OpContext{}, dxb.t(), dwb.t(), fx.dy.t(), xb.t(), fx.w.t(), MicroBatchOptions{4});
+    a.backward(OpContext{}, dxa.t(), dwa.t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{4});
     EXPECT_EQ(dwa.v, dwa_alone.v);
     EXPECT_EQ(dwb.v, dwb_alone.v);
     EXPECT_NE(dwa.v, dwb.v);

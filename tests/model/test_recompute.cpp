@@ -21,7 +21,7 @@ std::vector<float> grads_of(const ModelConfig& m, const PrecisionPlan& plan, boo
   for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
   for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
   model.zero_grads();
-  model.forward_backward(tok.data(), lab.data(), 1.0f / 64, StepOptions{9});
+  model.forward_backward(tok.data(), lab.data(), 1.0f / 64, MicroBatchOptions{9});
   return std::vector<float>(model.grads().flat.f32(), model.grads().flat.f32() + model.num_params());
 }
 

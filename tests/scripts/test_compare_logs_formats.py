@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """ctest CompareLogs.formats: scripts/compare_logs.py on NeMo 2, torchtitan, llm.c (stdout and main.log)
-fixtures written here from those programs' format strings, and on a TensorBoard directory of one short
-CPU run of ours. Plain unittest; no GPU.
+fixtures written here from those programs' format strings, on pretrain_llama's --log-jsonl log against the
+equivalent text log (both written here: the same table and CSV; a resumed run, a run still being written,
+bad files), and on a TensorBoard directory of one short CPU run of ours. Plain unittest; no GPU.
 
 Environment (set by tests/CMakeLists.txt): PL_APP_PATH (the built pretrain_llama), PL_CONFIG_DIR.
 """
 
+import json
 import math
 import os
 import subprocess
@@ -164,6 +166,200 @@ class Formats(unittest.TestCase):
         rc, _, err = compare(self.nemo + ":seq=x", self.nemo_plain)
         self.assertEqual(rc, 1)
         self.assertIn("seq must be a positive integer", err)
+
+
+# ---- pretrain_llama's own logs: the text log and its --log-jsonl twin -------------------------------------
+# Written here from the banner's format strings (apps/pretrain_llama/banner.cpp, lib/log/megatron_log.cpp) and
+# the JSON-lines schema (version 1). Every number is one the text log prints exactly (ms .1f, losses .6E, the
+# summary's TFLOP/s .3f and tokens/s .0f), so the two files of a run must give the very same table.
+GBS_J, SEQ_J, ITERS_J = 8, 128, 30
+
+
+def ours(directory, name, ms_of, loss_of, tflops, tokens, val_of, nan_at=None, resume_at=None):
+    """NAME.log and NAME.jsonl of one run of ITERS_J iterations: ms_of(i), loss_of(i) per iteration (nan_at: no
+    finite loss), validation at 10 and 20 and after training (val_of(it)), a test-split evaluation after
+    training (to be ignored), and the summary / "end" event with `tflops` and `tokens`. resume_at=(died, back):
+    the first process runs to `died` and dies (no summary, no "end"), a second resumes from checkpoint `back`
+    and re-runs the iterations after it with other values (ms + 1, loss + 0.5: the later lines win)."""
+    text = ["sweep.sh | point x | pretrain_llama --model llama_tiny"]
+    events = []
+    ts = "2026-11-28 16:11:32"
+
+    def banner(first):
+        text.append("pretrain_llama | model llama_tiny (configs/models/llama_tiny.json): 2 layers, hidden 256, ffn 256, "
+                    "heads 8 (2 kv groups, head dim 32), vocab 128, 0.788 M parameters")
+        text.append(f"pretrain_llama | training: {ITERS_J} iterations, global batch {GBS_J} = 4 micro-batches x 2 samples "
+                    f"x {SEQ_J} tokens, lr 0.0003 -> 3e-05 (cosine, warmup 2), seed 1234, log interval 1")
+        events.append({"event": "start", "schema_version": 1, "program": "pretrain_llama", "timestamp": ts,
+                       "command_line": ["pretrain_llama", "--model", "llama_tiny"], "world_size": 1,
+                       "first_iteration": first,
+                       "model": {"name": "llama_tiny", "num_layers": 2, "parameters": 787712},
+                       "recipe": {"name": "bf16_mixed", "file": "bf16_mixed.json", "note": ""},
+                       "precision_plan": ["layers 0-1   : linear_qkv linear_proj linear_fc1 linear_fc2 in bf16"],
+                       "quantized_format": "bf16", "device": {"type": "cpu", "name": "AMD EPYC", "sm": 0},
+                       "gemms": [{"format": "bf16", "execution": "native", "description": "BF16 GEMMs"}],
+                       "training": {"train_iters": ITERS_J, "global_batch_size": GBS_J, "micro_batch_size": 2,
+                                    "seq_length": SEQ_J, "num_micro_batches": 4, "data_parallel_size": 1},
+                       "data": ["Megatron MockGPTDataset: vocab 128, eod 127"]})
+
+    def iteration(i, ms, loss):
+        field = "" if loss is None else f" lm loss: {loss:.6E} |"
+        text.append(f" [{ts}] iteration {i:8d}/{ITERS_J:8d} | consumed samples: {GBS_J * i:12d} | elapsed time per "
+                    f"iteration (ms): {ms:.1f} | learning rate: 3.000000E-04 | global batch size: {GBS_J:5d} |{field} "
+                    f"loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+        events.append({"event": "iteration", "iteration": i, "train_iters": ITERS_J, "consumed_samples": GBS_J * i,
+                       "global_batch_size": GBS_J, "lm_loss": loss, "learning_rate": 3e-4, "lr_used": 3e-4,
+                       "grad_norm": 1.5, "loss_scale": 1.0, "skipped": False, "nan": loss is None, "elapsed_ms": ms,
+                       "tflops": 0.1, "tokens_per_s": 11172.2})
+        events.append({"event": "interval", "iteration": i, "iterations": 1, "elapsed_ms": ms, "tflops": 0.1,
+                       "tokens_per_s": 11172.2, "lm_loss": loss, "timers_ms": {}, "memory": {}})
+
+    def validation(it, split, after):
+        v = val_of(it) + (1.0 if split == "test" else 0.0)
+        where = f"iteration {it}" + (f" on {split} set" if after else "")
+        text.append(f" validation loss at {where} | lm loss value: {v:.6E} | lm loss PPL: {math.exp(v):.6E} | ")
+        events.append({"event": "eval", "iteration": it, "consumed_samples": GBS_J * it, "split": split,
+                       "after_training": after, "lm_loss": v, "ppl": math.exp(min(20, v))})
+
+    def run(first, last, bump):
+        banner(first)
+        for i in range(first, last + 1):
+            loss = None if i == nan_at else exact(loss_of(i) + bump)
+            iteration(i, round(ms_of(i) + 2 * bump, 1), loss)
+            if i in (10, 20):
+                validation(i, "validation", False)
+
+    if resume_at:
+        run(1, resume_at[0], 0.0)
+        run(resume_at[1] + 1, ITERS_J, 0.5)
+    else:
+        run(1, ITERS_J, 0.0)
+    validation(ITERS_J, "validation", True)
+    validation(ITERS_J, "test", True)
+    final = exact(loss_of(ITERS_J) + (0.5 if resume_at else 0.0))
+    text.append(f"pretrain_llama | summary: iterations 12-30 of 30 (run by this process: "
+                f"{resume_at[1] + 1 if resume_at else 1}-30): mean step time 0.058 s, {tflops:.3f} MODEL_TFLOP/s/GPU, "
+                f"{tokens:.0f} tokens/s | final lm loss {final:.6E} | nan iterations 0")
+    events.append({"event": "end", "first_iteration": resume_at[1] + 1 if resume_at else 1, "last_iteration": 30,
+                   "train_iters": 30, "stop": "train_iters", "summary_first": 12, "summary_last": 30,
+                   "mean_step_ms": 57.5, "tflops": tflops, "tokens_per_s": tokens, "tokens_per_s_per_gpu": tokens,
+                   "final_lm_loss": final, "nan_iterations": 0, "valid_lm_loss": val_of(ITERS_J),
+                   "test_lm_loss": val_of(ITERS_J) + 1.0, "allocations_in_loop": 0, "memory": {}})
+    log = write(directory, name + ".log", text)
+    jsonl = write(directory, name + ".jsonl", [json.dumps(e, allow_nan=False) for e in events])
+    return log, jsonl
+
+
+def exact(x):
+    """x as the text log prints and reads it back (.6E)."""
+    return float(f"{x:.6E}")
+
+
+class OurJsonLines(unittest.TestCase):
+    """pretrain_llama's --log-jsonl file beside its text log: the same table, by content detection or by name."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory()
+        d = cls.tmp.name
+        cls.a = ours(d, "bf16", lambda i: 90.0 + (i % 5) * 0.5, lambda i: exact(5.0 - 0.1 * i), 0.088, 17807.0,
+                     lambda it: exact(4.0 - 0.05 * it), nan_at=7)
+        cls.b = ours(d, "nvfp4", lambda i: 120.0 + (i % 3) * 0.1, lambda i: exact(5.05 - 0.099 * i), 0.066, 13355.0,
+                     lambda it: exact(4.1 - 0.05 * it), resume_at=(25, 20))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def test_detected_and_read_as_the_text_log(self):
+        for text, jsonl in (self.a, self.b):
+            t, j = compare_logs.parse_any(text, None), compare_logs.parse_any(jsonl, None)
+            self.assertEqual((t.fmt, j.fmt), ("megatron", "jsonl"))
+            self.assertEqual(j.iters, list(range(1, ITERS_J + 1)))
+            self.assertEqual(j.iters, t.iters)
+            self.assertEqual(j.ms, t.ms)
+            self.assertEqual([x if math.isfinite(x) else "nan" for x in j.loss],
+                             [x if math.isfinite(x) else "nan" for x in t.loss])
+            self.assertEqual(j.gbs, t.gbs)
+            self.assertEqual(j.valid, t.valid)  # the test split left out, the after-training value at 30
+            self.assertEqual(j.seq_length, SEQ_J)
+            self.assertEqual(j.seq_length, t.seq_length)
+            self.assertEqual(j.summary, (0.0575,) + t.summary[1:])  # (the text log's step time has 3 decimals)
+            self.assertEqual(j.tokens_rule, "megatron")
+        # The resumed run: iterations 21-25 twice, the later lines win.
+        resumed = compare_logs.parse_any(self.b[1], None)
+        self.assertEqual(resumed.ms[22], round(120.0 + (23 % 3) * 0.1 + 1.0, 1))
+        self.assertEqual(resumed.loss[22], exact(exact(5.05 - 0.099 * 23) + 0.5))
+        self.assertEqual(resumed.loss[19], exact(5.05 - 0.099 * 20))  # iteration 20: before the resume point
+
+    def test_same_table_and_csv_as_the_text_logs(self):
+        d = self.tmp.name
+        rc_t, out_t, err_t = compare(self.a[0], self.b[0], "--csv", os.path.join(d, "t.csv"))
+        rc_j, out_j, err_j = compare(self.a[1], self.b[1], "--csv", os.path.join(d, "j.csv"))
+        self.assertEqual((rc_t, rc_j), (0, 0), err_t + err_j)
+        rows_t, rows_j = table_rows(out_t), table_rows(out_j)
+        for name in ("bf16", "nvfp4"):
+            self.assertEqual(rows_j[name + ".jsonl"][1:], rows_t[name + ".log"][1:], out_t + out_j)
+        row = rows_j["bf16.jsonl"]
+        self.assertEqual((row[ITERATIONS], row[WINDOW], row[SEQ_SRC], row[NONFINITE]), ("30", "12-30", "log", "1"))
+        # By hand: the window's mean step time; the end event's FLOPs per iteration (TFLOP/s x tokens per
+        # iteration / tokens/s) over it; tokens/s/GPU = GBS x seq / that time.
+        mean_s = sum(90.0 + (i % 5) * 0.5 for i in range(12, 31)) / 19 / 1e3
+        self.assertEqual(row[STEP_MS], f"{mean_s * 1e3:.1f}")
+        self.assertEqual(row[TFLOPS], f"{0.088 * GBS_J * SEQ_J / 17807.0 / mean_s:.3f}")
+        self.assertEqual(row[TOKENS], f"{GBS_J * SEQ_J / mean_s:.0f}")
+        self.assertEqual(row[VAL], f"{exact(4.0 - 0.05 * 30):.4f}")
+        with open(os.path.join(d, "t.csv")) as ft, open(os.path.join(d, "j.csv")) as fj:
+            t_rows = [r.split(",")[2:] for r in ft.read().splitlines()]
+            j_rows = [r.split(",")[2:] for r in fj.read().splitlines()]
+        self.assertEqual(j_rows, t_rows)
+        # One of each: our text and JSON-lines logs are one format (the speed-up is the step-time ratio).
+        rc, out, err = compare(self.a[1], self.b[0])
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(table_rows(out)["nvfp4.log"][SPEEDUP], rows_t["nvfp4.log"][SPEEDUP])
+
+    def test_format_by_name(self):
+        rc, out, err = compare(f"{self.a[1]}:format=jsonl", self.b[1], "--format", "jsonl")
+        self.assertEqual(rc, 0, err)
+        rc, out, err = compare(self.a[1], f"{self.b[0]}:format=jsonl")  # a text log read as JSON lines
+        self.assertEqual(rc, 1)
+        self.assertEqual(out, "")
+        self.assertEqual(err.strip().splitlines(), [f'compare_logs.py: error: {self.b[0]}:1: not a JSON-lines event '
+                                                    f'(a JSON object with an "event" key): sweep.sh | point x | '
+                                                    f'pretrain_llama --model llama_tiny'])
+
+    def test_run_still_being_written(self):
+        # The last line cut short (a running or killed run): ignored; no "end" event: the per-iteration TFLOP/s.
+        with open(self.a[1]) as fh:
+            lines = fh.read().splitlines()
+        events = [json.loads(line) for line in lines]
+        path = write(self.tmp.name, "running.jsonl", [line for line, e in zip(lines, events) if e["event"] == "start" or
+                                                      (e["event"] != "end" and e.get("iteration", 0) <= 20)])
+        with open(path, "a") as fh:
+            fh.write('{"event": "iteration", "iteration": 21, "lm_lo')
+        rc, out, err = compare(self.a[1], path)
+        self.assertEqual(rc, 0, err)
+        row = table_rows(out)["running.jsonl"]
+        self.assertEqual(row[ITERATIONS], "20")
+        self.assertEqual(row[TFLOPS], "0.100")  # each iteration event's tflops (no summary)
+        self.assertIn("comparing the common prefix", out)
+
+    def test_bad_files_are_one_line(self):
+        bad = write(self.tmp.name, "bad.jsonl", ['{"event": "start", "schema_version": 1}', "not json", "{}"])
+        fifo = os.path.join(self.tmp.name, "fifo.jsonl")
+        os.mkfifo(fifo)
+        empty = write(self.tmp.name, "empty.jsonl", ['{"event": "start", "schema_version": 1}'])
+        for path, message in ((bad, f"{bad}:2: not a JSON-lines event"), (fifo, f"cannot read {fifo}: a FIFO"),
+                              (empty, f"{empty}: no jsonl iteration events")):
+            with self.subTest(path=path):
+                rc, out, err = compare(self.a[1], path)  # (a FIFO must not hang: compare() has a timeout)
+                self.assertEqual(rc, 1)
+                self.assertEqual(out, "")
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(message, err)
+        rc, out, err = compare(self.a[1], f"{self.tmp.name}:format=jsonl")
+        self.assertEqual(rc, 1)
+        self.assertIn(f"cannot read {self.tmp.name}: a directory, not a regular file", err)
 
 
 class OurTensorBoard(unittest.TestCase):

@@ -24,6 +24,8 @@
 
 #if defined(PL_WITH_CUDA)
 #include "backend/cuda/gemm.h"
+#include "backend/device_banner.h"
+#include "observe/jsonl_log.h"
 #endif
 
 namespace {
@@ -285,19 +287,19 @@ TEST_F(GpuBundle, Gpu8bFitPicksTheFitTablesFlagsForTheGpuAndReportsTheRun) {
   EXPECT_EQ(split_lines(none.out + none.err).size(), 1u) << none.out << none.err;
 }
 
-// The training table's GEMMs column (gpu_check.sh's gemm_mode) on the very lines pretrain_llama's banner
-// prints for each format (backend/cuda/gemm.cpp, behind the app's "pretrain_llama |   " prefix), on a GPU
-// where the quantized formats are emulated (sm_90) and one where they are native (sm_100): a banner
-// worded otherwise than the column expects reads "?" and fails here. Needs no GPU.
-TEST(GpuCheck, GemmsColumnReadsWhatTheBannerPrints) {
+// The training table's GEMMs column (gpu_check.sh --gemm-mode, which reads the start line of the run's
+// --log-jsonl) on the very "gemms" the program writes there (observe/jsonl_log.h gemms_json of
+// backend/device_banner.h gpu_gemm_paths), on a GPU where the quantized formats are emulated (sm_90) and one
+// where they are native (sm_100): a start line worded otherwise than the column expects reads "?" and fails
+// here. Needs no GPU.
+TEST(GpuCheck, GemmsColumnReadsTheJsonLinesStartEvent) {
 #if defined(PL_WITH_CUDA)
   TempDir dir;
+  const std::vector<pl::QuantFormat> all{pl::QuantFormat::FP8_E4M3, pl::QuantFormat::MXFP8, pl::QuantFormat::NVFP4};
   for (int sm : {90, 100}) {
-    std::string log = "pretrain_llama | device cuda\n";
-    for (const std::string& line :
-         pl::cuda::gemm_backend_lines({pl::QuantFormat::FP8_E4M3, pl::QuantFormat::MXFP8, pl::QuantFormat::NVFP4}, sm))
-      log += "[2026-11-26 17:00:00] pretrain_llama |   " + line + "\n";
-    const std::string path = dir.write("banner_sm" + std::to_string(sm) + ".log", log);
+    const nlohmann::ordered_json start{{"event", "start"}, {"schema_version", 1},
+                                       {"gemms", pl::observe::gemms_json(pl::gpu_gemm_paths(all, sm))}};
+    const std::string path = dir.write("run_sm" + std::to_string(sm) + ".jsonl", start.dump() + "\n");
     const auto mode = [&](pl::QuantFormat f) {
       return pl::cuda::quantized_gemm_execution(f, sm) == pl::cuda::GemmExecution::Native ? "native\n" : "emulated\n";
     };
@@ -308,17 +310,22 @@ TEST(GpuCheck, GemmsColumnReadsWhatTheBannerPrints) {
     for (const auto& [format, expected] : want) {
       const ProcessResult r = bash(std::string("scripts/gpu_check.sh --gemm-mode ") + format + " '" + path + "'", 30);
       EXPECT_EQ(r.exit_code, 0) << r.err;
-      EXPECT_EQ(r.out, expected) << format << " on sm_" << sm << " from:\n" << log;
+      EXPECT_EQ(r.out, expected) << format << " on sm_" << sm << " from:\n" << start.dump();
     }
   }
   // Both words occur: sm_90 emulates MXFP8 and NVFP4 and runs FP8 natively, sm_100 runs all natively.
   EXPECT_EQ(pl::cuda::quantized_gemm_execution(pl::QuantFormat::MXFP8, 90), pl::cuda::GemmExecution::Emulated);
   EXPECT_EQ(pl::cuda::quantized_gemm_execution(pl::QuantFormat::FP8_E4M3, 90), pl::cuda::GemmExecution::Native);
-  // A log without a GEMM line (a CPU run) reads "?".
-  const ProcessResult none = bash("scripts/gpu_check.sh --gemm-mode FP8 '" + dir.write("cpu.log", "pretrain_llama | cpu GEMMs: oneDNN\n") + "'", 30);
+  // The test switch that forces the emulated path is what the start line says too.
+  for (const pl::GemmPath& p : pl::gpu_gemm_paths(all, 100, true)) EXPECT_EQ(p.native, p.format == "bf16") << p.format;
+  // A start line without the format (a BF16 run) reads "?".
+  const nlohmann::ordered_json bf16_run{{"event", "start"}, {"schema_version", 1},
+                                        {"gemms", pl::observe::gemms_json(pl::gpu_gemm_paths({}, 90))}};
+  const ProcessResult none =
+      bash("scripts/gpu_check.sh --gemm-mode FP8 '" + dir.write("bf16.jsonl", bf16_run.dump() + "\n") + "'", 30);
   EXPECT_EQ(none.out, "?\n") << none.err;
 #else
-  GTEST_SKIP() << "this build has no CUDA backend: the banner's GEMM lines are the CUDA backend's";
+  GTEST_SKIP() << "this build has no CUDA backend: the GPU's GEMM paths are the CUDA backend's";
 #endif
 }
 

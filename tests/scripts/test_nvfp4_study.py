@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ctest NvfpStudy.smoke: scripts/nvfp4_study.sh --iterations 5 --seeds 1 on llama_tiny (small batches) into a
-temp dir: the corpus, the eight variants' runs (each log's precision plan is the variant's), the Markdown
-table (one row per variant, its values checked against the logs) and the PNG; a rerun does no training;
+temp dir: the corpus, the eight variants' runs (each run's precision plan, in its text log and in its
+JSON-lines log's start event, is the variant's), the Markdown table (one row per variant, its values
+checked against the JSON-lines logs, read here with json alone) and the PNG; a rerun does no training;
 the report refuses runs filed under the wrong variant; one-line errors for bad arguments. No GPU.
 
 Environment (set by tests/CMakeLists.txt): PL_APP_PATH (the built pretrain_llama; preprocess_data next to it).
@@ -9,6 +10,7 @@ Without Debian's fortunes package (/usr/share/games/fortunes) a small stand-in f
 the test says so.
 """
 
+import json
 import os
 import re
 import shutil
@@ -51,6 +53,19 @@ def read(path):
         return fh.read()
 
 
+def events(path):
+    """The events of a JSON-lines log, read with json alone."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh]
+
+
+def losses_and_val(path):
+    """(per-iteration lm losses, the after-training validation loss) of a run's JSON-lines log."""
+    ev = events(path)
+    val = [e["lm_loss"] for e in ev if e["event"] == "eval" and e["split"] == "validation" and e["after_training"]]
+    return [e["lm_loss"] for e in ev if e["event"] == "iteration"], val[-1]
+
+
 def env(**more):
     e = dict(os.environ)
     e["OMP_WAIT_POLICY"] = "PASSIVE"
@@ -89,6 +104,9 @@ class StudySmoke(unittest.TestCase):
 
     def log(self, label):
         return os.path.join(self.runs, f"{label}_mbs{GBS}_seq{SEQ}.log")
+
+    def jsonl(self, label):
+        return os.path.join(self.runs, f"{label}_mbs{GBS}_seq{SEQ}.jsonl")
 
     def table(self):
         """{variant name: cells} of the Markdown table."""
@@ -130,6 +148,12 @@ class StudySmoke(unittest.TestCase):
                 self.assertFalse(any(l.endswith(" in bf16") for l in plan), plan)
             self.assertIn(f"--data-path {self.work}/data/fortunes_licenses_byte_text_document", text.splitlines()[0])
             self.assertIn("data: dataset 1 valid:", text)
+            # The JSON-lines log's start event holds the same plan (what study_report.py checks).
+            ev = events(self.jsonl(label))
+            self.assertEqual((ev[0]["event"], ev[-1]["event"]), ("start", "end"))
+            self.assertEqual([p for p in ev[0]["precision_plan"] if ": linear_qkv " in p],
+                             [l.split("pretrain_llama |", 1)[1].strip() for l in plan])
+            self.assertTrue(any("dataset 1 valid:" in d for d in ev[0]["data"]), ev[0]["data"])
 
     def test_4_table_and_png(self):
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
@@ -140,14 +164,20 @@ class StudySmoke(unittest.TestCase):
         self.assertRegex(md, r"on \d{4}-\d\d-\d\d \d\d:\d\d UTC, commit `[0-9a-f]+")
         self.assertIn(f"on {os.cpu_count()} cores, ", md)
         self.assertIn("--seed SEED --data-seed SEED --log-interval 1", md)  # one run's command, the seed left open
+        # The model and data sentence, from the first BF16 run's start event.
+        self.assertRegex(md, r"`llama_tiny_bytes` \([0-9]+\.[0-9]{3} M parameters\)")
+        self.assertRegex(md, r"split 949,50,1 \(train [0-9,]+ tokens, valid [0-9,]+ tokens, test [0-9,]+ tokens per epoch\)")
         # Values against the logs: train loss = the mean over the last 10% (ceil(0.5) = 1: the last iteration),
         # val loss = the after-training validation, gap = relative to BF16, by hand.
         loss, val = {}, {}
         for label, name, _ in VARIANTS:
-            text = read(self.log(label))
-            losses = [float(m.group(2)) for m in ITER_LOSS.finditer(text)]
+            losses, val[label] = losses_and_val(self.jsonl(label))
             self.assertEqual(len(losses), ITERS)
-            loss[label], val[label] = losses[-1], float(FINAL_VAL.findall(text)[-1])
+            loss[label] = losses[-1]
+            # The text log printed the same values (.6E).
+            text = read(self.log(label))
+            self.assertEqual([float(m.group(2)) for m in ITER_LOSS.finditer(text)], [float(f"{x:.6E}") for x in losses])
+            self.assertEqual(float(FINAL_VAL.findall(text)[-1]), float(f"{val[label]:.6E}"))
             cells = rows[name]
             self.assertEqual(cells[1], f"`{label}`")
             self.assertEqual(cells[2], f"{loss[label]:.4f}")
@@ -167,21 +197,24 @@ class StudySmoke(unittest.TestCase):
 
     def test_5_rerun_resumes(self):
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
-        before = {label: os.stat(self.log(label)).st_mtime_ns for label, _, _ in VARIANTS}
+        before = {label: (os.stat(self.log(label)).st_mtime_ns, os.stat(self.jsonl(label)).st_mtime_ns)
+                  for label, _, _ in VARIANTS}
         p = subprocess.run(["bash", STUDY, *self.args], capture_output=True, text=True, timeout=300,
                            env=env(**self.extra_env))
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
         self.assertIn("corpus unchanged", p.stdout)
-        self.assertEqual({label: os.stat(self.log(label)).st_mtime_ns for label, _, _ in VARIANTS}, before)
+        self.assertEqual({label: (os.stat(self.log(label)).st_mtime_ns, os.stat(self.jsonl(label)).st_mtime_ns)
+                          for label, _, _ in VARIANTS}, before)
 
     def test_6_report_checks_the_variants(self):
-        # A run filed under the wrong variant (the full recipe's log as the no-RHT one): the report refuses it.
+        # A run filed under the wrong variant (the full recipe's JSON-lines log as the no-RHT one): the report
+        # refuses it.
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
         bad = os.path.join(self.tmp.name, "bad")
         shutil.copytree(self.runs, bad)
-        shutil.copy(os.path.join(bad, f"bf16_with_nvfp4_mixed_mbs{GBS}_seq{SEQ}.log"),
-                    os.path.join(bad, f"nvfp4_no_rht_mbs{GBS}_seq{SEQ}.log"))
+        shutil.copy(os.path.join(bad, f"bf16_with_nvfp4_mixed_mbs{GBS}_seq{SEQ}.jsonl"),
+                    os.path.join(bad, f"nvfp4_no_rht_mbs{GBS}_seq{SEQ}.jsonl"))
         with open(os.path.join(bad, "sweep.csv")) as fh:
             text = fh.read().replace(self.runs, bad)
         with open(os.path.join(bad, "sweep.csv"), "w") as fh:
@@ -193,6 +226,17 @@ class StudySmoke(unittest.TestCase):
         self.assertIn("nvfp4_no_rht", p.stderr)
         self.assertIn("RHT off", p.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "baddoc", "nvfp4_study.md")))
+        # A sweep.csv naming text logs (a run directory from before the JSON-lines logs): one line, no report.
+        with open(os.path.join(bad, "sweep.csv")) as fh:
+            text = fh.read().replace(".jsonl", ".log")
+        with open(os.path.join(bad, "sweep.csv"), "w") as fh:
+            fh.write(text)
+        p = subprocess.run([sys.executable, REPORT, "--seeds", "1234", "--out-doc", os.path.join(self.tmp.name, "baddoc"),
+                            "--command", "x", "--run-command", "x", "--commit", "x", "--machine", "x", "--device", "cpu",
+                            "--model", "x", "--out", "x", bad], capture_output=True, text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        self.assertIn(f"bf16_mixed_mbs{GBS}_seq{SEQ}.log:1: not a JSON-lines event", p.stderr)
 
     def test_8_interrupt(self):
         # SIGTERM mid-run: the sweep's run is killed, no partial or final log is left, exit status 130.
@@ -234,7 +278,9 @@ class StudySmoke(unittest.TestCase):
             for label, _, _ in VARIANTS:
                 text = read(os.path.join(self.work, "runs", f"seed{seed}", f"{label}_mbs{GBS}_seq{SEQ}.log"))
                 self.assertIn(f"seed {seed},", text)
-                val[label, seed] = float(FINAL_VAL.findall(text)[-1])
+                path = os.path.join(self.work, "runs", f"seed{seed}", f"{label}_mbs{GBS}_seq{SEQ}.jsonl")
+                self.assertEqual(events(path)[0]["training"]["seed"], seed)
+                val[label, seed] = losses_and_val(path)[1]
         b = [val["bf16_mixed", s] for s in (1234, 1235)]
         noise = 100 * (max(b) - min(b)) / (sum(b) / 2)
         self.assertGreater(noise, 0.0)  # the seeds differ

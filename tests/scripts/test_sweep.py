@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """ctest Sweep.script: scripts/sweep.sh on a 2x1x1 grid of llama_tiny (BF16 and NVFP4, 3 iterations): the
-logs, the CSV checked against the logs, the figure, a rerun that does no work, an incomplete log rerun,
-a failed point, a seed axis, two --vary axes (weight decay x LR decay style), Ctrl-C, and one-line errors
-for bad arguments. Plain unittest; no GPU.
+text logs and JSON-lines logs (--log-jsonl), the CSV checked against the JSON-lines logs (read here with
+json, not the scripts' reader) and the text logs, the figure, a rerun that does no work, an incomplete
+JSON-lines log rerun, a directory of text logs only rerun, a failed point, a run that exits 0 without an
+"end" event, a seed axis, two --vary axes (weight decay x LR decay style), Ctrl-C, and one-line errors for
+bad arguments. Plain unittest; no GPU.
 
 Environment (set by tests/CMakeLists.txt): PL_APP_PATH (the built pretrain_llama).
 """
 
 import csv
+import json
 import os
 import re
 import signal
@@ -58,6 +61,23 @@ def read(path):
         return fh.read()
 
 
+def events(path):
+    """The events of a JSON-lines log, read with json alone."""
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def jsonl_parse(path):
+    """(iterations, ms, losses, final validation loss, end event) of a JSON-lines log, read independently of
+    the scripts (one run, no resume)."""
+    ev = events(path)
+    its = [e for e in ev if e["event"] == "iteration"]
+    val = [e["lm_loss"] for e in ev if e["event"] == "eval" and e["split"] == "validation" and e["after_training"]]
+    ends = [e for e in ev if e["event"] == "end"]
+    return ([e["iteration"] for e in its], [e["elapsed_ms"] for e in its], [e["lm_loss"] for e in its],
+            val[-1] if val else None, ends[-1] if ends else None)
+
+
 def hand_parse(path):
     """(iterations, ms, losses, final validation loss) read from a log independently of the scripts."""
     its, ms, loss = [], [], []
@@ -91,6 +111,9 @@ class SweepGrid(unittest.TestCase):
     def log(self, i):
         return os.path.join(self.out, self.names[i] + ".log")
 
+    def jsonl(self, i):
+        return os.path.join(self.out, self.names[i] + ".jsonl")
+
     def rows(self):
         with open(os.path.join(self.out, "sweep.csv"), newline="") as fh:
             return list(csv.DictReader(fh))
@@ -99,31 +122,57 @@ class SweepGrid(unittest.TestCase):
         self.assertEqual(self.rc, 0, self.stderr)
         self.assertEqual(sorted(f for f in os.listdir(self.out) if f.endswith(".log")),
                          sorted(n + ".log" for n in self.names))
+        self.assertEqual(sorted(f for f in os.listdir(self.out) if f.endswith(".jsonl")),
+                         sorted(n + ".jsonl" for n in self.names))
         self.assertEqual([f for f in os.listdir(self.out) if f.startswith(".")], [])  # no partial files left
         for i, recipe in enumerate(RECIPES):
             text = read(self.log(i))
             first = text.splitlines()[0]
             self.assertTrue(first.startswith(f"sweep.sh | point {self.names[i]} | pretrain_llama --recipe {recipe} "
                                              f"--micro-batch-size {MBS} --seq-length {SEQ} --model llama_tiny"), first)
-            self.assertTrue(text.rstrip("\n").splitlines()[-1].startswith("pretrain_llama | summary: "))
+            self.assertNotIn("--log-jsonl", first)  # the point's command: the sweep's own flag left out
+            self.assertIn("pretrain_llama | summary: ", text)
             self.assertIn(f"recipe {recipe} (", text)  # the banner: the point ran with its recipe
             self.assertIn(f"x {MBS} samples x {SEQ} tokens", text)
             self.assertEqual(len(re.findall(rf"\[{i + 1}/2\] {self.names[i]}: running", self.stdout)), 1, self.stdout)
+            # The JSON-lines log: the point's run from its start to its end, written to the partial name.
+            ev = events(self.jsonl(i))
+            self.assertEqual((ev[0]["event"], ev[-1]["event"]), ("start", "end"))
+            self.assertEqual(ev[0]["recipe"]["name"], recipe)
+            self.assertEqual(ev[0]["training"]["seq_length"], SEQ)
+            self.assertEqual(ev[0]["training"]["micro_batch_size"], MBS)
+            cmd = ev[0]["command_line"]
+            self.assertEqual(cmd[cmd.index("--log-jsonl") + 1], os.path.join(self.out, f".{self.names[i]}.jsonl.partial"))
+            self.assertEqual(ev[-1]["stop"], "train_iters")
+            # The done line is the end event's summary, in the text summary line's words.
+            summary = text[text.index("pretrain_llama | summary: ") + len("pretrain_llama | summary: "):].splitlines()[0]
+            self.assertIn(f"{self.names[i]}: done in ", self.stdout)
+            done = re.search(rf"{self.names[i]}: done in \d+ s: (.*)", self.stdout).group(1)
+            self.assertEqual(done.split(" | ")[0].split(": mean")[0], summary.split(" | ")[0].split(": mean")[0])
+            self.assertEqual(done.split(" | ")[1:], summary.split(" | ")[1:])
         rows = self.rows()
         self.assertEqual(len(rows), 2)
         ref_ms = None
         ref_loss = None
         for i, (row, recipe) in enumerate(zip(rows, RECIPES)):
-            its, ms, loss, val = hand_parse(self.log(i))
+            its, ms, loss, val, end = jsonl_parse(self.jsonl(i))
             self.assertEqual(its, [1, 2, 3])
+            # The text log says the same at its printed precision (.1f ms, .6E losses).
+            t_its, t_ms, t_loss, t_val = hand_parse(self.log(i))
+            self.assertEqual(t_its, its)
+            self.assertEqual(t_ms, [float(f"{x:.1f}") for x in ms])
+            self.assertEqual(t_loss, [float(f"{x:.6E}") for x in loss])
+            self.assertEqual(t_val, float(f"{val:.6E}"))
             self.assertEqual((row["recipe"], row["mbs"], row["seq_length"]), (recipe, str(MBS), str(SEQ)))
-            self.assertEqual(row["log"], self.names[i] + ".log")
+            self.assertEqual(row["log"], self.names[i] + ".jsonl")
+            self.assertEqual(row["path"], self.jsonl(i))
             self.assertEqual(int(row["iterations"]), ITERS)
             # The window of 3 lines starts at line round(0.4 * 3) = 1: all three.
             self.assertEqual((row["window_first"], row["window_last"]), ("1", "3"))
             mean_ms = sum(ms) / 3
             self.assertAlmostEqual(float(row["step_ms"]), mean_ms, places=6)
             self.assertEqual(float(row["final_loss"]), loss[-1])
+            self.assertEqual(float(row["final_loss"]), end["final_lm_loss"])
             self.assertEqual(int(row["tail_iterations"]), 1)  # ceil(0.1 * 3)
             self.assertEqual(float(row["tail_loss"]), loss[-1])
             self.assertEqual(int(row["nonfinite"]), 0)
@@ -155,29 +204,38 @@ class SweepGrid(unittest.TestCase):
 
     def test_3_rerun_does_no_work(self):
         self.assertEqual(self.rc, 0, self.stderr)
-        before = [os.stat(self.log(i)).st_mtime_ns for i in range(2)]
+        before = [os.stat(p).st_mtime_ns for i in range(2) for p in (self.log(i), self.jsonl(i))]
         csv_before = read(os.path.join(self.out, "sweep.csv"))
         rc, out, err = grid(self.out, more=("--no-png",))
         self.assertEqual(rc, 0, err)
         self.assertEqual(out.count(": skip (complete log"), 2, out)
         self.assertNotIn("running", out)
         self.assertIn("(0 run now)", out)
-        self.assertEqual([os.stat(self.log(i)).st_mtime_ns for i in range(2)], before)
+        self.assertEqual([os.stat(p).st_mtime_ns for i in range(2) for p in (self.log(i), self.jsonl(i))], before)
         self.assertEqual(read(os.path.join(self.out, "sweep.csv")), csv_before)
 
     def test_4_incomplete_log_is_rerun(self):
         self.assertEqual(self.rc, 0, self.stderr)
-        keep = os.stat(self.log(0)).st_mtime_ns
-        lines = read(self.log(1)).splitlines(keepends=True)
-        with open(self.log(1), "w") as fh:
-            fh.writelines(lines[:-1])  # the summary line gone: an interrupted run's log
+        keep = os.stat(self.jsonl(0)).st_mtime_ns
+        lines = read(self.jsonl(1)).splitlines(keepends=True)
+        self.assertEqual(json.loads(lines[-1])["event"], "end")
+        with open(self.jsonl(1), "w") as fh:
+            fh.writelines(lines[:-1])  # the end event gone, the text log whole: a run that died
+            fh.write('{"event":"itera')  # and a line cut short
         rc, out, err = grid(self.out, more=("--no-png",))
         self.assertEqual(rc, 0, err)
         self.assertIn(f"[1/2] {self.names[0]}: skip", out)
         self.assertIn(f"[2/2] {self.names[1]}: running", out)
-        self.assertEqual(os.stat(self.log(0)).st_mtime_ns, keep)
-        self.assertTrue(read(self.log(1)).rstrip("\n").splitlines()[-1].startswith("pretrain_llama | summary: "))
+        self.assertEqual(os.stat(self.jsonl(0)).st_mtime_ns, keep)
+        self.assertEqual(events(self.jsonl(1))[-1]["event"], "end")
         self.assertEqual(len(self.rows()), 2)
+        # A text log without its JSON-lines log (a directory from before --log-jsonl): run again.
+        os.remove(self.jsonl(0))
+        rc, out, err = grid(self.out, more=("--no-png",))
+        self.assertEqual(rc, 0, err)
+        self.assertIn(f"[1/2] {self.names[0]}: running", out)
+        self.assertIn(f"[2/2] {self.names[1]}: skip", out)
+        self.assertEqual(events(self.jsonl(0))[-1]["event"], "end")
 
     def test_5_other_command_is_refused(self):
         self.assertEqual(self.rc, 0, self.stderr)
@@ -204,9 +262,36 @@ class SweepMore(unittest.TestCase):
         self.assertIn("FAILED", err)
         self.assertTrue(os.path.exists(os.path.join(out, f"bf16_mixed_mbs3_seq{SEQ}.failed.log")))
         self.assertFalse(os.path.exists(os.path.join(out, f"bf16_mixed_mbs3_seq{SEQ}.log")))
+        # It failed before its first iteration: no JSON-lines log at all, and no partial left.
+        self.assertEqual(sorted(f for f in os.listdir(out) if "mbs3" in f), [f"bf16_mixed_mbs3_seq{SEQ}.failed.log"])
         with open(os.path.join(out, "sweep.csv"), newline="") as fh:
             rows = list(csv.DictReader(fh))
         self.assertEqual([r["mbs"] for r in rows], ["2"])
+
+    def test_exit_0_without_end_event_is_a_failed_point(self):
+        # A binary that exits 0 but whose JSON-lines log has no "end" event (its last line dropped by a
+        # wrapper): not complete, kept as .failed.log / .failed.jsonl, and rerun by the next sweep.
+        wrapper = os.path.join(self.tmp.name, "pretrain_llama_no_end")
+        with open(wrapper, "w") as fh:
+            fh.write(f"""#!/usr/bin/env bash
+"{app()}" "$@"; rc=$?
+for ((i = 1; i < $#; i++)); do [[ ${{!i}} == --log-jsonl ]] && {{ j=$((i + 1)); sed -i '$d' "${{!j}}"; }}; done
+exit $rc
+""")
+        os.chmod(wrapper, 0o755)
+        out = os.path.join(self.tmp.name, "e")
+        args = ["--recipes", "bf16_mixed", "--mbs", str(MBS), "--seq", str(SEQ), "--out", out, "--no-png"]
+        rc, stdout, err = sweep(*args, "--bin", wrapper, "--", *EXTRA)
+        self.assertEqual(rc, 1, stdout + err)
+        name = f"bf16_mixed_mbs{MBS}_seq{SEQ}"
+        self.assertIn(f"{name}: FAILED (exit status 0; ", err)
+        self.assertIn("incomplete: no \"end\" event", err)
+        self.assertEqual(sorted(os.listdir(out)), [f"{name}.failed.jsonl", f"{name}.failed.log"])
+        self.assertIn("error: no point completed", err)
+        rc, stdout, err = sweep(*args, "--bin", app(), "--", *EXTRA)
+        self.assertEqual(rc, 0, stdout + err)
+        self.assertIn(f"[1/1] {name}: running", stdout)
+        self.assertTrue(os.path.exists(os.path.join(out, f"{name}.jsonl")))
 
     def test_seeds(self):
         out = os.path.join(self.tmp.name, "s")
@@ -236,7 +321,7 @@ class SweepMore(unittest.TestCase):
         with open(os.path.join(out, "sweep.csv"), newline="") as fh:
             rows = list(csv.DictReader(fh))
         self.assertEqual([(r["weight_decay"], r["lr_decay_style"]) for r in rows], points)
-        self.assertEqual([r["log"] for r in rows], [n + ".log" for n in names])
+        self.assertEqual([r["log"] for r in rows], [n + ".jsonl" for n in names])
         lrs = []
         for (wd, style), name in zip(points, names):
             text = read(os.path.join(out, name + ".log"))
@@ -304,6 +389,10 @@ class SweepMore(unittest.TestCase):
              "cannot name a log"),
             (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--lr=1,2", "--",
               "--lr", "3"), "also varied by --vary --lr"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--", "--log-jsonl", "x.jsonl"),
+             "the sweep writes each point's JSON-lines log itself"),
+            (("--recipes", "bf16_mixed", "--mbs", "1", "--seq", "32", "--out", out, "--vary", "--log-jsonl=a,b"),
+             "the sweep writes each point's JSON-lines log itself"),
         ]
         for args, message in cases:
             with self.subTest(args=args):

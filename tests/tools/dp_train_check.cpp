@@ -29,6 +29,7 @@
 #include "model/llama.h"
 #include "model/precision_plan.h"
 #include "train/trainer.h"
+#include "../train/run_recorder.h"
 
 namespace {
 
@@ -74,7 +75,7 @@ struct Case {
 };
 
 struct Run {
-  TrainResult result;
+  test::RunRecorder result;  // every record of the run (train/run_recorder.h)
   std::vector<std::vector<int64_t>> samples;  // per micro-batch call, the sample indices it asked for
 };
 
@@ -108,14 +109,14 @@ Run train(const Case& c, const parallel::World& world, parallel::Communicator& c
   Run run;
   Trainer trainer(
       model, t,
-      [&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+      Batches{[&](int64_t first, int64_t micro, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         std::vector<int64_t> s;
         for (int64_t k = 0; k < t.micro_batch_size; ++k) s.push_back(first + micro * t.micro_batch_size + k);
         run.samples.push_back(s);
         data.micro_batch(first, micro, t.micro_batch_size, tok, lab);
-      },
-      [](const std::string&) {}, EvalData{}, CheckpointFn{}, DataParallelRanks{&world, &comm});
-  run.result = trainer.run();
+      }},
+      {&run.result}, DataParallelRanks{&world, &comm});
+  trainer.run();
   return run;
 }
 
@@ -130,23 +131,23 @@ void check_case(const Case& c, const parallel::World& world, parallel::Communica
   const std::unique_ptr<parallel::Communicator> one = parallel::make_communicator(alone, cpu);
   const Run single = train(c, alone, *one, 1, gbs);
 
-  const TrainResult& a = many.result;
-  const TrainResult& b = single.result;
-  expect(a.loss.size() == b.loss.size() && !a.loss.empty(), name + ": iteration counts");
-  for (size_t i = 0; i < std::min(a.loss.size(), b.loss.size()); ++i) {
+  const std::vector<double> a_loss = many.result.loss(), b_loss = single.result.loss();
+  const std::vector<double> a_norm = many.result.grad_norm(), b_norm = single.result.grad_norm();
+  expect(a_loss.size() == b_loss.size() && !a_loss.empty(), name + ": iteration counts");
+  for (size_t i = 0; i < std::min(a_loss.size(), b_loss.size()); ++i) {
     const std::string it = name + ": iteration " + std::to_string(i + 1);
     const double rel = kStrictIterations == 0 || static_cast<int64_t>(i) < kStrictIterations ? 1e-6 : 1e-3;
-    expect(close(a.loss[i], b.loss[i], rel), it + " loss " + std::to_string(a.loss[i]) + " vs one rank " +
-                                                  std::to_string(b.loss[i]));
-    expect(close(a.grad_norm[i], b.grad_norm[i], rel), it + " grad norm " + std::to_string(a.grad_norm[i]) +
-                                                            " vs one rank " + std::to_string(b.grad_norm[i]));
-    expect(a.lr_used[i] == b.lr_used[i], it + " learning rate");
+    expect(close(a_loss[i], b_loss[i], rel), it + " loss " + std::to_string(a_loss[i]) + " vs one rank " +
+                                                 std::to_string(b_loss[i]));
+    expect(close(a_norm[i], b_norm[i], rel), it + " grad norm " + std::to_string(a_norm[i]) + " vs one rank " +
+                                                 std::to_string(b_norm[i]));
+    expect(many.result.lr_used()[i] == single.result.lr_used()[i], it + " learning rate");
   }
-  expect(a.allocations_in_loop == 0, name + ": allocations in the loop");
+  expect(many.result.end && many.result.end->allocations_in_loop == 0, name + ": allocations in the loop");
 
   // The samples: per iteration, Megatron's sampler for this rank from the consumed samples.
-  bool sampler_ok = many.samples.size() == static_cast<size_t>(per_rank) * a.loss.size();
-  for (size_t it = 0; sampler_ok && it < a.loss.size(); ++it) {
+  bool sampler_ok = many.samples.size() == static_cast<size_t>(per_rank) * a_loss.size();
+  for (size_t it = 0; sampler_ok && it < a_loss.size(); ++it) {
     const auto expected = megatron_sampler(static_cast<int64_t>(it) * gbs, static_cast<int64_t>(it + 1) * gbs, mbs,
                                            dp, world.rank());
     for (int64_t m = 0; m < per_rank; ++m)

@@ -63,7 +63,7 @@ inline GateProbe probe_overlapped_forward(const OpContext& ctx, const std::funct
   std::vector<int32_t> tok(S), lab(S);
   data.micro_batch(0, 0, 1, tok, lab);
   model.zero_grads();
-  model.forward_backward(tok.data(), lab.data(), 0.5f, StepOptions{0, false, opt.gradient_copy_listener()});
+  model.forward_backward(tok.data(), lab.data(), 0.5f, MicroBatchOptions{0, false, opt.gradient_copy_listener()});
   opt.step(1e-3);
   GateProbe r;
   const LlamaModel::WeightGate* inner = model.weight_gate();

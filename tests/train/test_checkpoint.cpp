@@ -19,6 +19,9 @@
 #include "model/precision_plan.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "observe/checkpointer.h"
+#include "observe/stop_conditions.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -93,13 +96,13 @@ struct TinyCkptRun {
     d.data = "mock";
     return d;
   }
-  Trainer trainer(CheckpointFn ckpt = {}) {
+  Trainer trainer(std::vector<TrainObserver*> observers = {}) {
     return Trainer(
         *model, t,
-        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+        Batches{[this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
           data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-        },
-        [](const std::string&) {}, EvalData{}, std::move(ckpt));
+        }},
+        std::move(observers));
   }
 };
 
@@ -109,42 +112,48 @@ void expect_resume_is_bit_identical(const std::string& recipe) {
   const std::string save = (dir.path() / "ckpt").string();
 
   TinyCkptRun straight(recipe, 1234);
-  const TrainResult full = straight.trainer().run();
+  test::RunRecorder full;
+  straight.trainer({&full}).run();
 
+  // --exit-interval 4 with --save: the stop conditions end the run after iteration 4, the checkpoints' observer
+  // saves it.
   TinyCkptRun first(recipe, 1234);
-  first.t.exit_interval = 4;
-  bool saved = false;
-  std::unique_ptr<Trainer> tr1;
-  tr1 = std::make_unique<Trainer>(first.trainer([&](const TrainState& st, bool last) {
-    if (!last) return;
-    save_checkpoint(save, 0, *first.model, tr1->optimizer(), st, first.describe());
-    saved = true;
-  }));
-  const TrainResult part1 = tr1->run();
-  ASSERT_TRUE(saved);
-  ASSERT_EQ(part1.state.iteration, 4);
-  EXPECT_EQ(part1.allocations_in_loop, 0u) << "saving allocated a Buffer inside the loop";
+  std::vector<std::string> lines;
+  const auto print = [&lines](const std::string& l) { lines.push_back(l); };
+  observe::StopConditions stop(observe::StopConfig{.exit_interval = 4}, nullptr, std::chrono::steady_clock::now());
+  observe::Checkpointer saver(observe::CheckpointConfig{.save = save}, first.describe(), std::nullopt, nullptr, "",
+                              print);
+  test::RunRecorder part1;
+  const log::RunEnd end1 = first.trainer({&stop, &saver, &part1}).run();
+  EXPECT_EQ(end1.last_iteration, 4);
+  EXPECT_EQ(end1.stop.cause, log::StopCause::ExitInterval);
+  EXPECT_EQ(end1.allocations_in_loop, 0u) << "saving allocated a Buffer inside the loop";
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("saving checkpoint at iteration       4 to " + save), std::string::npos) << lines[0];
 
+  // The resume: the checkpoints' observer restores --load's checkpoint before the first iteration, and says
+  // where the run continues.
   TinyCkptRun second(recipe, 999);  // other initial weights: everything must come from the checkpoint
-  const VerifiedCheckpoint c = verify_checkpoint(save);
+  VerifiedCheckpoint c = verify_checkpoint(save);
   EXPECT_EQ(c.iteration, 4);
   EXPECT_TRUE(compare_checkpoint_with_run(c, second.m, recipe, second.t).empty());
-  Trainer tr2 = second.trainer();
-  const TrainState st = restore_checkpoint(c, *second.model, tr2.optimizer());
+  observe::Checkpointer loader(observe::CheckpointConfig{}, second.describe(), std::move(c), nullptr, save, print);
+  const TrainState st = loader.start_state();
   EXPECT_EQ(st.consumed_samples, 4 * second.t.global_batch_size);
-  const TrainResult part2 = tr2.run(st);
-  ASSERT_EQ(part2.loss.size(), 4u);
-  EXPECT_EQ(part2.first_iteration, 5);
-  EXPECT_EQ(part2.allocations_in_loop, 0u);
+  test::RunRecorder part2;
+  const log::RunEnd end2 = second.trainer({&loader, &part2}).run(st);
+  EXPECT_NE(lines.back().find("successfully loaded checkpoint from " + save), std::string::npos) << lines.back();
+  ASSERT_EQ(part2.loss().size(), 4u);
+  EXPECT_EQ(end2.first_iteration, 5);
+  EXPECT_EQ(end2.allocations_in_loop, 0u);
   for (size_t i = 0; i < 4; ++i) {
     // Exact equality: same bits, not merely close.
-    EXPECT_EQ(std::memcmp(&part2.loss[i], &full.loss[i + 4], sizeof(double)), 0)
-        << "iteration " << i + 5 << ": " << part2.loss[i] << " vs " << full.loss[i + 4];
-    EXPECT_EQ(std::memcmp(&part2.grad_norm[i], &full.grad_norm[i + 4], sizeof(double)), 0)
-        << "iteration " << i + 5 << ": " << part2.grad_norm[i] << " vs " << full.grad_norm[i + 4];
-    EXPECT_EQ(part2.lr_used[i], full.lr_used[i + 4]);
+    const double a = part2.loss()[i], b = full.loss()[i + 4], an = part2.grad_norm()[i], bn = full.grad_norm()[i + 4];
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof(double)), 0) << "iteration " << i + 5 << ": " << a << " vs " << b;
+    EXPECT_EQ(std::memcmp(&an, &bn, sizeof(double)), 0) << "iteration " << i + 5 << ": " << an << " vs " << bn;
+    EXPECT_EQ(part2.lr_used()[i], full.lr_used()[i + 4]);
   }
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(part1.loss[i], full.loss[i]);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(part1.loss()[i], full.loss()[i]);
   // And the final master weights are the same bits.
   const int64_t n = straight.model->num_params();
   EXPECT_EQ(std::memcmp(straight.model->master().flat.data, second.model->master().flat.data,

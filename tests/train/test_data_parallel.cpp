@@ -19,6 +19,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/gradient_sync.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -154,11 +155,12 @@ struct TinyDpRun {
   Trainer trainer() {
     return Trainer(
         *model, t,
-        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+        Batches{[this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
           data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-        },
-        [](const std::string&) {});
+        }},
+        {&recorded});
   }
+  test::RunRecorder recorded;
 };
 
 void expect_one_rank_distributed_optimizer_is_bit_identical(const std::string& recipe) {
@@ -168,11 +170,14 @@ void expect_one_rank_distributed_optimizer_is_bit_identical(const std::string& r
   plain.model->init_parameters(7);
   sharded.model->init_parameters(7);
   EXPECT_GT(sharded.model->shard().padded, sharded.model->num_params());  // the padding is exercised
-  const TrainResult a = tp.run(), b = ts.run();
-  ASSERT_EQ(a.loss.size(), b.loss.size());
-  for (size_t i = 0; i < a.loss.size(); ++i) {
-    EXPECT_EQ(std::memcmp(&a.loss[i], &b.loss[i], sizeof(double)), 0) << i << ": " << a.loss[i] << " vs " << b.loss[i];
-    EXPECT_EQ(std::memcmp(&a.grad_norm[i], &b.grad_norm[i], sizeof(double)), 0) << i;
+  tp.run();
+  const log::RunEnd b = ts.run();
+  const std::vector<double> a_loss = plain.recorded.loss(), b_loss = sharded.recorded.loss();
+  const std::vector<double> a_norm = plain.recorded.grad_norm(), b_norm = sharded.recorded.grad_norm();
+  ASSERT_EQ(a_loss.size(), b_loss.size());
+  for (size_t i = 0; i < a_loss.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&a_loss[i], &b_loss[i], sizeof(double)), 0) << i << ": " << a_loss[i] << " vs " << b_loss[i];
+    EXPECT_EQ(std::memcmp(&a_norm[i], &b_norm[i], sizeof(double)), 0) << i;
   }
   EXPECT_EQ(b.allocations_in_loop, 0u);
   const size_t bytes = static_cast<size_t>(plain.model->num_params()) * 4;
@@ -192,8 +197,8 @@ void expect_one_rank_distributed_optimizer_is_bit_identical(const std::string& r
   d.command_line = {"test"};
   d.data = "mock";
   const parallel::World one = parallel::World::single();
-  save_checkpoint((dir.path() / "plain").string(), 0, *plain.model, tp.optimizer(), b.state, d);
-  save_checkpoint((dir.path() / "sharded").string(), 0, *sharded.model, ts.optimizer(), b.state, d, {}, &one);
+  save_checkpoint((dir.path() / "plain").string(), 0, *plain.model, tp.optimizer(), ts.state(), d);
+  save_checkpoint((dir.path() / "sharded").string(), 0, *sharded.model, ts.optimizer(), ts.state(), d, {}, &one);
   const VerifiedCheckpoint cp = verify_checkpoint((dir.path() / "plain").string());
   const VerifiedCheckpoint cs = verify_checkpoint((dir.path() / "sharded").string());
   ASSERT_EQ(cp.files.size(), cs.files.size());

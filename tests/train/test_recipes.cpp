@@ -21,6 +21,7 @@
 #include "model/llama.h"
 #include "model/precision_plan.h"
 #include "test_util.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -37,16 +38,17 @@ double final_loss(const std::string& recipe_name) {
   data::MockGPTDataset data(data::MockDataConfig{m.vocab_size, m.vocab_size - 1, t.seq_length, 240, 1234});
   LlamaModel model(m, t.micro_batch_size, t.seq_length, OpContext{}, make_precision_plan(m, r));
   model.init_parameters(t.seed);
+  test::RunRecorder rec;
   Trainer tr(
       model, t,
-      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+      Batches{[&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
-      },
-      [](const std::string&) {});
-  const TrainResult res = tr.run();
-  EXPECT_LT(res.loss.back(), 0.5 * res.loss.front()) << recipe_name << " does not train";
+      }},
+      {&rec});
+  const log::RunEnd res = tr.run();
+  EXPECT_LT(rec.loss().back(), 0.5 * rec.loss().front()) << recipe_name << " does not train";
   EXPECT_EQ(res.nan_iterations, 0);
-  return res.loss.back();
+  return rec.loss().back();
 }
 
 TEST(TrainRecipes, QuantizedRecipesTrainWithinTheMeasuredGapOfBf16) {

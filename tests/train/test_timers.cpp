@@ -23,6 +23,7 @@
 #include "data/mock_dataset.h"
 #include "model/llama.h"
 #include "model/precision_plan.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -113,21 +114,6 @@ TEST(Timers, OpsCountOnlyOnTheirTimersAndOnlyTheOutermost) {
   EXPECT_GE(r[0].ms, 2.0);
 }
 
-TEST(Timers, TheLossOpSwitchesForwardToBackwardCompute) {
-  Timers t(Device::CPU, 2);
-  t.mark_loss_computed();  // nothing running: nothing happens
-  EXPECT_FALSE(t.running(TimerId::BackwardCompute));
-  t.start(TimerId::ForwardCompute);
-  t.mark_loss_computed();
-  EXPECT_FALSE(t.running(TimerId::ForwardCompute));
-  EXPECT_TRUE(t.running(TimerId::BackwardCompute));
-  t.stop(TimerId::BackwardCompute);
-  const auto r = t.read(1.0);
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[0].id, TimerId::ForwardCompute);
-  EXPECT_EQ(r[1].id, TimerId::BackwardCompute);
-}
-
 // ---- training on llama_tiny ------------------------------------------------------------------------
 
 // One log interval's output: the iteration line's elapsed ms and the timer block after it.
@@ -195,13 +181,14 @@ std::vector<std::string> train(int level, int64_t iters, int64_t log_interval, c
   LlamaModel model(m, t.micro_batch_size, t.seq_length, OpContext{}, p);
   model.init_parameters(t.seed);
   std::vector<std::string> lines;
+  const auto text = test::text_log_into(lines);
   Trainer tr(
       model, t,
-      [&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+      Batches{[&](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
         data.micro_batch(first, mi, t.micro_batch_size, tok, lab);
         if (after_batch) after_batch();
-      },
-      [&](const std::string& l) { lines.push_back(l); });
+      }},
+      {text.get()});
   tr.run();
   return lines;
 }

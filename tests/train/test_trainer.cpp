@@ -5,7 +5,10 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -16,6 +19,11 @@
 #include "core/error.h"
 #include "data/mock_dataset.h"
 #include "model/llama.h"
+#include "observe/checkpointer.h"
+#include "observe/stop_conditions.h"
+#include "test_util.h"
+#include "train/checkpoint.h"
+#include "train/run_recorder.h"
 #include "train/trainer.h"
 
 namespace pl {
@@ -25,10 +33,14 @@ ModelConfig tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/mod
 
 struct TinyRun {
   TrainConfig t;
+  observe::StopConfig stop;
   ModelConfig m = tiny();
   std::unique_ptr<data::MockGPTDataset> data;
   std::unique_ptr<LlamaModel> model;
   std::vector<std::string> lines;
+  test::RunRecorder rec;
+  std::unique_ptr<observe::StopConditions> stops;
+  std::unique_ptr<observe::MegatronTextLog> text = test::text_log_into(lines);
 
   explicit TinyRun(int64_t iters, int64_t global_batch = 4, RunLayout options = {}) {
     t.train_iters = iters;
@@ -42,22 +54,26 @@ struct TinyRun {
                                          bf16_plan(m), options);
     model->init_parameters(t.seed);
   }
-  Trainer trainer() {
-    return Trainer(
-        *model, t,
-        [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
-          data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-        },
-        [this](const std::string& l) { lines.push_back(l); });
+  BatchFn batches() {
+    return [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
+      data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
+    };
+  }
+  // The stop conditions, the text log and the recorder, plus `more` after them.
+  Trainer trainer(std::vector<TrainObserver*> more = {}) {
+    stops = std::make_unique<observe::StopConditions>(stop, nullptr, std::chrono::steady_clock::now());
+    std::vector<TrainObserver*> all{stops.get(), text.get(), &rec};
+    all.insert(all.end(), more.begin(), more.end());
+    return Trainer(*model, t, Batches{batches()}, std::move(all));
   }
 };
 
 TEST(TrainLoop, AllocatesNothingAfterTheFirstIteration) {
   TinyRun run(4);
-  const TrainResult r = run.trainer().run();
+  const log::RunEnd r = run.trainer().run();
   EXPECT_EQ(r.allocations_in_loop, 0u);
-  ASSERT_EQ(r.loss.size(), 4u);
-  for (double l : r.loss) EXPECT_TRUE(std::isfinite(l));
+  ASSERT_EQ(run.rec.loss().size(), 4u);
+  for (double l : run.rec.loss()) EXPECT_TRUE(std::isfinite(l));
 }
 
 // The per-token losses of an iteration's micro-batches stay on the device and are read once (or in
@@ -65,60 +81,33 @@ TEST(TrainLoop, AllocatesNothingAfterTheFirstIteration) {
 // each micro-batch's losses right after it (the same additions in the same order), and training is
 // unchanged.
 TEST(TrainLoop, LossReadOncePerIterationEqualsPerMicroBatchReads) {
-  std::vector<TrainResult> results;
+  std::vector<std::vector<double>> losses, norms;
   for (int64_t slots : {1, 4, 3}) {  // 4 micro-batches per iteration: every one, all at once, 3 + 1
     SCOPED_TRACE("loss_micro_batches " + std::to_string(slots));
     RunLayout o;
     o.loss_micro_batches = slots;
     TinyRun run(3, 8, o);
     ASSERT_EQ(run.t.num_micro_batches(), 4);
-    results.push_back(run.trainer().run());
-    EXPECT_EQ(results.back().allocations_in_loop, 0u);
+    EXPECT_EQ(run.trainer().run().allocations_in_loop, 0u);
+    losses.push_back(run.rec.loss());
+    norms.push_back(run.rec.grad_norm());
   }
-  for (size_t k = 1; k < results.size(); ++k)
-    for (size_t i = 0; i < results[0].loss.size(); ++i) {
-      EXPECT_EQ(std::bit_cast<uint64_t>(results[k].loss[i]), std::bit_cast<uint64_t>(results[0].loss[i]))
-          << "iteration " << i + 1 << ": " << results[k].loss[i] << " vs " << results[0].loss[i];
-      EXPECT_EQ(results[k].grad_norm[i], results[0].grad_norm[i]) << "iteration " << i + 1;
+  for (size_t k = 1; k < losses.size(); ++k)
+    for (size_t i = 0; i < losses[0].size(); ++i) {
+      EXPECT_EQ(std::bit_cast<uint64_t>(losses[k][i]), std::bit_cast<uint64_t>(losses[0][i]))
+          << "iteration " << i + 1 << ": " << losses[k][i] << " vs " << losses[0][i];
+      EXPECT_EQ(norms[k][i], norms[0][i]) << "iteration " << i + 1;
     }
-}
-
-// Token ids are checked on the host before they are uploaded (the GPU kernels no longer check them):
-// one line naming the sample of the micro-batch, the position and the vocabulary.
-TEST(TrainLoop, OutOfVocabularyIdIsRejectedBeforeUploadNamingTheSample) {
-  TinyRun run(1);
-  const int64_t S = run.t.seq_length, T = run.t.micro_batch_size * S, V = run.m.vocab_size;
-  std::vector<int32_t> tok(static_cast<size_t>(T), 1), lab(static_cast<size_t>(T), 2);
-  auto message = [&] {
-    try {
-      run.model->forward_backward(tok.data(), lab.data(), 1.0f);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
-  tok[S + 5] = static_cast<int32_t>(V);
-  std::string m = message();
-  EXPECT_NE(m.find("token id " + std::to_string(V) + " of sample 1 of the micro-batch (position 5) is outside the "
-                   "vocabulary [0, " + std::to_string(V) + ")"),
-            std::string::npos)
-      << m;
-  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
-  tok[S + 5] = 1;
-  lab[3] = -2;  // (-1 is a masked position: data/documents.h kIgnoredLabel)
-  m = message();
-  EXPECT_NE(m.find("label id -2 of sample 0 of the micro-batch (position 3)"), std::string::npos) << m;
-  lab[3] = 2;
-  EXPECT_TRUE(std::isfinite(run.model->forward(tok.data(), lab.data())));
 }
 
 TEST(TrainLoop, FirstStepUsesLearningRateZeroThenFollowsTheSchedule) {
   TinyRun run(3);  // warmup 1 iteration of 4 samples, decay over 3 iterations
-  const TrainResult r = run.trainer().run();
-  ASSERT_EQ(r.lr_used.size(), 3u);
-  EXPECT_EQ(r.lr_used[0], 0.0);
-  EXPECT_DOUBLE_EQ(r.lr_used[1], run.t.lr);
-  EXPECT_DOUBLE_EQ(r.lr_used[2], run.t.min_lr + 0.5 * (run.t.lr - run.t.min_lr) * (std::cos(M_PI * 0.5) + 1.0));
+  run.trainer().run();
+  const std::vector<double> lr = run.rec.lr_used();
+  ASSERT_EQ(lr.size(), 3u);
+  EXPECT_EQ(lr[0], 0.0);
+  EXPECT_DOUBLE_EQ(lr[1], run.t.lr);
+  EXPECT_DOUBLE_EQ(lr[2], run.t.min_lr + 0.5 * (run.t.lr - run.t.min_lr) * (std::cos(M_PI * 0.5) + 1.0));
 }
 
 TEST(TrainLoop, AStepAtLearningRateZeroLeavesTheMasterWeightsUnchanged) {
@@ -139,7 +128,7 @@ TEST(TrainLoop, AStepAtLearningRateZeroLeavesTheMasterWeightsUnchanged) {
 
 TEST(TrainLoop, NonFiniteLossSkipsTheUpdateAndStopsAfterTheLimit) {
   TinyRun run(5);
-  run.t.max_consecutive_nan_iterations = 3;
+  run.stop.max_consecutive_nan_iterations = 3;
   // A NaN in the final norm weight makes every loss NaN.
   run.model->master().final_norm.f32()[0] = std::nanf("");
   run.model->sync_weights_from_master();
@@ -157,6 +146,110 @@ TEST(TrainLoop, NonFiniteLossSkipsTheUpdateAndStopsAfterTheLimit) {
   EXPECT_EQ(run.lines[1].find("lm loss"), std::string::npos) << "a skipped iteration has no loss to average";
   // A skipped step does not advance the scheduler: the logged (next) lr stays at lr(0) = 0.
   EXPECT_NE(run.lines[1].find("learning rate: 0.000000E+00"), std::string::npos) << run.lines[1];
+  // The records say the same: skipped, no loss, no norm, the limit's count.
+  ASSERT_EQ(run.rec.iterations.size(), 3u);
+  EXPECT_TRUE(run.rec.iterations[2].skipped);
+  EXPECT_TRUE(std::isnan(run.rec.iterations[2].lm_loss));
+  EXPECT_EQ(run.rec.iterations[2].consecutive_nan, 3);
+  EXPECT_FALSE(run.rec.end) << "a run that stopped with an error has no end";
+}
+
+// An observer that asks for a stop (here after iteration 2 of 6) ends the run after that iteration: its
+// checkpoint is saved (the checkpoints' observer sees last = true), the evaluations after training are
+// skipped, and the end says why.
+struct StopAfter : TrainObserver {
+  int64_t at;
+  explicit StopAfter(int64_t a) : at(a) {}
+  log::StopRequest stop_requested(const log::IterationRecord& it) override {
+    return it.iteration == at ? log::StopRequest{log::StopCause::Observer} : log::StopRequest{};
+  }
+};
+
+TEST(TrainLoop, AnObserverThatAsksForAStopEndsTheRunWithACheckpoint) {
+  test::TempDir dir;
+  const std::string save = (dir.path() / "ckpt").string();
+  TinyRun run(6);
+  run.t.eval_iters = 1;
+  run.t.eval_interval = 10;
+  RunDescription d{run.m, "bf16_mixed", "", {}, run.t, {"test"}, "mock"};
+  StopAfter stop(2);
+  std::vector<std::string> saves;
+  observe::Checkpointer checkpoints(observe::CheckpointConfig{.save = save}, d, std::nullopt, nullptr, "",
+                                    [&](const std::string& l) { saves.push_back(l); });
+  Trainer tr(*run.model, run.t, Batches{run.batches(), run.batches(), run.batches()}, {&stop, &checkpoints, &run.rec});
+  const log::RunEnd end = tr.run();
+  EXPECT_EQ(end.stop.cause, log::StopCause::Observer);
+  EXPECT_EQ(end.last_iteration, 2);
+  EXPECT_EQ(run.rec.iterations.size(), 2u);
+  EXPECT_EQ(run.rec.last, (std::vector<bool>{false, true}));
+  EXPECT_TRUE(run.rec.evals.empty()) << "an early stop skips the evaluations after training";
+  EXPECT_FALSE(end.valid_loss);
+  ASSERT_EQ(saves.size(), 2u);
+  EXPECT_NE(saves[1].find("successfully saved checkpoint from iteration       2"), std::string::npos) << saves[1];
+  EXPECT_EQ(verify_checkpoint(save).iteration, 2);
+  // The same run without the stop runs to the end and evaluates after it.
+  TinyRun full(6);
+  full.t.eval_iters = 1;
+  full.t.eval_interval = 10;
+  Trainer straight(*full.model, full.t, Batches{full.batches(), full.batches(), full.batches()}, {&full.rec});
+  EXPECT_EQ(straight.run().stop.cause, log::StopCause::TrainIters);
+  EXPECT_EQ(full.rec.evals.size(), 2u);  // the validation and test splits after training
+}
+
+// Each trainer calls only the observers it was given: two trainers in one process, their iterations
+// interleaved (one thread each, taking turns per micro-batch), each recorder sees its own run's events only.
+TEST(TrainLoop, TwoTrainersInOneProcessReachOnlyTheirOwnObservers) {
+  TinyRun a(3), b(2, 8);
+  std::mutex mu;
+  std::condition_variable cv;
+  int turn = 0;
+  bool done[2] = {false, false};
+  const auto hand_over = [&](int me) {
+    std::unique_lock lock(mu);
+    if (!done[1 - me]) turn = 1 - me;
+    cv.notify_all();
+    cv.wait(lock, [&] { return turn == me || done[1 - me]; });
+  };
+  const auto run = [&](int me, TinyRun& r) {
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return turn == me; });
+    }
+    const BatchFn inner = r.batches();
+    Trainer tr(*r.model, r.t,
+               Batches{[&, me](int64_t f, int64_t mi, std::span<int32_t> t, std::span<int32_t> l, std::span<int32_t> p) {
+                 inner(f, mi, t, l, p);
+                 hand_over(me);
+               }},
+               {r.text.get(), &r.rec});
+    tr.run();
+    const std::lock_guard lock(mu);
+    done[me] = true;
+    turn = 1 - me;
+    cv.notify_all();
+  };
+  std::thread ta(run, 0, std::ref(a)), tb(run, 1, std::ref(b));
+  ta.join();
+  tb.join();
+  for (TinyRun* r : {&a, &b}) {
+    SCOPED_TRACE(r == &a ? "a" : "b");
+    ASSERT_EQ(r->rec.starts, 1);
+    ASSERT_TRUE(r->rec.end);
+    EXPECT_EQ(static_cast<int64_t>(r->rec.iterations.size()), r->t.train_iters);
+    for (size_t i = 0; i < r->rec.iterations.size(); ++i) {
+      EXPECT_EQ(r->rec.iterations[i].iteration, static_cast<int64_t>(i) + 1);
+      EXPECT_EQ(r->rec.iterations[i].train_iters, r->t.train_iters);
+      EXPECT_EQ(r->rec.iterations[i].global_batch_size, r->t.global_batch_size);
+    }
+    // 2 lines per iteration (Step Time, iteration) and the memory line, then the end's two lines.
+    EXPECT_EQ(static_cast<int64_t>(r->lines.size()), 2 * r->t.train_iters + 1 + 2);
+  }
+  // The same runs one at a time give the same losses: nothing of one reached the other.
+  TinyRun a2(3), b2(2, 8);
+  a2.trainer().run();
+  b2.trainer().run();
+  EXPECT_EQ(a.rec.loss(), a2.rec.loss());
+  EXPECT_EQ(b.rec.loss(), b2.rec.loss());
 }
 
 // ---- the binary, end to end ------------------------------------------------------------------

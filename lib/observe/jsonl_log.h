@@ -1,0 +1,58 @@
+#pragma once
+// --log-jsonl FILE: the run as JSON lines, one object per event, for scripts (scripts/run_log.py reads it;
+// the schema, key by key, is in README.md "The JSON-lines log"). Every line has an "event": "start" (the
+// banner's facts, given by the app), "iteration" (one per iteration), "interval" (each --log-interval: the
+// Megatron line's numbers, the timers, memory), "eval" (each evaluation), "end" (the summary). Keys are
+// snake_case; floats are written at full precision (the shortest text that reads back to the same double),
+// a value that is not finite as null. Each line goes out with one write(2), so `tail -f` sees whole lines and
+// a reader needs only skip an incomplete last one.
+//   The file is created when the run's first event after the start arrives (the first iteration, or the end of
+//   a run that had none to run): a run that fails before it leaves no file, and an existing file there as it
+//   was. A run from iteration 0 replaces the file; a resumed run (append) adds to it, its own "start" line
+//   first. Written by the last rank only (Megatron's print_rank_last; the app makes it there). A write that
+//   fails (a full disk) is one warning, and the run goes on without the log.
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "backend/device_banner.h"
+#include "io/fd.h"
+#include "log/tensorboard.h"
+#include "train/observer.h"
+
+namespace pl::observe {
+
+// FILE can be written: its directory exists and takes files; FILE, if it exists, is a regular file this process
+// may write. One-line errors naming --log-jsonl; nothing is created.
+void check_jsonl_output(const std::string& path);
+
+class JsonLinesLog : public TrainObserver {
+ public:
+  // `start`: the facts of the "start" line (the app's banner); checked with check_jsonl_output, nothing created yet.
+  JsonLinesLog(std::string path, nlohmann::ordered_json start, bool append, log::NoteFn note);
+  void on_start(const RunStart& s, TrainerAccess&) override;
+  void on_iteration(const log::IterationRecord& it) override;
+  void on_interval(const log::IntervalRecord& r) override;
+  void on_eval(const log::EvalRecord& e) override;
+  void on_end(const log::RunEnd& e) override;
+
+ private:
+  void write(const nlohmann::ordered_json& line);
+  std::string path_;
+  nlohmann::ordered_json start_;
+  bool append_;
+  log::NoteFn note_;
+  UniqueFd fd_;
+  bool failed_ = false;
+};
+
+// The records as JSON-lines objects (also what the tests compare).
+nlohmann::ordered_json iteration_json(const log::IterationRecord& it);
+nlohmann::ordered_json interval_json(const log::IntervalRecord& r);
+nlohmann::ordered_json eval_json(const log::EvalRecord& e);
+nlohmann::ordered_json end_json(const log::RunEnd& e);
+nlohmann::ordered_json memory_json(const MemoryStats& m);
+// The start line's "gemms": how each GEMM format runs (backend/device_banner.h gemm_paths).
+nlohmann::ordered_json gemms_json(const std::vector<GemmPath>& paths);
+
+}  // namespace pl::observe
