@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/checksum.h"
 #include "core/error.h"
 
 namespace pl::test {
@@ -200,11 +201,8 @@ inline void expect_one_line_error(const std::function<void()>& fn, const std::ve
 // golden-value script computes it.
 template <class T>
 uint64_t fnv1a(const std::vector<T>& v) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (const T x : v) {
-    h ^= static_cast<uint32_t>(static_cast<int64_t>(x));
-    h *= 0x100000001B3ull;
-  }
+  uint64_t h = kFnv1aBasis;
+  for (const T x : v) h = fnv1a_step(h, static_cast<uint32_t>(static_cast<int64_t>(x)));
   return h;
 }
 

@@ -1,6 +1,7 @@
 // pretrain_llama's banner: the start-up lines that say what runs (model, device, recipe, plan, training,
-// data parallelism) and the summary at the end. The device layer words its own lines
-// (backend/device_banner.h); this file adds the prefix.
+// data parallelism), and the same facts as values for the JSON-lines log's start line (run_facts). The
+// device layer words its own lines (backend/device_info.h); this file adds the prefix. (The summary at the
+// end is the text log's: observe/megatron_text_log.)
 #include "pretrain_llama.h"
 
 #include <fmt/format.h>
@@ -8,7 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "log/megatron_log.h"
 #include "model/accounting.h"
 #include "model/llama.h"
@@ -20,7 +21,7 @@ extern "C" char* openblas_get_config(void);
 
 namespace pl::pretrain {
 
-// --print-library-versions: what the device layer reports (backend/device_banner.h), then the library
+// --print-library-versions: what the device layer reports (backend/device_info.h), then the library
 // smoke test on the GPU. Exit 0 when every smoke check passed; 1 without CUDA, without a device, or when a
 // check failed (scripts/gpu_check.sh stops there and shows the ✗ lines).
 int print_library_versions() {

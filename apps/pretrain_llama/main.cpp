@@ -21,7 +21,7 @@
 #include <optional>
 
 #include "../app_main.h"
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "core/error.h"
 #include "log/megatron_log.h"
 #include "log/tensorboard.h"
@@ -189,8 +189,7 @@ int build_and_train(const RunInputs& in) {
                                     t.use_precision_aware_optimizer},
                     t, device, device_sm(ctx));
   auto ceilings = roofline_ceilings(o, setup, ctx, world, out);
-  // The cuBLASLt workspace (32 MiB of the plan's workspaces) was allocated with the device state.
-  if (device == Device::CUDA) reserve_device_arena(device, mem.total() - 32.0 * 1024 * 1024 + kArenaSlack);
+  if (device == Device::CUDA) reserve_device_arena(device, mem.total() + kArenaSlack);
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
   std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
   if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));

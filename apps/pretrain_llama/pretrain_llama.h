@@ -67,8 +67,8 @@ struct Options {
   // --machine-ceilings FILE: the ceilings cache of --roofline and --probe-machine. "" (not given): the
   // default path, roofline::default_ceilings_cache_path(); "none": no cache, always measured.
   std::string machine_ceilings;
-  // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last; --exit-interval
-  // lives in TrainConfig because the trainer stops there.
+  // Checkpoints (Megatron's flags): --save, --save-interval, --load, --keep-last (--exit-interval is a stop
+  // condition: outputs.stop).
   std::string save, load;
   int64_t save_interval = 0;
   int64_t keep_last = 0;

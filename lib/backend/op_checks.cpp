@@ -56,9 +56,9 @@ void rows_fit_grid(const OpContext& ctx, const char* op, const char* name, const
            t.shape_str());
 }
 
-// Every id must index a row of the vocabulary. The model's ids were checked once already, naming the
-// sample (LlamaModel::upload_batch); this is for direct op calls, on the CPU only (the ids are in host
-// memory there; the GPU kernels skip an id outside [0, V) rather than read out of bounds).
+// Every id must index a row of the vocabulary: the op's own contract (a training run's ids were checked where
+// its micro-batch was built, data::TrainingData::micro_batch, naming the sample), on the CPU only (the ids are
+// in host memory there; the GPU kernels skip an id outside [0, V) rather than read out of bounds).
 // ignored: an id that may also be `ignored` (cross-entropy's masked target, -1); -2 accepts none.
 void ids_in_vocab(const OpContext& ctx, const char* op, const char* name, const Tensor& ids, int64_t vocab,
                   int32_t ignored = -2) {

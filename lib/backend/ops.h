@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/op_cost.h"
+#include "backend/device_memory.h"
 #include "core/tensor.h"
 
 namespace pl {

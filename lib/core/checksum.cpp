@@ -9,10 +9,8 @@
 namespace pl {
 namespace {
 
-constexpr uint64_t kFnvBasis = 0xCBF29CE484222325ull;
-constexpr uint64_t kFnvPrime = 0x100000001B3ull;
-
-uint64_t fnv_word(uint64_t h, uint64_t w) { return (h ^ w) * kFnvPrime; }
+constexpr uint64_t kFnvBasis = kFnv1aBasis;
+uint64_t fnv_word(uint64_t h, uint64_t w) { return fnv1a_step(h, w); }
 
 // The files are little-endian and so are the hosts we build for: one unaligned load.
 static_assert(std::endian::native == std::endian::little, "checksum64 reads little-endian words");

@@ -11,6 +11,19 @@
 
 namespace pl {
 
+// FNV-1a 64 (Fowler, Noll, Vo): the offset basis and the prime, and one step (xor, then multiply) of a value
+// into the hash. Written once here: the checkpoint checksum's lanes (over 8-byte words), the tokenizer
+// record's and the SFT mask's byte-wise hashes, the tests' index fingerprints.
+inline constexpr uint64_t kFnv1aBasis = 0xCBF29CE484222325ull;
+inline constexpr uint64_t kFnv1aPrime = 0x100000001B3ull;
+inline constexpr uint64_t fnv1a_step(uint64_t h, uint64_t v) { return (h ^ v) * kFnv1aPrime; }
+// The byte-wise FNV-1a 64 of n bytes, continuing from h (kFnv1aBasis to start).
+inline uint64_t fnv1a64(const void* data, size_t n, uint64_t h = kFnv1aBasis) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = fnv1a_step(h, p[i]);
+  return h;
+}
+
 class Checksum64 {
  public:
   static constexpr size_t kChunkBytes = size_t{1} << 20;
@@ -20,7 +33,7 @@ class Checksum64 {
   uint64_t digest() const;  // of everything added so far (does not finish the stream)
 
  private:
-  uint64_t fold_ = 0xCBF29CE484222325ull;  // FNV-1a offset basis
+  uint64_t fold_ = kFnv1aBasis;
   uint64_t total_ = 0;
   bool short_seen_ = false;  // a piece that was not whole chunks has been added (it must be the last)
   std::vector<uint64_t> digests_;

@@ -1,6 +1,6 @@
 #pragma once
 // A Tensor is a non-owning view: pointer, shape, dtype, device. Storage is owned by Buffers
-// (core/device_memory.h).
+// (backend/device_memory.h, the device layer's).
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -54,5 +54,3 @@ struct Tensor {
 
 }  // namespace pl
 
-// Buffer and the device memory system, for the files that include this header for them.
-#include "core/device_memory.h"

@@ -3,6 +3,7 @@
 #include "core/timers.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -66,7 +67,7 @@ void destroy_events(std::span<void* const> events, const char* what) {
   for (void* e : events) {
     const cudaError_t st = e != nullptr ? cudaEventDestroy(static_cast<cudaEvent_t>(e)) : cudaSuccess;
     if (st != cudaSuccess && !std::exchange(warned, true))
-      std::fprintf(stderr, "pretrain_llama: warning: %s failed: %s\n", what, cudaGetErrorString(st));
+      std::fprintf(stderr, "%s: warning: %s failed: %s\n", program_invocation_short_name, what, cudaGetErrorString(st));
   }
 }
 #endif

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "data/documents.h"
 #include "data/numpy_rng.h"
@@ -24,14 +25,7 @@ namespace {
 constexpr int kSftRecordVersion = 1;
 
 // FNV-1a 64 of bytes in memory, as fnv1a64_file_hex hashes a file.
-std::string fnv1a64_hex(const unsigned char* p, size_t n) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 0x100000001B3ull;
-  }
-  return fmt::format("{:016x}", h);
-}
+std::string fnv1a64_hex(const unsigned char* p, size_t n) { return fmt::format("{:016x}", fnv1a64(p, n)); }
 
 // Bins of capacity `size` with the leftmost bin whose room is at least `need` found in O(log bins): a max
 // tree over the bins' free room (NeMo's first_fit scans the bins in order; this finds the same bin).
@@ -132,7 +126,7 @@ void SftDatasetWriter::add(const SftExample& e) {
   for (const uint8_t a : e.answer) {
     const unsigned char byte = a ? 1 : 0;
     mask_.push_back(byte);
-    mask_hash_ = (mask_hash_ ^ byte) * 0x100000001B3ull;
+    mask_hash_ = fnv1a_step(mask_hash_, byte);
   }
   record_.examples += 1;
   record_.chat_examples += e.chat ? 1 : 0;

@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/checksum.h"
 #include "data/gpt_dataset.h"
 #include "data/indexed_dataset.h"
 #include "data/tokenizer_record.h"
@@ -89,7 +90,7 @@ class SftDatasetWriter {
   IndexedDatasetWriter ids_;
   AtomicFile* mask_out_ = nullptr;
   std::vector<unsigned char> mask_;  // bytes not yet written
-  uint64_t mask_hash_ = 0xCBF29CE484222325ull;
+  uint64_t mask_hash_ = kFnv1aBasis;
   SftRecord record_;
 };
 

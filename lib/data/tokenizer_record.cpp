@@ -8,6 +8,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "core/checksum.h"
 #include "core/error.h"
 #include "io/json_text.h"
 #include "io/atomic_file.h"
@@ -21,16 +22,13 @@ std::string tokenizer_record_path(const std::string& prefix) { return prefix + "
 
 std::string fnv1a64_file_hex(const std::string& path, int64_t* size) {
   RegularFileStream in(path);  // (io/file_checks.h: a FIFO or a directory is one line, not a hang)
-  uint64_t h = 0xCBF29CE484222325ull;
+  uint64_t h = kFnv1aBasis;
   int64_t total = 0;
   std::array<char, 1 << 16> buf{};
   while (in) {
     in.read(buf.data(), buf.size());
     const std::streamsize got = in.gcount();
-    for (std::streamsize i = 0; i < got; ++i) {
-      h ^= static_cast<unsigned char>(buf[static_cast<size_t>(i)]);
-      h *= 0x100000001B3ull;
-    }
+    h = fnv1a64(buf.data(), static_cast<size_t>(got), h);
     total += got;
   }
   PL_CHECK(!in.bad(), "{}: read error", path);

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "backend/ops.h"
-#include "core/device_memory.h"
+#include "backend/device_memory.h"
 #include "core/error.h"
 #include "numerics/delayed_scaling.h"
 #include "numerics/fp8.h"

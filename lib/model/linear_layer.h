@@ -33,7 +33,7 @@ struct OperandStats {
   QuantStats stats;
 };
 
-// What travels with each step's call (LlamaModel::queue_forward_backward, LinearLayer::backward).
+// What travels with each micro-batch's backward (LlamaModel::queue_backward, LinearLayer::backward).
 struct MicroBatchOptions {
   uint64_t counter = 0;              // distinct per (iteration, micro-batch): seeds the stochastic rounding
   bool collect_quant_stats = false;  // the backward records telemetry of every quantized operand it makes

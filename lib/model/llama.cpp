@@ -19,21 +19,21 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
                        const PrecisionPlan& plan, const RunLayout& options)
-    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), opt_(options), entries_(param_layout(cfg)) {
+    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), layout_(options), entries_(param_layout(cfg)) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
   PL_CHECK(options.loss_micro_batches >= 1, "internal: loss_micro_batches = {} (must be >= 1)",
            options.loss_micro_batches);
   PL_CHECK(plan_.num_layers() == cfg.num_layers, "internal: precision plan for {} layers, model has {}",
            plan_.num_layers(), cfg.num_layers);
   // On the GPU the plan is the context's GPU's.
-  mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, opt_, device_sm(ctx_));
+  mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, layout_, device_sm(ctx_));
   // The distributed optimizer pads the weights and gradients and keeps only this rank's shard of the
   // master weights (ShardLayout); otherwise the shard is the whole buffer.
-  shard_ = shard_layout(num_params(), opt_);
+  shard_ = shard_layout(num_params(), layout_);
   const size_t n = static_cast<size_t>(shard_.padded);
   weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
   // Main grads: FP32, or BF16 with --main-grads-dtype bf16 (the device's bf16 storage: FP32 on the CPU).
-  const DType grad_type = opt_.bf16_main_grads ? float_storage(ctx_.device) : DType::F32;
+  const DType grad_type = layout_.bf16_main_grads ? float_storage(ctx_.device) : DType::F32;
   grad_buf_ = Buffer(n * dtype_size(grad_type), ctx_.device);
   // With the optimizer offloaded the FP32 master weights live in host memory, where AdamW updates them.
   master_buf_ = Buffer(static_cast<size_t>(shard_.shard) * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
@@ -44,7 +44,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   else
     master_ = views_of(master_buf_, DType::F32);
   allocate_activations();
-  if (opt_.bf16_main_grads) grad_work_ = views_at(acts_.grad_scratch.data, DType::F32, ctx_.device, true);
+  if (layout_.bf16_main_grads) grad_work_ = views_at(acts_.grad_scratch.data, DType::F32, ctx_.device, true);
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
   // happen now rather than in the training loop.
   if (ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
@@ -156,9 +156,9 @@ void LlamaModel::allocate_activations() {
   copy_from_host(acts_.rope_cos, cos.data());
   copy_from_host(acts_.rope_sin, sin.data());
   losses_ = acts_.losses_all.rows(0, 1).view({T});
-  host_losses_.resize(static_cast<size_t>(opt_.loss_micro_batches * T));
+  host_losses_.resize(static_cast<size_t>(layout_.loss_micro_batches * T));
   // Document-aware packing's host buffers, for the worst case (every token its own document).
-  const data::DocumentPacking& pack = opt_.packing;
+  const data::DocumentPacking& pack = layout_.packing;
   PL_CHECK(!pack.explicit_documents || (pack.reset_position_ids && pack.reset_attention_mask),
            "internal: explicit documents without their positions and offsets (data::packing_for_data sets all three)");
   if (pack.eod_mask_loss) host_labels_.resize(static_cast<size_t>(T));
@@ -274,9 +274,9 @@ void LlamaModel::zero_grads() { fill_zero(ctx_, grads_padded()); }
 // than read out of bounds (op_checks.cpp ids_in_vocab).
 void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
   const int64_t T = B_ * S_;
-  PL_CHECK((positions != nullptr) == opt_.packing.explicit_documents,
+  PL_CHECK((positions != nullptr) == layout_.packing.explicit_documents,
            "internal: a micro-batch {} positions for a model {}", positions ? "with" : "without",
-           opt_.packing.explicit_documents ? "whose data gives them (an SFT dataset)" : "that derives them");
+           layout_.packing.explicit_documents ? "whose data gives them (an SFT dataset)" : "that derives them");
   if (positions != nullptr)
     for (int64_t i = 0; i < T; ++i)
       PL_CHECK(positions[i] == 0 || (i % S_ != 0 && positions[i] == positions[i - 1] + 1),
@@ -289,7 +289,7 @@ void LlamaModel::upload_batch(const int32_t* tokens, const int32_t* labels, cons
 // slot. CUDA: async copies from pinned staging on the default stream, ordered before the ops that read the
 // ids and after those of the previous micro-batch; CPU: memcpy.
 void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels, const int32_t* positions) {
-  const data::DocumentPacking& pack = opt_.packing;
+  const data::DocumentPacking& pack = layout_.packing;
   const auto T = static_cast<size_t>(B_ * S_);
   const std::span<const int32_t> tok(tokens, T);
   if (pack.eod_mask_loss) {
@@ -314,8 +314,8 @@ void LlamaModel::upload_packed(const int32_t* tokens, const int32_t* labels, con
 }
 
 void LlamaModel::use_loss_slot(int64_t slot) {
-  PL_CHECK(slot >= 0 && slot < opt_.loss_micro_batches, "internal: loss slot {} of {}", slot,
-           opt_.loss_micro_batches);
+  PL_CHECK(slot >= 0 && slot < layout_.loss_micro_batches, "internal: loss slot {} of {}", slot,
+           layout_.loss_micro_batches);
   losses_ = acts_.losses_all.rows(slot, 1).view({B_ * S_});
 }
 
@@ -373,8 +373,8 @@ double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels
 }
 
 double LlamaModel::add_loss_sums(int64_t slots, double acc) {
-  PL_CHECK(slots >= 1 && slots <= opt_.loss_micro_batches, "internal: reading {} loss slots of {}", slots,
-           opt_.loss_micro_batches);
+  PL_CHECK(slots >= 1 && slots <= layout_.loss_micro_batches, "internal: reading {} loss slots of {}", slots,
+           layout_.loss_micro_batches);
   const int64_t T = B_ * S_;
   copy_to_host(host_losses_.data(), acts_.losses_all.rows(0, slots));  // the one device -> host wait
   for (int64_t m = 0; m < slots; ++m) {
@@ -448,7 +448,7 @@ void LlamaModel::run_backward(const MicroBatchOptions& step) {
   // grads a group's gradients of this micro-batch go to the FP32 scratch (zeroed first) and are then
   // added into the BF16 main grads, rounded once; then the offload's listener hears that everything
   // from the group's first element on is final.
-  const bool bf16 = opt_.bf16_main_grads;
+  const bool bf16 = layout_.bf16_main_grads;
   ParamViews& g_all = bf16 ? grad_work_ : grads_;
   auto group_size = [&](size_t first, size_t next) {
     return (next < entries_.size() ? entries_[next].offset : num_params()) - entries_[first].offset;
@@ -477,7 +477,7 @@ void LlamaModel::run_backward(const MicroBatchOptions& step) {
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
     // Full recomputation: refill the shared activations from the kept layer input (the layer
     // output goes to scratch; the stored outputs are never needed again).
-    if (opt_.recompute) layer_forward(l, acts_.d_h, false);
+    if (layout_.recompute) layer_forward(l, acts_.d_h, false);
     auto& a = acts_.layers[l];
     const LayerParams& w = weights_.layers[l];
     LayerParams& g = g_all.layers[l];

@@ -84,7 +84,7 @@ class LlamaModel {
   // Data parallelism: which part of the flat buffers this rank's optimizer owns (the whole buffer
   // without the distributed optimizer), and the weights and gradients over the padded length.
   const ShardLayout& shard() const { return shard_; }
-  bool sharded() const { return opt_.distributed_optimizer; }
+  bool sharded() const { return layout_.distributed_optimizer; }
   Tensor weights_padded() const { return weight_buf_.as({shard_.padded}, weights_.flat.dtype); }
   Tensor grads_padded() const { return grad_buf_.as({shard_.padded}, grads_.flat.dtype); }
   // The communicator the sharded weights are all-gathered through (sync_weights_from_master); the trainer's.
@@ -119,9 +119,9 @@ class LlamaModel {
   std::vector<LinearStats> quant_stats() const;
   const PrecisionPlan& plan() const { return plan_; }
   // The run's document-aware packing (RunLayout::packing): which positions the loss counts (data/documents.h).
-  const data::DocumentPacking& packing() const { return opt_.packing; }
+  const data::DocumentPacking& packing() const { return layout_.packing; }
   // FP8 delayed scaling's amax histories and scales (not enabled() for other recipes): updated after
-  // each micro-batch's backward (queue_forward_backward); a checkpoint saves and restores `all`.
+  // each micro-batch's backward (queue_backward); a checkpoint saves and restores `all`.
   const DelayedScalingState& delayed_scaling() const { return fp8_state_; }
 
   // Forward of one micro-batch: tokens/labels are host arrays of B*S ids (a label may be -1: not counted).
@@ -151,7 +151,7 @@ class LlamaModel {
   // acc += (Σ losses of slot s, in double from 0) for s = 0, 1, ... in order; returns acc. This is
   // exactly the sequence of additions `acc += forward_backward(...)` makes, micro-batch by micro-batch.
   double add_loss_sums(int64_t slots, double acc);
-  int64_t loss_slots() const { return opt_.loss_micro_batches; }
+  int64_t loss_slots() const { return layout_.loss_micro_batches; }
 
  private:
   ParamViews views_at(void* base, DType t, Device d, bool group_relative) const;
@@ -181,7 +181,7 @@ class LlamaModel {
   int64_t B_, S_;
   OpContext ctx_;
   PrecisionPlan plan_;
-  RunLayout opt_;
+  RunLayout layout_;
   MemoryPlan mem_;
   std::vector<Buffer> quant_buffers_;
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]

@@ -168,7 +168,7 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
   return scratch;
 }
 
-// cuBLASLt 32 MiB (SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
+// cuBLASLt's workspace (kGemmWorkspaceBytes, 32 MiB: SPEC-GPU §2) plus the workspace of cuDNN's SDPA backward in the chosen mode. These
 // are planning estimates (the plan is made before any GPU is touched, --dry-run included); on the GPU
 // the graphs are built at start-up and the banner reports cuDNN's own get_workspace_size()
 // (cuda::attention_prepare), which must fit in the estimate plus the arena's slack.
@@ -197,7 +197,7 @@ double gpu_library_workspace(const ModelConfig& cfg, int64_t B, int64_t S, const
   const double documents =
       opt.packing.reset_attention_mask ? T * static_cast<double>(cfg.qkv_dim()) * 4.0 + 4.0 * round16((T + 1) * 8) + round16(T * 4)
                              : 0.0;
-  return 32.0 * 1024 * 1024 + (opt.deterministic_attention ? det : nondet) + pack + documents;
+  return static_cast<double>(kGemmWorkspaceBytes) + (opt.deterministic_attention ? det : nondet) + pack + documents;
 }
 
 }  // namespace

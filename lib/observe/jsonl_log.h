@@ -1,5 +1,5 @@
 #pragma once
-// --log-jsonl FILE: the run as JSON lines, one object per event, for scripts (scripts/run_log.py reads it;
+// --log-jsonl FILE: the run as JSON lines, one object per event, for scripts (scripts/jsonl_log.py reads it;
 // the schema, key by key, is in README.md "The JSON-lines log"). Every line has an "event": "start" (the
 // banner's facts, given by the app), "iteration" (one per iteration), "interval" (each --log-interval: the
 // Megatron line's numbers, the timers, memory), "eval" (each evaluation), "end" (the summary). Keys are
@@ -15,7 +15,7 @@
 
 #include <string>
 
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "io/fd.h"
 #include "log/tensorboard.h"
 #include "train/observer.h"
@@ -52,7 +52,7 @@ nlohmann::ordered_json interval_json(const log::IntervalRecord& r);
 nlohmann::ordered_json eval_json(const log::EvalRecord& e);
 nlohmann::ordered_json end_json(const log::RunEnd& e);
 nlohmann::ordered_json memory_json(const MemoryStats& m);
-// The start line's "gemms": how each GEMM format runs (backend/device_banner.h gemm_paths).
+// The start line's "gemms": how each GEMM format runs (backend/device_info.h gemm_paths).
 nlohmann::ordered_json gemms_json(const std::vector<GemmPath>& paths);
 
 }  // namespace pl::observe

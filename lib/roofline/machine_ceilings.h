@@ -47,7 +47,7 @@ struct MachineCeilings {
   std::string driver;            // GPU driver version; "" on the CPU
   int threads = 0;               // OpenMP threads on the CPU; SMs on the GPU
   std::string gemm_impl;         // the GEMM path: BLAS library and build / cuBLASLt version and sm
-  std::string library_versions;  // backend/device_banner.h library_versions()
+  std::string library_versions;  // backend/device_info.h library_versions()
   int probe_version = kProbeVersion;
   // The roofs.
   std::vector<GemmCeiling> gemm;      // one per format this machine runs (one no shape could run: left out, a line says why)

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "backend/quantize.h"
 #include "core/error.h"
 #include "numerics/bf16.h"

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "core/timers.h"
 #include "roofline/machine_ceilings.h"
 

@@ -11,7 +11,7 @@
 
 #include "backend/ops.h"
 #include "backend/quantize.h"
-#include "core/device_memory.h"
+#include "backend/device_memory.h"
 #include "core/tensor.h"
 #include "cuda/cuda_test_util.h"
 #include "numerics/bf16.h"

@@ -16,7 +16,7 @@
 #include <cmath>
 
 #include "backend/cpu/onednn_gemm.h"
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "backend/quantize.h"
 #include "matrix_util.h"
 #include "op_test_util.h"

@@ -7,7 +7,7 @@
 //     claims, it prints its time estimate, runs the library smoke test, which finds no device, and stops
 //     there with the ✗ line; told to go on (GPU_CHECK_PAST_SMOKE=1), it runs the bundle's conformance
 //     suite, which skips, and fails saying so;
-//   - the training table's GEMMs column reads the GEMM lines pretrain_llama's banner prints.
+//   - the training table's GEMMs column reads the "gemms" of the start line pretrain_llama's --log-jsonl writes.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -24,7 +24,7 @@
 
 #if defined(PL_WITH_CUDA)
 #include "backend/cuda/gemm.h"
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 #include "observe/jsonl_log.h"
 #endif
 
@@ -289,7 +289,7 @@ TEST_F(GpuBundle, Gpu8bFitPicksTheFitTablesFlagsForTheGpuAndReportsTheRun) {
 
 // The training table's GEMMs column (gpu_check.sh --gemm-mode, which reads the start line of the run's
 // --log-jsonl) on the very "gemms" the program writes there (observe/jsonl_log.h gemms_json of
-// backend/device_banner.h gpu_gemm_paths), on a GPU where the quantized formats are emulated (sm_90) and one
+// backend/device_info.h gpu_gemm_paths), on a GPU where the quantized formats are emulated (sm_90) and one
 // where they are native (sm_100): a start line worded otherwise than the column expects reads "?" and fails
 // here. Needs no GPU.
 TEST(GpuCheck, GemmsColumnReadsTheJsonLinesStartEvent) {

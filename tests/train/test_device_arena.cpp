@@ -3,7 +3,7 @@
 // fit; exhaustion is reported, not overrun. (The arena itself needs a GPU; this is its whole policy.)
 #include <gtest/gtest.h>
 
-#include "core/tensor.h"
+#include "backend/device_memory.h"
 
 namespace pl {
 namespace {

@@ -41,7 +41,7 @@ DeviceState* open_device_state() {
                 "; the CUDA backend needs sm_80 or newer (BF16 tensor cores): use --device cpu");
   check_kernel_image(*s);
   check(cublasLtCreate(&s->lt), "cublasLtCreate", "");
-  s->workspace_bytes = size_t{32} << 20;
+  s->workspace_bytes = kGemmWorkspaceBytes;
   check(cudaMalloc(&s->workspace, s->workspace_bytes), "cudaMalloc", "cuBLASLt workspace 32 MiB");
   check(cudnnCreate(&s->cudnn), "cudnnCreate", "");
   int least_priority = 0, greatest_priority = 0;  // see DeviceState::comm_stream

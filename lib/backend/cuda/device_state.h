@@ -2,9 +2,9 @@
 // The CUDA backend's per-device state: everything an op on one GPU may use, reached only through
 // OpContext::gpu (backend/ops.h). No op keeps device state anywhere else (no statics, no singletons).
 // Opened once by open_device_state (pl::open_device_state, backend/ops.h; the app before its model through
-// backend/device_banner.h, tests through cuda_ctx()), which rejects GPUs older than sm_80 (BF16 tensor
+// backend/device_info.h, tests through cuda_ctx()), which rejects GPUs older than sm_80 (BF16 tensor
 // cores: kMinCudaSm) and builds without device code for the GPU, and closed by its owning handle. Plain
-// C++ over the CUDA headers: nvcc and g++ include it (the apps ask backend/device_banner.h instead).
+// C++ over the CUDA headers: nvcc and g++ include it (the apps ask backend/device_info.h instead).
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "backend/quantize.h"
-#include "core/device_memory.h"
+#include "backend/device_memory.h"
 
 namespace pl::cuda {
 
@@ -116,7 +116,7 @@ int device_sm(const DeviceState& state);
 // Whether quantized_gemm runs `f` natively here: the one rule (quantized_gemm_native: FP8 on sm_89+,
 // NVFP4/MXFP8 on sm_100/103), unless the test switch forces the emulated path.
 bool gemm_native(const DeviceState& state, QuantFormat f);
-// The loaded CUDA libraries' versions (pl::library_versions, backend/device_banner.h). Needs no GPU.
+// The loaded CUDA libraries' versions (pl::library_versions, backend/device_info.h). Needs no GPU.
 std::vector<std::string> library_version_lines();
 
 }  // namespace pl::cuda

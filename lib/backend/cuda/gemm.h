@@ -1,6 +1,6 @@
 #pragma once
 // What runs behind the CUDA backend's GEMMs (linear.cu, gemm.cpp), for the banner and for tests.
-// Plain C++ (no CUDA header), so the device banner (backend/device_banner.cpp) and tests include it; it
+// Plain C++ (no CUDA header), so the device banner (backend/device_info.cpp) and tests include it; it
 // exists only in CUDA builds (PL_WITH_CUDA).
 //
 //   BF16 linear GEMMs             cuBLASLt BF16 x BF16, FP32 accumulate, every GPU (sm_80 and newer)

@@ -1,6 +1,6 @@
 #pragma once
 // The library smoke test behind `pretrain_llama --print-library-versions` (pl::library_smoke_test,
-// backend/device_banner.h), which scripts/gpu_check.sh runs before anything else: on the current GPU it
+// backend/device_info.h), which scripts/gpu_check.sh runs before anything else: on the current GPU it
 // opens a cuDNN handle and the device state, builds and runs a tiny cuDNN SDPA forward+backward graph on
 // the packed QKV layout training uses, and runs a tiny cuBLASLt BF16 matmul and, where the GPU has them
 // natively, an FP8 and an NVFP4 one, each against a host reference. A first GPU run learns in seconds

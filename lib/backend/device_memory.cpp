@@ -1,10 +1,11 @@
 // Buffer, the per-device figures and the device arena over the CUDA runtime's allocations, the staged
 // uploads and the copy stream. Without the CUDA build a CUDA buffer is a clear error.
-#include "core/device_memory.h"
+#include "backend/device_memory.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +33,8 @@ void* cuda_alloc(size_t bytes) {
 }
 // For destructors, which must not throw: a failure is reported on stderr, one line.
 void warn_on_error(cudaError_t st, const char* what) {
-  if (st != cudaSuccess) std::fprintf(stderr, "pretrain_llama: warning: %s failed: %s\n", what, cudaGetErrorString(st));
+  if (st != cudaSuccess)
+    std::fprintf(stderr, "%s: warning: %s failed: %s\n", program_invocation_short_name, what, cudaGetErrorString(st));
 }
 void cuda_free(void* p) { warn_on_error(cudaFree(p), "cudaFree"); }
 void cuda_zero(void* p, size_t bytes) {
@@ -156,9 +158,10 @@ double device_memory_margin(double total_device_bytes) {
   return std::max(2.0 * 1024 * 1024 * 1024, 0.03 * total_device_bytes);
 }
 
-void reserve_device_arena(Device device, double bytes) {
+void reserve_device_arena(Device device, double planned_bytes) {
   PL_CHECK(device == Device::CUDA, "a device arena is for CUDA memory");
   PL_CHECK(g_arena.base == nullptr, "the device arena is already reserved");
+  const double bytes = planned_bytes - static_cast<double>(kGemmWorkspaceBytes);  // (the device state's, allocated)
   const size_t n = (static_cast<size_t>(bytes) + 255) / 256 * 256;
   size_t free_bytes = 0, total_bytes = 0;
   if (cuda_mem_info(&free_bytes, &total_bytes)) {

@@ -1,7 +1,7 @@
 #pragma once
-// What the device layer says about itself in the application's banner: the libraries this process
-// loaded, how each GEMM format runs on the GPU, the attention algorithm cuDNN built. Lines come without
-// the application's prefix. Dispatched like the ops (backend/ops.cpp): the CUDA backend answers in a
+// What the device layer says about itself: the libraries this process loaded, who the device is, how each GEMM
+// format runs on it (as lines for a banner and as values for the run's records), the attention algorithm cuDNN
+// built. Lines come without any application's prefix. Dispatched like the ops (backend/ops.cpp): the CUDA backend answers in a
 // CUDA build, a build without one says so.
 #include <string>
 #include <vector>

@@ -53,7 +53,12 @@ void reset_peak_memory_stats(Device device);
 // while its copies are pending.) A Buffer that does not fit is an error naming the shortfall. Without a reservation each CUDA Buffer is its own cudaMalloc.
 // The reservation refuses, with one line, to leave less than device_memory_margin() free outside the
 // arena (see there).
-void reserve_device_arena(Device device, double bytes);
+// `planned_bytes`: the run's whole plan on the device, the device state's own allocations made outside the
+// arena when it was opened (kGemmWorkspaceBytes) included: the arena is the rest.
+void reserve_device_arena(Device device, double planned_bytes);
+// The cuBLASLt workspace the CUDA device state allocates for itself when it is opened (SPEC-GPU §2: 32 MiB on
+// sm90/sm10x), outside the arena; the memory plan counts it among the library workspaces.
+inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 // The arena's bookkeeping in byte offsets (no memory; exposed for tests): blocks of 256-byte multiples,
 // freed blocks kept coalesced (never two adjacent), first fit from the lowest address, and a block
 // freed at the top lowers the top.

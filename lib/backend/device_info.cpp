@@ -1,4 +1,4 @@
-#include "backend/device_banner.h"
+#include "backend/device_info.h"
 
 #include <fmt/format.h>
 #include <omp.h>
