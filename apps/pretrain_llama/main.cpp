@@ -156,6 +156,11 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
   const TrainConfig& t = in.o.train;
   const RunOutputs out = make_outputs(in.o, std::move(outputs));
   Trainer trainer(model, t, batches_of(dataset, t.micro_batch_size), out.list(), DataParallelRanks{&in.world, &comm});
+  // The initial weights, once the trainer has given the model its communicator (sharded masters gather them).
+  if (!in.o.init_from_hf.empty())
+    in.out->info("pretrain_llama | {}", import_hf(in.o.init_from_hf, model).describe());
+  else
+    model.init_parameters(t.seed);
   print_data_parallel(in.world, comm, t, model, trainer.gradient_buckets(), in.out);
   print_stop_signals(in.o, in.out);
   trainer.run(out.checkpoints->start_state());
@@ -203,7 +208,6 @@ int build_and_train(const RunInputs& in) {
   layout.packing = data::document_packing(dataset, mopt.packing);  // the data's EOD id (or a one-line error)
   if (const std::string line = packing_line(layout.packing, t); !line.empty()) out->info("pretrain_llama | {}", line);
   LlamaModel model(mc, t.micro_batch_size, t.seq_length, ctx, setup.plan, layout);
-  model.set_communicator(comm.get());
   // The banner says which attention algorithm cuDNN built, and the workspace it asked for. With
   // --reset-attention-mask the document graphs of the largest bucket (T documents) are built now, so their
   // workspace and offsets scratch exist before the loop (the count alone selects them; no offsets are read).
@@ -213,10 +217,6 @@ int build_and_train(const RunInputs& in) {
       shape.docs = DocumentBoundaries{nullptr, nullptr, t.micro_batch_size * t.seq_length};
     out->info("pretrain_llama |   {}", prepare_attention(ctx, shape, model.memory_plan().workspace));
   }
-  if (!o.init_from_hf.empty())
-    out->info("pretrain_llama | {}", import_hf(o.init_from_hf, model).describe());
-  else
-    model.init_parameters(t.seed);
   RunFacts facts{setup, o, ctx, mem, dataset.summary(), std::vector<std::string>(in.argv, in.argv + in.argc)};
   return train(in, model, dataset, *comm,
                OutputInputs{world, setup, in.lines, std::move(in.save_lock), in.tensorboard, std::move(ckpt),

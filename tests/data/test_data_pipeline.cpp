@@ -153,18 +153,24 @@ TEST(DataIndexCache, BuildsSavesLoadsAndRebuildsWhenTheDescriptionChanges) {
   EXPECT_EQ(nowhere.shuffle_index(), built.shuffle_index());
 }
 
-// The one check of the ids the model reads is where a micro-batch is built: an id outside the model's vocabulary
-// (data tokenized for a larger one) is one line naming the sample and its split; within the vocabulary, or with
-// no vocabulary given, nothing is refused.
-TEST(DataTrainingData, AnIdOutsideTheModelsVocabularyIsRefusedNamingItsSample) {
-  pl::test::TempDir dir;
-  const std::string prefix = write_corpus(dir, "wide_text_document", 200, 1000);  // ids up to 999
+// One dataset split 90/8/2 into sequences of 16 tokens, 64/24/8 samples, its index cache in DIR/cache.
+DataConfig split_90_8_2(const pl::test::TempDir& dir, const std::string& prefix) {
   DataConfig c;
   c.data_path = {prefix};
   c.split = "90,8,2";
   c.seq_length = 16;
   c.num_samples = {64, 24, 8};
   c.cache_path = (dir.path() / "cache").string();
+  return c;
+}
+
+// The one check of the ids the model reads is where a micro-batch is built: an id outside the model's vocabulary
+// (data tokenized for a larger one) is one line naming the sample and its split; within the vocabulary, or with
+// no vocabulary given, nothing is refused.
+TEST(DataTrainingData, AnIdOutsideTheModelsVocabularyIsRefusedNamingItsSample) {
+  pl::test::TempDir dir;
+  const std::string prefix = write_corpus(dir, "wide_text_document", 200, 1000);  // ids up to 999
+  DataConfig c = split_90_8_2(dir, prefix);
   std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
   const TrainingData unchecked(c);
   EXPECT_NO_THROW(unchecked.micro_batch(Split::train, 8, 1, 2, tokens, labels));
@@ -183,13 +189,7 @@ TEST(DataTrainingData, AnIdOutsideTheModelsVocabularyIsRefusedNamingItsSample) {
 TEST(DataTrainingData, SingleDatasetSplitsAndSamplesMatchGPTDataset) {
   pl::test::TempDir dir;
   const std::string prefix = write_corpus(dir, "one_text_document", 200);
-  DataConfig c;
-  c.data_path = {prefix};
-  c.split = "90,8,2";
-  c.seq_length = 16;
-  c.num_samples = {64, 24, 8};
-  c.cache_path = (dir.path() / "cache").string();
-  const TrainingData data(c);
+  const TrainingData data(split_90_8_2(dir, prefix));
   ASSERT_NE(data.split(Split::train), nullptr);
   ASSERT_NE(data.split(Split::valid), nullptr);
   ASSERT_NE(data.split(Split::test), nullptr);

@@ -207,6 +207,12 @@ class StudySmoke(unittest.TestCase):
         self.assertEqual({label: (os.stat(self.log(label)).st_mtime_ns, os.stat(self.jsonl(label)).st_mtime_ns)
                           for label, _, _ in VARIANTS}, before)
 
+    def report_on(self, runs):
+        """study_report.py over the run directory `runs`, its document into a scratch folder."""
+        return subprocess.run([sys.executable, REPORT, "--seeds", "1234", "--out-doc", os.path.join(self.tmp.name, "baddoc"),
+                               "--command", "x", "--run-command", "x", "--commit", "x", "--machine", "x", "--device",
+                               "cpu", "--model", "x", "--out", "x", runs], capture_output=True, text=True, timeout=120)
+
     def test_6_report_checks_the_variants(self):
         # A run filed under the wrong variant (the full recipe's JSON-lines log as the no-RHT one): the report
         # refuses it.
@@ -219,9 +225,7 @@ class StudySmoke(unittest.TestCase):
             text = fh.read().replace(self.runs, bad)
         with open(os.path.join(bad, "sweep.csv"), "w") as fh:
             fh.write(text)
-        p = subprocess.run([sys.executable, REPORT, "--seeds", "1234", "--out-doc", os.path.join(self.tmp.name, "baddoc"),
-                            "--command", "x", "--run-command", "x", "--commit", "x", "--machine", "x", "--device", "cpu",
-                            "--model", "x", "--out", "x", bad], capture_output=True, text=True, timeout=120)
+        p = self.report_on(bad)
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertIn("nvfp4_no_rht", p.stderr)
         self.assertIn("RHT off", p.stderr)
@@ -231,9 +235,7 @@ class StudySmoke(unittest.TestCase):
             text = fh.read().replace(".jsonl", ".log")
         with open(os.path.join(bad, "sweep.csv"), "w") as fh:
             fh.write(text)
-        p = subprocess.run([sys.executable, REPORT, "--seeds", "1234", "--out-doc", os.path.join(self.tmp.name, "baddoc"),
-                            "--command", "x", "--run-command", "x", "--commit", "x", "--machine", "x", "--device", "cpu",
-                            "--model", "x", "--out", "x", bad], capture_output=True, text=True, timeout=120)
+        p = self.report_on(bad)
         self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
         self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
         self.assertIn(f"bf16_mixed_mbs{GBS}_seq{SEQ}.log:1: not a JSON-lines event", p.stderr)
