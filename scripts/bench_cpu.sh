@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CPU throughput of llama_small with the BF16 baseline and with the playbook's NVFP4 recipe (emulated
-# on the CPU), from each run's own summary line (mean over iterations 40%-100%), then PyTorch on the same
+# on the CPU), from each run's --log-jsonl end record (the summary's mean over iterations 40%-100%), then PyTorch on the same
 # shape, batch, threads and iterations (scripts/bench_torch.py: FP32 eager and BF16 autocast) when
 # PyTorch is installed (one line says it is skipped when not), and the ratios: tokens/s of ours BF16 over
 # each PyTorch mode's (>1: ours faster), and each other recipe's step time over ours BF16 (the first
@@ -26,7 +26,8 @@ ITERS=${ITERS:-10} GBS=${GBS:-8} MBS=${MBS:-2} SEQ=${SEQ:-256} THREADS=${THREADS
 RECIPES=${RECIPES:-"bf16_mixed bf16_with_nvfp4_mixed"}
 TORCH_MODES=${TORCH_MODES-"fp32_eager bf16_autocast"}
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+jsonl=$log.jsonl  # each run's --log-jsonl, where its figures are read
+trap 'rm -f "$log" "$jsonl"' EXIT
 
 label() {  # a recipe's or PyTorch mode's name in the ratio lines
   case "$1" in
@@ -57,15 +58,15 @@ order=()
 params=""
 for recipe in $RECIPES; do
   warn_if_busy "$recipe"
+  rm -f "$jsonl"
   "$bin" --model llama_small --device cpu --recipe "$recipe" --train-iters "$ITERS" \
-    --global-batch-size "$GBS" --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" "$@" >"$log"
-  [[ -n "$params" ]] || params=$(grep -m1 -oE '[0-9.]+ M parameters' "$log" || true)
-  summary=$(grep "summary:" "$log")
-  step=$(sed -E 's/.*mean step time ([0-9.]+) s.*/\1/' <<<"$summary")
-  toks=$(sed -E 's/.* ([0-9]+) tokens\/s.*/\1/' <<<"$summary")
-  tflops=$(sed -E 's/.*s, ([0-9.]+) MODEL_TFLOP.*/\1/' <<<"$summary")
-  loss=$(sed -E 's/.*final lm loss ([0-9.E+-]+).*/\1/' <<<"$summary")
-  range=$(sed -E 's/.*summary: (iterations [0-9]+-[0-9]+) .*/\1/' <<<"$summary")
+    --global-batch-size "$GBS" --micro-batch-size "$MBS" --seq-length "$SEQ" --threads "$THREADS" \
+    --log-jsonl "$jsonl" "$@" >"$log"
+  # The run's numbers from its JSON-lines log (scripts/jsonl_log.py; the summary's window and figures).
+  [[ -n "$params" ]] || params="$(python3 scripts/jsonl_log.py "$jsonl" start model.parameters | awk '{printf "%.3f", $1 / 1e6}') M parameters"
+  IFS=$'\t' read -r first last step toks tflops loss < <(python3 scripts/jsonl_log.py "$jsonl" end summary_first \
+    summary_last mean_step_ms tokens_per_s tflops final_lm_loss | awk -F'\t' '{printf "%s\t%s\t%.3f\t%.0f\t%.3f\t%.6E\n", $1, $2, $3 / 1e3, $4, $5, $6}')
+  range="iterations $first-$last"
   printf 'bench_cpu: llama_small %-36s | threads %s | gbs %s mbs %s seq %s | %s | step time %s s | %s tokens/s | %s TFLOP/s | final loss %s\n' \
     "$recipe" "$THREADS" "$GBS" "$MBS" "$SEQ" "$range" "$step" "$toks" "$tflops" "$loss"
   step_of[$recipe]=$step toks_of[$recipe]=$toks
