@@ -195,6 +195,26 @@ std::string onednn_version() {
 #endif
 }
 
+bool onednn_bf16_matmul_exists() {
+#if PL_WITH_ONEDNN
+  static const bool exists = [] {
+    const MatLayout a = row_major(16, 32, 32), b = transposed(8, 32, 32);
+    try {
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(md_of(a, DataType::bf16), md_of(b, DataType::bf16),
+                             memory::desc({16, 8}, DataType::f32, {8, 1})),
+          cpu_engine());
+      return pd.impl_info_str() != nullptr;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return exists;
+#else
+  return false;
+#endif
+}
+
 void set_gemm_engine_override_for_testing(GemmEngineOverride o) {
   g_override = o;
   engine_state() = decide_engine();

@@ -38,10 +38,15 @@ struct CpuGemmEngine {
 const CpuGemmEngine& cpu_gemm_engine();
 // "2.6.3 (<git hash>)" as the loaded oneDNN reports itself; "" in a build without oneDNN.
 std::string onednn_version();
+// Whether oneDNN creates a BF16 matmul on this CPU at all, with any implementation: oneDNN 2.6 has none, not
+// even its reference kernels, below avx512_core (an AVX2-only CPU answers "could not create a primitive
+// descriptor iterator", status unimplemented). False in a build without oneDNN. Probed once.
+bool onednn_bf16_matmul_exists();
 
 // A test-only switch (never read from the environment): Auto decides as above; Fp32Blas forces the fallback;
-// OneDnnAnyImpl runs oneDNN whatever implementation it picks (its reference kernels on a CPU without BF16
-// instructions: slow, exact contract), so CI machines without AVX512-BF16 still test the oneDNN path.
+// OneDnnAnyImpl runs oneDNN whatever implementation it picks (its reference kernels on an AVX-512 CPU without
+// BF16 instructions: slow, exact contract), so such CI machines still test the oneDNN path; where
+// onednn_bf16_matmul_exists() is false (AVX2 only) there is no oneDNN path to test.
 enum class GemmEngineOverride { Auto, Fp32Blas, OneDnnAnyImpl };
 void set_gemm_engine_override_for_testing(GemmEngineOverride o);
 
