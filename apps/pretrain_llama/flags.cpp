@@ -19,6 +19,7 @@
 #include "io/file_checks.h"
 #include "model/hf_llama.h"
 #include "observe/jsonl_log.h"
+#include "roofline/machine_ceilings.h"
 
 namespace pl::pretrain {
 
@@ -273,6 +274,7 @@ void validate_roofline_flags(const Options& o, const CLI::App& app) {
   PL_CHECK(!o.machine_ceilings.empty(), "--machine-ceilings needs a FILE (or none: no cache)");
   PL_CHECK(!std::filesystem::is_directory(o.machine_ceilings, ec), "--machine-ceilings {}: is a directory (give a FILE)",
            o.machine_ceilings);
+  if (o.machine_ceilings != "none") roofline::check_ceilings_cache_replaceable(o.machine_ceilings, "--machine-ceilings");
 }
 
 // The outputs' flags: the stop conditions, the text log's timer option, quantization statistics, the profiling

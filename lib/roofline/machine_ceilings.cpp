@@ -270,9 +270,24 @@ void write_cache(const std::string& path, const MachineCeilings& c, const ProbeL
 
 }  // namespace
 
+void check_ceilings_cache_replaceable(const std::string& path, const std::string& flag) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec) && !ec) return;
+  std::string why;
+  try {
+    const nlohmann::json j = parse_json_text(read_regular_file(path), path);
+    if (!j.is_object() || !j.contains("pretrain_llama_machine_ceilings")) why = "no field 'pretrain_llama_machine_ceilings'";
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  PL_CHECK(why.empty(), "{} {}: not a machine ceilings cache of this program ({}); it would be replaced: give another "
+           "path, or none", flag, path, why);
+}
+
 MachineCeilings load_or_probe(const OpContext& ctx, const std::string& cache_path,
                               const std::vector<GemmShape>& model_shapes, const ProbeLineFn& out) {
   if (cache_path.empty()) return probe_machine(ctx, model_shapes, out);
+  check_ceilings_cache_replaceable(cache_path, "machine ceilings cache");
   const MachineCeilings now = machine_identity(ctx);
   std::error_code ec;
   if (std::filesystem::exists(cache_path, ec)) {

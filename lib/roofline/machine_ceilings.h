@@ -75,10 +75,16 @@ MachineCeilings probe_machine(const OpContext& ctx, const std::vector<GemmShape>
 // How many times probe_machine measured in this process (tests: a reused cache measures nothing).
 int64_t probes_measured();
 // The ceilings from `cache_path` when that file holds this machine's identity and this probe version;
-// otherwise measured and written there (atomically). A corrupt or foreign cache is re-measured with one
-// line to `out` saying why. An empty cache_path: always measured, nothing written.
+// otherwise measured and written there (atomically). A cache of another machine or version, or one with
+// a bad field, is re-measured with one line to `out` saying why. A file that is not this program's cache
+// (check_ceilings_cache_replaceable) is never replaced: pl::Error. An empty cache_path: always measured,
+// nothing written.
 MachineCeilings load_or_probe(const OpContext& ctx, const std::string& cache_path,
                               const std::vector<GemmShape>& model_shapes, const ProbeLineFn& out);
+// Throws pl::Error (naming `flag` and the file) when `path` exists and is not this program's own ceilings
+// cache — a JSON object with the field "pretrain_llama_machine_ceilings", of any version — so that no run
+// replaces a user's file or an input of the same command with a cache. A missing file is fine.
+void check_ceilings_cache_replaceable(const std::string& path, const std::string& flag);
 // The identity alone (cheap: no measurement), for comparing with a cache.
 MachineCeilings machine_identity(const OpContext& ctx);
 // Printable lines: identity, then each GEMM roof (with the datasheet peak where known), then each memory level.

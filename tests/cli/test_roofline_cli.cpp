@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,20 @@ TEST(CliRoofline, IntoAnUnwritableDirectoryIsRefusedAtStartUp) {
   const std::string file = (locked / "r.json").string();
   expect_refused_at_start(tiny({"--roofline", file}), {"--roofline", file, "not writable"});
   ::chmod(locked.c_str(), 0755);  // so that TempDir can remove it
+}
+
+// No output replaces an input (issue 38): a --machine-ceilings FILE that is not this program's cache — the
+// --model file of the same command, or a user's notes — is refused at start-up and left byte-identical.
+TEST(CliRoofline, MachineCeilingsNeverReplacesAFileThatIsNotItsCache) {
+  pl::test::TempDir dir;
+  const std::string notes = (dir.path() / "notes.txt").string();
+  std::ofstream(notes) << "my notes\n";
+  for (const std::string& file : {kTiny, notes}) {
+    const std::string before = pl::test::read_text_file(file);
+    expect_refused_at_start(tiny({"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings", file}),
+                            {"--machine-ceilings", file, "not a machine ceilings cache"});
+    EXPECT_EQ(pl::test::read_text_file(file), before) << file;
+  }
 }
 
 TEST(CliRoofline, AtLogIntervalNeedsRoofline) {
