@@ -5,8 +5,9 @@
 #
 # Configures DIR (default build-sanitize): CPU only (-DPL_CUDA=OFF), gcc, -DPL_SANITIZE=ON
 # (-fsanitize=address,undefined -fno-sanitize-recover=undefined on the library, the apps and the tools; the
-# gtest suite's own sources are linked with the runtimes but not instrumented), -O1 -g1; builds it and runs ctest on it, in two passes: every test but those run under
-# mpirun with leak detection on, then those with it off (see below; the slow tests named below are left out).
+# gtest suite's own sources are linked with the runtimes but not instrumented), -O1 -g1; builds it and runs
+# ctest on it, in two passes: every test but those run under mpirun with leak detection on, then those
+# with it off (see below; the slow tests named below are left out).
 # Any ASan report (out-of-bounds, use-after-free, a leak at exit) or UBSan report (overflow, misaligned
 # load, bad shift, ...) ends that process with an error and fails its test. Exit status: 0 when every
 # test passed, 1 when one failed, 2 on a setup error. CTEST_ARGS go to both passes (e.g. --timeout 900).
@@ -43,11 +44,12 @@ cmake --build "$build" -j "$jobs" >"$build/build.log" 2>&1 || { tail -n 40 "$bui
 built=$(date +%s)
 echo "sanitize: built $build in $((built - start)) s"
 
-# Left out: the five slowest tests under ASan (measured on 2 shared cores; CI has 30 minutes for everything
-# and this build alone takes about 10 of them). Each trains for many iterations to compare numbers; the
-# code they run is exercised under the sanitizers by shorter tests:
-#   PrecisionAwareOptimizer.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall  (120 s in Release on an AVX2
-#     host, many times that here: llama_small three times, a loss gap; BF16 moments run in the other PrecisionAwareOptimizer.* tests)
+# Left out: the five slowest tests under ASan (measured on 2 shared cores; on CI's 2-core AVX2 host this
+# build takes about 15 minutes and the tests about 7). Each trains for many iterations to compare numbers;
+# the code they run is exercised under the sanitizers by shorter tests:
+#   PrecisionAwareOptimizer.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall  (99 s in Release on
+#     an AVX2 host, many times that here: llama_small three times, a loss gap; BF16 moments run in the
+#     other PrecisionAwareOptimizer.* tests)
 #   TrainRecipes.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16  (229 s: every recipe against BF16; the
 #     quantized paths run in OpsQuantize*, ModelLinearLayer*, CheckpointCli.*Nvfp4 and Sweep.script)
 #   SignalStop.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically  (132 s: the signal path runs in
