@@ -20,7 +20,9 @@ of pretrain_llama's summary line, lib/train/trainer.cpp) and tokens/s = gbs * se
 --profile adds one iteration after the timed ones under torch.profiler and prints its ops, top 15 by
 self CPU time (not counted in the step time).
 
-Needs PyTorch (Debian's python3-torch installs it for /usr/bin/python3); exits 3 saying so when absent.
+Needs PyTorch (Debian's python3-torch installs it for /usr/bin/python3): run by a python3 without it, the
+script re-runs under /usr/bin/python3 when that one has it, else exits 3 saying so (script_errors.py, as
+every script's errors: one line, never a traceback).
 """
 
 import argparse
@@ -30,39 +32,74 @@ import math
 import os
 import sys
 import time
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # script_errors.py beside this script
+import script_errors  # noqa: E402
 
-PROG = "bench_torch"
+PROG = "bench_torch"  # (the prefix of its result lines, which scripts/bench_cpu.sh reads)
+SCRIPT = "bench_torch.py"  # (the prefix of its error lines)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODES = ("fp32_eager", "bf16_autocast")
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="bench_torch.py", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = script_errors.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0],
+                                          formatter_class=argparse.RawDescriptionHelpFormatter)
+    count = script_errors.positive_int
     parser.add_argument("--mode", choices=MODES, required=True)
     parser.add_argument("--model", default=os.path.join(REPO, "configs", "models", "llama_small.json"),
                         help="model config JSON (default: configs/models/llama_small.json)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+    parser.add_argument("--threads", type=count, default=os.cpu_count() or 1,
                         help="torch.set_num_threads (default: all cores)")
-    parser.add_argument("--gbs", type=int, default=8, help="global batch size (samples)")
-    parser.add_argument("--mbs", type=int, default=2, help="micro-batch size; gbs/mbs micro-batches accumulated")
-    parser.add_argument("--seq", type=int, default=256, help="sequence length")
-    parser.add_argument("--iters", type=int, default=10, help="iterations (the last 60%% are timed)")
+    parser.add_argument("--gbs", type=count, default=8, help="global batch size (samples)")
+    parser.add_argument("--mbs", type=count, default=2, help="micro-batch size; gbs/mbs micro-batches accumulated")
+    parser.add_argument("--seq", type=count, default=256, help="sequence length")
+    parser.add_argument("--iters", type=count, default=10, help="iterations (the last 60%% are timed)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--profile", action="store_true", help="profile one more iteration; print the top 15 ops")
     args = parser.parse_args(argv)
-    for name in ("threads", "gbs", "mbs", "seq", "iters"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1")
     if args.gbs % args.mbs:
         parser.error(f"--gbs {args.gbs} is not a multiple of --mbs {args.mbs}")
     return args
 
 
+class Error(script_errors.ScriptError):
+    """A model config this script cannot use: one line naming the file and the field, exit 1."""
+
+
+SIZE_FIELDS = ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
+REAL_FIELDS = ("rotary_base", "rope_scaling_factor", "rope_low_freq_factor", "rope_high_freq_factor",
+               "rope_original_max_position", "layernorm_epsilon", "init_method_std")
+
+
+def read_json_object(path):
+    data = script_errors.read_regular_file(path, Error)  # a FIFO: one line, never a hang
+    try:
+        j = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise Error(f"{path}: not JSON ({type(e).__name__})")
+    if not isinstance(j, dict):
+        raise Error(f"{path}: not a model config (the top level is not an object)")
+    return j
+
+
 def read_config(path):
     """The fields of the program's model config (lib/config/model_config.cpp) with its defaults."""
-    with open(path, encoding="utf-8") as f:
-        j = json.load(f)
+    j = read_json_object(path)
+    missing = [k for k in ("name", "rotary_base") + SIZE_FIELDS if k not in j]
+    if missing:
+        raise Error(f"{path}: missing field {missing[0]}")
+    for key in SIZE_FIELDS + ("num_query_groups", "kv_channels"):
+        if key in j and (not isinstance(j[key], int) or isinstance(j[key], bool) or j[key] <= 0):
+            raise Error(f"{path}: field {key} must be a positive integer")
+    for key in REAL_FIELDS:
+        v = j.get(key, 1.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise Error(f"{path}: field {key} must be a finite number > 0")
+    if j["num_attention_heads"] % j.get("num_query_groups", 1):
+        raise Error(f"{path}: num_attention_heads is not a multiple of num_query_groups")
+    if j.get("rope_scaling") and j.get("rope_low_freq_factor", 1.0) == j.get("rope_high_freq_factor", 4.0):
+        raise Error(f"{path}: rope_low_freq_factor equals rope_high_freq_factor (Llama 3.1's blend divides by "
+                    f"their difference)")
     heads = j["num_attention_heads"]
     return {
         "name": j["name"], "layers": j["num_layers"], "hidden": j["hidden_size"], "ffn": j["ffn_hidden_size"],
@@ -99,11 +136,14 @@ try:
     import torch.nn.functional as F
     from torch import nn
 except ImportError:
-    if __name__ == "__main__":
+    if __name__ != "__main__":
+        raise
+
+    def torch_missing():
         parse_args(sys.argv[1:])  # --help and argument errors work without PyTorch
-        print(f"{PROG}: PyTorch is not installed for {sys.executable} (Debian: python3-torch)", file=sys.stderr)
-        sys.exit(3)
-    raise
+        script_errors.import_or_rerun(__file__, None, "torch")  # re-runs under /usr/bin/python3, or raises
+
+    script_errors.run_main(SCRIPT, torch_missing, 3)
 
 
 class RMSNorm(nn.Module):
@@ -255,4 +295,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    script_errors.run_main(SCRIPT, lambda: main(sys.argv[1:]))

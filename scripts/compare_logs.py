@@ -2,7 +2,9 @@
 """Compare training logs: pretrain_llama's (its text log or its --log-jsonl JSON-lines log), Megatron-LM /
 Megatron-Bridge's, NeMo 2's, torchtitan's, llm.c's and TensorBoard event directories (log_formats.py and
 jsonl_log.py beside this script read the others). Every log file is opened without blocking and must be a
-regular file (a FIFO or a device is refused with one line, never a hang).
+regular file (a FIFO or a device is refused with one line, never a hang); every error is one line
+(script_errors.py), and a TensorBoard event file whose last record was cut short is read up to it, as
+TensorBoard reads it, with one warning line.
 
 Prints one table (one row per log, the first log is the reference) and, with --png, writes one figure.
 Only the standard library and numpy; matplotlib only for --png (Agg backend, no display needed).
@@ -15,8 +17,8 @@ import re
 import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # atomic_output.py beside this script
 from atomic_output import write_atomically  # noqa: E402
-import jsonl_log  # noqa: E402
 import log_formats  # noqa: E402
+import script_errors  # noqa: E402
 
 PROG = "compare_logs.py"
 
@@ -97,8 +99,8 @@ SUMMARY_RE = re.compile(r"pretrain_llama \| summary: .*?mean step time ([0-9.eE+
                         r"MODEL_TFLOP/s/GPU, ([0-9.eE+-]+) tokens/s")
 
 
-class Error(Exception):
-    pass
+class Error(script_errors.ScriptError):
+    """A log that cannot be read or compared, a bad option: one line, exit 1."""
 
 
 def to_float(text):
@@ -150,8 +152,11 @@ def split_spec(spec):
             raise Error(f"{spec}: unknown option '{key}' (seq, gpus, gbs, format)")
         if key == "format" and value not in log_formats.FORMATS:
             raise Error(f"{spec}: unknown format '{value}' ({', '.join(log_formats.FORMATS)})")
-        if key != "format" and not (value.isdigit() and int(value) > 0):
-            raise Error(f"{spec}: {key} must be a positive integer, not '{value}'")
+        if key != "format":
+            try:
+                opts[key] = script_errors.positive_int(value)  # the options' own rule (--seq-length, --gpus)
+            except argparse.ArgumentTypeError:
+                raise Error(f"{spec}: {key} must be a positive integer, not '{value}'")
     return path, opts
 
 
@@ -170,10 +175,10 @@ def parse_any(spec, forced_format):
     fmt = opts.get("format", forced_format)
     if fmt in (None, "tensorboard") and os.path.isdir(path):
         log = Log(path)
-        log_formats.parse_tensorboard(log, path, Error)
+        log_formats.parse_tensorboard(log, path, Error, lambda message: script_errors.warn(PROG, message))
         log.fmt = "tensorboard"
     else:
-        data = jsonl_log.read_bytes(path, Error)  # a FIFO or a directory: one line, never a hang
+        data = script_errors.read_regular_file(path, Error)  # a FIFO or a directory: one line, never a hang
         lines = data.decode("utf-8", "replace").splitlines()
         fmt = fmt or log_formats.detect(path, lines)
         if fmt == "megatron":
@@ -197,7 +202,7 @@ def parse_any(spec, forced_format):
 
 def parse_log(path, data=None):
     """Our text log or Megatron's (`data`: the file's bytes when already read)."""
-    text = (jsonl_log.read_bytes(path, Error) if data is None else data).decode("utf-8", "replace")
+    text = (script_errors.read_regular_file(path, Error) if data is None else data).decode("utf-8", "replace")
     log = Log(path)
     pending_tflops = None
     seen = {}
@@ -234,7 +239,7 @@ def parse_log(path, data=None):
             continue
         m = SUMMARY_RE.search(line)
         if m:
-            log.summary = (float(m.group(1)), float(m.group(2)), float(m.group(3)))
+            log.summary = tuple(to_float(m.group(k)) for k in (1, 2, 3))  # ("1.2.3" matches the pattern too)
             continue
         if log.seq_length is None:
             for rx, _ in SEQ_RES:
@@ -266,10 +271,23 @@ def fmt_num(x, spec):
     return format(x, spec)
 
 
+def positive(x):
+    """x when it is a finite number > 0 (a size or a time to divide by), else None."""
+    return x if x is not None and math.isfinite(x) and x > 0 else None
+
+
+def per_second(amount, step_s):
+    """amount / step_s, or None when there is no step time to divide by. Step times that all round to 0.0 ms
+    (a tiny model's .1f column), a negative or missing one: the throughput columns are '-' (unavailable),
+    not a division by zero and not a refusal, since the losses are still worth comparing."""
+    return amount / step_s if positive(step_s) is not None and amount is not None else None
+
+
 def other_format_columns(log, seq, gpus, gbs, flops, np):
     """TFLOP/s/GPU and tok/s/GPU of a NeMo 2, torchtitan or llm.c log, as that benchmark defines them."""
     step_s = log.mean_ms / 1e3
-    log.tflops = float(np.mean(flops)) / step_s / 1e12 if flops.size and math.isfinite(step_s) else None
+    tflops = per_second(float(np.mean(flops)) if flops.size else None, step_s)
+    log.tflops = tflops / 1e12 if tflops is not None else None
     log.tokens = None
     if log.tokens_rule == "nemo":
         missing = [name for name, v in (("seq", seq), ("gpus", gpus)) if v is None]
@@ -277,23 +295,98 @@ def other_format_columns(log, seq, gpus, gbs, flops, np):
             raise Error(f"{log.path}: a NeMo 2 log does not say its {' and '.join(missing)}: give "
                         f"{log.path}:seq=N,gpus=N (NeMo's TPS/GPU = global_batch_size x seq / "
                         f"train_step_timing / GPUs)")
-        if math.isfinite(gbs) and math.isfinite(step_s):
-            log.tokens = gbs * seq / step_s / gpus
+        if positive(gbs) is not None:
+            log.tokens = per_second(gbs * seq / gpus, step_s)
     elif log.tokens_rule == "torchtitan":
         tps = np.array(log.tps[log.w0:log.n], dtype=float)
         tps = tps[np.isfinite(tps)]
         log.tokens = float(np.mean(tps)) if tps.size else None
     elif log.tokens_rule == "llmc":
         per_step = log.tokens_per_step
-        if per_step is None and seq is not None and math.isfinite(gbs):
+        if per_step is None and seq is not None and positive(gbs) is not None:
             per_step = gbs * seq
-        if per_step is not None and math.isfinite(step_s):
-            log.tokens = per_step / step_s / (gpus or 1)
+        if per_step:
+            log.tokens = per_second(per_step / (gpus or 1), step_s)
+
+
+def megatron_columns(log, seq, gpus, gbs, flops, np):
+    """TFLOP/s/GPU and tok/s/GPU of our logs and Megatron's: FLOPs and tokens per iteration over the window's
+    mean step time."""
+    step_s = log.mean_ms / 1e3
+    if log.summary is not None:
+        summary_s, tf, tok_s = log.summary
+        # FLOPs per iteration: TFLOP/s x tokens per iteration / tokens/s keeps more digits than
+        # TFLOP/s x the summary's 3-decimal step time.
+        per_iter = tf * 1e12 * gbs * seq / tok_s if seq is not None and positive(tok_s) else tf * 1e12 * summary_s
+    else:
+        per_iter = float(np.mean(flops)) if flops.size else None
+    tflops = per_second(per_iter, step_s)
+    log.tflops = tflops / 1e12 if tflops is not None else None
+    enough = seq is not None and positive(gbs) is not None
+    log.tokens = per_second(gbs * seq / (gpus or 1), step_s) if enough else None
+
+
+def sequence_length(log, seq_option):
+    """(seq, where from: 'file', 'log', 'option' or ''): FILE:seq=N, else the log's own, else --seq-length."""
+    if "seq" in log.opts:
+        return log.opts["seq"], "file"
+    if positive(log.seq_length) is not None:
+        return log.seq_length, "log"
+    if seq_option is not None:
+        return seq_option, "option"
+    return None, ""
+
+
+def check_overlap(logs, last):
+    """Every log has an iteration line at or before `last` (the shortest log's end): else nothing is common."""
+    for log in logs:
+        if log.iters[0] > last:
+            short = min(logs, key=lambda x: x.iters[-1])
+            raise Error(f"{log.path}: its iterations ({log.iters[0]}-{log.iters[-1]}) start after {short.path} "
+                        f"ends (iteration {last}): no iterations in common to compare")
+
+
+def window_columns(log, last, start, common, seq_option, gpus_option, np):
+    """The per-log figures over its averaging window (log.n, w0, mean_ms, tflops, tokens, losses)."""
+    k = sum(1 for it in log.iters if it <= last)
+    log.n = k
+    log.w0 = log.iters.index(start) if common else window_start(k)
+    ms = np.array(log.ms[:k], dtype=float)
+    win = ms[log.w0:]
+    win = win[np.isfinite(win)]
+    log.mean_ms = float(np.mean(win)) if win.size else math.nan
+    flops = np.array(log.flops[log.w0:k], dtype=float)
+    flops = flops[np.isfinite(flops)]
+    seq, log.seq_src = sequence_length(log, seq_option)
+    gpus = log.opts.get("gpus") or positive(log.world_size) or gpus_option
+    gbs = float(log.opts["gbs"]) if "gbs" in log.opts else log.gbs[k - 1]
+    if log.tokens_rule != "megatron":
+        other_format_columns(log, seq, gpus, gbs, flops, np)
+    else:
+        megatron_columns(log, seq, gpus, gbs, flops, np)
+    log.final_loss = log.loss[k - 1]
+    log.tail_n = max(1, int(math.ceil(0.1 * k)))
+    tail_vals = [x for x in log.loss[k - log.tail_n:k] if math.isfinite(x)]
+    log.tail_loss = sum(tail_vals) / len(tail_vals) if tail_vals else None
+    log.nonfinite = sum(1 for x in log.loss[:k] if not math.isfinite(x))
+    log.no_loss = log.nonfinite == k  # a format without a loss column: '-', never 0
+    vals = [(it, v) for it, v in log.valid.items() if it <= last]
+    log.val_iter, log.val_loss = max(vals) if vals else (None, None)
+
+
+def speedup(log, ref, mixed):
+    """The first log's window step time / this log's (same format), else the tok/s/GPU ratio, else None."""
+    if not mixed and positive(ref.mean_ms) and positive(log.mean_ms):
+        return ref.mean_ms / log.mean_ms
+    if positive(ref.tokens) and positive(log.tokens):
+        return log.tokens / ref.tokens
+    return None
 
 
 def analyse(logs, seq_option, gpus_option, np):
     notes = []
     last = min(log.iters[-1] for log in logs)
+    check_overlap(logs, last)
     if any(log.iters[-1] != last for log in logs):
         lengths = ", ".join(f"{log.label}: {log.iters[-1]}" for log in logs)
         notes.append(f"note: the logs have different lengths ({lengths} iterations); comparing the common prefix, "
@@ -308,51 +401,7 @@ def analyse(logs, seq_option, gpus_option, np):
         notes.append(f"note: not every log has iteration {start} (the first log's window start): each log's "
                      f"window is the last 60% of its own compared lines")
     for log in logs:
-        k = sum(1 for it in log.iters if it <= last)
-        log.n = k
-        log.w0 = log.iters.index(start) if common else window_start(k)
-        ms = np.array(log.ms[:k], dtype=float)
-        win = ms[log.w0:]
-        win = win[np.isfinite(win)]
-        log.mean_ms = float(np.mean(win)) if win.size else math.nan
-        flops = np.array(log.flops[log.w0:k], dtype=float)
-        flops = flops[np.isfinite(flops)]
-        opt = lambda key: int(log.opts[key]) if key in log.opts else None
-        if opt("seq") is not None:
-            seq, seq_src = opt("seq"), "file"
-        elif log.seq_length is not None:
-            seq, seq_src = log.seq_length, "log"
-        elif seq_option is not None:
-            seq, seq_src = seq_option, "option"
-        else:
-            seq, seq_src = None, ""
-        gpus = opt("gpus") or log.world_size or gpus_option
-        gbs = log.gbs[k - 1]
-        if opt("gbs") is not None:
-            gbs = float(opt("gbs"))
-        if log.tokens_rule != "megatron":
-            log.seq_src = seq_src
-            other_format_columns(log, seq, gpus, gbs, flops, np)
-        elif log.summary is not None:
-            step_s, tf, tok_s = log.summary
-            # FLOPs per iteration: TFLOP/s x tokens per iteration / tokens/s keeps more digits than
-            # TFLOP/s x the summary's 3-decimal step time.
-            per_iter = tf * 1e12 * gbs * seq / tok_s if seq is not None and tok_s > 0 else tf * 1e12 * step_s
-            log.tflops = per_iter / (log.mean_ms / 1e3) / 1e12
-        else:
-            log.tflops = float(np.mean(flops)) / (log.mean_ms / 1e3) / 1e12 if flops.size else None
-        if log.tokens_rule == "megatron":
-            gpus = gpus or 1
-            log.tokens = gbs * seq / (log.mean_ms / 1e3) / gpus if seq is not None and math.isfinite(gbs) else None
-            log.seq_src = seq_src
-        log.final_loss = log.loss[k - 1]
-        log.tail_n = max(1, int(math.ceil(0.1 * k)))
-        tail_vals = [x for x in log.loss[k - log.tail_n:k] if math.isfinite(x)]
-        log.tail_loss = sum(tail_vals) / len(tail_vals) if tail_vals else None
-        log.nonfinite = sum(1 for x in log.loss[:k] if not math.isfinite(x))
-        log.no_loss = log.nonfinite == k  # a format without a loss column: '-', never 0
-        vals = [(it, v) for it, v in log.valid.items() if it <= last]
-        log.val_iter, log.val_loss = max(vals) if vals else (None, None)
+        window_columns(log, last, start, common, seq_option, gpus_option, np)
     ref = logs[0]
     ref_loss = dict(zip(ref.iters, ref.loss))
     tail = max(1, int(math.ceil(0.1 * ref.n)))
@@ -360,12 +409,7 @@ def analyse(logs, seq_option, gpus_option, np):
     family = lambda fmt: "megatron" if fmt == "jsonl" else fmt  # our JSON-lines log: the text log's numbers
     mixed = any(family(log.fmt) != family(ref.fmt) for log in logs)
     for log in logs:
-        if not mixed and math.isfinite(ref.mean_ms) and math.isfinite(log.mean_ms):
-            log.speedup = ref.mean_ms / log.mean_ms
-        elif ref.tokens and log.tokens:
-            log.speedup = log.tokens / ref.tokens
-        else:
-            log.speedup = None
+        log.speedup = speedup(log, ref, mixed)
         gaps = []
         log.gap_series = ([], [])
         for it, x in zip(log.iters[:log.n], log.loss[:log.n]):
@@ -382,22 +426,7 @@ def analyse(logs, seq_option, gpus_option, np):
             r = ref.valid[log.val_iter]
             if math.isfinite(r) and r != 0:
                 log.val_gap = (log.val_loss - r) / r
-        seq_col = {"log": "log", "option": "--seq-length", "file": "LOG:seq", "": "-"}[log.seq_src]
-        rows.append([
-            log.label,
-            str(log.n),
-            f"{log.iters[log.w0]}-{log.iters[log.n - 1]}",
-            fmt_num(log.mean_ms, ".1f") if math.isfinite(log.mean_ms) else "-",
-            fmt_num(log.tflops, ".3f") if log.tflops is not None else "-",
-            fmt_num(log.tokens, ".0f") if log.tokens is not None else "-",
-            seq_col,
-            "-" if log.speedup is None else fmt_num(log.speedup, ".3f") + "x",
-            "-" if log.no_loss else fmt_num(log.final_loss, ".4f"),
-            ("" if log is ref else "-") if log.gap is None else fmt_num(100 * log.gap, "+.2f") + "%",
-            str(log.nonfinite),
-            fmt_num(log.val_loss, ".4f") if log.val_loss is not None else "",
-            "" if log.val_gap is None else fmt_num(100 * log.val_gap, "+.2f") + "%",
-        ])
+        rows.append(table_row(log, ref))
     header = ["log", "iterations", "window", "step ms", "TFLOP/s/GPU", "tok/s/GPU", "seq", "speed-up",
               "final loss", f"loss gap (last {tail})", "non-finite", "val loss", "val gap"]
     widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
@@ -407,6 +436,25 @@ def analyse(logs, seq_option, gpus_option, np):
     lines.append("  ".join("-" * w for w in widths))
     lines.extend(fmt_row(r).rstrip() for r in rows)
     return "\n".join(lines) + "\n"
+
+
+def table_row(log, ref):
+    seq_col = {"log": "log", "option": "--seq-length", "file": "LOG:seq", "": "-"}[log.seq_src]
+    return [
+        log.label,
+        str(log.n),
+        f"{log.iters[log.w0]}-{log.iters[log.n - 1]}",
+        fmt_num(log.mean_ms, ".1f") if math.isfinite(log.mean_ms) else "-",
+        fmt_num(log.tflops, ".3f") if log.tflops is not None else "-",
+        fmt_num(log.tokens, ".0f") if log.tokens is not None else "-",
+        seq_col,
+        "-" if log.speedup is None else fmt_num(log.speedup, ".3f") + "x",
+        "-" if log.no_loss else fmt_num(log.final_loss, ".4f"),
+        ("" if log is ref else "-") if log.gap is None else fmt_num(100 * log.gap, "+.2f") + "%",
+        str(log.nonfinite),
+        fmt_num(log.val_loss, ".4f") if log.val_loss is not None else "",
+        "" if log.val_gap is None else fmt_num(100 * log.val_gap, "+.2f") + "%",
+    ]
 
 
 def smooth(np, y, span):
@@ -452,16 +500,14 @@ def write_csv(path, logs):
                     csv_num(log.tail_loss), log.tail_n, csv_num(None if log.gap is None else 100 * log.gap),
                     log.nonfinite, csv_num(log.val_iter), csv_num(log.val_loss),
                     csv_num(None if log.val_gap is None else 100 * log.val_gap)])
-    write_atomically(path, ".csv", Error, lambda fh: fh.write(buf.getvalue().encode("utf-8")))
+    # (surrogateescape: a path's undecodable bytes are written back as they were in its name)
+    write_atomically(path, ".csv", Error, lambda fh: fh.write(buf.getvalue().encode("utf-8", "surrogateescape")))
 
 
 def write_png(path, logs, np):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise Error("--png needs matplotlib (Debian: apt-get install python3-matplotlib)")
+    import matplotlib  # (main checked that it is there: script_errors.import_or_rerun)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, (ax_loss, ax_gap, ax_time) = plt.subplots(3, 1, figsize=(10, 11), sharex=True)
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, log in enumerate(logs):
@@ -502,24 +548,8 @@ def write_png(path, logs, np):
         plt.close(fig)
 
 
-def reexec_with_debian_python(argv):
-    """Run as `scripts/compare_logs.py` by a python3 without numpy (a venv's, earlier on PATH): re-run under
-    Debian's /usr/bin/python3 when that one has it (scripts/setup.sh installs python3-numpy there; the
-    same choice as script_util.sh's find_python). Returns when it cannot."""
-    debian = "/usr/bin/python3"
-    if os.environ.get("PL_COMPARE_LOGS_REEXEC") or not os.access(debian, os.X_OK) \
-            or os.path.realpath(sys.executable) == os.path.realpath(debian):
-        return
-    import subprocess
-    if subprocess.run([debian, "-c", "import numpy"], capture_output=True).returncode != 0:
-        return
-    os.environ["PL_COMPARE_LOGS_REEXEC"] = "1"
-    sys.stdout.flush()
-    os.execv(debian, [debian, os.path.abspath(__file__), *(sys.argv[1:] if argv is None else argv)])
-
-
 def main(argv=None):
-    ap = argparse.ArgumentParser(
+    ap = script_errors.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
         description="Compare two or more training logs (pretrain_llama's text or --log-jsonl log, Megatron-LM's or "
                     "Megatron-Bridge's, NeMo 2's, "
@@ -535,30 +565,25 @@ def main(argv=None):
                     "digits (columns: " + ", ".join(CSV_COLUMNS) + "; tail_loss is the mean lm loss over the "
                     "log's last 10%% of compared iterations, tail_iterations of them; gaps in percent); with "
                     "--csv one log is enough")
-    ap.add_argument("--seq-length", type=int, help="sequence length for logs whose banner does not give one")
-    ap.add_argument("--gpus", type=int, help="GPUs per run for tokens/s/GPU when the log does not say "
+    ap.add_argument("--seq-length", type=script_errors.positive_int,
+                    help="sequence length for logs whose banner does not give one")
+    ap.add_argument("--gpus", type=script_errors.positive_int,
+                    help="GPUs per run for tokens/s/GPU when the log does not say "
                     "(Megatron's world_size argument); default 1, except for NeMo 2 logs (required there)")
     args = ap.parse_args(argv)
-    try:
-        if len(args.logs) < 2 and not args.csv:
-            raise Error("give at least two logs (the first is the reference), or one with --csv")
-        try:
-            import numpy as np
-        except ImportError:
-            reexec_with_debian_python(argv)
-            raise Error("needs numpy (Debian: apt-get install python3-numpy)")
-        logs = [parse_any(p, args.format) for p in args.logs]
-        table = analyse(logs, args.seq_length, args.gpus, np)
-        if args.csv:
-            write_csv(args.csv, logs)
-        if args.png:
-            write_png(args.png, logs, np)
-    except Error as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
+    if len(args.logs) < 2 and not args.csv:
+        raise Error("give at least two logs (the first is the reference), or one with --csv")
+    # Run by a python3 without numpy (a venv's, first on PATH): re-run under Debian's, which has it.
+    np = script_errors.import_or_rerun(__file__, argv, "numpy", *(["matplotlib"] if args.png else []))[0]
+    logs = [parse_any(p, args.format) for p in args.logs]
+    table = analyse(logs, args.seq_length, args.gpus, np)
+    if args.csv:
+        write_csv(args.csv, logs)
+    if args.png:
+        write_png(args.png, logs, np)
     sys.stdout.write(table)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_errors.run_main(PROG, main)

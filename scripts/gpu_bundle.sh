@@ -86,7 +86,8 @@ for a in "${apps[@]}"; do
 done
 strip --strip-unneeded -o "$out/bin/pl_tests" "$build/tests/pl_tests"
 cp -r configs "$out/configs"
-cp scripts/gpu_check.sh scripts/gpu_8b_fit.sh scripts/roofline_plot.py scripts/atomic_output.py scripts/jsonl_log.py "$out/scripts/"
+cp scripts/gpu_check.sh scripts/gpu_8b_fit.sh scripts/roofline_plot.py scripts/atomic_output.py scripts/jsonl_log.py \
+  scripts/script_errors.py "$out/scripts/"
 
 # Libraries: NVIDIA's come from the machine (driver, toolkit or wheels), glibc's from the system;
 # everything else ldd names is copied. The NVIDIA pattern is shared with gpu_check.sh and the test.

@@ -5,7 +5,7 @@ of a run that ended normally). The standard library only (no numpy): any python3
 
 As a module (compare_logs.py, log_formats.py, study_report.py):
   read_run(path) -> Run          the file's events, with the resume rules below applied
-  parse_events(data, path)       the events of a file's bytes; read_bytes(path) reads them (regular files only)
+  parse_events(data, path)       the events of a file's bytes (script_errors.read_regular_file reads them)
   value(event, "a.b.0.c")        a nested value by a dotted path (list items by number), MISSING when absent
 
 Reading rules:
@@ -20,9 +20,10 @@ Reading rules:
     ("stop": "signal"): a file without an "end" after its last "start" is a run that died or is still
     running.
   * The file is opened without blocking and must be a regular file: a FIFO, a directory or a device is
-    refused with one line naming its type (never a hang).
+    refused with one line naming its type (never a hang): script_errors.read_regular_file.
 
-As a command (for shell scripts; errors are one line on stderr naming the file, never a traceback):
+As a command (for shell scripts; errors are one line on stderr naming the file, never a traceback; Ctrl-C
+exits 130 with one line, a closed stdout (`| head`) 141 without one: script_errors.run_main):
   jsonl_log.py FILE EVENT KEY [KEY...]
       the KEYs of FILE's last EVENT record, tab-separated on one line. A KEY is a dotted path into nested
       objects (memory.max_allocated_bytes, training.seq_length, gemms.0.format). Values: numbers as Python
@@ -47,49 +48,19 @@ As a command (for shell scripts; errors are one line on stderr naming the file, 
 import json
 import math
 import os
-import stat
 import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # script_errors.py beside this script
+import script_errors  # noqa: E402
 
 PROG = "jsonl_log.py"
 SCHEMA_VERSION = 1
 MISSING = object()  # value()'s answer for a path the event does not have
 
 
-class Error(Exception):
-    """A file that cannot be read or is not a JSON-lines log: one line naming the file (and line)."""
+class Error(script_errors.ScriptError):
+    """A file that cannot be read or is not a JSON-lines log: one line naming the file (and line), exit 2."""
 
-
-def file_kind(mode):
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def read_bytes(path, error=Error):
-    """The bytes of the regular file `path`; anything else (a FIFO, a directory, a device) is refused without
-    blocking: opened with O_NONBLOCK, checked with fstat on that descriptor, then read from it.
-    Raises error("cannot read PATH: why")."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        raise error(f"cannot read {path}: {e.strerror or e}")
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"cannot read {path}: {file_kind(mode)}, not a regular file")
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError as e:
-        raise error(f"cannot read {path}: {e.strerror or e}")
-    finally:
-        os.close(fd)
+    status = 2
 
 
 def parse_line(raw):
@@ -137,8 +108,19 @@ def value(event, key):
 
 
 def number(v):
-    """A JSON number as a float; null (the schema's non-finite) and anything else as nan."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
+    """A JSON number as a float; null (the schema's non-finite), anything else, and an integer too large for a
+    double (float() would raise OverflowError: JSON integers have no size limit) as nan."""
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return math.nan
+    try:
+        return float(v)
+    except OverflowError:
+        return math.nan
+
+
+def is_count(v):
+    """A JSON integer (an iteration number), not a boolean (True is an int to Python)."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 class Run:
@@ -152,7 +134,7 @@ class Run:
         self.evals = [e for e in events if e["event"] == "eval"]
         by_number = {}
         for e in events:
-            if e["event"] == "iteration" and isinstance(e.get("iteration"), int):
+            if e["event"] == "iteration" and is_count(e.get("iteration")):
                 by_number[e["iteration"]] = e  # a repeated iteration (a resume): the later line wins
         self.iterations = [by_number[k] for k in sorted(by_number)]
 
@@ -191,7 +173,7 @@ class Run:
 
 
 def read_run(path, error=Error):
-    return Run(path, parse_events(read_bytes(path, error), path, error))
+    return Run(path, parse_events(script_errors.read_regular_file(path, error), path, error))
 
 
 def text_of(v):
@@ -246,10 +228,7 @@ def main(argv=None):
             (args[0] not in shapes and (args[0].startswith("-") or len(args) < 3)):
         return fail(f"error: bad arguments ({' '.join(args) or 'none'}); {USAGE}", 2)
     path = args[-1] if args[0] in shapes else args[0]
-    try:
-        run = read_run(path)
-    except Error as e:
-        return fail(f"error: {e}", 2)
+    run = read_run(path)  # (an Error: run_main's one line, exit 2)
     if args[0] == "--complete":
         why = run.incomplete_reason()
         return 0 if why is None else fail(f"{path}: incomplete: {why}", 1)
@@ -277,9 +256,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:  # `| head`: the reader went away
-        sys.exit(1)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    script_errors.run_main(PROG, main, 2)

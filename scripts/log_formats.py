@@ -8,7 +8,7 @@ computed for that format (compare_logs.analyse reads it). Fields are found by na
 a format's fields change across versions.
 """
 
-import glob
+import fnmatch
 import json
 import math
 import os
@@ -16,6 +16,7 @@ import re
 import struct
 
 import jsonl_log
+import script_errors
 
 # ANSI colour codes (torchtitan's logger colours each field: torchtitan/tools/utils.py Color).
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
@@ -215,13 +216,13 @@ def parse_jsonl(log, data, path, error):
         add_line(log, e["iteration"], ms, num(e.get("lm_loss")), num(e.get("tflops")) * 1e12 * ms / 1e3,
                  num(e.get("global_batch_size")))
     for e in run.evals:
-        if e.get("split") == "validation" and isinstance(e.get("iteration"), int):
+        if e.get("split") == "validation" and jsonl_log.is_count(e.get("iteration")):
             log.valid[e["iteration"]] = num(e.get("lm_loss"))
     if run.starts:
         seq = jsonl_log.value(run.starts[0], "training.seq_length")
         world = run.starts[0].get("world_size")
-        log.seq_length = seq if isinstance(seq, int) and seq > 0 else None
-        log.world_size = world if isinstance(world, int) and world > 0 else None
+        log.seq_length = seq if jsonl_log.is_count(seq) and seq > 0 else None
+        log.world_size = world if jsonl_log.is_count(world) and world > 0 else None
     end = run.last("end")
     if end is not None:
         summary = (num(end.get("mean_step_ms")) / 1e3, num(end.get("tflops")), num(end.get("tokens_per_s")))
@@ -234,6 +235,18 @@ def parse_jsonl(log, data, path, error):
 # masked CRC-32C of the data (tensorflow/core/lib/io/record_writer.cc; lib/log/tensorboard.cpp writes
 # them). The data is an Event proto (tensorflow/core/util/event.proto): wall_time = 1 (double),
 # step = 2 (int64), summary = 5 (Summary: repeated Value = 1 {tag = 1, simple_value = 2 (float)}).
+#
+# A last record cut short (its length, a CRC or its data incomplete at the end of the file: a writer
+# killed, a full disk) is read as TensorBoard's own reader reads it: the complete records before it are
+# used, the torn one is not. TensorBoard 2.20's RawEventFileLoader.Load
+# (tensorboard/backend/event_processing/event_file_loader.py) stops at the DataLossError that its record
+# reader (tensorboard/compat/tensorflow_stub/pywrap_tensorflow.py PyRecordReader_New.GetNext: "has
+# truncated record in header / header crc / data / data crc") raises, keeping the events it yielded;
+# TensorFlow's C++ RecordReader (tensorflow/core/lib/io/record_reader.cc, now tsl/lib/io) calls such a
+# record "truncated record at N" (DataLoss) too. TensorBoard logs it at debug level only; here it is one
+# warning line naming the file and the record's byte offset. A CRC that does not match is damage, not a
+# cut: TensorBoard stops there silently too, but here it is an error (one line), since the records after
+# it would be lost unseen.
 
 def _crc32c_table():
     table = []
@@ -256,75 +269,171 @@ def masked_crc32c(data):
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+class MalformedEvent(Exception):
+    """Why a record's data (with valid CRCs) is not an Event proto read_events can use; read_events turns it
+    into the caller's one-line error naming the file and the record's offset."""
+
+
+WIRE_TYPES = {0: "varint", 1: "fixed64", 2: "length-delimited", 5: "fixed32"}
+STEP, SUMMARY, SUMMARY_VALUE, TAG, SIMPLE_VALUE = 2, 5, 1, 1, 2  # event.proto / summary.proto field numbers
+
+
 def _varint(buf, at):
-    value = shift = 0
-    while True:
-        b = buf[at]
-        at += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
+    """(value, next offset) of the base-128 varint at `at`; at most 10 bytes (a 64-bit value)."""
+    value = 0
+    for i in range(10):
+        if at + i >= len(buf):
+            raise MalformedEvent("a varint runs past the end of its message")
+        b = buf[at + i]
+        value |= (b & 0x7F) << (7 * i)
         if not b & 0x80:
-            return value, at
+            return value, at + i + 1
+    raise MalformedEvent("a varint longer than 10 bytes")
+
+
+def _take(buf, at, n):
+    """The n bytes at `at` and the offset after them; fewer left is a malformed message."""
+    if at + n > len(buf):
+        raise MalformedEvent(f"a field of {n} bytes runs past the end of its message ({len(buf) - at} left)")
+    return buf[at:at + n], at + n
 
 
 def proto_fields(buf):
-    """(field number, wire type, value) of a protobuf message; value is bytes, int or raw 4/8 bytes."""
+    """(field number, wire type, value) of a protobuf message; value is bytes, int or raw 4/8 bytes.
+    Raises MalformedEvent for anything a protobuf parser rejects (truncated fields, groups, wire types 6-7)."""
     at = 0
     while at < len(buf):
         key, at = _varint(buf, at)
         num, wire = key >> 3, key & 7
+        if num == 0:
+            raise MalformedEvent("field number 0")
         if wire == 0:
             value, at = _varint(buf, at)
         elif wire == 1:
-            value, at = buf[at:at + 8], at + 8
+            value, at = _take(buf, at, 8)
         elif wire == 2:
             n, at = _varint(buf, at)
-            value, at = buf[at:at + n], at + n
+            value, at = _take(buf, at, n)
         elif wire == 5:
-            value, at = buf[at:at + 4], at + 4
+            value, at = _take(buf, at, 4)
         else:
-            raise ValueError(f"protobuf wire type {wire}")
+            raise MalformedEvent(f"field {num} has protobuf wire type {wire} (groups and types 6-7 are not "
+                                 f"in event.proto)")
         yield num, wire, value
 
 
-def read_events(path, error):
-    """[(step, tag, value)] of one event file's simple_value scalars; `error` for a damaged file."""
-    with open(path, "rb") as fh:
-        data = fh.read()
-    at, out = 0, []
+def _expect_wire(wire, want, what):
+    """A known field with another wire type: protobuf would keep it as an unknown field and read the
+    default (step 0, no value), silently; a file written that way is not one this reader understands."""
+    if wire != want:
+        raise MalformedEvent(f"{what} has wire type {wire} ({WIRE_TYPES.get(wire)}), expected "
+                             f"{want} ({WIRE_TYPES[want]})")
+
+
+def _signed64(value):
+    """An int64 varint's value (a negative step is written as its 64-bit two's complement)."""
+    value &= (1 << 64) - 1
+    return value - (1 << 64) if value >> 63 else value
+
+
+def event_scalars(event):
+    """(step, [(tag, simple_value)]) of one Event proto's bytes."""
+    step, values = 0, []
+    for num, wire, value in proto_fields(event):
+        if num == STEP:
+            _expect_wire(wire, 0, "Event.step")
+            step = _signed64(value)
+        elif num == SUMMARY:
+            _expect_wire(wire, 2, "Event.summary")
+            values.extend(summary_scalars(value))
+    return step, values
+
+
+def summary_scalars(summary):
+    """[(tag, simple_value)] of a Summary proto's values that have both."""
+    out = []
+    for num, wire, value in proto_fields(summary):
+        if num != SUMMARY_VALUE:
+            continue
+        _expect_wire(wire, 2, "Summary.value")
+        tag = simple = None
+        for vnum, vwire, v in proto_fields(value):
+            if vnum == TAG:
+                _expect_wire(vwire, 2, "Summary.Value.tag")
+                tag = v.decode("utf-8", "replace")
+            elif vnum == SIMPLE_VALUE:
+                _expect_wire(vwire, 5, "Summary.Value.simple_value")
+                simple = struct.unpack("<f", v)[0]
+        if tag is not None and simple is not None:
+            out.append((tag, simple))
+    return out
+
+
+def records(data, path, error, warn):
+    """(offset, data) of each whole record of a TFRecord file's bytes; a torn last record: warn(), then the end."""
+    at = 0
     while at < len(data):
         if at + 12 > len(data):
-            raise error(f"{path}: a truncated record at byte {at}")
+            return _torn(data, at, path, warn, None)
         header = data[at:at + 8]
         n, = struct.unpack("<Q", header)
-        if struct.unpack("<I", data[at + 8:at + 12])[0] != masked_crc32c(header) or at + 16 + n > len(data):
-            raise error(f"{path}: a damaged record at byte {at} (length CRC or length)")
+        if struct.unpack("<I", data[at + 8:at + 12])[0] != masked_crc32c(header):
+            raise error(f"{path}: a damaged record at byte {at} (its length CRC does not match)")
+        if at + 16 + n > len(data):
+            return _torn(data, at, path, warn, 16 + n)
         event = data[at + 12:at + 12 + n]
         if struct.unpack("<I", data[at + 12 + n:at + 16 + n])[0] != masked_crc32c(event):
             raise error(f"{path}: the data CRC of the record at byte {at} does not match")
+        yield at, event
         at += 16 + n
-        step, values = 0, []
-        for num, _, value in proto_fields(event):
-            if num == 2:
-                step = value
-            elif num == 5:
-                for vnum, _, v in proto_fields(value):
-                    if vnum != 1:
-                        continue
-                    f = {k: x for k, _, x in proto_fields(v)}
-                    if 1 in f and 2 in f:
-                        values.append((f[1].decode("utf-8", "replace"), struct.unpack("<f", f[2])[0]))
+
+
+def _torn(data, at, path, warn, size):
+    """The warning for a last record cut short; `size`: its whole size when its header says it, else None."""
+    if warn is not None:
+        have = f"{len(data) - at} of its {size} bytes" if size else f"{len(data) - at} bytes, less than its header"
+        warn(f"{path}: ends in a torn record at byte {at} ({have}): the records before it are read, as "
+             f"TensorBoard reads them")
+
+
+def read_events(path, error, warn=None):
+    """[(step, tag, value)] of one event file's simple_value scalars; `error` for a damaged file or one that
+    is not a regular file, `warn(message)` for a torn last record (see above)."""
+    data = script_errors.read_regular_file(path, error)
+    out = []
+    for at, event in records(data, path, error, warn):
+        try:
+            step, values = event_scalars(event)
+        except MalformedEvent as e:
+            raise error(f"{path}: the record at byte {at} is not a valid Event proto: {e}")
         out.extend((step, tag, value) for tag, value in values)
     return out
 
 
-def parse_tensorboard(log, directory, error):
-    files = sorted(glob.glob(os.path.join(directory, "**", "events.out.tfevents.*"), recursive=True))
+def event_files(directory, error):
+    """The paths named events.out.tfevents.* under `directory`, sorted; a directory (or FIFO, ...) so named
+    is listed too, for read_events to refuse. os.walk does not follow symbolic links to directories, so
+    a link cycle cannot make the walk endless; a subdirectory it cannot list is an error, not skipped."""
+    def unreadable(e):
+        raise error(f"{e.filename}: cannot list: {script_errors.os_reason(e)}")
+    found = []
+    for root, dirs, files in os.walk(directory, onerror=unreadable):
+        found.extend(os.path.join(root, name) for name in dirs + files
+                     if fnmatch.fnmatchcase(name, "events.out.tfevents.*"))
+    return sorted(found)
+
+
+def finite(x):
+    return x is not None and math.isfinite(x)
+
+
+def parse_tensorboard(log, directory, error, warn=None):
+    files = event_files(directory, error)
     if not files:
         raise error(f"{directory}: no events.out.tfevents.* files")
     scalars = {}  # tag -> {step: value}; a later file (a resumed run) wins
     for path in files:
-        for step, tag, value in read_events(path, error):
+        for step, tag, value in read_events(path, error, warn):
             scalars.setdefault(tag, {})[step] = value
     times = scalars.get("iteration-time", {})
     loss = scalars.get("lm loss", {})
@@ -337,13 +446,14 @@ def parse_tensorboard(log, directory, error):
                  batch.get(it, math.nan))
     log.valid.update(scalars.get("lm loss validation", {}))
     world = scalars.get("world-size")
-    if world:
+    if world and finite(world[max(world)]) and world[max(world)] >= 1:  # (a float32 scalar: nan or inf is no size)
         log.world_size = int(world[max(world)])
     # The sequence length is not a scalar: tokens/s x s/iteration / batch size gives it (float32 values).
     if tokens and times and batch:
         it = max(times)
-        if it in tokens and batch.get(it):
-            log.seq_length = int(round(tokens[it] * times[it] / batch[it]))
+        seq = tokens.get(it, math.nan) * times[it] / batch[it] if batch.get(it) else math.nan
+        if finite(seq) and round(seq) >= 1:
+            log.seq_length = int(round(seq))
     log.tokens_rule = "megatron"
 
 

@@ -14,12 +14,22 @@ against real numpy. build_sample_idx below was checked equal to Megatron's own h
 (d7288711, compiled with pybind11) on every dataset printed here and on seq 100 / 2,000,000 samples.
 
 Run: python3 scripts/mock_data_golden.py      (needs numpy; not needed by CI: the C++ tests embed
-the printed values). The values in the tests were produced with numpy 2.4.6.
+the printed values). The values in the tests were produced with numpy 2.4.6. Run by a python3 without
+numpy (a venv's), it re-runs itself under /usr/bin/python3 when that one has numpy (script_errors.py).
 """
 import functools
+import os
 import re
+import sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # script_errors.py beside this script
+import script_errors  # noqa: E402
 
-import numpy
+try:
+    import numpy
+except ImportError:
+    numpy = None  # main() re-runs the script where numpy is, or says what to install
+
+PROG = "mock_data_golden.py"
 
 MASK64 = (1 << 64) - 1
 
@@ -182,7 +192,10 @@ def describe_sample(ds, idx):
           f"{{{fmt(t[:6])}}}, {{{fmt(t[-6:])}}}}},")
 
 
-def main():
+def main(argv=None):
+    ap = script_errors.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.parse_args(argv)
+    script_errors.import_or_rerun(__file__, argv, "numpy")
     print(f"numpy {numpy.__version__}")
 
     # ---- RNG goldens -------------------------------------------------------------------------------
@@ -295,4 +308,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    script_errors.run_main(PROG, main)

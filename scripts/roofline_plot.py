@@ -12,6 +12,7 @@ import os
 import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # atomic_output.py beside this script
 from atomic_output import write_atomically  # noqa: E402
+import script_errors  # noqa: E402
 
 PROG = "roofline_plot.py"
 
@@ -31,9 +32,10 @@ what is drawn:
          the ops (host work, gaps, waits).
   titles each report's label and recipe, step time, speed-of-light time and % of speed of light.
 
-exit status: 0 the figure was written; 1 matplotlib or numpy is missing, or the PNG cannot be written;
-2 bad arguments, or a report that is missing, not JSON, or lacks a field (one line naming the file and
-the field).
+exit status: 0 the figure was written; 1 matplotlib or numpy is missing (for this python3 and for
+/usr/bin/python3: when only this one lacks them, the script re-runs under /usr/bin/python3), or the PNG
+cannot be written; 2 bad arguments, or a report that is missing, not a regular file, not JSON, or lacks
+a field (one line naming the file and the field); 130 interrupted (Ctrl-C).
 """
 
 # The kinds of the report's schema, each with its colour (matplotlib's tab10, in this order).
@@ -43,12 +45,27 @@ MARKERS = ["o", "^", "s", "D", "v", "P"]
 HATCHES = ["", "//", "xx", "..", "\\\\", "oo"]
 
 
-class InputError(Exception):
+class InputError(script_errors.ScriptError):
     """A report that cannot be used: one line naming the file and the field (exit 2)."""
 
+    status = 2
 
-class EnvError(Exception):
+
+class EnvError(script_errors.ScriptError):
     """Not the input's fault: a missing module, an unwritable output (exit 1)."""
+
+    status = 1
+
+
+def as_float(v):
+    """A JSON number as a float, nan for anything else: a boolean, and an integer beyond a double's range
+    (JSON integers have no size limit; float() of one raises OverflowError)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    try:
+        return float(v)
+    except OverflowError:
+        return math.nan
 
 
 def field(obj, key, where, path, kind):
@@ -57,9 +74,10 @@ def field(obj, key, where, path, kind):
         raise InputError(f"{path}: missing field {where}{key}")
     v = obj[key]
     if kind == "number":
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise InputError(f"{path}: field {where}{key} is not a finite number >= 0 (got {json.dumps(v)})")
-        return float(v)
+        x = as_float(v)
+        if not math.isfinite(x) or x < 0:
+            raise InputError(f"{path}: field {where}{key} is not a finite number >= 0 (got {json.dumps(v)[:40]})")
+        return x
     ok = {"str": isinstance(v, str), "str?": v is None or isinstance(v, str), "list": isinstance(v, list),
           "dict": isinstance(v, dict)}[kind]
     if not ok:
@@ -78,17 +96,15 @@ class Report:
     def __init__(self, path, index):
         self.path = path
         self.index = index
+        data = script_errors.read_regular_file(path, InputError)  # a FIFO: one line, never a hang
         try:
-            with open(path, "r", encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as e:
-            raise InputError(f"{path}: cannot read: {e.strerror or e}")
+            doc = json.loads(data.decode("utf-8"))
         except UnicodeDecodeError:
             raise InputError(f"{path}: not JSON (not UTF-8 text)")
-        try:
-            doc = json.loads(text)
         except ValueError as e:
             raise InputError(f"{path}: not JSON: {e}")
+        except RecursionError:  # (hostile nesting: json's recursive parser runs out of stack)
+            raise InputError(f"{path}: not a --roofline report (JSON nested too deeply)")
         if not isinstance(doc, dict):
             raise InputError(f"{path}: not a --roofline report (the top level is not an object)")
         self.read_summary(doc)
@@ -110,10 +126,9 @@ class Report:
         self.pct_of_sol = pct if pct is not None else 100.0 * self.sol_ms / self.step_ms
         # Time outside the ops: a clock's rounding can make it a hair below 0 (drawn as 0).
         outside = doc.get("outside_ops_ms")
-        if outside is not None and (isinstance(outside, bool) or not isinstance(outside, (int, float))
-                                    or not math.isfinite(outside)):
-            raise InputError(f"{p}: field outside_ops_ms is not a finite number (got {json.dumps(outside)})")
-        self.outside_ms = None if outside is None else max(0.0, float(outside))
+        if outside is not None and not math.isfinite(as_float(outside)):
+            raise InputError(f"{p}: field outside_ops_ms is not a finite number (got {json.dumps(outside)[:40]})")
+        self.outside_ms = None if outside is None else max(0.0, as_float(outside))
         label = doc.get("label") if isinstance(doc.get("label"), str) and doc.get("label") else None
         self.label = label or os.path.splitext(os.path.basename(p))[0]
         self.recipe = doc.get("recipe") if isinstance(doc.get("recipe"), str) else ""
@@ -161,17 +176,11 @@ def group_key(row):
     return " ".join(x for x in (row["kind"], row["linear"], row["pass"]) if x)
 
 
-def import_plotting():
-    try:
-        import numpy as np
-    except ImportError:
-        raise EnvError("needs numpy (Debian: apt-get install python3-numpy)")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise EnvError("needs matplotlib (Debian: apt-get install python3-matplotlib)")
+def import_plotting(argv):
+    """numpy and pyplot; missing here, the script re-runs under /usr/bin/python3 when that one has them."""
+    np, matplotlib = script_errors.import_or_rerun(__file__, argv, "numpy", "matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     return np, plt
 
 
@@ -277,11 +286,12 @@ def draw_roofline(ax, reports, np):
     xs, ys, handles = [], [], []
     for rep in reports:
         marker = MARKERS[rep.index % len(MARKERS)]
-        on_axes = lambda r: r["gflop"] > 0 and r["gb"] > 0 and r["ms"] > 0
+        # (a report's own intensity or achieved_tflops of 0 has no place on log axes either)
+        on_axes = lambda r: min(r["gflop"], r["gb"], r["ms"], r["intensity"], r["tflops"]) > 0
         placed = [r for r in rep.rows if on_axes(r)]
         skipped = [r for r in rep.rows if not on_axes(r)]
         for r in placed:
-            share = r["ms"] / rep.step_ms
+            share = min(r["ms"] / rep.step_ms, 1.0)  # (a row longer than its step: the largest marker, not inf)
             ax.scatter(r["intensity"], r["tflops"], s=15 + 900 * share, marker=marker, color=kind_color[r["kind"]],
                        alpha=0.7, edgecolors="black", linewidths=0.4)
             xs.append(r["intensity"])
@@ -298,7 +308,11 @@ def draw_roofline(ax, reports, np):
     hi = max(xs + [1000.0]) * 4
     y_hi = max(ys + roof_tops + [1e-3]) * 3
     # The decade at or below half the lowest marker: room under the markers for the legend, no empty decades.
-    y_lo = 10.0 ** math.floor(math.log10(min(ys) / 2 if ys else y_hi / 1e3))
+    y_lo = 10.0 ** math.floor(math.log10(max(min(ys) / 2 if ys else y_hi / 1e3, 1e-300)))
+    if not all(math.isfinite(v) and v > 0 for v in (lo, hi, y_lo, y_hi)):
+        # (finite numbers whose axes are not: 1e308 TFLOP/s x 3 is inf, and matplotlib refuses inf limits)
+        raise InputError(f"{', '.join(rep.path for rep in reports)}: intensities or TFLOP/s beyond what a log "
+                         f"axis can show (axes {lo:.3g}-{hi:.3g} FLOP/byte, {y_lo:.3g}-{y_hi:.3g} TFLOP/s)")
     labels = draw_roofs(ax, reports, np, (lo, hi), y_lo)
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -319,6 +333,9 @@ def draw_time_view(ax, reports, np):
         for r in rep.rows:
             at, total = groups.setdefault(group_key(r), {}).get(rep.index, (0.0, 0.0))
             groups[group_key(r)][rep.index] = (at + r["ms_at_ceiling"], total + r["ms"])
+    if not all(math.isfinite(x) for g in groups.values() for pair in g.values() for x in pair):
+        # (each time is finite, but a group's sum of times near 1e308 is not: no bar can be that long)
+        raise InputError(f"{', '.join(rep.path for rep in reports)}: op times whose sum per group is not finite")
     order = sorted(groups, key=lambda g: -max(t for _, t in groups[g].values()))
     order.append("outside the ops")
     groups["outside the ops"] = {rep.index: (0.0, rep.outside_ms) for rep in reports}
@@ -348,8 +365,7 @@ def draw_time_view(ax, reports, np):
     return len(order)
 
 
-def write_png(path, reports):
-    np, plt = import_plotting()
+def write_png(path, reports, np, plt):
     groups = len({group_key(r) for rep in reports for r in rep.rows}) + 1
     # Constrained layout reserves the figure title's lines above the panels' titles and the tick labels'
     # and legend's width beside them (tight_layout() left the title's lines over the panels' titles).
@@ -368,22 +384,16 @@ def write_png(path, reports):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(
+    ap = script_errors.ArgumentParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=HELP_EPILOG,
         description="Draw one or more pretrain_llama --roofline JSON reports on one figure: the log-log "
                     "roofline beside the time-based view.")
     ap.add_argument("reports", nargs="+", metavar="FILE", help="a --roofline JSON report")
     ap.add_argument("--png", metavar="OUT", required=True, help="write the figure to OUT")
     args = ap.parse_args(argv)
-    try:
-        reports = [Report(p, i) for i, p in enumerate(args.reports)]
-        write_png(args.png, reports)
-    except InputError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 2
-    except EnvError as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
+    reports = [Report(p, i) for i, p in enumerate(args.reports)]
+    np, plt = import_plotting(argv)
+    write_png(args.png, reports, np, plt)
     for rep in reports:
         print(f"{PROG}: {rep.path}: {rep.title()}")
     print(f"{PROG}: wrote {args.png}")
@@ -391,4 +401,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_errors.run_main(PROG, main, 1)  # (InputError: 2, EnvError and a missing module: 1)

@@ -57,13 +57,13 @@ echo "sanitize: built $build in $((built - start)) s"
 #   EndToEnd.ThirtyIterationsOfLlamaTinyInMegatronFormat, EndToEndData.PreprocessTheSampleCorpusTrainAndValidate
 #     (62 s each: the same loop and data path for fewer iterations in the Cli*, TrainOnData* and PreprocessData* tests)
 # And the tests of the Python scripts (NvfpStudy.smoke 46 s here, Sweep.script, CompareLogs.python,
-# RooflinePlot.python, Roofline.run): they test the scripts; the program paths they drive run under the
+# RooflinePlot.python, Roofline.run, Scripts.hostile_input): they test the scripts; the program paths they drive run under the
 # sanitizers in the C++ tests (the roofline's in OpRows.*, RooflineReport.*, CliRoofline.* and
 # DataParallelCli.RooflineHasTheCollectivesAsRows). Of the MPI training comparisons, DataParallel.train_np2
 # and DataParallelCli.* run here; train_np3 and train_np2_two_micro_batches (27 s and 25 s) repeat them with
 # more ranks or micro-batches. OptimizerCpuOffload.OffloadedRunsAreBitIdenticalToOnDeviceRuns (31 s): its
 # offload path runs in OptimizerCpuOffload.CheckpointsResume* and PrecisionAwareOptimizer.Bf16MainGrads*.
-scripts='NvfpStudy\.smoke|Sweep\.script|CompareLogs\.python|RooflinePlot\.python|Roofline\.run'
+scripts='NvfpStudy\.smoke|Sweep\.script|CompareLogs\.python|RooflinePlot\.python|Roofline\.run|Scripts\.hostile_input'
 repeats='DataParallel\.train_np3|DataParallel\.train_np2_two_micro_batches|OptimizerCpuOffload\.OffloadedRunsAreBitIdenticalToOnDeviceRuns'
 slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall|TrainRecipes\.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16|SignalStop\.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically|EndToEnd\.ThirtyIterationsOfLlamaTinyInMegatronFormat|EndToEndData\.PreprocessTheSampleCorpusTrainAndValidate|'"$scripts|$repeats"')$'
 # Tests whose processes run under mpirun (Open MPI): its libraries and the components it dlopen()s and

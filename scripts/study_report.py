@@ -10,19 +10,20 @@ OUT_DOC/nvfp4_study.md and OUT_DOC/nvfp4_study.png. Not meant to be run by hand 
 everything), but harmless: it only reads the runs.
 """
 
-import argparse
 import csv
+import io
 import math
 import os
 import re
 import sys
-import tempfile
 import textwrap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from atomic_output import write_atomically  # noqa: E402
 import compare_logs  # noqa: E402  (parse_any, smooth: the same parsing as the table's)
 import jsonl_log  # noqa: E402
+import script_errors  # noqa: E402
 
 PROG = "study_report.py"
 
@@ -45,8 +46,14 @@ PLAN_LINE = re.compile(r"^(layers? +[0-9-]+)\s*: linear_qkv linear_proj linear_f
 DATA_SPLIT = re.compile(r"^(?:data: )?dataset \d+ (train|valid|test): \d+ sequences, (\d+) tokens per epoch")
 
 
-class Error(Exception):
-    pass
+class Error(script_errors.ScriptError):
+    """A run directory, sweep.csv or log the report cannot use: one line, exit 1."""
+
+
+# The columns of sweep.csv (compare_logs.py --csv's, with the sweep's recipe) the report reads, and how:
+# float (blank: unknown, nan) or int.
+NUMBER_COLUMNS = {"tail_loss": float, "val_loss": float, "step_ms": float, "nonfinite": int}
+TEXT_COLUMNS = ("recipe", "path", "iterations", "tail_iterations")
 
 
 def start_of(path):
@@ -100,16 +107,39 @@ def check_plan(path, kind):
             need("bf16" in details, "NVFP4 with BF16 edge layers (the playbook's)")
 
 
+def csv_rows(path):
+    """The rows of a CSV file as dicts, each with the columns the report reads (numbers converted)."""
+    try:
+        rows = list(csv.DictReader(io.StringIO(script_errors.read_regular_file(path, Error).decode("utf-8"),
+                                               newline="")))
+    except UnicodeDecodeError:
+        raise Error(f"{path}: not a CSV file (not UTF-8 text)")
+    except csv.Error as e:
+        raise Error(f"{path}: not a CSV file ({e})")
+    for line, r in enumerate(rows, 2):  # (line 1: the header)
+        missing = [c for c in TEXT_COLUMNS + tuple(NUMBER_COLUMNS) if r.get(c) is None]
+        if missing:
+            raise Error(f"{path}:{line}: no {', '.join(missing)} column (not compare_logs.py --csv's sweep.csv?)")
+        for column, kind in NUMBER_COLUMNS.items():
+            r[column] = cell_number(r[column], kind, f"{path}:{line}: {column}")
+    return rows
+
+
+def cell_number(text, kind, where):
+    """A CSV cell as `kind` (float: blank is nan, as csv_num writes an unknown value)."""
+    if kind is float and text == "":
+        return math.nan
+    try:
+        return kind(text)
+    except ValueError:
+        raise Error(f"{where}: not {'an integer' if kind is int else 'a number'}: '{text[:40]}'")
+
+
 def read_runs(run_dir):
     """{recipe label: CSV row} of one seed's sweep.csv."""
     path = os.path.join(run_dir, "sweep.csv")
-    try:
-        with open(path, newline="") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as e:
-        raise Error(f"cannot read {path}: {e.strerror or e}")
     runs = {}
-    for r in rows:
+    for r in csv_rows(path):
         log = r["path"] if os.path.isabs(r["path"]) else os.path.join(run_dir, os.path.basename(r["path"]))
         r["log_path"] = log
         runs[r["recipe"]] = r
@@ -119,8 +149,9 @@ def read_runs(run_dir):
     return runs
 
 
-def num(text):
-    return float(text) if text not in ("", None) else math.nan
+def gap_pct(x, ref):
+    """100 (x - ref) / ref; nan when ref is 0 or not finite (no gap to a reference of 0)."""
+    return 100 * (x - ref) / ref if math.isfinite(ref) and ref != 0 else math.nan
 
 
 def mean(xs):
@@ -148,7 +179,7 @@ def beyond_noise(xs):
 def spread(xs):
     """(max - min) / mean, in percent; nan with fewer than two finite values."""
     xs = [x for x in xs if math.isfinite(x)]
-    return 100.0 * (max(xs) - min(xs)) / mean(xs) if len(xs) >= 2 else math.nan
+    return 100.0 * (max(xs) - min(xs)) / mean(xs) if len(xs) >= 2 and mean(xs) != 0 else math.nan
 
 
 def pct(x, sign=True):
@@ -157,20 +188,8 @@ def pct(x, sign=True):
     return f"{x:+.2f}%" if sign else f"{x:.2f}%"
 
 
-def write_atomically(path, data):
-    fd, tmp = tempfile.mkstemp(prefix=".study_report.", dir=os.path.dirname(os.path.abspath(path)))
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap = script_errors.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("run_dirs", nargs="+", help="one directory per seed, in the order of --seeds")
     ap.add_argument("--seeds", required=True)
     ap.add_argument("--out-doc", required=True)
@@ -183,26 +202,18 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="the study's work directory (OUT in --run-command)")
     ap.add_argument("--date", help="default: now, UTC")
     args = ap.parse_args(argv)
-    try:
-        import numpy as np
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        print(f"{PROG}: error: needs numpy and matplotlib ({e})", file=sys.stderr)
-        return 1
-    try:
-        seeds = args.seeds.split(",")
-        if len(seeds) != len(args.run_dirs):
-            raise Error(f"{len(seeds)} seeds but {len(args.run_dirs)} run directories")
-        runs = [read_runs(d) for d in args.run_dirs]  # per seed: {label: row}
-        for per_seed in runs:
-            for label, _, kind in VARIANTS:
-                check_plan(per_seed[label]["log_path"], kind)
-        return report(args, seeds, runs, np, plt)
-    except (Error, compare_logs.Error) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
+    # Run by a python3 without them (a venv's, first on PATH): re-run under Debian's, which has them.
+    np, matplotlib = script_errors.import_or_rerun(__file__, argv, "numpy", "matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    seeds = args.seeds.split(",")
+    if len(seeds) != len(args.run_dirs):
+        raise Error(f"--seeds: {len(seeds)} seeds but {len(args.run_dirs)} run directories")
+    runs = [read_runs(d) for d in args.run_dirs]  # per seed: {label: row}
+    for per_seed in runs:
+        for label, _, kind in VARIANTS:
+            check_plan(per_seed[label]["log_path"], kind)
+    return report(args, seeds, runs, np, plt)
 
 
 def report(args, seeds, runs, np, plt):
@@ -211,15 +222,15 @@ def report(args, seeds, runs, np, plt):
     k = len(seeds)
     stats = {}
     for label, _, _ in VARIANTS:
-        tr = [num(r[label]["tail_loss"]) for r in runs]
-        va = [num(r[label]["val_loss"]) for r in runs]
-        tr_gap = [100 * (t - num(r["bf16_mixed"]["tail_loss"])) / num(r["bf16_mixed"]["tail_loss"]) for t, r in zip(tr, runs)]
-        va_gap = [100 * (v - num(r["bf16_mixed"]["val_loss"])) / num(r["bf16_mixed"]["val_loss"]) for v, r in zip(va, runs)]
+        tr = [r[label]["tail_loss"] for r in runs]
+        va = [r[label]["val_loss"] for r in runs]
+        tr_gap = [gap_pct(t, r["bf16_mixed"]["tail_loss"]) for t, r in zip(tr, runs)]
+        va_gap = [gap_pct(v, r["bf16_mixed"]["val_loss"]) for v, r in zip(va, runs)]
         stats[label] = dict(
             train=mean(tr), train_spread=spread(tr), train_gap=mean(tr_gap), train_gaps=tr_gap,
             val=mean(va), val_spread=spread(va), val_gap=mean(va_gap), val_gaps=va_gap, val_gap_se=std_error(va_gap),
-            nonfinite=sum(int(r[label]["nonfinite"]) for r in runs),
-            step_ms=mean([num(r[label]["step_ms"]) for r in runs]),
+            nonfinite=sum(r[label]["nonfinite"] for r in runs),
+            step_ms=mean([r[label]["step_ms"] for r in runs]),
             iterations=runs[0][label]["iterations"], tail=runs[0][label]["tail_iterations"])
     noise_train = stats["bf16_mixed"]["train_spread"]
     noise_val = stats["bf16_mixed"]["val_spread"]
@@ -361,17 +372,18 @@ def report(args, seeds, runs, np, plt):
     fig.suptitle(f"NVFP4 study: {args.model} (byte vocab), {stats['bf16_mixed']['iterations']} iterations, "
                  f"{k} seed(s), {args.device}", fontsize=11)
     fig.tight_layout()
-    import io
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    plt.close(fig)
     os.makedirs(args.out_doc, exist_ok=True)
-    write_atomically(os.path.join(args.out_doc, "nvfp4_study.png"), buf.getvalue())
-    write_atomically(os.path.join(args.out_doc, "nvfp4_study.md"), ("\n".join(md) + "\n").encode("utf-8"))
+    try:
+        write_atomically(os.path.join(args.out_doc, "nvfp4_study.png"), ".png", Error,
+                         lambda fh: fig.savefig(fh, format="png", dpi=80))
+    finally:
+        plt.close(fig)
+    write_atomically(os.path.join(args.out_doc, "nvfp4_study.md"), ".md", Error,
+                     lambda fh: fh.write(("\n".join(md) + "\n").encode("utf-8", "backslashreplace")))
     print(f"{PROG}: wrote {os.path.join(args.out_doc, 'nvfp4_study.md')} and nvfp4_study.png")
     print("\n".join(l for l in md if l.startswith("|")))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    script_errors.run_main(PROG, main, 1)

@@ -45,7 +45,11 @@ def read(path):
 
 
 def have_matplotlib():
-    return subprocess.run([sys.executable, "-c", "import matplotlib"], capture_output=True).returncode == 0
+    """Whether the script can draw: this python3 has matplotlib, or /usr/bin/python3 has it (the script re-runs
+    there: scripts/script_errors.py)."""
+    return any(os.access(py, os.X_OK) and
+               subprocess.run([py, "-c", "import matplotlib"], capture_output=True).returncode == 0
+               for py in (sys.executable, "/usr/bin/python3"))
 
 
 class OurLogs(unittest.TestCase):

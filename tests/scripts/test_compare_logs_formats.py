@@ -349,7 +349,8 @@ class OurJsonLines(unittest.TestCase):
         fifo = os.path.join(self.tmp.name, "fifo.jsonl")
         os.mkfifo(fifo)
         empty = write(self.tmp.name, "empty.jsonl", ['{"event": "start", "schema_version": 1}'])
-        for path, message in ((bad, f"{bad}:2: not a JSON-lines event"), (fifo, f"cannot read {fifo}: a FIFO"),
+        for path, message in ((bad, f"{bad}:2: not a JSON-lines event"),
+                              (fifo, f"{fifo}: is a FIFO, not a regular file"),
                               (empty, f"{empty}: no jsonl iteration events")):
             with self.subTest(path=path):
                 rc, out, err = compare(self.a[1], path)  # (a FIFO must not hang: compare() has a timeout)
@@ -359,7 +360,7 @@ class OurJsonLines(unittest.TestCase):
                 self.assertIn(message, err)
         rc, out, err = compare(self.a[1], f"{self.tmp.name}:format=jsonl")
         self.assertEqual(rc, 1)
-        self.assertIn(f"cannot read {self.tmp.name}: a directory, not a regular file", err)
+        self.assertIn(f"{self.tmp.name}: is a directory, not a regular file", err)
 
 
 class OurTensorBoard(unittest.TestCase):

@@ -171,12 +171,12 @@ class Reader(unittest.TestCase):
         os.mkfifo(fifo)
         with self.assertRaises(jsonl_log.Error) as cm:  # O_NONBLOCK: returns at once, no writer needed
             jsonl_log.read_run(fifo)
-        self.assertEqual(str(cm.exception), f"cannot read {fifo}: a FIFO, not a regular file")
-        self.one_line_error(["--complete", fifo], 2, f"cannot read {fifo}: a FIFO")  # run() times out on a hang
-        self.one_line_error([self.tmp.name, "end", "tflops"], 2, f"cannot read {self.tmp.name}: a directory")
+        self.assertEqual(str(cm.exception), f"{fifo}: is a FIFO, not a regular file")
+        self.one_line_error(["--complete", fifo], 2, f"{fifo}: is a FIFO")  # run() times out on a hang
+        self.one_line_error([self.tmp.name, "end", "tflops"], 2, f"{self.tmp.name}: is a directory")
         missing = os.path.join(self.tmp.name, "missing.jsonl")
-        self.one_line_error(["--summary", missing], 2, f"cannot read {missing}: No such file or directory")
-        self.one_line_error(["--gemm", "nvfp4", "/dev/null"], 2, "cannot read /dev/null: a character device")
+        self.one_line_error(["--summary", missing], 2, f"{missing}: cannot read: No such file or directory")
+        self.one_line_error(["--gemm", "nvfp4", "/dev/null"], 2, "/dev/null: is a character device")
 
     def test_values_command(self):
         path = self.write("run.jsonl", lines(start(), iteration(1), iteration(2, loss=None),

@@ -25,7 +25,11 @@ def plot(*args):
 
 
 def have_matplotlib():
-    return subprocess.run([sys.executable, "-c", "import matplotlib, numpy"], capture_output=True).returncode == 0
+    """Whether the script can draw: this python3 has matplotlib, or /usr/bin/python3 has it (the script re-runs
+    there: scripts/script_errors.py)."""
+    return any(os.access(py, os.X_OK) and
+               subprocess.run([py, "-c", "import matplotlib, numpy"], capture_output=True).returncode == 0
+               for py in (sys.executable, "/usr/bin/python3"))
 
 
 def row(op, kind, ms, gflop, gb, ms_at_ceiling, linear=None, gemm_pass=None, fmt="bf16"):
