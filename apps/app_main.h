@@ -5,12 +5,16 @@
 // exit 3 for anything else; "(see --help)" and exit 2 for a bad command line.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/error.h"
 
@@ -23,11 +27,49 @@ inline void print_error_line(const char* app, const char* kind, std::string msg,
   std::fprintf(stderr, "%s: %s: %s%s\n", app, kind, msg.c_str(), suffix);
 }
 
-// For options stored in an unsigned type: CLI11 converts "-1" into 2^64 - 1 without a word. A leading
-// '-' is refused here with a one-line message instead.
-inline const CLI::Validator kNonNegativeInteger(
-    [](std::string& v) { return v.find('-') == std::string::npos ? std::string() : "must be >= 0, got " + v; },
-    "INT>=0");
+// The range rules every app's number flags share (issue 38). CLI11 2.1 reads an integer with strtoll /
+// strtoull in base 0 and a float with strtold: "-1" wraps in an unsigned option, a value beyond 64 bits is
+// clamped without a word, "010" is octal, and "inf" / "nan" / "1e400" are taken. Every INT or UINT option
+// must be a decimal integer that fits 64 bits ('+' and leading zeros allowed: the text is rewritten in
+// canonical form, so 010 is ten as in Megatron's argparse), with no '-' when unsigned; the narrower types'
+// range stays CLI11's own check. Every FLOAT option must be finite. Returns the refusal, or "" when valid.
+inline std::string check_integer_text(std::string& v, bool is_unsigned) {
+  const bool negative = !v.empty() && v[0] == '-';
+  if (negative && is_unsigned) return "must be >= 0, got " + v;
+  const size_t start = !v.empty() && (v[0] == '-' || v[0] == '+') ? 1 : 0;
+  if (start == v.size() || v.find_first_not_of("0123456789", start) != std::string::npos)
+    return "must be a decimal integer, got " + v;
+  const size_t first = std::min(v.find_first_not_of('0', start), v.size() - 1);  // "000" -> "0"
+  const std::string digits = v.substr(first);
+  // 2^63 - 1, 2^64 - 1 and 2^63: the magnitudes a 64-bit option holds.
+  const std::string_view limit = is_unsigned ? "18446744073709551615" : (negative ? "9223372036854775808" : "9223372036854775807");
+  if (digits.size() > limit.size() || (digits.size() == limit.size() && digits > limit))
+    return "out of range: " + v + " does not fit a 64-bit " + (is_unsigned ? "unsigned " : "") + "integer";
+  v = (negative && digits != "0" ? "-" : "") + digits;
+  return {};
+}
+
+inline std::string check_float_text(const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || end != v.c_str() + v.size()) return "must be a number, got " + v;
+  if (!std::isfinite(x)) return "must be a finite number, got " + v;
+  return {};
+}
+
+// Gives every number option of `app` the checks above; parse_command_line calls it, so no app can miss it.
+inline void check_number_options(CLI::App& app) {
+  for (CLI::Option* opt : app.get_options()) {
+    const std::string type = opt->get_type_name();
+    const std::string base = type.substr(0, type.find(':'));
+    if (base == "INT" || base == "UINT") {
+      const bool is_unsigned = base == "UINT";
+      opt->check(CLI::Validator([is_unsigned](std::string& v) { return check_integer_text(v, is_unsigned); }, ""));
+    } else if (base == "FLOAT") {
+      opt->check(CLI::Validator([](std::string& v) { return check_float_text(v); }, ""));
+    }
+  }
+}
 
 // An output prefix (--out, --output-prefix) whose directory must exist already.
 inline void check_output_directory(const char* flag, const std::string& prefix) {
@@ -39,6 +81,7 @@ inline void check_output_directory(const char* flag, const std::string& prefix) 
 
 // Parses argv into `cli`: nullopt to go on, or the exit code (0 after --help, 2 after a parse error).
 inline std::optional<int> parse_command_line(CLI::App& cli, int argc, char** argv, const char* app) {
+  check_number_options(cli);
   try {
     cli.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {

@@ -97,8 +97,9 @@ struct Options {
   int workers = 1;
   int64_t log_interval = 1000;
   std::string dataset_type = "pretrain";  // pretrain | sft
-  int64_t max_seq_length = 0;             // sft: 0 = no limit
+  int64_t max_seq_length = 0;             // sft: 0 = no limit (the flag left out; 0 given is refused)
   std::string overlong = "truncate";      // sft: truncate | drop
+  bool max_seq_length_given = false, overlong_given = false;
   bool sft() const { return dataset_type == "sft"; }
 };
 
@@ -280,7 +281,7 @@ std::string output_prefix_for(const Options& o, const std::string& key) {
 // The flags of the other dataset type are refused in one line, not ignored.
 void check_sft_options(const Options& o) {
   if (!o.sft()) {
-    PL_CHECK(o.max_seq_length == 0 && o.overlong == "truncate",
+    PL_CHECK(!o.max_seq_length_given && !o.overlong_given,
              "--max-seq-length and --overlong apply to --dataset-type sft");
     return;
   }
@@ -288,8 +289,11 @@ void check_sft_options(const Options& o) {
            "--json-keys does not apply to --dataset-type sft (its keys are input/output or messages)");
   PL_CHECK(!o.append_eod, "--append-eod does not apply to --dataset-type sft (each example ends with its own end "
                           "token)");
-  PL_CHECK(o.max_seq_length == 0 || o.max_seq_length >= 2, "--max-seq-length {} must be at least 2",
-           o.max_seq_length);
+  // "No limit" is the flag's absence: 0 is refused like 1, and --overlong alone would do nothing.
+  PL_CHECK(!o.max_seq_length_given || o.max_seq_length >= 2,
+           "--max-seq-length {} must be at least 2 (for no limit, leave the flag out)", o.max_seq_length);
+  PL_CHECK(!o.overlong_given || o.max_seq_length_given,
+           "--overlong {} needs --max-seq-length N (the length beyond which examples are cut or dropped)", o.overlong);
   for (const std::string& in : o.inputs)
     PL_CHECK(format_of(in, o.input_format) == Format::jsonl,
              "--input {}: --dataset-type sft reads JSON lines (a .json/.jsonl name, or --input-format jsonl)", in);
@@ -470,7 +474,10 @@ std::optional<int> parse_command_line(int argc, char** argv, Options& o) {
   app.add_option("--overlong", o.overlong, "sft: truncate | drop the examples longer than --max-seq-length")
       ->check(CLI::IsMember({"truncate", "drop"}))
       ->capture_default_str();
-  return app::parse_command_line(app, argc, argv, "preprocess_data");
+  const std::optional<int> rc = app::parse_command_line(app, argc, argv, "preprocess_data");
+  o.max_seq_length_given = app.count("--max-seq-length") > 0;
+  o.overlong_given = app.count("--overlong") > 0;
+  return rc;
 }
 
 

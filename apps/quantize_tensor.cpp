@@ -210,7 +210,7 @@ std::optional<int> parse_and_check_command_line(int argc, char** argv, Options& 
       ->capture_default_str();
   app.add_flag("--rht", o.rht, "nvfp4: 16-point RHT along each row in 16-element chunks (a wgrad operand)");
   app.add_flag("--stochastic", o.stochastic, "nvfp4: stochastic rounding (needs --seed)");
-  app.add_option("--seed", o.seed, "Seed of the stochastic-rounding stream")->check(pl::app::kNonNegativeInteger);
+  app.add_option("--seed", o.seed, "Seed of the stochastic-rounding stream");
   app.add_flag("-q,--quiet", o.quiet, "Print only the telemetry line");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "quantize_tensor")) return rc;
   // No output may replace the input (io/file_checks.h): every file --out can write, whatever the format.

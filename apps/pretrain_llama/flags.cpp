@@ -61,7 +61,6 @@ void add_training_flags(CLI::App& app, Options& o) {
   TrainConfig& t = o.train;
   app.add_option("--device", t.device, "auto | cpu | cuda")->capture_default_str();
   app.add_option("--seed", t.seed, "Seed of the parameter initialisation")
-      ->check(pl::app::kNonNegativeInteger)  // a uint64 would silently wrap "-1"
       ->capture_default_str();
   app.add_option("--lr", t.lr, "Peak learning rate")->capture_default_str();
   app.add_option("--min-lr", t.min_lr, "Final learning rate of the cosine decay")->capture_default_str();
@@ -274,7 +273,7 @@ void validate_roofline_flags(const Options& o, const CLI::App& app) {
   PL_CHECK(!o.machine_ceilings.empty(), "--machine-ceilings needs a FILE (or none: no cache)");
   PL_CHECK(!std::filesystem::is_directory(o.machine_ceilings, ec), "--machine-ceilings {}: is a directory (give a FILE)",
            o.machine_ceilings);
-  if (o.machine_ceilings != "none") roofline::check_ceilings_cache_replaceable(o.machine_ceilings, "--machine-ceilings");
+
 }
 
 // The outputs' flags: the stop conditions, the text log's timer option, quantization statistics, the profiling
@@ -379,13 +378,11 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
   return s;
 }
 
-// --save must not be, contain or lie inside anything the run reads (io/file_checks.h): the model and
-// recipe configs, the Hugging Face directory, the data's .bin/.idx/.tokenizer.json. --load may be --save
-// (that is how Megatron resumes) or lie inside it (one iter_ directory).
-void check_outputs_apart(const Options& o, const RunSetup& s) {
+static void check_no_output_overlaps_an_input(const Options& o, const RunSetup& s) {
   std::vector<FlagPath> outputs;
   for (const FlagPath& f : {FlagPath{"--save", o.save}, FlagPath{"--log-jsonl", o.outputs.log_jsonl},
-                            FlagPath{"--roofline", o.outputs.roofline.json}})
+                            FlagPath{"--roofline", o.outputs.roofline.json},
+                            FlagPath{"--machine-ceilings", o.machine_ceilings == "none" ? "" : o.machine_ceilings}})
     if (!f.path.empty()) outputs.push_back(f);
   if (outputs.empty()) return;
   std::vector<FlagPath> inputs{o.init_from_hf.empty() ? FlagPath{"--model", s.mc.file}
@@ -396,6 +393,20 @@ void check_outputs_apart(const Options& o, const RunSetup& s) {
       for (const std::string& f : {p + ".bin", p + ".idx", data::tokenizer_record_path(p)})
         inputs.push_back({"--data-path", f});
   check_outputs_apart_from_inputs(inputs, outputs);
+}
+
+// The outputs' one rule (io/file_checks.h). None may be, contain or lie inside anything the run reads: the
+// model and recipe configs, the Hugging Face directory, the data's .bin/.idx/.tokenizer.json (--load may be
+// --save, as Megatron resumes, or lie inside it). And a file output replaces only its own kind: the JSON-lines
+// log, the roofline report and the ceilings cache (checked second, so an input named as an output is said so).
+void check_outputs_apart(const Options& o, const RunSetup& s) {
+  check_no_output_overlaps_an_input(o, s);
+  if (!o.outputs.log_jsonl.empty()) observe::check_jsonl_replaceable(o.outputs.log_jsonl);
+  check_replaceable_output("--roofline", o.outputs.roofline.json, "a roofline report", [](const std::string& p) {
+    return json_file_lacks(p, {"rows", "ceilings", "step_ms"});
+  });
+  if (!o.machine_ceilings.empty() && o.machine_ceilings != "none")
+    roofline::check_ceilings_cache_replaceable(o.machine_ceilings, "--machine-ceilings");
 }
 
 RunLayout run_layout(const Options& o) {
