@@ -23,6 +23,7 @@
 #include "data/sft_format.h"
 #include "data/tokenizer.h"
 #include "data/tokenizer_record.h"
+#include "data/utf8_stream.h"
 #include "io/file_checks.h"
 #include "model/generator.h"
 #include "model/hf_llama.h"
@@ -35,7 +36,7 @@ namespace fs = std::filesystem;
 
 struct Options {
   std::string load, init_from_hf, prompt, system, device = "cpu", tokenizer_type, tokenizer_model;
-  bool chat = false;
+  bool chat = false, raw_bytes = false;
   int64_t max_new_tokens = 128;
   double temperature = 0.0, top_p = 1.0;
   uint64_t seed = 1234;
@@ -121,6 +122,8 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
                                                        "trained with, when a record says so)")
       ->check(CLI::IsMember({"byte", "tiktoken"}));
   app.add_option("--tokenizer-model", o.tokenizer_model, "tiktoken: Llama 3 tokenizer.model");
+  app.add_flag("--raw-bytes", o.raw_bytes, "Write the tokens' bytes as they are (default: complete UTF-8, a character "
+                                           "held back until whole, U+FFFD for an invalid sequence)");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "generate")) return rc;
   PL_CHECK(!o.load.empty() || !o.init_from_hf.empty(), "give the weights: --load DIR or --init-from-hf DIR");
   PL_CHECK(o.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", o.max_new_tokens);
@@ -154,8 +157,9 @@ int run(int argc, char** argv) {
            prompt.size(), cfg.name, cfg.max_position_embeddings);
   DeviceStateHandle state;
   const OpContext ctx = open_device(o.device, state);
-  const int64_t capacity =
-      std::min<int64_t>(cfg.max_position_embeddings, static_cast<int64_t>(prompt.size()) + o.max_new_tokens);
+  // A request beyond the positions left runs to the model's last position (no sum that could overflow).
+  const int64_t positions_left = cfg.max_position_embeddings - static_cast<int64_t>(prompt.size());
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + std::min(o.max_new_tokens, positions_left);
   Generator g(cfg, ctx, capacity);
   const auto write = [&](int64_t off, const float* v, int64_t n) { g.write_weights(off, v, n); };
   if (ckpt) stream_master_weights(*ckpt, write);
@@ -170,12 +174,17 @@ int run(int argc, char** argv) {
                                   : fmt::format("temperature {} top-p {} seed {}", o.temperature, o.top_p, o.seed));
   std::mt19937_64 rng(o.seed);
   const std::vector<int32_t> stops = data::answer_stop_ids(*tok);
+  data::Utf8Stream text;
+  const auto write_stdout = [](const std::string& s) {
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  };
   const Generated out = generate_tokens(g, prompt, o.max_new_tokens, stops, {o.temperature, o.top_p}, rng,
                                         [&](int32_t id) {
                                           const std::string piece = tok->decode(std::span<const int32_t>(&id, 1));
-                                          std::fwrite(piece.data(), 1, piece.size(), stdout);
-                                          std::fflush(stdout);
+                                          write_stdout(o.raw_bytes ? piece : text.push(piece));
                                         });
+  if (!o.raw_bytes) write_stdout(text.finish());
   std::fputc('\n', stdout);
   std::fflush(stdout);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();

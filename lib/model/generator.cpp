@@ -139,6 +139,10 @@ int32_t sample_token(std::span<const float> logits, const Sampling& s, std::mt19
   PL_CHECK(!logits.empty(), "internal: sampling from no logits");
   PL_CHECK(s.temperature >= 0.0 && s.top_p > 0.0 && s.top_p <= 1.0,
            "sampling: temperature {} must be >= 0 and top_p {} in (0, 1]", s.temperature, s.top_p);
+  // A NaN logit would be picked (or skipped) by no rule at all: greedy would answer token 0 forever.
+  const auto bad = std::count_if(logits.begin(), logits.end(), [](float v) { return !std::isfinite(v); });
+  PL_CHECK(bad == 0, "generate: {} of the {} logits are not finite (NaN or inf): the model's weights are not "
+           "(a corrupt checkpoint or export?)", bad, logits.size());
   if (s.temperature == 0.0)
     return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   const double m = *std::max_element(logits.begin(), logits.end());

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "data/tokenizer.h"
+#include "data/utf8_stream.h"
 #include "test_util.h"
 
 namespace {
@@ -214,6 +216,32 @@ TEST(SftCli, RefusalsAreOneLine) {
   ASSERT_EQ(run_process(kApp, train_args({"--train-iters", "1", "--save", ck.path().string()}), 120.0).exit_code, 0);
   refused(kGenerate, {"--load", ck.path().string(), "--tokenizer-type", "byte", "--prompt", std::string(9000, 'x')},
           "--prompt: 9000 tokens, but model llama_tiny_bytes has 8192 positions");
+}
+
+// generate on a byte-level model (one step of training: near-uniform logits, so sampled bytes rarely form
+// UTF-8): stdout is complete UTF-8 (a partial character held back, U+FFFD for an invalid one), exactly the
+// replacement of the raw bytes --raw-bytes writes; --max-new-tokens INT64_MAX runs to the model's last
+// position (8192) with no overflow in the sum of prompt and request.
+TEST(SftCli, GenerateWritesCompleteUtf8AndRunsToTheLastPosition) {
+  pl::test::TempDir ck;
+  ASSERT_EQ(run_process(kApp, train_args({"--train-iters", "1", "--save", ck.path().string()}), 120.0).exit_code, 0);
+  const auto generate = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--load", ck.path().string(), "--tokenizer-type", "byte", "--prompt",
+                                  std::string(8192 - 64, 'x'), "--max-new-tokens", "9223372036854775807",
+                                  "--temperature", "1", "--seed", "5"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_process(kGenerate, a, 180.0);
+  };
+  const ProcessResult text = generate({}), raw = generate({"--raw-bytes"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  EXPECT_NE(text.err.find("stopped at the model's last position"), std::string::npos) << text.err;
+  EXPECT_EQ(pl::data::find_invalid_utf8(text.out), std::string::npos);
+  ASSERT_NE(pl::data::find_invalid_utf8(raw.out), std::string::npos) << "the sampled bytes happen to be valid UTF-8";
+  pl::data::Utf8Stream replaced;
+  std::string want = replaced.push(raw.out);
+  want += replaced.finish();
+  EXPECT_EQ(text.out, want);
 }
 
 }  // namespace

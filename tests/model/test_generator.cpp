@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -167,6 +168,11 @@ TEST(Generator, SamplerRules) {
   EXPECT_EQ(count[0], 0);
   EXPECT_NEAR(count[1] / 40000.0, 2.0 / 7.0, 0.02);
   test::expect_one_line_error([&] { sample_token(l3, {.temperature = -1.0}, rng); }, {"temperature"});
+  // Logits that are not finite (an all-NaN LM head) stop the generation in one line, greedy or sampled.
+  const std::vector<float> poisoned = {std::nanf(""), std::nanf(""), 1.0f, std::numeric_limits<float>::infinity()};
+  for (const double t : {0.0, 1.0})
+    test::expect_one_line_error([&] { sample_token(poisoned, {.temperature = t}, rng); },
+                                {"3 of the 4 logits are not finite"});
 }
 
 TEST(Generator, WhatDoesNotFitIsRefused) {
