@@ -67,7 +67,13 @@ std::string sft_loss_mask_path(const std::string& prefix) { return prefix + ".lo
 
 bool is_sft_dataset(const std::string& prefix) {
   std::error_code ec;
-  return std::filesystem::exists(sft_record_path(prefix), ec);
+  if (std::filesystem::exists(sft_record_path(prefix), ec)) return true;
+  // A loss mask without its record is half a set: read as pretraining data it would put the loss on the prompts.
+  PL_CHECK(!std::filesystem::exists(sft_loss_mask_path(prefix), ec),
+           "{} is there but {} is missing: half an SFT set (write it again with preprocess_data --dataset-type sft, "
+           "or remove the .loss_mask to train on the tokens as pretraining data)",
+           sft_loss_mask_path(prefix), sft_record_path(prefix));
+  return false;
 }
 
 std::string sft_record_text(const SftRecord& r) {

@@ -63,7 +63,7 @@ struct SftRecord {
 
 std::string sft_record_path(const std::string& prefix);     // "P.sft.json"
 std::string sft_loss_mask_path(const std::string& prefix);  // "P.loss_mask"
-// True when "P.sft.json" exists: the prefix names an SFT dataset.
+// True when "P.sft.json" exists: the prefix names an SFT dataset. "P.loss_mask" without it is refused (half a set).
 bool is_sft_dataset(const std::string& prefix);
 std::string sft_record_text(const SftRecord& r);
 // The record of P; a missing or malformed file is a one-line error naming it.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -340,9 +341,9 @@ uint64_t stream_file(const fs::path& path, uint64_t expected_bytes, std::vector<
 void verify_file(const fs::path& dir, const CheckpointFile& f, std::vector<char>& staging, bool read_contents) {
   const fs::path path = dir / f.name;
   std::error_code ec;
-  PL_CHECK(fs::exists(path, ec), "{}: missing (listed in {})", path.string(), kManifest);
-  const uint64_t size = fs::file_size(path, ec);
-  PL_CHECK(!ec, "{}: cannot stat: {}", path.string(), ec.message());
+  PL_CHECK(fs::exists(fs::symlink_status(path, ec)), "{}: missing (listed in {})", path.string(), kManifest);
+  // Through the one reader's check, so a FIFO or a directory is named as such and never blocks.
+  const uint64_t size = file_size(open_regular_file(path.string()));
   PL_CHECK(size == f.bytes, "{}: {} bytes but the manifest says {} ({})", path.string(), size, f.bytes,
            size < f.bytes ? "truncated" : "longer than written");
   if (!read_contents) return;
@@ -464,7 +465,7 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
     std::vector<char> fp8_staging;
     const StateBuffer fp8{kFp8StateFile, model.delayed_scaling().all, DType::F32};
     if (model.delayed_scaling().enabled()) files.push_back(write_state_buffer(tmp, fp8, fp8_staging, hook));
-    files.push_back(write_text_file(fs::path(tmp) / kMetadata, checkpoint_metadata_text(state, opt.steps_taken(), run), hook));
+    files.push_back(write_text_file(fs::path(tmp) / kMetadata, checkpoint_metadata_text(state, opt.steps_taken(), run, model.delayed_scaling().enabled()), hook));
     manifest = write_text_file(fs::path(tmp) / kManifest, checkpoint_manifest_text(state.iteration, files), hook);
   }, process_tmp_suffix());
   // The tracker last (Megatron: iter_finalize_fn writes it after the checkpoint), replaced atomically.
@@ -528,6 +529,11 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents
   PL_CHECK(has_meta, "{}: lists no {}", manifest_path.string(), kMetadata);
 
   read_checkpoint_metadata((dir / kMetadata).string(), manifest_path.string(), v);
+  // Present where the saving recipe needs it: resumed without it, the histories would restart from zero unsaid.
+  const bool has_fp8 = std::any_of(v.files.begin(), v.files.end(), [](const CheckpointFile& f) { return f.name == kFp8StateFile; });
+  PL_CHECK(has_fp8 || !v.fp8_delayed_scaling,
+           "{}: saved by an FP8 delayed-scaling recipe ({}), but lists no {}: the amax histories and scales are missing",
+           manifest_path.string(), v.recipe_name, kFp8StateFile);
   v.seconds = seconds_since(t0);
   return v;
 }
@@ -598,6 +604,22 @@ const CheckpointFile& file_for_buffer(const VerifiedCheckpoint& c, StateBuffer& 
 
 }  // namespace
 
+// A poisoned state is refused before it is used: a NaN amax or scale would make every later step NaN (and the
+// run would blame the learning rate). Amaxes are finite and >= 0, scales finite and > 0.
+static void check_fp8_state_values(const std::string& path, const char* data, int64_t first, int64_t cnt,
+                                   int64_t history_elements) {
+  for (int64_t k = 0; k < cnt; ++k) {
+    float v;
+    std::memcpy(&v, data + k * 4, 4);
+    const int64_t i = first + k;
+    const bool is_scale = i >= history_elements;
+    PL_CHECK(std::isfinite(v) && (is_scale ? v > 0.0f : v >= 0.0f),
+             "{}: element {} ({} {}) is {}: the FP8 delayed-scaling state is corrupt (an amax must be finite and "
+             ">= 0, a scale finite and > 0)",
+             path, i, is_scale ? "scale" : "amax history entry", is_scale ? i - history_elements : i, v);
+  }
+}
+
 // FP8 delayed scaling's histories and scales. A checkpoint without them (another recipe's) leaves TE's initial
 // state (history 0, scale 1), as TE's set_extra_state does without FP8 state; another size is refused.
 static void restore_fp8_state(const VerifiedCheckpoint& c, LlamaModel& model, std::vector<char>& staging) {
@@ -611,8 +633,11 @@ static void restore_fp8_state(const VerifiedCheckpoint& c, LlamaModel& model, st
            "{}: {} {} elements, but this run's FP8 delayed scaling keeps {} (amax history {} x {} tensors + scales): "
            "was it saved with another --fp8-amax-history-len or model?",
            path.string(), f->numel, f->dtype, n, ds.history.dim(0), ds.history.dim(1));
+  const int64_t history_elements = ds.history.numel();  // `all` is the history [len, n], then the scales [n]
   const uint64_t sum = stream_file(path, f->bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {
-    copy_from_host(ds.all.rows(static_cast<int64_t>(off / 4), static_cast<int64_t>(bytes / 4)), data);
+    const auto first = static_cast<int64_t>(off / 4), cnt = static_cast<int64_t>(bytes / 4);
+    check_fp8_state_values(path.string(), data, first, cnt, history_elements);
+    copy_from_host(ds.all.rows(first, cnt), data);
   });
   PL_CHECK(sum == f->checksum, "{}: changed while loading (checksum {} vs {})", path.string(), hex64(sum),
            hex64(f->checksum));

@@ -113,6 +113,7 @@ struct VerifiedCheckpoint {
   std::vector<CheckpointFile> files;
   ModelConfig model;  // shape fields as saved
   std::string recipe_name;
+  bool fp8_delayed_scaling = false;  // the saving run kept FP8 delayed-scaling state (absent before issue 38: false)
   TrainConfig train;  // the batch and schedule settings as saved
   TrainState state;
   int64_t optimizer_steps = 0;

@@ -157,7 +157,8 @@ void add_schedule_changes(const TrainConfig& saved, const TrainConfig& now, std:
 
 }  // namespace
 
-std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run) {
+std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run,
+                                     bool fp8_delayed_scaling) {
   const TrainConfig& t = run.train;
   json j;
   j["format_version"] = kCheckpointFormatVersion;
@@ -165,7 +166,10 @@ std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_ste
   j["timestamp"] = utc_timestamp();
   j["command_line"] = run.command_line;
   j["model"] = model_json(run.model);
-  j["recipe"] = json{{"name", run.recipe_name}, {"file", run.recipe_file}, {"plan", run.plan}};
+  j["recipe"] = json{{"name", run.recipe_name},
+                     {"file", run.recipe_file},
+                     {"plan", run.plan},
+                     {"fp8_delayed_scaling", fp8_delayed_scaling}};
   j["train"] = json{{"train_iters", t.train_iters},   {"warmup_iters", t.warmup_iters},
                     {"global_batch_size", t.global_batch_size}, {"micro_batch_size", t.micro_batch_size},
                     {"seq_length", t.seq_length},     {"lr", t.lr},
@@ -213,7 +217,9 @@ void read_checkpoint_metadata(const std::string& meta_path, const std::string& m
   PL_CHECK(m.is_object(), "{}: 'model' is not an object", meta_path);
   m.erase("file");
   v.model = model_config_from_json(m, meta_path + " (model)");
-  v.recipe_name = json_field<std::string>(json_field<json>(meta, "recipe", meta_path), "name", meta_path);
+  const json recipe = json_field<json>(meta, "recipe", meta_path);
+  v.recipe_name = json_field<std::string>(recipe, "name", meta_path);
+  if (recipe.contains("fp8_delayed_scaling")) v.fp8_delayed_scaling = json_field<bool>(recipe, "fp8_delayed_scaling", meta_path);
   const json t = json_field<json>(meta, "train", meta_path);
   v.train.train_iters = json_field<int64_t>(t, "train_iters", meta_path);
   v.train.warmup_iters = json_field<int64_t>(t, "warmup_iters", meta_path);

@@ -10,7 +10,8 @@
 
 namespace pl {
 
-std::string checkpoint_metadata_text(const TrainState& state, int64_t optimizer_steps, const RunDescription& run);
+std::string checkpoint_metadata_text(const TrainState& state, int64_t optimizer_steps, const RunDescription& run,
+                                     bool fp8_delayed_scaling);
 std::string checkpoint_manifest_text(int64_t iteration, const std::vector<CheckpointFile>& files);
 
 // Fills v's model, recipe_name, train, state and optimizer_steps from metadata.json at `meta_path`, whose

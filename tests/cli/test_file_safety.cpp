@@ -122,6 +122,22 @@ TEST(FileSafety, AFifoAsAnyInputIsOneLineNotAHang) {
                   "convert_checkpoint", {manifest, "is a FIFO"});
 }
 
+// A FIFO in place of a file the manifest lists is named as a FIFO (it read "cannot stat: Operation not
+// supported"), by every reader of checkpoints (issue 38).
+TEST(FileSafety, AFifoInsideACheckpointIsNamedAsOne) {
+  TempDir dir;
+  const std::string ck = (dir.path() / "ck").string();
+  const ProcessResult train = run_process(kApp, tiny_run({"--model", kTiny, "--disable-fp4", "--save", ck}), 300.0);
+  ASSERT_EQ(train.exit_code, 0) << train.err;
+  const fs::path master = fs::path(ck) / "iter_0000001" / "master_fp32.bin";
+  fs::remove(master);
+  make_fifo(master);
+  expect_one_line(run_process(kConvert, {"--load", ck, "--to-hf", (dir.path() / "hf").string()}, kDeadline),
+                  "convert_checkpoint", {master.string(), "is a FIFO"});
+  expect_one_line(run_process(kApp, tiny_run({"--model", kTiny, "--disable-fp4", "--load", ck}), kDeadline),
+                  "pretrain_llama", {master.string(), "is a FIFO"});
+}
+
 TEST(FileSafety, ConvertCheckpointRefusesAnOutputOntoInsideOrAroundTheCheckpoint) {
   TempDir dir;
   const std::string ck = (dir.path() / "ck").string();

@@ -4,9 +4,17 @@
 // --fp8-amax-compute-algo / --fp8-margin are accepted over the recipe or refused with one line.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "core/checksum.h"
 #include "test_util.h"
 
 namespace {
@@ -73,6 +81,53 @@ TEST(Fp8DelayedScalingCli, FlagsOverrideTheRecipeOrAreRefused) {
   expect_refused(zero, "--fp8-amax-history-len must be in [1, 16777216], got 0");
   expect_refused({"--model", kTiny, "--recipe", "bf16_with_fp8_current_scaling_mixed", "--fp8-margin", "1", "--dry-run"},
                  "--fp8-margin applies to FP8 delayed scaling only; recipe 'bf16_with_fp8_current_scaling_mixed' is not");
+}
+
+// A checkpoint's manifest.json with `edit` applied to its file list, and a changed file's checksum put right:
+// the checkpoint stays self-consistent, so only the rule under test can refuse it.
+void edit_manifest(const std::string& iter_dir, const std::function<void(nlohmann::json& files)>& edit) {
+  const std::string path = iter_dir + "/manifest.json";
+  nlohmann::json m = nlohmann::json::parse(pl::test::read_text_file(path));
+  edit(m["files"]);
+  std::ofstream(path) << m.dump(2) << "\n";
+}
+
+void put_float(const std::string& iter_dir, const std::string& name, int64_t index, float v) {
+  const std::string path = iter_dir + "/" + name;
+  std::string bytes = pl::test::read_text_file(path);
+  std::memcpy(bytes.data() + index * 4, &v, 4);
+  std::ofstream(path, std::ios::binary) << bytes;
+  edit_manifest(iter_dir, [&](nlohmann::json& files) {
+    for (auto& f : files)
+      if (f["name"] == name) f["checksum"] = fmt::format("0x{:016x}", pl::checksum64(bytes.data(), bytes.size()));
+  });
+}
+
+// Loaded state is checked where the run would use it (issue 38): a NaN amax or scale is refused with the file
+// and the element (it made every later step NaN), and a delayed-scaling checkpoint that lists no FP8 state is
+// refused (it resumed from zeroed histories without a word).
+TEST(Fp8DelayedScalingCli, APoisonedOrMissingStateIsRefused) {
+  pl::test::TempDir dir;
+  const std::string save = (dir.path() / "ck").string(), it = save + "/iter_0000002";
+  ASSERT_EQ(run_app(tiny({"--save", save, "--save-interval", "2"}, "2")).exit_code, 0);
+  const std::string file = "fp8_delayed_scaling_fp32.bin";
+  const int64_t history = 4 * 3 * 8;  // history 4 x 3 tensors x 8 linears, then the 24 scales
+  put_float(it, file, history + 5, std::nanf(""));
+  expect_refused(tiny({"--load", save}, "3"), file + ": element 101 (scale 5) is nan");
+  put_float(it, file, history + 5, 1.0f);
+  put_float(it, file, 7, -1.0f);
+  expect_refused(tiny({"--load", save}, "3"), "element 7 (amax history entry 7) is -1");
+  put_float(it, file, 7, 0.0f);
+  ASSERT_EQ(run_app(tiny({"--load", save}, "3")).exit_code, 0);  // put right, it loads
+  edit_manifest(it, [&](nlohmann::json& files) {
+    for (auto f = files.begin(); f != files.end(); ++f)
+      if ((*f)["name"] == file) {
+        files.erase(f);
+        break;
+      }
+  });
+  expect_refused(tiny({"--load", save}, "3"), "saved by an FP8 delayed-scaling recipe (" + kDelayed +
+                                                 "), but lists no " + file);
 }
 
 }  // namespace

@@ -316,7 +316,10 @@ TEST(SftDataset, FilesThatDoNotBelongTogetherAreRefused) {
   std::filesystem::resize_file(sft_loss_mask_path(w.prefix), 5);
   test::expect_one_line_error([&] { SftData(w.prefix, "1,0,0", 32, PackingAlgorithm::first_fit_shuffle, 1); },
                               {".loss_mask", "5 bytes"});
+  // The record gone, the mask left: half a set, refused rather than read as pretraining data (issue 38).
   std::filesystem::remove(sft_record_path(w.prefix));
+  test::expect_one_line_error([&] { is_sft_dataset(w.prefix); }, {".loss_mask is there but", ".sft.json is missing"});
+  std::filesystem::remove(sft_loss_mask_path(w.prefix));
   EXPECT_FALSE(is_sft_dataset(w.prefix));
 }
 
