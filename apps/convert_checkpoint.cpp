@@ -88,6 +88,12 @@ int run(int argc, char** argv) {
   PL_CHECK(!fs::exists(out, ec) || (fs::is_directory(out, ec) && (fs::is_empty(out, ec) || o.overwrite)),
            "--to-hf {}: {} (pass --overwrite to replace it)", out.string(),
            fs::is_directory(out, ec) ? "the directory is not empty" : "exists and is not a directory");
+  // --overwrite replaces an earlier export only (config.json beside its weights), never a directory of other files.
+  if (o.overwrite && !fs::is_empty(out, ec))
+    check_replaceable_output("--to-hf", out.string(), "a Hugging Face export", [](const std::string& p) {
+      std::error_code e;
+      return fs::is_regular_file(fs::path(p) / "config.json", e) ? std::string() : std::string("no config.json");
+    });
   const auto t0 = std::chrono::steady_clock::now();
   const VerifiedCheckpoint ckpt = verify_checkpoint(o.load);
   check_hf_expressible(ckpt.model);

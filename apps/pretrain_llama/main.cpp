@@ -193,8 +193,6 @@ int build_and_train(const RunInputs& in) {
   check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
                                     t.use_precision_aware_optimizer},
                     t, device, device_sm(ctx));
-  auto ceilings = roofline_ceilings(o, setup, ctx, world, out);
-  if (device == Device::CUDA) reserve_device_arena(device, mem.total() + kArenaSlack);
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
   std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);
   if (ckpt) out->info("{}", log::loading_checkpoint_line(o.load, ckpt->iteration));
@@ -203,6 +201,10 @@ int build_and_train(const RunInputs& in) {
   if (world.rank() != 0) world.barrier();
   const data::TrainingData dataset = build_data(o.data, mc, t, out);
   if (world.rank() == 0) world.barrier();
+  // The machine's ceilings once the checkpoint and the data are known good (a start that fails on them writes
+  // no cache), and before the arena takes the device's memory (the probe's operands are freed by then).
+  auto ceilings = roofline_ceilings(o, setup, ctx, world, out);
+  if (device == Device::CUDA) reserve_device_arena(device, mem.total() + kArenaSlack);
 
   RunLayout layout = mopt;
   layout.packing = data::document_packing(dataset, mopt.packing);  // the data's EOD id (or a one-line error)

@@ -27,6 +27,8 @@ std::string parent_of(const std::string& path) {
   return p.empty() ? "." : p;
 }
 
+void remove_stale_temporaries(const std::string& path);  // below, with the file set
+
 }  // namespace
 
 std::string process_tmp_suffix() { return ".tmp-" + std::to_string(::getpid()); }
@@ -78,6 +80,9 @@ void write_directory_atomically(const std::string& path_in, const std::function<
   if (p.filename().empty()) p = p.parent_path();  // "out/" names "out"
   const std::string path = p.string();
   const std::string tmp = path + (tmp_suffix.empty() ? process_tmp_suffix() : tmp_suffix);
+  // The one cleaner, as for files: the "<path>.tmp-N" directories of killed writers (N a pid that no longer
+  // exists, or ours from an earlier process) would otherwise stay forever beside the output.
+  remove_stale_temporaries(path);
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "io/json_text.h"
 
 namespace pl {
 
@@ -164,6 +165,50 @@ void check_outputs_apart_from_inputs(const std::vector<FlagPath>& inputs, const 
       fail("{} {} {} {} {}: an output must not overlap an input", out.flag, out.path, how, in.flag, in.path);
     }
   }
+}
+
+namespace {
+
+// "" when `text` is a JSON object holding every one of `fields`, else why not.
+std::string json_text_lacks(const std::string& text, const std::string& what, const std::vector<std::string>& fields) {
+  nlohmann::json j;
+  try {
+    j = parse_json_text(text, what);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  if (!j.is_object()) return "not a JSON object";
+  for (const std::string& f : fields)
+    if (!j.contains(f)) return "no field '" + f + "'";
+  return "";
+}
+
+}  // namespace
+
+std::string json_file_lacks(const std::string& path, const std::vector<std::string>& fields) {
+  return json_text_lacks(read_regular_file(path), path, fields);
+}
+
+std::string json_lines_file_lacks(const std::string& path, const std::vector<std::string>& fields) {
+  // The first line only, read from at most the first MiB (a large file given by mistake is not read whole).
+  std::string head(1 << 20, '\0');
+  head.resize(read_up_to(open_regular_file(path), head.data(), head.size()));
+  return json_text_lacks(head.substr(0, head.find('\n')), path + ":1", fields);
+}
+
+void check_replaceable_output(const std::string& flag, const std::string& path, const std::string& kind,
+                              const OwnOutputCheck& why_not_ours) {
+  std::error_code ec;
+  // (Missing, or its directory missing or unreadable: nothing to replace; writing it says what is wrong.)
+  if (path.empty() || !std::filesystem::exists(std::filesystem::symlink_status(path, ec))) return;
+  std::string why;
+  try {
+    why = why_not_ours(path);
+  } catch (const Error& e) {  // unreadable, or not a regular file: not ours either
+    why = e.what();
+  }
+  PL_CHECK(why.empty(), "{} {}: not {} of this program ({}); it would be replaced: give another path", flag, path,
+           kind, why);
 }
 
 }  // namespace pl

@@ -6,6 +6,7 @@
 //    `--overwrite` onto the checkpoint being converted would otherwise delete it).
 // Every failure is one pl::Error line naming the file (and the flags).
 #include <array>
+#include <functional>
 #include <istream>
 #include <streambuf>
 #include <string>
@@ -74,5 +75,21 @@ struct FlagPath {
 // Fails with one line naming both flags and paths when an output is, contains or lies inside an input
 // (empty paths are skipped): "--to-hf ck/hf lies inside --load ck: an output must not overlap an input".
 void check_outputs_apart_from_inputs(const std::vector<FlagPath>& inputs, const std::vector<FlagPath>& outputs);
+
+// ---- outputs that replace what is there ---------------------------------------------------------
+
+// The one rule for an output written over an existing path (issue 38): it replaces only this program's own
+// earlier output of that kind, never a file given by mistake (a model config, a user's notes). Nothing at
+// `path`: nothing to check. Else `why_not_ours(path)` returns "" when what is there is ours, or why not, and
+// the check fails with one line before anything is written:
+// "<flag> <path>: not <kind> of this program (<why>); it would be replaced: give another path".
+using OwnOutputCheck = std::function<std::string(const std::string& path)>;
+void check_replaceable_output(const std::string& flag, const std::string& path, const std::string& kind,
+                              const OwnOutputCheck& why_not_ours);
+
+// Checks for JSON outputs: "" when the regular file is a JSON object holding every one of `fields` (the whole
+// file; or only its first line, for a JSON-lines log), else why not.
+std::string json_file_lacks(const std::string& path, const std::vector<std::string>& fields);
+std::string json_lines_file_lacks(const std::string& path, const std::vector<std::string>& fields);
 
 }  // namespace pl

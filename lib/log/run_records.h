@@ -21,6 +21,7 @@ struct IterationRecord {
   int64_t global_batch_size = 0;
   int64_t world_size = 1;
   double lm_loss = 0.0;           // the token-weighted mean over the global batch; NaN when it was not finite
+  double loss_tokens = -1.0;      // the tokens counted in it, over the global batch (0: every label masked; -1: not known)
   double lr_used = 0.0;           // the learning rate this step used
   double learning_rate = 0.0;     // the rate the next step uses (the Megatron line prints this one)
   double grad_norm = 0.0;         // NaN when the step was skipped

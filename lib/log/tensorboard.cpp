@@ -17,6 +17,7 @@
 
 #include "core/error.h"
 #include "io/fd.h"
+#include "io/record_log.h"
 
 namespace pl::log {
 
@@ -136,16 +137,6 @@ std::string events_file_name() {
                      counter.fetch_add(1));
 }
 
-// All of `bytes` to `fd` (io/fd.h: short counts continued, EINTR retried). Returns "" or the error.
-std::string write_or_error(const UniqueFd& fd, std::string_view bytes) {
-  try {
-    write_all(fd, bytes);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
-}
-
 }  // namespace
 
 struct EventFileWriter::Shared {
@@ -156,7 +147,7 @@ struct EventFileWriter::Shared {
   bool flush_requested = false, closing = false, finished = false;  // guarded by mutex
   std::string error;                 // the first write error (guarded by mutex)
   std::atomic<int64_t> dropped{0}, written{0};
-  UniqueFd fd;  // owned by the writer thread once it runs
+  RecordLog file;  // owned by the writer thread once it runs; whole records only (a failed write is cut back)
 
   // The writer thread: whenever it wakes it takes the queue's records, encodes them and hands them to the
   // OS. It wakes at each flush request, when the queue is half full, at the close, and every 30 s with
@@ -165,6 +156,7 @@ struct EventFileWriter::Shared {
   static void run(const std::shared_ptr<Shared>& s) {
     std::vector<PendingScalar> batch;
     std::string buffer;
+    std::vector<size_t> ends;  // where each record of `buffer` ends
     for (;;) {
       bool closing = false, failed = false;
       {
@@ -179,9 +171,17 @@ struct EventFileWriter::Shared {
       if (!batch.empty() && failed) s->dropped += static_cast<int64_t>(batch.size());  // (after a write error)
       if (!batch.empty() && !failed) {
         buffer.clear();
-        for (const PendingScalar& p : batch) buffer += tfrecord(scalar_event(p.wall_time, p.step, p.tag, p.value));
-        const std::string error = write_or_error(s->fd, buffer);
-        (error.empty() ? s->written : s->dropped) += static_cast<int64_t>(batch.size());
+        ends.clear();
+        for (const PendingScalar& p : batch) {
+          buffer += tfrecord(scalar_event(p.wall_time, p.step, p.tag, p.value));
+          ends.push_back(buffer.size());
+        }
+        const uint64_t before = s->file.whole_bytes();
+        const std::string error = s->file.append(buffer, ends);
+        // The records wholly written count as written (a failed write keeps them), the rest as dropped.
+        const auto kept = std::upper_bound(ends.begin(), ends.end(), s->file.whole_bytes() - before) - ends.begin();
+        s->written += kept;
+        s->dropped += static_cast<int64_t>(batch.size()) - kept;
         if (!error.empty()) {
           const std::lock_guard lock(s->mutex);
           s->error = error;
@@ -190,7 +190,7 @@ struct EventFileWriter::Shared {
       batch.clear();
       if (closing) break;
     }
-    s->fd.reset();
+    s->file.reset();
     const std::lock_guard lock(s->mutex);
     s->finished = true;
     s->finished_cv.notify_all();
@@ -202,15 +202,28 @@ EventFileWriter::EventFileWriter(const std::string& dir, size_t queue_capacity, 
   namespace fs = std::filesystem;
   PL_CHECK(!dir.empty(), "--tensorboard-dir needs a DIR");
   std::error_code ec;
+  // The outermost directory this writer creates, removed again (if still empty) when the start fails.
+  for (fs::path p = fs::absolute(dir, ec); !p.empty() && p != p.parent_path() && !fs::exists(p, ec); p = p.parent_path())
+    created_top_ = p;
   fs::create_directories(dir, ec);
   PL_CHECK(!ec, "--tensorboard-dir {}: cannot create the directory: {}", dir, ec.message());
   PL_CHECK(fs::is_directory(dir, ec), "--tensorboard-dir {}: exists and is not a directory", dir);
   path_ = (fs::path(dir) / events_file_name()).string();
-  shared_->fd = try_open_fd(path_, O_WRONLY | O_CREAT | O_EXCL);
-  PL_CHECK(shared_->fd.valid(), "--tensorboard-dir {}: cannot create {}: {}", dir, path_, std::strerror(errno));
-  // The first record now, from this thread: a directory that takes a file but no data fails here too.
-  const std::string error = write_or_error(shared_->fd, tfrecord(file_version_event(wall_seconds())));
-  PL_CHECK(error.empty(), "--tensorboard-dir {}: cannot write {}: {}", dir, path_, error);
+  UniqueFd fd = try_open_fd(path_, O_WRONLY | O_CREAT | O_EXCL);
+  if (!fd.valid()) {
+    const int err = errno;
+    remove_what_was_made();
+    fail("--tensorboard-dir {}: cannot create {}: {}", dir, path_, std::strerror(err));
+  }
+  shared_->file = RecordLog(std::move(fd));
+  // The first record now, from this thread: a directory that takes a file but no data fails here too, and
+  // leaves no empty file behind.
+  const std::string error = shared_->file.append(tfrecord(file_version_event(wall_seconds())));
+  if (!error.empty()) {
+    shared_->file.reset();
+    remove_what_was_made();
+    fail("--tensorboard-dir {}: cannot write {}: {}", dir, path_, error);
+  }
   shared_->written = 1;
   shared_->queue.reserve(capacity_);
   shared_->wake_at = std::max<size_t>(1, capacity_ / 2);
@@ -275,6 +288,25 @@ void EventFileWriter::close(double timeout_s) {
                         path_, timeout_s));
   }
   note_new_trouble();
+}
+
+// The events file (created by this writer, O_EXCL) and the directories this writer created, those left empty;
+// errors ignored (best effort on the way out of a failed start).
+void EventFileWriter::remove_what_was_made() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::remove(path_, ec);
+  if (created_top_.empty()) return;
+  for (fs::path p = fs::absolute(path_, ec).parent_path(); fs::is_directory(p, ec) && fs::is_empty(p, ec);
+       p = p.parent_path()) {
+    fs::remove(p, ec);
+    if (p == created_top_ || ec) break;
+  }
+}
+
+void EventFileWriter::discard() {
+  close();
+  remove_what_was_made();
 }
 
 int64_t EventFileWriter::dropped() const { return shared_->dropped.load(); }

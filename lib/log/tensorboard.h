@@ -27,6 +27,7 @@
 // counts it, with one warning. close() waits a bounded time for the thread, then gives up on what it has
 // not written and says so.
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <span>
@@ -73,13 +74,18 @@ class EventFileWriter {
   // that the thread is left to finish on its own (a stuck disk) and a note says how many records may be
   // missing. Idempotent.
   void close(double timeout_s = 10.0);
+  // For a run that fails before its first iteration: closes, then removes the events file and the directories
+  // this writer created (when empty), so a failed start leaves nothing new behind.
+  void discard();
   int64_t dropped() const;
   int64_t written() const;  // records handed to the OS so far (the file_version record included)
 
  private:
   struct Shared;  // the queue and counters, shared with the writer thread (it may outlive a timed-out close)
   void note_new_trouble();
+  void remove_what_was_made();
   std::string path_;
+  std::filesystem::path created_top_;  // the outermost directory the constructor created, or empty
   size_t capacity_;
   NoteFn note_;
   std::shared_ptr<Shared> shared_;

@@ -11,6 +11,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "io/file_checks.h"
 
 namespace pl::observe {
 
@@ -129,9 +130,17 @@ void check_jsonl_output(const std::string& path) {
   }
 }
 
+void check_jsonl_replaceable(const std::string& path) {
+  // A fresh run replaces the file and a resume appends to it: either way it must be a log of ours.
+  check_replaceable_output("--log-jsonl", path, "a JSON-lines log", [](const std::string& p) {
+    return json_lines_file_lacks(p, {"event", "schema_version"});
+  });
+}
+
 JsonLinesLog::JsonLinesLog(std::string path, Json start, bool append, log::NoteFn note)
     : path_(std::move(path)), start_{{"event", "start"}, {"schema_version", 1}}, append_(append), note_(std::move(note)) {
   check_jsonl_output(path_);
+  check_jsonl_replaceable(path_);
   for (auto& [key, value] : start.items()) start_[key] = std::move(value);
 }
 
@@ -140,20 +149,30 @@ void JsonLinesLog::on_start(const RunStart& s, TrainerAccess&) {
   start_["first_iteration"] = s.first_iteration;
 }
 
-// One line, one write(2); the file is opened (and the start line written) by the first one.
+// One line, one append; the file is opened (and the start line written) by the first one, so a run that fails
+// before its first record leaves no file. A failed write leaves the file ending in a whole line (io/record_log.h),
+// and a file this run created that holds no line is removed.
 void JsonLinesLog::write(const Json& line) {
   if (failed_) return;
+  std::string error;
   try {
-    if (!fd_.valid()) {
-      fd_ = open_fd(path_, O_WRONLY | O_CREAT | (append_ ? O_APPEND : O_TRUNC));
-      write_all(fd_, start_.dump() + "\n");
+    if (!file_.valid()) {
+      std::error_code ec;
+      created_ = !fs::exists(path_, ec);
+      file_ = RecordLog(open_fd(path_, O_WRONLY | O_CREAT | (append_ ? 0 : O_TRUNC)));
+      error = file_.append(start_.dump() + "\n");
     }
-    write_all(fd_, line.dump() + "\n");
+    if (error.empty()) error = file_.append(line.dump() + "\n");
   } catch (const Error& e) {
-    failed_ = true;
-    fd_.reset();
-    if (note_) note_(fmt::format("WARNING: --log-jsonl: {}: the run goes on without its JSON-lines log", e.what()));
+    error = e.what();
   }
+  if (error.empty()) return;
+  failed_ = true;
+  const bool empty = file_.valid() && file_.whole_bytes() == 0;
+  file_.reset();
+  std::error_code ec;
+  if (created_ && empty) fs::remove(path_, ec);
+  if (note_) note_(fmt::format("WARNING: --log-jsonl: {}: the run goes on without its JSON-lines log", error));
 }
 
 void JsonLinesLog::on_iteration(const log::IterationRecord& it) { write(iteration_json(it)); }
@@ -162,9 +181,9 @@ void JsonLinesLog::on_eval(const log::EvalRecord& e) { write(eval_json(e)); }
 
 void JsonLinesLog::on_end(const log::RunEnd& e) {
   write(end_json(e));
-  if (fd_.valid()) {
+  if (file_.valid()) {
     try {
-      fd_.close();
+      file_.close();
     } catch (const Error& err) {
       if (note_) note_(fmt::format("WARNING: --log-jsonl: {}", err.what()));
     }

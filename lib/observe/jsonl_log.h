@@ -17,6 +17,7 @@
 
 #include "backend/device_info.h"
 #include "io/fd.h"
+#include "io/record_log.h"
 #include "log/tensorboard.h"
 #include "train/observer.h"
 
@@ -25,6 +26,9 @@ namespace pl::observe {
 // FILE can be written: its directory exists and takes files; FILE, if it exists, is a regular file this process
 // may write. One-line errors naming --log-jsonl; nothing is created.
 void check_jsonl_output(const std::string& path);
+// An existing FILE must be a JSON-lines log of this program (its first line a start event): io/file_checks.h's
+// check_replaceable_output.
+void check_jsonl_replaceable(const std::string& path);
 
 class JsonLinesLog : public TrainObserver {
  public:
@@ -42,8 +46,8 @@ class JsonLinesLog : public TrainObserver {
   nlohmann::ordered_json start_;
   bool append_;
   log::NoteFn note_;
-  UniqueFd fd_;
-  bool failed_ = false;
+  RecordLog file_;  // whole lines only: a write that fails part way is cut back to the last whole line
+  bool created_ = false, failed_ = false;
 };
 
 // The records as JSON-lines objects (also what the tests compare).

@@ -41,6 +41,17 @@ void MegatronTextLog::on_interval(const log::IntervalRecord& r) {
   }
 }
 
+// Megatron would print 0/0 = nan for such a batch; here the loss prints as 0 and the step is taken with zero
+// gradients (weight decay alone moves the weights), so a data set that masks everything must not pass unsaid.
+void MegatronTextLog::on_iteration(const log::IterationRecord& it) {
+  if (it.loss_tokens != 0.0 || all_masked_reported_) return;
+  all_masked_reported_ = true;
+  print_first(fmt::format("WARNING: iteration {}: every label of the global batch is masked (the SFT loss mask, "
+                          "--eod-mask-loss): no token is counted in its loss, which is reported as 0, and its gradients "
+                          "are zero; said once",
+                          it.iteration));
+}
+
 // Megatron's evaluate_and_print_results: "iteration N" during training, "iteration N on validation set" /
 // "... on test set" after it.
 void MegatronTextLog::on_eval(const log::EvalRecord& e) {

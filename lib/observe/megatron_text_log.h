@@ -20,6 +20,8 @@ class MegatronTextLog : public TrainObserver {
   void on_start(const RunStart& s, TrainerAccess&) override;
   void on_interval(const log::IntervalRecord& r) override;
   void on_eval(const log::EvalRecord& e) override;
+  // A global batch whose every label is masked is said once (its loss prints as 0, its gradients are zero).
+  void on_iteration(const log::IterationRecord& it) override;
   void on_iteration_end(const IterationEnd& e, TrainerAccess&) override;
   void on_end(const log::RunEnd& e) override;
 
@@ -34,6 +36,7 @@ class MegatronTextLog : public TrainObserver {
   std::string timing_log_option_;
   bool first_rank_ = true, last_rank_ = true;
   bool memory_reported_ = false;
+  bool all_masked_reported_ = false;
 };
 
 // The summary line of a run (the last rank's timings), and the exit-interval line before it.

@@ -14,6 +14,14 @@ TensorBoardLog::TensorBoardLog(const TensorBoardConfig& cfg, log::NoteFn note)
   cfg_.log_interval = std::max<int64_t>(1, cfg_.log_interval);
 }
 
+TensorBoardLog::~TensorBoardLog() {
+  if (reached_a_record_) return;  // (the writer's own destructor closes it)
+  try {
+    writer_.discard();
+  } catch (...) {  // (a note that throws must not end the program from a destructor)
+  }
+}
+
 void TensorBoardLog::pair(const std::string& tag, double value, int64_t iteration, int64_t consumed_samples) {
   writer_.add_scalar(tag, value, iteration);
   writer_.add_scalar(tag + " vs samples", value, consumed_samples);
@@ -22,6 +30,7 @@ void TensorBoardLog::pair(const std::string& tag, double value, int64_t iteratio
 // Megatron's training_log writes these every --tensorboard-log-interval: the iteration's loss, the rate the
 // next step uses and the step's gradient norm, as the iteration line prints them at --log-interval 1.
 void TensorBoardLog::on_iteration(const log::IterationRecord& s) {
+  reached_a_record_ = true;
   if (s.iteration % cfg_.log_interval != 0) return;
   pair("learning-rate", s.learning_rate, s.iteration, s.consumed_samples);
   pair("batch-size", static_cast<double>(s.global_batch_size), s.iteration, s.consumed_samples);
@@ -53,6 +62,7 @@ void TensorBoardLog::on_interval(const log::IntervalRecord& s) {
 }
 
 void TensorBoardLog::on_eval(const log::EvalRecord& e) {
+  reached_a_record_ = true;
   const std::string tag = e.test_split ? "lm loss test" : "lm loss validation";
   pair(tag, e.lm_loss, e.iteration, e.consumed_samples);
   if (cfg_.log_validation_ppl) pair(tag + " ppl", std::exp(std::min(20.0, e.lm_loss)), e.iteration, e.consumed_samples);
@@ -60,6 +70,7 @@ void TensorBoardLog::on_eval(const log::EvalRecord& e) {
 }
 
 void TensorBoardLog::on_end(const log::RunEnd&) {
+  reached_a_record_ = true;
   const std::string summary = close();
   if (note_) note_(summary);
 }

@@ -50,6 +50,11 @@ class TensorBoardLog : public TrainObserver {
   // Creates cfg.dir and the events file now (one-line error naming --tensorboard-dir); `note` gets the
   // writer's warnings and the closing line.
   TensorBoardLog(const TensorBoardConfig& cfg, log::NoteFn note);
+  // A run that fails before its first record (a bad --data-path, a checkpoint refused) leaves nothing behind:
+  // the events file, and the directories made for it, are removed.
+  ~TensorBoardLog() override;
+  TensorBoardLog(const TensorBoardLog&) = delete;
+  TensorBoardLog& operator=(const TensorBoardLog&) = delete;
   const std::string& path() const { return writer_.path(); }
   void on_iteration(const log::IterationRecord& it) override;
   void on_interval(const log::IntervalRecord& r) override;
@@ -63,6 +68,7 @@ class TensorBoardLog : public TrainObserver {
   TensorBoardConfig cfg_;
   log::NoteFn note_;
   log::EventFileWriter writer_;
+  bool reached_a_record_ = false;  // an iteration, an evaluation or the run's end came: the file is kept
 };
 
 }  // namespace pl::observe

@@ -94,6 +94,15 @@ double finite_positive(double v, const char* what) {
   return v;
 }
 
+// A measured rate no machine has (a hand-edited or corrupt cache, e.g. 1e-300) is refused like a malformed one,
+// so it is measured again rather than printed as a 300-digit percentage. The bounds are far outside any real
+// device: from 1 MFLOP/s and 1 MB/s to 100 PFLOP/s and 1 PB/s.
+double plausible_rate(double v, double lo, double hi, const char* what) {
+  finite_positive(v, what);
+  PL_CHECK(v >= lo && v <= hi, "machine ceilings: {} = {:g} is outside [{:g}, {:g}], no machine's", what, v, lo, hi);
+  return v;
+}
+
 }  // namespace
 
 const GemmCeiling* MachineCeilings::gemm_for(std::string_view format) const {
@@ -195,7 +204,7 @@ MachineCeilings ceilings_from_json(const nlohmann::json& j) {
     GemmCeiling r;
     r.format = json_field<std::string>(g, "format", what + " gemm");
     r.path = json_field<std::string>(g, "path", what + " gemm");
-    r.tflops = finite_positive(json_field<double>(g, "tflops", what + " gemm"), "a GEMM's tflops");
+    r.tflops = plausible_rate(json_field<double>(g, "tflops", what + " gemm"), 1e-6, 1e5, "a GEMM's tflops");
     const auto shape = json_field<std::vector<int64_t>>(g, "best_shape", what + " gemm");
     PL_CHECK(shape.size() == 3, "{} gemm: field 'best_shape' must be [m, n, k]", what);
     r.best_shape = {shape[0], shape[1], shape[2]};
@@ -207,7 +216,7 @@ MachineCeilings ceilings_from_json(const nlohmann::json& j) {
     MemoryCeiling r;
     r.level = json_field<std::string>(l, "level", what + " memory");
     r.capacity_bytes = json_field<double>(l, "capacity_bytes", what + " memory");
-    r.gbps = finite_positive(json_field<double>(l, "gbps", what + " memory"), "a level's gbps");
+    r.gbps = plausible_rate(json_field<double>(l, "gbps", what + " memory"), 1e-3, 1e6, "a level's gbps");
     c.memory.push_back(std::move(r));
   }
   PL_CHECK(!c.memory.empty() && c.memory.back().capacity_bytes == 0.0,
@@ -271,17 +280,9 @@ void write_cache(const std::string& path, const MachineCeilings& c, const ProbeL
 }  // namespace
 
 void check_ceilings_cache_replaceable(const std::string& path, const std::string& flag) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec) && !ec) return;
-  std::string why;
-  try {
-    const nlohmann::json j = parse_json_text(read_regular_file(path), path);
-    if (!j.is_object() || !j.contains("pretrain_llama_machine_ceilings")) why = "no field 'pretrain_llama_machine_ceilings'";
-  } catch (const std::exception& e) {
-    why = e.what();
-  }
-  PL_CHECK(why.empty(), "{} {}: not a machine ceilings cache of this program ({}); it would be replaced: give another "
-           "path, or none", flag, path, why);
+  check_replaceable_output(flag, path, "a machine ceilings cache", [](const std::string& p) {
+    return json_file_lacks(p, {"pretrain_llama_machine_ceilings"});
+  });
 }
 
 MachineCeilings load_or_probe(const OpContext& ctx, const std::string& cache_path,

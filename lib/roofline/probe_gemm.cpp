@@ -153,8 +153,14 @@ std::vector<GemmShape> sweep_shapes(Device device, const std::vector<GemmShape>&
   for (int64_t side : device == Device::CUDA ? std::vector<int64_t>{1024, 2048, 4096, 8192}
                                               : std::vector<int64_t>{256, 512, 1024})
     all.push_back({side, side, side});
-  for (const GemmShape& s : model_shapes)
+  for (GemmShape s : model_shapes) {
+    if (device == Device::CPU) {
+      // The CPU measures at most kCpuProbeMaxSide per side: at the 8B defaults an LM head of 16384 x 128256 x 4096
+      // would take minutes and gigabytes before any memory check, and a CPU's rate has settled long before.
+      s = {std::min(s.m, kCpuProbeMaxSide), std::min(s.n, kCpuProbeMaxSide), std::min(s.k, kCpuProbeMaxSide)};
+    }
     if (s.m > 0 && s.n > 0 && s.k > 0 && std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+  }
   std::stable_sort(all.begin(), all.end(),
                    [](const GemmShape& a, const GemmShape& b) { return gemm_flops(a) > gemm_flops(b); });
   if (all.size() > kProbeMaxShapes) all.resize(kProbeMaxShapes);

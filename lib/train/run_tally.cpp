@@ -49,6 +49,7 @@ log::IterationRecord RunTally::count_step(const StepOutcome& s, const MemoryStat
   it.global_batch_size = cfg_.global_batch_size;
   it.world_size = world_size_;
   it.lm_loss = last_loss_;
+  it.loss_tokens = s.loss_tokens;
   it.lr_used = s.lr_used;
   it.learning_rate = s.lr_next;
   it.grad_norm = s.grad_norm;

@@ -147,7 +147,7 @@ log::IterationRecord Trainer::step(RunState& r) {
   {
     const nvtx::Range step_range("iteration");
     r.step_timer.start();
-    s.loss = forward_backward(r, requests.quant_stats);
+    s.loss = forward_backward(r, requests.quant_stats, s.loss_tokens);
     s.lr_used = schedule_.lr_at(r.st.scheduler_samples);
     const AdamW::Result opt = optimizer_step(r, s.loss, s.lr_used);
     s.seconds = r.step_timer.stop_seconds();
@@ -160,7 +160,7 @@ log::IterationRecord Trainer::step(RunState& r) {
 
 // Every micro-batch of the iteration, forward and backward, then the gradients' reduction over the
 // ranks. Returns the reported loss: the token-weighted mean over the global batch.
-double Trainer::forward_backward(RunState& r, bool quant_stats) {
+double Trainer::forward_backward(RunState& r, bool quant_stats, double& loss_tokens) {
   const int64_t M = cfg_.num_micro_batches(), dp = cfg_.data_parallel_size, rank = world_->rank();
   // --calculate-per-token-loss: the global batch's counted tokens, known before any backward.
   const double global_tokens = cfg_.calculate_per_token_loss ? global_batch_tokens(r) : 0.0;
@@ -209,6 +209,7 @@ double Trainer::forward_backward(RunState& r, bool quant_stats) {
   // divided. No counted token at all (every position masked): 0, where Megatron's report would be 0/0 = NaN;
   // here a NaN loss would skip the step, and the gradients (all zero) are finite.
   world_->all_reduce_sum(sums);
+  loss_tokens = sums[1];
   return loss_sum / std::max(sums[1], 1.0);
 }
 

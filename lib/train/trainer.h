@@ -75,7 +75,8 @@ class Trainer : private TrainerAccess {
   LlamaModel& model() override { return model_; }
   AdamW& settled_optimizer() override;
   log::IterationRecord step(RunState& r);
-  double forward_backward(RunState& r, bool quant_stats);
+  // Returns the reported loss; `loss_tokens` receives the tokens counted in it over the global batch.
+  double forward_backward(RunState& r, bool quant_stats, double& loss_tokens);
   float loss_gradient_scale(int64_t counted, double global_tokens) const;
   double global_batch_tokens(RunState& r);
   AdamW::Result optimizer_step(RunState& r, double loss, double lr);

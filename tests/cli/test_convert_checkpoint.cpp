@@ -86,6 +86,16 @@ TEST(ConvertCheckpoint, AnExistingExportIsReplacedWholeOnlyWithOverwrite) {
   int siblings = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) siblings += e.path().filename().string() != "ckpt";
   EXPECT_EQ(siblings, 1);  // hf only
+  // --overwrite replaces an earlier export only (issue 38): a directory of other files is refused and kept.
+  const std::string mine = (dir.path() / "mine").string();
+  std::filesystem::create_directory(mine);
+  std::ofstream(mine + "/notes.txt") << "my notes\n";
+  const pl::test::ProcessResult refused = pl::test::run_process(kConvert, {"--load", ckpt, "--to-hf", mine, "--overwrite"});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_NE(refused.err.find("--to-hf " + mine + ": not a Hugging Face export of this program (no config.json)"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(pl::test::read_text_file(mine + "/notes.txt"), "my notes\n");
 }
 
 TEST(ConvertCheckpoint, ErrorsAreOneLine) {

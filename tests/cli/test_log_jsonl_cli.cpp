@@ -144,6 +144,23 @@ TEST(LogJsonl, ARunThatFailsBeforeItsFirstIterationLeavesNoFile) {
   EXPECT_EQ(pl::test::read_text_file(old), "an earlier run's log\n");
 }
 
+// The same for every output of the run (issue 38): a bad --data-path leaves no events file, no directory made for
+// it, no JSON-lines log; the same run with good flags keeps both.
+TEST(LogJsonl, AFailedStartLeavesNoEventsFileEither) {
+  pl::test::TempDir dir;
+  const std::filesystem::path made = dir.path() / "made";
+  const std::string file = (dir.path() / "run.jsonl").string(), tb = (made / "tb").string();
+  ProcessResult r = run_app(tiny(1, {"--log-jsonl", file, "--tensorboard-dir", tb, "--data-path",
+                                     (dir.path() / "no_such_prefix").string()}));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(made)) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(file));
+  r = run_app(tiny(1, {"--log-jsonl", file, "--tensorboard-dir", tb}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tb), {}), 1);
+  EXPECT_TRUE(std::filesystem::exists(file));
+}
+
 // A resume appends after its own start line (an --exit-interval stop, then --load); a fresh run replaces.
 TEST(LogJsonl, AResumeAppendsAndAFreshRunReplaces) {
   pl::test::TempDir dir;

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -62,18 +63,37 @@ TEST(CliRoofline, IntoAnUnwritableDirectoryIsRefusedAtStartUp) {
   ::chmod(locked.c_str(), 0755);  // so that TempDir can remove it
 }
 
-// No output replaces an input (issue 38): a --machine-ceilings FILE that is not this program's cache — the
-// --model file of the same command, or a user's notes — is refused at start-up and left byte-identical.
-TEST(CliRoofline, MachineCeilingsNeverReplacesAFileThatIsNotItsCache) {
+// No output replaces an input or a file that is not its own kind (issue 38): --machine-ceilings, --roofline
+// and --log-jsonl naming the --model file of the same command, or a user's notes, are refused at start-up and
+// the file is left byte-identical.
+TEST(CliRoofline, NoOutputReplacesAFileThatIsNotItsOwnKind) {
   pl::test::TempDir dir;
   const std::string notes = (dir.path() / "notes.txt").string();
   std::ofstream(notes) << "my notes\n";
+  const std::string report = (dir.path() / "r.json").string();
   for (const std::string& file : {kTiny, notes}) {
     const std::string before = pl::test::read_text_file(file);
-    expect_refused_at_start(tiny({"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings", file}),
-                            {"--machine-ceilings", file, "not a machine ceilings cache"});
+    const std::string why = file == kTiny ? "--model" : "not a machine ceilings cache of this program";
+    expect_refused_at_start(tiny({"--roofline", report, "--machine-ceilings", file}), {"--machine-ceilings", file, why});
+    expect_refused_at_start(tiny({"--roofline", file}),
+                            {"--roofline", file, file == kTiny ? "--model" : "not a roofline report of this program"});
+    expect_refused_at_start(tiny({"--log-jsonl", file}),
+                            {"--log-jsonl", file, file == kTiny ? "--model" : "not a JSON-lines log of this program"});
     EXPECT_EQ(pl::test::read_text_file(file), before) << file;
   }
+}
+
+// A start that fails on its inputs (a bad --data-path) measures nothing and writes no ceilings cache (issue 38).
+TEST(CliRoofline, AFailedStartWritesNoCeilingsCache) {
+  pl::test::TempDir dir;
+  const std::string cache = (dir.path() / "ceilings.json").string();
+  const ProcessResult r = pl::test::run_process(
+      kApp, tiny({"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings", cache, "--data-path",
+                  (dir.path() / "no_such_prefix").string()}),
+      60.0);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.out.find("machine ceilings"), std::string::npos) << r.out;
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir.path()), {}), 0);
 }
 
 TEST(CliRoofline, AtLogIntervalNeedsRoofline) {

@@ -135,5 +135,20 @@ TEST(AtomicDirectory, AFailingFillLeavesTheOldDirectoryAndNoTemporary) {
   EXPECT_EQ(entries(dir.path()), std::vector<std::string>{"out"});
 }
 
+// Killed writers' "<out>.tmp-N" directories (convert_checkpoint --overwrite killed part way) are removed by the
+// next publish when N is no longer a process; a live process's is left alone (issue 38).
+TEST(AtomicDirectory, ThePublishRemovesTheTemporariesOfDeadWriters) {
+  test::TempDir dir;
+  const std::string out = (dir.path() / "out").string();
+  const std::string dead = out + ".tmp-" + std::to_string(test::dead_pid());
+  const std::string live = out + ".tmp-1";  // init: always alive
+  fs::create_directories(dead + "/model-00001-of-00002.safetensors.tmp-9");
+  fs::create_directories(live);
+  write_directory_atomically(out, [&](const std::string& tmp) { write_file_atomically(tmp + "/one", "1"); });
+  EXPECT_FALSE(fs::exists(dead));
+  EXPECT_TRUE(fs::exists(live));
+  EXPECT_EQ(entries(out), std::vector<std::string>{"one"});
+}
+
 }  // namespace
 }  // namespace pl

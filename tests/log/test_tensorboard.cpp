@@ -4,10 +4,13 @@
 // of Megatron's tags TensorBoardLog writes at which step. (TensorBoard's own reader reads a real run's file
 // in tests/scripts/test_tensorboard.py.)
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <regex>
 #include <string>
@@ -24,6 +27,7 @@ namespace {
 
 using pl::log::crc32c;
 using pl::test::DecodedEvent;
+namespace fs = std::filesystem;
 
 std::string bytes(std::initializer_list<int> values) {
   std::string s;
@@ -215,6 +219,71 @@ TEST(TensorBoardLog, MegatronTagsAndSteps) {
   EXPECT_EQ(by_tag["lm loss validation vs samples"], (Points{{32, 2.0f}}));
   EXPECT_EQ(by_tag.count("lm loss validation ppl"), 0u);  // only with --log-validation-ppl-to-tensorboard
   EXPECT_EQ(by_tag.count("world-size"), 0u);
+}
+
+// A full disk (a file size limit in a forked child, SIGXFSZ ignored): the events file ends in its last whole
+// record, which every reader takes whole, and the writer says so once; the records it kept are counted written.
+TEST(TensorBoardWriter, AFullDiskLeavesOnlyWholeRecords) {
+  pl::test::TempDir tmp;
+  const std::string report = (tmp.path() / "report").string();
+  const int code = pl::test::run_forked([&] {
+    std::signal(SIGXFSZ, SIG_IGN);
+    rlimit r{};
+    ::getrlimit(RLIMIT_FSIZE, &r);
+    const rlim_t unlimited = r.rlim_cur;
+    r.rlim_cur = 1000;  // the soft limit: lifted again for the report
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(9);
+    std::vector<std::string> notes;
+    pl::log::EventFileWriter w((tmp.path() / "tb").string(), 1000, [&](const std::string& n) { notes.push_back(n); });
+    for (int i = 0; i < 200; ++i) {
+      w.add_scalar("lm loss", 1.0 / (i + 1), i);
+      if (i % 10 == 9) w.flush();
+    }
+    w.close();
+    r.rlim_cur = unlimited;
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(8);
+    std::ofstream out(report);
+    out << w.path() << "\n" << w.written() << "\n" << w.dropped() << "\n";
+    for (const std::string& n : notes) out << n << "\n";
+  });
+  ASSERT_EQ(code, 0);
+  const std::vector<std::string> lines = pl::test::split_lines(pl::test::read_text_file(report));
+  ASSERT_GE(lines.size(), 4u);
+  const std::vector<DecodedEvent> ev = pl::test::read_event_file(lines[0]);  // throws on a torn record
+  EXPECT_EQ(static_cast<int64_t>(ev.size()), std::stoll(lines[1]));
+  EXPECT_GT(ev.size(), 5u);
+  EXPECT_EQ(std::stoll(lines[1]) - 1 + std::stoll(lines[2]), 200);
+  EXPECT_LE(std::filesystem::file_size(lines[0]), 1000u);
+  EXPECT_EQ(std::count_if(lines.begin() + 3, lines.end(),
+                          [](const std::string& l) { return l.find("the file ends after its last whole record") !=
+                                                            std::string::npos; }),
+            1);
+}
+
+// The first record failing leaves no empty file, nor the directories made for it; and a TensorBoardLog whose
+// run never reached a record (a failed start) removes its file, while one that did keeps it.
+TEST(TensorBoardWriter, AFailedStartLeavesNothingBehind) {
+  pl::test::TempDir tmp;
+  const fs::path made = tmp.path() / "made";
+  const int code = pl::test::run_forked([&] {
+    std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit r{10, 10};  // smaller than the file_version record (nothing is written after it)
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(9);
+    pl::log::EventFileWriter w((made / "tb").string(), 4, {});
+  });
+  EXPECT_EQ(code, 1);  // the constructor's one-line pl::Error
+  EXPECT_FALSE(fs::exists(made));
+  pl::observe::TensorBoardConfig cfg;
+  cfg.dir = (made / "tb").string();
+  { pl::observe::TensorBoardLog never_started(cfg, {}); }
+  EXPECT_FALSE(fs::exists(made));
+  std::string kept;
+  {
+    pl::observe::TensorBoardLog ran(cfg, {});
+    kept = ran.path();
+    ran.on_end(pl::log::RunEnd{});
+  }
+  EXPECT_TRUE(fs::exists(kept));
 }
 
 }  // namespace

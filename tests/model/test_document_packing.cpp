@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -123,6 +124,8 @@ TEST(ModelDocumentPacking, EodMaskLossIgnoresExactlyThePredictionsFromEod) {
 struct Trained {
   double loss;
   std::vector<float> grads;
+  double loss_tokens;              // the iteration record's count
+  std::vector<std::string> lines;  // the text log's
 };
 Trained train_one(bool per_token, const std::vector<int32_t> (&tok)[2], const std::vector<int32_t> (&lab)[2]) {
   const ModelConfig m = tiny();
@@ -137,16 +140,18 @@ Trained train_one(bool per_token, const std::vector<int32_t> (&tok)[2], const st
   t.seq_length = S;
   t.calculate_per_token_loss = per_token;
   test::RunRecorder rec;
+  std::vector<std::string> lines;
+  const std::unique_ptr<observe::MegatronTextLog> text = test::text_log_into(lines);
   Trainer trainer(
       model, t,
       Batches{[&](int64_t, int64_t micro, std::span<int32_t> tokens, std::span<int32_t> labels, std::span<int32_t>) {
         std::copy(tok[micro].begin(), tok[micro].end(), tokens.begin());
         std::copy(lab[micro].begin(), lab[micro].end(), labels.begin());
       }},
-      {&rec});
+      {&rec, text.get()});
   trainer.run();
   const float* g = model.grads().flat.f32();
-  return {rec.loss()[0], std::vector<float>(g, g + model.num_params())};
+  return {rec.loss()[0], std::vector<float>(g, g + model.num_params()), rec.iterations.at(0).loss_tokens, lines};
 }
 
 // Two micro-batches with 12 and 3 counted tokens. Per micro-batch (Megatron's default) the gradient is
@@ -189,11 +194,21 @@ TEST(ModelDocumentPacking, AllMaskedMicroBatchIsSafe) {
   std::vector<float> want(g0.grads.size());
   for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<float>(g0.grads[i] / 24.0);
   EXPECT_LE(max_diff(r.grads, want), 1e-4 * max_abs(want));
+  const auto warnings = [](const Trained& t) {
+    return std::count_if(t.lines.begin(), t.lines.end(), [](const std::string& l) {
+      return l.find("WARNING: iteration 1: every label of the global batch is masked") != std::string::npos;
+    });
+  };
+  EXPECT_EQ(r.loss_tokens, 12.0);
+  EXPECT_EQ(warnings(r), 0);
   tok[0].assign(kS, kEod);
   for (bool per_token : {false, true}) {
     const Trained none = train_one(per_token, tok, lab);
     EXPECT_EQ(none.loss, 0.0);
     EXPECT_EQ(max_abs(none.grads), 0.0);
+    // A global batch with no counted token is said (issue 38: an all-masked run went to its end unsaid).
+    EXPECT_EQ(none.loss_tokens, 0.0);
+    EXPECT_EQ(warnings(none), 1);
   }
 }
 

@@ -4,6 +4,7 @@
 // Tests never judge speed: only that what was measured is a finite positive number.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +144,15 @@ TEST(MachineCeilings, ABadCacheIsMeasuredAgainAndAForeignFileIsNeverReplaced) {
   EXPECT_NE(out[0].find("); measuring again"), std::string::npos) << out[0];
   // Replaced with the new measurement, which the next run reuses.
   EXPECT_TRUE(ceilings_from_json(nlohmann::json::parse(std::ifstream(path))).same_identity(machine_identity(cpu())));
+  // A cache of this machine with a rate no machine has (1e-300 TFLOP/s) is measured again, not used.
+  MachineCeilings absurd = fake_ceilings(machine_identity(cpu()));
+  absurd.gemm[0].tflops = 1e-300;
+  write_text(path, to_json(absurd).dump());
+  out.clear();
+  load_or_probe(cpu(), path, tiny_shapes(), [&](const std::string& l) { out.push_back(l); });
+  EXPECT_EQ(probes_measured(), before + 2);
+  ASSERT_EQ(cache_lines(out), 1);
+  EXPECT_NE(out[0].find("a GEMM's tflops = 1e-300 is outside [1e-06, 100000]"), std::string::npos) << out[0];
 }
 
 TEST(MachineCeilings, ForeignCacheIsMeasuredAgainWithOneLineNamingTheField) {
@@ -223,6 +233,14 @@ TEST(MachineCeilings, JsonRoundTripAndOneLineErrors) {
   bad = j;
   bad["memory"][0]["gbps"] = -1.0;
   EXPECT_THROW(ceilings_from_json(bad), Error);
+  for (const double absurd : {1e-300, 1e300}) {
+    bad = j;
+    bad["memory"][0]["gbps"] = absurd;
+    EXPECT_THROW(ceilings_from_json(bad), Error);
+    bad = j;
+    bad["gemm"][1]["tflops"] = absurd;
+    EXPECT_THROW(ceilings_from_json(bad), Error);
+  }
   bad = j;
   bad["pretrain_llama_machine_ceilings"] = 2;
   EXPECT_THROW(ceilings_from_json(bad), Error);
@@ -255,6 +273,12 @@ TEST(MachineCeilings, SweepKeepsTheLargestDistinctShapes) {
   for (size_t i = 1; i < capped.size(); ++i)
     EXPECT_GE(capped[i - 1].m * capped[i - 1].n * capped[i - 1].k, capped[i].m * capped[i].n * capped[i].k);
   EXPECT_EQ(capped[0], (GemmShape{8192, 8192, 8192}));
+  // The CPU never measures a side above kCpuProbeMaxSide: the 8B defaults' LM head (16384 x 128256 x 4096) and
+  // MLP shapes are capped before anything is allocated.
+  const std::vector<GemmShape> eight_b = {{16384, 128256, 4096}, {16384, 14336, 4096}, {16384, 4096, 14336}};
+  const std::vector<GemmShape> cpu_capped = detail::sweep_shapes(Device::CPU, eight_b);
+  EXPECT_EQ(cpu_capped[0], (GemmShape{kCpuProbeMaxSide, kCpuProbeMaxSide, kCpuProbeMaxSide}));
+  for (const GemmShape& g : cpu_capped) EXPECT_LE(std::max({g.m, g.n, g.k}), kCpuProbeMaxSide);
 }
 
 TEST(MachineCeilings, MemoryLevelsAscendAndAreSizedForTheLevel) {
