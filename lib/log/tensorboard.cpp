@@ -212,7 +212,7 @@ EventFileWriter::EventFileWriter(const std::string& dir, size_t queue_capacity, 
   UniqueFd fd = try_open_fd(path_, O_WRONLY | O_CREAT | O_EXCL);
   if (!fd.valid()) {
     const int err = errno;
-    remove_what_was_made();
+    remove_what_was_made(false);  // (not the file: O_EXCL failed, so whatever has that name is not ours)
     fail("--tensorboard-dir {}: cannot create {}: {}", dir, path_, std::strerror(err));
   }
   shared_->file = RecordLog(std::move(fd));
@@ -290,12 +290,12 @@ void EventFileWriter::close(double timeout_s) {
   note_new_trouble();
 }
 
-// The events file (created by this writer, O_EXCL) and the directories this writer created, those left empty;
-// errors ignored (best effort on the way out of a failed start).
-void EventFileWriter::remove_what_was_made() {
+// The events file (when this writer created it, O_EXCL) and the directories this writer created, those left
+// empty; errors ignored (best effort on the way out of a failed start).
+void EventFileWriter::remove_what_was_made(bool file_is_ours) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  fs::remove(path_, ec);
+  if (file_is_ours) fs::remove(path_, ec);
   if (created_top_.empty()) return;
   for (fs::path p = fs::absolute(path_, ec).parent_path(); fs::is_directory(p, ec) && fs::is_empty(p, ec);
        p = p.parent_path()) {

@@ -83,7 +83,7 @@ class EventFileWriter {
  private:
   struct Shared;  // the queue and counters, shared with the writer thread (it may outlive a timed-out close)
   void note_new_trouble();
-  void remove_what_was_made();
+  void remove_what_was_made(bool file_is_ours = true);
   std::string path_;
   std::filesystem::path created_top_;  // the outermost directory the constructor created, or empty
   size_t capacity_;
