@@ -16,7 +16,7 @@ namespace pl {
 // One finished step, as the trainer saw it.
 struct StepOutcome {
   double loss = 0.0;        // the token-weighted mean over the global batch (may be non-finite)
-  double loss_tokens = 0.0; // the tokens counted in it (all ranks)
+  double loss_tokens = -1.0; // the tokens counted in it (all ranks; -1: not known, as IterationRecord's)
   double grad_norm = 0.0;   // NaN when skipped
   bool skipped = false;     // non-finite loss or gradient norm: no update
   double lr_used = 0.0;     // the rate the step used
