@@ -273,7 +273,6 @@ void validate_roofline_flags(const Options& o, const CLI::App& app) {
   PL_CHECK(!o.machine_ceilings.empty(), "--machine-ceilings needs a FILE (or none: no cache)");
   PL_CHECK(!std::filesystem::is_directory(o.machine_ceilings, ec), "--machine-ceilings {}: is a directory (give a FILE)",
            o.machine_ceilings);
-
 }
 
 // The outputs' flags: the stop conditions, the text log's timer option, quantization statistics, the profiling
@@ -401,7 +400,7 @@ static void check_no_output_overlaps_an_input(const Options& o, const RunSetup& 
 // log, the roofline report and the ceilings cache (checked second, so an input named as an output is said so).
 void check_outputs_apart(const Options& o, const RunSetup& s) {
   check_no_output_overlaps_an_input(o, s);
-  if (!o.outputs.log_jsonl.empty()) observe::check_jsonl_replaceable(o.outputs.log_jsonl);
+  observe::check_jsonl_replaceable(o.outputs.log_jsonl);
   check_replaceable_output("--roofline", o.outputs.roofline.json, "a roofline report", [](const std::string& p) {
     return json_file_lacks(p, {"rows", "ceilings", "step_ms"});
   });

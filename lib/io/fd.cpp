@@ -51,19 +51,31 @@ UniqueFd open_fd(const std::string& path, int flags, mode_t mode) {
 }
 
 namespace {
-// Calls io(p, n, done) until n bytes went through; io returns what read/write/pread/pwrite return.
+// Calls io(done, n) until `bytes` went through or it fails; io returns what read/write/pread/pwrite return.
+// A zero-byte write is ENOSPC; a zero-byte read ends the transfer at the end of the file when stop_at_eof.
 template <typename Io>
-size_t transfer(const UniqueFd& fd, size_t bytes, const char* what, bool stop_at_eof, Io io) {
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = io(done, bytes - done);
+PartialIo transfer_until_error(size_t bytes, bool stop_at_eof, Io io) {
+  PartialIo r;
+  while (r.done < bytes) {
+    const ssize_t n = io(r.done, bytes - r.done);
     if (n < 0 && errno == EINTR) continue;
     if (n == 0 && stop_at_eof) break;
-    PL_CHECK(n > 0, "{}: {} failed after {} of {} bytes: {}", fd.path(), what, done, bytes,
-             std::strerror(n < 0 ? errno : ENOSPC));
-    done += static_cast<size_t>(n);
+    if (n <= 0) {
+      r.error = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    r.done += static_cast<size_t>(n);
   }
-  return done;
+  return r;
+}
+
+// The same, a failure as one line naming the path and how far it got.
+template <typename Io>
+size_t transfer(const UniqueFd& fd, size_t bytes, const char* what, bool stop_at_eof, Io io) {
+  const PartialIo r = transfer_until_error(bytes, stop_at_eof, io);
+  PL_CHECK(r.error == 0, "{}: {} failed after {} of {} bytes: {}", fd.path(), what, r.done, bytes,
+           std::strerror(r.error));
+  return r.done;
 }
 }  // namespace
 
@@ -76,6 +88,12 @@ void pwrite_all(const UniqueFd& fd, const void* data, size_t bytes, uint64_t off
   const char* p = static_cast<const char*>(data);
   transfer(fd, bytes, "write", false,
            [&](size_t at, size_t n) { return ::pwrite(fd.get(), p + at, n, static_cast<off_t>(offset + at)); });
+}
+
+PartialIo pwrite_until_error(const UniqueFd& fd, const void* data, size_t bytes, uint64_t offset) {
+  const char* p = static_cast<const char*>(data);
+  return transfer_until_error(
+      bytes, false, [&](size_t at, size_t n) { return ::pwrite(fd.get(), p + at, n, static_cast<off_t>(offset + at)); });
 }
 
 size_t read_up_to(const UniqueFd& fd, void* data, size_t bytes) {

@@ -52,6 +52,13 @@ void write_all(const UniqueFd& fd, const void* data, size_t bytes);
 inline void write_all(const UniqueFd& fd, std::string_view text) { write_all(fd, text.data(), text.size()); }
 // All `bytes` written at `offset` (pwrite; EINTR, short writes as above).
 void pwrite_all(const UniqueFd& fd, const void* data, size_t bytes, uint64_t offset);
+// The same, a failure returned instead of thrown: the bytes written before it and its errno (0: all written),
+// for a writer that must undo a partial write (io/record_log.h).
+struct PartialIo {
+  size_t done = 0;
+  int error = 0;
+};
+PartialIo pwrite_until_error(const UniqueFd& fd, const void* data, size_t bytes, uint64_t offset);
 // Up to `bytes` read from the current position; fewer only at the end of the file (EINTR retried).
 size_t read_up_to(const UniqueFd& fd, void* data, size_t bytes);
 // Exactly `bytes` read at `offset` (pread); "truncated" names the path, offset and sizes.

@@ -66,9 +66,9 @@ using ProbeLineFn = std::function<void(const std::string&)>;
 // Measures this machine on ctx's device (ctx.gpu set for CUDA). `progress` gets one line per roof.
 // model_shapes: the model's own GEMMs (fprop, dgrad, wgrad of each linear layer and the LM head); the sweep
 // adds a few squares (CPU 256..1024, GPU 1024..8192), drops duplicates and keeps the kProbeMaxShapes with
-// the most FLOPs; on the CPU each side of a model shape is capped at kCpuProbeMaxSide. Every GEMM and triad runs through the ops and is timed by the op rows of a Timers of the
-// probe's own (core/timers.h: steady_clock on the CPU, CUDA events on the GPU), the same clock the
-// roofline report's rows are timed with.
+// the most FLOPs; on the CPU each side of a model shape is capped at kCpuProbeMaxSide. Every GEMM and triad
+// runs through the ops and is timed by the op rows of a Timers of the probe's own (core/timers.h: steady_clock
+// on the CPU, CUDA events on the GPU), the same clock the roofline report's rows are timed with.
 inline constexpr size_t kProbeMaxShapes = 8;
 inline constexpr int64_t kCpuProbeMaxSide = 2048;  // 3 x 2048^2 FP32 operands: 48 MiB, a second or two a GEMM
 MachineCeilings probe_machine(const OpContext& ctx, const std::vector<GemmShape>& model_shapes,

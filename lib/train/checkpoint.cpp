@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -465,7 +465,8 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
     std::vector<char> fp8_staging;
     const StateBuffer fp8{kFp8StateFile, model.delayed_scaling().all, DType::F32};
     if (model.delayed_scaling().enabled()) files.push_back(write_state_buffer(tmp, fp8, fp8_staging, hook));
-    files.push_back(write_text_file(fs::path(tmp) / kMetadata, checkpoint_metadata_text(state, opt.steps_taken(), run, model.delayed_scaling().enabled()), hook));
+    const std::string meta = checkpoint_metadata_text(state, opt.steps_taken(), run, model.delayed_scaling().enabled());
+    files.push_back(write_text_file(fs::path(tmp) / kMetadata, meta, hook));
     manifest = write_text_file(fs::path(tmp) / kManifest, checkpoint_manifest_text(state.iteration, files), hook);
   }, process_tmp_suffix());
   // The tracker last (Megatron: iter_finalize_fn writes it after the checkpoint), replaced atomically.
@@ -530,7 +531,8 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents
 
   read_checkpoint_metadata((dir / kMetadata).string(), manifest_path.string(), v);
   // Present where the saving recipe needs it: resumed without it, the histories would restart from zero unsaid.
-  const bool has_fp8 = std::any_of(v.files.begin(), v.files.end(), [](const CheckpointFile& f) { return f.name == kFp8StateFile; });
+  const bool has_fp8 =
+      std::any_of(v.files.begin(), v.files.end(), [](const CheckpointFile& f) { return f.name == kFp8StateFile; });
   PL_CHECK(has_fp8 || !v.fp8_delayed_scaling,
            "{}: saved by an FP8 delayed-scaling recipe ({}), but lists no {}: the amax histories and scales are missing",
            manifest_path.string(), v.recipe_name, kFp8StateFile);
