@@ -327,9 +327,9 @@ def report(args, seeds, runs, np, plt):
     md.append("Ordering by val gap, smallest first: " + ", ".join(f"{names[lb]} ({pct(stats[lb]['val_gap'])})"
                                                                 for lb in order) + ".\n")
     md.append("![loss gap vs BF16 per variant](nvfp4_study.png)\n")
-    md.append(f"The figure: top, the training loss gap vs BF16 over the iterations (each seed's gap against its own "
-              f"BF16 run, smoothed, averaged over the seeds; markers: the validation gaps); bottom, the final val gap "
-              f"per variant (bar: the mean; error bar: +-2 standard errors; dots: the seeds).\n")
+    md.append("The figure: top, the training loss gap vs BF16 over the iterations (each seed's gap against its own "
+              "BF16 run, smoothed, averaged over the seeds; markers: the validation gaps); bottom, the final val gap "
+              "per variant (bar: the mean; error bar: +-2 standard errors; dots: the seeds).\n")
 
     # The figure.
     fig, (ax_curve, ax_bar) = plt.subplots(2, 1, figsize=(11, 10))
