@@ -1,28 +1,58 @@
 #!/usr/bin/env python3
-"""PyTorch's training step on pretrain_llama's model shape: the peer that scripts/bench_cpu.sh compares with.
+"""PyTorch's training step on pretrain_llama's model shape: the peer that scripts/bench_cpu.sh (CPU) and
+scripts/gpu_check.sh --only peer (GPU) compare with.
 
-A Llama of the exact shape of a model config (default configs/models/llama_small.json) written in plain
-PyTorch as a user would: fused QKV and gate|up projections as this program's (Megatron's) layout, RMSNorm,
-rotary embedding with Llama 3.1 frequency scaling, grouped-query attention (the explicit causal
-softmax(QK^T/sqrt(d))V: torch 1.13 has no F.scaled_dot_product_attention, which came with 2.0), SwiGLU,
-an untied LM head, no biases. Trained on random tokens with AdamW at this program's defaults
-(lib/train/optimizer.h: betas 0.9/0.95, eps 1e-8, weight decay 0.033 except the norm weights, gradient
-clipping at global norm 1.0; lib/train/lr_schedule.cpp: linear warmup over 2 iterations from 0, cosine
-decay 3e-4 -> 3e-5 over the run), the global batch accumulated over micro-batches.
+A Llama of the exact shape of a model config (default configs/models/llama_small.json; --model takes a file
+or a name in configs/models, --num-layers N overrides its layers as pretrain_llama's flag) written in plain
+PyTorch as a user would (scripts/bench_torch_model.py): fused QKV and gate|up projections as this program's
+(Megatron's) layout, RMSNorm, rotary embedding with Llama 3.1 frequency scaling, grouped-query attention,
+SwiGLU, an untied LM head, no biases, this program's initialization (N(0, std), output projections
+std/sqrt(2 layers), norms 1). Its parameter count equals pretrain_llama's (ModelConfig::num_parameters:
+Megatron's count, no norm biases); --print-parameter-count prints it (computed from the config, and checked
+against the PyTorch model's sum of numel when torch is importable) and exits. Trained on random tokens with
+AdamW at this program's defaults (lib/train/optimizer.h: betas 0.9/0.95, eps 1e-8, weight decay 0.033 except
+the norm weights, gradient clipping at global norm 1.0; lib/train/lr_schedule.cpp: linear warmup over 2
+iterations from 0, cosine decay 3e-4 -> 3e-5 over the run), the global batch accumulated over micro-batches.
 
-Modes: fp32_eager (everything FP32) and bf16_autocast (the model under torch.autocast("cpu",
-dtype=torch.bfloat16): PyTorch's own BF16 mixed precision; FP32 weights, optimizer and softmax; the
-logits cast to FP32 for the loss). Prints, per mode:
+Modes, --device cpu (the default):
+  fp32_eager      everything FP32; attention the explicit causal softmax(QK^T/sqrt(d))V (torch 1.13 has no
+                  F.scaled_dot_product_attention, which came with 2.0)
+  bf16_autocast   the model under torch.autocast("cpu", dtype=torch.bfloat16): PyTorch's own BF16 mixed
+                  precision; FP32 weights, optimizer and softmax; the logits cast to FP32 for the loss
+--device cuda, as a demanding PyTorch user trains on one GPU (torchtitan's choices):
+  bf16_compile    FP32 master parameters under torch.autocast("cuda", dtype=torch.bfloat16); torch.compile
+                  per decoder layer (fullgraph) and of the final norm + LM head + loss, as torchtitan
+                  compiles; attention by F.scaled_dot_product_attention(is_causal=True, enable_gqa=True)
+                  (k/v repeated per query head on a torch without enable_gqa); fused AdamW
+                  (torch.optim.AdamW(fused=True)); the same clipping, hyper-parameters and schedule
+  fp8_torchao     the same plus torchao's float8 training with tensorwise dynamic scaling
+                  (convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
+                  module_filter_fn=...) before torch.compile, as torchtitan runs it): E4M3 activations and
+                  weights, E5M2 gradients, one scale per tensor computed from the tensor itself (current
+                  scaling). FP8: the four linears (qkv, proj, fc1, fc2) of the decoder layers except the first
+                  --num-layers-at-start-in-bf16 and the last --num-layers-at-end-in-bf16 (default 1 and 1:
+                  this program's bf16_with_fp8_current_scaling_mixed keeps its first and last decoder layer in
+                  BF16, so the comparison is like for like; 0 and 0: every layer in FP8). BF16 (autocast): the
+                  LM head (torchtitan's filter keeps the output layer in BF16; so does this program), the
+                  edge layers, attention's SDPA, norms, embedding
+Prints, per mode:
   bench_torch: <mode> | torch V | <model>: N parameters (X M) | loss step 1 L1 (ln vocab ...) ...
   bench_torch: <mode> | threads T | gbs G mbs M seq S | step time X s | Y tokens/s
-with the mean step time over the last 60% of the iterations (iterations round(0.4 n) to n: the window
-of pretrain_llama's summary line, lib/train/trainer.cpp) and tokens/s = gbs * seq / that mean.
---profile adds one iteration after the timed ones under torch.profiler and prints its ops, top 15 by
-self CPU time (not counted in the step time).
+(on a GPU "GPU <name>" in place of the threads, and "| peak memory Z GB" at the end: torch.cuda's
+max_memory_allocated, GB = 1e9; before them a setup line), with the mean step time over the last 60% of the
+iterations (iterations round(0.4 n) to n: the window of pretrain_llama's summary line,
+lib/train/trainer.cpp; on a GPU each step between torch.cuda.synchronize calls, so the first iterations'
+compilation is outside the window) and tokens/s = gbs * seq / that mean. --profile adds one iteration after
+the timed ones under torch.profiler and prints its ops, top 15 by self time (not counted in the step time).
 
-Needs PyTorch (Debian's python3-torch installs it for /usr/bin/python3): run by a python3 without it, the
-script re-runs under /usr/bin/python3 when that one has it, else exits 3 saying so (script_errors.py, as
-every script's errors: one line, never a traceback).
+Needs PyTorch. --device cpu: Debian's python3-torch installs it for /usr/bin/python3; run by a python3
+without it, the script re-runs under /usr/bin/python3 when that one has it, else exits 3 saying so.
+--device cuda: PyTorch 2.x with CUDA under this python3 (run it by that environment's python3), exit 3 when
+it is missing, has no torch.compile, sees no GPU, or (fp8_torchao) when torchao is not importable (the
+bundle of scripts/gpu_bundle.sh carries the wheel of the release that scripts/torch_peer.sh pins;
+scripts/gpu_check.sh --only peer puts it on PYTHONPATH). The CUDA-only imports (torchao, torch.compile, SDPA)
+happen only with --device cuda. A CUDA mode with --device cpu, or a CPU mode with --device cuda: one line,
+exit 2. Every error is one line (script_errors.py), never a traceback.
 """
 
 import argparse
@@ -30,35 +60,59 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # script_errors.py beside this script
 import script_errors  # noqa: E402
 
-PROG = "bench_torch"  # (the prefix of its result lines, which scripts/bench_cpu.sh reads)
+PROG = "bench_torch"  # (the prefix of its result lines, which scripts/bench_cpu.sh and gpu_check.sh read)
 SCRIPT = "bench_torch.py"  # (the prefix of its error lines)
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODES = ("fp32_eager", "bf16_autocast")
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)  # a checkout, or the bundle (.device/: scripts/ beside configs/)
+MODES = {"fp32_eager": "cpu", "bf16_autocast": "cpu", "bf16_compile": "cuda", "fp8_torchao": "cuda"}
+PIN_FILE = os.path.join(HERE, "torch_peer.sh")
+
+
+def non_negative_int(text):
+    if not re.fullmatch(r"\s*\+?[0-9]+\s*", text):
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, not '{text}'")
+    return int(text)
 
 
 def parse_args(argv):
     parser = script_errors.ArgumentParser(prog=SCRIPT, description=__doc__.split("\n\n")[0],
                                           formatter_class=argparse.RawDescriptionHelpFormatter)
     count = script_errors.positive_int
-    parser.add_argument("--mode", choices=MODES, required=True)
+    parser.add_argument("--mode", choices=tuple(MODES), help="required unless --print-parameter-count")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (fp32_eager, bf16_autocast) or cuda (bf16_compile, fp8_torchao); default cpu")
     parser.add_argument("--model", default=os.path.join(REPO, "configs", "models", "llama_small.json"),
-                        help="model config JSON (default: configs/models/llama_small.json)")
+                        help="model config JSON, or a name in configs/models (llama3_8b); default llama_small")
+    parser.add_argument("--num-layers", type=count, help="override the config's num_layers (pretrain_llama's flag)")
+    parser.add_argument("--num-layers-at-start-in-bf16", type=non_negative_int, default=1,
+                        help="fp8_torchao: the first N decoder layers stay BF16 (default 1, as our FP8 recipe)")
+    parser.add_argument("--num-layers-at-end-in-bf16", type=non_negative_int, default=1,
+                        help="fp8_torchao: the last N decoder layers stay BF16 (default 1, as our FP8 recipe)")
     parser.add_argument("--threads", type=count, default=os.cpu_count() or 1,
-                        help="torch.set_num_threads (default: all cores)")
+                        help="torch.set_num_threads on the CPU (default: all cores)")
     parser.add_argument("--gbs", type=count, default=8, help="global batch size (samples)")
     parser.add_argument("--mbs", type=count, default=2, help="micro-batch size; gbs/mbs micro-batches accumulated")
     parser.add_argument("--seq", type=count, default=256, help="sequence length")
     parser.add_argument("--iters", type=count, default=10, help="iterations (the last 60%% are timed)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--profile", action="store_true", help="profile one more iteration; print the top 15 ops")
+    parser.add_argument("--print-parameter-count", action="store_true",
+                        help="print the model's parameter count (as pretrain_llama's) and exit")
     args = parser.parse_args(argv)
     if args.gbs % args.mbs:
         parser.error(f"--gbs {args.gbs} is not a multiple of --mbs {args.mbs}")
+    if args.print_parameter_count:
+        return args
+    if args.mode is None:
+        parser.error("--mode is required (one of " + ", ".join(MODES) + ")")
+    if MODES[args.mode] != args.device:
+        parser.error(f"--mode {args.mode} runs on --device {MODES[args.mode]}, not --device {args.device}")
     return args
 
 
@@ -131,166 +185,195 @@ def inverse_frequencies(cfg):
     return out
 
 
-try:
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-except ImportError:
-    if __name__ != "__main__":
-        raise
-
-    def torch_missing():
-        parse_args(sys.argv[1:])  # --help and argument errors work without PyTorch
-        script_errors.import_or_rerun(__file__, None, "torch")  # re-runs under /usr/bin/python3, or raises
-
-    script_errors.run_main(SCRIPT, torch_missing, 3)
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, size, eps):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(size))
-
-    def forward(self, x):
-        x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (self.weight * y).to(x.dtype)
+def resolve_model(text):
+    """--model: a file as given; a plain name (no '/', no .json) is configs/models/NAME.json, looked up in
+    $PRETRAIN_LLAMA_CONFIGS (as pretrain_llama; gpu_check.sh sets it to the bundle's configs), then beside
+    this script (a checkout's configs/, the bundle's)."""
+    if "/" in text or text.endswith(".json") or os.path.exists(text):
+        return text
+    tried = []
+    for base in (os.environ.get("PRETRAIN_LLAMA_CONFIGS"), os.path.join(REPO, "configs")):
+        if base:
+            path = os.path.join(base, "models", text + ".json")
+            if os.path.isfile(path):
+                return path
+            tried.append(path)
+    raise Error(f"--model {text}: not a file, and no model config of that name ({', '.join(tried)})")
 
 
-def rotate(x, cos, sin):
-    """Rotate-half rotary embedding (the program's non-interleaved layout), x [B, H, S, d]."""
-    half = x.shape[-1] // 2
-    x1, x2 = x[..., :half], x[..., half:]
-    return x * cos.to(x.dtype) + torch.cat((-x2, x1), dim=-1) * sin.to(x.dtype)
+def model_config(args):
+    """The config of --model with --num-layers applied, and its label ("llama3_8b --num-layers 4")."""
+    cfg = read_config(resolve_model(args.model))
+    label = cfg["name"]
+    if args.num_layers:
+        cfg["layers"] = args.num_layers
+        label += f" --num-layers {args.num_layers}"
+    return cfg, label
 
 
-class Layer(nn.Module):
-    def __init__(self, cfg):
-        super().__init__()
-        h, d = cfg["hidden"], cfg["head_dim"]
-        self.heads, self.groups, self.head_dim, self.ffn = cfg["heads"], cfg["groups"], d, cfg["ffn"]
-        self.ln1 = RMSNorm(h, cfg["eps"])
-        self.qkv = nn.Linear(h, (self.heads + 2 * self.groups) * d, bias=False)  # [q heads | k heads | v heads]
-        self.proj = nn.Linear(self.heads * d, h, bias=False)
-        self.ln2 = RMSNorm(h, cfg["eps"])
-        self.fc1 = nn.Linear(h, 2 * cfg["ffn"], bias=False)  # [gate | up]
-        self.fc2 = nn.Linear(cfg["ffn"], h, bias=False)
-
-    def attention(self, x, cos, sin, causal_mask):
-        b, s, _ = x.shape
-        qkv = self.qkv(x).view(b, s, self.heads + 2 * self.groups, self.head_dim).transpose(1, 2)
-        q, k, v = qkv.split([self.heads, self.groups, self.groups], dim=1)
-        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-        # Query head j reads kv head j // (heads / groups), as the program's attention does.
-        k = k.repeat_interleave(self.heads // self.groups, dim=1)
-        v = v.repeat_interleave(self.heads // self.groups, dim=1)
-        scores = (q * (1.0 / math.sqrt(self.head_dim))) @ k.transpose(-2, -1)
-        probs = scores.masked_fill(causal_mask, float("-inf")).softmax(dim=-1, dtype=torch.float32)
-        out = probs.to(v.dtype) @ v
-        return self.proj(out.transpose(1, 2).reshape(b, s, self.heads * self.head_dim))
-
-    def forward(self, x, cos, sin, causal_mask):
-        x = x + self.attention(self.ln1(x), cos, sin, causal_mask)
-        gate, up = self.fc1(self.ln2(x)).split(self.ffn, dim=-1)
-        return x + self.fc2(F.silu(gate) * up)
+def parameter_count(cfg):
+    """pretrain_llama's count (lib/config/model_config.cpp ModelConfig::num_parameters, Megatron's without
+    norm biases): per layer two RMSNorm weights, linear_qkv, linear_proj, fc1 (gate|up) and fc2; then the final
+    norm and the untied embedding and LM head over the unpadded vocabulary."""
+    h, d = cfg["hidden"], cfg["head_dim"]
+    per_layer = 2 * h + (cfg["heads"] + 2 * cfg["groups"]) * d * h + h * cfg["heads"] * d + 3 * cfg["ffn"] * h
+    return cfg["layers"] * per_layer + h + 2 * cfg["vocab"] * h
 
 
-class Llama(nn.Module):
-    def __init__(self, cfg, seq):
-        super().__init__()
-        self.embedding = nn.Embedding(cfg["vocab"], cfg["hidden"])
-        self.layers = nn.ModuleList(Layer(cfg) for _ in range(cfg["layers"]))
-        self.final_norm = RMSNorm(cfg["hidden"], cfg["eps"])
-        self.lm_head = nn.Linear(cfg["hidden"], cfg["vocab"], bias=False)
-        # FP32 inverse frequencies times FP32 positions (MCore's RotaryEmbedding, the program's tables).
-        inv_freq = torch.tensor(inverse_frequencies(cfg), dtype=torch.float32)
-        angles = torch.outer(torch.arange(seq, dtype=torch.float32), inv_freq)
-        angles = torch.cat((angles, angles), dim=-1)
-        # cos and sin of each FP32 angle evaluated in double and rounded once, as the program's tables.
-        self.register_buffer("cos", angles.double().cos().float(), persistent=False)
-        self.register_buffer("sin", angles.double().sin().float(), persistent=False)
-        self.register_buffer("causal_mask", torch.ones(seq, seq, dtype=torch.bool).triu(1), persistent=False)
-        # The program's initialization (lib/model/llama.cpp param_layout): N(0, std) for every matrix,
-        # std / sqrt(2 layers) for the output projections (Megatron's scaled_init_method_normal), norms 1.
-        out_std = cfg["std"] / math.sqrt(2.0 * cfg["layers"])
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, out_std if name.endswith(("proj.weight", "fc2.weight")) else cfg["std"])
-
-    def forward(self, tokens, labels):
-        x = self.embedding(tokens)
-        for layer in self.layers:
-            x = layer(x, self.cos, self.sin, self.causal_mask)
-        logits = self.lm_head(self.final_norm(x))
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), labels.reshape(-1))
+def read_pins():
+    """scripts/torch_peer.sh's TORCHAO_VERSION and TORCHAO_TORCH ({} when the file is not beside this script)."""
+    try:
+        text = script_errors.read_regular_file(PIN_FILE, Error).decode("utf-8", "replace")
+    except Error:
+        return {}
+    return dict(re.findall(r"^(TORCHAO_VERSION|TORCHAO_TORCH)=([0-9A-Za-z.+]+)\s*$", text, re.M))
 
 
-def lr_at(step, iters, gbs, max_lr=3e-4, min_lr=3e-5, warmup_iters=2):
-    """lib/train/lr_schedule.cpp in samples: linear warmup from 0, then cosine to min_lr at the last step."""
-    warmup_iters = min(warmup_iters, max(iters - 1, 0))
-    n, warm, decay = step * gbs, warmup_iters * gbs, iters * gbs
-    if warm > 0 and n <= warm:
-        return max_lr * n / warm
-    ratio = (n - warm) / max(decay - warm, 1)
-    return min_lr + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (max_lr - min_lr)
+class Unavailable(script_errors.ScriptError):
+    """What this run needs is not here (torch, a GPU, torchao): one line, exit 3."""
+
+    status = 3
 
 
-def make_optimizer(model):
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() != 2]  # the RMSNorm weights, as the program's
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.033}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=0.0, betas=(0.9, 0.95), eps=1e-8)
+def print_parameter_count(cfg, label):
+    n = parameter_count(cfg)
+    try:
+        import bench_torch_model
+    except ImportError:
+        check = "the PyTorch model not built (no torch under this python3)"
+    else:
+        built = bench_torch_model.parameter_count(cfg)
+        if built != n:
+            raise Error(f"{label}: the PyTorch model has {built} parameters, pretrain_llama's formula {n}")
+        check = "equal to the PyTorch model's sum of numel"
+    size = f"{n / 1e9:.2f} B" if n >= 1e9 else f"{n / 1e6:.3f} M"
+    print(f"{PROG}: {label}: {n} parameters ({size}) | pretrain_llama's count; {check}")
+    return 0
 
 
-def train_step(model, opt, args, step, data, precision):
-    """One global batch: gbs/mbs micro-batches accumulated, clipping, AdamW. Returns the mean loss."""
-    opt.zero_grad(set_to_none=True)
-    micro = args.gbs // args.mbs
-    loss_sum = 0.0
-    for _ in range(micro):
-        seqs = torch.randint(0, model.lm_head.out_features, (args.mbs, args.seq + 1), generator=data)
-        with precision():
-            loss = model(seqs[:, :-1], seqs[:, 1:]) / micro
-        loss.backward()
-        loss_sum += loss.item()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    for group in opt.param_groups:
-        group["lr"] = lr_at(step, args.iters, args.gbs)
-    opt.step()
-    return loss_sum
+def import_torch(args, argv):
+    """torch for this run. CPU: re-run under /usr/bin/python3 when this python3 lacks it (exit 3 if that
+    has none either). CUDA: this python3's torch 2.x with a GPU; fp8_torchao: and torchao's float8."""
+    if args.device == "cpu":
+        try:
+            script_errors.import_or_rerun(__file__, argv, "torch")
+        except script_errors.MissingModule as e:
+            raise Unavailable(str(e))
+        import bench_torch_model
+        return bench_torch_model, None
+    try:
+        import torch
+    except ImportError as e:
+        raise Unavailable(f"--device cuda needs PyTorch with CUDA under {sys.executable}: {e}")
+    cuda = f"torch {torch.__version__} (CUDA {torch.version.cuda or 'none'})"
+    if not hasattr(torch, "compile") or not hasattr(torch.nn.functional, "scaled_dot_product_attention"):
+        raise Unavailable(f"--mode {args.mode} needs torch.compile and SDPA (torch 2.0 or newer): {cuda}")
+    if not torch.cuda.is_available():
+        raise Unavailable(f"no GPU is present ({cuda} under {sys.executable}: torch.cuda.is_available() is False)")
+    if args.mode == "fp8_torchao":
+        cap = torch.cuda.get_device_capability()
+        if cap < (8, 9):
+            raise Unavailable(f"fp8_torchao needs FP8 GEMMs (sm_89 or newer); {torch.cuda.get_device_name()} is "
+                              f"sm_{cap[0]}{cap[1]}")
+        try:
+            import torchao
+            import torchao.float8  # noqa: F401
+        except ImportError as e:
+            pins = read_pins()
+            wheel = f"torchao-{pins.get('TORCHAO_VERSION', '*')}-py3-none-any.whl"
+            raise Unavailable(f"fp8_torchao needs torchao under {sys.executable} ({e}): the bundle carries it as "
+                              f".device/wheels/{wheel} (scripts/gpu_bundle.sh); scripts/gpu_check.sh --only peer "
+                              f"unpacks it onto PYTHONPATH")
+        cuda += f", torchao {getattr(torchao, '__version__', '?')}"
+    import bench_torch_model
+    return bench_torch_model, cuda
+
+
+def fp8_layers_text(layers, start, end):
+    fp8 = [i for i in range(layers) if start <= i < layers - end]
+    if not fp8:
+        return "no decoder layer in FP8 (all within the BF16 edge layers)"
+    return f"FP8 linears in decoder layers {fp8[0]}-{fp8[-1]} of 0-{layers - 1} (tensorwise; LM head and the rest BF16)"
 
 
 def main(argv):
     args = parse_args(argv)
-    cfg = read_config(args.model)
-    torch.set_num_threads(args.threads)
+    cfg, label = model_config(args)
+    if args.print_parameter_count:
+        return print_parameter_count(cfg, label)
+    M, versions = import_torch(args, argv)
+    torch = M.torch
+    device = args.device
     torch.manual_seed(args.seed)
-    model = Llama(cfg, args.seq)
-    opt = make_optimizer(model)
-    data = torch.Generator().manual_seed(args.seed + 1)
-    if args.mode == "bf16_autocast":
-        def precision():
-            return torch.autocast("cpu", dtype=torch.bfloat16)
+    if device == "cpu":
+        torch.set_num_threads(args.threads)
+        model = M.Llama(cfg, args.seq, inverse_frequencies(cfg))
+        opt = M.make_optimizer(model)
+        if args.mode == "bf16_autocast":
+            def precision():
+                return torch.autocast("cpu", dtype=torch.bfloat16)
+        else:
+            precision = contextlib.nullcontext
+        versions = f"torch {torch.__version__}"
+        where = f"threads {args.threads}"
     else:
-        precision = contextlib.nullcontext
+        attention = M.attention_kind(device)
+        model = M.Llama(cfg, args.seq, inverse_frequencies(cfg), attention=attention, device=device)
+        setup = [f"attention {'SDPA enable_gqa' if attention == 'sdpa_gqa' else 'SDPA, k/v repeated'}",
+                 "torch.compile per layer + head/loss", "fused AdamW"]
+        if args.mode == "fp8_torchao":
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+            convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("tensorwise"),
+                                       module_filter_fn=M.fp8_layer_filter(cfg["layers"],
+                                                                           args.num_layers_at_start_in_bf16,
+                                                                           args.num_layers_at_end_in_bf16))
+            setup.append(fp8_layers_text(cfg["layers"], args.num_layers_at_start_in_bf16,
+                                         args.num_layers_at_end_in_bf16))
+        M.compile_like_torchtitan(model)
+        opt = M.make_optimizer(model, fused=True)
+
+        def precision():
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        where = f"GPU {torch.cuda.get_device_name()}"
+        print(f"{PROG}: {args.mode} | setup | {' | '.join(setup)}", flush=True)
+        torch.cuda.reset_peak_memory_stats()
+    n_params = sum(p.numel() for p in model.parameters())
+    if n_params != parameter_count(cfg):
+        raise Error(f"{label}: the PyTorch model has {n_params} parameters, pretrain_llama's formula "
+                    f"{parameter_count(cfg)}")
+    data = torch.Generator().manual_seed(args.seed + 1)
+
+    def step(i):
+        return M.train_step(model, opt, args, i, data, precision, cfg["vocab"], device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times, losses = [], []
-    for step in range(args.iters):
+    for i in range(args.iters):
+        sync()
         start = time.perf_counter()
-        losses.append(train_step(model, opt, args, step, data, precision))
+        losses.append(step(i))
+        sync()
         times.append(time.perf_counter() - start)
     first = min(max(round(0.4 * args.iters) - 1, 0), args.iters - 1)  # trainer.cpp's window, 0-based
     step_s = sum(times[first:]) / len(times[first:])
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"{PROG}: {args.mode} | torch {torch.__version__} | {cfg['name']}: {n_params} parameters "
+    first_note = f" | iteration 1 {times[0]:.1f} s (compilation)" if device == "cuda" else ""
+    print(f"{PROG}: {args.mode} | {versions} | {label}: {n_params} parameters "
           f"({n_params / 1e6:.3f} M) | loss step 1 {losses[0]:.4f} (ln vocab {math.log(cfg['vocab']):.4f}), "
-          f"step {args.iters} {losses[-1]:.4f} | timed iterations {first + 1}-{args.iters} of {args.iters}")
-    print(f"{PROG}: {args.mode} | threads {args.threads} | gbs {args.gbs} mbs {args.mbs} seq {args.seq} | "
-          f"step time {step_s:.3f} s | {round(args.gbs * args.seq / step_s)} tokens/s", flush=True)
+          f"step {args.iters} {losses[-1]:.4f} | timed iterations {first + 1}-{args.iters} of {args.iters}{first_note}")
+    peak = f" | peak memory {torch.cuda.max_memory_allocated() / 1e9:.2f} GB" if device == "cuda" else ""
+    print(f"{PROG}: {args.mode} | {where} | gbs {args.gbs} mbs {args.mbs} seq {args.seq} | "
+          f"step time {step_s:.3f} s | {round(args.gbs * args.seq / step_s)} tokens/s{peak}", flush=True)
     if args.profile:
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            train_step(model, opt, args, args.iters, data, precision)
-        print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+        activities = [torch.profiler.ProfilerActivity.CPU]
+        if device == "cuda":
+            activities.append(torch.profiler.ProfilerActivity.CUDA)
+        with torch.profiler.profile(activities=activities) as prof:
+            step(args.iters)
+            sync()
+        key = "self_cpu_time_total"
+        if device == "cuda":  # (renamed in torch 2.4)
+            events = torch.autograd.profiler_util.FunctionEventAvg
+            key = "self_device_time_total" if hasattr(events, "self_device_time_total") else "self_cuda_time_total"
+        print(prof.key_averages().table(sort_by=key, row_limit=15))
     return 0
 
 

@@ -357,8 +357,7 @@ class CtrlC(TempDir):
         cases = [("compare_logs.py", (log, log), "main"), ("jsonl_log.py", ("--complete", log), "main"),
                  ("roofline_plot.py", (roofline_report(self.path("r.json")), "--png", self.path("r.png")), "main"),
                  ("mock_data_golden.py", (), "main"),
-                 ("bench_torch.py", ("--mode", "fp32_eager"), "main" if has_modules((sys.executable,), "torch")
-                  else "torch_missing")]
+                 ("bench_torch.py", ("--mode", "fp32_eager"), "main")]
         if HAS_PLOTTING:
             cases.append(("study_report.py", (self.dir, "--seeds", "1", "--out-doc", "d", "--command", "c",
                                               "--run-command", "r", "--commit", "x", "--machine", "m", "--device",
