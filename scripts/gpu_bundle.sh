@@ -4,7 +4,7 @@
 # (cudart, cuBLASLt, cuDNN, NVRTC, NCCL: as the CUDA toolkit or the nvidia-* Python wheels), no
 # package registry and none of this project's Debian packages. Then carry the folder there and run
 # `.device/scripts/gpu_check.sh` (or `scripts/gpu_check.sh` in a checkout that holds .device/): a first
-# GPU run makes two calls, `--only conformance` then `--only training`.
+# GPU run makes two calls, `--only conformance` then `--only training`; `--only peer` times PyTorch beside it.
 #
 #   scripts/gpu_bundle.sh [--arch LIST] [--build-dir DIR] [--out DIR] [--no-build] [--max-mib N] [-j N]
 #
@@ -21,8 +21,11 @@
 # NVIDIA's and glibc's), lib/compat/ (libstdc++ and libgcc_s, used by gpu_check.sh only when the
 # machine's are older than the build's), configs/, scripts/gpu_check.sh, gpu_8b_fit.sh, roofline_plot.py (gpu_check.sh
 # draws its roofline figure with it) and jsonl_log.py (gpu_check.sh and gpu_8b_fit.sh read their runs'
-# --log-jsonl logs with it), BUILD_INFO. Files over 1 MiB are stored gzip-compressed (NAME.gz: Debian's
-# OpenBLAS alone is 36 MiB, 11 MiB compressed);
+# --log-jsonl logs with it), bench_torch.py with bench_torch_model.py and torch_peer.sh (the PyTorch peer of
+# gpu_check.sh --only peer), wheels/ (torchao's py3-none-any wheel, the release scripts/torch_peer.sh pins, 1.2 MB:
+# taken from .cache/wheels/, where scripts/setup.sh downloads it, or downloaded here with pip; without network
+# the bundle is made without it, saying so, and --only peer skips its FP8 run), BUILD_INFO. Files over 1 MiB
+# in bin/ and lib/ are stored gzip-compressed (NAME.gz: Debian's OpenBLAS alone is 36 MiB, 11 MiB compressed);
 # gpu_check.sh unpacks bin/ and lib/ into a temporary folder (`gpu_check.sh --unpack DIR` keeps one,
 # with DIR/env.sh). The binaries keep their build RUNPATH (RUNPATH, not RPATH: LD_LIBRARY_PATH comes
 # first), so gpu_check.sh resolves the bundle's libraries through LD_LIBRARY_PATH.
@@ -87,7 +90,18 @@ done
 strip --strip-unneeded -o "$out/bin/pl_tests" "$build/tests/pl_tests"
 cp -r configs "$out/configs"
 cp scripts/gpu_check.sh scripts/gpu_8b_fit.sh scripts/roofline_plot.py scripts/atomic_output.py scripts/jsonl_log.py \
-  scripts/script_errors.py "$out/scripts/"
+  scripts/script_errors.py scripts/bench_torch.py scripts/bench_torch_model.py scripts/torch_peer.sh "$out/scripts/"
+# torchao for the PyTorch peer (gpu_check.sh --only peer): the GPU machine has PyTorch but no registry.
+# shellcheck source=scripts/torch_peer.sh
+source scripts/torch_peer.sh
+mkdir -p "$out/wheels"
+if wheel=$(torchao_fetch .cache/wheels 2>&1); then
+  cp "$wheel" "$out/wheels/"
+  torchao_info="wheels/$TORCHAO_WHEEL (torchao $TORCHAO_VERSION, paired with torch $TORCHAO_TORCH)"
+else
+  echo "gpu_bundle: warning: the bundle has no torchao ($wheel); gpu_check.sh --only peer will skip its fp8_torchao run" >&2
+  torchao_info="none ($wheel)"
+fi
 
 # Libraries: NVIDIA's come from the machine (driver, toolkit or wheels), glibc's from the system;
 # everything else ldd names is copied. The NVIDIA pattern is shared with gpu_check.sh and the test.
@@ -121,15 +135,16 @@ src=$(grep '^CMAKE_HOME_DIRECTORY:' "$build/CMakeCache.txt" | cut -d= -f2)
   # that path point at the bundle's configs when the machine lacks it.
   echo "test_config_dir: $src/configs"
   echo "libraries: $(cd "$out/lib" && find . -name '*.so*' | sed 's|^\./||' | sort | tr '\n' ' ')"
+  echo "torchao: $torchao_info"
 } >"$out/BUILD_INFO"
 
 bytes=$(du -sb "$out" | cut -f1)
 mib=$(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1048576}')
-echo "gpu_bundle: $out: $mib MiB (CUDA architectures $archs): bin/ $(du -sh "$out/bin" | cut -f1), lib/ $(du -sh "$out/lib" | cut -f1); $(awk -v b="$unpacked_bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB unpacked"
+echo "gpu_bundle: $out: $mib MiB (CUDA architectures $archs): bin/ $(du -sh "$out/bin" | cut -f1), lib/ $(du -sh "$out/lib" | cut -f1), wheels/ $(du -sh "$out/wheels" | cut -f1); $(awk -v b="$unpacked_bytes" 'BEGIN {printf "%.1f", b / 1048576}') MiB unpacked"
 if ((bytes >= max_mib * 1048576)); then
   echo "gpu_bundle: $out is $mib MiB, not under the $max_mib MiB limit" >&2
   exit 3
 fi
 # A first GPU run is two calls, each inside the device tool's 10 minutes (gpu_check.sh prints its estimate).
 carry=""; [[ $out != /* ]] && carry=" (the device tool: carry [\"$out\"])"
-echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh --only conformance, then bash $out/scripts/gpu_check.sh --only training$carry"
+echo "gpu_bundle: on the GPU machine run: bash $out/scripts/gpu_check.sh --only conformance, then bash $out/scripts/gpu_check.sh --only training$carry; PyTorch beside it: --only peer"

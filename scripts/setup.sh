@@ -7,6 +7,7 @@
 # at run time saying so. And cuobjdump + nvdisasm (the wheels nvidia-cuda-cuobjdump and
 # nvidia-cuda-nvdisasm; CUDA toolkits installed without them are common) for scripts/check_no_fp64.sh,
 # which CI runs after the build; without them that check says so and is skipped.
+# And torchao's wheel, downloaded into .cache/wheels/ for the GPU bundle (scripts/torch_peer.sh pins it).
 set -euo pipefail
 
 have_nvcc() { command -v nvcc >/dev/null 2>&1 || [[ -x /usr/local/cuda/bin/nvcc ]]; }
@@ -105,4 +106,15 @@ pip_install lizard "scripts/check_code_limits.sh (run by CI) cannot run" \
 PIP_PYTHON=$([[ -x /usr/bin/python3 ]] && echo /usr/bin/python3 || command -v python3 || true) \
   pip_install tensorboard "ctest TensorBoard.events fails until it is installed" \
   "tensorboard==2.20.0" "protobuf==6.33.6" "absl-py==2.3.1"
+# torchao's wheel (pinned in scripts/torch_peer.sh) into .cache/wheels/ (git-ignored): scripts/gpu_bundle.sh carries
+# it to the GPU machine, which has PyTorch but no registry, for bench_torch.py's fp8_torchao peer. Only a download
+# (no install here: the CPU has no use for it); without network it only warns.
+# shellcheck source=scripts/torch_peer.sh
+source "$(dirname "$0")/torch_peer.sh"
+if wheel=$(torchao_fetch "$(cd "$(dirname "$0")/.." && pwd)/.cache/wheels" 2>&1); then
+  echo "setup: torchao wheel present ($wheel)"
+else
+  echo "setup: WARNING: could not download $TORCHAO_WHEEL ($wheel); scripts/gpu_bundle.sh tries again, else the \
+bundle has no torchao and gpu_check.sh --only peer skips its fp8_torchao run"
+fi
 echo "setup: done"
