@@ -21,7 +21,17 @@
 #      JSON reports (the summary's "% of speed of light" is the report's pct_of_sol), and
 #      scripts/roofline_plot.py's figure of both (when python3 has matplotlib);
 #   6. with --sync (or SYNC=1): the conformance suite again with CUDA_LAUNCH_BLOCKING=1;
-#   7. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite.
+#   7. with --sanitize (or SANITIZE=1): compute-sanitizer over a subset of the conformance suite;
+#   8. only with --only peer (not part of the default run): the PyTorch peer on the same GPU, 4 layers of
+#      llama3_8b (seq 4096, MBS 1, GBS 8, 10 iterations) trained by pretrain_llama in bf16_mixed and
+#      bf16_with_fp8_current_scaling_mixed (tokens/s and peak memory from the --log-jsonl "end" event) and by
+#      scripts/bench_torch.py --device cuda in bf16_compile (autocast BF16, torch.compile, SDPA, fused AdamW)
+#      and fp8_torchao (the same plus torchao's float8 training, tensorwise, the same BF16 edge layers as our
+#      recipe); a table: recipe | ours tok/s | PyTorch tok/s | ours/PyTorch | peak memory, and each side's
+#      FP8/BF16 ratio. The python with a CUDA torch: $PEER_PYTHON, else python3, /opt/*/.venv/bin/python3,
+#      /usr/bin/python3 (named, with its torch version; a warning when it is not the torch the pinned torchao
+#      pairs with, scripts/torch_peer.sh); torchao from the bundle's wheels/ (scripts/gpu_bundle.sh), unpacked
+#      into a temporary folder on PYTHONPATH (nothing installed). Estimate ~180 s, limit 270 s (PEER_LIMIT).
 # GPU_CHECK_PAST_SMOKE=1: go on after a failed smoke test (only to try the later steps' parsing without
 # a GPU; the failure still counts).
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
@@ -34,7 +44,7 @@
 # machine_ceilings.json and roofline.png (else into the logs folder).
 #
 #   scripts/gpu_check.sh [--bundle DIR | --build-dir DIR] [--sync] [--sanitize] [--budget S]
-#                        [--only conformance|training|roofline] [--iters N]
+#                        [--only conformance|training|roofline|peer] [--iters N]
 #   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
 #                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
 #   scripts/gpu_check.sh --gemm-mode FORMAT JSONL  (no GPU needed; for tests: what the GEMMs column reads for
@@ -45,12 +55,14 @@
 #
 # A first GPU run is two calls, each under the device tool's 10 minutes (the estimate printed first):
 #   scripts/gpu_check.sh --only conformance      then      scripts/gpu_check.sh --only training
+# and PyTorch beside ours on the same GPU (< 5 min): scripts/gpu_check.sh --only peer
 #
 # Exit status: 0 every check passed; 1 a check failed or did not run; 2 bad arguments, or no bundle
 # or build to run; 3 no GPU is present (one line on stderr, nothing else is done).
 set -uo pipefail
 self_dir=$(cd "$(dirname "$0")" && pwd)
 start=$(date +%s)
+peer_ld=${LD_LIBRARY_PATH:-}  # (--only peer runs PyTorch with the library path it came with, not the bundle's)
 
 # The JSON-lines logs' reader (beside this script, in a checkout and in the bundle); python3's standard
 # library is all it needs.
@@ -86,8 +98,10 @@ while (($#)); do
 done
 [[ $budget =~ ^[0-9]+$ ]] && [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] ||
   { echo "gpu_check: --budget and --iters take a number" >&2; exit 2; }
-[[ -z $only || $only == conformance || $only == training || $only == roofline ]] ||
-  { echo "gpu_check: --only conformance|training|roofline" >&2; exit 2; }
+# --only's values (a new step adds its name here, and its own `[[ $only == NAME ]]` block below).
+only_steps=(conformance training roofline peer)
+[[ -z $only || " ${only_steps[*]} " == *" $only "* ]] ||
+  { echo "gpu_check: --only $(IFS='|'; echo "${only_steps[*]}")" >&2; exit 2; }
 
 # ---- is there a GPU at all? One line and exit 3 when not. -------------------------------------
 if [[ -n $unpack_to ]]; then :
@@ -158,10 +172,11 @@ made_links=()
 finish() {
   for l in "${made_links[@]}"; do rm -f "$l"; done
   [[ -n $rt && -z $unpack_to ]] && rm -rf "$rt"
+  [[ -n ${peer_tmp:-} ]] && rm -rf "$peer_tmp"
   # The end of the output is what a remote call shows first: the summary again, in a few lines.
   say "== summary"
   for l in "${summary[@]}"; do say "$l"; done
-  [[ -n ${table:-} && -f ${table:-} ]] && while IFS= read -r l; do say "$l"; done <"$table"
+  for t in "${table:-}" "${peer_table:-}"; do [[ -n $t && -f $t ]] && while IFS= read -r l; do say "$l"; done <"$t"; done
   for l in "${failures[@]}"; do say "FAILED: $l"; done
   local where=$logs
   [[ -n ${OUT:-} && -d ${OUT:-} ]] && where="$OUT/gpu_check.txt, $OUT/gpu_check_logs.tar.gz"
@@ -310,14 +325,18 @@ fi
 # references dominate it), training table 63 s, roofline 52 s plus the machine probe's 26 s when no
 # ceilings are cached. Another GPU or fewer host cores changes them; the estimates below round them up.
 est_smoke=5 est_conf=70 est_train=65 est_roofline=80
+# The peer step has not run on a GPU yet: ours ~15 s a run (as the training table's 8B rows, with 10
+# iterations), PyTorch ~60-80 s a run, torch.compile's first iteration most of it.
+est_peer=180 peer_limit=${PEER_LIMIT:-270} peer_ours_limit=60 peer_torch_limit=150
 say "== time estimate (as measured on an H200, 2026-11-28; each step runs under its limit, the whole run under --budget $budget s)"
 say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")"
 [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance (pl_tests Cuda*)' "$est_conf")"
 [[ -z $only || $only == training ]] &&
   say "$(printf '  %-34s ~%4d s  (row limits 45 / 60 / 110 s: tiny / small / 8B 4 layers)' 'training (12 rows)' "$est_train")"
 [[ -z $only || $only == roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 170 s)' 'roofline (2 runs of 2 8B layers)' "$est_roofline")"
-((sync)) && [[ $only != training && $only != roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance again (--sync)' "$est_conf")"
+((sync)) && [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance again (--sync)' "$est_conf")"
 ((sanitize)) && say "$(printf '  %-34s ~%4d s  (limit 150 s)' 'compute-sanitizer (--sanitize)' 150)"
+[[ $only == peer ]] && say "$(printf '  %-34s ~%4d s  (limit %d s: ours 2 x %d s, PyTorch 2 x %d s; not measured yet)' 'peer (ours and PyTorch, 8B 4 layers)' "$est_peer" "$peer_limit" "$peer_ours_limit" "$peer_torch_limit")"
 say "  two calls: --only conformance ~$((est_smoke + est_conf)) s, --only training ~$((est_smoke + est_train)) s (each under the device tool's 10 minutes)"
 say "$lib_set_line"
 say "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
@@ -410,7 +429,7 @@ roofline_pending=0; [[ -z $only || $only == roofline ]] && roofline_pending=1
 reserve_extras() {  # seconds the roofline step and the requested --sync / --sanitize passes still need
   local r=0
   ((roofline_pending)) && r=$((r + roofline_limit))
-  ((sync)) && r=$((r + ${conf_secs:-120} + 20))
+  ((sync)) && [[ -z $only || $only == conformance ]] && r=$((r + ${conf_secs:-120} + 20))
   ((sanitize)) && r=$((r + sanitize_limit))
   echo $r
 }
@@ -572,8 +591,138 @@ if ((roofline_pending)); then
   fi
 fi
 
+# ---- peer: PyTorch on the same GPU (--only peer) -----------------------------------------------------
+# The same layers trained by pretrain_llama and by PyTorch (scripts/bench_torch.py --device cuda): 4 layers of
+# llama3_8b, seq 4096, MBS 1, GBS 8, 10 iterations each, tokens/s the mean over the last 60% on both sides
+# (pretrain_llama's "end" event in its --log-jsonl log; bench_torch.py's result line). Ours in bf16_mixed
+# (--disable-fp4) and bf16_with_fp8_current_scaling_mixed (its first and last decoder layer BF16, as the recipe
+# says); PyTorch in bf16_compile and fp8_torchao (torchao's float8, tensorwise, the same edge layers BF16). The
+# python: $PEER_PYTHON, else the first of python3, /opt/*/.venv/bin/python3 and /usr/bin/python3 whose torch has
+# CUDA, run with the LD_LIBRARY_PATH this script started with (its own wheels' libraries); torchao: the bundle's
+# wheel (or a checkout's .cache/wheels/), unpacked into a temporary folder on PYTHONPATH without its optional
+# compiled extensions, else the environment's own.
+peer_iters=10 peer_table="" peer_tmp=""
+# shellcheck source=scripts/torch_peer.sh
+[[ -f $self_dir/torch_peer.sh ]] && source "$self_dir/torch_peer.sh"
+peer_find_python() {  # sets peer_py, peer_torch (version), peer_cuda
+  local py v
+  for py in ${PEER_PYTHON:-} python3 /opt/*/.venv/bin/python3 /usr/bin/python3; do
+    command -v "$py" >/dev/null 2>&1 || continue
+    v=$(env -u PYTHONPATH LD_LIBRARY_PATH="$peer_ld" timeout 120 "$py" -c \
+          'import torch; print(torch.__version__, torch.version.cuda or "none")' 2>/dev/null | tail -n 1) || continue
+    [[ -n $v && ${v##* } != none ]] || continue  # a CPU-only torch (Debian's) is no peer on a GPU
+    peer_py=$(command -v "$py") peer_torch=${v% *} peer_cuda=${v##* }
+    return 0
+  done
+  return 1
+}
+# peer_time_for WANTED LATER: seconds a run may take: WANTED, or less so that LATER seconds stay for the runs after.
+peer_time_for() {
+  local l=$(( peer_end - $(date +%s) - $2 )) g; g=$(step_limit "$1" "$(reserve_extras)")
+  ((l > g)) && l=$g; ((l > $1)) && l=$1; echo $((l < 0 ? 0 : l))
+}
+peer_ours() {  # PRECISION LIMIT: sets p_tok, p_peak, p_note (pretrain_llama, --log-jsonl)
+  local prec=$1 limit=$2 log=$logs/peer_ours_$1.log jsonl=$logs/peer_ours_$1.jsonl rc e tok peak loss nan
+  p_tok="" p_peak="" p_note=""
+  if ((limit < 20)); then p_note="not run (time budget: ${limit} s)"; return 1; fi
+  # shellcheck disable=SC2046
+  set -- --model llama3_8b --num-layers 4 --seq-length 4096 --micro-batch-size 1 --global-batch-size 8 \
+         --train-iters "$peer_iters" $(recipe_flags "$prec")
+  say "== peer: pretrain_llama $* (limit $limit s)"
+  timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 --log-jsonl "$jsonl" "$@" >"$log" 2>&1
+  rc=$?
+  if ((rc != 0)); then
+    p_note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
+    return 1
+  fi
+  if ! e=$(python3 "$reader" "$jsonl" end tokens_per_s memory.max_allocated_bytes final_lm_loss nan_iterations 2>&1); then
+    p_note="FAILED: no end event (${e#jsonl_log.py: })"; return 1
+  fi
+  IFS=$'\t' read -r tok peak loss nan <<<"$e"
+  p_tok=$(LC_ALL=C awk -v x="$tok" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf "%.0f", x }')
+  p_peak=$(LC_ALL=C awk -v x="$peak" 'BEGIN { if (x ~ /^[0-9.eE+-]+$/) printf "%.2f", x / 1e9 }')
+  [[ $nan == 0 ]] || { p_note="FAILED: $nan nan iterations (final loss $loss)"; return 1; }
+  say "  tokens/s ${p_tok:-?}, peak memory ${p_peak:-?} GB, final loss $loss"
+  [[ -n $p_tok ]] || { p_note="FAILED: no tokens/s in the end event"; return 1; }
+}
+peer_pytorch() {  # MODE LIMIT: sets p_tok, p_peak, p_note (bench_torch.py's result lines)
+  local mode=$1 limit=$2 log=$logs/peer_torch_$1.log rc
+  p_tok="" p_peak="" p_note=""
+  if ((limit < 30)); then p_note="not run (time budget: ${limit} s)"; return 1; fi
+  set -- --device cuda --mode "$mode" --model llama3_8b --num-layers 4 --seq 4096 --mbs 1 --gbs 8 --iters "$peer_iters"
+  say "== peer: $peer_py bench_torch.py $* (limit $limit s)"
+  env LD_LIBRARY_PATH="$peer_ld" PYTHONPATH="$peer_pythonpath" timeout -k 10 "$limit" "$peer_py" \
+    "$self_dir/bench_torch.py" "$@" >"$log" 2>&1
+  rc=$?
+  grep -E '^bench_torch: ' "$log" | while IFS= read -r l; do say "  $l"; done
+  if ((rc != 0)); then
+    p_note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
+    return 1
+  fi
+  p_tok=$(sed -nE "s/^bench_torch: $mode \| .*\| ([0-9]+) tokens\/s.*/\1/p" "$log" | tail -n 1)
+  p_peak=$(sed -nE "s/^bench_torch: $mode \| .*\| peak memory ([0-9.]+) GB$/\1/p" "$log" | tail -n 1)
+  [[ -n $p_tok ]] || { p_note="FAILED: no tokens/s line in $log"; return 1; }
+}
+if [[ $only == peer ]]; then
+  peer_end=$(( $(date +%s) + peer_limit ))
+  peer_table=$logs/peer_table.txt
+  say "== peer: ours and PyTorch on this GPU, llama3_8b --num-layers 4, seq 4096, MBS 1, GBS 8, $peer_iters iterations (mean of the last 60%)"
+  peer_py="" peer_torch="" peer_cuda="" peer_pythonpath="" peer_ao=""
+  if peer_find_python; then
+    say "  PyTorch: $peer_py, torch $peer_torch (CUDA $peer_cuda)"
+    if [[ -n ${TORCHAO_TORCH:-} && ${peer_torch%%+*} != "$TORCHAO_TORCH" && ${peer_torch%%+*} != "$TORCHAO_TORCH".* ]]; then
+      say "  warning: torch $peer_torch is not torch $TORCHAO_TORCH, the release torchao ${TORCHAO_VERSION:-?} (scripts/torch_peer.sh) pairs with: fp8_torchao may fail or differ"
+    fi
+    wheel=""
+    for w in "${bundle:+$bundle/wheels/${TORCHAO_WHEEL:-}}" "$self_dir/../.cache/wheels/${TORCHAO_WHEEL:-}"; do
+      [[ -n ${TORCHAO_WHEEL:-} && -n $w && -f $w ]] && { wheel=$w; break; }
+    done
+    if [[ -n $wheel ]]; then
+      peer_tmp=$(mktemp -d "${TMPDIR:-/tmp}/pl_torchao.XXXXXX")
+      if "$peer_py" - "$wheel" "$peer_tmp" <<'PYEOF' 2>"$logs/peer_torchao.log"; then peer_pythonpath=$peer_tmp; fi
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:  # torchao's Python files and metadata; no tests, no compiled extension
+    z.extractall(sys.argv[2], [n for n in z.namelist() if n.split("/")[0] != "test" and not n.endswith(".so")])
+PYEOF
+    fi
+    peer_ao=$(env LD_LIBRARY_PATH="$peer_ld" PYTHONPATH="$peer_pythonpath" timeout 120 "$peer_py" -c \
+                'import torchao, torchao.float8; print(torchao.__version__, torchao.__file__)' 2>>"$logs/peer_torchao.log" | tail -n 1)
+    if [[ -n $peer_ao ]]; then say "  torchao ${peer_ao% *} ($( [[ -n $peer_pythonpath ]] && echo "from $wheel" || echo "the environment's own: ${peer_ao#* }"))"
+    else say "  torchao: not importable ($( [[ -n $wheel ]] && echo "unpacking $wheel failed: $(tail -n 1 "$logs/peer_torchao.log")" || echo "no wheels/${TORCHAO_WHEEL:-torchao-*.whl} in the bundle: scripts/gpu_bundle.sh carries it")): fp8_torchao not run"; fi
+  else
+    say "  PyTorch: no python3 with a CUDA torch (\$PEER_PYTHON, python3, /opt/*/.venv/bin/python3, /usr/bin/python3): its runs not run"
+  fi
+  printf '%-36s %11s %14s %13s  %-13s %11s %14s  %s\n' recipe "ours tok/s" "PyTorch tok/s" "ours/PyTorch" "PyTorch mode" \
+    "ours GB" "PyTorch GB" note >"$peer_table"
+  declare -A peer_ours_tok=() peer_torch_tok=()
+  for pair in "BF16 bf16_mixed bf16_compile" "FP8cs bf16_with_fp8_current_scaling_mixed fp8_torchao"; do
+    read -r prec recipe mode <<<"$pair"
+    notes=()
+    # Time kept for the runs after this one: the other recipe's (ours 20 s, PyTorch 60 s at least).
+    [[ $prec == BF16 ]] && later=$((20 + 60 + 60)) || later=60
+    peer_ours "$prec" "$(peer_time_for "$peer_ours_limit" "$later")" || { notes+=("ours: $p_note"); fail "peer ours $recipe: $p_note"; }
+    o_tok=$p_tok o_peak=$p_peak
+    [[ $prec == BF16 ]] && later=$((20 + 60)) || later=0
+    if [[ -z $peer_py ]]; then p_tok="" p_peak="" p_note="not run (no CUDA PyTorch)"; fail "peer PyTorch $mode: $p_note"; notes+=("PyTorch: $p_note")
+    elif [[ $mode == fp8_torchao && -z $peer_ao ]]; then p_tok="" p_peak="" p_note="not run (no torchao)"; fail "peer PyTorch $mode: $p_note"; notes+=("PyTorch: $p_note")
+    else peer_pytorch "$mode" "$(peer_time_for "$peer_torch_limit" "$later")" || { notes+=("PyTorch: $p_note"); fail "peer PyTorch $mode: $p_note"; }
+    fi
+    t_tok=$p_tok t_peak=$p_peak
+    peer_ours_tok[$prec]=$o_tok peer_torch_tok[$prec]=$t_tok
+    ratio=$(LC_ALL=C awk -v a="$o_tok" -v b="$t_tok" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }')
+    printf '%-36s %11s %14s %13s  %-13s %11s %14s  %s\n' "$recipe" "${o_tok:--}" "${t_tok:--}" "$ratio" "$mode" \
+      "${o_peak:--}" "${t_peak:--}" "$(IFS=';'; echo "${notes[*]}")" | sed 's/ *$//' >>"$peer_table"
+  done
+  fp8_ratio() { LC_ALL=C awk -v a="$2" -v b="$1" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b; else print "-" }'; }
+  printf '%-36s %11s %14s\n' "FP8 / BF16 (tokens/s)" "$(fp8_ratio "${peer_ours_tok[BF16]}" "${peer_ours_tok[FP8cs]}")" \
+    "$(fp8_ratio "${peer_torch_tok[BF16]}" "${peer_torch_tok[FP8cs]}")" >>"$peer_table"
+  say "== peer table (ours/PyTorch > 1: ours faster; peak memory in GB = 1e9 bytes)"
+  while IFS= read -r l; do say "$l"; done <"$peer_table"
+  summary+=("peer: ours/PyTorch $(awk 'NR == 2 || NR == 3 {printf "%s%s %s", (NR == 3 ? ", " : ""), $1, $4}' "$peer_table")")
+fi
+
 # ---- optional passes ------------------------------------------------------------------------------
-if ((sync)) && [[ $only != training && $only != roofline ]]; then
+if ((sync)) && [[ -z $only || $only == conformance ]]; then
   conformance conformance_sync "$(step_limit 200 "$( ((sanitize)) && echo "$sanitize_limit" || echo 0)")" problems CUDA_LAUNCH_BLOCKING=1
 fi
 if ((sanitize)); then
