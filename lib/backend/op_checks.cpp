@@ -477,7 +477,7 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
   // The moments: F32, or BF16 (2-byte bf16 bits on every backend) under the precision-aware optimizer.
   arg(ctx, op, "m", m, DType::F32, -1, DType::BF16);
   arg(ctx, op, "v", v, DType::F32, -1, DType::BF16);
-  same_numel(op, "param", param, "master", master);
+  if (param.numel() != 0 || param.ndim != 1) same_numel(op, "param", param, "master", master);  // [0]: not written
   same_numel(op, "grad", grad, "master", master);
   same_numel(op, "m", m, "master", master);
   same_numel(op, "v", v, "master", master);

@@ -156,7 +156,8 @@ PL_OP(sum_of_squares_chunks, void, TimerId::OptimizerClipMainGrad,
       (const OpContext& ctx, const Tensor& partials, const Tensor& x), (ctx, partials, x))
 // Multi-tensor AdamW: one step over the whole flat buffers master/grad fp32, m/v fp32 or bf16 (their dtypes) [n] in one pass (one
 // launch on the GPU); param (bf16 weights the model reads) receives round_bf16(master) (or master itself
-// when !ctx.round_bf16). Every element gets num::adamw_element_stored with `step`'s hyper-parameters, except
+// when !ctx.round_bf16), unless param is empty ([0]: FP8 primary weights, whose BF16 weights the model makes
+// for the ranges it keeps). Every element gets num::adamw_element_stored with `step`'s hyper-parameters, except
 // that the elements inside `no_decay` (the 1-D norm weights) use weight_decay 0: bit-identical to a
 // per-tensor adamw_update (ops.h: this op without ranges) with weight_decay = is_matrix ? wd : 0.
 PL_OP(adamw_update_multi, void, TimerId::OptimizerInnerStep,

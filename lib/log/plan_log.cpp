@@ -8,7 +8,7 @@ namespace pl::log {
 
 std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note,
                                            const std::string& optimizer_label, const OffloadRows* offload,
-                                           const std::string& grads_label) {
+                                           const std::string& grads_label, const std::string& weights_label) {
   static constexpr const char* kNames[7] = {"weights (bf16)",          "gradients (fp32)",
                                             "master weights (fp32)",   "optimizer state (Adam m, v fp32)",
                                             "activations and scratch", "quantized copies",
@@ -20,6 +20,7 @@ std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, con
   for (size_t i = 0; i < bytes.size(); ++i) {
     std::string name = i == 3 && !optimizer_label.empty() ? optimizer_label
                        : i == 1 && !grads_label.empty()   ? grads_label
+                       : i == 0 && !weights_label.empty() ? weights_label
                                                           : kNames[i];
     if (offload && (i == 2 || i == 3)) name.insert(name.size() - 1, ", host");
     out.push_back(row(name.c_str(), bytes[i]));
@@ -66,8 +67,8 @@ std::string flag_set(const FitRow& r) {
 }
 
 constexpr const char* kNothingFits =
-    "does not fit with any of these (BF16 moments, a smaller --micro-batch-size, --optimizer-cpu-offload, "
-    "--recompute full)";
+    "does not fit with any of these (FP8 primary weights, BF16 moments, BF16 main grads, a smaller "
+    "--micro-batch-size, --optimizer-cpu-offload, --recompute full)";
 
 }  // namespace
 
@@ -81,10 +82,10 @@ std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double co
       dp ? fmt::format(" of {} data-parallel ranks", dp_size) : "", context_reserve / 1073741824.0,
       arena_slack / 1073741824.0));
   out.push_back(fmt::format("{:<22} {:>9} {:>9}  {:<4}  {}", "GPU", "usable GB", "needed GB", "fits",
-                            dp ? "cheapest flags that fit (in order: distributed optimizer, BF16 moments, smaller "
-                                 "micro-batch, recompute)"
-                               : "cheapest flags that fit (in order: BF16 moments, smaller micro-batch, offload, "
-                                 "recompute)"));
+                            dp ? "cheapest flags that fit (in order: distributed optimizer, BF16 moments, BF16 "
+                                 "main grads, smaller micro-batch, recompute)"
+                               : "cheapest flags that fit (in order: FP8 primary weights, BF16 moments, BF16 main "
+                                 "grads, smaller micro-batch, offload, recompute)"));
   for (const FitRow& r : rows) {
     const std::string line = fmt::format("{:<22} {:>9.2f} {:>9.2f}  ", fmt::format("{} (sm_{})", r.gpu, r.sm),
                                          r.usable / 1e9, r.needed / 1e9);

@@ -19,10 +19,12 @@ struct OffloadRows {
   double host_grads = 0, host_staging = 0;
   const char* device = "GPU";
 };
-// grads_label: the gradients row's name when they are not fp32 (--main-grads-dtype bf16).
+// grads_label: the gradients row's name when they are not fp32 (--main-grads-dtype bf16); weights_label: the
+// weights row's name when not every weight is kept in bf16 (FP8 primary weights).
 std::vector<std::string> memory_plan_lines(std::span<const double, 7> bytes, const std::string& gemm_note,
                                            const std::string& optimizer_label = "",
-                                           const OffloadRows* offload = nullptr, const std::string& grads_label = "");
+                                           const OffloadRows* offload = nullptr, const std::string& grads_label = "",
+                                           const std::string& weights_label = "");
 // The one line of a plan that does not fit: the biggest categories and the flags that shrink them.
 // slack: op scratch and free margin beyond the plan; recompute_off: --recompute none. bytes as on the
 // device (with offload: master and optimizer 0).

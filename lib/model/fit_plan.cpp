@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -82,9 +83,12 @@ std::string candidate_flags(const FitRequest& r, const FitCandidate& c) {
   if (c.options.distributed_optimizer && !r.options.distributed_optimizer) f.push_back("--use-distributed-optimizer");
   const bool moments = c.options.exp_avg != r.options.exp_avg || c.options.exp_avg_sq != r.options.exp_avg_sq;
   const bool offload = c.options.optimizer_offload && !r.options.optimizer_offload;
-  if ((moments || offload) && !r.precision_aware_given) f.push_back("--use-precision-aware-optimizer");
+  const bool main_grads = c.options.bf16_main_grads && !r.options.bf16_main_grads;
+  if ((moments || offload || main_grads) && !r.precision_aware_given) f.push_back("--use-precision-aware-optimizer");
   if (c.options.exp_avg != r.options.exp_avg) f.push_back("--exp-avg-dtype bf16");
   if (c.options.exp_avg_sq != r.options.exp_avg_sq) f.push_back("--exp-avg-sq-dtype bf16");
+  if (c.options.fp8_primary_weights && !r.options.fp8_primary_weights) f.push_back("--fp8-param-gather");
+  if (main_grads) f.push_back("--main-grads-dtype bf16");
   if (offload) f.push_back("--optimizer-cpu-offload");
   if (c.options.recompute && !r.options.recompute) f.push_back("--recompute full");
   return fmt::format("{}", fmt::join(f, " "));
@@ -97,22 +101,43 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   // than one data-parallel rank the distributed optimizer comes first (it shards the master weights and
   // moments: the biggest saving, and Megatron needs it for the precision-aware optimizer), and the offload
   // rungs are left out (not implemented with data parallelism).
-  const bool data_parallel = r.options.dp_size > 1;
+  // An explicit --fp8-param-gather stays on: the rungs that would turn it off (the distributed optimizer,
+  // the offload) are left out.
+  const bool data_parallel = r.options.dp_size > 1, keep_primary = r.fp8_param_gather_given;
   RunLayout sharded = r.options;
-  sharded.distributed_optimizer = sharded.distributed_optimizer || data_parallel;
-  RunLayout bf16 = sharded;
+  sharded.distributed_optimizer = sharded.distributed_optimizer || (data_parallel && !keep_primary);
+  RunLayout primary = sharded;
+  primary.fp8_primary_weights = true;
+  const bool primary_rung = !fp8_primary_weights_in_effect(*r.plan, sharded) &&
+                            fp8_primary_weights_in_effect(*r.plan, primary);
+  if (!primary_rung) primary = sharded;
+  RunLayout bf16 = primary;
   bf16.exp_avg = bf16.exp_avg_sq = DType::BF16;
-  RunLayout off = bf16, rec = bf16, both = bf16;
-  off.optimizer_offload = both.optimizer_offload = true;
-  rec.recompute = both.recompute = true;
+  RunLayout grads = bf16;  // (BF16 main grads are not implemented with data parallelism: no rung m there)
+  grads.bf16_main_grads = grads.bf16_main_grads || !data_parallel;
+  const bool grads_rung = grads.bf16_main_grads != bf16.bf16_main_grads;
   std::vector<FitCandidate> ladder = {{'a', r.micro_batch, r.options}};
   if (sharded.distributed_optimizer != r.options.distributed_optimizer) ladder.push_back({'g', r.micro_batch, sharded});
+  if (primary_rung) ladder.push_back({'p', r.micro_batch, primary});
   ladder.push_back({'b', r.micro_batch, bf16});
+  if (grads_rung) ladder.push_back({'m', r.micro_batch, grads});
+  // Each later point first on b, then (where rung m exists) on m: BF16 main grads only where they are needed.
+  const auto add = [&](char rung, int64_t mbs, bool offload, bool recompute) {
+    for (const RunLayout* base : {&bf16, &grads}) {
+      if (base == &grads && !grads_rung) break;
+      RunLayout o = *base;
+      o.optimizer_offload = o.optimizer_offload || offload;
+      o.recompute = o.recompute || recompute;
+      ladder.push_back({rung, mbs, o});
+    }
+  };
   const std::vector<int64_t> smaller = micro_batches_from(r.micro_batch);
-  for (size_t i = 1; i < smaller.size(); ++i) ladder.push_back({'c', smaller[i], bf16});
-  for (const auto& [rung, opt] : {std::pair{'d', off}, std::pair{'e', rec}, std::pair{'f', both}})
-    if (!(data_parallel && opt.optimizer_offload))
-      for (int64_t m : smaller) ladder.push_back({rung, m, opt});
+  for (size_t i = 1; i < smaller.size(); ++i) add('c', smaller[i], false, false);
+  const bool offload_allowed = !data_parallel && !keep_primary;
+  for (const auto& [rung, offload, recompute] : {std::tuple{'d', true, false}, std::tuple{'e', false, true},
+                                                 std::tuple{'f', true, true}})
+    if (offload_allowed || !offload)
+      for (int64_t m : smaller) add(rung, m, offload, recompute);
   for (const FitCandidate& c : ladder) {
     const MemoryPlan p = plan_for_gpu(r, c.micro_batch, c.options, gpu);
     if (c.rung == 'a') res.as_given_total = p.total();

@@ -17,20 +17,30 @@
 //      not given: the master weights and moments sharded over the ranks (a reduce-scatter and an
 //      all-gather per step instead of one all-reduce: the same bytes on the wire), and every later rung
 //      builds on it;
+//   p. --fp8-param-gather (FP8 primary weights, when the plan has FP8 weights, it is off and nothing
+//      turns it off): no BF16 copy of the FP8 layers' weights; the same codes, scales and losses, a BF16
+//      rounding of one layer's master per layer per step (bandwidth only);
 //   b. BF16 moments (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16):
 //      storage only; the AdamW math is the same FP32 element math, no throughput cost;
+//   m. b + --main-grads-dtype bf16: the gradients accumulated over the micro-batches in BF16 (each
+//      micro-batch's group of gradients computed in FP32 scratch and added in, rounded once): half the
+//      gradient bytes, no throughput cost, BF16 rounding of the accumulated gradient (one rank only: not
+//      implemented with data parallelism);
 //   c. b + a smaller --micro-batch-size, halved down to 1 (only if it is > 1; --global-batch-size is
 //      unchanged, so an iteration runs more, smaller micro-batches): the same work in smaller GEMMs,
 //      less GEMM efficiency; the largest micro-batch that fits is taken;
 //   d. c + --optimizer-cpu-offload: AdamW runs on the host each step, its copies overlapped with the
-//      last backward; cheap when an iteration has many micro-batches (large global batches);
+//      last backward; cheap when an iteration has many micro-batches (large global batches); FP8 primary
+//      weights are then off (the master is on the host), unless --fp8-param-gather was given: then d and f
+//      are left out;
 //   e. c + --recompute full: every layer's forward runs again in the backward, about a third more
 //      compute per micro-batch, every step;
 //   f. c + --optimizer-cpu-offload + --recompute full.
 // In d, e and f the micro-batch is also halved from the given one down to 1, and the largest that fits
-// is taken (offload saves the same bytes at any micro-batch; a larger micro-batch costs less).
+// is taken (offload saves the same bytes at any micro-batch; a larger micro-batch costs less). Each point
+// of c, d, e and f is tried on b, then on m: BF16 main grads are added only where b's point does not fit.
 // With more than one data-parallel rank, d and f are left out (the offload is not implemented with data
-// parallelism).
+// parallelism). A rung that changes nothing (the flag was given) is skipped.
 #include <cstdint>
 #include <span>
 #include <string>
@@ -85,11 +95,12 @@ struct FitRequest {
   const PrecisionPlan* plan = nullptr;
   RunLayout options;
   bool precision_aware_given = false;
+  bool fp8_param_gather_given = false;  // --fp8-param-gather on the command line (then never turned off)
 };
 
 // One point of the ladder: the micro-batch and options it plans with, and the flags to add.
 struct FitCandidate {
-  char rung = 'a';  // 'a'..'g' as in the header
+  char rung = 'a';  // a, g, p, b, m, c, d, e, f as in the header
   int64_t micro_batch = 1;
   RunLayout options;
 };

@@ -31,13 +31,23 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   // master weights (ShardLayout); otherwise the shard is the whole buffer.
   shard_ = shard_layout(num_params(), layout_);
   const size_t n = static_cast<size_t>(shard_.padded);
-  weight_buf_ = Buffer(n * dtype_size(float_storage(ctx_.device)), ctx_.device);
+  const DType storage = float_storage(ctx_.device);
+  // FP8 primary weights: BF16 storage for the kept ranges only (packed), and one FP8 layer's rounding scratch.
+  primary_ = fp8_primary_weights_in_effect(plan_, layout_);
+  kept_ = bf16_weight_ranges(cfg_, plan_, layout_);
+  int64_t kept_elements = 0;
+  for (size_t r = 0; r < kept_.size(); r += 2) kept_elements += kept_[r + 1] - kept_[r];
+  weight_buf_ = Buffer((primary_ ? static_cast<size_t>(kept_elements) : n) * dtype_size(storage), ctx_.device);
+  if (primary_)
+    primary_scratch_ = Buffer(static_cast<size_t>(primary_weight_scratch_elements(plan_, layout_)) * dtype_size(storage),
+                              ctx_.device);
   // Main grads: FP32, or BF16 with --main-grads-dtype bf16 (the device's bf16 storage: FP32 on the CPU).
   const DType grad_type = layout_.bf16_main_grads ? float_storage(ctx_.device) : DType::F32;
   grad_buf_ = Buffer(n * dtype_size(grad_type), ctx_.device);
   // With the optimizer offloaded the FP32 master weights live in host memory, where AdamW updates them.
   master_buf_ = Buffer(static_cast<size_t>(shard_.shard) * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
-  weights_ = views_of(weight_buf_, float_storage(ctx_.device));
+  weights_ = primary_ ? kept_weight_views(cfg_, entries_, kept_, weight_buf_.data(), storage, ctx_.device)
+                     : views_of(weight_buf_, storage);
   grads_ = views_of(grad_buf_, grad_type);
   if (sharded())
     master_.flat = master_buf_.as({shard_.shard}, DType::F32);
@@ -83,7 +93,8 @@ ParamViews param_views(const ModelConfig& cfg, const std::vector<ParamEntry>& en
                        bool group_relative) {
   const size_t es = dtype_size(t);
   auto view = [&](const ParamEntry& e, int64_t group_begin) {
-    void* p = static_cast<char*>(base) + static_cast<size_t>(e.offset - (group_relative ? group_begin : 0)) * es;
+    void* p = e.offset < 0 ? nullptr  // no storage (kept_weight_views)
+                           : static_cast<char*>(base) + static_cast<size_t>(e.offset - (group_relative ? group_begin : 0)) * es;
     return e.rows == 1 ? Tensor(p, {e.cols}, t, d) : Tensor(p, {e.rows, e.cols}, t, d);
   };
   ParamViews v;
@@ -104,6 +115,23 @@ ParamViews param_views(const ModelConfig& cfg, const std::vector<ParamEntry>& en
   v.final_norm = view(entries[i++], head);
   v.lm_head = view(entries[i++], head);
   v.flat = Tensor(base, {group_relative ? largest_grad_group(cfg) : cfg.num_parameters()}, t, d);
+  return v;
+}
+
+ParamViews kept_weight_views(const ModelConfig& cfg, std::vector<ParamEntry> entries, const std::vector<int64_t>& kept,
+                             void* base, DType t, Device d) {
+  // Each entry's offset in the packed buffer, or -1 (no storage): ranges are made of whole entries.
+  int64_t packed = 0;
+  size_t r = 0;
+  for (ParamEntry& e : entries) {
+    while (r < kept.size() && kept[r + 1] <= e.offset) {
+      packed += kept[r + 1] - kept[r];
+      r += 2;
+    }
+    e.offset = r < kept.size() && kept[r] <= e.offset ? packed + (e.offset - kept[r]) : -1;
+  }
+  ParamViews v = param_views(cfg, entries, base, t, d);
+  v.flat = Tensor(nullptr, {0}, t, d);  // (AdamW's param: the BF16 weights are not written by the step)
   return v;
 }
 
@@ -207,6 +235,8 @@ void LlamaModel::sync_weights_from_master() {
     // This rank's shard of the weights from its masters, then every rank's shard to every rank.
     copy_master_to_param(ctx_, weights_padded().rows(shard_.begin, shard_.shard), master_.flat);
     gather_weights();
+  } else if (primary_) {
+    copy_master_to_kept_weights();
   } else if (master_.flat.device == weights_.flat.device) {
     copy_master_to_param(ctx_, weights_.flat, master_.flat);
   } else {
@@ -236,7 +266,71 @@ void LlamaModel::prepare_weights() {
 void LlamaModel::prepare_layer_weights(int64_t l) {
   const LayerParams& w = weights_.layers[l];
   const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
-  for (int k = 0; k < 4; ++k) linear(l, k).prepare_weight(linear_ctx(k), *ws[k]);
+  for (int k = 0; k < 4; ++k)
+    linear(l, k).prepare_weight(linear_ctx(k), ws[k]->data != nullptr ? *ws[k] : rounded_master_weight(l, k));
+}
+
+// The master's linear weights of layer l, in the order of its LinearSlot kinds.
+static const Tensor& master_linear(const LayerParams& m, int kind) {
+  const Tensor* ms[4] = {&m.qkv, &m.proj, &m.fc1, &m.fc2};
+  return *ms[kind];
+}
+
+Tensor LlamaModel::rounded_master_weight(int64_t l, int kind) {
+  const Tensor& m = master_linear(master_.layers[static_cast<size_t>(l)], kind);
+  const Tensor s = primary_scratch_.as({m.numel()}, weights_.flat.dtype);
+  copy_master_to_param(linear_ctx(kind), s, m.view({m.numel()}));
+  return s.view({m.dim(0), m.dim(1)});
+}
+
+Tensor LlamaModel::backward_weight(int64_t l, int kind, const MicroBatchOptions& step) {
+  const Tensor& w = master_linear(weights_.layers[static_cast<size_t>(l)], kind);
+  return w.data != nullptr || !step.collect_quant_stats ? w : rounded_master_weight(l, kind);
+}
+
+void LlamaModel::copy_master_to_kept_weights() {
+  PL_CHECK(primary_, "internal: the kept BF16 weights are written by AdamW unless FP8 primary weights are on");
+  int64_t packed = 0;
+  for (size_t r = 0; r < kept_.size(); r += 2) {
+    const int64_t len = kept_[r + 1] - kept_[r];
+    const DType storage = weights_.flat.dtype;
+    copy_master_to_param(ctx_, weight_buf_.as({len}, storage, static_cast<size_t>(packed) * dtype_size(storage)),
+                         master_.flat.rows(kept_[r], len));
+    packed += len;
+  }
+}
+
+void LlamaModel::weights_to_host(int64_t first, int64_t count, void* dst) const {
+  const DType storage = weights_.flat.dtype;
+  const size_t es = dtype_size(storage);
+  auto* out = static_cast<char*>(dst);
+  if (!primary_) {
+    copy_to_host(dst, weight_buf_.as({shard_.padded}, storage).rows(first, count));
+    return;
+  }
+  // Piece by piece: a kept range from the packed buffer, any other from the master rounded on the host by
+  // the same op (copy_master_to_param on the CPU backend: the same bits as the device's).
+  const OpContext host{.device = Device::CPU, .round_bf16 = ctx_.round_bf16};
+  std::vector<float> master;
+  int64_t packed = 0, at = first;
+  const int64_t end = first + count;
+  for (size_t r = 0; at < end; r += 2) {
+    const bool past = r >= kept_.size();
+    const int64_t kb = past ? end : kept_[r], ke = past ? end : kept_[r + 1];
+    if (at < kb) {  // a gap before this kept range: from the master
+      const int64_t len = std::min(kb, end) - at;
+      master.resize(static_cast<size_t>(len));
+      copy_to_host(master.data(), master_.flat.rows(at, len));
+      copy_master_to_param(host, Tensor(out + (at - first) * es, {len}, storage), Tensor(master.data(), {len}, DType::F32));
+      at += len;
+    }
+    if (!past && at < end && at < ke) {
+      const int64_t len = std::min(ke, end) - at;
+      copy_to_host(out + (at - first) * es, weight_buf_.as({len}, storage, static_cast<size_t>(packed + at - kb) * es));
+      at += len;
+    }
+    if (!past) packed += ke - kb;
+  }
 }
 
 void LlamaModel::weights_arrive_during_forward(const WeightGate* gate) {
@@ -484,15 +578,19 @@ void LlamaModel::run_backward(const MicroBatchOptions& step) {
     const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
     begin_group(first, first + kEntriesPerLayer);
     // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
-    linear(l, kFc2).backward(linear_ctx(kFc2), acts_.d_swi, g.fc2, acts_.d_resid, a.swi, w.fc2, step);
+    linear(l, kFc2).backward(linear_ctx(kFc2), acts_.d_swi, g.fc2, acts_.d_resid, a.swi, backward_weight(l, kFc2, step),
+                             step);
     swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1);
-    linear(l, kFc1).backward(linear_ctx(kFc1), acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, w.fc1, step);
+    linear(l, kFc1).backward(linear_ctx(kFc1), acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, backward_weight(l, kFc1, step),
+                             step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln2, acts_.d_ln, a.resid_mid, w.ln2, a.rstd2);
     // acts_.d_resid = dL/d(resid_mid); the attention branch.
-    linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn, w.proj, step);
+    linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn,
+                              backward_weight(l, kProj, step), step);
     attention_backward(ctx_, acts_.d_qkv, acts_.d_attn, a.attn, a.lse, a.qkv, as);
     rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
-    linear(l, kQkv).backward(linear_ctx(kQkv), acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, w.qkv, step);
+    linear(l, kQkv).backward(linear_ctx(kQkv), acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, backward_weight(l, kQkv, step),
+                             step);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
     end_group(first, first + kEntriesPerLayer);
   }

@@ -76,7 +76,19 @@ class LlamaModel {
   int64_t tokens_per_micro_batch() const { return B_ * S_; }
   size_t activation_bytes() const { return arena_.bytes(); }
 
+  // The BF16 weights the forward and backward read. With FP8 primary weights (fp8_primary_weights()) the
+  // matrices of the FP8 layers have no BF16 storage (their views have no data; weights().flat is [0]):
+  // those layers read their FP8 copies, made from the master (prepare_weights); weights_to_host gives the
+  // BF16 values of any range all the same.
   ParamViews& weights() { return weights_; }
+  bool fp8_primary_weights() const { return primary_; }
+  // FP8 primary weights, after each optimizer step (whose AdamW writes no BF16 weights then): the BF16 weights
+  // the model keeps, rounded from the master (copy_master_to_param over bf16_weight_ranges).
+  void copy_master_to_kept_weights();
+  // The BF16 weights (the device's storage dtype: bf16 bits on a GPU, bf16 values in f32 on the CPU) of the
+  // flat elements [first, first + count) into host memory, made from the master where the model keeps none
+  // (FP8 primary weights): the same bits either way (what a checkpoint's weights file holds).
+  void weights_to_host(int64_t first, int64_t count, void* dst) const;
   ParamViews& grads() { return grads_; }
   // The FP32 master weights. With the distributed optimizer only this rank's shard exists: master().flat
   // is [shard().shard] (elements shard().begin .. of the flat layout) and the per-parameter views are empty.
@@ -85,7 +97,9 @@ class LlamaModel {
   // without the distributed optimizer), and the weights and gradients over the padded length.
   const ShardLayout& shard() const { return shard_; }
   bool sharded() const { return layout_.distributed_optimizer; }
-  Tensor weights_padded() const { return weight_buf_.as({shard_.padded}, weights_.flat.dtype); }
+  Tensor weights_padded() const {  // (FP8 primary weights are never sharded: their empty flat view)
+    return primary_ ? weights_.flat : weight_buf_.as({shard_.padded}, weights_.flat.dtype);
+  }
   Tensor grads_padded() const { return grad_buf_.as({shard_.padded}, grads_.flat.dtype); }
   // The communicator the sharded weights are all-gathered through (sync_weights_from_master); the trainer's.
   void set_communicator(parallel::Communicator* comm) { comm_ = comm; }
@@ -165,6 +179,11 @@ class LlamaModel {
   void upload_batch(const int32_t* tokens, const int32_t* labels, const int32_t* positions);
   void upload_packed(const int32_t* tokens, const int32_t* labels, const int32_t* positions);
   void prepare_layer_weights(int64_t layer);
+  // FP8 primary weights: the BF16 rounding of linear `kind` of `layer`'s master in primary_scratch_.
+  Tensor rounded_master_weight(int64_t layer, int kind);
+  // The weight the backward of linear `kind` of `layer` is given: its BF16 weight, or for an FP8 primary
+  // weight the rounded master when this backward records telemetry (its only reader), else the empty view.
+  Tensor backward_weight(int64_t layer, int kind, const MicroBatchOptions& step);
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
   void update_delayed_scaling();  // after each micro-batch's backward (FP8 delayed scaling only)
@@ -194,6 +213,11 @@ class LlamaModel {
   bool weights_pending_ = false;      // the next forward waits for the weights and prepares them
   bool backward_pending_ = false;     // queue_training_forward ran; its queue_backward has not
   Buffer weight_buf_, grad_buf_, master_buf_;
+  // FP8 primary weights (RunLayout::fp8_primary_weights in effect): weight_buf_ holds only the flat ranges
+  // kept_ (bf16_weight_ranges), packed in order; primary_scratch_ one FP8 layer's BF16 weight at a time.
+  bool primary_ = false;
+  std::vector<int64_t> kept_;
+  Buffer primary_scratch_;
   ParamViews weights_, grads_, master_;
   ParamViews grad_work_;  // BF16 main grads: where the backward writes a group's FP32 gradients
 
@@ -233,8 +257,14 @@ class ScopedTimers {
 std::vector<ParamEntry> param_layout(const ModelConfig& cfg);
 // Views by parameter of a flat buffer at `base` laid out as `entries` (param_layout(cfg)); group_relative: each
 // layer's views start at the group's own offset 0 (the BF16-main-grads scratch of one group).
+// An entry with a negative offset has no storage (its view's data is null).
 ParamViews param_views(const ModelConfig& cfg, const std::vector<ParamEntry>& entries, void* base, DType t, Device d,
                        bool group_relative = false);
+
+// FP8 primary weights: views of the BF16 weights kept in the flat ranges `kept` (bf16_weight_ranges), packed in
+// order at `base`; the other entries' views have no storage, and flat is [0].
+ParamViews kept_weight_views(const ModelConfig& cfg, std::vector<ParamEntry> entries, const std::vector<int64_t>& kept,
+                             void* base, DType t, Device d);
 
 // cos/sin tables [S, d/2] of Megatron's rotary embedding (Llama 3.1 frequency scaling if enabled).
 void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out);

@@ -24,6 +24,54 @@ int64_t largest_grad_group(const ModelConfig& cfg) {
   return largest;
 }
 
+bool fp8_primary_weight_linear(const LinearPlan& p) {
+  return p.quantized() && (*p.w == QuantFormat::FP8_E4M3 || *p.w == QuantFormat::FP8_E5M2 || *p.w == QuantFormat::MXFP8);
+}
+
+const char* fp8_primary_weights_off_because(const PrecisionPlan& plan, const RunLayout& opt) {
+  if (!opt.fp8_primary_weights) return nullptr;
+  if (std::none_of(plan.linears.begin(), plan.linears.end(), fp8_primary_weight_linear)) return nullptr;
+  if (opt.optimizer_offload)
+    return "--optimizer-cpu-offload keeps the master weights on the host, where the FP8 copies are not made";
+  if (opt.distributed_optimizer)
+    return "the distributed optimizer all-gathers BF16 weights (its FP8 all-gather is not built)";
+  return nullptr;
+}
+
+bool fp8_primary_weights_in_effect(const PrecisionPlan& plan, const RunLayout& opt) {
+  return opt.fp8_primary_weights && fp8_primary_weights_off_because(plan, opt) == nullptr &&
+         std::any_of(plan.linears.begin(), plan.linears.end(), fp8_primary_weight_linear);
+}
+
+std::vector<int64_t> bf16_weight_ranges(const ModelConfig& cfg, const PrecisionPlan& plan, const RunLayout& opt) {
+  const std::vector<ParamEntry> entries = param_layout(cfg);
+  const bool primary = fp8_primary_weights_in_effect(plan, opt);
+  // The linear matrices of layer l are its entries 1, 2, 4, 5 (qkv, proj, fc1, fc2: param_layout).
+  constexpr int kLinearOfEntry[kEntriesPerLayer] = {-1, 0, 1, -1, 2, 3};
+  std::vector<int64_t> ranges;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ParamEntry& e = entries[i];
+    if (primary && i >= 1 && i < 1 + kEntriesPerLayer * static_cast<size_t>(cfg.num_layers)) {
+      const int64_t layer = static_cast<int64_t>((i - 1) / kEntriesPerLayer);
+      const int kind = kLinearOfEntry[(i - 1) % kEntriesPerLayer];
+      if (kind >= 0 && fp8_primary_weight_linear(plan.linear(layer, kind))) continue;
+    }
+    if (!ranges.empty() && ranges.back() == e.offset)
+      ranges.back() = e.offset + e.numel();
+    else
+      ranges.insert(ranges.end(), {e.offset, e.offset + e.numel()});
+  }
+  return ranges;
+}
+
+int64_t primary_weight_scratch_elements(const PrecisionPlan& plan, const RunLayout& opt) {
+  if (!fp8_primary_weights_in_effect(plan, opt)) return 0;
+  int64_t largest = 0;
+  for (const LinearPlan& p : plan.linears)
+    if (fp8_primary_weight_linear(p)) largest = std::max(largest, p.in * p.out);
+  return largest;
+}
+
 ShardLayout shard_layout(int64_t num_params, const RunLayout& options) {
   ShardLayout s;
   s.num_params = s.padded = s.shard = num_params;
@@ -41,10 +89,18 @@ namespace {
 
 // The weights and gradients (every rank holds them, padded with the distributed optimizer), the master
 // weights and the moments (one rank's shard), and the offload's host buffers.
-void plan_parameters(MemoryPlan& mem, const ModelConfig& cfg, DType act, const RunLayout& opt) {
+void plan_parameters(MemoryPlan& mem, const ModelConfig& cfg, const PrecisionPlan& plan, DType act,
+                     const RunLayout& opt) {
   const ShardLayout shard = shard_layout(cfg.num_parameters(), opt);
   const size_t n = static_cast<size_t>(shard.padded), owned = static_cast<size_t>(shard.shard);
   mem.weights = static_cast<double>(n * dtype_size(act));
+  if (fp8_primary_weights_in_effect(plan, opt)) {  // (never sharded: no padding)
+    const std::vector<int64_t> kept = bf16_weight_ranges(cfg, plan, opt);
+    int64_t elements = primary_weight_scratch_elements(plan, opt);
+    for (size_t r = 0; r < kept.size(); r += 2) elements += kept[r + 1] - kept[r];
+    mem.weights = static_cast<double>(static_cast<size_t>(elements) * dtype_size(act));
+    mem.weights_label = "weights (bf16 but FP8 layers)";
+  }
   mem.master = static_cast<double>(owned * 4);
   // BF16 main grads: 2 bytes on the GPU (the CPU keeps bf16 values in FP32 storage).
   mem.grads = static_cast<double>(n * (opt.bf16_main_grads ? dtype_size(act) : 4));
@@ -206,7 +262,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
                        const RunLayout& opt, int opened_sm) {
   MemoryPlan mem;
   const DType act = float_storage(device);
-  plan_parameters(mem, cfg, act, opt);
+  plan_parameters(mem, cfg, plan, act, opt);
   const int64_t T = checked_mul(B, S, "--micro-batch-size x --seq-length");
   ArenaLayout arena;
   plan_activations(mem.arena, arena, cfg, B, S, T, act, opt);

@@ -41,6 +41,12 @@ struct RunLayout {
   // micro-batch's gradients of one group of parameters (the LM head with the final norm, one layer, the
   // embedding) are computed in an FP32 scratch of the largest group and added in, rounded once.
   bool bf16_main_grads = false;
+  // FP8 primary weights (Megatron's fp8_param_gather, the recipe's field or --[no-]fp8-param-gather): the
+  // weights of the linear layers whose weight format is FP8 (per-tensor or MXFP8) live only as their FP8
+  // copies, made by the optimizer step from the FP32 master (each one through a transient BF16 rounding of
+  // that linear's master, so codes and scales are those of the BF16 path); no BF16 copy of them is kept.
+  // Asked for; whether it is in effect: fp8_primary_weights_off_because.
+  bool fp8_primary_weights = false;
   // Data parallelism (issue 13): the ranks and, with --use-distributed-optimizer, the sharding of the
   // optimizer state (ShardLayout below): the weights and gradients padded to the sharded size, the FP32
   // master weights and the moments only for this rank's shard.
@@ -134,6 +140,9 @@ struct MemoryPlan {
   std::string optimizer_label;
   // The gradients row's name: empty for FP32 main grads, "gradients (bf16)" with --main-grads-dtype bf16.
   std::string grads_label;
+  // The weights row's name: empty for BF16 weights of every parameter; with FP8 primary weights
+  // "weights (bf16 but FP8 layers)": the other BF16 weights and the FP8 layers' BF16 rounding scratch.
+  std::string weights_label;
   // FP8 delayed scaling: the bytes of the amax histories and scales (part of `quantized`; 0 otherwise).
   double fp8_histories = 0;
   Activations<ArenaSlot> arena;  // the activation arena (activations bytes)
@@ -153,6 +162,22 @@ struct MemoryPlan {
     return {weights, grads, offload ? 0.0 : master, offload ? 0.0 : optimizer, activations, quantized, workspace};
   }
 };
+
+// FP8 primary weights (RunLayout::fp8_primary_weights). A linear layer whose weight the optimizer keeps
+// only in FP8: quantized with an FP8 weight format (FP8 per-tensor or MXFP8; NVFP4 is Megatron's separate
+// fp4_param_gather, not built).
+bool fp8_primary_weight_linear(const LinearPlan& p);
+// Why FP8 primary weights are not in effect although asked for: the optimizer offload (the master weights
+// are on the host, where the codes are not made) or the distributed optimizer (its all-gather is of BF16
+// weights); nullptr when they are in effect, or not asked for, or the plan has no FP8 weight.
+const char* fp8_primary_weights_off_because(const PrecisionPlan& plan, const RunLayout& options);
+bool fp8_primary_weights_in_effect(const PrecisionPlan& plan, const RunLayout& options);
+// The flat ranges [begin, end) (begin0, end0, begin1, ...: sorted, disjoint, adjacent ones merged) whose BF16
+// weights the model keeps: all [0, num_parameters) unless FP8 primary weights are in effect, which leave out
+// the matrices of the fp8_primary_weight_linear layers.
+std::vector<int64_t> bf16_weight_ranges(const ModelConfig& cfg, const PrecisionPlan& plan, const RunLayout& options);
+// Elements of the transient BF16 weight of one FP8 primary-weight linear (the largest): 0 when not in effect.
+int64_t primary_weight_scratch_elements(const PrecisionPlan& plan, const RunLayout& options);
 
 // Elements of the largest group of parameters whose gradients become final together in the backward:
 // the LM head with the final norm, one decoder layer, or the embedding (the BF16 main grads' scratch).

@@ -20,12 +20,18 @@
 #include "io/fd.h"
 #include "io/file_checks.h"
 #include "io/json_text.h"
-#include "numerics/bf16.h"
 #include "train/checkpoint_metadata.h"
+#include "train/checkpoint_state.h"
 
 namespace pl {
 namespace fs = std::filesystem;
 using nlohmann::json;
+using checkpoint_state::file_to_tensor_dtype;
+using checkpoint_state::kFp8StateFile;
+using checkpoint_state::state_buffers;
+using checkpoint_state::state_to_host;
+using checkpoint_state::StateBuffer;
+using checkpoint_state::tensor_to_file_dtype;
 
 namespace {
 
@@ -84,72 +90,6 @@ CheckpointFile write_text_file(const fs::path& path, const std::string& text, co
 
 // ---- state buffers <-> files -------------------------------------------------------------------
 
-// One flat state buffer and how it is stored.
-struct StateBuffer {
-  std::string name;
-  Tensor tensor;  // flat [n] on the model's device (f32; the weights are bf16 on CUDA); with the distributed
-                  // optimizer the master weights and moments are this rank's shard
-  DType file_dtype;
-  int64_t first = 0;  // the flat element tensor's element 0 holds (the shard's begin)
-};
-
-StateBuffer moment_buffer(const std::string& stem, const Tensor& t, int64_t first) {
-  return {stem + (t.dtype == DType::BF16 ? "_bf16.bin" : "_fp32.bin"), t, t.dtype, first};
-}
-
-// The bf16 weights file holds 2-byte bf16; under --fp32-reference the weights are not bf16 values
-// and are stored as f32.
-std::vector<StateBuffer> state_buffers(const LlamaModel& model, const AdamW& opt) {
-  auto& m = const_cast<LlamaModel&>(model);  // views only; nothing is modified through them
-  const bool bf16_weights = model.context().round_bf16;
-  const int64_t first = model.shard().begin;  // 0 unless the optimizer state is sharded
-  return {
-      {"master_fp32.bin", m.master().flat, DType::F32, first},
-      {bf16_weights ? "weights_bf16.bin" : "weights_fp32.bin", m.weights().flat,
-       bf16_weights ? DType::BF16 : DType::F32, 0},
-      // The moments in their own dtypes (the precision-aware optimizer's --exp-avg-dtype /
-      // --exp-avg-sq-dtype): adam_m_fp32.bin or adam_m_bf16.bin, the manifest's dtype f32 or bf16.
-      moment_buffer("adam_m", opt.moment1_tensor(), first),
-      moment_buffer("adam_v", opt.moment2_tensor(), first),
-  };
-}
-
-// FP8 delayed scaling's amax histories and scales (LlamaModel::delayed_scaling().all), saved whole by rank 0
-// (the recipe runs on one data-parallel rank only), so a resume continues the same scales bit for bit.
-constexpr const char* kFp8StateFile = "fp8_delayed_scaling_fp32.bin";
-
-// Converts `count` elements of the tensor's dtype in `src` to the file's dtype in `dst` (in place
-// allowed when the sizes match). Weights are bf16 values, so f32 -> bf16 is exact.
-void tensor_to_file_dtype(const void* src, DType from, void* dst, DType to, size_t count) {
-  if (from == to) {
-    if (src != dst) std::memcpy(dst, src, count * dtype_size(to));
-    return;
-  }
-  PL_CHECK(from == DType::F32 && to == DType::BF16, "internal: no conversion {} -> {}", dtype_name(from),
-           dtype_name(to));
-  const auto* s = static_cast<const float*>(src);
-  auto* d = static_cast<uint16_t*>(dst);
-  for (size_t i = 0; i < count; ++i) d[i] = num::float_to_bf16_bits(s[i]);
-}
-
-void file_to_tensor_dtype(const void* src, DType from, void* dst, DType to, size_t count) {
-  if (from == to) {
-    if (src != dst) std::memcpy(dst, src, count * dtype_size(to));
-    return;
-  }
-  if (from == DType::F32 && to == DType::BF16) {  // an fp32 moment into a bf16 one: round to nearest even
-    const auto* s = static_cast<const float*>(src);
-    auto* d = static_cast<uint16_t*>(dst);
-    for (size_t i = 0; i < count; ++i) d[i] = num::float_to_bf16_bits(s[i]);  // forwards: in place is safe
-    return;
-  }
-  PL_CHECK(from == DType::BF16 && to == DType::F32, "internal: no conversion {} -> {}", dtype_name(from),
-           dtype_name(to));
-  const auto* s = static_cast<const uint16_t*>(src);
-  auto* d = static_cast<float*>(dst);
-  for (size_t i = count; i-- > 0;) d[i] = num::bf16_bits_to_float(s[i]);  // backwards: in place is safe
-}
-
 CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std::vector<char>& staging,
                                   const CheckpointWriteHook& hook) {
   ChecksummedFile f(dir / b.name, hook);
@@ -159,7 +99,7 @@ CheckpointFile write_state_buffer(const fs::path& dir, const StateBuffer& b, std
   staging.resize(static_cast<size_t>(per_piece) * std::max(file_elem, tensor_elem));
   for (int64_t off = 0; off < n; off += per_piece) {
     const int64_t cnt = std::min(per_piece, n - off);
-    copy_to_host(staging.data(), b.tensor.rows(off, cnt));
+    state_to_host(b, staging.data(), off, cnt);
     tensor_to_file_dtype(staging.data(), b.tensor.dtype, staging.data(), b.file_dtype, static_cast<size_t>(cnt));
     f.write(staging.data(), static_cast<size_t>(cnt) * file_elem);
   }
@@ -194,7 +134,7 @@ std::vector<uint64_t> write_state_range(const fs::path& path, const StateBuffer&
   for (uint64_t pos = static_cast<uint64_t>(lo) * fe; pos < end;) {
     const uint64_t next = std::min(end, pos % K ? (pos / K + 1) * K : pos + kPieceBytes);
     const auto e0 = static_cast<int64_t>(pos / fe), cnt = static_cast<int64_t>((next - pos) / fe);
-    copy_to_host(staging.data(), b.tensor.rows(e0 - b.first, cnt));
+    state_to_host(b, staging.data(), e0 - b.first, cnt);
     tensor_to_file_dtype(staging.data(), b.tensor.dtype, staging.data(), b.file_dtype, static_cast<size_t>(cnt));
     pwrite_all(fd, staging.data(), next - pos, pos);
     for (uint64_t c = (pos + K - 1) / K; c * K < next; ++c) {
@@ -676,6 +616,7 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
   }
   for (const auto& [b, f] : plan) {
     if (model.sharded()) break;
+    if (b.from_master) continue;  // made from the master below (sync_weights_from_master)
     const size_t file_elem = dtype_size(b.file_dtype), tensor_elem = dtype_size(b.tensor.dtype);
     converted.resize(kPieceBytes / file_elem * tensor_elem);
     // (b captured by an init-capture: clang before 16 cannot capture a structured binding; tests/fuzz builds this with clang 14)
@@ -687,13 +628,16 @@ TrainState restore_checkpoint(const VerifiedCheckpoint& c, LlamaModel& model, Ad
     PL_CHECK(sum == f.checksum, "{}: changed while loading (checksum {} vs {}); the model is now partly loaded",
              (dir / f.name).string(), hex64(sum), hex64(f.checksum));
   }
+  // The quantized copies of the restored bf16 weights (FP8 primary weights: the kept weights and the copies
+  // from the restored master), after the FP8 histories whose scales they use.
+  const auto prepare = [&] { model.fp8_primary_weights() ? model.sync_weights_from_master() : model.prepare_weights(); };
   if (weights_only) {  // --finetune: fresh moments, step count, FP8 histories and iteration (Megatron's)
-    model.prepare_weights();
+    prepare();
     return TrainState{};
   }
   opt.restore_steps_taken(c.optimizer_steps);
-  restore_fp8_state(c, model, staging);  // before the weights are quantized with its scales
-  model.prepare_weights();  // quantized copies of the restored bf16 weights
+  restore_fp8_state(c, model, staging);
+  prepare();
   return c.state;
 }
 

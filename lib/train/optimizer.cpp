@@ -76,6 +76,8 @@ AdamW::AdamW(LlamaModel& model, const OptimizerConfig& cfg, const parallel::Worl
     : model_(model), cfg_(cfg), world_(world), offload_(cfg.offload) {
   PL_CHECK(!(offload_ && model.sharded()), "internal: the optimizer offload with the distributed optimizer");
   PL_CHECK(!model.sharded() || world_ != nullptr, "internal: a sharded optimizer without its world");
+  PL_CHECK(!(model.fp8_primary_weights() && (offload_ || model.sharded())),
+           "internal: FP8 primary weights with the optimizer offload or the distributed optimizer");
   const size_t n = static_cast<size_t>(state_elements());
   const Device dev = model.grads().flat.device;
   PL_CHECK(dev == Device::CPU || offload_ == (model.master().flat.device == Device::CPU),
@@ -405,6 +407,9 @@ AdamW::Result AdamW::step(double lr, double weight_decay) {
   const Tensor m = m_.as({n}, cfg_.exp_avg_dtype), v = v_.as({n}, cfg_.exp_avg_sq_dtype);
   const Tensor weights = model_.sharded() ? model_.weights_padded().rows(shard.begin, shard.shard) : model_.weights().flat;
   adamw_update_multi(ctx, weights, model_.master().flat, grads, m, v, no_decay_, s);
+  // FP8 primary weights: the step wrote no BF16 weights (weights is [0]); the ones the model keeps now, the
+  // FP8 layers' copies at prepare_weights.
+  if (model_.fp8_primary_weights()) model_.copy_master_to_kept_weights();
   return r;
 }
 

@@ -18,9 +18,10 @@ namespace pl {
 namespace {
 
 struct Llama8b {
+  explicit Llama8b(const char* recipe = "bf16_with_nvfp4_mixed")
+      : plan(make_precision_plan(model, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"))) {}
   ModelConfig model = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
-  PrecisionPlan plan = make_precision_plan(
-      model, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
+  PrecisionPlan plan;
   // pretrain_llama's defaults but micro-batch 1: global batch 64, so 64 micro-batches' losses.
   FitRequest request(int64_t micro_batch = 1) const {
     FitRequest r{&model, micro_batch, 4096, &plan, RunLayout{}, false};
@@ -30,8 +31,11 @@ struct Llama8b {
   }
   // plan_memory for `gpu` as pretrain_llama would plan it with these flags (independent of fit_plan's
   // plan_for_gpu: the options are spelled out here).
-  MemoryPlan plan_with(const GpuSpec& gpu, int64_t mbs, bool bf16, bool offload, bool recompute) const {
+  MemoryPlan plan_with(const GpuSpec& gpu, int64_t mbs, bool bf16, bool offload, bool recompute,
+                       bool main_grads = false, bool primary = false) const {
     RunLayout o;
+    o.bf16_main_grads = main_grads;
+    o.fp8_primary_weights = primary;
     o.loss_micro_batches = 64 / mbs;
     o.quant_telemetry = false;
     o.gpu_sm = gpu.sm;
@@ -157,8 +161,57 @@ TEST(FitPlan, TheMicroBatchIsHalvedBeforeOffloadAndRecompute) {
   // The largest halved micro-batch that fits: twice it does not.
   EXPECT_TRUE(plan_fits(m.plan_with(h200, f.chosen.micro_batch, true, false, false), h200.total_bytes()));
   EXPECT_FALSE(plan_fits(m.plan_with(h200, 2 * f.chosen.micro_batch, true, false, false), h200.total_bytes()));
-  EXPECT_EQ(f.flags, "--micro-batch-size " + std::to_string(f.chosen.micro_batch) + " " + kBf16Flags);
-  EXPECT_EQ(f.device_total, m.plan_with(h200, f.chosen.micro_batch, true, false, false).total());
+  // At each micro-batch the BF16 main grads come only after the BF16 moments alone did not fit there.
+  const bool grads = f.chosen.options.bf16_main_grads;
+  if (grads) EXPECT_FALSE(plan_fits(m.plan_with(h200, f.chosen.micro_batch, true, false, false), h200.total_bytes()));
+  EXPECT_EQ(f.flags, "--micro-batch-size " + std::to_string(f.chosen.micro_batch) + " " + kBf16Flags +
+                         (grads ? " --main-grads-dtype bf16" : ""));
+  EXPECT_EQ(f.device_total, m.plan_with(h200, f.chosen.micro_batch, true, false, false, grads).total());
+}
+
+// The FP8 recipe's 8B (FP8 primary weights on, as the recipe's fp8_param_gather says): BF16 moments make it fit
+// an H200 without the offload (issue 39); with them off, --fp8-param-gather is the ladder's first rung.
+TEST(FitPlan, Fp8Llama8bFitsAnH200WithBf16MomentsAndFp8PrimaryWeights) {
+  const Llama8b m("bf16_with_fp8_current_scaling_mixed");
+  const GpuSpec& h200 = gpu("h200");
+  FitRequest r = m.request();
+  r.options.fp8_primary_weights = true;
+  const FitResult f = cheapest_fit(r, h200);
+  ASSERT_TRUE(f.found);
+  EXPECT_FALSE(f.fits_as_given);
+  EXPECT_EQ(f.chosen.rung, 'b');
+  EXPECT_EQ(f.flags, kBf16Flags);
+  EXPECT_EQ(f.device_total, m.plan_with(h200, 1, true, false, false, false, true).total());
+  // About 13 GB less than the same plan with BF16 weights of the FP8 layers, which does not fit.
+  const MemoryPlan without = m.plan_with(h200, 1, true, false, false);
+  EXPECT_FALSE(plan_fits(without, h200.total_bytes()));
+  EXPECT_NEAR(without.total() - f.device_total, 13.0e9, 0.3e9);
+  // Off (--no-fp8-param-gather): the ladder turns it on first, then the moments.
+  r.options.fp8_primary_weights = false;
+  const FitResult g = cheapest_fit(r, h200);
+  EXPECT_EQ(g.chosen.rung, 'b');
+  EXPECT_EQ(g.flags, std::string(kBf16Flags) + " --fp8-param-gather");
+  EXPECT_EQ(g.device_total, f.device_total);
+}
+
+// On an H100 the FP8 8B needs the offload, which turns FP8 primary weights off (the master is on the host),
+// so BF16 main grads come with it; an explicit --fp8-param-gather is never turned off: no offload rung then.
+TEST(FitPlan, Fp8Llama8bOnH100OffloadsUnlessFp8PrimaryWeightsWereAskedFor) {
+  const Llama8b m("bf16_with_fp8_current_scaling_mixed");
+  const GpuSpec& h100 = gpu("h100");
+  FitRequest r = m.request();
+  r.options.fp8_primary_weights = true;
+  const FitResult f = cheapest_fit(r, h100);
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.chosen.rung, 'd');
+  EXPECT_EQ(f.flags, std::string(kBf16Flags) + " --main-grads-dtype bf16 --optimizer-cpu-offload");
+  EXPECT_FALSE(fp8_primary_weights_in_effect(m.plan, f.chosen.options));
+  EXPECT_EQ(f.device_total, m.plan_with(h100, 1, true, true, false, true).total());
+  EXPECT_FALSE(plan_fits(m.plan_with(h100, 1, true, true, false), h100.total_bytes()));  // without BF16 main grads
+  r.fp8_param_gather_given = true;
+  const FitResult g = cheapest_fit(r, h100);
+  EXPECT_TRUE(!g.found || !g.chosen.options.optimizer_offload);
+  if (g.found) EXPECT_TRUE(fp8_primary_weights_in_effect(m.plan, g.chosen.options));
 }
 
 TEST(FitPlan, TheUsersFlagsAreKeptAndNotRepeated) {
@@ -172,6 +225,8 @@ TEST(FitPlan, TheUsersFlagsAreKeptAndNotRepeated) {
   EXPECT_TRUE(f.chosen.options.recompute);  // never removed
   EXPECT_EQ(f.flags, "--optimizer-cpu-offload");
   EXPECT_EQ(f.device_total, m.plan_with(gpu("h100"), 1, true, true, true).total());
+  r.options.bf16_main_grads = true;  // --main-grads-dtype bf16 given: not repeated either
+  EXPECT_EQ(cheapest_fit(r, gpu("h100")).flags, "--optimizer-cpu-offload");
 }
 
 // The table's text: a row that fits, one whose flags change the micro-batch (said to replace the given

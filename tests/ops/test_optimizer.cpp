@@ -488,6 +488,38 @@ TEST_P(Optimizer, AdamWAndTheNormReadBf16GradsAsTheirValues) {
   EXPECT_EQ(got[4 * n], static_cast<float>(r_norm));
 }
 
+// FP8 primary weights: the step with an empty param ([0]) writes the same master and moments and no weights
+// (CudaOptimizer.AdamwUpdateMulti checks the GPU's against these).
+TEST(OpsOptimizer, AdamWWithoutParamUpdatesTheSameState) {
+  PL_SEEDED_RNG(rng);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int64_t n = 70001;
+  std::vector<float> master(n), grad(n);
+  for (int64_t i = 0; i < n; ++i) {
+    master[i] = 0.02f * nd(rng);
+    grad[i] = 1e-2f * nd(rng);
+  }
+  const std::vector<int64_t> ranges = {100, 4196, 60000, 60100};
+  const ElementRanges no_decay{ranges.data(), nullptr, 2};
+  const AdamWStep step{3e-4f, 0.9f, 0.95f, 1e-8f, 0.033f, 2, 0.8f};
+  auto run = [&](bool with_param) {  // [master | m | v]
+    std::vector<float> p(n), ma = master, m(n), v(n);
+    const Tensor param = with_param ? host_view(p, {n}) : Tensor(nullptr, {0}, DType::F32, Device::CPU);
+    adamw_update_multi(cpu_ctx(true), param, host_view(ma, {n}), host_view(grad, {n}), host_view(m, {n}),
+                       host_view(v, {n}), no_decay, step);
+    return joined({ma, m, v});
+  };
+  const std::vector<float> with = run(true), without = run(false);
+  EXPECT_TRUE(bitwise_equal(with, without));
+  EXPECT_FALSE(bitwise_equal(with, joined({master, std::vector<float>(2 * n)})));  // the step did something
+  // A param of another length is still refused.
+  std::vector<float> a(4), short_param(3);
+  expect_error_naming("adamw_update_multi", [&] {
+    adamw_update_multi(cpu_ctx(true), host_view(short_param, {3}), host_view(a, {4}), host_view(a, {4}),
+                       host_view(a, {4}), host_view(a, {4}), ElementRanges{}, step);
+  });
+}
+
 TEST(OpsOptimizer, AdamWRefusesAnI32Moment) {
   std::vector<float> a(4);
   std::vector<int32_t> bad(4);
@@ -535,6 +567,17 @@ TEST(CudaOptimizer, AdamwUpdateMulti) {
     expect_bits_equal(to_host_floats(d_m.t), c_m, "adamw_multi m");
     expect_bits_equal(to_host_floats(d_v.t), c_v, "adamw_multi v");
     expect_bits_equal(to_host_floats(d_param.t), c_param, "adamw_multi param");
+  }
+  {  // FP8 primary weights: no param ([0]), the same master and moments
+    DeviceTensor d_master = to_device(master, {n}, DType::F32);
+    DeviceTensor d_m = to_device(m, {n}, DType::F32);
+    DeviceTensor d_v = to_device(v, {n}, DType::F32);
+    DeviceTensor d_grad = to_device(grad, {n}, DType::F32);
+    adamw_update_multi(cuda_ctx(), Tensor(nullptr, {0}, DType::BF16, Device::CUDA), d_master.t, d_grad.t, d_m.t, d_v.t,
+                       dev_ranges, step);
+    expect_bits_equal(to_host_floats(d_master.t), c_master, "adamw_multi without param: master");
+    expect_bits_equal(to_host_floats(d_m.t), c_m, "adamw_multi without param: m");
+    expect_bits_equal(to_host_floats(d_v.t), c_v, "adamw_multi without param: v");
   }
   // A missing device table is refused before any launch.
   DeviceTensor d_master = to_device(master, {n}, DType::F32);

@@ -55,6 +55,10 @@ inline void store_param(uint16_t& dst, float master, bool) { dst = num::float_to
 template <class P, class G, class M, class V>
 PL_VECTOR_CLONES void adamw_range(P* __restrict pp, float* __restrict mp, const G* __restrict gp, M* __restrict m1,
                                   V* __restrict m2, int64_t n, const num::AdamWHyper h, bool round) {
+  if (pp == nullptr) {  // FP8 primary weights: the model makes the BF16 weights it keeps (one test, hoisted)
+    for (int64_t i = 0; i < n; ++i) num::adamw_element_stored(mp[i], m1[i], m2[i], num::state_load(gp[i]), h);
+    return;
+  }
   for (int64_t i = 0; i < n; ++i) {
     num::adamw_element_stored(mp[i], m1[i], m2[i], num::state_load(gp[i]), h);
     store_param(pp[i], mp[i], round);
@@ -68,7 +72,7 @@ void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, 
                  const ElementRanges& no_decay, const num::AdamWHyper& decay, const num::AdamWHyper& plain,
                  bool round) {
   const int64_t n = master.numel();
-  P* pp = param.ptr<P>();
+  P* pp = param.numel() == 0 ? nullptr : param.ptr<P>();  // empty: no BF16 weights written
   float* mp = master.f32();
   const G* gp = grad.ptr<G>();
   M* m1 = m.ptr<M>();
@@ -85,7 +89,7 @@ void adamw_multi(const Tensor& param, const Tensor& master, const Tensor& grad, 
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t b = i0 + c * kAdamWChunk, len = std::min(kAdamWChunk, i1 - b);
-      adamw_range<P, G, M, V>(pp + b, mp + b, gp + b, m1 + b, m2 + b, len, h, round);
+      adamw_range<P, G, M, V>(pp ? pp + b : nullptr, mp + b, gp + b, m1 + b, m2 + b, len, h, round);
     }
   }
 }

@@ -65,7 +65,8 @@ __device__ __forceinline__ bool in_ranges(const int64_t* rg, int64_t count, int6
 }
 
 // One AdamW element per thread over the whole flat buffers (grid-stride): elements inside the no-decay
-// ranges use `plain` (weight decay 0), all others `decay`; param is bf16 bits (PARAM = uint16_t) or f32;
+// ranges use `plain` (weight decay 0), all others `decay`; param is bf16 bits (PARAM = uint16_t) or f32, or
+// null (FP8 primary weights: not written);
 // the moments M, V are f32 or bf16 bits (the precision-aware optimizer), through the shared
 // num::adamw_element_stored (load to FP32, FP32 math, RNE store), as the CPU.
 template <class PARAM, class G, class M, class V>
@@ -82,6 +83,7 @@ __global__ void adamw_multi_kernel(PARAM* param, float* master, M* m, V* v, cons
     master[i] = p;
     m[i] = m1;
     v[i] = m2;
+    if (param == nullptr) continue;  // FP8 primary weights: no BF16 weights here (uniform over the grid)
     if constexpr (sizeof(PARAM) == 2)
       param[i] = num::float_to_bf16_bits(p);
     else
@@ -166,7 +168,7 @@ void adamw_update_multi(const OpContext& ctx, const Tensor& param, const Tensor&
           using M = std::remove_pointer_t<decltype(m1)>;
           using V = std::remove_pointer_t<decltype(m2)>;
           adamw_multi_kernel<P, G, M, V><<<grid, kThreads, 0, ctx.gpu->stream>>>(
-              static_cast<P*>(param.data), f32_out(master), static_cast<M*>(m.data), static_cast<V*>(v.data),
+              param.numel() == 0 ? nullptr : static_cast<P*>(param.data), f32_out(master), static_cast<M*>(m.data), static_cast<V*>(v.data),
               static_cast<const G*>(grad.data), n, no_decay.device, no_decay.count, decay, plain, ctx.round_bf16);
         });
       });
