@@ -374,6 +374,7 @@ RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* arg
   apply_fp8_flags(o, app, s);
   s.plan = make_precision_plan(s.mc, s.recipe);
   check_tokens_block_rule(s.plan, o.train.micro_batch_size, o.train.seq_length);
+  check_fp8_param_gather(o, s);
   return s;
 }
 
@@ -408,7 +409,7 @@ void check_outputs_apart(const Options& o, const RunSetup& s) {
     roofline::check_ceilings_cache_replaceable(o.machine_ceilings, "--machine-ceilings");
 }
 
-RunLayout run_layout(const Options& o) {
+RunLayout run_layout(const Options& o, const RunSetup& s) {
   const TrainConfig& t = o.train;
   const OptimizerConfig oc = optimizer_config(t);  // validates the precision-aware optimizer's flags
   return RunLayout{.recompute = o.recompute == "full",
@@ -419,6 +420,7 @@ RunLayout run_layout(const Options& o) {
                    .exp_avg_sq = oc.exp_avg_sq_dtype,
                    .optimizer_offload = t.optimizer_cpu_offload,
                    .bf16_main_grads = t.main_grads_dtype == "bf16",
+                   .fp8_primary_weights = s.recipe.fp8_param_gather,
                    .dp_size = t.data_parallel_size,
                    .dp_rank = o.dp_rank,
                    .distributed_optimizer = t.use_distributed_optimizer,

@@ -188,10 +188,12 @@ int build_and_train(const RunInputs& in) {
   const std::unique_ptr<parallel::Communicator> comm = parallel::make_communicator(world, ctx);
   print_training_and_parameters(mc, o, out);
 
-  const RunLayout mopt = run_layout(o);
+  const RunLayout mopt = run_layout(o, setup);
+  if (const std::string line = fp8_primary_weights_line(setup, mopt); !line.empty())
+    out->info("pretrain_llama |   {}", line);
   const MemoryPlan mem = plan_memory(mc, t.micro_batch_size, t.seq_length, device, setup.plan, mopt, device_sm(ctx));
   check_memory_fits(mem, FitRequest{&mc, t.micro_batch_size, t.seq_length, &setup.plan, mopt,
-                                    t.use_precision_aware_optimizer},
+                                    t.use_precision_aware_optimizer, o.fp8_param_gather},
                     t, device, device_sm(ctx));
   // The checkpoint is verified (sizes, checksums, model shape) before anything is built from it.
   std::optional<VerifiedCheckpoint> ckpt = find_checkpoint(o, mc, setup.recipe.name, world, out);

@@ -69,7 +69,7 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
   const TrainConfig& t = o.train;
   const Device planned = t.device == "cpu" ? Device::CPU : Device::CUDA;
   const GpuSpec* gpu = o.dry_run_gpu.empty() ? nullptr : find_gpu(o.dry_run_gpu);
-  RunLayout mopt = run_layout(o);
+  RunLayout mopt = run_layout(o, s);
   if (gpu) mopt.gpu_sm = gpu->sm;
   const MemoryPlan mem = plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, mopt,
                                      0 /* no GPU is opened: --dry-run-gpu's sm, else kPlanDefaultSm */);
@@ -91,10 +91,12 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
             static_cast<double>(s.mc.num_parameters()) / 1e9, pc.total() / 1e9);
   print_optimizer_state(t, out);
   for (const std::string& line : s.plan.describe()) out->info("pretrain_llama | plan   {}", line);
+  if (const std::string line = fp8_primary_weights_line(s, mopt); !line.empty()) out->info("pretrain_llama | plan   {}", line);
   // The memory plan's rows (the offload's split into device and host when it is on).
   const log::OffloadRows offload{mem.host_grads, mem.host_staging, planned == Device::CUDA ? "GPU" : "CPU"};
   for (const std::string& line : log::memory_plan_lines(mem.categories(), mem.gemm_note, mem.optimizer_label,
-                                                        mem.offload ? &offload : nullptr, mem.grads_label))
+                                                        mem.offload ? &offload : nullptr, mem.grads_label,
+                                                        mem.weights_label))
     out->info("pretrain_llama | memory {}", line);
   if (planned == Device::CUDA)
     out->info("pretrain_llama | memory library workspaces: cuBLASLt 32 MiB + cuDNN attention backward, {} algorithm "
@@ -106,8 +108,8 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
             "parameters (a bias per norm; RMSNorm has none)",
             pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
             pc.total() - static_cast<double>(s.mc.num_parameters()));
-  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, run_layout(o),
-                       t.use_precision_aware_optimizer};
+  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, run_layout(o, s),
+                       t.use_precision_aware_optimizer, o.fp8_param_gather};
   std::vector<log::FitRow> rows;
   for (const GpuSpec& g : known_gpus()) rows.push_back(fit_row(req, g));
   for (const std::string& line : log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack, t.data_parallel_size,

@@ -56,6 +56,9 @@ struct Options {
   std::string model = "llama3_8b";
   std::string recipe = "bf16_with_nvfp4_mixed";  // the playbook's
   bool disable_fp4 = false;
+  // Megatron's --fp8-param-gather and our --no-fp8-param-gather over the recipe's fp8_param_gather (FP8
+  // primary weights: RunLayout::fp8_primary_weights).
+  bool fp8_param_gather = false, no_fp8_param_gather = false;
   std::string recompute = "none";
   bool dry_run = false;
   std::string dry_run_gpu;  // --dry-run-gpu: plan for this GPU of the fit table (model/fit_plan.h)
@@ -96,7 +99,7 @@ void add_flags(CLI::App& app, Options& o);
 void validate_flags(const Options& o, const CLI::App& app);
 RunSetup resolve_model_and_plan(Options& o, const CLI::App& app, const char* argv0);
 void check_outputs_apart(const Options& o, const RunSetup& s);
-RunLayout run_layout(const Options& o);
+RunLayout run_layout(const Options& o, const RunSetup& s);
 
 // Issue 27's flag groups, one file each (flags.cpp calls them in add_flags / validate_flags):
 // flags_schedule.cpp: AdamW's and the LR schedule's flags (Megatron's names).
@@ -121,6 +124,11 @@ void add_fp8_flags(CLI::App& app, Options& o);
 void validate_fp8_flags(const Options& o, const CLI::App& app);
 // The FP8 flags over the recipe (refused unless it is delayed scaling), before the plan is made.
 void apply_fp8_flags(const Options& o, const CLI::App& app, RunSetup& s);
+// --fp8-param-gather given with a plan that has no FP8 weight, or with what turns FP8 primary weights off
+// (the optimizer offload, the distributed optimizer): one line naming both (after the plan is made).
+void check_fp8_param_gather(const Options& o, const RunSetup& s);
+// The banner's and the dry run's line on FP8 primary weights ("" when the plan has no FP8 weight).
+std::string fp8_primary_weights_line(const RunSetup& s, const RunLayout& layout);
 
 // banner.cpp
 int print_library_versions();
