@@ -221,10 +221,11 @@ int build_and_train(const RunInputs& in) {
       shape.docs = DocumentBoundaries{nullptr, nullptr, t.micro_batch_size * t.seq_length};
     out->info("pretrain_llama |   {}", prepare_attention(ctx, shape, model.memory_plan().workspace));
   }
+  GemmAlgorithms algorithms = choose_gemm_algorithms(o, ckpt, model, world, out);
   RunFacts facts{setup, o, ctx, mem, dataset.summary(), std::vector<std::string>(in.argv, in.argv + in.argc)};
   return train(in, model, dataset, *comm,
                OutputInputs{world, setup, in.lines, std::move(in.save_lock), in.tensorboard, std::move(ckpt),
-                            std::move(ceilings), run_facts(facts), facts.command_line});
+                            std::move(ceilings), run_facts(facts), facts.command_line, std::move(algorithms)});
 }
 
 int run(const parallel::World& world, int argc, char** argv) {

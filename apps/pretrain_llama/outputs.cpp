@@ -38,7 +38,8 @@ RunDescription describe_run(const Options& o, const OutputInputs& in) {
       .command_line = in.command_line,
       .data = o.data.data_path.empty() ? std::string("Megatron MockGPTDataset (split 1,1,1)")
                                        : fmt::format("--data-path {} --split {} --data-seed {}",
-                                                     fmt::join(o.data.data_path, " "), o.data.split, o.data.seed)};
+                                                     fmt::join(o.data.data_path, " "), o.data.split, o.data.seed),
+      .gemm_algorithms = in.gemm_algorithms};
 }
 
 }  // namespace

@@ -187,12 +187,20 @@ struct OutputInputs {
   std::shared_ptr<const roofline::MachineCeilings> ceilings;  // rank 0's, with --roofline
   nlohmann::ordered_json facts;                     // the banner's (run_facts)
   std::vector<std::string> command_line;
+  GemmAlgorithms gemm_algorithms;                   // choose_gemm_algorithms's, for the checkpoints
 };
 RunOutputs make_outputs(const Options& o, OutputInputs in);
 // --exit-signal-handler (on by default with --save): SIGTERM/SIGINT handlers installed now; the flag they set
 // (null: signals not watched), and the banner line saying so.
 const volatile std::sig_atomic_t* watch_stop_signals(const Options& o);
 void print_stop_signals(const Options& o, const Logger& out);
+
+// gemm_choice.cpp: cuBLASLt's algorithm per GEMM (backend/gemm_algorithms.h), before the loop: the checkpoint's
+// (--load) when it was chosen on this GPU and library; else, unless --deterministic-mode (the heuristic's first),
+// the fastest of the heuristic's first few, timed in one discarded step of the model; rank 0's for every rank.
+// Prints one line (one per GEMM at --timing-log-level 2). Nothing on the CPU.
+GemmAlgorithms choose_gemm_algorithms(const Options& o, const std::optional<VerifiedCheckpoint>& resume,
+                                      LlamaModel& model, const parallel::World& world, const Logger& out);
 
 // memory.cpp
 void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainConfig& t, Device device, int sm);

@@ -181,6 +181,18 @@ DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_atten
   return state;
 }
 
+void set_gemm_algorithm_policy(const OpContext& ctx, GemmAlgorithmPolicy policy, int candidates) {
+  if (ctx.device == Device::CUDA) cuda::set_gemm_algorithm_policy(*ctx.gpu, policy, candidates);
+}
+
+GemmAlgorithms gemm_algorithm_choices(const OpContext& ctx) {
+  return ctx.device == Device::CUDA ? cuda::gemm_algorithm_choices(*ctx.gpu) : GemmAlgorithms{};
+}
+
+std::vector<std::string> install_gemm_algorithms(const OpContext& ctx, const GemmAlgorithms& g) {
+  return ctx.device == Device::CUDA ? cuda::install_gemm_algorithms(*ctx.gpu, g) : std::vector<std::string>{};
+}
+
 std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vector<QuantFormat>& used) {
   if (ctx.device != Device::CUDA) return cpu_gemm_banner_lines();
   return cuda::gemm_backend_lines(*ctx.gpu, used);
@@ -295,6 +307,10 @@ DeviceStateHandle open_gpu_for_training(OpContext&, bool, bool) {
 std::vector<std::string> gemm_banner_lines(const OpContext&, const std::vector<QuantFormat>&) {
   return cpu_gemm_banner_lines();
 }
+
+void set_gemm_algorithm_policy(const OpContext&, GemmAlgorithmPolicy, int) {}
+GemmAlgorithms gemm_algorithm_choices(const OpContext&) { return {}; }
+std::vector<std::string> install_gemm_algorithms(const OpContext&, const GemmAlgorithms&) { return {}; }
 
 std::vector<GemmPath> gemm_paths(const OpContext&, const std::vector<QuantFormat>& used) { return cpu_gemm_paths(used); }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/gemm_algorithms.h"
 #include "backend/ops.h"
 #include "backend/quantize.h"
 
@@ -70,6 +71,11 @@ std::vector<GemmPath> gemm_paths(const OpContext& ctx, const std::vector<QuantFo
 // The same for a GPU of compute capability `sm` (pure; a CUDA build's, else a one-line error). forced_emulated:
 // the device state's test switch that sends every quantized GEMM down the emulated path.
 std::vector<GemmPath> gpu_gemm_paths(const std::vector<QuantFormat>& used, int sm, bool forced_emulated = false);
+// cuBLASLt's algorithm choice on ctx's GPU (backend/gemm_algorithms.h; the CPU has nothing to choose: the
+// policy is ignored, the list empty, an install refuses nothing).
+void set_gemm_algorithm_policy(const OpContext& ctx, GemmAlgorithmPolicy policy, int candidates);
+GemmAlgorithms gemm_algorithm_choices(const OpContext& ctx);
+std::vector<std::string> install_gemm_algorithms(const OpContext& ctx, const GemmAlgorithms& g);
 // Builds the cuDNN attention graphs of `shape` now (not in the first step) and allocates the workspace
 // they ask for in the chosen mode; the line names the backward algorithm built and both workspaces next
 // to the plan's estimate. Needs ctx's GPU.

@@ -466,6 +466,16 @@ double LlamaModel::forward_backward(const int32_t* tokens, const int32_t* labels
   return add_loss_sums(1, 0.0);
 }
 
+void LlamaModel::run_discarded_step() {
+  const size_t T = static_cast<size_t>(B_ * S_);
+  const std::vector<int32_t> zeros(T, 0);  // token 0 everywhere; position 0 everywhere: one-token documents
+  prepare_weights();
+  queue_training_forward(0, zeros.data(), zeros.data(), 1.0f, layout_.packing.explicit_documents ? zeros.data() : nullptr);
+  queue_backward(MicroBatchOptions{});
+  zero_grads();
+  fp8_state_.reset();
+}
+
 double LlamaModel::add_loss_sums(int64_t slots, double acc) {
   PL_CHECK(slots >= 1 && slots <= layout_.loss_micro_batches, "internal: reading {} loss slots of {}", slots,
            layout_.loss_micro_batches);

@@ -165,6 +165,11 @@ class LlamaModel {
   // acc += (Σ losses of slot s, in double from 0) for s = 0, 1, ... in order; returns acc. This is
   // exactly the sequence of additions `acc += forward_backward(...)` makes, micro-batch by micro-batch.
   double add_loss_sums(int64_t slots, double acc);
+  // One forward and backward of a micro-batch of token 0 whose results are thrown away (the gradients zeroed,
+  // FP8 delayed scaling's histories and scales reset to their start, no loss read): every GEMM of a step runs
+  // once. pretrain_llama's cuBLASLt algorithm selection runs it before the loop, before the weights are
+  // initialised or loaded (backend/gemm_algorithms.h). Needs no weights.
+  void run_discarded_step();
   int64_t loss_slots() const { return layout_.loss_micro_batches; }
 
  private:

@@ -405,6 +405,8 @@ SaveReport save_checkpoint(const std::string& dir_s, int64_t keep_last, const Ll
     std::vector<char> fp8_staging;
     const StateBuffer fp8{kFp8StateFile, model.delayed_scaling().all, DType::F32};
     if (model.delayed_scaling().enabled()) files.push_back(write_state_buffer(tmp, fp8, fp8_staging, hook));
+    if (!run.gemm_algorithms.empty())
+      files.push_back(write_text_file(fs::path(tmp) / kGemmAlgorithmsFile, gemm_algorithms_json(run.gemm_algorithms), hook));
     const std::string meta = checkpoint_metadata_text(state, opt.steps_taken(), run, model.delayed_scaling().enabled());
     files.push_back(write_text_file(fs::path(tmp) / kMetadata, meta, hook));
     manifest = write_text_file(fs::path(tmp) / kManifest, checkpoint_manifest_text(state.iteration, files), hook);
@@ -478,6 +480,17 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents
            manifest_path.string(), v.recipe_name, kFp8StateFile);
   v.seconds = seconds_since(t0);
   return v;
+}
+
+GemmAlgorithms read_gemm_algorithms(const VerifiedCheckpoint& c) {
+  const auto f = std::find_if(c.files.begin(), c.files.end(),
+                              [](const CheckpointFile& g) { return g.name == kGemmAlgorithmsFile; });
+  if (f == c.files.end()) return {};
+  const std::string path = (fs::path(c.path) / f->name).string();
+  const std::string text = read_regular_file(path);
+  PL_CHECK(text.size() == f->bytes && checksum64(text.data(), text.size()) == f->checksum,
+           "{}: changed since the checkpoint was verified (size or checksum)", path);
+  return gemm_algorithms_from_json(parse_json_text(text, path), path);
 }
 
 std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/gemm_algorithms.h"
 #include "config/model_config.h"
 #include "config/train_config.h"
 #include "io/fd.h"
@@ -44,6 +45,9 @@ struct RunDescription {
   TrainConfig train;
   std::vector<std::string> command_line;  // argv
   std::string data;                       // e.g. "mock (seed 1234, vocab 512)"
+  // cuBLASLt's algorithm per GEMM as the run chose them (backend/gemm_algorithms.h): saved as
+  // gemm_algorithms.json when not empty, so a resume installs the same ones (read_gemm_algorithms).
+  GemmAlgorithms gemm_algorithms;
 };
 
 struct SaveReport {
@@ -153,5 +157,10 @@ void stream_master_weights(const VerifiedCheckpoint& ckpt, const FlatWeightWrite
 // checkpoint and set iteration to 0"): the master and bf16 weights only; the moments, the optimizer's step count
 // and FP8 delayed scaling's histories stay as they are (fresh), and the returned state is iteration 0.
 TrainState restore_checkpoint(const VerifiedCheckpoint& ckpt, LlamaModel& model, AdamW& opt, bool weights_only = false);
+
+// The cuBLASLt algorithms the checkpoint's run chose (its gemm_algorithms.json; empty when it has none: the CPU,
+// or a checkpoint of an older build), checked against the manifest's checksum.
+GemmAlgorithms read_gemm_algorithms(const VerifiedCheckpoint& c);
+inline constexpr const char* kGemmAlgorithmsFile = "gemm_algorithms.json";
 
 }  // namespace pl

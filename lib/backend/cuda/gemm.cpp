@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -19,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/gemm_lt.h"
+#include "backend/gemm_algorithms.h"
 #include "core/error.h"
 
 namespace pl::cuda {
@@ -152,13 +154,25 @@ struct PlanKey {
   bool operator<(const PlanKey& o) const { return tie() < o.tie(); }
 };
 
+// The key as text (GemmAlgorithmChoice::key): the same on every rank and run of one model and its flags.
+std::string key_text(const PlanKey& k) {
+  return fmt::format("{}{} m={} n={} k={} ld={}/{}/{} {}x{}->{} {} {}{} align={}/{}/{}", k.transa == CUBLAS_OP_T ? 'T' : 'N',
+                     k.transb == CUBLAS_OP_T ? 'T' : 'N', k.m, k.n, k.k, k.lda, k.ldb, k.ldd,
+                     lt_type_name(static_cast<cudaDataType_t>(k.a_type)), lt_type_name(static_cast<cudaDataType_t>(k.b_type)),
+                     lt_type_name(static_cast<cudaDataType_t>(k.d_type)),
+                     scale_mode_name(static_cast<cublasLtMatmulMatrixScale_t>(k.scale_mode)),
+                     k.device_pointers ? "device-alpha" : "host-alpha", k.fast_accum ? " fast-accum" : "", k.align_a,
+                     k.align_b, k.align_d);
+}
+
 // Everything cuBLASLt needs for one key, made once: the matmul descriptor (every attribute but the
-// scale pointers, which are written per call), the A, B and C/D layouts and the heuristic's
-// algorithm. Kept for the life of the device state (a handful per model shape).
+// scale pointers, which are written per call), the A, B and C/D layouts and the chosen algorithm
+// (backend/gemm_algorithms.h). Kept for the life of the device state (a handful per model shape).
 struct LtPlan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, ld = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  GemmAlgorithmChoice choice;  // what was chosen and how (its key, the algorithm's bytes, timings)
 };
 
 // RAII owner of the preference, used only while a plan is made.
@@ -177,10 +191,11 @@ PlanKey key_of(const LtMatmul& g) {
                  alignment_of(g.B), alignment_of(g.D)};
 }
 
-// The heuristic's algorithm for plan p (descriptor and layouts made), within the device state's
-// workspace and for the operands' pointer alignments.
+// The heuristic's first `wanted` algorithms for plan p (descriptor and layouts made), within the device state's
+// workspace and for the operands' pointer alignments; at least one.
 template <class Check>
-cublasLtMatmulAlgo_t choose_algorithm(const DeviceState& state, const PlanKey& k, const LtPlan& p, Check chk) {
+std::vector<cublasLtMatmulHeuristicResult_t> heuristic_algorithms(const DeviceState& state, const PlanKey& k,
+                                                                  const LtPlan& p, int wanted, Check chk) {
   Preference pref;
   chk(cublasLtMatmulPreferenceCreate(&pref.h), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws = state.workspace_bytes;
@@ -202,19 +217,57 @@ cublasLtMatmulAlgo_t choose_algorithm(const DeviceState& state, const PlanKey& k
        "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT_D_BYTES)"}};
   for (const auto& a : aligns)
     chk(cublasLtMatmulPreferenceSetAttribute(pref.h, a.attr, &a.bytes, sizeof a.bytes), a.name);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(std::max(1, wanted)));
   int returned = 0;
-  chk(cublasLtMatmulAlgoGetHeuristic(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, 1, &result, &returned),
+  chk(cublasLtMatmulAlgoGetHeuristic(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, pref.h, static_cast<int>(results.size()),
+                                     results.data(), &returned),
       "cublasLtMatmulAlgoGetHeuristic");
   if (returned == 0) chk(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmulAlgoGetHeuristic returned no algorithm");
-  chk(result.state, "cublasLtMatmulAlgoGetHeuristic (result state)");
-  return result.algo;
+  results.resize(static_cast<size_t>(returned));
+  chk(results[0].state, "cublasLtMatmulAlgoGetHeuristic (result state)");
+  // (A later result that is not SUCCESS is dropped: only usable candidates are timed.)
+  std::erase_if(results, [](const cublasLtMatmulHeuristicResult_t& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
+  return results;
 }
 
-// Makes the plan of key k (the first call with it); chk checks every cuBLASLt status. On an error
-// the partly made plan is destroyed.
+// "id 31 tile 7 stages 18 split-k 1 reduction 0": the algorithm's configuration, for the banner and the list.
+std::string algorithm_description(const cublasLtMatmulAlgo_t& a) {
+  const auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto value) {
+    size_t written = 0;
+    return cublasLtMatmulAlgoConfigGetAttribute(&a, attr, &value, sizeof value, &written) == CUBLAS_STATUS_SUCCESS
+               ? static_cast<int64_t>(value)
+               : int64_t{-1};
+  };
+  return fmt::format("id {} tile {} stages {} split-k {} reduction {}", get(CUBLASLT_ALGO_CONFIG_ID, int32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{0}), get(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t{0}),
+                     get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, uint32_t{0}));
+}
+
+std::array<uint64_t, 8> algorithm_bytes(const cublasLtMatmulAlgo_t& a) {
+  static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(std::array<uint64_t, 8>));
+  std::array<uint64_t, 8> words{};
+  std::memcpy(words.data(), &a, sizeof a);
+  return words;
+}
+
+cublasLtMatmulAlgo_t algorithm_of(const std::array<uint64_t, 8>& words) {
+  cublasLtMatmulAlgo_t a{};
+  std::memcpy(&a, words.data(), sizeof a);
+  return a;
+}
+
+// Whether cuBLASLt accepts `algo` for plan p here (a checkpoint's algorithm on another GPU or library may not).
+bool algorithm_valid(const DeviceState& state, const LtPlan& p, const cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulHeuristicResult_t r{};
+  return cublasLtMatmulAlgoCheck(state.lt, p.desc, p.la, p.lb, p.ld, p.ld, &algo, &r) == CUBLAS_STATUS_SUCCESS &&
+         r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= state.workspace_bytes;
+}
+
+// Makes the plan of key k (the first call with it) but its algorithm (choose_algorithm); chk checks every
+// cuBLASLt status. On an error the partly made plan is destroyed.
 template <class Check>
-LtPlan make_plan(const DeviceState& state, const PlanKey& k, const LtMatmul& g, Check chk) {
+LtPlan make_plan(const PlanKey& k, const LtMatmul& g, Check chk) {
   struct Owner {  // destroys a partly made plan if a call below throws
     LtPlan p;
     bool keep = false;
@@ -266,24 +319,28 @@ LtPlan make_plan(const DeviceState& state, const PlanKey& k, const LtMatmul& g, 
   chk(cublasLtMatrixLayoutCreate(&p.ld, g.d_type, static_cast<uint64_t>(g.m), static_cast<uint64_t>(g.n), g.ldd),
       "cublasLtMatrixLayoutCreate(C/D)");
 
-  p.algo = choose_algorithm(state, k, p, chk);
   o.keep = true;
   return p;
 }
 
 }  // namespace
 
-// The plans of one device state (node-based map: a plan's address is stable).
+// The plans of one device state (node-based map: a plan's address is stable), and how their algorithms are
+// chosen (backend/gemm_algorithms.h).
 struct LtPlanCache {
   std::mutex mu;
   std::map<PlanKey, LtPlan> plans;
+  GemmAlgorithmPolicy policy = GemmAlgorithmPolicy::Heuristic;
+  int candidates = 1;
+  std::map<std::string, GemmAlgorithmChoice> installed;  // by key: a plan of that key takes it (if valid here)
+  static void destroy(LtPlan& p) {
+    cublasLtMatmulDescDestroy(p.desc);
+    cublasLtMatrixLayoutDestroy(p.la);
+    cublasLtMatrixLayoutDestroy(p.lb);
+    cublasLtMatrixLayoutDestroy(p.ld);
+  }
   ~LtPlanCache() {
-    for (auto& [key, p] : plans) {
-      cublasLtMatmulDescDestroy(p.desc);
-      cublasLtMatrixLayoutDestroy(p.la);
-      cublasLtMatrixLayoutDestroy(p.lb);
-      cublasLtMatrixLayoutDestroy(p.ld);
-    }
+    for (auto& [key, p] : plans) destroy(p);
   }
 };
 
@@ -292,6 +349,107 @@ std::shared_ptr<LtPlanCache> make_lt_plan_cache() { return std::make_shared<LtPl
 size_t lt_plan_count(const DeviceState& state) {
   std::lock_guard<std::mutex> lock(state.plans->mu);
   return state.plans->plans.size();
+}
+
+namespace {
+
+constexpr int kTimedCalls = 5;  // per candidate, after one warm-up call
+
+// The mean time per call of `algo` on the call's own operands (one warm-up, then kTimedCalls between two
+// events on the compute stream), in ms; negative when cuBLASLt refuses to run it. It writes g.D each time.
+double time_algorithm(DeviceState& state, const LtPlan& p, const cublasLtMatmulAlgo_t& algo, const LtMatmul& g,
+                      const void* alpha, const void* beta) {
+  const auto run = [&] {
+    return cublasLtMatmul(state.lt, p.desc, alpha, g.A, p.la, g.B, p.lb, beta, g.D, p.ld, g.D, p.ld, &algo,
+                          state.workspace, state.workspace_bytes, state.stream);
+  };
+  if (run() != CUBLAS_STATUS_SUCCESS) return -1.0;
+  cudaEvent_t ev[2] = {nullptr, nullptr};
+  const std::string what = "timing a cuBLASLt algorithm for " + describe(g);
+  for (cudaEvent_t& e : ev) check(cudaEventCreate(&e), g.op, what + " (cudaEventCreate)");
+  check(cudaEventRecord(ev[0], state.stream), g.op, what + " (cudaEventRecord)");
+  bool ok = true;
+  for (int i = 0; i < kTimedCalls && ok; ++i) ok = run() == CUBLAS_STATUS_SUCCESS;
+  check(cudaEventRecord(ev[1], state.stream), g.op, what + " (cudaEventRecord)");
+  check(cudaEventSynchronize(ev[1]), g.op, what + " (cudaEventSynchronize)");
+  float ms = 0.0f;
+  check(cudaEventElapsedTime(&ms, ev[0], ev[1]), g.op, what + " (cudaEventElapsedTime)");
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  return ok ? static_cast<double>(ms) / kTimedCalls : -1.0;
+}
+
+// The algorithm of a new plan: the installed one for its key where cuBLASLt accepts it here; else, timed, the
+// fastest of the heuristic's first `candidates` (ties: the earlier); else the heuristic's first.
+template <class Check>
+void choose_algorithm(DeviceState& state, const LtPlanCache& cache, const PlanKey& k, LtPlan& p, const LtMatmul& g,
+                      const void* alpha, const void* beta, Check chk) {
+  const std::string key = key_text(k);
+  if (const auto it = cache.installed.find(key); it != cache.installed.end()) {
+    const cublasLtMatmulAlgo_t a = algorithm_of(it->second.algo);
+    if (algorithm_valid(state, p, a)) {
+      p.algo = a;
+      p.choice = it->second;
+      return;
+    }
+  }
+  const bool timed = cache.policy == GemmAlgorithmPolicy::Timed;
+  const std::vector<cublasLtMatmulHeuristicResult_t> r = heuristic_algorithms(state, k, p, timed ? cache.candidates : 1, chk);
+  int best = 0;
+  double first = 0.0, best_ms = 0.0;
+  if (timed && r.size() > 1) {
+    for (size_t i = 0; i < r.size(); ++i) {
+      const double ms = time_algorithm(state, p, r[i].algo, g, alpha, beta);
+      if (i == 0) first = best_ms = ms;
+      if (ms >= 0.0 && (best_ms < 0.0 || ms < best_ms)) {
+        best = static_cast<int>(i);
+        best_ms = ms;
+      }
+    }
+  }
+  p.algo = r[static_cast<size_t>(best)].algo;
+  p.choice = {.key = key,
+              .algo = algorithm_bytes(p.algo),
+              .description = algorithm_description(p.algo),
+              .source = timed && r.size() > 1 ? "timed" : "heuristic",
+              .candidates = timed ? static_cast<int>(r.size()) : 1,
+              .chosen = best,
+              .heuristic_ms = std::max(0.0, first),
+              .chosen_ms = std::max(0.0, best_ms)};
+}
+
+}  // namespace
+
+void set_gemm_algorithm_policy(DeviceState& state, GemmAlgorithmPolicy policy, int candidates) {
+  std::lock_guard<std::mutex> lock(state.plans->mu);
+  state.plans->policy = policy;
+  state.plans->candidates = std::max(1, candidates);
+}
+
+GemmAlgorithms gemm_algorithm_choices(const DeviceState& state) {
+  std::lock_guard<std::mutex> lock(state.plans->mu);
+  GemmAlgorithms g;
+  g.device = fmt::format("{} (sm_{}), cuBLASLt {}", state.name, state.sm, cublasLtGetVersion());
+  for (const auto& [key, p] : state.plans->plans) g.choices.push_back(p.choice);
+  return g;
+}
+
+std::vector<std::string> install_gemm_algorithms(DeviceState& state, const GemmAlgorithms& g) {
+  std::lock_guard<std::mutex> lock(state.plans->mu);
+  std::vector<std::string> refused;
+  for (const GemmAlgorithmChoice& c : g.choices) {
+    state.plans->installed[c.key] = c;
+    for (auto& [key, p] : state.plans->plans) {
+      if (p.choice.key != c.key) continue;
+      const cublasLtMatmulAlgo_t a = algorithm_of(c.algo);
+      if (!algorithm_valid(state, p, a)) {
+        refused.push_back(c.key + " (" + c.description + ")");
+        continue;
+      }
+      p.algo = a;
+      p.choice = c;
+    }
+  }
+  return refused;
 }
 
 void lt_matmul(DeviceState& state, const LtMatmul& g) {
@@ -310,8 +468,9 @@ void lt_matmul(DeviceState& state, const LtMatmul& g) {
   // Held through the launch: the cached descriptor is written (scale pointers) and read by it.
   std::lock_guard<std::mutex> lock(cache.mu);
   auto it = cache.plans.find(key);
-  if (it == cache.plans.end()) it = cache.plans.emplace(key, make_plan(state, key, g, chk)).first;
-  const LtPlan& p = it->second;
+  const bool made = it == cache.plans.end();
+  if (made) it = cache.plans.emplace(key, make_plan(key, g, chk)).first;
+  LtPlan& p = it->second;
   if (g.a_scale)
     chk(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &g.a_scale, sizeof g.a_scale),
         "cublasLtMatmulDescSetAttribute(A_SCALE_POINTER)");
@@ -323,6 +482,15 @@ void lt_matmul(DeviceState& state, const LtMatmul& g) {
   const void* alpha = g.alpha_device ? static_cast<const void*>(g.alpha_device) : &g.alpha_host;
   const void* beta = g.alpha_device ? static_cast<const void*>(g.accumulate ? state.scalars.one : state.scalars.zero)
                                     : static_cast<const void*>(&beta_host);
+  if (made) {  // (a plan whose choice throws is removed: the next call makes it again)
+    try {
+      choose_algorithm(state, cache, key, p, g, alpha, beta, chk);
+    } catch (...) {
+      LtPlanCache::destroy(p);
+      cache.plans.erase(it);
+      throw;
+    }
+  }
   chk(cublasLtMatmul(state.lt, p.desc, alpha, g.A, p.la, g.B, p.lb, beta, g.D, p.ld, g.D, p.ld, &p.algo,
                      state.workspace, state.workspace_bytes, state.stream),
       "cublasLtMatmul");

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/gemm_algorithms.h"
 #include "backend/quantize.h"
 #include "core/tensor.h"
 
@@ -48,6 +49,14 @@ void check_kernel_image(const DeviceState& state);
 // For tests: the cuBLASLt plans (descriptor, layouts, algorithm) `state` has made so far; a GEMM whose
 // key was seen before adds none (gemm_lt.h).
 size_t lt_plan_count(const DeviceState& state);
+
+// cuBLASLt's algorithm per GEMM (backend/gemm_algorithms.h): how plans made from now on choose theirs; the
+// choices of the plans made so far (with the GPU and cuBLASLt version); and installing a list (by key: plans
+// that exist switch to it, later ones start with it), returning the GEMMs whose listed algorithm cuBLASLt
+// refuses here (cublasLtMatmulAlgoCheck), which keep theirs.
+void set_gemm_algorithm_policy(DeviceState& state, GemmAlgorithmPolicy policy, int candidates);
+GemmAlgorithms gemm_algorithm_choices(const DeviceState& state);
+std::vector<std::string> install_gemm_algorithms(DeviceState& state, const GemmAlgorithms& g);
 
 // Elements the emulated path has dequantized into BF16 inexactly on `state`'s GPU since it was opened
 // (read from the device; synchronizes). NVFP4 (E2M1 x E4M3) is always exact; MXFP8 (E4M3 x 2^k) is exact
