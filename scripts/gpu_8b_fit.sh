@@ -9,7 +9,12 @@
 # in GB of 1e9). Offline, from the bundle (gpu_check.sh --unpack sets it up); builds nothing.
 #
 #   scripts/gpu_8b_fit.sh [--bundle DIR] [--gpu h100|h200|b200|gb300|rtx5090] [--iters N] [--gbs N]
-#                         [--extra "FLAGS"]
+#                         [--recipe NAME] [--extra "FLAGS"]
+#
+# --recipe: the precision recipe (default: the playbook's bf16_with_nvfp4_mixed); the whole-8B FP8 row is
+# --recipe bf16_with_fp8_current_scaling_mixed (its FP8 primary weights, fp8_param_gather, on as the recipe
+# says: the fit table then names BF16 moments alone for an H200). Given, the logs are named after it
+# (gpu_8b_fit_NAME.log, .jsonl) so that two rows of one call keep theirs; the report is appended to.
 #
 # --gpu: the fit table's GPU (default: from nvidia-smi's name). --iters 10 and --gbs 8 (8 micro-batches
 # per iteration: the playbook's GBS 64 would take several minutes per iteration on one GPU) by default.
@@ -18,9 +23,10 @@
 # nothing to run, 3 without a GPU.
 set -uo pipefail
 self_dir=$(cd "$(dirname "$0")" && pwd)
-bundle="" gpu="" iters=10 gbs=8 extra=""
+bundle="" gpu="" iters=10 gbs=8 extra="" recipe=""
 while (($#)); do
   case $1 in
+    --recipe) recipe=${2:?}; shift 2 ;;
     --bundle) bundle=${2:?}; shift 2 ;;
     --gpu) gpu=${2:?}; shift 2 ;;
     --iters) iters=${2:?}; shift 2 ;;
@@ -31,6 +37,7 @@ while (($#)); do
   esac
 done
 [[ $iters =~ ^[1-9][0-9]*$ && $gbs =~ ^[1-9][0-9]*$ ]] || { echo "gpu_8b_fit: --iters and --gbs take a positive number" >&2; exit 2; }
+[[ -z $recipe || $recipe =~ ^[A-Za-z0-9_.-]+$ ]] || { echo "gpu_8b_fit: --recipe takes a recipe name (configs/recipes/NAME.json)" >&2; exit 2; }
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]' ||
   { echo "gpu_8b_fit: no GPU is present: nothing to run" >&2; exit 3; }
 
@@ -52,14 +59,16 @@ if [[ -z $gpu ]]; then
   esac
 fi
 out=${OUT:-$rt}
-report=$out/gpu_8b_fit.txt log=$out/gpu_8b_fit.log jsonl=$out/gpu_8b_fit.jsonl reader=$self_dir/jsonl_log.py
+stem=gpu_8b_fit${recipe:+_$recipe}
+report=$out/gpu_8b_fit.txt log=$out/$stem.log jsonl=$out/$stem.jsonl reader=$self_dir/jsonl_log.py
 say() { printf '%s\n' "$*" | tee -a "$report"; }
 shape=(--device cuda --model llama3_8b --micro-batch-size 1 --seq-length 4096 --global-batch-size "$gbs")
+[[ -n $recipe ]] && shape+=(--recipe "$recipe")
 
 # shellcheck disable=SC2086
 dry=$("$app" "${shape[@]}" $extra --dry-run --dry-run-gpu "$gpu" 2>&1) || { say "FAILED: dry run: $(tail -n 1 <<<"$dry")"; exit 1; }
 line=$(grep 'cheapest flags for' <<<"$dry" | tail -n 1)
-say "== llama3_8b on $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1) (fit table: $gpu)"
+say "== llama3_8b${recipe:+ ($recipe)} on $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -n 1) (fit table: $gpu)"
 say "   ${line#*| }"
 grep -q 'does not fit with any' <<<"$line" && { say "FAILED: the fit table finds no flags for $gpu"; exit 1; }
 # "cheapest flags for X (N GB usable): as given (...)" or ": --flag ... (GPU a GB, host b GB)"
