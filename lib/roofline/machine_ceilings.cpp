@@ -307,6 +307,26 @@ MachineCeilings load_or_probe(const OpContext& ctx, const std::string& cache_pat
   return measured;
 }
 
+MemoryCeiling probe_memory_bandwidth(const OpContext& ctx, const ProbeLineFn& progress) {
+  const std::vector<detail::LevelPlan> levels = detail::memory_levels(ctx.device, device_identity(ctx));
+  return detail::probe_memory_roofs(ctx, {levels.back()}, progress).front();
+}
+
+bool read_cached_ceilings(const OpContext& ctx, const std::string& cache_path, MachineCeilings& out,
+                          std::string* why) {
+  if (why) why->clear();
+  std::error_code ec;
+  if (cache_path.empty() || !std::filesystem::exists(cache_path, ec)) return false;
+  MachineCeilings cached;
+  const std::string refusal = cache_refusal(cache_path, machine_identity(ctx), cached);
+  if (!refusal.empty()) {
+    if (why) *why = refusal;
+    return false;
+  }
+  out = std::move(cached);
+  return true;
+}
+
 std::string default_ceilings_cache_path() {
   const char* xdg = std::getenv("XDG_CACHE_HOME");
   if (xdg != nullptr && *xdg != '\0') return std::string(xdg) + "/pretrain_llama/machine_ceilings.json";

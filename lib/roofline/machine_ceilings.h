@@ -73,6 +73,16 @@ inline constexpr size_t kProbeMaxShapes = 8;
 inline constexpr int64_t kCpuProbeMaxSide = 2048;  // 3 x 2048^2 FP32 operands: 48 MiB, a second or two a GEMM
 MachineCeilings probe_machine(const OpContext& ctx, const std::vector<GemmShape>& model_shapes,
                               const ProbeLineFn& progress);
+// The bandwidth of the last memory level alone (HBM on a GPU, DRAM on the CPU), measured exactly as
+// probe_machine measures it (the stream_triad op over arrays sized for the level, the best of several
+// timings), without the GEMM sweep or the caches' levels: for a tool that needs only the memory roof
+// (bench_kernels). `progress` gets the probe's one line.
+MemoryCeiling probe_memory_bandwidth(const OpContext& ctx, const ProbeLineFn& progress);
+// The ceilings cached at `cache_path` when that file holds this machine's identity, this probe version and
+// every GEMM format (what load_or_probe would reuse); otherwise false, with the reason in *why (one line;
+// "" when there is no such file). Reads only; never measures or writes.
+bool read_cached_ceilings(const OpContext& ctx, const std::string& cache_path, MachineCeilings& out,
+                          std::string* why);
 // How many times probe_machine measured in this process (tests: a reused cache measures nothing).
 int64_t probes_measured();
 // The ceilings from `cache_path` when that file holds this machine's identity and this probe version;

@@ -188,6 +188,38 @@ TEST(MachineCeilings, SameMachineCacheIsReusedAndAnotherProbeVersionIsForeign) {
   EXPECT_FALSE(cached.same_identity(machine_identity(cpu())));
 }
 
+// bench_kernels' two calls: the cache read without measuring (this machine's: true; another's, or none: false,
+// with the line load_or_probe would print, or ""), and the last level's bandwidth measured alone.
+TEST(MachineCeilings, ReadCachedCeilingsOnlyReadsAndTheBandwidthProbeMeasuresTheLastLevel) {
+  TempDir dir;
+  const std::string path = (dir.path / "ceilings.json").string();
+  MachineCeilings got;
+  std::string why = "stale";
+  const int64_t before = probes_measured();
+  EXPECT_FALSE(read_cached_ceilings(cpu(), path, got, &why));
+  EXPECT_EQ(why, "");
+  EXPECT_FALSE(read_cached_ceilings(cpu(), "", got, &why));
+  MachineCeilings cached = fake_ceilings(machine_identity(cpu()));
+  write_text(path, to_json(cached).dump());
+  ASSERT_TRUE(read_cached_ceilings(cpu(), path, got, &why)) << why;
+  EXPECT_EQ(why, "");
+  EXPECT_EQ(got.memory.back().level, "DRAM");
+  EXPECT_EQ(got.memory.back().gbps, 10.0);
+  cached.name = "Some Other CPU";
+  write_text(path, to_json(cached).dump());
+  EXPECT_FALSE(read_cached_ceilings(cpu(), path, got, &why));
+  EXPECT_NE(why.find("was measured for name: Some Other CPU"), std::string::npos) << why;
+  EXPECT_EQ(probes_measured(), before);
+  EXPECT_EQ(read_file(path), to_json(cached).dump());  // never rewritten
+  std::vector<std::string> out;
+  const MemoryCeiling m = probe_memory_bandwidth(cpu(), [&](const std::string& l) { out.push_back(l); });
+  EXPECT_EQ(m.level, "DRAM");
+  EXPECT_EQ(m.capacity_bytes, 0.0);
+  EXPECT_TRUE(std::isfinite(m.gbps) && m.gbps > 0.0) << m.gbps;
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].rfind("probe: memory DRAM ", 0), 0u) << out[0];
+}
+
 TEST(MachineCeilings, UnwritableCacheIsOneLineAndTheCeilingsStillCome) {
   TempDir dir;
   write_text(dir.path / "a_file", "x");
