@@ -55,7 +55,7 @@ while (($#)); do
   esac
 done
 
-apps=(pretrain_llama quantize_tensor inspect_data preprocess_data convert_checkpoint generate)
+apps=(pretrain_llama quantize_tensor inspect_data preprocess_data convert_checkpoint generate bench_kernels)
 if ((do_build)); then
   command -v nvcc >/dev/null || die "nvcc not found (PATH or /usr/local/cuda/bin): the bundle needs the CUDA backend"
   echo "gpu_bundle: configuring $build (Release, CUDA architectures $arch)"

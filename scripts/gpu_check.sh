@@ -32,6 +32,12 @@
 #      /usr/bin/python3 (named, with its torch version; a warning when it is not the torch the pinned torchao
 #      pairs with, scripts/torch_peer.sh); torchao from the bundle's wheels/ (scripts/gpu_bundle.sh), unpacked
 #      into a temporary folder on PYTHONPATH (nothing installed). Estimate ~180 s, limit 270 s (PEER_LIMIT).
+#   9. only with --only kernels (not part of the default run): the kernel table of the bundle's bench_kernels
+#      --device cuda on llama3_8b's linear layers (seq 4096, MBS 1): every quantize call of the FP8 (current and
+#      delayed scaling), MXFP8 and NVFP4 recipes in GB/s and % of the HBM ceiling, the expand of each emulated
+#      GEMM format, and each layer's fprop / dgrad / wgrad GEMMs in BF16 and FP8 (TFLOP/s, FP8/BF16); the
+#      table into the report, its JSON to $OUT/kernels.json (else the logs folder). Estimate ~40 s, limit
+#      170 s (KERNELS_LIMIT).
 # GPU_CHECK_PAST_SMOKE=1: go on after a failed smoke test (only to try the later steps' parsing without
 # a GPU; the failure still counts).
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
@@ -44,7 +50,7 @@
 # machine_ceilings.json and roofline.png (else into the logs folder).
 #
 #   scripts/gpu_check.sh [--bundle DIR | --build-dir DIR] [--sync] [--sanitize] [--budget S]
-#                        [--only conformance|training|roofline|peer] [--iters N]
+#                        [--only conformance|training|roofline|peer|kernels] [--iters N]
 #   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
 #                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
 #   scripts/gpu_check.sh --gemm-mode FORMAT JSONL  (no GPU needed; for tests: what the GEMMs column reads for
@@ -56,6 +62,7 @@
 # A first GPU run is two calls, each under the device tool's 10 minutes (the estimate printed first):
 #   scripts/gpu_check.sh --only conformance      then      scripts/gpu_check.sh --only training
 # and PyTorch beside ours on the same GPU (< 5 min): scripts/gpu_check.sh --only peer
+# and the kernel table (< 3 min): scripts/gpu_check.sh --only kernels
 #
 # Exit status: 0 every check passed; 1 a check failed or did not run; 2 bad arguments, or no bundle
 # or build to run; 3 no GPU is present (one line on stderr, nothing else is done).
@@ -99,7 +106,7 @@ done
 [[ $budget =~ ^[0-9]+$ ]] && [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] ||
   { echo "gpu_check: --budget and --iters take a number" >&2; exit 2; }
 # --only's values (a new step adds its name here, and its own `[[ $only == NAME ]]` block below).
-only_steps=(conformance training roofline peer)
+only_steps=(conformance training roofline peer kernels)
 [[ -z $only || " ${only_steps[*]} " == *" $only "* ]] ||
   { echo "gpu_check: --only $(IFS='|'; echo "${only_steps[*]}")" >&2; exit 2; }
 
@@ -127,12 +134,12 @@ if [[ -z $bundle && -z $build ]]; then
 fi
 if [[ -n $bundle ]]; then
   bundle=$(cd "$bundle" && pwd) || exit 2
-  app=$bundle/bin/pretrain_llama tests=$bundle/bin/pl_tests
+  app=$bundle/bin/pretrain_llama tests=$bundle/bin/pl_tests kbench=$bundle/bin/bench_kernels
   archs=$(sed -n 's/^cuda_architectures: //p' "$bundle/BUILD_INFO")
   export PRETRAIN_LLAMA_CONFIGS=$bundle/configs
 elif [[ -n $build ]]; then
   build=$(cd "$build" && pwd) || exit 2
-  app=$build/apps/pretrain_llama tests=$build/tests/pl_tests
+  app=$build/apps/pretrain_llama tests=$build/tests/pl_tests kbench=$build/apps/bench_kernels
   archs=$(grep '^CMAKE_CUDA_ARCHITECTURES:' "$build/CMakeCache.txt" 2>/dev/null | cut -d= -f2)
 else
   echo "gpu_check: nothing to run: no .device/ bundle (scripts/gpu_bundle.sh makes it) and no build directory" >&2
@@ -155,7 +162,7 @@ if [[ -n $bundle ]]; then
     echo "gpu_check: cannot unpack $bundle into $rt" >&2; exit 2
   fi
   ln -s "$bundle/configs" "$rt/configs"  # pretrain_llama looks in <exe>/../configs
-  app=$rt/bin/pretrain_llama tests=$rt/bin/pl_tests libdir=$rt/lib
+  app=$rt/bin/pretrain_llama tests=$rt/bin/pl_tests kbench=$rt/bin/bench_kernels libdir=$rt/lib
 fi
 [[ -x $app && -x $tests ]] || { echo "gpu_check: $app or $tests is missing" >&2; exit 2; }
 
@@ -328,6 +335,9 @@ est_smoke=5 est_conf=70 est_train=65 est_roofline=80
 # The peer step has not run on a GPU yet: ours ~15 s a run (as the training table's 8B rows, with 10
 # iterations), PyTorch ~60-80 s a run, torch.compile's first iteration most of it.
 est_peer=180 peer_limit=${PEER_LIMIT:-270} peer_ours_limit=60 peer_torch_limit=150
+# The kernel table has not run on a GPU yet: ~60 calls of each of 80 kernels (well under a millisecond to a few
+# each on an H200), the device state and filling ~2 GB of operands on the host most of it.
+est_kernels=40 kernels_limit=${KERNELS_LIMIT:-170}
 say "== time estimate (as measured on an H200, 2026-11-28; each step runs under its limit, the whole run under --budget $budget s)"
 say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")"
 [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance (pl_tests Cuda*)' "$est_conf")"
@@ -336,6 +346,7 @@ say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")
 [[ -z $only || $only == roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 170 s)' 'roofline (2 runs of 2 8B layers)' "$est_roofline")"
 ((sync)) && [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance again (--sync)' "$est_conf")"
 ((sanitize)) && say "$(printf '  %-34s ~%4d s  (limit 150 s)' 'compute-sanitizer (--sanitize)' 150)"
+[[ $only == kernels ]] && say "$(printf '  %-34s ~%4d s  (limit %d s; not measured yet)' 'kernels (bench_kernels, 8B layers)' "$est_kernels" "$kernels_limit")"
 [[ $only == peer ]] && say "$(printf '  %-34s ~%4d s  (limit %d s: ours 2 x %d s, PyTorch 2 x %d s; not measured yet)' 'peer (ours and PyTorch, 8B 4 layers)' "$est_peer" "$peer_limit" "$peer_ours_limit" "$peer_torch_limit")"
 say "  two calls: --only conformance ~$((est_smoke + est_conf)) s, --only training ~$((est_smoke + est_train)) s (each under the device tool's 10 minutes)"
 say "$lib_set_line"
@@ -719,6 +730,34 @@ PYEOF
   say "== peer table (ours/PyTorch > 1: ours faster; peak memory in GB = 1e9 bytes)"
   while IFS= read -r l; do say "$l"; done <"$peer_table"
   summary+=("peer: ours/PyTorch $(awk 'NR == 2 || NR == 3 {printf "%s%s %s", (NR == 3 ? ", " : ""), $1, $4}' "$peer_table")")
+fi
+
+# ---- kernels: bench_kernels' table (--only kernels) ---------------------------------------------------
+# The bundle's bench_kernels on llama3_8b's four linear layers (seq 4096, MBS 1; on the CPU try of the parsing,
+# llama_tiny): its table into the report, its JSON to $OUT/kernels.json (else the logs folder). It stops by itself
+# at --budget-seconds (20 s inside the limit), printing what it measured: a table cut short is a failure.
+if [[ $only == kernels ]]; then
+  k_dir=$logs; [[ -n ${OUT:-} && -d ${OUT:-} ]] && k_dir=$OUT
+  k_log=$logs/kernels.log k_json=$k_dir/kernels.json
+  k_shape="--model llama3_8b --seq-length 4096 --micro-batch-size 1"
+  [[ $train_device == cpu ]] && k_shape="--model llama_tiny --seq-length 128 --micro-batch-size 2"
+  k_limit=$(step_limit "$kernels_limit")
+  if [[ ! -x $kbench ]]; then fail "kernels: $kbench is missing (scripts/gpu_bundle.sh bundles bench_kernels)"
+  elif ((k_limit < 40)); then fail "kernels: not run (time budget: ${k_limit} s for it)"
+  else
+    say "== kernels (limit ${k_limit} s): bench_kernels --device $train_device $k_shape --json $k_json"
+    # shellcheck disable=SC2086
+    timeout -k 10 "$k_limit" "$kbench" --device "$train_device" $k_shape --budget-seconds $((k_limit - 20)) \
+      --json "$k_json" >"$k_log" 2>&1
+    rc=$?
+    while IFS= read -r l; do say "$l"; done <"$k_log"
+    if ((rc == 124 || rc == 137)); then fail "kernels: TIMEOUT after ${k_limit} s (log $k_log)"
+    elif ((rc != 0)); then fail "kernels: FAILED (rc $rc): $(grep -v '^$' "$k_log" | tail -n 1 | cut -c1-150)"
+    elif grep -q 'stopped at --budget-seconds' "$k_log"; then fail "kernels: $(grep -m1 'stopped at --budget-seconds' "$k_log")"
+    elif [[ ! -s $k_json ]]; then fail "kernels: no JSON written to $k_json"
+    else summary+=("kernels: $(grep -cE '^(quantize|expand) ' "$k_log") kernel rows, $(grep -cE '^(qkv|proj|fc1|fc2) +[0-9]+x[0-9]+x[0-9]+ +(fprop|dgrad|wgrad) ' "$k_log") GEMM rows; JSON $k_json")
+    fi
+  fi
 fi
 
 # ---- optional passes ------------------------------------------------------------------------------

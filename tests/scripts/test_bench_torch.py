@@ -303,7 +303,7 @@ class GpuCheckPeer(unittest.TestCase):
     def test_only_lists_its_steps(self):
         p = subprocess.run(["bash", GPU_CHECK, "--only", "nothing"], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 2)
-        self.assertEqual(p.stderr, "gpu_check: --only conformance|training|roofline|peer\n")
+        self.assertEqual(p.stderr, "gpu_check: --only conformance|training|roofline|peer|kernels\n")
 
     def fake_run(self, torch_version="2.11.0+cu130", wheel=True):
         """gpu_check.sh --only peer from a fake bundle-less build, a fake GPU and a fake CUDA torch."""
