@@ -19,6 +19,7 @@
 #include "model/precision_plan.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/mock_runs.h"
 #include "observe/checkpointer.h"
 #include "observe/stop_conditions.h"
 #include "train/run_recorder.h"
@@ -87,22 +88,9 @@ struct TinyCkptRun {
     model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{}, plan);
     model->init_parameters(init_seed);
   }
-  RunDescription describe() const {
-    RunDescription d;
-    d.model = m;
-    d.recipe_name = recipe;
-    d.train = t;
-    d.command_line = {"test"};
-    d.data = "mock";
-    return d;
-  }
+  RunDescription describe() const { return test::mock_run_description(m, recipe, t); }
   Trainer trainer(std::vector<TrainObserver*> observers = {}) {
-    return Trainer(
-        *model, t,
-        Batches{[this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
-          data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-        }},
-        std::move(observers));
+    return Trainer(*model, t, Batches{test::mock_batches(*data, t)}, std::move(observers));
   }
 };
 

@@ -19,6 +19,7 @@
 #include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/gradient_sync.h"
+#include "train/mock_runs.h"
 #include "train/run_recorder.h"
 #include "train/trainer.h"
 
@@ -153,12 +154,7 @@ struct TinyDpRun {
     model = std::make_unique<LlamaModel>(m, t.micro_batch_size, t.seq_length, OpContext{}, plan, o);
   }
   Trainer trainer() {
-    return Trainer(
-        *model, t,
-        Batches{[this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
-          data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-        }},
-        {&recorded});
+    return Trainer(*model, t, Batches{test::mock_batches(*data, t)}, {&recorded});
   }
   test::RunRecorder recorded;
 };
@@ -190,12 +186,7 @@ void expect_one_rank_distributed_optimizer_is_bit_identical(const std::string& r
 
   // The sharded checkpoint path (one rank) writes the same files as the plain one.
   test::TempDir dir;
-  RunDescription d;
-  d.model = plain.m;
-  d.recipe_name = recipe;
-  d.train = plain.t;
-  d.command_line = {"test"};
-  d.data = "mock";
+  const RunDescription d = test::mock_run_description(plain.m, recipe, plain.t);
   const parallel::World one = parallel::World::single();
   save_checkpoint((dir.path() / "plain").string(), 0, *plain.model, tp.optimizer(), ts.state(), d);
   save_checkpoint((dir.path() / "sharded").string(), 0, *sharded.model, ts.optimizer(), ts.state(), d, {}, &one);

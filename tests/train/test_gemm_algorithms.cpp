@@ -23,6 +23,7 @@
 #include "model/precision_plan.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/mock_runs.h"
 #include "train/run_recorder.h"
 #include "train/trainer.h"
 
@@ -103,12 +104,7 @@ struct TinyRun {
   }
   std::vector<double> losses() {
     test::RunRecorder rec;
-    Trainer(*model, t,
-            Batches{[this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
-              data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-            }},
-            {&rec})
-        .run();
+    Trainer(*model, t, Batches{test::mock_batches(*data, t)}, {&rec}).run();
     return rec.loss();
   }
 };
@@ -138,12 +134,7 @@ TEST(GemmAlgorithms, ACheckpointKeepsTheListAndGivesItBack) {
   TinyRun run("bf16_mixed");
   run.model->init_parameters(1);
   Trainer tr(*run.model, run.t, Batches{}, {});
-  RunDescription d;
-  d.model = run.m;
-  d.recipe_name = "bf16_mixed";
-  d.train = run.t;
-  d.command_line = {"test"};
-  d.data = "mock";
+  RunDescription d = test::mock_run_description(run.m, "bf16_mixed", run.t);
   TrainState st;
   st.iteration = 1;
   save_checkpoint((dir.path() / "none").string(), 0, *run.model, tr.optimizer(), st, d);

@@ -23,6 +23,7 @@
 #include "observe/stop_conditions.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/mock_runs.h"
 #include "train/run_recorder.h"
 #include "train/trainer.h"
 
@@ -54,11 +55,7 @@ struct TinyRun {
                                          bf16_plan(m), options);
     model->init_parameters(t.seed);
   }
-  BatchFn batches() {
-    return [this](int64_t first, int64_t mi, std::span<int32_t> tok, std::span<int32_t> lab, std::span<int32_t>) {
-      data->micro_batch(first, mi, t.micro_batch_size, tok, lab);
-    };
-  }
+  BatchFn batches() { return test::mock_batches(*data, t); }
   // The stop conditions, the text log and the recorder, plus `more` after them.
   Trainer trainer(std::vector<TrainObserver*> more = {}) {
     stops = std::make_unique<observe::StopConditions>(stop, nullptr, std::chrono::steady_clock::now());
