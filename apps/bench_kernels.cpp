@@ -332,7 +332,7 @@ void print_tables(const Setup& s, const Results& r) {
   fmt::print("{:<9} {:<5} {:<20} {:<38} {:>10} {:>9} {:>11}\n", "kernel", "layer", "shape", "format/variant", "ms",
              "GB/s", pct);
   for (const KernelRow& k : r.kernels)
-    fmt::print("{:<9} {:<5} {:<20} {:<38} {:>10.4g} {:>9.1f} {:>11.1f}\n", k.kernel, k.linear, k.shape, k.variant, k.ms,
+    fmt::print("{:<9} {:<5} {:<20} {:<38} {:>10.4g} {:>9.4g} {:>11.4g}\n", k.kernel, k.linear, k.shape, k.variant, k.ms,
                gbps(k), 100.0 * gbps(k) / s.ceiling_gbps);
   fmt::print("\n{:<5} {:<20} {:<6} {:>13} {:>13} {:>9}  {}\n", "layer", "shape (MxNxK)", "pass", "BF16 TFLOP/s",
              "FP8 TFLOP/s", "FP8/BF16", "FP8 GEMM");
@@ -412,7 +412,7 @@ void print_header(const Setup& s, const Results& r, double estimate_s) {
              s.ctx.device == Device::CUDA ? "cuda" : "cpu", s.device_name, s.model_name, s.linears.size(),
              o.micro_batch, o.seq_length, s.tokens, o.reps);
   if (o.num_layers != 0) fmt::print("bench_kernels: --num-layers {}: ignored (the layers' shapes do not depend on it)\n", o.num_layers);
-  fmt::print("bench_kernels: estimate ~{:.0f} s: {} kernels x {} calls at a rough per-call time (bytes at {} GB/s, GEMMs "
+  fmt::print("bench_kernels: estimate ~{:.0f} s (the operands are allocated and filled): the bandwidth ceiling, then {} kernels x {} calls at a rough per-call time (bytes at {} GB/s, GEMMs "
              "at {} TFLOP/s, assumed, not measured); stops at --budget-seconds {:g}\n",
              std::ceil(estimate_s + 2.0), r.planned, 1 + o.reps, s.ctx.device == Device::CUDA ? 3000 : 5,
              s.ctx.device == Device::CUDA ? "400" : "0.02", o.budget_s);
