@@ -55,7 +55,11 @@ while (($#)); do
   esac
 done
 
-apps=(pretrain_llama quantize_tensor inspect_data preprocess_data convert_checkpoint generate bench_kernels)
+# The programs a GPU run uses (gpu_check.sh, gpu_8b_fit.sh) and the two small data tools. Each program that runs
+# ops links the whole static library with its device code (a full build: ~20 MB each, 5+ MB gzipped), so
+# quantize_tensor, convert_checkpoint and generate stay out: with them a bundle of every CUDA architecture
+# (CI's) would pass the 48 MiB the device tool carries.
+apps=(pretrain_llama bench_kernels inspect_data preprocess_data)
 if ((do_build)); then
   command -v nvcc >/dev/null || die "nvcc not found (PATH or /usr/local/cuda/bin): the bundle needs the CUDA backend"
   echo "gpu_bundle: configuring $build (Release, CUDA architectures $arch)"
