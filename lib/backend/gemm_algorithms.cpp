@@ -10,6 +10,11 @@
 
 namespace pl {
 
+bool GemmAlgorithmChoice::operator==(const GemmAlgorithmChoice& o) const {
+  return key == o.key && algo == o.algo && description == o.description && source == o.source &&
+         candidates == o.candidates && chosen == o.chosen && heuristic_ms == o.heuristic_ms && chosen_ms == o.chosen_ms;
+}
+
 std::string gemm_algorithms_json(const GemmAlgorithms& g) {
   nlohmann::ordered_json choices = nlohmann::ordered_json::array();
   for (const GemmAlgorithmChoice& c : g.choices) {

@@ -39,14 +39,14 @@ struct GemmAlgorithmChoice {
   int chosen = 0;           // the index of the chosen one among them (0: the heuristic's first)
   double heuristic_ms = 0;  // timed: the heuristic's first's time per call; 0 when not timed
   double chosen_ms = 0;     // timed: the chosen one's
-  bool operator==(const GemmAlgorithmChoice&) const = default;
+  bool operator==(const GemmAlgorithmChoice& o) const;  // (written out: nvcc compiles this header as C++17)
 };
 
 struct GemmAlgorithms {
   std::string device;   // where they were chosen: the GPU's name and cuBLASLt's version ("" on the CPU)
   std::vector<GemmAlgorithmChoice> choices;
   bool empty() const { return choices.empty(); }
-  bool operator==(const GemmAlgorithms&) const = default;
+  bool operator==(const GemmAlgorithms& o) const { return device == o.device && choices == o.choices; }
 };
 
 // The checkpoint's gemm_algorithms.json: {"device": ..., "choices": [{"key", "algo": [8 hex strings],
