@@ -374,7 +374,7 @@ double time_algorithm(DeviceState& state, const LtPlan& p, const cublasLtMatmulA
   check(cudaEventSynchronize(ev[1]), g.op, what + " (cudaEventSynchronize)");
   float ms = 0.0f;
   check(cudaEventElapsedTime(&ms, ev[0], ev[1]), g.op, what + " (cudaEventElapsedTime)");
-  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  for (cudaEvent_t e : ev) check(cudaEventDestroy(e), g.op, what + " (cudaEventDestroy)");
   return ok ? static_cast<double>(ms) / kTimedCalls : -1.0;
 }
 
