@@ -360,6 +360,103 @@ PL_HD void rht16_nonfinite(const float in[16], float out[16], uint16_t sign_mask
 
 }  // namespace rht_detail
 
+// ---- the fast path of the GPU's quantizers: two FP32 lanes, no integer paths -------------------------
+// rht16_fast gives rht16's bits for every chunk it accepts and returns false (out unspecified) for the
+// rest, which the caller sends to rht16 (on the GPU: a separate fallback kernel, so the integer paths and
+// their 640-byte stack stay out of the hot kernels). No FP64, no integer wide arithmetic, no stack.
+// Method (an error-free split, in the spirit of TwoSum: every FP32 operation below is exact, except the
+// one final addition, which is then the single correct rounding of the exact sum):
+//   e_max = floor(log2 max|x_i|); C = 1.5 * 2^(e_max+4), whose ulp is g = 2^(e_max-19).
+//   L_i = x_i - ((x_i + C) - C): (x_i + C) stays in C's binade (|x_i| < 2^(e_max+1)), so (x_i + C) - C
+//         is x_i rounded to the grid g (exact subtraction) and L_i its residual, |L_i| <= min(|x_i|, g/2):
+//         an integer multiple of x_i's last significand bit below 2^24 of them, so exact in FP32.
+//   H_i = x_i - L_i: the grid value itself (exact; and H_i = x_i, signed zeros included, when L_i = 0).
+//   H lane: the butterfly on s_i*H_i is exact by rht16_path's argument with lsb_min >= e_max - 19
+//         (multiples of g below 2^(e_max+5): integers N <= 2^24 times g).
+//   L lane: the butterfly on s_i*L_i is exact when every L_i is a multiple of 2^(e_max-39) (checked with
+//         C2 = 1.5 * 2^(e_max-16), whose ulp that is: (L_i + C2) - C2 == L_i): partials are multiples of
+//         2^(e_max-39) of magnitude <= 16 * 2^(e_max-20), i.e. N <= 2^23 of them.
+//   out_j = RN_bf16(RN(SH_j + SL_j) * 0.25f): the one rounded addition is RN_fp32 of the exact sum; the
+//         multiply by 0.25 is exact when |RN(S)| >= 2^-120 (then S/4 and RN(S)/4 are normal and
+//         RN(S/4) = RN(S)/4). Where every L_i is zero the H lane is rht16_fp32's butterfly verbatim.
+// Accepted (tests/numerics/test_hadamard.cpp computes the same predicate independently and compares): finite inputs, and either
+// all zero, or e_max in [-100, 120] (constants and partials stay normal and finite) with every x_i a
+// multiple of 2^(e_max-39) and, when some L_i != 0, every |RN(SH_j + SL_j)| >= 2^-120 (an exact zero
+// sum there would need IEEE's sign-of-zero rule across two lanes: sent to the exact path instead).
+// For BF16 inputs (lowest bit >= e_i - 7) that is every chunk whose nonzero values span <= 32 binades,
+// against <= 12 for rht16_path's FP32 butterfly alone. Cost per element: 3 adds of the split, 2 of the
+// check, 4 (or 8) of the butterfly(s), 1 add, 1 multiply and the BF16 rounding.
+namespace rht_detail {
+
+// Splits v[] in place into the signed H lane inputs s_i*H_i (v) and the L lane inputs s_i*L_i (l).
+// Returns 0 when the chunk is rejected (v partly overwritten), 1 when the H lane alone is exact (every
+// L_i zero), 2 when both lanes are needed. *absmax = max |v_i| of the input (meaningful when accepted).
+PL_HD int fast_split(float v[16], float l[16], uint16_t sign_mask, float* absmax) {
+  uint32_t amax = 0;
+  for (int i = 0; i < 16; ++i) {
+    const uint32_t a = float_bits(v[i]) & 0x7FFFFFFFu;
+    amax = a > amax ? a : amax;
+  }
+  *absmax = bits_float(amax);
+  if (amax >= 0x7F800000u) return 0;  // Inf or NaN: the exact path
+  if (amax == 0) {  // all zeros: the FP32 butterfly, signs of zero as rht16_fp32 gives them
+    for (int i = 0; i < 16; ++i) {
+      v[i] = ((sign_mask >> i) & 1u) ? -v[i] : v[i];
+      l[i] = 0.0f;
+    }
+    return 1;
+  }
+  const int e_max = static_cast<int>(amax >> 23) - 127;  // amax is normal here (e_max >= -100 below)
+  if (e_max < -100 || e_max > 120) return 0;
+  const float c = bits_float((static_cast<uint32_t>(e_max + 127 + 4) << 23) | 0x400000u);
+  const float c2 = bits_float((static_cast<uint32_t>(e_max + 127 - 16) << 23) | 0x400000u);
+  bool grid_ok = true, two = false;
+  for (int i = 0; i < 16; ++i) {
+    const float x = v[i];
+    const float lo = x - ((x + c) - c);
+    const float hi = lo == 0.0f ? x : x - lo;  // x itself keeps a -0 input's sign
+    grid_ok = grid_ok && ((lo + c2) - c2) == lo;
+    two = two || lo != 0.0f;
+    const bool neg = ((sign_mask >> i) & 1u) != 0;
+    v[i] = neg ? -hi : hi;
+    l[i] = neg ? -lo : lo;
+  }
+  return grid_ok ? (two ? 2 : 1) : 0;
+}
+
+}  // namespace rht_detail
+
+// In place: true and v[j] = RN_fp32(exact sum_j * 0.25) (rht16's output before its BF16 rounding) when
+// the chunk is accepted, with *in_absmax = max |input| (the plain amax, for free); false (v clobbered)
+// sends it to rht16.
+PL_HD bool rht16_fast_fp32(float v[16], uint16_t sign_mask, float* in_absmax) {
+  float l[16];
+  const int lanes = rht_detail::fast_split(v, l, sign_mask, in_absmax);
+  if (lanes == 0) return false;
+  for (int len = 1; len < 16; len <<= 1) rht_detail::butterfly_stage(v, len);
+  if (lanes == 1) {
+    for (int j = 0; j < 16; ++j) v[j] = v[j] * 0.25f;
+    return true;
+  }
+  for (int len = 1; len < 16; len <<= 1) rht_detail::butterfly_stage(l, len);
+  bool ok = true;
+  for (int j = 0; j < 16; ++j) {
+    const float s = v[j] + l[j];  // the one rounding: RN_fp32 of the exact sum
+    ok = ok && (float_bits(s) & 0x7FFFFFFFu) >= 0x03800000u;  // |s| >= 2^-120
+    v[j] = s * 0.25f;
+  }
+  return ok;
+}
+
+// True (and out = rht16(in); out may alias in) when the chunk is accepted; false sends it to rht16.
+PL_HD bool rht16_fast(const float in[16], float out[16], uint16_t sign_mask) {
+  for (int i = 0; i < 16; ++i) out[i] = in[i];
+  float absmax;
+  if (!rht16_fast_fp32(out, sign_mask, &absmax)) return false;
+  for (int j = 0; j < 16; ++j) out[j] = round_bf16(out[j]);
+  return true;
+}
+
 // out may alias in.
 PL_HD void rht16(const float in[16], float out[16], uint16_t sign_mask) {
   switch (rht16_path(in)) {

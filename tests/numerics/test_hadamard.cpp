@@ -282,7 +282,35 @@ void exact_rht16_fp32(const float in[16], float out[16], uint16_t mask) {
 struct Stats {
   int64_t blocks = 0, outputs = 0, double_exact_blocks = 0;
   int64_t path[4] = {};
+  int64_t fast_accepted = 0, fast_two_lanes = 0;  // rht16_fast: accepted chunks, those needing the L lane
 };
+
+// rht16_fast's acceptance (hadamard.h), computed here from its definition with doubles and the exact
+// reference's outputs (exact_fp32 = RN_fp32(exact sum * 0.25)); *two_lanes: some input is off the grid
+// 2^(e_max-19).
+bool fast_should_accept(const float in[16], const float exact_fp32[16], bool* two_lanes) {
+  *two_lanes = false;
+  float amax = 0.0f;
+  for (int i = 0; i < 16; ++i) {
+    if (!std::isfinite(in[i])) return false;
+    amax = std::max(amax, std::fabs(in[i]));
+  }
+  if (amax == 0.0f) return true;
+  const int e_max = std::ilogb(amax);
+  if (e_max < -100 || e_max > 120) return false;
+  const auto multiple_of = [](float x, int e) {  // x an integer multiple of 2^e (exact in double)
+    const double q = std::ldexp(static_cast<double>(x), -e);
+    return q == std::trunc(q);
+  };
+  for (int i = 0; i < 16; ++i) {
+    if (!multiple_of(in[i], e_max - 39)) return false;
+    if (!multiple_of(in[i], e_max - 19)) *two_lanes = true;
+  }
+  if (!*two_lanes) return true;
+  for (int j = 0; j < 16; ++j)
+    if (!(std::fabs(exact_fp32[j]) >= 0x1p-122f)) return false;  // |RN(S)| >= 2^-120
+  return true;
+}
 
 // rht16 (in place and out of place) against the exact reference (always, for finite blocks) and the
 // former double code (bitwise where it was exact, and always for non-finite blocks). Fails the test with
@@ -309,6 +337,31 @@ bool check_block(const float in[16], uint16_t mask, Stats& st) {
     }
     return s;
   };
+  // The GPU's fast path: accepted exactly where its predicate holds, and then rht16's bits (in place too).
+  {
+    float fast[16], fast_inplace[16];
+    std::copy(in, in + 16, fast_inplace);
+    const bool accepted = num::rht16_fast(in, fast, mask);
+    const bool accepted_inplace = num::rht16_fast(fast_inplace, fast_inplace, mask);
+    bool two = false;
+    const bool want = path != num::RhtPath::kNonFinite && fast_should_accept(in, exact_fp32, &two);
+    if (accepted != want || accepted_inplace != want) {
+      ADD_FAILURE() << "rht16_fast " << (accepted ? "accepts" : "rejects") << " a chunk its predicate "
+                    << (want ? "accepts" : "rejects") << ": " << dump();
+      return false;
+    }
+    if (accepted) {
+      ++st.fast_accepted;
+      st.fast_two_lanes += two ? 1 : 0;
+      for (int j = 0; j < 16; ++j)
+        if (num::float_bits(fast[j]) != num::float_bits(out[j]) ||
+            num::float_bits(fast_inplace[j]) != num::float_bits(out[j])) {
+          ADD_FAILURE() << "rht16_fast output " << j << ": " << std::hexfloat << fast[j] << " but rht16 gives "
+                        << out[j] << std::defaultfloat << ": " << dump();
+          return false;
+        }
+    }
+  }
   for (int j = 0; j < 16; ++j) {
     ++st.outputs;
     if (num::float_bits(out[j]) != num::float_bits(inplace[j])) {
@@ -559,6 +612,7 @@ TEST(NumericsHadamard, RandomBf16BlocksMatchExactSum) {
   std::mt19937 rng(31337);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   Stats st;
+  int64_t gaussian = 0, gaussian_accepted = 0;
   for (int t = 0; t < 1000000; ++t) {
     float in[16];
     const int kind = t % 4;
@@ -577,8 +631,59 @@ TEST(NumericsHadamard, RandomBf16BlocksMatchExactSum) {
       }
     }
     ASSERT_TRUE(check_block(in, random_mask(rng), st));
+    if (kind == 0) {
+      float out[16];
+      ++gaussian;
+      gaussian_accepted += num::rht16_fast(in, out, num::kRhtSignMask) ? 1 : 0;
+    }
   }
   EXPECT_GT(st.double_exact_blocks, st.blocks / 3);  // kinds 0 and 1 (and a few others): compared bitwise
+  EXPECT_GE(gaussian_accepted, gaussian - gaussian / 1000);  // activation-like chunks: the fast path
+  EXPECT_GT(st.fast_accepted, st.blocks / 4);
+  EXPECT_GT(st.fast_two_lanes, st.blocks / 40);
+}
+
+// What the GPU's quantizers gain: BF16 chunks spanning up to 32 binades (gradient-like data) stay on the
+// FP32 fast path, where rht16_path's single FP32 butterfly takes only those spanning <= 12; beyond 39
+// binades (an input off the grid 2^(e_max-39)) and for Inf/NaN the chunk goes to the exact fallback.
+TEST(NumericsHadamard, FastPathTakesBf16ChunksSpanningUpTo32Binades) {
+  std::mt19937 rng(4711);
+  Stats st;
+  int64_t narrow = 0, narrow_accepted = 0, wide = 0, wide_accepted = 0;
+  for (int t = 0; t < 200000; ++t) {
+    const int e_hi = -60 + static_cast<int>(rng() % 161);
+    const int span = static_cast<int>(rng() % 48);
+    float in[16];
+    for (float& v : in) {
+      const int e = e_hi - static_cast<int>(rng() % static_cast<unsigned>(span + 1));
+      v = (rng() % 10 == 0) ? 0.0f : bf16_with_exp(rng, e, rng() & 1);
+    }
+    in[rng() % 16] = bf16_with_exp(rng, e_hi, false);
+    ASSERT_TRUE(check_block(in, random_mask(rng), st));
+    float out[16];
+    const bool accepted = num::rht16_fast(in, out, num::kRhtSignMask);
+    if (span <= 32) {
+      ++narrow;
+      narrow_accepted += accepted ? 1 : 0;
+    } else if (span >= 40) {
+      ++wide;
+      wide_accepted += accepted ? 1 : 0;
+    }
+  }
+  EXPECT_GE(narrow_accepted, narrow - narrow / 1000) << narrow_accepted << " of " << narrow;  // only exact cancellations
+  EXPECT_LT(wide_accepted, wide) << "some chunk spanning >= 40 binades has an input off the grid 2^(e_max-39)";
+  EXPECT_GT(st.fast_two_lanes, st.blocks / 3);
+  // The accepted region's edges by hand: 1 next to 2^-32 (two lanes) and 1 next to 2^-40 (off the grid).
+  float in[16] = {};
+  float out[16];
+  in[0] = 1.0f;
+  in[3] = 0x1.02p-32f;
+  EXPECT_TRUE(num::rht16_fast(in, out, num::kRhtSignMask));
+  in[3] = 0x1.02p-40f;
+  EXPECT_FALSE(num::rht16_fast(in, out, num::kRhtSignMask));
+  in[3] = 0.0f;
+  in[5] = std::numeric_limits<float>::infinity();
+  EXPECT_FALSE(num::rht16_fast(in, out, num::kRhtSignMask));
 }
 
 // Full-FP32 inputs (as --fp32-reference feeds): random bit patterns, subnormals, wide and narrow spans.
