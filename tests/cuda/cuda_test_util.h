@@ -65,6 +65,15 @@ struct ForceEmulated {
   ForceEmulated(const ForceEmulated&) = delete;
   ForceEmulated& operator=(const ForceEmulated&) = delete;
 };
+
+// While alive, the test GPU runs the reference quantize and expand kernels (DeviceState::
+// reference_quantize_kernels, pretrain_llama --quantize-kernels reference) instead of the fast ones.
+struct ReferenceQuantizeKernels {
+  explicit ReferenceQuantizeKernels(bool on) { cuda_ctx().gpu->reference_quantize_kernels = on; }
+  ~ReferenceQuantizeKernels() { cuda_ctx().gpu->reference_quantize_kernels = false; }
+  ReferenceQuantizeKernels(const ReferenceQuantizeKernels&) = delete;
+  ReferenceQuantizeKernels& operator=(const ReferenceQuantizeKernels&) = delete;
+};
 #endif
 
 // While alive, the test GPU's attention backward is cuDNN's deterministic one (DeviceState::

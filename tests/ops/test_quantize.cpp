@@ -567,6 +567,108 @@ TEST(CudaQuantizeProduction, Mxfp8AndFp8Llama8bOperandsAreByteExact) {
   check_quantize_sequence(dy1, kTok, kFc1, {options(QuantFormat::FP8_E5M2, true, true)}, false, "fp8 e5m2 dy fc1");
 }
 
+// ---- the fast kernels against the reference kernels (--quantize-kernels) ---------------------------------
+// Each case runs on both kernel sets, each compared with the CPU byte for byte: a failure names the set,
+// so a first GPU run tells a wrong fast kernel (reference passes) from a wrong shared rule (both fail).
+
+template <class Body>
+void on_both_kernel_sets(Body body) {
+#if defined(PL_WITH_CUDA)
+  for (bool reference : {true, false}) {
+    test::ReferenceQuantizeKernels guard(reference);
+    SCOPED_TRACE(reference ? "reference kernels" : "fast kernels");
+    body();
+  }
+#endif
+}
+
+TEST(CudaQuantizeKernels, FastAndReferenceEqualTheCpuOnEverySharedCase) {
+  PL_REQUIRE_CUDA_DEVICE();
+  on_both_kernel_sets([] {
+    for (QuantCase& qc : quant_cases()) check_quantize(qc, Device::CUDA);
+  });
+}
+
+// Column chunks the fast RHT rejects, mixed with ones it takes: 16-row chunks of one kind each, kinds
+// chosen at random per (group, column): Gaussian; a wide span (1 next to 2^-45: off the grid
+// 2^(e_max-39)); two lanes (1 next to 2^-30); tiny values (2^-110, below the fast path's range); an
+// exact cancellation to zero in two lanes; an Inf or NaN; all zeros with signs.
+std::vector<float> rht_adversarial(int64_t R, int64_t C, uint32_t seed, bool every_chunk_wide) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(R * C));
+  for (int64_t g = 0; g < R / 16; ++g)
+    for (int64_t c = 0; c < C; ++c) {
+      const int kind = every_chunk_wide ? 1 : static_cast<int>(rng() % 7);
+      for (int64_t k = 0; k < 16; ++k) {
+        float v = num::round_bf16(nd(rng));
+        if (kind == 1 && k % 5 == 2) v = num::round_bf16(v * 0x1p-45f);
+        if (kind == 2 && k % 4 == 1) v = num::round_bf16(v * 0x1p-30f);
+        if (kind == 3) v = num::round_bf16(v * 0x1p-110f);
+        if (kind == 4) v = k == 0 ? 1.0f : (k == 1 ? -1.0f : (k == 2 ? 0x1p-30f : (k == 3 ? -0x1p-30f : 0.0f)));
+        if (kind == 5 && k == 7) v = (rng() & 1) ? INFINITY : num::round_bf16(NAN);
+        if (kind == 6) v = (rng() & 1) ? -0.0f : 0.0f;
+        x[static_cast<size_t>((16 * g + k) * C + c)] = v;
+      }
+    }
+  return x;
+}
+
+TEST(CudaQuantizeKernels, RhtChunksTheFastPathRejectsAreExactOnTheFallback) {
+  PL_REQUIRE_CUDA_DEVICE();
+  on_both_kernel_sets([] {
+    for (auto [R, C] : {std::pair<int64_t, int64_t>{256, 80}, {112, 1040}}) {  // partial tiles both ways
+      const std::string shape = " [" + std::to_string(R) + ", " + std::to_string(C) + "]";
+      const std::vector<float> x = rht_adversarial(R, C, static_cast<uint32_t>(R + C), false);
+      check_quantize_sequence(x, R, C, x_forward_backward(QuantFormat::NVFP4, true), false, "nvfp4 x fwd/bwd" + shape);
+      QuantizeOptions g = options(QuantFormat::NVFP4, true, true);
+      g.rht_columnwise = g.stochastic = true;
+      g.seed = 0x5EED;
+      g.counter = 77;
+      check_quantize_sequence(x, R, C, {g}, true, "nvfp4 dy sr" + shape);
+    }
+    // More rejected chunks than the fallback list holds (65536): the fallback redoes the whole tensor.
+    const int64_t R = 1024, C = 1104;  // 64 x 1104 = 70656 chunks, every one spanning > 39 binades
+    const std::vector<float> x = rht_adversarial(R, C, 5, true);
+    check_quantize_sequence(x, R, C, x_forward_backward(QuantFormat::NVFP4, true), false, "nvfp4 list overflow");
+  });
+}
+
+// Delayed scaling's one-pass cast (fast set: the encode reduces the amax and the history record) against
+// the reference's two passes and the CPU, on the linear layer's sequence.
+TEST(CudaQuantizeKernels, DelayedScalingCastsInOnePassWithTheSameAmaxAndRecord) {
+  PL_REQUIRE_CUDA_DEVICE();
+  on_both_kernel_sets([] {
+    const int64_t R = 200, C = 176;
+    const std::vector<float> x = fast_bf16(R * C, 2.0f, 17);
+    std::vector<Buffer> owner;
+    std::vector<float> scale_host = {0.75f, 0.0f, 0.0f, 0.0f};
+    const test::DeviceTensor scale_d = test::to_device(scale_host, {4}, DType::F32);
+    for (QuantFormat f : {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2}) {
+      std::vector<float> rec_host(4, -1.0f);
+      const test::DeviceTensor rec_d = test::to_device(rec_host, {4}, DType::F32);
+      QuantizeOptions o = options(f, true, true);
+      o.scale = scale_d.t.rows(0, 1);
+      o.amax_record = rec_d.t.rows(0, 1);
+      QuantizeOptions oc = o;  // the CPU's run reads the scale and writes the record on the host
+      oc.scale = Tensor(scale_host.data(), {1}, DType::F32, Device::CPU);
+      std::vector<float> xc = x;
+      QuantizedTensor cq = allocate_quantized(owner, Device::CPU, f, R, C, true, true);
+      QuantizedTensor gq = allocate_quantized(owner, Device::CUDA, f, R, C, true, true);
+      std::vector<float> rec_cpu(1, -1.0f);
+      oc.amax_record = Tensor(rec_cpu.data(), {1}, DType::F32, Device::CPU);
+      quantize(cpu_ctx(true), cq, Tensor(xc.data(), {R, C}, DType::F32, Device::CPU), oc);
+      const test::DeviceTensor xd = test::to_device(x, {R, C}, DType::BF16);
+      o.compact_scales = false;
+      quantize(test::cuda_ctx(), gq, xd.t, o);
+      expect_same_copy(cq.rowwise, gq.rowwise, std::string(quant_format_name(f)) + " rowwise");
+      expect_same_copy(cq.columnwise, gq.columnwise, std::string(quant_format_name(f)) + " columnwise");
+      const std::vector<float> rec = test::to_host_floats(rec_d.t.rows(0, 1));
+      EXPECT_EQ(num::float_bits(rec[0]), num::float_bits(rec_cpu[0])) << "the history record";
+    }
+  });
+}
+
 // ---- errors ----------------------------------------------------------------------------
 
 TEST(CudaQuantize, BadArgumentsAreOneLineErrors) {

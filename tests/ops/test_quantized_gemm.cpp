@@ -242,6 +242,64 @@ TEST(CudaQuantizedGemm, Fp8PerTensorMatchesCpu) {
   });
 }
 
+// The emulated path's expand kernels, fast (the default) against the reference set (--quantize-kernels
+// reference): the BF16 operands they write into the scratch buffers, the GEMM's output and the count of
+// inexact elements, bit for bit, for the three GEMMs of a linear layer.
+void expect_same_expansion(const QuantizedCopy& da, const QuantizedCopy& db, bool accumulate, const std::string& what) {
+#if defined(PL_WITH_CUDA)
+  SCOPED_TRACE(what);
+  const int64_t M = da.rows, N = db.rows, K = da.cols;
+  std::vector<uint8_t> got[2][3];
+  uint64_t inexact[2] = {0, 0};
+  for (int reference : {1, 0}) {
+    ReferenceQuantizeKernels kernels(reference == 1);
+    ForceEmulated emulated(true);
+    DeviceTensor y = to_device(std::vector<float>(static_cast<size_t>(M * N), 0.5f), {M, N},
+                               accumulate ? DType::F32 : DType::BF16);
+    DeviceTensor sa = to_device(std::vector<float>(static_cast<size_t>((M * K + 1) / 2), 0.0f), {(M * K + 1) / 2}, DType::F32);
+    DeviceTensor sb = to_device(std::vector<float>(static_cast<size_t>((N * K + 1) / 2), 0.0f), {(N * K + 1) / 2}, DType::F32);
+    const uint64_t before = cuda::emulated_gemm_inexact_elements(*cuda_ctx().gpu);
+    quantized_gemm(cuda_ctx(), y.t, da, db, da.format, accumulate, sa.t, sb.t);
+    inexact[reference] = cuda::emulated_gemm_inexact_elements(*cuda_ctx().gpu) - before;
+    got[reference][0] = to_host_bytes(sa.t);
+    got[reference][1] = to_host_bytes(sb.t);
+    got[reference][2] = to_host_bytes(y.t);
+  }
+  const char* names[3] = {"a's BF16 values", "b's BF16 values", "y"};
+  for (int k = 0; k < 3; ++k) {
+    size_t bad = 0;
+    for (size_t i = 0; i < got[0][k].size(); ++i) bad += got[0][k][i] != got[1][k][i] ? 1 : 0;
+    EXPECT_EQ(bad, 0u) << names[k] << ": " << bad << " of " << got[0][k].size() << " bytes differ (fast vs reference)";
+  }
+  EXPECT_EQ(inexact[0], inexact[1]) << "inexact elements: fast " << inexact[0] << ", reference " << inexact[1];
+#else
+  (void)da, (void)db, (void)accumulate, (void)what;
+#endif
+}
+
+TEST(CudaQuantizedGemm, FastExpandEqualsTheReferenceBitForBit) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const QuantCase cases[] = {{QuantFormat::NVFP4, QuantFormat::NVFP4, true},
+                             {QuantFormat::MXFP8, QuantFormat::MXFP8, false},
+                             {QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2, false}};
+  for (const QuantCase& qc : cases)
+    for (const auto& sh : kQuantShapes) {
+      const int64_t T = sh[0], in = sh[1], out = sh[2];
+      std::vector<float> x = randn_bf16(static_cast<size_t>(T * in), 1.0f, 61);
+      std::vector<float> w = randn_bf16(static_cast<size_t>(out * in), 0.05f, 62);
+      std::vector<float> dy = randn_bf16(static_cast<size_t>(T * out), 1e-3f, 63);
+      // A block of tiny values: MXFP8's scale byte falls below 3, where the expand counts inexact products.
+      for (int64_t k = 0; k < 32; ++k) x[static_cast<size_t>(in + k)] = num::round_bf16(x[static_cast<size_t>(in + k)] * 0x1p-124f);
+      x[7] = num::round_bf16(NAN);  // NaN codes expand to BF16's canonical NaN on both sets
+      std::vector<Buffer> owner;
+      const auto [wq, xq, dyq, dwq, dxq, ddyq] = quantize_linear_operands(owner, qc, w, x, dy, T, in, out);
+      const std::string label = std::string(quant_format_name(qc.x_format)) + " T=" + std::to_string(T);
+      expect_same_expansion(dxq.rowwise, dwq.rowwise, false, label + " fprop");
+      expect_same_expansion(ddyq.rowwise, dwq.columnwise, false, label + " dgrad");
+      expect_same_expansion(ddyq.columnwise, dxq.columnwise, true, label + " wgrad");
+    }
+}
+
 TEST(CudaQuantizedGemm, Fp8E4M3TimesE5M2MatchesCpu) {
   PL_REQUIRE_CUDA_DEVICE();
   const int64_t M = 48, N = 80, K = 96;

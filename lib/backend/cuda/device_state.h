@@ -92,6 +92,12 @@ struct DeviceState {
   // Debug mode (pretrain_llama --cuda-sync-every-launch, the CUDA_LAUNCH_BLOCKING=1 idea as a program
   // switch): every launch waits for the device, so an asynchronous fault names its op and shapes.
   bool sync_every_launch = false;
+  // pretrain_llama --quantize-kernels reference: the quantize kernels (amax and encode passes) and the
+  // emulated GEMM's expand kernels as they were before issue 40 (the exact RHT inline, a separate amax
+  // pass everywhere, one thread per byte in the expand), kept as the bit-for-bit reference of the fast
+  // ones (the default, false): the GPU conformance suite compares the two, and a failing fast kernel can
+  // be stepped around without blocking a training run.
+  bool reference_quantize_kernels = false;
   // What tests use to take the emulated quantized-GEMM path on a GPU that has the native one, so one
   // GPU checks both (tests/cuda/cuda_test_util.h ForceEmulated). Never set by the application.
   bool force_emulated_gemm = false;

@@ -3,27 +3,34 @@
 // (backend/cpu/quantize.cpp): every scale and code comes from the same lib/numerics/ functions on
 // the same float values, and the only cross-thread reductions are maxima (order-independent).
 //
+// Two kernel sets, chosen per device state (DeviceState::reference_quantize_kernels, pretrain_llama
+// --quantize-kernels): "fast" (the default) and "reference" (the kernels as they were before issue 40,
+// kept as the bit-for-bit reference of the fast ones; tests/ops/test_quantize.cpp compares them).
+//
 // Schedule, all on the device state's compute stream with no host round trip:
 //   (no memsets: the amax slots are stored by the last block of the pass that reduces them,
 //   combine_amax, and the padding of the swizzled scale arrays is zeroed by the encode pass)
-//   1. amax pass (NVFP4, FP8): a grid-stride max of |x| (and, for an RHT'd columnwise copy, of the
-//      RHT outputs, computed in the same pass over x), reduced per block and combined across blocks
-//      by combine_amax into the copies' amax slots;
+//   1. amax pass (NVFP4, FP8 current scaling): max |x| (amax_kernel), and for an RHT'd columnwise copy
+//      the max of the RHT outputs, computed in the same pass over x (fast: rht_amax_kernel with
+//      num::rht16_fast_fp32, then rht_fallback_kernel for the rare chunks it rejects; reference:
+//      reference_rht_amax_kernel with num::rht16 inline). Delayed scaling under the fast set has no
+//      amax pass: its scale is known, so fp8_encode_kernel casts and reduces the amax in one read.
 //   2. encode pass: one block per 64x64 tile of x, staged through shared memory; each thread makes
 //      one 16-block (NVFP4), 32-block (MXFP8) or 16-element run (FP8) of the rowwise copy from a
 //      tile row and one of the columnwise copy from a tile column, reading the global scale from the
 //      amax slot on the device, and writes codes, compact scales and swizzled scales directly.
 //      MXFP8 needs no global scale, so its amax is reduced inside the encode pass (one pass over x).
-//      NVFP4 (S_enc) and FP8 per tensor (scale) need the whole tensor's amax before the first code, so
-//      their amax pass stays separate. Round-to-nearest codes come from the cvt instructions where the
-//      architecture has them (qk::cvt_fp8x2 / cvt_e2m1x2, quantize_common.cuh), the same bits as the
-//      shared numerics; stochastic rounding stays on the shared Philox rule.
-// The encode pass makes both copies from one read of x (x is read twice in all for NVFP4 and FP8:
-// amax, then encode). Fusion points for later (shared PERF-NOTES): a producer kernel may compute the
-// amax into the slots itself and leave only the encode pass. num::rht16 uses no FP64: an FP32
-// butterfly for typical chunks, exact integer paths (int64, rarely 288-bit in local memory) otherwise.
+//      NVFP4 (S_enc) and FP8 current scaling need the whole tensor's amax before the first code, so
+//      their amax pass stays separate (until the producers emit it: docs/PERF-GPU-PLAN.md). The fast
+//      NVFP4 encode RHTs with num::rht16_fast and leaves rejected chunks to rht_fallback_kernel.
+//      Round-to-nearest codes come from the cvt instructions where the architecture has them
+//      (qk::cvt_fp8x2 / cvt_e2m1x2, quantize_common.cuh), the same bits as the shared numerics;
+//      stochastic rounding stays on the shared Philox rule.
+// The encode pass makes both copies from one read of x. No FP64 anywhere; the exact RHT's integer paths
+// (num::rht16) run only in the reference kernels and in rht_fallback_kernel.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -47,36 +54,41 @@ using qk::kThreads;
 using qk::kTile;
 using qk::kTileLd;
 
-// ---- combining the per-block maxima of one launch ----------------------------------------------------
-// The blocks of a launch atomicMax their maxima (non-negative floats, whose bits order as unsigned
-// integers) into partial[]; the last block to finish (counted in blocks_done, after a __threadfence, as
-// the CUDA programming guide's "last block" reduction) takes them with atomicExch, which also zeroes them,
-// stores them into the amax slots and zeroes the count. So the set is zero between launches (module load
-// zeroes it), the slots need no cudaMemsetAsync before the launch, and each slot gets the exact max of
-// every value offered, as a direct atomicMax into a zeroed slot gave. One set per kernel that uses it:
-// its launches are ordered on the device state's compute stream (a second device state quantizing on the
-// same GPU concurrently would need its own sets).
-struct AmaxCombine {
-  unsigned int partial[2];
-  unsigned int blocks_done;
-};
-__device__ AmaxCombine g_amax_pass_combine;   // amax_kernel
-__device__ AmaxCombine g_mxfp8_amax_combine;  // mxfp8_encode_kernel
+// ---- the amax combine sets (qk::AmaxCombine, quantize_common.cuh): one per kernel that uses it ----------
+__device__ qk::AmaxCombine g_amax_pass_combine;   // amax_kernel
+__device__ qk::AmaxCombine g_mxfp8_amax_combine;  // mxfp8_encode_kernel
+__device__ qk::AmaxCombine g_fp8_amax_combine;    // fp8_encode_kernel<T, true> with a given (delayed) scale
 
-// Thread 0 of every block: m into d0, d1, d2 and m1 into e0 (null slots skipped).
-__device__ void combine_amax(AmaxCombine& c, float m, float* d0, float* d1, float* d2, float m1, float* e0) {
-  if (d0 != nullptr || d1 != nullptr || d2 != nullptr) atomicMax(&c.partial[0], __float_as_uint(m));
-  if (e0 != nullptr) atomicMax(&c.partial[1], __float_as_uint(m1));
-  __threadfence();  // the maxima above are visible device-wide before this block is counted
-  if (atomicAdd(&c.blocks_done, 1u) != gridDim.x - 1) return;
-  __threadfence();
-  const float all = __uint_as_float(atomicExch(&c.partial[0], 0u));
-  const float all1 = __uint_as_float(atomicExch(&c.partial[1], 0u));
-  if (d0 != nullptr) *d0 = all;
-  if (d1 != nullptr) *d1 = all;
-  if (d2 != nullptr) *d2 = all;
-  if (e0 != nullptr) *e0 = all1;
-  atomicExch(&c.blocks_done, 0u);
+// ---- the RHT's exact fallback ------------------------------------------------------------------------
+// The fast kernels (kFast) take num::rht16_fast (hadamard.h: two FP32 lanes, no stack), which accepts
+// every BF16 chunk spanning <= 32 binades. A chunk it rejects (wider spans, Inf/NaN, exact cancellations
+// to zero, values below 2^-100) is appended to a list, as g * C + c for the 16 rows 16g.. of column c, and
+// finished by rht_fallback_kernel, which calls the exact num::rht16 (its int64 and 288-bit paths and
+// their 640-byte stack live only there). One list per phase: the amax pass's (the fallback adds the
+// rejected chunks' outputs to the RHT amax before any code is made) and the encode pass's (the fallback
+// encodes them). More than kFallbackCap rejections in one launch: the fallback redoes every chunk of x
+// exactly (same codes, same amax: slow but right). Like AmaxCombine, a list is empty between launches
+// (the fallback's last block empties it) and belongs to the device state's compute stream.
+constexpr unsigned kFallbackCap = 1u << 16;
+struct RhtFallbackList {
+  unsigned long long count;
+  unsigned int blocks_done;
+  unsigned long long chunk[kFallbackCap];
+};
+__device__ RhtFallbackList g_rht_amax_fallback;    // rht_amax_kernel -> rht_fallback_kernel (amax)
+__device__ RhtFallbackList g_rht_encode_fallback;  // nvfp4_encode_kernel<T, true> -> rht_fallback_kernel
+
+__device__ __forceinline__ void flag_for_fallback(RhtFallbackList& l, int64_t chunk) {
+  const unsigned long long k = atomicAdd(&l.count, 1ull);
+  if (k < kFallbackCap) l.chunk[k] = static_cast<unsigned long long>(chunk);
+}
+
+// The 16 values x[16g .. 16g+15][c] (a column chunk: one column of 16 consecutive rows).
+template <typename T>
+__device__ __forceinline__ void load_column_chunk(const T* __restrict__ x, int64_t C, int64_t g, int64_t c,
+                                                  float (&v)[16]) {
+  const T* p = x + 16 * g * C + c;
+  for (int k = 0; k < 16; ++k, p += C) v[k] = qk::load_elem(p, 0);  // one 64-bit address live, not 16
 }
 
 // ---- amax pass -------------------------------------------------------------------------------------
@@ -84,70 +96,82 @@ __device__ void combine_amax(AmaxCombine& c, float m, float* d0, float* d1, floa
 // the RHT outputs y = rht16(x[16g .. 16g+15][c]) for every 16-row group g and column c, i.e. over
 // RHT(xᵀ) as the columnwise copy sees it. record (may be null; only with plain0 or plain1): the plain amax
 // once more (delayed scaling's history entry). The slots are written by the last block (combine_amax).
+// The plain pass: max |x| into plain0 / plain1 / record (either kernel set). Should reach ~90% of HBM
+// bandwidth (16-byte loads, grid-stride).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht, float* record) {
+    amax_kernel(const T* __restrict__ x, int64_t n, float* plain0, float* plain1, float* record) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float m = 0.0f;
+  int64_t done = 0;
+  if (qk::aligned_to(x, 16)) {
+    constexpr int kV = 16 / static_cast<int>(sizeof(T));
+    const int64_t nv = n / kV;
+    for (int64_t i = tid; i < nv; i += stride) {
+      float v[kV];
+      qk::load_vec16(x + i * kV, v);
+      for (int k = 0; k < kV; ++k) m = qk::max_abs(m, v[k]);
+    }
+    done = nv * kV;
+  }
+  for (int64_t i = done + tid; i < n; i += stride) m = qk::max_abs(m, qk::load_elem(x, i));
+  m = qk::block_max(m);
+  if (threadIdx.x == 0) qk::combine_amax(g_amax_pass_combine, m, plain0, plain1, record, 0.0f, nullptr);
+}
+
+// The reference kernels' RHT amax (--quantize-kernels reference): grid-stride over (g, c) items with a
+// division each, num::rht16 inline (its 640-byte stack with it); the plain max too when plain0 / plain1.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) reference_rht_amax_kernel(const T* __restrict__ x, int64_t R, int64_t C,
+                                                                      float* plain0, float* plain1, float* rht) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   float m = 0.0f, mr = 0.0f;
-  if (rht == nullptr) {
-    const int64_t n = R * C;
-    int64_t done = 0;
-    if (qk::aligned_to(x, 16)) {
-      constexpr int kV = 16 / static_cast<int>(sizeof(T));
-      const int64_t nv = n / kV;
-      for (int64_t i = tid; i < nv; i += stride) {
-        float v[kV];
-        qk::load_vec16(x + i * kV, v);
-        for (int k = 0; k < kV; ++k) m = qk::max_abs(m, v[k]);
-      }
-      done = nv * kV;
-    }
-    for (int64_t i = done + tid; i < n; i += stride) m = qk::max_abs(m, qk::load_elem(x, i));
-  } else {
-    const bool plain = plain0 != nullptr || plain1 != nullptr;
-    const int64_t items = (R / 16) * C;  // (16-row group g, column c), c fastest: coalesced reads
-    for (int64_t i = tid; i < items; i += stride) {
-      const int64_t g = i / C, c = i % C;
-      float v[16];
-      for (int k = 0; k < 16; ++k) v[k] = qk::load_elem(x, (16 * g + k) * C + c);
-      if (plain)
-        for (int k = 0; k < 16; ++k) m = qk::max_abs(m, v[k]);
-      num::rht16(v, v, num::kRhtSignMask);
-      for (int k = 0; k < 16; ++k) mr = qk::max_abs(mr, v[k]);
-    }
+  const bool plain = plain0 != nullptr || plain1 != nullptr;
+  const int64_t items = (R / 16) * C;  // (16-row group g, column c), c fastest: coalesced reads
+  for (int64_t i = tid; i < items; i += stride) {
+    const int64_t g = i / C, c = i % C;
+    float v[16];
+    for (int k = 0; k < 16; ++k) v[k] = qk::load_elem(x, (16 * g + k) * C + c);
+    if (plain)
+      for (int k = 0; k < 16; ++k) m = qk::max_abs(m, v[k]);
+    num::rht16(v, v, num::kRhtSignMask);
+    for (int k = 0; k < 16; ++k) mr = qk::max_abs(mr, v[k]);
   }
   m = qk::block_max(m);
-  if (rht != nullptr) mr = qk::block_max(mr);
-  if (threadIdx.x == 0) combine_amax(g_amax_pass_combine, m, plain0, plain1, record, mr, rht);
+  mr = qk::block_max(mr);
+  if (threadIdx.x == 0) qk::combine_amax(g_amax_pass_combine, m, plain0, plain1, nullptr, mr, rht);
 }
 
-// ---- padding of the swizzled scale arrays -----------------------------------------------------------
-// Zeroes the padding of a swizzled scale array (num::padded_scale_rows(rows) x pc bytes, of which rows x nb
-// are scales) in copy rows [r_lo, r_hi): the columns nb..pc of real rows and every column of padding rows.
-// Called by all threads of the encode block that owns the last tile of those copy rows (pad_swizzled), so
-// the pass that writes the scales writes every padding byte too: no cudaMemsetAsync before it.
-__device__ void zero_scale_padding(uint8_t* swz, int64_t rows, int64_t nb, int64_t pc, int64_t r_lo, int64_t r_hi) {
-  const int64_t pad_c = pc - nb, real_hi = r_hi < rows ? r_hi : rows;
-  for (int64_t i = threadIdx.x; i < (real_hi - r_lo) * pad_c; i += blockDim.x)
-    swz[num::swizzled_scale_offset(r_lo + i / pad_c, nb + i % pad_c, pc)] = 0;
-  const int64_t p_lo = r_lo > rows ? r_lo : rows;
-  for (int64_t i = threadIdx.x; i < (r_hi - p_lo) * pc; i += blockDim.x)
-    swz[num::swizzled_scale_offset(p_lo + i / pc, i % pc, pc)] = 0;
-}
-
-// The padding owned by tile (r0, c0) of x[R, C] for the rowwise copy (rows R, C/block scales each) and
-// the columnwise copy (rows C, R/block scales each) with row_pc / col_pc padded scale columns;
-// null arrays are skipped. The last tile column owns the padding of its 64 rowwise copy rows (the last
-// tile row also the padding rows up to padded_scale_rows(R)); the last tile row the same for the
-// columnwise copy.
-__device__ void pad_swizzled(uint8_t* row_swz, int64_t row_pc, uint8_t* col_swz, int64_t col_pc, int64_t R,
-                             int64_t C, int64_t r0, int64_t c0, int64_t block) {
-  const bool last_r = r0 + kTile >= R, last_c = c0 + kTile >= C;
-  if (row_swz != nullptr && last_c)
-    zero_scale_padding(row_swz, R, C / block, row_pc, r0, last_r ? num::padded_scale_rows(R) : r0 + kTile);
-  if (col_swz != nullptr && last_r)
-    zero_scale_padding(col_swz, C, R / block, col_pc, c0, last_c ? num::padded_scale_rows(C) : c0 + kTile);
+// The fast kernels' RHT amax (and the plain one with it, when plain0/plain1): a 2D grid (x: columns, one
+// per thread, so a warp's loads of a row are coalesced; y: 16-row groups, grid-strided), no integer
+// division, num::rht16_fast_fp32 (rounded to BF16 once per thread: rounding is monotone; the plain max
+// comes from its split), rejected chunks listed for rht_fallback_kernel (launched next), which adds them
+// to both maxima. <= 64 registers, no stack (check_kernel_resources.sh).
+// Should reach: compute-bound at ~25 FP32 operations per element, roughly 50-60% of HBM bandwidth on an
+// H200 (docs/PERF-GPU-PLAN.md).
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 4)
+    rht_amax_kernel(const T* __restrict__ x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;  // gridDim.x * 256 >= C
+  const bool plain = plain0 != nullptr || plain1 != nullptr;
+  float m = 0.0f, mr = 0.0f;
+  if (c < C)
+    for (int64_t g = blockIdx.y; g < R / 16; g += gridDim.y) {
+      float v[16], chunk_max;
+      load_column_chunk(x, C, g, c, v);
+      if (num::rht16_fast_fp32(v, num::kRhtSignMask, &chunk_max)) {
+        for (int k = 0; k < 16; ++k) mr = qk::max_abs(mr, v[k]);
+        if (plain) m = qk::max_nonneg(m, chunk_max);
+      } else {  // the fallback adds this chunk to both maxima
+        flag_for_fallback(g_rht_amax_fallback, g * C + c);
+      }
+    }
+  mr = num::round_bf16(mr);  // max |RN_bf16(y)| = RN_bf16(max |y|)
+  m = qk::block_max(m);
+  mr = qk::block_max(mr);
+  if (threadIdx.x == 0) qk::combine_amax(g_amax_pass_combine, m, plain0, plain1, nullptr, mr, rht);
 }
 
 // ---- NVFP4 encode pass -----------------------------------------------------------------------------
@@ -193,14 +217,16 @@ __device__ __forceinline__ void nvfp4_encode_block(const Nvfp4Out& o, const floa
 // One block per 64x64 tile of x. Thread t handles item (q, b) = (t / 4, t % 4): rowwise, block b of
 // tile row q; columnwise, the 16 rows 16b.. of tile column q (RHT'd when asked). For 2D, first the
 // 16 tile amaxes of the 16x16 sub-tiles (16 threads per sub-tile, shuffle max).
-template <typename T>
+// kFast: the RHT by num::rht16_fast, rejected chunks listed for rht_fallback_kernel (launched next), which
+// encodes them; no stack (checked by scripts/check_kernel_resources.sh). !kFast: num::rht16 inline.
+template <typename T, bool kFast>
 __global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restrict__ x, Nvfp4Args a) {
   __shared__ float s[kTile][kTileLd];
   __shared__ float tile_amax[kTile / 16][kTile / 16];
   const int64_t tile = blockIdx.x;
   const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
   qk::load_tile(s, x, a.rows, a.cols, r0, c0);
-  pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
+  qk::pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
                a.col.data != nullptr ? a.col.swizzled : nullptr, a.col.padded_cols, a.rows, a.cols, r0, c0, 16);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
@@ -227,9 +253,18 @@ __global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restr
     if (c < a.cols && r < a.rows) {             // rows % 16 == 0: the block is whole
       float v[16];
       for (int k = 0; k < 16; ++k) v[k] = s[16 * b + k][q];
-      if (a.rht) num::rht16(v, v, num::kRhtSignMask);
-      nvfp4_encode_block(a.col, v, c, r / 16, a.rows / 16, a.block_2d, a.block_2d ? tile_amax[b][q / 16] : 0.0f,
-                         a.sr, a.seed, a.counter);
+      bool encode = true;
+      if (a.rht) {
+        if constexpr (kFast) {
+          encode = num::rht16_fast(v, v, num::kRhtSignMask);
+          if (!encode) flag_for_fallback(g_rht_encode_fallback, r / 16 * a.cols + c);
+        } else {
+          num::rht16(v, v, num::kRhtSignMask);
+        }
+      }
+      if (encode)
+        nvfp4_encode_block(a.col, v, c, r / 16, a.rows / 16, a.block_2d, a.block_2d ? tile_amax[b][q / 16] : 0.0f,
+                           a.sr, a.seed, a.counter);
     }
   }
   if (tile == 0 && t == 0) {
@@ -237,6 +272,56 @@ __global__ void __launch_bounds__(kThreads) nvfp4_encode_kernel(const T* __restr
       *a.row.scale_inv = num::nvfp4_global_decode_scale(num::nvfp4_global_encode_scale(*a.row.amax));
     if (a.col.data != nullptr)
       *a.col.scale_inv = num::nvfp4_global_decode_scale(num::nvfp4_global_encode_scale(*a.col.amax));
+  }
+}
+
+// The exact RHT of the chunks the fast kernels rejected (see RhtFallbackList): encode (a.col.data set:
+// their codes and scales of the RHT'd columnwise copy, as nvfp4_encode_kernel would have made them) or
+// amax (their outputs maxed into the RHT amax slot `amax`, and their inputs into the plain slots plain0 /
+// plain1 when given, all written by the amax pass before). a.rows and
+// a.cols are x's. A fixed grid that reads the list's length on the device: no host round trip, and
+// ~3 us when the list is empty (the usual case). The last block empties the list.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    rht_fallback_kernel(const T* __restrict__ x, bool encode, float* amax, float* plain0, float* plain1, Nvfp4Args a) {
+  RhtFallbackList& list = encode ? g_rht_encode_fallback : g_rht_amax_fallback;
+  const unsigned long long n = list.count;  // final: the kernel that appends ran before this one
+  const int64_t C = a.cols, groups = a.rows / 16;
+  const bool all = n > kFallbackCap;
+  const int64_t items = all ? groups * C : static_cast<int64_t>(n);
+  float m = 0.0f, mp = 0.0f;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < items;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t chunk = all ? i : static_cast<int64_t>(list.chunk[i]);
+    const int64_t g = chunk / C, c = chunk % C;
+    float v[16];
+    load_column_chunk(x, C, g, c, v);
+    for (int k = 0; k < 16; ++k) mp = qk::max_abs(mp, v[k]);
+    num::rht16(v, v, num::kRhtSignMask);
+    if (encode) {
+      nvfp4_encode_block(a.col, v, c, g, groups, false, 0.0f, a.sr, a.seed, a.counter);
+    } else {
+      for (int k = 0; k < 16; ++k) m = qk::max_abs(m, v[k]);
+    }
+  }
+  if (!encode) {
+    m = qk::block_max(m);
+    mp = qk::block_max(mp);
+    if (threadIdx.x == 0) {
+      const auto raise = [](float* slot, float v) {
+        if (slot != nullptr && v > 0.0f) atomicMax(reinterpret_cast<unsigned int*>(slot), __float_as_uint(v));
+      };
+      raise(amax, m);
+      raise(plain0, mp);
+      raise(plain1, mp);
+    }
+  }
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(&list.blocks_done, 1u) == gridDim.x - 1) {  // every block has read the count
+      list.count = 0;
+      list.blocks_done = 0;
+    }
   }
 }
 
@@ -284,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   const int64_t tile = blockIdx.x;
   const int64_t r0 = tile / a.tiles_c * kTile, c0 = tile % a.tiles_c * kTile;
   qk::load_tile(s, x, a.rows, a.cols, r0, c0);
-  pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
+  qk::pad_swizzled(a.row.data != nullptr ? a.row.swizzled : nullptr, a.row.padded_cols,
                a.col.data != nullptr ? a.col.swizzled : nullptr, a.col.padded_cols, a.rows, a.cols, r0, c0, 32);
   __syncthreads();
   const int t = static_cast<int>(threadIdx.x);
@@ -307,7 +392,7 @@ __global__ void __launch_bounds__(kThreads) mxfp8_encode_kernel(const T* __restr
   }
   m = qk::block_max(m);
   if (t == 0) {
-    combine_amax(g_mxfp8_amax_combine, m, a.row.data != nullptr ? a.row.amax : nullptr,
+    qk::combine_amax(g_mxfp8_amax_combine, m, a.row.data != nullptr ? a.row.amax : nullptr,
                  a.col.data != nullptr ? a.col.amax : nullptr, a.col_amax_only, 0.0f, nullptr);
     if (tile == 0) {
       if (a.row.data != nullptr) *a.row.scale_inv = 1.0f;
@@ -328,21 +413,29 @@ struct Fp8Args {
   int64_t rows = 0, cols = 0, tiles_c = 0;
   Fp8Out row, col;
   bool e4m3 = true;
+  // Delayed scaling (the scale given) under the fast kernels: the amax slots this pass reduces into
+  // (combine_amax) instead of a separate amax pass; null when not asked.
+  float* amax0 = nullptr;
+  float* amax1 = nullptr;
+  float* record = nullptr;
 };
 
+// The codes of a run of n <= 16 values (the first n of v) at dst: one 16-byte store when whole and
+// aligned. The codes are packed into four words as they are made, and a partial run stores its bytes with
+// constant indices, so nothing goes through local memory.
 __device__ __forceinline__ void fp8_encode_run(const float (&v)[16], int n, float scale, bool e4m3, uint8_t* dst) {
-  uint8_t code[16];
+  uint32_t w[4] = {0, 0, 0, 0};
   for (int k = 0; k < 8; ++k) {  // num::float_to_e4m3 / e5m2(v * scale), two at a time
     const float lo = v[2 * k] * scale, hi = v[2 * k + 1] * scale;
     const uint16_t d = e4m3 ? qk::cvt_fp8x2<true>(lo, hi) : qk::cvt_fp8x2<false>(lo, hi);
-    code[2 * k] = static_cast<uint8_t>(d & 0xFFu);
-    code[2 * k + 1] = static_cast<uint8_t>(d >> 8);
+    w[k / 2] |= static_cast<uint32_t>(d) << (16 * (k % 2));
   }
-  if (n == 16) {
-    qk::store_bytes(dst, code);
-  } else {
-    for (int k = 0; k < n; ++k) dst[k] = code[k];
+  if (n == 16 && qk::aligned_to(dst, 16)) {
+    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    return;
   }
+  for (int k = 0; k < 16; ++k)
+    if (k < n) dst[k] = static_cast<uint8_t>(w[k / 4] >> (8 * (k % 4)));
 }
 
 // The scale of a copy: delayed scaling's given one, else current scaling's from the copy's amax.
@@ -352,6 +445,8 @@ __device__ __forceinline__ float fp8_scale(const Fp8Out& o, float fmax) {
 
 // One block per 64x64 tile; thread t: rowwise, 16 columns 16(t%4).. of tile row t/4; columnwise,
 // 16 rows 16(t%4).. of tile column t/4 (clipped at the edges of x).
+// With a.amax0/amax1/record set (delayed scaling: its scale is known before the data), the pass also
+// reduces max |x| into them: one read of x instead of two. Either copy's runs cover the whole tile.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restrict__ x, Fp8Args a) {
   __shared__ float s[kTile][kTileLd];
@@ -362,12 +457,14 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
   const float fmax = a.e4m3 ? num::kE4M3Max : num::kE5M2Max;
   const int t = static_cast<int>(threadIdx.x);
   const int q = t / 4, seg = t % 4;
+  float m = 0.0f;
   if (a.row.data != nullptr) {
     const int64_t r = r0 + q, c = c0 + 16 * seg;
     if (r < a.rows && c < a.cols) {
       const float scale = fp8_scale(a.row, fmax);
       float v[16];
       for (int k = 0; k < 16; ++k) v[k] = s[q][16 * seg + k];
+      for (int k = 0; k < 16; ++k) m = qk::max_abs(m, v[k]);  // 0 outside x
       const int n = a.cols - c < 16 ? static_cast<int>(a.cols - c) : 16;
       fp8_encode_run(v, n, scale, a.e4m3, a.row.data + r * a.cols + c);
     }
@@ -378,9 +475,15 @@ __global__ void __launch_bounds__(kThreads) fp8_encode_kernel(const T* __restric
       const float scale = fp8_scale(a.col, fmax);
       float v[16];
       for (int k = 0; k < 16; ++k) v[k] = s[16 * seg + k][q];
+      if (a.row.data == nullptr)
+        for (int k = 0; k < 16; ++k) m = qk::max_abs(m, v[k]);
       const int n = a.rows - r < 16 ? static_cast<int>(a.rows - r) : 16;
       fp8_encode_run(v, n, scale, a.e4m3, a.col.data + c * a.rows + r);
     }
+  }
+  if (a.amax0 != nullptr || a.amax1 != nullptr || a.record != nullptr) {  // uniform over the grid
+    m = qk::block_max(m);
+    if (t == 0) qk::combine_amax(g_fp8_amax_combine, m, a.amax0, a.amax1, a.record, 0.0f, nullptr);
   }
   if (tile == 0 && t == 0) {
     if (a.row.data != nullptr) *a.row.scale_inv = 1.0f / fp8_scale(a.row, fmax);  // TE: __frcp_rn
@@ -399,11 +502,33 @@ unsigned tile_grid(int64_t rows, int64_t cols, int64_t* tiles_c) {
 template <typename T>
 void launch_amax(const DeviceState& st, const T* x, int64_t R, int64_t C, float* plain0, float* plain1, float* rht,
                  const std::string& what, float* record = nullptr) {
-  const int64_t items = rht != nullptr ? (R / 16) * C : (R * C + 7) / 8;
-  amax_kernel<T>
-      <<<qk::grid_stride_blocks(items, kThreads, st.num_sms), kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht,
-                                                                                     record);
-  check_launch(st, "quantize: amax_kernel", what + (rht != nullptr ? " (with RHT)" : ""));
+  if (rht == nullptr) {
+    amax_kernel<T><<<qk::grid_stride_blocks((R * C + 7) / 8, kThreads, st.num_sms), kThreads, 0, st.stream>>>(
+        x, R * C, plain0, plain1, record);
+    return check_launch(st, "quantize: amax_kernel", what);
+  }
+  if (st.reference_quantize_kernels) {
+    reference_rht_amax_kernel<T><<<qk::grid_stride_blocks((R / 16) * C, kThreads, st.num_sms), kThreads, 0,
+                                   st.stream>>>(x, R, C, plain0, plain1, rht);
+    return check_launch(st, "quantize: reference_rht_amax_kernel", what);
+  }
+  // Columns on x, 16-row groups on y (grid-strided), about 8 blocks per SM.
+  const int64_t bx = (C + kThreads - 1) / kThreads, groups = R / 16;
+  const int64_t want = std::max<int64_t>(1, static_cast<int64_t>(std::max(st.num_sms, 1)) * 8 / bx);
+  const dim3 grid(static_cast<unsigned>(bx),
+                  static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>({groups, want, 65535}))));
+  rht_amax_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, R, C, plain0, plain1, rht);
+  check_launch(st, "quantize: rht_amax_kernel", what);
+}
+
+// The exact RHT of the chunks the fast rht_amax_kernel (encode == false: into the RHT amax slot `amax`) or
+// nvfp4_encode_kernel (encode: their codes) rejected.
+template <typename T>
+void launch_rht_fallback(const DeviceState& st, const T* x, bool encode, float* amax, float* plain0, float* plain1,
+                         const Nvfp4Args& a, const std::string& what) {
+  const unsigned blocks = static_cast<unsigned>(std::max(st.num_sms, 1) * 2);
+  rht_fallback_kernel<T><<<blocks, kThreads, 0, st.stream>>>(x, encode, amax, plain0, plain1, a);
+  check_launch(st, encode ? "quantize: rht_fallback_kernel (encode)" : "quantize: rht_fallback_kernel (amax)", what);
 }
 
 template <typename T>
@@ -447,11 +572,19 @@ void quantize_nvfp4(const DeviceState& st, QuantizedTensor& q, const T* x, int64
     else
       plain1 = q.columnwise.amax.ptr<float>();
   }
-  if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) launch_amax(st, x, R, C, plain0, plain1, rht, what);
+  const bool fast = !st.reference_quantize_kernels;
+  if (plain0 != nullptr || plain1 != nullptr || rht != nullptr) {
+    launch_amax(st, x, R, C, plain0, plain1, rht, what);
+    if (fast && rht != nullptr) launch_rht_fallback(st, x, false, rht, plain0, plain1, a, what);
+  }
   if (!opt.rowwise && !opt.columnwise) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c);
-  nvfp4_encode_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, a);
+  if (fast)
+    nvfp4_encode_kernel<T, true><<<grid, kThreads, 0, st.stream>>>(x, a);
+  else
+    nvfp4_encode_kernel<T, false><<<grid, kThreads, 0, st.stream>>>(x, a);
   check_launch(st, "quantize: nvfp4_encode_kernel", what);
+  if (fast && a.rht) launch_rht_fallback(st, x, true, nullptr, nullptr, nullptr, a, what);
 }
 
 template <typename T>
@@ -507,8 +640,16 @@ void quantize_fp8(const DeviceState& st, QuantizedTensor& q, const T* x, int64_t
   float* plain1 = (opt.columnwise ? !opt.amax_given : opt.columnwise_amax) ? q.columnwise.amax.ptr<float>() : nullptr;
   // Delayed scaling's record of this step's amax rides on the same pass.
   float* record = opt.amax_record.data != nullptr ? opt.amax_record.ptr<float>() : nullptr;
-  if (plain0 != nullptr || plain1 != nullptr) launch_amax(st, x, R, C, plain0, plain1, nullptr, what, record);
-  if (!opt.rowwise && !opt.columnwise) return;
+  const bool copies = opt.rowwise || opt.columnwise;
+  if (copies && opt.scale.data != nullptr && !st.reference_quantize_kernels) {
+    // Delayed scaling: the encode pass reduces the amax itself (one read of x).
+    a.amax0 = plain0;
+    a.amax1 = plain1;
+    a.record = plain0 != nullptr || plain1 != nullptr ? record : nullptr;
+  } else if (plain0 != nullptr || plain1 != nullptr) {
+    launch_amax(st, x, R, C, plain0, plain1, nullptr, what, record);
+  }
+  if (!copies) return;
   const unsigned grid = tile_grid(R, C, &a.tiles_c);
   fp8_encode_kernel<T><<<grid, kThreads, 0, st.stream>>>(x, a);
   check_launch(st, "quantize: fp8_encode_kernel", what);
@@ -540,27 +681,6 @@ void quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, const Q
     quantize_typed(*ctx.gpu, q, static_cast<const uint16_t*>(x.data), rows, cols, opt, what);
   else
     quantize_typed(*ctx.gpu, q, static_cast<const float*>(x.data), rows, cols, opt, what);
-}
-
-// ---- FP8 delayed scaling's update ------------------------------------------------------------------
-// One thread per tensor (history column), the shared num::delayed_scaling_update_one: the CPU's bits.
-__global__ void __launch_bounds__(kThreads)
-    delayed_scaling_update_kernel(float* history, float* scale, int64_t len, int64_t n, DelayedScalingRule rule) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= n) return;
-  num::delayed_scaling_update_one(history, len, n, j, scale + j, rule.most_recent,
-                                  j < rule.num_forward ? rule.forward_scaled_max : rule.backward_scaled_max);
-}
-
-void delayed_scaling_update(const OpContext& ctx, const Tensor& history, const Tensor& scale,
-                            const DelayedScalingRule& rule) {
-  const int64_t len = history.dim(0), n = history.dim(1);
-  if (n == 0) return;
-  const DeviceState& st = *ctx.gpu;
-  const unsigned blocks = static_cast<unsigned>((n + kThreads - 1) / kThreads);
-  delayed_scaling_update_kernel<<<blocks, kThreads, 0, st.stream>>>(history.ptr<float>(), scale.ptr<float>(), len, n,
-                                                                    rule);
-  check_launch(st, "delayed_scaling_update: delayed_scaling_update_kernel", "history " + history.shape_str());
 }
 
 }  // namespace pl::cuda

@@ -219,6 +219,64 @@ inline unsigned grid_stride_blocks(int64_t items, int threads, int num_sms) {
 }
 
 
+
+// ---- combining the per-block maxima of one launch ----------------------------------------------------
+// The blocks of a launch atomicMax their maxima (non-negative floats, whose bits order as unsigned
+// integers) into partial[]; the last block to finish (counted in blocks_done, after a __threadfence, as
+// the CUDA programming guide's "last block" reduction) takes them with atomicExch, which also zeroes them,
+// stores them into the amax slots and zeroes the count. So the set is zero between launches (module load
+// zeroes it), the slots need no cudaMemsetAsync before the launch, and each slot gets the exact max of
+// every value offered, as a direct atomicMax into a zeroed slot gave. One set (a __device__ global of the .cu
+// file) per kernel that uses it: its launches are ordered on the device state's compute stream (a second device state quantizing on the
+// same GPU concurrently would need its own sets).
+struct AmaxCombine {
+  unsigned int partial[2];
+  unsigned int blocks_done;
+};
+// Thread 0 of every block: m into d0, d1, d2 and m1 into e0 (null slots skipped).
+__device__ inline void combine_amax(AmaxCombine& c, float m, float* d0, float* d1, float* d2, float m1, float* e0) {
+  if (d0 != nullptr || d1 != nullptr || d2 != nullptr) atomicMax(&c.partial[0], __float_as_uint(m));
+  if (e0 != nullptr) atomicMax(&c.partial[1], __float_as_uint(m1));
+  __threadfence();  // the maxima above are visible device-wide before this block is counted
+  if (atomicAdd(&c.blocks_done, 1u) != gridDim.x * gridDim.y - 1) return;
+  __threadfence();
+  const float all = __uint_as_float(atomicExch(&c.partial[0], 0u));
+  const float all1 = __uint_as_float(atomicExch(&c.partial[1], 0u));
+  if (d0 != nullptr) *d0 = all;
+  if (d1 != nullptr) *d1 = all;
+  if (d2 != nullptr) *d2 = all;
+  if (e0 != nullptr) *e0 = all1;
+  atomicExch(&c.blocks_done, 0u);
+}
+
+// ---- padding of the swizzled scale arrays -----------------------------------------------------------
+// Zeroes the padding of a swizzled scale array (num::padded_scale_rows(rows) x pc bytes, of which rows x nb
+// are scales) in copy rows [r_lo, r_hi): the columns nb..pc of real rows and every column of padding rows.
+// Called by all threads of the encode block that owns the last tile of those copy rows (pad_swizzled), so
+// the pass that writes the scales writes every padding byte too: no cudaMemsetAsync before it.
+__device__ inline void zero_scale_padding(uint8_t* swz, int64_t rows, int64_t nb, int64_t pc, int64_t r_lo, int64_t r_hi) {
+  const int64_t pad_c = pc - nb, real_hi = r_hi < rows ? r_hi : rows;
+  for (int64_t i = threadIdx.x; i < (real_hi - r_lo) * pad_c; i += blockDim.x)
+    swz[num::swizzled_scale_offset(r_lo + i / pad_c, nb + i % pad_c, pc)] = 0;
+  const int64_t p_lo = r_lo > rows ? r_lo : rows;
+  for (int64_t i = threadIdx.x; i < (r_hi - p_lo) * pc; i += blockDim.x)
+    swz[num::swizzled_scale_offset(p_lo + i / pc, i % pc, pc)] = 0;
+}
+
+// The padding owned by tile (r0, c0) of x[R, C] for the rowwise copy (rows R, C/block scales each) and
+// the columnwise copy (rows C, R/block scales each) with row_pc / col_pc padded scale columns;
+// null arrays are skipped. The last tile column owns the padding of its 64 rowwise copy rows (the last
+// tile row also the padding rows up to padded_scale_rows(R)); the last tile row the same for the
+// columnwise copy.
+__device__ inline void pad_swizzled(uint8_t* row_swz, int64_t row_pc, uint8_t* col_swz, int64_t col_pc, int64_t R,
+                             int64_t C, int64_t r0, int64_t c0, int64_t block) {
+  const bool last_r = r0 + kTile >= R, last_c = c0 + kTile >= C;
+  if (row_swz != nullptr && last_c)
+    zero_scale_padding(row_swz, R, C / block, row_pc, r0, last_r ? num::padded_scale_rows(R) : r0 + kTile);
+  if (col_swz != nullptr && last_r)
+    zero_scale_padding(col_swz, C, R / block, col_pc, c0, last_c ? num::padded_scale_rows(C) : c0 + kTile);
+}
+
 // ---- a copy as the reading kernels see it (dequantize.cu, quant_stats.cu) ---------------------------
 // One copy as the kernels see it. The block scales are read from the swizzled array (what the GEMMs
 // read): the compact one is not written by a quantize with compact_scales = false.
