@@ -52,6 +52,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string device = "auto", model, json, ceilings = roofline::default_ceilings_cache_path();
+  std::string quantize_kernels = "fast";  // fast | reference | both (the GPU's kernel sets, issue 40)
   int64_t micro_batch = 1, seq_length = 0, num_layers = 0, reps = 0;
   double budget_s = 150.0;
 };
@@ -236,6 +237,14 @@ struct Setup {
 
 std::string shape_text(int64_t r, int64_t c) { return fmt::format("{}x{}", r, c); }
 
+// The quantize/expand kernel sets to time, as DeviceState::reference_quantize_kernels values: on the CPU
+// there is one set (the flag has no effect there).
+std::vector<bool> kernel_sets(const Setup& s) {
+  if (s.ctx.device != Device::CUDA || s.o.quantize_kernels == "fast") return {false};
+  if (s.o.quantize_kernels == "reference") return {true};
+  return {true, false};
+}
+
 // The run's progress against --budget-seconds.
 struct Budget {
   Clock::time_point start = Clock::now();
@@ -319,9 +328,10 @@ double estimate_seconds(const Setup& s, const std::vector<LayerBuffers>& layers,
   for (const LayerBuffers& b : layers) {
     const double x = static_cast<double>(b.x.numel()), w = static_cast<double>(b.w.numel());
     const double dy = static_cast<double>(b.dy.numel()), elem = gpu ? 2.0 : 4.0;
-    per_rep += 15 * (std::max({x, w, dy}) * elem * 2.0 / bw);  // the quantize calls
+    const double sets = static_cast<double>(kernel_sets(s).size());
+    per_rep += sets * 15 * (std::max({x, w, dy}) * elem * 2.0 / bw);  // the quantize calls
     const double gemm = 2.0 * static_cast<double>(b.T) * static_cast<double>(b.lin.in * b.lin.out) / rate;
-    per_rep += 3 * 2 * gemm + static_cast<double>(s.emulated.size()) * (gemm + (x + w) * 8.0 / bw);
+    per_rep += 3 * 2 * gemm + sets * static_cast<double>(s.emulated.size()) * (gemm + (x + w) * 8.0 / bw);
   }
   return static_cast<double>(1 + s.o.reps) * (per_rep + static_cast<double>(kernels) * overhead);
 }
@@ -444,15 +454,23 @@ int bench(Setup& s, const Options& o) {
   std::vector<LayerBuffers> layers;
   for (const Linear& l : s.linears) layers.push_back(allocate_layer(s.ctx, l, s.tokens));
   Results res;
-  const int64_t per_layer = static_cast<int64_t>(quantize_calls(layers.front()).size() + s.emulated.size()) + 6;
+  const int64_t sets = static_cast<int64_t>(kernel_sets(s).size());
+  const int64_t per_layer = sets * static_cast<int64_t>(quantize_calls(layers.front()).size() + s.emulated.size()) + 6;
   res.planned = per_layer * static_cast<int64_t>(layers.size());
   print_header(s, res, estimate_seconds(s, layers, res.planned));
   find_ceiling(s);
   print_context(s);
   OpClock clock(s.ctx);
   for (LayerBuffers& b : layers) {
-    bench_quantize(s, b, clock, budget, res);
-    bench_expand(s, b, clock, budget, res);
+    for (bool reference : kernel_sets(s)) {  // --quantize-kernels: reference rows say so in their variant
+      use_reference_quantize_kernels(s.ctx, reference);
+      const size_t first = res.kernels.size();
+      bench_quantize(s, b, clock, budget, res);
+      bench_expand(s, b, clock, budget, res);
+      if (reference)
+        for (size_t i = first; i < res.kernels.size(); ++i) res.kernels[i].variant += " [reference kernels]";
+    }
+    use_reference_quantize_kernels(s.ctx, false);
     bench_gemms(s, b, clock, budget, res);
   }
   print_tables(s, res);
@@ -482,6 +500,11 @@ int run(int argc, char** argv) {
   app.add_option("--budget-seconds", o.budget_s, "Stop early, printing what was measured, past this time")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--json", o.json, "Also write the tables as JSON to FILE (atomically)");
+  app.add_option("--quantize-kernels", o.quantize_kernels,
+                 "The GPU's quantize and expand kernels to time: fast | reference (before issue 40) | both (each "
+                 "reference row beside its fast one). No effect on the CPU")
+      ->check(CLI::IsMember({"fast", "reference", "both"}))
+      ->capture_default_str();
   app.add_option("--machine-ceilings", o.ceilings, "The machine probe's ceilings cache to read the bandwidth ceiling from; "
                  "when it does not hold this machine (or is \"\"), the probe's stream_triad is measured now")
       ->capture_default_str();

@@ -60,8 +60,13 @@ void print_model_and_plan(const RunSetup& s, const TrainConfig& t, Device device
 DeviceStateHandle open_gpu(const RunSetup& s, const TrainConfig& t, OpContext& ctx, const Logger& out) {
   check_gpu_gemm_rules(s.plan, s.mc, t.micro_batch_size, t.seq_length);
   DeviceStateHandle state = open_gpu_for_training(ctx, t.deterministic_mode, t.cuda_sync_every_launch);
+  const bool reference_kernels = t.quantize_kernels == "reference";
+  use_reference_quantize_kernels(ctx, reference_kernels);
   // One banner line per quantized format of the plan, native or emulated.
   for (const std::string& line : gemm_banner_lines(ctx, s.plan.quantized_formats())) out->info("pretrain_llama |   {}", line);
+  if (reference_kernels && !s.plan.quantized_formats().empty())
+    out->info("pretrain_llama |   --quantize-kernels reference: the quantize and expand kernels before issue 40 "
+              "(the same codes bit for bit, slower)");
   if (t.cuda_sync_every_launch)
     out->info("pretrain_llama |   debug: --cuda-sync-every-launch: the GPU is synchronized after every launch, so "
               "a fault names its op (slow: timings are not representative)");

@@ -214,6 +214,10 @@ void add_gpu_and_parallel_flags(CLI::App& app, Options& o) {
   app.add_flag("--cuda-sync-every-launch", t.cuda_sync_every_launch,
                "Debugging: synchronize the GPU after every kernel launch, so an asynchronous fault names the op "
                "that caused it (as CUDA_LAUNCH_BLOCKING=1; slow). No effect on the CPU");
+  app.add_option("--quantize-kernels", t.quantize_kernels,
+                 "The GPU's quantize and expand kernels: fast | reference (the kernels before issue 40: the same "
+                 "codes, losses and checkpoints bit for bit, slower; for diagnosis). No effect on the CPU")
+      ->capture_default_str();
   app.add_flag("--use-distributed-optimizer", t.use_distributed_optimizer,
                "Megatron's flag: shard the FP32 master weights and Adam's moments over the data-parallel ranks "
                "(gradients reduce-scattered, BF16 weights all-gathered after each step)");

@@ -181,6 +181,10 @@ DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_atten
   return state;
 }
 
+void use_reference_quantize_kernels(const OpContext& ctx, bool on) {
+  if (ctx.device == Device::CUDA) ctx.gpu->reference_quantize_kernels = on;
+}
+
 void set_gemm_algorithm_policy(const OpContext& ctx, GemmAlgorithmPolicy policy, int candidates) {
   if (ctx.device == Device::CUDA) cuda::set_gemm_algorithm_policy(*ctx.gpu, policy, candidates);
 }
@@ -309,6 +313,7 @@ std::vector<std::string> gemm_banner_lines(const OpContext&, const std::vector<Q
 }
 
 void set_gemm_algorithm_policy(const OpContext&, GemmAlgorithmPolicy, int) {}
+void use_reference_quantize_kernels(const OpContext&, bool) {}
 GemmAlgorithms gemm_algorithm_choices(const OpContext&) { return {}; }
 std::vector<std::string> install_gemm_algorithms(const OpContext&, const GemmAlgorithms&) { return {}; }
 

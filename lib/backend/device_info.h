@@ -56,6 +56,9 @@ std::string cpu_gemm_engine_description();
 // The GPU of a training run: fails with one line when this build's CUDA attention has no cudnn-frontend,
 // else opens the current GPU's state, points ctx.gpu at it with the run's switches and returns its owner.
 DeviceStateHandle open_gpu_for_training(OpContext& ctx, bool deterministic_attention, bool sync_every_launch);
+// --quantize-kernels: the reference quantize and expand kernels (on) or the fast ones (off, the default)
+// from now on (DeviceState::reference_quantize_kernels). No effect on the CPU.
+void use_reference_quantize_kernels(const OpContext& ctx, bool on);
 // How the BF16 GEMMs and each quantized format of `used` run on ctx's GPU (native or emulated); on the CPU
 // one line, "cpu GEMMs: oneDNN bf16 (avx512_core_bf16)" or "cpu GEMMs: FP32 BLAS, BF16 operands emulated (...)".
 std::vector<std::string> gemm_banner_lines(const OpContext& ctx, const std::vector<QuantFormat>& used);

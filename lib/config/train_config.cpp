@@ -83,6 +83,8 @@ void validate_train_config(const TrainConfig& t) {
   PL_CHECK(t.timing_log_level >= 0 && t.timing_log_level <= 2, "--timing-log-level must be 0, 1 or 2, got {}",
            t.timing_log_level);
   validate_optimizer_dtypes(t);
+  PL_CHECK(t.quantize_kernels == "fast" || t.quantize_kernels == "reference",
+           "--quantize-kernels must be one of fast, reference, got '{}'", t.quantize_kernels);
 }
 
 // Megatron-LM's rules (megatron/core/optimizer/optimizer_config.py, OptimizerConfig.__post_init__, and

@@ -50,6 +50,11 @@ struct TrainConfig {
   // --cuda-sync-every-launch: synchronize the device after every CUDA launch so an asynchronous fault
   // names its op (debugging; slow). No effect on the CPU.
   bool cuda_sync_every_launch = false;
+  // --quantize-kernels fast | reference: the GPU's quantize and expand kernels (DeviceState::
+  // reference_quantize_kernels). "reference" runs the kernels as they were before issue 40, bit for bit
+  // the same codes and losses, slower; for diagnosis, and to step around a failing fast kernel. No
+  // effect on the CPU.
+  std::string quantize_kernels = "fast";
 
   // Megatron's precision-aware optimizer (--use-precision-aware-optimizer with --main-grads-dtype,
   // --main-params-dtype, --exp-avg-dtype, --exp-avg-sq-dtype; Megatron-LM

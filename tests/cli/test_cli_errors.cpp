@@ -48,6 +48,10 @@ TEST(CliErrors, GlobalBatchNotDivisibleByMicroBatch) {
                           {"--global-batch-size", "--micro-batch-size"});
 }
 
+TEST(CliErrors, UnknownQuantizeKernels) {
+  expect_one_line_failure(tiny({"--quantize-kernels", "turbo"}), {"--quantize-kernels", "fast, reference", "turbo"});
+}
+
 TEST(CliErrors, UnknownDevice) {
   expect_one_line_failure({"--model", kTiny, "--device", "tpu"}, {"--device", "tpu"});
 }

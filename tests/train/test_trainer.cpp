@@ -168,7 +168,7 @@ TEST(TrainLoop, AnObserverThatAsksForAStopEndsTheRunWithACheckpoint) {
   TinyRun run(6);
   run.t.eval_iters = 1;
   run.t.eval_interval = 10;
-  RunDescription d{run.m, "bf16_mixed", "", {}, run.t, {"test"}, "mock"};
+  RunDescription d{run.m, "bf16_mixed", "", {}, run.t, {"test"}, "mock", {}};
   StopAfter stop(2);
   std::vector<std::string> saves;
   observe::Checkpointer checkpoints(observe::CheckpointConfig{.save = save}, d, std::nullopt, nullptr, "",
@@ -310,13 +310,13 @@ TEST(EndToEnd, ThirtyIterationsOfLlamaTinyInMegatronFormat) {
   EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << " last " << losses.back();
 }
 
-// --deterministic-mode and --cuda-sync-every-launch are GPU switches: on the CPU the log is the same
+// --deterministic-mode, --cuda-sync-every-launch and --quantize-kernels are GPU switches: on the CPU the log is the same
 // line for line (timings and timestamps aside) and the losses and grad norms are the same numbers.
 TEST(EndToEnd, GpuSwitchesLeaveTheCpuLogUnchanged) {
   const std::string base = "--model " PL_CONFIG_DIR "/models/llama_tiny.json --device cpu --disable-fp4 --train-iters 3 "
                            "--global-batch-size 8 --micro-batch-size 2 --seq-length 32 --threads 1";
   const Output a = run_binary(base);
-  const Output b = run_binary(base + " --deterministic-mode --cuda-sync-every-launch");
+  const Output b = run_binary(base + " --deterministic-mode --cuda-sync-every-launch --quantize-kernels reference");
   ASSERT_EQ(a.status, 0) << a.out;
   ASSERT_EQ(b.status, 0) << b.out;
   // Drop what varies from run to run: timestamps, times, throughput, the run's own command line.
