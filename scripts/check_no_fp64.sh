@@ -18,15 +18,12 @@
 # allowlist (or cuobjdump failed on a file); 2 usage error (no such build directory).
 set -uo pipefail
 
+prog=check_no_fp64
+# shellcheck source=scripts/script_util.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_util.sh"
 build="${1:-build}"
-if [[ "$build" == "-h" || "$build" == "--help" ]]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
-  exit 0
-fi
-if [[ ! -d "$build" ]]; then
-  echo "check_no_fp64: no build directory '$build'" >&2
-  exit 2
-fi
+[[ "$build" == "-h" || "$build" == "--help" ]] && { print_usage "$0"; exit 0; }
+[[ -d "$build" ]] || { echo "$prog: no build directory '$build'" >&2; exit 2; }
 
 # Kernels allowed to keep FP64 (demangled-name substrings), each with its reason. Only kernels that are
 # not on the training path belong here.
@@ -40,48 +37,11 @@ allow=(
 )
 
 # ---- find cuobjdump and nvdisasm ---------------------------------------------------------------------
-tool_dirs=()
-IFS=: read -r -a path_dirs <<< "${PATH:-}"
-tool_dirs+=("${path_dirs[@]}" /usr/local/cuda/bin)
-if command -v python3 >/dev/null 2>&1; then
-  while IFS= read -r d; do
-    [[ -n "$d" ]] && tool_dirs+=("$d")
-  done < <(python3 - <<'EOF' 2>/dev/null
-import glob, os, site, sys
-roots = []
-try:
-    roots += site.getsitepackages()
-except Exception:
-    pass
-try:
-    roots.append(site.getusersitepackages())
-except Exception:
-    pass
-roots += [p for p in sys.path if p.endswith("site-packages")]
-seen = set()
-for r in roots:
-    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "bin"))):
-        if d not in seen:
-            seen.add(d)
-            print(d)
-EOF
-)
-fi
-find_tool() {
-  local name="$1" d
-  for d in "${tool_dirs[@]}"; do
-    if [[ -n "$d" && -x "$d/$name" ]]; then
-      echo "$d/$name"
-      return 0
-    fi
-  done
-  return 1
-}
-cuobjdump="$(find_tool cuobjdump)" || {
+cuobjdump="$(find_cuda_binutil cuobjdump)" || {
   echo "check_no_fp64: cuobjdump not found (PATH, /usr/local/cuda/bin, the nvidia-cuda-cuobjdump wheel): FP64 check skipped"
   exit 0
 }
-nvdisasm="$(find_tool nvdisasm)" || {
+nvdisasm="$(find_cuda_binutil nvdisasm)" || {
   echo "check_no_fp64: nvdisasm not found (cuobjdump -sass needs it; the nvidia-cuda-nvdisasm wheel has it): FP64 check skipped"
   exit 0
 }

@@ -1,4 +1,5 @@
-# Shell helpers shared by scripts/sweep.sh and scripts/nvfp4_study.sh (sourced; `prog` names the caller).
+# Shell helpers shared by scripts/sweep.sh, scripts/nvfp4_study.sh, scripts/check_no_fp64.sh and
+# scripts/check_kernel_resources.sh (sourced; `prog` names the caller).
 
 die() { echo "$prog: error: $*" >&2; exit 2; }
 
@@ -24,4 +25,34 @@ find_python() {
   else
     python=python3
   fi
+}
+
+# The path of CUDA binary utility $1 (cuobjdump, nvdisasm): on PATH, in /usr/local/cuda/bin, or in the
+# `nvidia-cuda-*` Python wheels' bin folders (scripts/setup.sh installs them when nvcc is present);
+# status 1 when none is found.
+find_cuda_binutil() {
+  local name="$1" d
+  local -a dirs=()
+  IFS=: read -r -a dirs <<< "${PATH:-}"
+  dirs+=(/usr/local/cuda/bin)
+  if command -v python3 >/dev/null 2>&1; then
+    while IFS= read -r d; do dirs+=("$d"); done < <(python3 -c '
+import glob, os, site, sys
+roots = []
+try: roots += site.getsitepackages()
+except Exception: pass
+try: roots.append(site.getusersitepackages())
+except Exception: pass
+roots += [p for p in sys.path if p.endswith("site-packages")]
+for r in dict.fromkeys(roots):
+    for d in sorted(glob.glob(os.path.join(r, "nvidia", "*", "bin"))): print(d)
+' 2>/dev/null)
+  fi
+  for d in "${dirs[@]}"; do
+    if [[ -n "$d" && -x "$d/$name" ]]; then
+      echo "$d/$name"
+      return 0
+    fi
+  done
+  return 1
 }

@@ -95,8 +95,10 @@ class GpuCheckKernels(unittest.TestCase):
         self.assertEqual(rc, 0, text)
         self.assertRegex(text, r"kernels \(bench_kernels, 8B layers\) +~ *\d+ s  \(limit 170 s")
         self.assertIn("== kernels (limit ", text)
-        self.assertIn("--device cpu --model llama_tiny --seq-length 128 --micro-batch-size 2 --json " +
-                      os.path.join(out, "kernels.json"), text)
+        # --quantize-kernels both: the fast and the reference quantize kernels side by side (issue 40); on the
+        # CPU, which has one set, each row once.
+        self.assertIn("--device cpu --model llama_tiny --seq-length 128 --micro-batch-size 2 --quantize-kernels both "
+                      "--json " + os.path.join(out, "kernels.json"), text)
         kernel_rows = [l for l in text.splitlines() if re.match(r"^(quantize|expand) ", l)]
         gemm_rows = [l for l in text.splitlines() if re.match(r"^(qkv|proj|fc1|fc2) +\d+x\d+x\d+ +(fprop|dgrad|wgrad) ", l)]
         # Each row once on the screen (say prints it and appends it to the report).
