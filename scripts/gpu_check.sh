@@ -38,6 +38,9 @@
 #      GEMM format, and each layer's fprop / dgrad / wgrad GEMMs in BF16 and FP8 (TFLOP/s, FP8/BF16); the
 #      table into the report, its JSON to $OUT/kernels.json (else the logs folder). Estimate ~60 s (fast and reference kernels), limit
 #      170 s (KERNELS_LIMIT).
+# --quantize-kernels fast|reference (or QUANTIZE_KERNELS=...): passed to every pretrain_llama run of the training
+# table, the roofline and the peer (default: the program's, fast). When CudaQuantizeKernels.* fails on the fast
+# kernels, `--only training --quantize-kernels reference` still gives the training table (issue 40).
 # GPU_CHECK_PAST_SMOKE=1: go on after a failed smoke test (only to try the later steps' parsing without
 # a GPU; the failure still counts).
 # The whole run keeps to a time budget (default 530 s, --budget S): every step runs under `timeout`,
@@ -51,6 +54,7 @@
 #
 #   scripts/gpu_check.sh [--bundle DIR | --build-dir DIR] [--sync] [--sanitize] [--budget S]
 #                        [--only conformance|training|roofline|peer|kernels] [--iters N]
+#                        [--quantize-kernels fast|reference]
 #   scripts/gpu_check.sh [--bundle DIR] --unpack DIR2   (no GPU needed: unpack the bundle's programs
 #                        into DIR2 and write DIR2/env.sh, which sets LD_LIBRARY_PATH for running them)
 #   scripts/gpu_check.sh --gemm-mode FORMAT JSONL  (no GPU needed; for tests: what the GEMMs column reads for
@@ -88,6 +92,7 @@ if [[ ${1:-} == --gemm-mode ]]; then
 fi
 
 bundle="" build="" unpack_to="" sync=${SYNC:-0} sanitize=${SANITIZE:-0} budget=${GPU_CHECK_BUDGET:-530} only="" iters=""
+quantize_kernels=${QUANTIZE_KERNELS:-}
 usage() { awk 'NR > 1 && /^#/ {sub(/^# ?/, ""); print; next} NR > 1 {exit}' "$0"; }
 while (($#)); do
   case $1 in
@@ -99,12 +104,18 @@ while (($#)); do
     --budget) budget=${2:?}; shift 2 ;;
     --only) only=${2:?}; shift 2 ;;
     --iters) iters=${2:?}; shift 2 ;;
+    --quantize-kernels) quantize_kernels=${2:?}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "gpu_check: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $budget =~ ^[0-9]+$ ]] && [[ -z $iters || $iters =~ ^[1-9][0-9]*$ ]] ||
   { echo "gpu_check: --budget and --iters take a number" >&2; exit 2; }
+[[ -z $quantize_kernels || $quantize_kernels == fast || $quantize_kernels == reference ]] ||
+  { echo "gpu_check: --quantize-kernels fast|reference (got '$quantize_kernels')" >&2; exit 2; }
+# What every training, roofline and peer run of pretrain_llama gets (nothing: the program's default).
+qk_flags=()
+[[ -n $quantize_kernels ]] && qk_flags=(--quantize-kernels "$quantize_kernels")
 # --only's values (a new step adds its name here, and its own `[[ $only == NAME ]]` block below).
 only_steps=(conformance training roofline peer kernels)
 [[ -z $only || " ${only_steps[*]} " == *" $only "* ]] ||
@@ -311,6 +322,7 @@ fi
 [[ -n $bundle ]] && say "bundle: $bundle: $(grep -E '^(commit|bundled|cuda_toolkit):' "$bundle/BUILD_INFO" | tr '\n' ' ')"
 [[ -n $build ]] && say "build: $build"
 say "CUDA architectures of the build: ${archs:-unknown}"
+[[ -n $quantize_kernels ]] && say "quantize kernels: $quantize_kernels (--quantize-kernels, every training, roofline and peer run)"
 # Code this GPU runs: sm_XYa machine code on XY only; sm_XY (and XYf) on the same major, minor >= Y;
 # compute_XY PTX (no suffix or -virtual) JIT-compiled on any newer GPU.
 if [[ $cc =~ ^[0-9]+$ && -n $archs ]]; then
@@ -467,7 +479,7 @@ train_row() {  # model-label precision limit flags...
     printf '%-28s %-9s %s\n' "$label" "$prec" "not run (time budget)" >>"$table"; failures+=("$label $prec: not run (time budget)"); status=1; return
   fi
   rm -f "$jsonl"
-  env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 --log-jsonl "$jsonl" "$@" >"$log" 2>&1
+  env "${env_extra[@]}" timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 --log-jsonl "$jsonl" "${qk_flags[@]}" "$@" >"$log" 2>&1
   rc=$?
   local fmt=$prec; [[ $prec == FP8cs ]] && fmt=FP8
   local mode; mode=$(gemm_mode "$fmt" "$jsonl" 2>/dev/null)
@@ -546,7 +558,7 @@ roofline_run() {
   say "== roofline $name (limit ${limit} s): pretrain_llama $* --roofline $json"
   # shellcheck disable=SC2086
   timeout -k 10 "$limit" "$app" --device "$train_device" $rf_shape --num-layers-at-end-in-bf16 0 --train-iters 6 \
-    --log-interval 1 --machine-ceilings "$rf_dir/machine_ceilings.json" --roofline "$json" "$@" >"$log" 2>&1
+    --log-interval 1 --machine-ceilings "$rf_dir/machine_ceilings.json" --roofline "$json" "${qk_flags[@]}" "$@" >"$log" 2>&1
   rc=$?
   [[ $rf_dir != "$logs" ]] && cp "$log" "$logs/"  # the logs archive holds them too
   grep -E 'roofline \| ' "$log" >>"$report"
@@ -640,7 +652,7 @@ peer_ours() {  # PRECISION LIMIT: sets p_tok, p_peak, p_note (pretrain_llama, --
   set -- --model llama3_8b --num-layers 4 --seq-length 4096 --micro-batch-size 1 --global-batch-size 8 \
          --train-iters "$peer_iters" $(recipe_flags "$prec")
   say "== peer: pretrain_llama $* (limit $limit s)"
-  timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 --log-jsonl "$jsonl" "$@" >"$log" 2>&1
+  timeout -k 10 "$limit" "$app" --device "$train_device" --log-interval 1 --log-jsonl "$jsonl" "${qk_flags[@]}" "$@" >"$log" 2>&1
   rc=$?
   if ((rc != 0)); then
     p_note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")

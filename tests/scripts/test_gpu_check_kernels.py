@@ -5,7 +5,9 @@
   - a fake GPU (nvidia-smi), a fake build whose pretrain_llama passes the library smoke test, and the real
     bench_kernels of this build run on the CPU (GPU_CHECK_TRAIN_DEVICE=cpu: llama_tiny, the parsing's try): the
     estimate line, bench_kernels' whole table in the report, its JSON in $OUT/kernels.json, the summary line;
-  - a bench_kernels that stopped at its budget, or is missing, fails the step with one FAILED line.
+  - a bench_kernels that stopped at its budget, or is missing, fails the step with one FAILED line;
+  - --quantize-kernels reference reaches every pretrain_llama run of the training table (a fake pretrain_llama
+    records its arguments); a value other than fast or reference is refused in one line, exit 2.
 Needs $PL_APP_PATH (ctest gives it: bench_kernels is beside pretrain_llama).
 """
 import json
@@ -68,6 +70,32 @@ class GpuCheckKernels(unittest.TestCase):
                            env=dict(os.environ, PATH=f"{empty}:/usr/bin:/bin"))
         self.assertEqual((p.returncode, p.stdout), (3, ""), p.stderr)
         self.assertEqual(p.stderr, "gpu_check: no GPU is present (nvidia-smi not found, no /dev/nvidia*): nothing to check\n")
+
+    def test_quantize_kernels_reaches_every_training_run(self):
+        bin_dir, build, out = (os.path.join(self.dir, d) for d in ("bin", "build", "out"))
+        for d in (bin_dir, os.path.join(build, "apps"), os.path.join(build, "tests"), out):
+            os.makedirs(d, exist_ok=True)
+        calls = os.path.join(self.dir, "calls.txt")
+        write_exe(os.path.join(bin_dir, "nvidia-smi"), FAKE_SMI)
+        write_exe(os.path.join(build, "apps", "pretrain_llama"),
+                  "#!/bin/bash\n[[ $1 == --print-library-versions ]] && { echo 'pretrain_llama | ✓ fake'; exit 0; }\n"
+                  f"echo \"$*\" >> '{calls}'\nexit 1\n")
+        write_exe(os.path.join(build, "tests", "pl_tests"), "#!/bin/sh\nexit 0\n")
+        env = dict(os.environ, PATH=f"{bin_dir}:/usr/bin:/bin", OUT=out, GPU_CHECK_TRAIN_DEVICE="cpu")
+        p = subprocess.run(["bash", GPU_CHECK, "--build-dir", build, "--only", "training", "--quantize-kernels",
+                            "reference"], capture_output=True, text=True, timeout=300, env=env)
+        text = p.stdout + p.stderr
+        self.assertEqual(p.returncode, 1, text)  # every fake run fails
+        self.assertIn("quantize kernels: reference (--quantize-kernels, every training, roofline and peer run)", text)
+        with open(calls) as fh:
+            runs = fh.read().splitlines()
+        self.assertGreaterEqual(len(runs), 4, text)
+        for r in runs:
+            self.assertIn("--quantize-kernels reference", r)
+        bad = subprocess.run(["bash", GPU_CHECK, "--quantize-kernels", "fastest"], capture_output=True, text=True,
+                             timeout=60, env=env)
+        self.assertEqual((bad.returncode, bad.stdout), (2, ""), bad.stderr)
+        self.assertEqual(bad.stderr, "gpu_check: --quantize-kernels fast|reference (got 'fastest')\n")
 
     def fake_run(self, bench=None):
         """gpu_check.sh --only kernels from a fake build on a fake GPU; bench: a fake bench_kernels, else the real one."""
