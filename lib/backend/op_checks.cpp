@@ -45,6 +45,13 @@ void param_arg(const OpContext& ctx, const char* op, const Tensor& param) {
   arg(ctx, op, "param", param, act(ctx), -1, on_gpu(ctx) ? DType::F32 : DType::BF16);
 }
 
+// An output's amax slots (op_list.h, RMSNorm): empty (no storage: not asked), or f32 [1] or [2] on ctx's device.
+void out_amax_arg(const OpContext& ctx, const char* op, const char* name, const Tensor& amax) {
+  if (amax.data == nullptr) return;
+  arg(ctx, op, name, amax, DType::F32, 1);
+  PL_CHECK(amax.numel() == 1 || amax.numel() == 2, "{}: {} {} must hold 1 or 2 elements", op, name, amax.shape_str());
+}
+
 void same_numel(const char* op, const char* name, const Tensor& t, const char* ref_name, const Tensor& ref) {
   PL_CHECK(t.numel() == ref.numel(), "{}: {} {} does not match {} {} (element counts differ)", op, name,
            t.shape_str(), ref_name, ref.shape_str());
@@ -278,8 +285,9 @@ void norm_backward(const char* op, const OpContext& ctx, const Tensor& dx, const
 }  // namespace
 
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                     float eps) {
+                     float eps, const Tensor& out_amax) {
   norm_forward("rmsnorm_forward", ctx, out, rstd, x, w, eps);
+  out_amax_arg(ctx, "rmsnorm_forward", "out_amax", out_amax);
 }
 
 void rmsnorm_backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
@@ -293,8 +301,9 @@ void rmsnorm_backward_overwrite(const OpContext& ctx, const Tensor& dx, const Te
 }
 
 void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
-                         const Tensor& a, const Tensor& b, const Tensor& w, float eps) {
+                         const Tensor& a, const Tensor& b, const Tensor& w, float eps, const Tensor& norm_out_amax) {
   constexpr const char* op = "add_rmsnorm_forward";
+  out_amax_arg(ctx, op, "norm_out_amax", norm_out_amax);
   arg(ctx, op, "resid_out", resid_out, act(ctx), 2);
   arg(ctx, op, "a", a, act(ctx), 2);
   arg(ctx, op, "b", b, act(ctx), 2);
@@ -372,8 +381,9 @@ void attention_kv_cache(const OpContext& ctx, const Tensor& out, const Tensor& k
 
 // ---- SwiGLU ------------------------------------------------------------------------------------------------
 
-void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) {
+void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1, const Tensor& out_amax) {
   constexpr const char* op = "swiglu_forward";
+  out_amax_arg(ctx, op, "out_amax", out_amax);
   arg(ctx, op, "out", out, act(ctx), 2);
   arg(ctx, op, "fc1", fc1, act(ctx), 2);
   PL_CHECK(fc1.dim(0) == out.dim(0) && fc1.dim(1) == 2 * out.dim(1),
@@ -381,8 +391,10 @@ void swiglu_forward(const OpContext& ctx, const Tensor& out, const Tensor& fc1) 
            2 * out.dim(1));
 }
 
-void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
+void swiglu_backward(const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1,
+                     const Tensor& dfc1_amax) {
   constexpr const char* op = "swiglu_backward";
+  out_amax_arg(ctx, op, "dfc1_amax", dfc1_amax);
   arg(ctx, op, "dfc1", dfc1, act(ctx), 2);
   arg(ctx, op, "dout", dout, act(ctx), 2);
   arg(ctx, op, "fc1", fc1, act(ctx), 2);

@@ -147,11 +147,18 @@ OpCosts embedding_backward(const OpContext&, const Tensor& dtable, const Tensor&
 }
 
 // ---- RMSNorm -------------------------------------------------------------------------------------------
-// 4·T·h: per element square, sum, ·rstd, ·w (the per-row rsqrt is O(T), not counted).
+namespace {
+// An output's amax, when asked (op_list.h): one compare per element of the output, no bytes (registers).
+double out_amax_flops(const Tensor& amax, const Tensor& out) {
+  return amax.data != nullptr ? static_cast<double>(out.numel()) : 0.0;
+}
+}  // namespace
+// 4·T·h: per element square, sum, ·rstd, ·w (the per-row rsqrt is O(T), not counted), + the amax.
 // Bytes x + w + out + rstd.
 OpCosts rmsnorm_forward(const OpContext&, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                        float) {
-  return streamed(OpKind::Norm, dtype_row_name(x.dtype), 4.0 * static_cast<double>(x.numel()),
+                        float, const Tensor& out_amax) {
+  return streamed(OpKind::Norm, dtype_row_name(x.dtype),
+                  4.0 * static_cast<double>(x.numel()) + out_amax_flops(out_amax, out),
                   bytes_of(x) + bytes_of(w) + bytes_of(out) + bytes_of(rstd));
 }
 // 10·T·h: per element g = w·dout (1), x̂ = x·rstd (1), Σ g·x̂ (2), dw += dout·x̂ (2),
@@ -173,11 +180,12 @@ OpCosts rmsnorm_backward_overwrite(const OpContext&, const Tensor& dx, const Ten
 // add then rmsnorm_forward in one pass: 5·T·h FLOPs; bytes a + b + resid_out + w + norm_out + rstd (the
 // sum is written once and not read back, which the unfused pair does).
 OpCosts add_rmsnorm_forward(const OpContext&, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
-                            const Tensor& a, const Tensor& b, const Tensor& w, float) {
+                            const Tensor& a, const Tensor& b, const Tensor& w, float, const Tensor& norm_out_amax) {
   const bool aliased = resid_out.data != nullptr && (resid_out.data == a.data || resid_out.data == b.data);
   const double inputs = bytes_of(a) + bytes_of(b) + bytes_of(w);
   const double outputs = bytes_of(resid_out) + bytes_of(norm_out) + bytes_of(rstd);
-  return single(OpKind::Norm, dtype_row_name(a.dtype), 5.0 * static_cast<double>(a.numel()), inputs + outputs,
+  return single(OpKind::Norm, dtype_row_name(a.dtype),
+                5.0 * static_cast<double>(a.numel()) + out_amax_flops(norm_out_amax, norm_out), inputs + outputs,
                 inputs + outputs - (aliased ? bytes_of(resid_out) : 0.0));
 }
 
@@ -244,14 +252,17 @@ OpCosts attention_kv_cache(const OpContext&, const Tensor& out, const Tensor& k_
 
 // ---- SwiGLU --------------------------------------------------------------------------------------------
 // 5 FLOPs per output element: silu(g) = g / (1 + exp(−g)) (exp, add, div, mul), then ·up. Bytes fc1 + out.
-OpCosts swiglu_forward(const OpContext&, const Tensor& out, const Tensor& fc1) {
-  return streamed(OpKind::Elementwise, dtype_row_name(out.dtype), 5.0 * static_cast<double>(out.numel()),
+OpCosts swiglu_forward(const OpContext&, const Tensor& out, const Tensor& fc1, const Tensor& out_amax) {
+  return streamed(OpKind::Elementwise, dtype_row_name(out.dtype),
+                  5.0 * static_cast<double>(out.numel()) + out_amax_flops(out_amax, out),
                   bytes_of(fc1) + bytes_of(out));
 }
 // 11 FLOPs per element of dout: σ(g) (exp, add, div: 3), silu = g·σ (1), dup = dout·silu (1),
 // silu' = σ·(1 + g·(1 − σ)) (4), dgate = dout·up·silu' (2). Bytes dout + fc1 + dfc1.
-OpCosts swiglu_backward(const OpContext&, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1) {
-  return streamed(OpKind::Elementwise, dtype_row_name(dout.dtype), 11.0 * static_cast<double>(dout.numel()),
+OpCosts swiglu_backward(const OpContext&, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1,
+                        const Tensor& dfc1_amax) {
+  return streamed(OpKind::Elementwise, dtype_row_name(dout.dtype),
+                  11.0 * static_cast<double>(dout.numel()) + out_amax_flops(dfc1_amax, dfc1),
                   bytes_of(dout) + bytes_of(fc1) + bytes_of(dfc1));
 }
 

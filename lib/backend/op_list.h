@@ -39,10 +39,16 @@ PL_OP(embedding_backward, void, TimerId::Embedding,
       (ctx, dtable, dout, tokens))
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
+// out_amax (RMSNorm forward, SwiGLU forward and backward): empty (no storage), or f32 [1] or [2] whose every
+// element the op sets to the amax of the output it writes, max |v| over the stored (rounded) values with NaN
+// ignored, the value quantize's amax pass would compute from that output (Transformer Engine's fused
+// norm/activation amax): a per-tensor quantizer of the output can take it as given and skip its own pass
+// (issue 40).
 // out[T,h] = x * rstd * w,  rstd[T] = 1/sqrt(mean(x²) + eps) (fp32, saved for backward)
 PL_OP(rmsnorm_forward, void, TimerId::RmsNorm,
-      (const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps),
-      (ctx, out, rstd, x, w, eps))
+      (const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w, float eps,
+       const Tensor& out_amax),
+      (ctx, out, rstd, x, w, eps, out_amax))
 // dx[T,h] += ∂L/∂x ;  dw[h] += ∂L/∂w                        dx: bf16 activation grad (rounded after +=)
 PL_OP(rmsnorm_backward, void, TimerId::RmsNorm,
       (const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x, const Tensor& w,
@@ -56,12 +62,12 @@ PL_OP(rmsnorm_backward_overwrite, void, TimerId::RmsNorm,
       (ctx, dx, dw, dout, x, w, rstd))
 // The residual add fused into the RMSNorm that follows it, one pass over the rows:
 // resid_out[T,h] = bf16(a + b) (exactly add; resid_out may alias a or b), then norm_out/rstd exactly as
-// rmsnorm_forward(norm_out, rstd, resid_out, w, eps). Its backward is rmsnorm_backward, whose dx +=
-// already adds the residual stream's gradient.
+// rmsnorm_forward(norm_out, rstd, resid_out, w, eps, norm_out_amax). Its backward is rmsnorm_backward, whose
+// dx += already adds the residual stream's gradient.
 PL_OP(add_rmsnorm_forward, void, TimerId::RmsNorm,
       (const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd, const Tensor& a,
-       const Tensor& b, const Tensor& w, float eps),
-      (ctx, resid_out, norm_out, rstd, a, b, w, eps))
+       const Tensor& b, const Tensor& w, float eps, const Tensor& norm_out_amax),
+      (ctx, resid_out, norm_out, rstd, a, b, w, eps, norm_out_amax))
 
 // ---- rotary position embedding (rotate-half, non-interleaved) -----------------------------------
 // qkv[T, (nq+2nkv)*d] with T = B*S: rotates, in place, the first nq+nkv heads (q and k) of every
@@ -103,11 +109,13 @@ PL_OP(attention_kv_cache, void, TimerId::Attention,
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 // fc1[T, 2f] = [gate | up];  out[T,f] = silu(gate) * up     out: bf16 activation
-PL_OP(swiglu_forward, void, TimerId::Swiglu, (const OpContext& ctx, const Tensor& out, const Tensor& fc1),
-      (ctx, out, fc1))
-// dfc1[T, 2f] (overwritten) from dout[T,f]
+// out_amax: see RMSNorm (the amax of out).
+PL_OP(swiglu_forward, void, TimerId::Swiglu,
+      (const OpContext& ctx, const Tensor& out, const Tensor& fc1, const Tensor& out_amax), (ctx, out, fc1, out_amax))
+// dfc1[T, 2f] (overwritten) from dout[T,f]; dfc1_amax: see RMSNorm (the amax of the whole dfc1)
 PL_OP(swiglu_backward, void, TimerId::Swiglu,
-      (const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1), (ctx, dfc1, dout, fc1))
+      (const OpContext& ctx, const Tensor& dfc1, const Tensor& dout, const Tensor& fc1, const Tensor& dfc1_amax),
+      (ctx, dfc1, dout, fc1, dfc1_amax))
 
 // ---- elementwise ---------------------------------------------------------------------------------
 // out = a + b (same shape; out may alias a or b)            out: bf16 activation

@@ -104,16 +104,16 @@ void Generator::forward_chunk(std::span<const int32_t> tokens, Heads heads, std:
   embedding_forward(ctx_, x, tok, w_.embedding);
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const LayerParams& w = w_.layers[static_cast<size_t>(l)];
-    rmsnorm_forward(ctx_, ln, rstd, x, w.ln1, eps);
+    rmsnorm_forward(ctx_, ln, rstd, x, w.ln1, eps, {});
     linear_forward(ctx_, qkv, ln, w.qkv);
     // Positions past .. past+n-1: the tables' rows from `past`, seen as the n rows of one sequence.
     rope_forward(ctx_, qkv, cos_.rows(past, n), sin_.rows(past, n), n, nq + nkv, d, {});
     attention_kv_cache(ctx_, attn, k_cache_[static_cast<size_t>(l)], v_cache_[static_cast<size_t>(l)], qkv, past, nq,
                        nkv, d);
     linear_forward(ctx_, y, attn, w.proj);
-    add_rmsnorm_forward(ctx_, h, ln, rstd, x, y, w.ln2, eps);  // h = x + attention; ln = its norm
+    add_rmsnorm_forward(ctx_, h, ln, rstd, x, y, w.ln2, eps, {});  // h = x + attention; ln = its norm
     linear_forward(ctx_, fc1, ln, w.fc1);
-    swiglu_forward(ctx_, swi, fc1);
+    swiglu_forward(ctx_, swi, fc1, {});
     linear_forward(ctx_, y, swi, w.fc2);
     add(ctx_, x, h, y);  // the residual stream after the layer
   }
@@ -121,7 +121,7 @@ void Generator::forward_chunk(std::span<const int32_t> tokens, Heads heads, std:
   if (heads == Heads::none) return;
   const int64_t first = heads == Heads::all ? 0 : n - 1, rows = n - first;
   const Tensor xs = x.rows(first, rows), lns = ln.rows(first, rows), rs = rstd.rows(first, rows);
-  rmsnorm_forward(ctx_, lns, rs, xs, w_.final_norm, eps);
+  rmsnorm_forward(ctx_, lns, rs, xs, w_.final_norm, eps, {});
   const Tensor out = logits_.rows(0, rows);
   linear_forward(ctx_, out, lns, w_.lm_head);
   const size_t V = static_cast<size_t>(cfg_.vocab_size), at = logits.size();

@@ -3,7 +3,9 @@
 // bit for bit: each op on three placements of its GPU tensors (all aligned: the vector path; all
 // offset by one element; only the first tensor offset: the scalar fallback) and on lengths with and
 // without a multiple of 8 (the flat kernels' scalar tails, the row kernels' fallback). Results must not
-// depend on the placement. Skipped without a GPU (compiled, not run on a GPU here).
+// depend on the placement. The producers' output amax (RMSNorm and SwiGLU, op_list.h out_amax: one or two
+// slots, -1 before the call) too, reduced in the same launch on the GPU. Skipped without a GPU (compiled,
+// not run on a GPU here).
 #include "ops/op_test_util.h"
 
 namespace pl::optest {
@@ -79,14 +81,20 @@ TEST(CudaVectorized, RmsNormRows) {
       Both w(uniform_bf16(h, rng, -1.5f, 1.5f), {h}, DType::BF16, p.second);
       Both out(std::vector<float>(T * h), {T, h}, DType::BF16, p.second);
       Both rstd(std::vector<float>(T), {T}, DType::F32, 0);
-      add_rmsnorm_forward(cpu_ctx(true), resid.cpu(), out.cpu(), rstd.cpu(), a.cpu(), b.cpu(), w.cpu(), 1e-5f);
-      add_rmsnorm_forward(cuda_ctx(), resid.gpu, out.gpu, rstd.gpu, a.gpu, b.gpu, w.gpu, 1e-5f);
+      Both amax1(std::vector<float>(1, -1.0f), {1}, DType::F32, 0), amax2(std::vector<float>(2, -1.0f), {2}, DType::F32, 0);
+      add_rmsnorm_forward(cpu_ctx(true), resid.cpu(), out.cpu(), rstd.cpu(), a.cpu(), b.cpu(), w.cpu(), 1e-5f,
+                          amax1.cpu());
+      add_rmsnorm_forward(cuda_ctx(), resid.gpu, out.gpu, rstd.gpu, a.gpu, b.gpu, w.gpu, 1e-5f, amax1.gpu);
       resid.expect_same(what + " (add_rmsnorm_forward resid)");
       out.expect_same(what + " (add_rmsnorm_forward out)");
-      rmsnorm_forward(cpu_ctx(true), out.cpu(), rstd.cpu(), a.cpu(), w.cpu(), 1e-5f);
-      rmsnorm_forward(cuda_ctx(), out.gpu, rstd.gpu, a.gpu, w.gpu, 1e-5f);
+      amax1.expect_same(what + " (add_rmsnorm_forward norm_out_amax)");
+      ASSERT_GT(amax1.host[0], 0.0f) << what;
+      rmsnorm_forward(cpu_ctx(true), out.cpu(), rstd.cpu(), a.cpu(), w.cpu(), 1e-5f, amax2.cpu());
+      rmsnorm_forward(cuda_ctx(), out.gpu, rstd.gpu, a.gpu, w.gpu, 1e-5f, amax2.gpu);
       out.expect_same(what + " (rmsnorm_forward out)");
       rstd.expect_same(what + " (rmsnorm_forward rstd)");
+      amax2.expect_same(what + " (rmsnorm_forward out_amax)");
+      ASSERT_EQ(amax2.host[0], amax2.host[1]) << what;
       Both dx(uniform_bf16(T * h, rng, -1, 1), {T, h}, DType::BF16, p.first);
       Both dw(uniform_f32(h, rng, -1, 1), {h}, DType::F32, 0);
       rmsnorm_backward(cpu_ctx(true), dx.cpu(), dw.cpu(), b.cpu(), a.cpu(), w.cpu(), rstd.cpu());
@@ -125,12 +133,16 @@ TEST(CudaVectorized, RopeAndSwiglu) {
       Both fc1(uniform_bf16(Ts * 2 * f, rng, -4, 4), {Ts, 2 * f}, DType::BF16, p.second);
       Both dfc1(std::vector<float>(Ts * 2 * f), {Ts, 2 * f}, DType::BF16, p.second);
       Both dout(uniform_bf16(Ts * f, rng, -1, 1), {Ts, f}, DType::BF16, p.second);
-      swiglu_forward(cpu_ctx(true), out.cpu(), fc1.cpu());
-      swiglu_forward(cuda_ctx(), out.gpu, fc1.gpu);
+      Both amax1(std::vector<float>(1, -1.0f), {1}, DType::F32, 0), amax2(std::vector<float>(2, -1.0f), {2}, DType::F32, 0);
+      swiglu_forward(cpu_ctx(true), out.cpu(), fc1.cpu(), amax1.cpu());
+      swiglu_forward(cuda_ctx(), out.gpu, fc1.gpu, amax1.gpu);
       out.expect_same(what + " (forward)");
-      swiglu_backward(cpu_ctx(true), dfc1.cpu(), dout.cpu(), fc1.cpu());
-      swiglu_backward(cuda_ctx(), dfc1.gpu, dout.gpu, fc1.gpu);
+      amax1.expect_same(what + " (forward out_amax)");
+      swiglu_backward(cpu_ctx(true), dfc1.cpu(), dout.cpu(), fc1.cpu(), amax2.cpu());
+      swiglu_backward(cuda_ctx(), dfc1.gpu, dout.gpu, fc1.gpu, amax2.gpu);
       dfc1.expect_same(what + " (backward)");
+      amax2.expect_same(what + " (backward dfc1_amax)");
+      ASSERT_GT(amax2.host[0], 0.0f) << what;
     }
 }
 

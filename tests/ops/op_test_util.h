@@ -17,6 +17,7 @@
 
 #include "backend/cpu/onednn_gemm.h"
 #include "backend/ops.h"
+#include "backend/quantize.h"
 #include "core/error.h"
 #include "cuda/cuda_test_util.h"
 #include "numerics/bf16.h"
@@ -91,6 +92,17 @@ inline HostI32 random_i32(std::vector<int64_t> dims, std::mt19937& rng, int32_t 
   std::uniform_int_distribution<int32_t> dist(lo, hi_exclusive - 1);
   for (int32_t& x : h.v) x = dist(rng);
   return h;
+}
+
+// The amax the quantizer's own pass computes from x (CPU, FP8 E4M3 current scaling, rowwise copy): what an
+// op's out_amax (op_list.h) must equal.
+inline float quantizer_amax(HostF32& x) {
+  std::vector<Buffer> owner;
+  const int64_t rows = x.dims[0], cols = static_cast<int64_t>(x.size()) / rows;
+  QuantizedTensor q = allocate_quantized(owner, Device::CPU, QuantFormat::FP8_E4M3, rows, cols, true, false);
+  quantize(cpu_ctx(true), q, make_view(x.v.data(), {rows, cols}, DType::F32),
+           {.format = QuantFormat::FP8_E4M3, .rowwise = true, .columnwise = false});
+  return q.rowwise.amax.f32()[0];
 }
 
 inline double max_abs(const std::vector<double>& r) {

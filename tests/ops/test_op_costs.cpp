@@ -69,7 +69,11 @@ TEST(OpCosts, EmbeddingNormRope) {
   expect_row(cost::embedding_backward(cpu(), table, out, tokens), OpKind::Embedding, "fp32", 360, 4380, 2940);
   const Tensor w = shape({24}), rstd = shape({15});
   // 4·360 = 1440; x 1440 + w 96 + out 1440 + rstd 60 = 3036
-  expect_row(cost::rmsnorm_forward(cpu(), out, rstd, out, w, 1e-5f), OpKind::Norm, "fp32", 1440, 3036, 3036);
+  expect_row(cost::rmsnorm_forward(cpu(), out, rstd, out, w, 1e-5f, {}), OpKind::Norm, "fp32", 1440, 3036, 3036);
+  // with the output's amax asked for: + 360 compares, no bytes (issue 40: no pass over out)
+  float slot = 0.0f;
+  const Tensor amax(&slot, {1}, DType::F32);
+  expect_row(cost::rmsnorm_forward(cpu(), out, rstd, out, w, 1e-5f, amax), OpKind::Norm, "fp32", 1800, 3036, 3036);
   // 10·360 = 3600; dout 1440 + x 1440 + w 96 + rstd 60 + 2·dx 2880 + 2·dw 192 = 6108; working set 4572
   expect_row(cost::rmsnorm_backward(cpu(), out, w, out, out, w, rstd), OpKind::Norm, "fp32", 3600, 6108, 4572);
   // overwritten dx is not read: 6108 - 1440 = 4668; the same working set
@@ -77,7 +81,7 @@ TEST(OpCosts, EmbeddingNormRope) {
              4572);
   // add + norm, 5·360 = 1800; a 1440 + b 1440 + w 96 + resid 1440 + out 1440 + rstd 60 = 5916 (the unfused pair:
   // add 4320 + rmsnorm 3036 = 7356, the sum read back)
-  expect_row(cost::add_rmsnorm_forward(cpu(), out, out, rstd, out, out, w, 1e-5f), OpKind::Norm, "fp32", 1800, 5916,
+  expect_row(cost::add_rmsnorm_forward(cpu(), out, out, rstd, out, out, w, 1e-5f, {}), OpKind::Norm, "fp32", 1800, 5916,
              5916);
   // RoPE on qkv [15, 80], seq_len 5 (cos/sin hold 8 positions, only 5 are read), 8 rotated heads of 8:
   // 15·64 = 960 rotated elements, 3·960 = 2880 FLOPs; 2·960·4 = 7680 + cos, sin 2·5·4·4 = 160 → 7840
@@ -99,9 +103,13 @@ TEST(OpCosts, AttentionGqa) {
 TEST(OpCosts, SwigluAndElementwise) {
   const Tensor fc1 = shape({15, 80}), out = shape({15, 40});
   // 5·600 = 3000; fc1 4800 + out 2400 = 7200
-  expect_row(cost::swiglu_forward(cpu(), out, fc1), OpKind::Elementwise, "fp32", 3000, 7200, 7200);
+  expect_row(cost::swiglu_forward(cpu(), out, fc1, {}), OpKind::Elementwise, "fp32", 3000, 7200, 7200);
   // 11·600 = 6600; dout 2400 + fc1 4800 + dfc1 4800 = 12000
-  expect_row(cost::swiglu_backward(cpu(), fc1, out, fc1), OpKind::Elementwise, "fp32", 6600, 12000, 12000);
+  expect_row(cost::swiglu_backward(cpu(), fc1, out, fc1, {}), OpKind::Elementwise, "fp32", 6600, 12000, 12000);
+  // the amax of dfc1 asked for: + 1200 compares (every element of dfc1)
+  float slot = 0.0f;
+  const Tensor amax(&slot, {1}, DType::F32);
+  expect_row(cost::swiglu_backward(cpu(), fc1, out, fc1, amax), OpKind::Elementwise, "fp32", 7800, 12000, 12000);
   char storage[3];
   const Tensor a(&storage[0], {15, 24}, DType::F32), b(&storage[1], {15, 24}, DType::F32),
       o(&storage[2], {15, 24}, DType::F32);

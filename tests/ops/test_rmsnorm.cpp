@@ -48,7 +48,7 @@ TEST(OpsRmsNorm, ForwardMatchesDouble) {
   std::mt19937 rng(301);
   HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, 0.5, 1.5);
   HostF32 out({kT, kH}), rstd({kT});
-  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
   const RefForward ref = ref_forward(x.d(), w.d(), kT, kH, kEps);
   expect_close(out.v, ref.out, 1e-5, "out");
   expect_close(rstd.v, ref.rstd, 1e-6, "rstd");
@@ -60,7 +60,7 @@ TEST(OpsRmsNorm, BackwardAccumulatesAndMatchesDouble) {
   HostF32 g = random_f32({kT, kH}, rng);
   HostF32 dx0 = random_f32({kT, kH}, rng), dw0 = random_f32({kH}, rng);
   HostF32 out({kT, kH}), rstd({kT});
-  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
   HostF32 dx = dx0, dw = dw0;
   rmsnorm_backward(cpu_ctx(false), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
   std::vector<double> rdx, rdw;
@@ -91,7 +91,7 @@ TEST(OpsRmsNorm, GradientsMatchFiniteDifferences) {
   expect_close(rdw, fd_dw, 1e-7, "reference dw vs finite differences");
   // And the op itself.
   HostF32 out({T, h}), rstd({T}), dx({T, h}), dw({h});
-  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
   rmsnorm_backward(cpu_ctx(false), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
   expect_close(dx.v, fd_dx, 1e-5, "op dx vs finite differences");
   expect_close(dw.v, fd_dw, 1e-5, "op dw vs finite differences");
@@ -102,7 +102,7 @@ TEST(OpsRmsNorm, BackwardIndependentOfThreadCount) {
   const int64_t T = 33, h = 200;  // several 64-column blocks of dw, with a tail
   HostF32 x = random_f32({T, h}, rng, -2, 2), w = random_f32({h}, rng, 0.5, 1.5), g = random_f32({T, h}, rng);
   HostF32 out({T, h}), rstd({T});
-  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
   HostF32 dx[2] = {HostF32({T, h}), HostF32({T, h})}, dw[2] = {HostF32({h}), HostF32({h})};
   for (int r = 0; r < 2; ++r) {
     ScopedThreads threads(r + 1);
@@ -131,7 +131,7 @@ TEST(OpsRmsNorm, FollowsTheDocumentedFp32Schedule) {
   HostF32 g = random_f32({T, h}, rng, -1, 1, true);
   for (int64_t i = 0; i < T * h; i += 7) x[static_cast<size_t>(i)] *= 1000.0f;  // make the order matter
   HostF32 out({T, h}), rstd({T}), dx({T, h}), dw({h});
-  rmsnorm_forward(cpu_ctx(true), out.t(), rstd.t(), x.t(), w.t(), kEps);
+  rmsnorm_forward(cpu_ctx(true), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
   rmsnorm_backward(cpu_ctx(true), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
   std::vector<float> terms(static_cast<size_t>(h));
   for (int64_t t = 0; t < T; ++t) {
@@ -153,13 +153,36 @@ TEST(OpsRmsNorm, FollowsTheDocumentedFp32Schedule) {
   }
 }
 
+// The producers' amax (issue 40): out_amax equals what quantize's own amax pass computes from out (NaN
+// ignored: one NaN row here), in both slots of a [2], with and without BF16 rounding; and add_rmsnorm_forward's.
+TEST(OpsRmsNorm, OutputAmaxEqualsTheQuantizersPass) {
+  std::mt19937 rng(307);
+  for (const bool round : {true, false}) {
+    SCOPED_TRACE(round ? "round_bf16" : "fp32");
+    HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, -1.5, 1.5), y = random_f32({kT, kH}, rng);
+    x[3 * kH + 1] = NAN;
+    HostF32 out({kT, kH}), rstd({kT}), resid({kT, kH}), a1({1}, -1.0f), a2({2}, -1.0f);
+    rmsnorm_forward(cpu_ctx(round), out.t(), rstd.t(), x.t(), w.t(), kEps, a2.t());
+    EXPECT_TRUE(std::isnan(out[3 * kH]));
+    EXPECT_GT(a2[0], 0.0f);
+    EXPECT_EQ(a2[0], quantizer_amax(out));
+    EXPECT_EQ(a2[1], a2[0]);
+    add_rmsnorm_forward(cpu_ctx(round), resid.t(), out.t(), rstd.t(), x.t(), y.t(), w.t(), kEps, a1.t());
+    EXPECT_GT(a1[0], 0.0f);
+    EXPECT_EQ(a1[0], quantizer_amax(out));
+  }
+}
+
 TEST(OpsRmsNorm, ErrorsNameTheOp) {
   HostF32 x({4, 8}), w({8}), w_bad({7}), out({4, 8}), rstd({4}), rstd_bad({5});
   const OpContext ctx = cpu_ctx(false);
   expect_error_naming("rmsnorm_forward",
-                      [&] { rmsnorm_forward(ctx, out.t(), rstd.t(), x.t(), w_bad.t(), kEps); });
+                      [&] { rmsnorm_forward(ctx, out.t(), rstd.t(), x.t(), w_bad.t(), kEps, {}); });
   expect_error_naming("rmsnorm_forward",
-                      [&] { rmsnorm_forward(ctx, out.t(), rstd_bad.t(), x.t(), w.t(), kEps); });
+                      [&] { rmsnorm_forward(ctx, out.t(), rstd_bad.t(), x.t(), w.t(), kEps, {}); });
+  HostF32 amax3({3}), amax_f({1, 1});
+  expect_error_naming("out_amax", [&] { rmsnorm_forward(ctx, out.t(), rstd.t(), x.t(), w.t(), kEps, amax3.t()); });
+  expect_error_naming("out_amax", [&] { rmsnorm_forward(ctx, out.t(), rstd.t(), x.t(), w.t(), kEps, amax_f.t()); });
   expect_error_naming("rmsnorm_backward",
                       [&] { rmsnorm_backward(ctx, out.t(), w_bad.t(), out.t(), x.t(), w.t(), rstd.t()); });
 }
@@ -186,7 +209,7 @@ TEST_P(RmsNorm, RoundBf16) {
     const std::vector<float> fwd = run_exact(GetParam(), [&](Backend& k) {  // [out | rstd]
       std::vector<float> out(T * h), rstd(T);
       rmsnorm_forward(k.ctx(), k.put(out, {T, h}, DType::BF16), k.put(rstd, {T}, DType::F32),
-                      k.put(x, {T, h}, DType::BF16), k.put(w, {h}, DType::BF16), kEps);
+                      k.put(x, {T, h}, DType::BF16), k.put(w, {h}, DType::BF16), kEps, {});
       return joined({k.get(out), k.get(rstd)});
     }, "rmsnorm_forward [out | rstd]");
     const std::vector<float> out(fwd.begin(), fwd.begin() + T * h);
@@ -215,7 +238,7 @@ TEST_P(RmsNorm, RoundBf16) {
     Backend cpu(Device::CPU);
     std::vector<float> out_plain(T * h), rstd_plain(T);
     rmsnorm_forward(cpu.ctx(false), cpu.put(out_plain, {T, h}, DType::F32), cpu.put(rstd_plain, {T}, DType::F32),
-                    cpu.put(x, {T, h}, DType::F32), cpu.put(w, {h}, DType::F32), kEps);
+                    cpu.put(x, {T, h}, DType::F32), cpu.put(w, {h}, DType::F32), kEps, {});
     EXPECT_TRUE(bitwise_equal(rstd, rstd_plain)) << "rstd is fp32 and must not be rounded";
     const std::vector<float> plain = backward(cpu, false);
     EXPECT_TRUE(bitwise_equal(std::vector<float>(bwd.begin() + T * h, bwd.end()),
@@ -240,19 +263,20 @@ TEST_P(RmsNorm, FusedEqualsUnfused) {
     const std::vector<float> garbage = uniform_bf16(T * h, rng, -9.0f, 9.0f);
     for (const bool round : {true, false}) {
       if (!round && on_cuda()) continue;  // the GPU always rounds
-      const auto forward = [&](Backend& k, bool fused, bool alias) {  // [resid | norm | rstd]
-        std::vector<float> av = a, bv = b, wv = w, resid(T * h), norm(T * h), rstd(T);
+      const auto forward = [&](Backend& k, bool fused, bool alias) {  // [resid | norm | rstd | norm's amax]
+        std::vector<float> av = a, bv = b, wv = w, resid(T * h), norm(T * h), rstd(T), amax(1, -1.0f);
         const DType act = k.cuda() ? DType::BF16 : DType::F32;
         const Tensor at = k.put(av, {T, h}, act), bt = k.put(bv, {T, h}, act), wt = k.put(wv, {h}, act);
         const Tensor rt = alias ? at : k.put(resid, {T, h}, act);
         const Tensor nt = k.put(norm, {T, h}, act), st = k.put(rstd, {T}, DType::F32);
+        const Tensor mt = k.put(amax, {1}, DType::F32);
         if (fused) {
-          add_rmsnorm_forward(k.ctx(round), rt, nt, st, at, bt, wt, kEps);
+          add_rmsnorm_forward(k.ctx(round), rt, nt, st, at, bt, wt, kEps, mt);
         } else {
           add(k.ctx(round), rt, at, bt);
-          rmsnorm_forward(k.ctx(round), nt, st, rt, wt, kEps);
+          rmsnorm_forward(k.ctx(round), nt, st, rt, wt, kEps, mt);
         }
-        return joined({k.get(alias ? av : resid), k.get(norm), k.get(rstd)});
+        return joined({k.get(alias ? av : resid), k.get(norm), k.get(rstd), k.get(amax)});
       };
       const auto backward = [&](Backend& k, bool fused, const std::vector<float>& x, const std::vector<float>& r) {
         std::vector<float> xv = x, rv = r, gv = g, wv = w, dw = dw0;

@@ -36,7 +36,7 @@ TEST(OpsSwiglu, ForwardMatchesDouble) {
   // Extremes: exp(-g) overflows fp32 for g = -100; the result must stay finite.
   fc1[0] = -100.0f;
   fc1[1] = 100.0f;
-  swiglu_forward(cpu_ctx(false), out.t(), fc1.t());
+  swiglu_forward(cpu_ctx(false), out.t(), fc1.t(), {});
   expect_close(out.v, ref_forward(fc1.d(), kT, kF), 1e-6, "out");
 }
 
@@ -46,7 +46,7 @@ TEST(OpsSwiglu, BackwardMatchesDoubleAndFiniteDifferences) {
   fc1[0] = -100.0f;
   fc1[1] = 100.0f;
   HostF32 dfc1({kT, 2 * kF}, NAN);
-  swiglu_backward(cpu_ctx(false), dfc1.t(), dout.t(), fc1.t());
+  swiglu_backward(cpu_ctx(false), dfc1.t(), dout.t(), fc1.t(), {});
   const std::vector<double> ref = ref_backward(fc1.d(), dout.d(), kT, kF);
   expect_close(dfc1.v, ref, 1e-6, "dfc1");
   const std::vector<double> gd = dout.d();
@@ -57,10 +57,36 @@ TEST(OpsSwiglu, BackwardMatchesDoubleAndFiniteDifferences) {
 }
 
 TEST(OpsSwiglu, ErrorsNameTheOp) {
-  HostF32 fc1({4, 16}), out({4, 9}), dfc1_bad({4, 17}), dout({4, 8});
+  HostF32 fc1({4, 16}), out({4, 9}), dfc1_bad({4, 17}), dout({4, 8}), out8({4, 8}), dfc1({4, 16}), amax3({3});
   const OpContext ctx = cpu_ctx(false);
-  expect_error_naming("swiglu_forward", [&] { swiglu_forward(ctx, out.t(), fc1.t()); });
-  expect_error_naming("swiglu_backward", [&] { swiglu_backward(ctx, dfc1_bad.t(), dout.t(), fc1.t()); });
+  expect_error_naming("swiglu_forward", [&] { swiglu_forward(ctx, out.t(), fc1.t(), {}); });
+  expect_error_naming("swiglu_backward", [&] { swiglu_backward(ctx, dfc1_bad.t(), dout.t(), fc1.t(), {}); });
+  expect_error_naming("out_amax", [&] { swiglu_forward(ctx, out8.t(), fc1.t(), amax3.t()); });
+  expect_error_naming("dfc1_amax", [&] { swiglu_backward(ctx, dfc1.t(), dout.t(), fc1.t(), amax3.t()); });
+}
+
+// The producers' amax (issue 40): out_amax / dfc1_amax equal what quantize's own amax pass computes from the
+// op's output (NaN ignored: one NaN gate here), in every slot asked for, with and without BF16 rounding.
+TEST(OpsSwiglu, OutputAmaxEqualsTheQuantizersPass) {
+  std::mt19937 rng(603);
+  for (const bool round : {true, false}) {
+    SCOPED_TRACE(round ? "round_bf16" : "fp32");
+    HostF32 fc1 = random_f32({kT, 2 * kF}, rng, -6, 6), dout = random_f32({kT, kF}, rng, -3, 3);
+    fc1[7] = NAN;
+    HostF32 out({kT, kF}), dfc1({kT, 2 * kF}), a1({1}, -1.0f), a2({2}, -1.0f);
+    swiglu_forward(cpu_ctx(round), out.t(), fc1.t(), a1.t());
+    EXPECT_TRUE(std::isnan(out[7]));
+    EXPECT_GT(a1[0], 0.0f);
+    EXPECT_EQ(a1[0], quantizer_amax(out));
+    swiglu_backward(cpu_ctx(round), dfc1.t(), dout.t(), fc1.t(), a2.t());
+    EXPECT_GT(a2[0], 0.0f);
+    EXPECT_EQ(a2[0], quantizer_amax(dfc1));
+    EXPECT_EQ(a2[1], a2[0]);
+  }
+  // No rows: the amax of nothing is 0, as the quantizer's.
+  HostF32 fc1({0, 2 * kF}), out({0, kF}), a1({1}, -1.0f);
+  swiglu_forward(cpu_ctx(true), out.t(), fc1.t(), a1.t());
+  EXPECT_EQ(a1[0], 0.0f);
 }
 
 // ---- on every backend (Cpu/ and Cuda/Swiglu.*) ----------------------------------------------------
@@ -87,13 +113,13 @@ TEST_P(Swiglu, RoundBf16) {
     const std::vector<double> fc1d(fc1.begin(), fc1.end()), doutd(dout.begin(), dout.end());
     const std::vector<float> out = run_close(GetParam(), [&](Backend& k) {
       std::vector<float> o(T * f);
-      swiglu_forward(k.ctx(), k.put(o, {T, f}, DType::BF16), k.put(fc1, {T, 2 * f}, DType::BF16));
+      swiglu_forward(k.ctx(), k.put(o, {T, f}, DType::BF16), k.put(fc1, {T, 2 * f}, DType::BF16), {});
       return k.get(o);
     }, kBf16Ulp, 0.0, 0.01, "swiglu_forward out");
     const std::vector<float> dfc1 = run_close(GetParam(), [&](Backend& k) {
       std::vector<float> d(T * 2 * f);
       swiglu_backward(k.ctx(), k.put(d, {T, 2 * f}, DType::BF16), k.put(dout, {T, f}, DType::BF16),
-                      k.put(fc1, {T, 2 * f}, DType::BF16));
+                      k.put(fc1, {T, 2 * f}, DType::BF16), {});
       return k.get(d);
     }, kBf16Ulp, 1e-6, 0.01, "swiglu_backward dfc1");
     expect_bf16_representable(out, "out");

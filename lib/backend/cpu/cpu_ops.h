@@ -28,5 +28,11 @@ float* thread_scratch(size_t n) {
   return buf.data();
 }
 
+// An op's output amax (op_list.h, RMSNorm): m into every element of amax (f32 [1] or [2]); nothing when empty.
+inline void store_out_amax(const Tensor& amax, float m) {
+  if (amax.data == nullptr) return;
+  for (int64_t i = 0; i < amax.numel(); ++i) amax.f32()[i] = m;
+}
+
 constexpr int64_t kColumnBlock = 64;  // columns a thread owns at a time (embedding and RMSNorm backward)
 }  // namespace pl::cpu

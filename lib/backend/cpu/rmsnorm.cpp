@@ -1,6 +1,7 @@
 // CPU RMSNorm (Llama): out = (x * rstd) * w, rstd = 1/sqrt(mean(x²) + eps); add_rmsnorm_forward, the
 // residual add fused in (the sum written and normed row by row); rmsnorm_backward_overwrite, dx
-// overwritten instead of accumulated into.
+// overwritten instead of accumulated into. The forwards' out_amax: each row's max |out| after the row is
+// written (in cache), the rows' maxima combined by max (order-independent, NaN ignored).
 // Precision: everything is fp32. The per-row sums (Σx² in the forward, Σ (dout·w)·x in the backward)
 // are num::lane_sum with kRmsNormLanes lanes; the per-column weight-gradient sums over tokens are
 // sequential fp32 sums over chunks of kRmsNormDwChunk tokens, the chunk partials combined by
@@ -13,6 +14,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/quantize_tile.h"  // contiguous_amax: the quantizer's own amax rule
 #include "backend/cpu/vector_clones.h"
 #include "numerics/bf16.h"
 #include "numerics/reduce.h"
@@ -100,21 +102,26 @@ PL_VECTOR_CLONES void dw_chunk(float* __restrict partial, const float* __restric
 }  // namespace
 
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x,
-                     const Tensor& w, float eps) {
+                     const Tensor& w, float eps, const Tensor& out_amax) {
   const int64_t T = x.dim(0), h = x.dim(1);
   const float* xp = x.f32();
   const float* wp = w.f32();
   float* op_ = out.f32();
   float* rp = rstd.f32();
-  const bool round = ctx.round_bf16;
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < T; ++t) norm_row(op_ + t * h, rp + t, xp + t * h, wp, h, eps, round);
+  const bool round = ctx.round_bf16, amax = out_amax.data != nullptr;
+  float m = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : m)
+  for (int64_t t = 0; t < T; ++t) {
+    norm_row(op_ + t * h, rp + t, xp + t * h, wp, h, eps, round);
+    if (amax) m = std::max(m, contiguous_amax(op_ + t * h, h));
+  }
+  store_out_amax(out_amax, m);
 }
 
 // Row by row: the sum is written and normed while the row is in cache (one pass instead of add's and
 // then the norm's).
 void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
-                         const Tensor& a, const Tensor& b, const Tensor& w, float eps) {
+                         const Tensor& a, const Tensor& b, const Tensor& w, float eps, const Tensor& norm_out_amax) {
   const int64_t T = a.dim(0), h = a.dim(1);
   const float* ap = a.f32();
   const float* bp = b.f32();
@@ -122,8 +129,9 @@ void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Te
   float* sp = resid_out.f32();
   float* op_ = norm_out.f32();
   float* rp = rstd.f32();
-  const bool round = ctx.round_bf16;
-#pragma omp parallel for schedule(static)
+  const bool round = ctx.round_bf16, amax = norm_out_amax.data != nullptr;
+  float m = 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : m)
   for (int64_t t = 0; t < T; ++t) {
     float* s = sp + t * h;
     if (round) {
@@ -132,7 +140,9 @@ void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Te
       add_row<false>(s, ap + t * h, bp + t * h, h);
     }
     norm_row(op_ + t * h, rp + t, s, wp, h, eps, round);
+    if (amax) m = std::max(m, contiguous_amax(op_ + t * h, h));
   }
+  store_out_amax(norm_out_amax, m);
 }
 
 namespace {

@@ -249,6 +249,33 @@ __device__ inline void combine_amax(AmaxCombine& c, float m, float* d0, float* d
   atomicExch(&c.blocks_done, 0u);
 }
 
+// ---- the amax of a producer's output (op_list.h, RMSNorm: out_amax) ------------------------------------
+// RMSNorm forward and SwiGLU forward and backward reduce max |stored value| of what they write into one or two
+// slots (f32 [1] or [2]) as quantize's amax pass would, so a per-tensor quantizer of that output skips its
+// pass (Transformer Engine's fused norm/activation amax). The slots: the first and the second (or null).
+struct OutAmax {
+  float* a0 = nullptr;
+  float* a1 = nullptr;
+  __host__ __device__ bool wanted() const { return a0 != nullptr; }
+};
+inline OutAmax out_amax_slots(const Tensor& t) {
+  OutAmax o;
+  if (t.data == nullptr) return o;
+  o.a0 = static_cast<float*>(t.data);
+  if (t.numel() == 2) o.a1 = o.a0 + 1;
+  return o;
+}
+// An empty output's amax: 0 in the slots (the CPU's value), on the stream, for the launchers that launch nothing.
+inline void zero_out_amax(cudaStream_t s, const Tensor& t, const char* op) {
+  if (t.data != nullptr) check(cudaMemsetAsync(t.data, 0, sizeof(float) * t.numel(), s), op, "out_amax (empty output)");
+}
+// Every thread of every block of the grid (o.wanted() uniform over the grid): m, this thread's max |v| of
+// the values it stored, into the slots (the last block writes them, combine_amax).
+__device__ __forceinline__ void reduce_out_amax(AmaxCombine& c, float m, const OutAmax& o) {
+  m = block_max(m);
+  if (threadIdx.x == 0) combine_amax(c, m, o.a0, o.a1, nullptr, 0.0f, nullptr);
+}
+
 // ---- padding of the swizzled scale arrays -----------------------------------------------------------
 // Zeroes the padding of a swizzled scale array (num::padded_scale_rows(rows) x pc bytes, of which rows x nb
 // are scales) in copy rows [r_lo, r_hi): the columns nb..pc of real rows and every column of padding rows.

@@ -16,8 +16,11 @@
 // grid (column tiles, token chunks of kRmsNormDwChunk), each thread one column, summing its chunk's
 // tokens in order in fp32 into partial[chunk][c]; pass 2: one thread per column combines its chunk
 // partials with num::tree_sum (in place, strided) and does dw[c] += sum.
+// The forwards' out_amax (op_list.h): each thread's max |stored out| reduced over the grid in the same launch
+// (qk::reduce_out_amax), no extra pass over out.
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
+#include "backend/cuda/quantize_common.cuh"
 #include "numerics/reduce.h"
 
 namespace pl::cuda {
@@ -28,9 +31,12 @@ constexpr int kRowThreads = num::kRmsNormLanes;  // threads of a row block (forw
 constexpr int kDwThreads = 256;                  // columns of a dw pass-1 block
 constexpr int64_t kDwRows = num::kRmsNormDwChunk;  // tokens of a dw pass-1 block
 
-// grid: T blocks (rows); out[T,h] bf16, rstd[T] f32, x[T,h] bf16, w[h] bf16
+// The out_amax reduction of the forward kernels (one set: they run in order on the compute stream).
+__device__ qk::AmaxCombine g_rmsnorm_amax_combine;
+
+// grid: T blocks (rows); out[T,h] bf16, rstd[T] f32, x[T,h] bf16, w[h] bf16; amax: max |out| when wanted
 __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_t* x, const uint16_t* w, int64_t h,
-                                       float eps) {
+                                       float eps, qk::OutAmax amax) {
   __shared__ float lanes[kRowThreads];
   const int64_t t = blockIdx.x;
   const uint16_t* xr = x + t * h;
@@ -44,7 +50,13 @@ __global__ void rmsnorm_forward_kernel(uint16_t* out, float* rstd, const uint16_
   const float r = 1.0f / sqrtf(ms + eps);
   if (threadIdx.x == 0) rstd[t] = r;
   uint16_t* o = out + t * h;
-  for (int64_t i = threadIdx.x; i < h; i += kRowThreads) store_bf16(o, i, (load_bf16(xr, i) * r) * load_bf16(w, i));
+  float m = 0.0f;
+  for (int64_t i = threadIdx.x; i < h; i += kRowThreads) {
+    const float v = (load_bf16(xr, i) * r) * load_bf16(w, i);
+    store_bf16(o, i, v);
+    m = qk::max_abs(m, num::round_bf16(v));
+  }
+  if (amax.wanted()) qk::reduce_out_amax(g_rmsnorm_amax_combine, m, amax);
 }
 
 // grid: T blocks (rows); dx[T,h] bf16 (+=, rounded; overwritten with bf16(0 + increment) unless
@@ -88,15 +100,15 @@ __global__ void rmsnorm_backward_dw_partial_kernel(float* partial, const uint16_
 constexpr int kWarpRows = 4;
 static_assert(kRowThreads == 32 * kVec, "a warp of 8-wide threads holds the row's lanes");
 
-// Add: resid[T,h] = bf16(a + b) first (add_rmsnorm_forward; resid may be a or b), the norm of resid;
-// else the norm of a (rmsnorm_forward). out[T,h] bf16, rstd[T] f32, w[h] bf16.
+// Row t of the forward by its warp. Add: resid[T,h] = bf16(a + b) first (add_rmsnorm_forward; resid may be a
+// or b), the norm of resid; else the norm of a (rmsnorm_forward). out[T,h] bf16, rstd[T] f32, w[h] bf16.
+// Returns this thread's max |out| over the values it stored.
 template <bool Add>
-__global__ void rmsnorm_forward_vec_kernel(uint16_t* resid, uint16_t* out, float* rstd, const uint16_t* a,
-                                           const uint16_t* b, const uint16_t* w, int64_t T, int64_t h, float eps) {
+__device__ __forceinline__ float rmsnorm_forward_vec_row(uint16_t* resid, uint16_t* out, float* rstd,
+                                                         const uint16_t* a, const uint16_t* b, const uint16_t* w,
+                                                         int64_t t, int64_t h, float eps) {
   __shared__ float lanes[kWarpRows][kRowThreads];
   const int warp = static_cast<int>(threadIdx.x) / 32, k = static_cast<int>(threadIdx.x) % 32;
-  const int64_t t = blockIdx.x * static_cast<int64_t>(kWarpRows) + warp;
-  if (t >= T) return;  // the whole warp: only warp-level synchronisation below
   const uint16_t* xr = Add ? resid + t * h : a + t * h;
   float acc[kVec] = {};
   for (int64_t i = kVec * k; i < h; i += kRowThreads) {
@@ -116,14 +128,31 @@ __global__ void rmsnorm_forward_vec_kernel(uint16_t* resid, uint16_t* out, float
   const float ms = ss / static_cast<float>(h);
   const float r = 1.0f / sqrtf(ms + eps);
   if (k == 0) rstd[t] = r;
+  float m = 0.0f;
   for (int64_t i = kVec * k; i < h; i += kRowThreads) {  // the row again (this thread's own stores, or L1/L2)
     float x[kVec], wv[kVec];
     load8_bf16(xr + i, x);
     load8_bf16(w + i, wv);
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) x[j] = (x[j] * r) * wv[j];
+    for (int j = 0; j < kVec; ++j) {
+      x[j] = (x[j] * r) * wv[j];
+      m = qk::max_abs(m, num::round_bf16(x[j]));
+    }
     store8_bf16(out + t * h + i, x);
   }
+  return m;
+}
+
+// grid: ceil(T / kWarpRows) blocks of kWarpRows warps, a warp per row (rmsnorm_forward_vec_row); amax: max
+// |out| when wanted.
+template <bool Add>
+__global__ void rmsnorm_forward_vec_kernel(uint16_t* resid, uint16_t* out, float* rstd, const uint16_t* a,
+                                           const uint16_t* b, const uint16_t* w, int64_t T, int64_t h, float eps,
+                                           qk::OutAmax amax) {
+  const int64_t t = blockIdx.x * static_cast<int64_t>(kWarpRows) + static_cast<int>(threadIdx.x) / 32;
+  // A warp past the last row has no row (the row is warp-synchronous) but joins the block's amax.
+  const float m = t < T ? rmsnorm_forward_vec_row<Add>(resid, out, rstd, a, b, w, t, h, eps) : 0.0f;
+  if (amax.wanted()) qk::reduce_out_amax(g_rmsnorm_amax_combine, m, amax);
 }
 
 // dx[T,h] bf16: Accumulate: bf16(dx + increment), else bf16(0 + increment); as the scalar kernel.
@@ -191,36 +220,38 @@ __global__ void rmsnorm_backward_dw_final_kernel(float* dw, float* partial, int6
 }  // namespace
 
 void rmsnorm_forward(const OpContext& ctx, const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
-                     float eps) {
+                     float eps, const Tensor& out_amax) {
   constexpr const char* op = "rmsnorm_forward";
   const int64_t T = x.dim(0), h = x.dim(1);
-  if (T == 0) return;
   cudaStream_t s = ctx.gpu->stream;
+  if (T == 0) return qk::zero_out_amax(s, out_amax, op);
   if (rows_aligned16(x.data, h) && is_aligned16(out.data) && is_aligned16(w.data)) {
     rmsnorm_forward_vec_kernel<false><<<grid_for(T, kWarpRows), kWarpRows * 32, 0, s>>>(
-        nullptr, bf16_out(out), f32_out(rstd), bf16_in(x), nullptr, bf16_in(w), T, h, eps);
+        nullptr, bf16_out(out), f32_out(rstd), bf16_in(x), nullptr, bf16_in(w), T, h, eps,
+        qk::out_amax_slots(out_amax));
   } else {
-    rmsnorm_forward_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, s>>>(bf16_out(out), f32_out(rstd), bf16_in(x),
-                                                                          bf16_in(w), h, eps);
+    rmsnorm_forward_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, s>>>(
+        bf16_out(out), f32_out(rstd), bf16_in(x), bf16_in(w), h, eps, qk::out_amax_slots(out_amax));
   }
   check_launch(*ctx.gpu, op, "x " + dims(T, h));
 }
 
 // One pass when everything is 16-byte aligned; otherwise add then rmsnorm_forward (the same bits).
 void add_rmsnorm_forward(const OpContext& ctx, const Tensor& resid_out, const Tensor& norm_out, const Tensor& rstd,
-                         const Tensor& a, const Tensor& b, const Tensor& w, float eps) {
+                         const Tensor& a, const Tensor& b, const Tensor& w, float eps, const Tensor& norm_out_amax) {
   constexpr const char* op = "add_rmsnorm_forward";
   const int64_t T = a.dim(0), h = a.dim(1);
-  if (T == 0) return;
+  if (T == 0) return qk::zero_out_amax(ctx.gpu->stream, norm_out_amax, op);
   const bool vec = rows_aligned16(a.data, h) && is_aligned16(b.data) && is_aligned16(resid_out.data) &&
                    is_aligned16(norm_out.data) && is_aligned16(w.data);
   if (!vec) {
     cuda::add(ctx, resid_out, a, b);
-    cuda::rmsnorm_forward(ctx, norm_out, rstd, resid_out, w, eps);
+    cuda::rmsnorm_forward(ctx, norm_out, rstd, resid_out, w, eps, norm_out_amax);
     return;
   }
   rmsnorm_forward_vec_kernel<true><<<grid_for(T, kWarpRows), kWarpRows * 32, 0, ctx.gpu->stream>>>(
-      bf16_out(resid_out), bf16_out(norm_out), f32_out(rstd), bf16_in(a), bf16_in(b), bf16_in(w), T, h, eps);
+      bf16_out(resid_out), bf16_out(norm_out), f32_out(rstd), bf16_in(a), bf16_in(b), bf16_in(w), T, h, eps,
+      qk::out_amax_slots(norm_out_amax));
   check_launch(*ctx.gpu, op, "a " + dims(T, h));
 }
 
