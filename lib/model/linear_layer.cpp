@@ -101,13 +101,25 @@ LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream
            "internal: linear layer [{}x{}] needs a matching {} workspace", p_.out, p_.in, format_name(p_));
   wq_ = allocate_quantized(owner, device, *p_.w, p_.out, p_.in, true, true);
   x_amax_ = wq_.rowwise.spare;  // no allocation of its own
+  dy_amax_ = wq_.columnwise.spare;
 }
 
-QuantizedTensor LinearLayer::x_copies() const {
-  QuantizedTensor q = ws_->xq;
-  q.rowwise.amax = x_amax_.rows(0, 1);
-  q.columnwise.amax = x_amax_.rows(1, 1);
+namespace {
+// q with its two copies' amax slots at slots[0] (rowwise) and slots[1] (columnwise).
+QuantizedTensor with_amax_slots(QuantizedTensor q, const Tensor& slots) {
+  q.rowwise.amax = slots.rows(0, 1);
+  q.columnwise.amax = slots.rows(1, 1);
   return q;
+}
+}  // namespace
+
+QuantizedTensor LinearLayer::x_copies() const { return with_amax_slots(ws_->xq, x_amax_); }
+QuantizedTensor LinearLayer::dy_copies() const { return with_amax_slots(ws_->dyq, dy_amax_); }
+
+bool LinearLayer::takes_producer_amax() const {
+  if (!p_.quantized() || p_.delayed() || p_.rht) return false;
+  const QuantFormat f = *p_.x;  // x, W and dy share the family: per-tensor amax for FP8 and NVFP4 (S_enc)
+  return f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2 || f == QuantFormat::NVFP4;
 }
 
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
@@ -117,22 +129,29 @@ void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
             .amax_record = ds_.w_record, .compact_scales = false});
 }
 
-void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Tensor& x, const Tensor& w) {
+void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Tensor& x, const Tensor& w,
+                          bool x_amax_given) {
+  PL_CHECK(!x_amax_given || takes_producer_amax(), "internal: x's amax given to a {} linear layer that takes none",
+           format_name(p_));
   const OpContext ctx = with_pass(layer_ctx, GemmPass::Fprop);
   if (!p_.quantized()) return linear_forward(ctx, y, x, w);
   // Rowwise only: the wgrad copy is made in backward from the saved bf16 x (same bits), with the
-  // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1].
+  // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1]; or both amaxes
+  // as x's producer wrote them (x_amax_given).
   QuantizedTensor xq = x_copies();
   quantize(ctx, xq, x,
            {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
-            .amax_record = ds_.x_record, .columnwise_amax = true, .compact_scales = false});
+            .amax_record = ds_.x_record, .amax_given = x_amax_given, .columnwise_amax = !x_amax_given,
+            .compact_scales = false});
   // fprop: FAST_ACCUM where TE uses it (native FP8 forward GEMMs; see backend/cuda/linear.cu).
   quantized_gemm(ctx, y, xq.rowwise, wq_.rowwise, xq.format, false, scratch_a_, scratch_b_,
                  /*fast_accumulation=*/true);
 }
 
 void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy,
-                           const Tensor& x, const Tensor& w, const MicroBatchOptions& step) {
+                           const Tensor& x, const Tensor& w, const MicroBatchOptions& step, bool dy_amax_given) {
+  PL_CHECK(!dy_amax_given || takes_producer_amax(), "internal: dy's amax given to a {} linear layer that takes none",
+           format_name(p_));
   const OpContext wgrad = with_pass(ctx, GemmPass::Wgrad), dgrad = with_pass(ctx, GemmPass::Dgrad);
   if (!p_.quantized()) {
     linear_backward_weight(wgrad, dw, dy, x);
@@ -145,19 +164,21 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
              "planned {} (plan it with telemetry on)",
              format_name(p_), p_.out, p_.in, scratch_elements(T_, p_.in, p_.out), scratch_a_.numel());
   // dy's two copies serve dgrad (rowwise) and wgrad (columnwise): one row, under dgrad.
-  quantize(dgrad, ws_->dyq, dy,
+  QuantizedTensor dyq = dy_copies();
+  quantize(dgrad, dyq, dy,
            {.format = *p_.dy, .rowwise = true, .columnwise = true, .rht_columnwise = p_.rht,
             .stochastic = p_.stochastic_rounding, .seed = kStochasticRoundingSeed, .stream_id = stream_base_,
-            .counter = step.counter, .scale = ds_.dy_scale, .amax_record = ds_.dy_record, .compact_scales = false});
+            .counter = step.counter, .scale = ds_.dy_scale, .amax_record = ds_.dy_record, .amax_given = dy_amax_given,
+            .compact_scales = false});
   // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
   QuantizedTensor xq = x_copies();
   quantize(wgrad, xq, x,
            {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
             .amax_given = true, .compact_scales = false});
   // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
-  quantized_gemm(wgrad, dw, ws_->dyq.columnwise, xq.columnwise, ws_->dyq.format, true, scratch_a_, scratch_b_);
+  quantized_gemm(wgrad, dw, dyq.columnwise, xq.columnwise, dyq.format, true, scratch_a_, scratch_b_);
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
-  quantized_gemm(dgrad, dx, ws_->dyq.rowwise, wq_.columnwise, ws_->dyq.format, false, scratch_a_, scratch_b_);
+  quantized_gemm(dgrad, dx, dyq.rowwise, wq_.columnwise, dyq.format, false, scratch_a_, scratch_b_);
   if (step.collect_quant_stats) {
     stats_.clear();
     record(ctx, "w rowwise", wq_.rowwise, w);
@@ -166,8 +187,8 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
              {.format = *p_.x, .scale = ds_.x_scale, .amax_given = true, .compact_scales = false});
     record(ctx, "x rowwise", xq.rowwise, x);
     record_columnwise(ctx, "x columnwise", xq.columnwise, x, p_.rht);
-    record(ctx, "dy rowwise", ws_->dyq.rowwise, dy);
-    record_columnwise(ctx, "dy columnwise", ws_->dyq.columnwise, dy, p_.rht);
+    record(ctx, "dy rowwise", dyq.rowwise, dy);
+    record_columnwise(ctx, "dy columnwise", dyq.columnwise, dy, p_.rht);
   }
 }
 

@@ -13,7 +13,11 @@
 //
 // x's amaxes (plain, and of RHT(xᵀ) for the NVFP4 wgrad copy) are computed once, by the forward's
 // quantization pass, into two floats the layer owns, and reused by the backward's re-quantization of
-// x (QuantizeOptions::amax_given): the same bits as recomputing them. The GPU quantizer skips the
+// x (QuantizeOptions::amax_given): the same bits as recomputing them. Where the recipe scales per tensor
+// without an RHT'd copy (FP8 current scaling; NVFP4 without RHT), the producer of x (RMSNorm, SwiGLU) writes
+// x's amax into those two floats as it makes x (producer_x_amax, op_list.h out_amax), and SwiGLU's backward
+// dy's into two more (producer_dy_amax): the quantization then skips its amax pass (Transformer Engine's fused
+// norm/activation amax), the same value as that pass, so the same bits (issue 40). The GPU quantizer skips the
 // compact block scales (QuantizeOptions::compact_scales = false): every GPU consumer reads the
 // swizzled ones; the CPU writes both.
 #include <cstdint>
@@ -118,19 +122,29 @@ class LinearLayer {
   void attach_delayed_scaling(const DelayedScalingState::Slots& slots) { ds_ = slots; }
   // Quantizes W (both copies) from the bf16 weights; call after every optimizer step.
   void prepare_weight(const OpContext& ctx, const Tensor& w);
-  void forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w);
+  // x_amax_given: x's producer wrote producer_x_amax() while making this x.
+  void forward(const OpContext& ctx, const Tensor& y, const Tensor& x, const Tensor& w, bool x_amax_given = false);
+  // Where the producer of x (or of dy, in backward) writes its amax (op_list.h out_amax: f32 [2], both slots)
+  // so that forward (backward) skips the quantizer's amax pass; empty when this layer's recipe does not
+  // take it (BF16, MXFP8, delayed scaling, or an RHT'd columnwise copy, whose amax needs its own pass).
+  Tensor producer_x_amax() const { return takes_producer_amax() ? x_amax_ : Tensor{}; }
+  Tensor producer_dy_amax() const { return takes_producer_amax() ? dy_amax_ : Tensor{}; }
   // Philox seed of the gradients' stochastic rounding (a checkpoint records it with the counter).
   static constexpr uint64_t kStochasticRoundingSeed = 0x5EED;
   // step.counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits;
   // step.collect_quant_stats: record every quantized operand's telemetry into stats() (needs scratch_a
   // of scratch_elements(...), checked). Follows this layer's forward() of the same x (reusing its amaxes).
+  // dy_amax_given: dy's producer wrote producer_dy_amax() while making this dy.
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
-                const Tensor& w, const MicroBatchOptions& step);
+                const Tensor& w, const MicroBatchOptions& step, bool dy_amax_given = false);
   const std::vector<OperandStats>& stats() const { return stats_; }
 
  private:
-  // The workspace's x copies with this layer's own amax slots (x_amax_[0] rowwise, [1] columnwise).
+  // The workspace's x (dy) copies with this layer's own amax slots (x_amax_[0] rowwise, [1] columnwise; dy_amax_).
   QuantizedTensor x_copies() const;
+  QuantizedTensor dy_copies() const;
+  // Per-tensor scaling without an RHT'd copy and without delayed scaling (producer_x_amax).
+  bool takes_producer_amax() const;
   void record(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& reference);
   void record_columnwise(const OpContext& ctx, const char* operand, const QuantizedCopy& c, const Tensor& src,
                          bool rht);
@@ -139,7 +153,8 @@ class LinearLayer {
   int64_t T_;
   uint32_t stream_base_;
   QuantizedTensor wq_;
-  Tensor x_amax_;  // f32 [2] (wq_.rowwise.spare): amax of x and of its columnwise copy's source, from forward
+  Tensor x_amax_;   // f32 [2] (wq_.rowwise.spare): amax of x and of its columnwise copy's source, from forward
+  Tensor dy_amax_;  // f32 [2] (wq_.columnwise.spare): amax of dy's rowwise and columnwise copies' sources
   LinearWorkspace* ws_ = nullptr;
   Tensor scratch_a_, scratch_b_;
   std::vector<OperandStats> stats_;

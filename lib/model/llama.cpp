@@ -494,22 +494,26 @@ double LlamaModel::add_loss_sums(int64_t slots, double acc) {
 // Each residual add is fused with the RMSNorm that reads its sum (add_rmsnorm_forward, bit for bit
 // add then rmsnorm_forward): h with ln2; when fused, out with the next layer's ln1 or the final norm,
 // whose weight is then read here, before that layer's own weights (the --overlap-param-gather gate
-// waits for it first).
+// waits for it first). Each producer of a linear layer's input (the norms, SwiGLU) writes that input's amax
+// where the layer takes it (LinearLayer::producer_x_amax; empty: not asked).
 void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
   const AttentionShape as = attention_shape();  // with the micro-batch's documents (recomputation too)
   const float eps = static_cast<float>(cfg_.layernorm_epsilon);
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   auto& a = acts_.layers[l];
   const LayerParams& w = weights_.layers[l];
-  if (!fused || l == 0) rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps);
-  linear(l, kQkv).forward(linear_ctx(kQkv), a.qkv, a.ln1, w.qkv);
+  // ln1 of a fused layer l > 0 was made (with its amax) by layer l - 1's output add.
+  const Tensor qkv_amax = linear(l, kQkv).producer_x_amax();
+  if (!fused || l == 0) rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps, qkv_amax);
+  linear(l, kQkv).forward(linear_ctx(kQkv), a.qkv, a.ln1, w.qkv, qkv_amax.data != nullptr);
   rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
   attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
   linear(l, kProj).forward(linear_ctx(kProj), acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
-  add_rmsnorm_forward(ctx_, a.resid_mid, a.ln2, a.rstd2, a.resid_in, acts_.d_h, w.ln2, eps);
-  linear(l, kFc1).forward(linear_ctx(kFc1), a.fc1, a.ln2, w.fc1);
-  swiglu_forward(ctx_, a.swi, a.fc1);
-  linear(l, kFc2).forward(linear_ctx(kFc2), acts_.d_h, a.swi, w.fc2);
+  const Tensor fc1_amax = linear(l, kFc1).producer_x_amax(), fc2_amax = linear(l, kFc2).producer_x_amax();
+  add_rmsnorm_forward(ctx_, a.resid_mid, a.ln2, a.rstd2, a.resid_in, acts_.d_h, w.ln2, eps, fc1_amax);
+  linear(l, kFc1).forward(linear_ctx(kFc1), a.fc1, a.ln2, w.fc1, fc1_amax.data != nullptr);
+  swiglu_forward(ctx_, a.swi, a.fc1, fc2_amax);
+  linear(l, kFc2).forward(linear_ctx(kFc2), acts_.d_h, a.swi, w.fc2, fc2_amax.data != nullptr);
   if (!fused) {
     add(ctx_, out, a.resid_mid, acts_.d_h);
     return;
@@ -519,10 +523,11 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
   const size_t next = 1 + kEntriesPerLayer * static_cast<size_t>(l + 1);
   before_reading_weights(entries_[next].offset, entries_[next + 1].offset, -1);
   if (last) {
-    add_rmsnorm_forward(ctx_, out, acts_.lnf, acts_.rstdf, a.resid_mid, acts_.d_h, weights_.final_norm, eps);
+    add_rmsnorm_forward(ctx_, out, acts_.lnf, acts_.rstdf, a.resid_mid, acts_.d_h, weights_.final_norm, eps, {});
   } else {
     auto& n = acts_.layers[l + 1];
-    add_rmsnorm_forward(ctx_, out, n.ln1, n.rstd1, a.resid_mid, acts_.d_h, weights_.layers[l + 1].ln1, eps);
+    add_rmsnorm_forward(ctx_, out, n.ln1, n.rstd1, a.resid_mid, acts_.d_h, weights_.layers[l + 1].ln1, eps,
+                        linear(l + 1, kQkv).producer_x_amax());
   }
 }
 
@@ -590,9 +595,10 @@ void LlamaModel::run_backward(const MicroBatchOptions& step) {
     // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
     linear(l, kFc2).backward(linear_ctx(kFc2), acts_.d_swi, g.fc2, acts_.d_resid, a.swi, backward_weight(l, kFc2, step),
                              step);
-    swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1);
+    const Tensor dfc1_amax = linear(l, kFc1).producer_dy_amax();
+    swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1, dfc1_amax);
     linear(l, kFc1).backward(linear_ctx(kFc1), acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, backward_weight(l, kFc1, step),
-                             step);
+                             step, dfc1_amax.data != nullptr);
     rmsnorm_backward(ctx_, acts_.d_resid, g.ln2, acts_.d_ln, a.resid_mid, w.ln2, a.rstd2);
     // acts_.d_resid = dL/d(resid_mid); the attention branch.
     linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn,

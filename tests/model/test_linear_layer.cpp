@@ -11,9 +11,11 @@
 #include <random>
 #include <vector>
 
+#include "backend/device_memory.h"
 #include "backend/quantize.h"
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
+#include "core/error.h"
 #include "model/linear_layer.h"
 #include "log/plan_log.h"
 #include "model/llama.h"
@@ -245,6 +247,67 @@ TEST(ModelLinearLayer, EachLayerKeepsItsOwnAmaxAcrossAForwardOfAnotherLayer) {
     EXPECT_EQ(dwb.v, dwb_alone.v);
     EXPECT_NE(dwa.v, dwb.v);
   }
+}
+
+// The producers' amax (issue 40): a layer whose recipe scales per tensor without an RHT'd copy (FP8 current
+// scaling, NVFP4 without RHT) takes x's and dy's amax from their producers (producer_x_amax / _dy_amax, which
+// RMSNorm and SwiGLU fill: their ops' tests check the value); given the right value it gives the GEMMs of
+// computing it bit for bit, and it does read the slots (an amax 1.37 times too large changes y and dx). The other
+// recipes take none.
+TEST(ModelLinearLayer, TheProducersAmaxGivesTheSameBitsAndIsRead) {
+  const auto amax_of = [](const Mat& m) {
+    float a = 0.0f;
+    for (float v : m.v) a = std::max(a, std::fabs(v));
+    return a;
+  };
+  Nvfp4Options no_rht;
+  no_rht.random_hadamard_transform = false;
+  for (const auto& [f, nv] : {std::pair{QuantFormat::FP8_E4M3, Nvfp4Options{}}, std::pair{QuantFormat::NVFP4, no_rht}}) {
+    SCOPED_TRACE(quant_format_name(f));
+    Fixture fx;
+    LinearLayer computed = fx.make(f, nv), given = fx.make(f, nv);
+    ASSERT_EQ(computed.producer_x_amax().numel(), 2);
+    ASSERT_EQ(computed.producer_dy_amax().numel(), 2);
+    const auto run = [&](LinearLayer& l, float x_scale, float dy_scale, bool give) {
+      l.prepare_weight(OpContext{}, fx.w.t());
+      if (give) {
+        const float xa = amax_of(fx.x) * x_scale, da = amax_of(fx.dy) * dy_scale;
+        const float xs[2] = {xa, xa}, ds[2] = {da, da};
+        copy_from_host(l.producer_x_amax(), xs);
+        copy_from_host(l.producer_dy_amax(), ds);
+      }
+      Mat y(fx.T, fx.out), dx(fx.T, fx.in), dw(fx.out, fx.in);
+      l.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t(), give);
+      l.backward(OpContext{}, dx.t(), dw.t(), fx.dy.t(), fx.x.t(), fx.w.t(), MicroBatchOptions{3}, give);
+      return std::vector<Mat>{y, dx, dw};
+    };
+    const std::vector<Mat> ref = run(computed, 1, 1, false), same = run(given, 1, 1, true);
+    const char* names[] = {"y", "dx", "dw"};
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(same[i].v, ref[i].v) << names[i];
+    // Off by a factor that is not a power of two (a power of two would only shift every scale exactly).
+    const std::vector<Mat> x_off = run(given, 1.37f, 1, true), dy_off = run(given, 1, 1.37f, true);
+    EXPECT_NE(x_off[0].v, ref[0].v) << "y does not read x's given amax";
+    EXPECT_NE(dy_off[1].v, ref[1].v) << "dx does not read dy's given amax";
+  }
+  Fixture fx;
+  for (const auto& [f, nv] : {std::pair{QuantFormat::NVFP4, Nvfp4Options{}}, std::pair{QuantFormat::MXFP8, Nvfp4Options{}}}) {
+    LinearLayer l = fx.make(f, nv);
+    EXPECT_EQ(l.producer_x_amax().data, nullptr) << quant_format_name(f);
+    EXPECT_EQ(l.producer_dy_amax().data, nullptr) << quant_format_name(f);
+    Mat y(fx.T, fx.out);
+    l.prepare_weight(OpContext{}, fx.w.t());
+    EXPECT_THROW(l.forward(OpContext{}, y.t(), fx.x.t(), fx.w.t(), true), Error) << quant_format_name(f);
+  }
+  LinearPlan delayed = linear_plan(QuantFormat::FP8_E4M3, fx.in, fx.out);
+  delayed.amax_history_len = 4;
+  std::vector<Buffer> owner;
+  LinearWorkspace ws = LinearWorkspace::allocate(owner, Device::CPU, delayed, fx.T);
+  const LinearLayer d(delayed, fx.T, 0, Device::CPU, owner, &ws,
+                      Tensor(fx.sa.data(), {static_cast<int64_t>(fx.sa.size())}, DType::F32),
+                      Tensor(fx.sb.data(), {static_cast<int64_t>(fx.sb.size())}, DType::F32));
+  EXPECT_EQ(d.producer_x_amax().data, nullptr) << "delayed scaling records its amax while casting";
+  const LinearLayer bf16(linear_plan({}, fx.in, fx.out), fx.T, 0, Device::CPU, owner, nullptr, Tensor{}, Tensor{});
+  EXPECT_EQ(bf16.producer_x_amax().data, nullptr);
 }
 
 // What a layer needs besides its copies, per execution (LinearLayer::scratch_need).
