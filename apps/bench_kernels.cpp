@@ -152,10 +152,15 @@ std::vector<QuantCall> quantize_calls(LayerBuffers& b) {
   constexpr F e4 = F::FP8_E4M3, e5 = F::FP8_E5M2, mx = F::MXFP8, nv = F::NVFP4;
   return {
       {"fp8cs x e4m3 row (+col amax)", &b.x8, b.x, {.format = e4, .columnwise_amax = true, .compact_scales = false}},
+      // What the layers of FP8 current scaling run for x of qkv, fc1 and fc2 (and dy of fc1, below): the amax
+      // written by its producer (RMSNorm, SwiGLU: LinearLayer::producer_x_amax), no amax pass.
+      {"fp8cs x e4m3 row (producer amax)", &b.x8, b.x, {.format = e4, .amax_given = true, .compact_scales = false}},
       {"fp8cs x e4m3 col (wgrad)", &b.x8, b.x,
        {.format = e4, .rowwise = false, .columnwise = true, .amax_given = true, .compact_scales = false}},
       {"fp8cs W e4m3 row+col", &b.w8, b.w, {.format = e4, .columnwise = true, .compact_scales = false}},
       {"fp8cs dy e5m2 row+col", &b.dy8, b.dy, {.format = e5, .columnwise = true, .compact_scales = false}},
+      {"fp8cs dy e5m2 row+col (producer amax)", &b.dy8, b.dy,
+       {.format = e5, .columnwise = true, .amax_given = true, .compact_scales = false}},
       {"fp8ds x e4m3 row (scale given)", &b.x8, b.x,
        {.format = e4, .scale = b.x_scale, .amax_record = b.amax_record, .columnwise_amax = true, .compact_scales = false}},
       {"fp8ds W e4m3 row+col (scale given)", &b.w8, b.w,

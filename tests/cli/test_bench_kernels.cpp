@@ -24,8 +24,10 @@ const std::string kTool = PL_BENCH_KERNELS_PATH;
 const std::vector<std::string> kLayers = {"qkv", "proj", "fc1", "fc2"};
 // What lib/model/linear_layer.cpp quantizes in each recipe (x forward, x wgrad, W, dy).
 const std::vector<std::string> kVariants = {
-    "fp8cs x e4m3 row (+col amax)",       "fp8cs x e4m3 col (wgrad)",           "fp8cs W e4m3 row+col",
-    "fp8cs dy e5m2 row+col",              "fp8ds x e4m3 row (scale given)",     "fp8ds W e4m3 row+col (scale given)",
+    "fp8cs x e4m3 row (+col amax)",       "fp8cs x e4m3 row (producer amax)",
+    "fp8cs x e4m3 col (wgrad)",           "fp8cs W e4m3 row+col",
+    "fp8cs dy e5m2 row+col",              "fp8cs dy e5m2 row+col (producer amax)",
+    "fp8ds x e4m3 row (scale given)",     "fp8ds W e4m3 row+col (scale given)",
     "fp8ds dy e5m2 row+col (scale given)", "mxfp8 x row",                       "mxfp8 x col (wgrad)",
     "mxfp8 W row+col",                    "mxfp8 dy row+col",                   "nvfp4 x 1x16 row (+RHT col amax)",
     "nvfp4 x 1x16 col RHT (wgrad)",       "nvfp4 W 16x16 row+col",              "nvfp4 dy row + col RHT, SR"};

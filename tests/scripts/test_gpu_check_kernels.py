@@ -130,12 +130,12 @@ class GpuCheckKernels(unittest.TestCase):
         kernel_rows = [l for l in text.splitlines() if re.match(r"^(quantize|expand) ", l)]
         gemm_rows = [l for l in text.splitlines() if re.match(r"^(qkv|proj|fc1|fc2) +\d+x\d+x\d+ +(fprop|dgrad|wgrad) ", l)]
         # Each row once on the screen (say prints it and appends it to the report).
-        self.assertEqual(len(kernel_rows), 4 * (15 + 3), text)
+        self.assertEqual(len(kernel_rows), 4 * (17 + 3), text)
         self.assertEqual(len(gemm_rows), 4 * 3, text)
-        self.assertIn("kernels: 72 kernel rows, 12 GEMM rows; JSON " + os.path.join(out, "kernels.json"), text)
+        self.assertIn("kernels: 80 kernel rows, 12 GEMM rows; JSON " + os.path.join(out, "kernels.json"), text)
         with open(os.path.join(out, "kernels.json")) as fh:
             j = json.load(fh)
-        self.assertEqual((j["complete"], len(j["kernels"]), len(j["gemms"])), (True, 72, 12))
+        self.assertEqual((j["complete"], len(j["kernels"]), len(j["gemms"])), (True, 80, 12))
         with open(os.path.join(out, "gpu_check.txt")) as fh:
             report = fh.read()
         self.assertIn("nvfp4 dy row + col RHT, SR", report)
