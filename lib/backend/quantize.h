@@ -35,7 +35,8 @@ struct QuantizedCopy {
   Tensor amax;             // f32 [1]: amax of what was quantized (post-RHT for an RHT'd copy)
   Tensor scale_inv;        // f32 [1]: FP8 per-tensor dequantization scale (1/scale); unused otherwise
   Tensor spare;            // f32 [2] in the same allocation (its 256-byte tail), for the copy's owner:
-                           // a linear layer keeps x's two amaxes in its weight's rowwise copy
+                           // a linear layer keeps x's two amaxes in its weight's rowwise copy and
+                           // dy's two in its columnwise copy
 };
 
 struct QuantizedTensor {
