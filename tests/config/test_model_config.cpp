@@ -92,6 +92,40 @@ TEST(ConfigModel, Llama3_1_8bHasRopeScalingFactor8) {
   EXPECT_EQ(a.num_parameters(), b.num_parameters());
 }
 
+// Meta-Llama-3-70B's shapes (Hugging Face config.json: 80 layers, hidden 8192, intermediate 28672, 64 heads,
+// 8 KV heads, vocab 128256, rope_theta 500000) with Megatron-Bridge's Llama3ModelProvider70B init_method_std
+// 0.008944; the parameter count by tensor shapes (untied embedding and output layer, no biases):
+// 70.55 B, of which 68.45 B in the linear layers (issue 42). Llama 3.1 adds only the RoPE scaling.
+TEST(ConfigModel, Llama3_70bMatchesMetaAndMegatronBridge) {
+  const ModelConfig m = pl::load_model_config(model_path("llama3_70b"));
+  EXPECT_EQ(m.name, "llama3_70b");
+  EXPECT_EQ(m.num_layers, 80);
+  EXPECT_EQ(m.hidden_size, 8192);
+  EXPECT_EQ(m.ffn_hidden_size, 28672);
+  EXPECT_EQ(m.num_attention_heads, 64);
+  EXPECT_EQ(m.num_query_groups, 8);
+  EXPECT_EQ(m.kv_channels, 128);
+  EXPECT_EQ(m.padded_vocab_size(), 128256);
+  EXPECT_FALSE(m.rope_scaling);
+  EXPECT_DOUBLE_EQ(m.rotary_base, 500000.0);
+  EXPECT_DOUBLE_EQ(m.init_method_std, 0.008944);
+  const int64_t h = 8192, kv = 8 * 128, f = 28672, V = 128256, L = 80;
+  const int64_t linear = L * (h * (h + 2 * kv) + h * h + h * 2 * f + f * h);
+  const int64_t megatron = linear + L * 2 * h + h + 2 * V * h;  // + the norms, the final norm, embedding and head
+  EXPECT_EQ(linear, 68'451'041'280);
+  EXPECT_EQ(megatron, 70'553'706'496);
+  EXPECT_EQ(m.num_parameters(), megatron);
+
+  const ModelConfig m31 = pl::load_model_config(model_path("llama3_1_70b"));
+  EXPECT_TRUE(m31.rope_scaling);
+  EXPECT_DOUBLE_EQ(m31.rope_scaling_factor, 8.0);
+  EXPECT_DOUBLE_EQ(m31.rope_low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(m31.rope_high_freq_factor, 4.0);
+  EXPECT_EQ(m31.rope_original_max_position, 8192);
+  EXPECT_EQ(m31.max_position_embeddings, 131072);
+  EXPECT_EQ(m31.num_parameters(), m.num_parameters());
+}
+
 TEST(ConfigModel, LlamaTinyIsTinyAndBlockAligned) {
   const ModelConfig m = pl::load_model_config(model_path("llama_tiny"));
   EXPECT_LT(m.num_parameters(), 1'000'000);
