@@ -21,9 +21,7 @@ set -uo pipefail
 prog=check_kernel_resources
 # shellcheck source=scripts/script_util.sh
 source "$(dirname "${BASH_SOURCE[0]}")/script_util.sh"
-build="${1:-build}"
-[[ "$build" == "-h" || "$build" == "--help" ]] && { print_usage "$0"; exit 0; }
-[[ -d "$build" ]] || { echo "$prog: no build directory '$build'" >&2; exit 2; }
+build_dir_arg "${1:-}"
 
 # file (under lib/CMakeFiles/pl.dir/backend/cuda/) | demangled kernel name, template arguments included
 # (a trailing '*' matches any rest) | register limit

@@ -21,9 +21,7 @@ set -uo pipefail
 prog=check_no_fp64
 # shellcheck source=scripts/script_util.sh
 source "$(dirname "${BASH_SOURCE[0]}")/script_util.sh"
-build="${1:-build}"
-[[ "$build" == "-h" || "$build" == "--help" ]] && { print_usage "$0"; exit 0; }
-[[ -d "$build" ]] || { echo "$prog: no build directory '$build'" >&2; exit 2; }
+build_dir_arg "${1:-}"
 
 # Kernels allowed to keep FP64 (demangled-name substrings), each with its reason. Only kernels that are
 # not on the training path belong here.

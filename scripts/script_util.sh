@@ -27,6 +27,14 @@ find_python() {
   fi
 }
 
+# The build directory argument of the check scripts ($1, default build) into $build: -h/--help prints the
+# calling script's usage (exit 0), a directory that does not exist is a usage error (exit 2).
+build_dir_arg() {
+  build="${1:-build}"
+  [[ "$build" == "-h" || "$build" == "--help" ]] && { print_usage "$0"; exit 0; }
+  [[ -d "$build" ]] || { echo "$prog: no build directory '$build'" >&2; exit 2; }
+}
+
 # The path of CUDA binary utility $1 (cuobjdump, nvdisasm): on PATH, in /usr/local/cuda/bin, or in the
 # `nvidia-cuda-*` Python wheels' bin folders (scripts/setup.sh installs them when nvcc is present);
 # status 1 when none is found.

@@ -218,8 +218,6 @@ inline unsigned grid_stride_blocks(int64_t items, int threads, int num_sms) {
   return static_cast<unsigned>(want < 1 ? 1 : (want < cap ? want : cap));
 }
 
-
-
 // ---- combining the per-block maxima of one launch ----------------------------------------------------
 // The blocks of a launch atomicMax their maxima (non-negative floats, whose bits order as unsigned
 // integers) into partial[]; the last block to finish (counted in blocks_done, after a __threadfence, as
@@ -227,8 +225,9 @@ inline unsigned grid_stride_blocks(int64_t items, int threads, int num_sms) {
 // stores them into the amax slots and zeroes the count. So the set is zero between launches (module load
 // zeroes it), the slots need no cudaMemsetAsync before the launch, and each slot gets the exact max of
 // every value offered, as a direct atomicMax into a zeroed slot gave. One set (a __device__ global of the .cu
-// file) per kernel that uses it: its launches are ordered on the device state's compute stream (a second device state quantizing on the
-// same GPU concurrently would need its own sets).
+// file) per kernel or group of kernels whose launches are ordered on the device state's compute stream
+// (quantize.cu: one per kernel; rmsnorm.cu, swiglu.cu: one per file); a second device state reducing on the
+// same GPU concurrently would need its own sets.
 struct AmaxCombine {
   unsigned int partial[2];
   unsigned int blocks_done;
