@@ -7,6 +7,7 @@
 #include "backend/op_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
@@ -414,6 +415,22 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
   arg(ctx, op, "b", b, act(ctx));
   PL_CHECK(same_shape(a, b), "{}: a {} does not match b {}", op, a.shape_str(), b.shape_str());
   PL_CHECK(same_shape(out, a), "{}: out {} does not match a {}", op, out.shape_str(), a.shape_str());
+}
+
+void scale(const OpContext& ctx, const Tensor& out, const Tensor& x, float s) {
+  constexpr const char* op = "scale";
+  arg(ctx, op, "out", out, act(ctx));
+  arg(ctx, op, "x", x, act(ctx));
+  PL_CHECK(same_shape(out, x), "{}: out {} does not match x {}", op, out.shape_str(), x.shape_str());
+  PL_CHECK(std::isfinite(s), "{}: the scale {} must be finite", op, s);
+}
+
+void dropout(const OpContext& ctx, const Tensor& out, const Tensor& x, float p, uint64_t, uint32_t, uint64_t) {
+  constexpr const char* op = "dropout";
+  arg(ctx, op, "out", out, act(ctx));
+  arg(ctx, op, "x", x, act(ctx));
+  PL_CHECK(same_shape(out, x), "{}: out {} does not match x {}", op, out.shape_str(), x.shape_str());
+  PL_CHECK(p >= 0.0f && p < 1.0f, "{}: the probability {} must lie in [0, 1)", op, p);
 }
 
 void fill_zero(const OpContext& ctx, const Tensor& x) {

@@ -274,6 +274,15 @@ OpCosts add(const OpContext&, const Tensor& out, const Tensor& a, const Tensor& 
   return single(OpKind::Elementwise, dtype_row_name(out.dtype), static_cast<double>(out.numel()),
                 inputs + bytes_of(out), inputs + (aliased ? 0.0 : bytes_of(out)));
 }
+// n multiplies; bytes x read, out written (once when aliased, as add counts it).
+OpCosts scale(const OpContext&, const Tensor& out, const Tensor& x, float) {
+  return single(OpKind::Elementwise, dtype_row_name(out.dtype), static_cast<double>(out.numel()),
+                bytes_of(x) + bytes_of(out), bytes_of(x) + (out.data == x.data ? 0.0 : bytes_of(out)));
+}
+// n multiplies (one Philox call per 4 elements not counted as FLOPs); bytes as scale.
+OpCosts dropout(const OpContext& ctx, const Tensor& out, const Tensor& x, float, uint64_t, uint32_t, uint64_t) {
+  return cost::scale(ctx, out, x, 1.0f);
+}
 // No arithmetic; bytes x written.
 OpCosts fill_zero(const OpContext&, const Tensor& x) {
   return streamed(OpKind::Elementwise, dtype_row_name(x.dtype), 0.0, bytes_of(x));

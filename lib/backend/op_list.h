@@ -121,6 +121,19 @@ PL_OP(swiglu_backward, void, TimerId::Swiglu,
 // out = a + b (same shape; out may alias a or b)            out: bf16 activation
 PL_OP(add, void, TimerId::Elementwise, (const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor& b),
       (ctx, out, a, b))
+// out = s · x (same shape; out may alias x)                 out: bf16 activation (the product rounded once)
+// LoRA's adapter scaling alpha/dim on the adapter's output and, in backward, on its gradient (Megatron-Bridge's
+// ParallelLinearAdapter: x * (alpha / dim) after linear_out).
+PL_OP(scale, void, TimerId::Elementwise, (const OpContext& ctx, const Tensor& out, const Tensor& x, float s),
+      (ctx, out, x, s))
+// out = dropout(x): element i is x[i] · 1/(1-p) when kept, x[i] · 0 when dropped, the mask drawn from
+// numerics/dropout.h's Philox stream of (seed, stream_id, counter) and element index (same shape; out may alias
+// x; p in [0, 1)).                                          out: bf16 activation (rounded once)
+// Its backward is the same op on the gradient with the same arguments (the mask regenerated, never stored).
+PL_OP(dropout, void, TimerId::Elementwise,
+      (const OpContext& ctx, const Tensor& out, const Tensor& x, float p, uint64_t seed, uint32_t stream_id,
+       uint64_t counter),
+      (ctx, out, x, p, seed, stream_id, counter))
 // x = 0
 PL_OP(fill_zero, void, TimerId::Elementwise, (const OpContext& ctx, const Tensor& x), (ctx, x))
 // acc = bf16(acc + delta)   acc [n]: bf16 storage (rounded when ctx.round_bf16), delta [n] fp32: one

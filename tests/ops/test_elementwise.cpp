@@ -1,7 +1,11 @@
-// add (with aliasing and rounding), accumulate_bf16, fill_zero and stream_triad (the machine probe's STREAM triad).
+// add (with aliasing and rounding), scale and dropout (LoRA's adapter ops), accumulate_bf16, fill_zero and
+// stream_triad (the machine probe's STREAM triad).
 // Cpu/Elementwise.* and Cuda/Elementwise.* run the same cases on each backend (the GPU also against
 // the CPU backend, bit for bit); OpsElementwise.* are CPU-only (plain FP32, errors).
+#include <limits>
+
 #include "op_test_util.h"
+#include "numerics/dropout.h"
 
 namespace pl::optest {
 namespace {
@@ -20,6 +24,11 @@ TEST(OpsElementwise, ErrorsNameTheOp) {
   HostF32 a({4, 8}), b({8, 4}), out({4, 8});
   expect_error_naming("add", [&] { add(cpu_ctx(false), out.t(), a.t(), b.t()); });
   expect_error_naming("add", [&] { add(cpu_ctx(false), b.t(), a.t(), a.t()); });
+  expect_error_naming("scale", [&] { scale(cpu_ctx(false), b.t(), a.t(), 2.0f); });
+  expect_error_naming("scale", [&] { scale(cpu_ctx(false), a.t(), a.t(), std::numeric_limits<float>::infinity()); });
+  expect_error_naming("dropout", [&] { dropout(cpu_ctx(false), b.t(), a.t(), 0.1f, 1, 0, 0); });
+  expect_error_containing([&] { dropout(cpu_ctx(false), a.t(), a.t(), 1.0f, 1, 0, 0); }, {"dropout", "[0, 1)"});
+  expect_error_containing([&] { dropout(cpu_ctx(false), a.t(), a.t(), -0.1f, 1, 0, 0); }, {"dropout", "[0, 1)"});
   HostF32 x({32}), y({32}), z({31}), m({4, 8});
   expect_error_naming("stream_triad", [&] { stream_triad(cpu_ctx(false), x.t(), y.t(), z.t(), 2.0f); });
   expect_error_naming("stream_triad", [&] { stream_triad(cpu_ctx(false), m.t(), m.t(), m.t(), 2.0f); });  // not 1-D
@@ -89,6 +98,64 @@ TEST_P(Elementwise, FillZero) {
   std::vector<int32_t> ids = uniform_ids(1237, rng, 1000);
   fill_zero(k.ctx(), k.put(ids, {1237}));
   for (int32_t v : k.get(ids)) ASSERT_EQ(v, 0) << "i32";
+}
+
+// out = round_bf16(s · x) on every backend, also in place, over a length with a tail after the 16-byte vectors.
+TEST_P(Elementwise, ScaleRoundsOnceAndMayAlias) {
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 4099;
+  const std::vector<float> x = uniform_bf16(n, rng, -4.0f, 4.0f);
+  for (float s : {1.0f, 2.0f, 0.3f, -1.7f}) {
+    for (bool alias : {false, true}) {
+      const auto run = [&](Backend& k) {
+        std::vector<float> xx = x, out(n);
+        const Tensor tx = k.put(xx, {n}, DType::BF16);
+        scale(k.ctx(), alias ? tx : k.put(out, {n}, DType::BF16), tx, s);
+        return k.get(alias ? xx : out);
+      };
+      const std::vector<float> got = run_exact(GetParam(), run, "scale");
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], num::round_bf16(s * x[i])) << "s " << s << " i " << i;
+    }
+  }
+}
+
+// Dropout keeps exactly the elements numerics/dropout.h's Philox words keep, scaled by 1/(1-p) and rounded
+// once, on every backend (16-byte and scalar paths: views 0 and 1 elements in, a tail); the same arguments
+// give the same mask (the backward regenerates it), another counter or stream another one; the kept share is
+// 1 - p within 5 standard deviations; p = 0 keeps everything unchanged.
+TEST_P(Elementwise, DropoutKeepsThePhiloxMaskScaledAndRegeneratesIt) {
+  PL_SEEDED_RNG(rng);
+  const int64_t n = 20011;
+  const std::vector<float> x = uniform_bf16(n, rng, -4.0f, 4.0f);
+  const uint64_t seed = 0x1234'5678'9ABCull;
+  const auto run_with = [&](int64_t offset, float p, uint32_t stream, uint64_t counter) {
+    const auto run = [&](Backend& k) {
+      std::vector<float> xx = x, out(n, -7.0f);
+      const Tensor tx = k.put(xx, {n}, DType::BF16), to = k.put(out, {n}, DType::BF16);
+      dropout(k.ctx(), to.rows(offset, n - offset), tx.rows(offset, n - offset), p, seed, stream, counter);
+      return k.get(out);
+    };
+    return run_exact(GetParam(), run, "dropout");
+  };
+  for (int64_t offset : {0, 1}) {
+    const float p = 0.3f;
+    const std::vector<float> got = run_with(offset, p, 5, (uint64_t{3} << 32) | 9);
+    const uint32_t threshold = num::dropout_threshold(p);
+    int64_t kept = 0;
+    for (int64_t i = offset; i < n; ++i) {
+      const bool keep = num::dropout_keeps(seed, 5, (uint64_t{3} << 32) | 9, static_cast<uint64_t>(i - offset), threshold);
+      kept += keep ? 1 : 0;
+      ASSERT_EQ(num::float_bits(got[i]), num::float_bits(num::round_bf16(x[i] * (keep ? 1.0f / 0.7f : 0.0f))))
+          << "offset " << offset << " i " << i;
+    }
+    EXPECT_EQ(got[0], offset == 1 ? -7.0f : got[0]);
+    const double m = static_cast<double>(n - offset), share = static_cast<double>(kept) / m;
+    EXPECT_NEAR(share, 0.7, 5.0 * std::sqrt(0.7 * 0.3 / m));
+  }
+  EXPECT_EQ(run_with(0, 0.3f, 5, 9), run_with(0, 0.3f, 5, 9));
+  EXPECT_NE(run_with(0, 0.3f, 5, 9), run_with(0, 0.3f, 5, 10));
+  EXPECT_NE(run_with(0, 0.3f, 5, 9), run_with(0, 0.3f, 6, 9));
+  EXPECT_EQ(run_with(0, 0.0f, 5, 9), x);
 }
 
 // a = b + s·c against the plain loop (McCalpin's STREAM triad), bit for bit (one FP32 multiply and one add,

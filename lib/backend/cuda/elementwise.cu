@@ -7,6 +7,7 @@
 // are 0 in every dtype).
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/op_util.cuh"
+#include "numerics/dropout.h"
 
 namespace pl::cuda {
 
@@ -60,6 +61,67 @@ __global__ void accumulate_bf16_vec_kernel(uint16_t* acc, const float* delta, in
   if (i < n) store_bf16(acc, i, load_bf16(acc, i) + delta[i]);
 }
 
+// out, x: [n] bf16; out = bf16(s * x)
+__global__ void scale_kernel(uint16_t* out, const uint16_t* x, float s, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_bf16(out, i, s * load_bf16(x, i));
+}
+
+__global__ void scale_vec_kernel(uint16_t* out, const uint16_t* x, float s, int64_t n) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t vectors = n / kVec, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = first; v < vectors; v += stride) {
+    float a[kVec];
+    load8_bf16(x + v * kVec, a);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) a[j] = s * a[j];
+    store8_bf16(out + v * kVec, a);
+  }
+  const int64_t i = vectors * kVec + first;
+  if (i < n) store_bf16(out, i, s * load_bf16(x, i));
+}
+
+struct DropoutArgs {
+  uint64_t seed, counter;
+  uint32_t stream_id, threshold;
+  float keep_scale;
+};
+
+// out, x: [n] bf16; one thread per 4 elements (one Philox call), grid-stride.
+__global__ void dropout_kernel(uint16_t* out, const uint16_t* x, DropoutArgs d, int64_t n) {
+  const int64_t quads = (n + 3) / 4;
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint32_t w[4];
+    num::dropout_words(d.seed, d.stream_id, d.counter, static_cast<uint64_t>(q), w);
+    for (int64_t k = 0, i = 4 * q; k < 4 && i < n; ++k, ++i)
+      store_bf16(out, i, num::dropout_value(load_bf16(x, i), w[k] >= d.threshold, d.keep_scale));
+  }
+}
+
+// The 16-byte form: 8 elements (two Philox calls) per vector; the tail (n % 8) by dropout_kernel's rule.
+__global__ void dropout_vec_kernel(uint16_t* out, const uint16_t* x, DropoutArgs d, int64_t n) {
+  const int64_t first = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int64_t vectors = n / kVec, stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t v = first; v < vectors; v += stride) {
+    float a[kVec];
+    uint32_t w[kVec];
+    load8_bf16(x + v * kVec, a);
+    num::dropout_words(d.seed, d.stream_id, d.counter, static_cast<uint64_t>(2 * v), w);
+    num::dropout_words(d.seed, d.stream_id, d.counter, static_cast<uint64_t>(2 * v + 1), w + 4);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) a[j] = num::dropout_value(a[j], w[j] >= d.threshold, d.keep_scale);
+    store8_bf16(out + v * kVec, a);
+  }
+  const int64_t i = vectors * kVec + first;
+  if (i < n) {
+    uint32_t w[4];
+    num::dropout_words(d.seed, d.stream_id, d.counter, static_cast<uint64_t>(i / 4), w);
+    store_bf16(out, i, num::dropout_value(load_bf16(x, i), w[i % 4] >= d.threshold, d.keep_scale));
+  }
+}
+
 }  // namespace
 
 void accumulate_bf16(const OpContext& ctx, const Tensor& acc, const Tensor& delta) {
@@ -84,6 +146,33 @@ void add(const OpContext& ctx, const Tensor& out, const Tensor& a, const Tensor&
                                                                                          bf16_in(b), n);
   else
     add_kernel<<<grid_capped(n, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(a), bf16_in(b), n);
+  check_launch(*ctx.gpu, op, "out " + out.shape_str());
+}
+
+void scale(const OpContext& ctx, const Tensor& out, const Tensor& x, float s) {
+  constexpr const char* op = "scale";
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  if (is_aligned16(out.data) && is_aligned16(x.data))
+    scale_vec_kernel<<<grid_capped(n / kVec + 1, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(x),
+                                                                                           s, n);
+  else
+    scale_kernel<<<grid_capped(n, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(x), s, n);
+  check_launch(*ctx.gpu, op, "out " + out.shape_str());
+}
+
+void dropout(const OpContext& ctx, const Tensor& out, const Tensor& x, float p, uint64_t seed, uint32_t stream_id,
+             uint64_t counter) {
+  constexpr const char* op = "dropout";
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  const DropoutArgs d{seed, counter, stream_id, num::dropout_threshold(p), num::dropout_scale(p)};
+  if (is_aligned16(out.data) && is_aligned16(x.data))
+    dropout_vec_kernel<<<grid_capped(n / kVec + 1, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out),
+                                                                                             bf16_in(x), d, n);
+  else
+    dropout_kernel<<<grid_capped((n + 3) / 4, kThreads), kThreads, 0, ctx.gpu->stream>>>(bf16_out(out), bf16_in(x),
+                                                                                        d, n);
   check_launch(*ctx.gpu, op, "out " + out.shape_str());
 }
 
