@@ -108,7 +108,9 @@ std::vector<std::string> lora_hf_target_modules(const LoraTargets& t) {
 LoraDropoutPosition parse_lora_dropout_position(const std::string& s) {
   if (s == "pre") return LoraDropoutPosition::Pre;
   if (s == "post") return LoraDropoutPosition::Post;
-  fail("--lora-dropout-position must be pre (on the adapter's input, before A) or post (after A), got '{}'", s);
+  fail("--lora-dropout-position must be pre (on the adapter's input, before A) or post (on the adapter's output, "
+       "before the alpha/dim scaling), got '{}'",
+       s);
 }
 
 LoraAInit parse_lora_a_init(const std::string& s) {

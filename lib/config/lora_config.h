@@ -1,7 +1,8 @@
 #pragma once
 // LoRA's configuration as Megatron-Bridge's LoRA PEFT config names it (peft/lora.py; ../shared/SPEC-LORA.md):
 // the rank `dim`, `alpha` (the update is scaled by alpha/dim), dropout on the adapter's input (`pre`, before A,
-// as Megatron-Bridge and PEFT) or on A's output (`post`), A's initialisation (`xavier` = xavier_normal, std
+// as Megatron-Bridge and PEFT) or on its output (`post`: on B's output, before the alpha/dim scaling, as
+// Megatron-Bridge's ParallelLinearAdapter.forward does), A's initialisation (`xavier` = xavier_normal, std
 // sqrt(2/(in + dim)); `kaiming` = kaiming_uniform(a = sqrt 5), U(+-1/sqrt(in)) as PEFT; B is zero either way, so
 // step 0 is the base model), and the target modules. One adapter per fused layer (Megatron-Bridge's default,
 // "performant" LoRA): the fused qkv and the fused gate+up (fc1) each carry one A and one B, which is canonical

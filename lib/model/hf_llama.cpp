@@ -312,8 +312,9 @@ std::string HfImportReport::describe() const {
 }
 
 HfImportReport import_hf(const std::string& dir, LlamaModel& model) {
+  // Under LoRA into the frozen base (the adapters keep their values: init_adapters).
   HfImportReport rep = read_hf_weights(dir, model.config(), [&](int64_t offset, const float* values, int64_t count) {
-    model.write_master(offset, values, count);
+    model.write_base(offset, values, count);
   });
   model.sync_weights_from_master();
   model.zero_grads();
@@ -392,6 +393,8 @@ std::vector<std::string> export_hf(const ModelConfig& cfg, std::span<const float
 std::vector<std::string> export_hf(LlamaModel& model, const std::string& dir, const HfExportOptions& opts) {
   PL_CHECK(!model.sharded(), "export_hf: the master weights are sharded over the data-parallel ranks; export "
            "from a checkpoint instead (convert_checkpoint)");
+  PL_CHECK(!model.lora(), "export_hf: a LoRA model's master weights are its adapters, not a Hugging Face model "
+           "(merging them into the base is not built yet)");
   std::vector<float> host(static_cast<size_t>(model.num_params()));
   copy_to_host(host.data(), model.master().flat);
   return export_hf(model.config(), host, dir, opts);

@@ -30,6 +30,15 @@ void fill_normal(float* out, int64_t n, double std, uint64_t seed, uint64_t tens
     out[i] = static_cast<float>(std * normal_at(seed, tensor_id, static_cast<uint64_t>(i)));
 }
 
+void fill_uniform(float* out, int64_t n, double bound, uint64_t seed, uint64_t tensor_id) {
+  const uint64_t key = mix64(mix64(seed) ^ (tensor_id * 0xD1B54A32D192ED03ull) ^ 0x55AA55AA55AA55AAull);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const double u = unit(mix64(key ^ static_cast<uint64_t>(i)));  // (0, 1]
+    out[i] = static_cast<float>(bound * (2.0 * u - 1.0));
+  }
+}
+
 void fill_ones(float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = 1.0f;
 }

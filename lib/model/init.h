@@ -8,6 +8,8 @@
 namespace pl {
 
 void fill_normal(float* out, int64_t n, double std, uint64_t seed, uint64_t tensor_id);
+// U(-bound, bound] (LoRA's kaiming_uniform A: bound 1/sqrt(in)).
+void fill_uniform(float* out, int64_t n, double bound, uint64_t seed, uint64_t tensor_id);
 void fill_ones(float* out, int64_t n);
 // The standard normal sample for one counter (exposed for tests).
 double normal_at(uint64_t seed, uint64_t tensor_id, uint64_t index);

@@ -153,8 +153,9 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   PL_CHECK(!dy_amax_given || takes_producer_amax(), "internal: dy's amax given to a {} linear layer that takes none",
            format_name(p_));
   const OpContext wgrad = with_pass(ctx, GemmPass::Wgrad), dgrad = with_pass(ctx, GemmPass::Dgrad);
+  const bool frozen = dw.data == nullptr;  // a frozen weight (LoRA's base): dgrad only
   if (!p_.quantized()) {
-    linear_backward_weight(wgrad, dw, dy, x);
+    if (!frozen) linear_backward_weight(wgrad, dw, dy, x);
     linear_backward_input(dgrad, dx, dy, w);
     return;
   }
@@ -163,20 +164,23 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
              "quantization statistics of a {} linear layer [{}x{}] need {} f32 elements of scratch, the model "
              "planned {} (plan it with telemetry on)",
              format_name(p_), p_.out, p_.in, scratch_elements(T_, p_.in, p_.out), scratch_a_.numel());
-  // dy's two copies serve dgrad (rowwise) and wgrad (columnwise): one row, under dgrad.
+  // dy's two copies serve dgrad (rowwise) and wgrad (columnwise): one row, under dgrad. A frozen weight takes
+  // the rowwise copy only, and no copy of x.
   QuantizedTensor dyq = dy_copies();
   quantize(dgrad, dyq, dy,
-           {.format = *p_.dy, .rowwise = true, .columnwise = true, .rht_columnwise = p_.rht,
+           {.format = *p_.dy, .rowwise = true, .columnwise = !frozen, .rht_columnwise = p_.rht,
             .stochastic = p_.stochastic_rounding, .seed = kStochasticRoundingSeed, .stream_id = stream_base_,
             .counter = step.counter, .scale = ds_.dy_scale, .amax_record = ds_.dy_record, .amax_given = dy_amax_given,
             .compact_scales = false});
-  // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
   QuantizedTensor xq = x_copies();
-  quantize(wgrad, xq, x,
-           {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
-            .amax_given = true, .compact_scales = false});
-  // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
-  quantized_gemm(wgrad, dw, dyq.columnwise, xq.columnwise, dyq.format, true, scratch_a_, scratch_b_);
+  if (!frozen) {
+    // The wgrad copy of x, with the amax given: x_amax_[1], from this x's forward.
+    quantize(wgrad, xq, x,
+             {.format = *p_.x, .rowwise = false, .columnwise = true, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
+              .amax_given = true, .compact_scales = false});
+    // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
+    quantized_gemm(wgrad, dw, dyq.columnwise, xq.columnwise, dyq.format, true, scratch_a_, scratch_b_);
+  }
   // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
   quantized_gemm(dgrad, dx, dyq.rowwise, wq_.columnwise, dyq.format, false, scratch_a_, scratch_b_);
   if (step.collect_quant_stats) {
@@ -186,9 +190,9 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
     quantize(ctx, xq, x,
              {.format = *p_.x, .scale = ds_.x_scale, .amax_given = true, .compact_scales = false});
     record(ctx, "x rowwise", xq.rowwise, x);
-    record_columnwise(ctx, "x columnwise", xq.columnwise, x, p_.rht);
+    if (!frozen) record_columnwise(ctx, "x columnwise", xq.columnwise, x, p_.rht);
     record(ctx, "dy rowwise", dyq.rowwise, dy);
-    record_columnwise(ctx, "dy columnwise", dyq.columnwise, dy, p_.rht);
+    if (!frozen) record_columnwise(ctx, "dy columnwise", dyq.columnwise, dy, p_.rht);
   }
 }
 

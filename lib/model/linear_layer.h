@@ -134,7 +134,8 @@ class LinearLayer {
   // step.counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits;
   // step.collect_quant_stats: record every quantized operand's telemetry into stats() (needs scratch_a
   // of scratch_elements(...), checked). Follows this layer's forward() of the same x (reusing its amaxes).
-  // dy_amax_given: dy's producer wrote producer_dy_amax() while making this dy.
+  // dy_amax_given: dy's producer wrote producer_dy_amax() while making this dy. dw empty (no data): a frozen weight
+  // (LoRA's base): dgrad only, no wgrad GEMM and no wgrad copies of x and dy.
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
                 const Tensor& w, const MicroBatchOptions& step, bool dy_amax_given = false);
   const std::vector<OperandStats>& stats() const { return stats_; }

@@ -19,12 +19,25 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
 
 LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_length, const OpContext& ctx,
                        const PrecisionPlan& plan, const RunLayout& options)
-    : cfg_(cfg), B_(micro_batch), S_(seq_length), ctx_(ctx), plan_(plan), layout_(options), entries_(param_layout(cfg)) {
+    : cfg_(cfg),
+      B_(micro_batch),
+      S_(seq_length),
+      ctx_(ctx),
+      plan_(plan),
+      layout_(options),
+      entries_(options.lora ? lora_layout(cfg, *options.lora) : param_layout(cfg)),
+      base_entries_(param_layout(cfg)) {
   PL_CHECK(micro_batch > 0 && seq_length > 0, "model needs a positive micro-batch and sequence length");
   PL_CHECK(options.loss_micro_batches >= 1, "internal: loss_micro_batches = {} (must be >= 1)",
            options.loss_micro_batches);
   PL_CHECK(plan_.num_layers() == cfg.num_layers, "internal: precision plan for {} layers, model has {}",
            plan_.num_layers(), cfg.num_layers);
+  // LoRA trains the adapters over a frozen base: none of the options that split, offload or round the full
+  // model's optimizer state apply (the flags are refused in one line before a model is built).
+  PL_CHECK(!lora() || (!options.optimizer_offload && !options.bf16_main_grads && !options.distributed_optimizer),
+           "internal: LoRA with the optimizer offload, BF16 main grads or the distributed optimizer");
+  if (lora()) validate_lora_config(*options.lora);
+  trainable_ = entries_.empty() ? 0 : entries_.back().offset + entries_.back().numel();
   // On the GPU the plan is the context's GPU's.
   mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, layout_, device_sm(ctx_));
   // The distributed optimizer pads the weights and gradients and keeps only this rank's shard of the
@@ -33,7 +46,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   const size_t n = static_cast<size_t>(shard_.padded);
   const DType storage = float_storage(ctx_.device);
   // FP8 primary weights: BF16 storage for the kept ranges only (packed), and one FP8 layer's rounding scratch.
-  primary_ = fp8_primary_weights_in_effect(plan_, layout_);
+  primary_ = !lora() && fp8_primary_weights_in_effect(plan_, layout_);
   kept_ = bf16_weight_ranges(cfg_, plan_, layout_);
   int64_t kept_elements = 0;
   for (size_t r = 0; r < kept_.size(); r += 2) kept_elements += kept_[r + 1] - kept_[r];
@@ -46,13 +59,17 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   grad_buf_ = Buffer(n * dtype_size(grad_type), ctx_.device);
   // With the optimizer offloaded the FP32 master weights live in host memory, where AdamW updates them.
   master_buf_ = Buffer(static_cast<size_t>(shard_.shard) * 4, options.optimizer_offload ? Device::CPU : ctx_.device);
-  weights_ = primary_ ? kept_weight_views(cfg_, entries_, kept_, weight_buf_.data(), storage, ctx_.device)
-                     : views_of(weight_buf_, storage);
-  grads_ = views_of(grad_buf_, grad_type);
-  if (sharded())
-    master_.flat = master_buf_.as({shard_.shard}, DType::F32);
-  else
-    master_ = views_of(master_buf_, DType::F32);
+  if (lora()) {
+    allocate_lora_views(storage, grad_type);
+  } else {
+    weights_ = primary_ ? kept_weight_views(cfg_, entries_, kept_, weight_buf_.data(), storage, ctx_.device)
+                        : views_of(weight_buf_, storage);
+    grads_ = views_of(grad_buf_, grad_type);
+    if (sharded())
+      master_.flat = master_buf_.as({shard_.shard}, DType::F32);
+    else
+      master_ = views_of(master_buf_, DType::F32);
+  }
   allocate_activations();
   if (layout_.bf16_main_grads) grad_work_ = views_at(acts_.grad_scratch.data, DType::F32, ctx_.device, true);
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
@@ -136,7 +153,7 @@ ParamViews kept_weight_views(const ModelConfig& cfg, std::vector<ParamEntry> ent
 }
 
 ParamViews LlamaModel::views_at(void* base, DType t, Device d, bool group_relative) const {
-  return param_views(cfg_, entries_, base, t, d, group_relative);
+  return param_views(cfg_, base_entries_, base, t, d, group_relative);
 }
 
 ParamViews LlamaModel::views_of(const Buffer& buf, DType t) const { return views_at(buf.data(), t, buf.device(), false); }
@@ -209,16 +226,18 @@ void LlamaModel::init_parameters(uint64_t seed) {
   // tensor by tensor and copied into the fp32 master buffer wherever it lives: with the distributed
   // optimizer only the tensors that reach into this rank's shard, and only that part of them.
   std::vector<float> staging;
-  for (size_t i = 0; i < entries_.size(); ++i) {
-    const ParamEntry& e = entries_[i];
-    if (e.offset + e.numel() <= shard_.begin || e.offset >= shard_.real_end()) continue;
+  const bool everything = !lora();
+  for (size_t i = 0; i < base_entries_.size(); ++i) {
+    const ParamEntry& e = base_entries_[i];
+    if (everything && (e.offset + e.numel() <= shard_.begin || e.offset >= shard_.real_end())) continue;
     staging.resize(static_cast<size_t>(e.numel()));
     if (e.init_std == 0.0)
       fill_ones(staging.data(), e.numel());
     else
       fill_normal(staging.data(), e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
-    write_master(e.offset, staging.data(), e.numel());
+    write_base(e.offset, staging.data(), e.numel());
   }
+  if (lora()) return init_adapters(seed);
   sync_weights_from_master();
   zero_grads();
 }
@@ -334,6 +353,7 @@ void LlamaModel::weights_to_host(int64_t first, int64_t count, void* dst) const 
 }
 
 void LlamaModel::weights_arrive_during_forward(const WeightGate* gate) {
+  PL_CHECK(!lora(), "internal: a weight gate over LoRA's frozen base");
   gate_ = gate;
   weights_pending_ = true;
 }
@@ -421,12 +441,13 @@ void LlamaModel::queue_forward(int64_t slot, const int32_t* tokens, const int32_
 
 void LlamaModel::queue_forward_backward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
                                         const MicroBatchOptions& step, const int32_t* positions) {
-  queue_training_forward(slot, tokens, labels, grad_scale, positions);
+  queue_training_forward(slot, tokens, labels, grad_scale, positions, step.counter);
   queue_backward(step);
 }
 
 void LlamaModel::queue_training_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
-                                        const int32_t* positions) {
+                                        const int32_t* positions, uint64_t counter) {
+  lora_counter_ = counter;
   use_loss_slot(slot);
   upload_batch(tokens, labels, positions);
   run_forward(grad_scale, true);
@@ -506,14 +527,18 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
   const Tensor qkv_amax = linear(l, kQkv).producer_x_amax();
   if (!fused || l == 0) rmsnorm_forward(ctx_, a.ln1, a.rstd1, a.resid_in, w.ln1, eps, qkv_amax);
   linear(l, kQkv).forward(linear_ctx(kQkv), a.qkv, a.ln1, w.qkv, qkv_amax.data != nullptr);
+  adapter_forward(l, kQkv, a.qkv, a.ln1);
   rope_forward(ctx_, a.qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
   attention_forward(ctx_, a.attn, a.lse, a.qkv, as);
   linear(l, kProj).forward(linear_ctx(kProj), acts_.d_h, a.attn, w.proj);  // acts_.d_h is free during the forward: scratch
+  adapter_forward(l, kProj, acts_.d_h, a.attn);
   const Tensor fc1_amax = linear(l, kFc1).producer_x_amax(), fc2_amax = linear(l, kFc2).producer_x_amax();
   add_rmsnorm_forward(ctx_, a.resid_mid, a.ln2, a.rstd2, a.resid_in, acts_.d_h, w.ln2, eps, fc1_amax);
   linear(l, kFc1).forward(linear_ctx(kFc1), a.fc1, a.ln2, w.fc1, fc1_amax.data != nullptr);
+  adapter_forward(l, kFc1, a.fc1, a.ln2);
   swiglu_forward(ctx_, a.swi, a.fc1, fc2_amax);
   linear(l, kFc2).forward(linear_ctx(kFc2), acts_.d_h, a.swi, w.fc2, fc2_amax.data != nullptr);
+  adapter_forward(l, kFc2, acts_.d_h, a.swi);
   if (!fused) {
     add(ctx_, out, a.resid_mid, acts_.d_h);
     return;
@@ -521,7 +546,7 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
   // The next norm's weight is its group's first entry (param_layout): layer l+1's ln1, or the final norm.
   const bool last = l + 1 == cfg_.num_layers;
   const size_t next = 1 + kEntriesPerLayer * static_cast<size_t>(l + 1);
-  before_reading_weights(entries_[next].offset, entries_[next + 1].offset, -1);
+  before_reading_weights(base_entries_[next].offset, base_entries_[next + 1].offset, -1);
   if (last) {
     add_rmsnorm_forward(ctx_, out, acts_.lnf, acts_.rstdf, a.resid_mid, acts_.d_h, weights_.final_norm, eps, {});
   } else {
@@ -531,16 +556,19 @@ void LlamaModel::layer_forward(int64_t l, const Tensor& out, bool fused) {
   }
 }
 
+// (The weight gate of --overlap-param-gather and the offload's overlap reads the flat layout of every parameter:
+// LoRA, which has neither, passes the base's offsets, never read.)
 void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);
-  before_reading_weights(0, entries_[1].offset, -1);
+  lora_training_ = want_grad;
+  before_reading_weights(0, base_entries_[1].offset, -1);
   embedding_forward(ctx_, acts_.embed_out, acts_.tokens, weights_.embedding);
   for (int64_t l = 0; l < cfg_.num_layers; ++l) {
     const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
-    before_reading_weights(entries_[first].offset, entries_[first + kEntriesPerLayer].offset, l);
+    before_reading_weights(base_entries_[first].offset, base_entries_[first + kEntriesPerLayer].offset, l);
     layer_forward(l, l + 1 < cfg_.num_layers ? acts_.layers[l + 1].resid_in : acts_.resid_out, true);
   }
-  before_reading_weights(entries_[head].offset, num_params(), -1);
+  before_reading_weights(base_entries_[head].offset, cfg_.num_parameters(), -1);
   weights_pending_ = false;
   // acts_.lnf and acts_.rstdf were made by the last layer's output add (num_layers >= 1: model_config.cpp).
   linear_forward(with_pass(with_linear(ctx_, LinearKind::LmHead), GemmPass::Fprop), acts_.logits, acts_.lnf,
@@ -549,16 +577,18 @@ void LlamaModel::run_forward(float grad_scale, bool want_grad) {
 }
 
 void LlamaModel::run_backward(const MicroBatchOptions& step) {
-  const AttentionShape as = attention_shape();
-  const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
   // acts_.logits now holds dlogits.
   // The gradients are final group by group: the final norm with the LM head, each layer from the last,
   // the embedding (entries of param_layout: embedding, kEntriesPerLayer per layer, final norm, LM head). With BF16 main
   // grads a group's gradients of this micro-batch go to the FP32 scratch (zeroed first) and are then
   // added into the BF16 main grads, rounded once; then the offload's listener hears that everything
-  // from the group's first element on is final.
-  const bool bf16 = layout_.bf16_main_grads;
+  // from the group's first element on is final. Under LoRA the groups are the layers' adapters (the flat
+  // elements from layer l's first adapter on are final after layer l's backward; all of them after layer 0's),
+  // and the frozen base's weight gradients are not computed: no wgrad GEMM, no embedding backward; the norms'
+  // weight gradients, which their backward makes with the input gradient, go to a sink.
+  const bool bf16 = layout_.bf16_main_grads, frozen = lora();
   ParamViews& g_all = bf16 ? grad_work_ : grads_;
+  const Tensor norm_sink = frozen ? norm_grad_sink_.as({cfg_.hidden_size}, DType::F32) : Tensor{};
   auto group_size = [&](size_t first, size_t next) {
     return (next < entries_.size() ? entries_[next].offset : num_params()) - entries_[first].offset;
   };
@@ -576,43 +606,60 @@ void LlamaModel::run_backward(const MicroBatchOptions& step) {
     if (step.grads_final_from) (*step.grads_final_from)(b);
   };
   const size_t head = 1 + kEntriesPerLayer * static_cast<size_t>(cfg_.num_layers);
-  begin_group(head, entries_.size());
+  if (!frozen) begin_group(head, entries_.size());
   const OpContext lm_head = with_linear(ctx_, LinearKind::LmHead);
-  linear_backward_weight(with_pass(lm_head, GemmPass::Wgrad), g_all.lm_head, acts_.logits, acts_.lnf);
+  if (!frozen) linear_backward_weight(with_pass(lm_head, GemmPass::Wgrad), g_all.lm_head, acts_.logits, acts_.lnf);
   linear_backward_input(with_pass(lm_head, GemmPass::Dgrad), acts_.d_ln, acts_.logits, weights_.lm_head);
-  rmsnorm_backward_overwrite(ctx_, acts_.d_resid, g_all.final_norm, acts_.d_ln, acts_.resid_out, weights_.final_norm,
-                             acts_.rstdf);
-  end_group(head, entries_.size());
+  rmsnorm_backward_overwrite(ctx_, acts_.d_resid, frozen ? norm_sink : g_all.final_norm, acts_.d_ln, acts_.resid_out,
+                             weights_.final_norm, acts_.rstdf);
+  if (!frozen) end_group(head, entries_.size());
   for (int64_t l = cfg_.num_layers - 1; l >= 0; --l) {
-    // Full recomputation: refill the shared activations from the kept layer input (the layer
-    // output goes to scratch; the stored outputs are never needed again).
-    if (layout_.recompute) layer_forward(l, acts_.d_h, false);
-    auto& a = acts_.layers[l];
-    const LayerParams& w = weights_.layers[l];
-    LayerParams& g = g_all.layers[l];
     const size_t first = 1 + kEntriesPerLayer * static_cast<size_t>(l);
-    begin_group(first, first + kEntriesPerLayer);
-    // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
-    linear(l, kFc2).backward(linear_ctx(kFc2), acts_.d_swi, g.fc2, acts_.d_resid, a.swi, backward_weight(l, kFc2, step),
-                             step);
-    const Tensor dfc1_amax = linear(l, kFc1).producer_dy_amax();
-    swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1, dfc1_amax);
-    linear(l, kFc1).backward(linear_ctx(kFc1), acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, backward_weight(l, kFc1, step),
-                             step, dfc1_amax.data != nullptr);
-    rmsnorm_backward(ctx_, acts_.d_resid, g.ln2, acts_.d_ln, a.resid_mid, w.ln2, a.rstd2);
-    // acts_.d_resid = dL/d(resid_mid); the attention branch.
-    linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn,
-                              backward_weight(l, kProj, step), step);
-    attention_backward(ctx_, acts_.d_qkv, acts_.d_attn, a.attn, a.lse, a.qkv, as);
-    rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
-    linear(l, kQkv).backward(linear_ctx(kQkv), acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, backward_weight(l, kQkv, step),
-                             step);
-    rmsnorm_backward(ctx_, acts_.d_resid, g.ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
-    end_group(first, first + kEntriesPerLayer);
+    if (!frozen) begin_group(first, first + kEntriesPerLayer);
+    layer_backward(l, frozen ? LayerParams{} : g_all.layers[l], frozen ? norm_sink : g_all.layers[l].ln1,
+                   frozen ? norm_sink : g_all.layers[l].ln2, step);
+    if (frozen)
+      adapters_final_from(l, step);
+    else
+      end_group(first, first + kEntriesPerLayer);
   }
+  if (frozen) return;
   begin_group(0, 1);
   embedding_backward(ctx_, g_all.embedding, acts_.d_resid, acts_.tokens);
   end_group(0, 1);
+}
+
+// Layer l's backward from acts_.d_resid = dL/d(layer output), into g (its weight gradients; empty views: frozen,
+// dgrad only) and g_ln1/g_ln2 (its norms' weight gradients, or LoRA's sink); acts_.d_resid then holds dL/d(input).
+void LlamaModel::layer_backward(int64_t l, const LayerParams& g, const Tensor& g_ln1, const Tensor& g_ln2,
+                                const MicroBatchOptions& step) {
+  const AttentionShape as = attention_shape();
+  const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
+  // Full recomputation: refill the shared activations from the kept layer input (the layer
+  // output goes to scratch; the stored outputs are never needed again).
+  if (layout_.recompute) layer_forward(l, acts_.d_h, false);
+  auto& a = acts_.layers[l];
+  const LayerParams& w = weights_.layers[l];
+  // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
+  linear(l, kFc2).backward(linear_ctx(kFc2), acts_.d_swi, g.fc2, acts_.d_resid, a.swi, backward_weight(l, kFc2, step),
+                           step);
+  adapter_backward(l, kFc2, acts_.d_swi, acts_.d_resid, a.swi);
+  const Tensor dfc1_amax = linear(l, kFc1).producer_dy_amax();
+  swiglu_backward(ctx_, acts_.d_fc1, acts_.d_swi, a.fc1, dfc1_amax);
+  linear(l, kFc1).backward(linear_ctx(kFc1), acts_.d_ln, g.fc1, acts_.d_fc1, a.ln2, backward_weight(l, kFc1, step),
+                           step, dfc1_amax.data != nullptr);
+  adapter_backward(l, kFc1, acts_.d_ln, acts_.d_fc1, a.ln2);
+  rmsnorm_backward(ctx_, acts_.d_resid, g_ln2, acts_.d_ln, a.resid_mid, w.ln2, a.rstd2);
+  // acts_.d_resid = dL/d(resid_mid); the attention branch.
+  linear(l, kProj).backward(linear_ctx(kProj), acts_.d_attn, g.proj, acts_.d_resid, a.attn,
+                            backward_weight(l, kProj, step), step);
+  adapter_backward(l, kProj, acts_.d_attn, acts_.d_resid, a.attn);
+  attention_backward(ctx_, acts_.d_qkv, acts_.d_attn, a.attn, a.lse, a.qkv, as);
+  rope_backward(ctx_, acts_.d_qkv, acts_.rope_cos, acts_.rope_sin, S_, rotated, cfg_.kv_channels, positions_);
+  linear(l, kQkv).backward(linear_ctx(kQkv), acts_.d_ln, g.qkv, acts_.d_qkv, a.ln1, backward_weight(l, kQkv, step),
+                           step);
+  adapter_backward(l, kQkv, acts_.d_ln, acts_.d_qkv, a.ln1);
+  rmsnorm_backward(ctx_, acts_.d_resid, g_ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
 }
 
 void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out) {

@@ -4,7 +4,10 @@
 // State lives in flat buffers (DESIGN "State in flat buffers"): weights (bf16 values), grads (fp32, or
 // bf16 with --main-grads-dtype bf16), fp32 master weights (in host memory with the optimizer offload) and
 // the two Adam moments each occupy one Buffer with the same layout, so the optimizer and the gradient
-// norm are single passes. Activations for one micro-batch live in one
+// norm are single passes. Those buffers hold the trainable parameters: every parameter (param_layout), or under
+// --peft lora (RunLayout::lora) only the adapters (lora_layout), the base then frozen in a buffer of its own
+// (BF16 weights and its recipe's quantized copies; no gradients, master weights or moments), its linear layers'
+// weight gradients never computed. Activations for one micro-batch live in one
 // arena sized at construction: nothing is allocated by forward/backward.
 #include <cstdint>
 #include <functional>
@@ -16,6 +19,7 @@
 #include "config/model_config.h"
 #include "core/tensor.h"
 #include "model/linear_layer.h"
+#include "model/lora.h"
 #include "model/memory_plan.h"
 #include "model/precision_plan.h"
 
@@ -71,12 +75,21 @@ class LlamaModel {
   const OpContext& context() const { return ctx_; }
   // The Timers its ops report to (OpContext::timers; null: untimed): the trainer's while it trains.
   void set_timers(Timers* timers) { ctx_.timers = timers; }
+  // The trainable parameters, in the order of the flat buffers: param_layout(config()), or the adapters under LoRA.
   const std::vector<ParamEntry>& param_entries() const { return entries_; }
-  int64_t num_params() const { return cfg_.num_parameters(); }
+  int64_t num_params() const { return trainable_; }
+  // --peft lora: the adapters train, the base is frozen (RunLayout::lora).
+  bool lora() const { return layout_.lora.has_value(); }
+  const LoraConfig& lora_config() const { return *layout_.lora; }
+  // Host values of the base's flat elements [offset, offset + count) (param_layout's offsets): into the master
+  // weights when every parameter trains (write_master), into the frozen base's BF16 weights (rounded) under LoRA.
+  // Initialisation and imports (the HF import), not the loop.
+  void write_base(int64_t offset, const float* values, int64_t count);
   int64_t tokens_per_micro_batch() const { return B_ * S_; }
   size_t activation_bytes() const { return arena_.bytes(); }
 
-  // The BF16 weights the forward and backward read. With FP8 primary weights (fp8_primary_weights()) the
+  // The BF16 weights the forward and backward read. Under LoRA the per-parameter views are the frozen base's and
+  // flat is the adapters' (the trainable flat buffer the optimizer writes). With FP8 primary weights (fp8_primary_weights()) the
   // matrices of the FP8 layers have no BF16 storage (their views have no data; weights().flat is [0]):
   // those layers read their FP8 copies, made from the master (prepare_weights); weights_to_host gives the
   // BF16 values of any range all the same.
@@ -120,8 +133,12 @@ class LlamaModel {
   void write_master(int64_t offset, const float* values, int64_t count);
 
   // Megatron initialisation into the fp32 master weights (deterministic in seed), copied to the
-  // bf16 weights. N(0, std) for matrices; linear_proj and linear_fc2 use std/sqrt(2L); norms 1.
+  // bf16 weights. N(0, std) for matrices; linear_proj and linear_fc2 use std/sqrt(2L); norms 1. Under LoRA the
+  // base gets the same values (its BF16 weights bit for bit the full model's) and the adapters init_adapters'.
   void init_parameters(uint64_t seed);
+  // LoRA: the adapters' initial values (lora_initial_values: A from --lora-a-init, B zero) into the master
+  // weights, copied to their BF16 weights; the base untouched (an import fills it: write_base).
+  void init_adapters(uint64_t seed);
   // Copies master -> weights (rounded to bf16), e.g. after a test edits the master copy, and
   // re-quantizes the weights of quantized layers.
   void sync_weights_from_master();
@@ -158,8 +175,10 @@ class LlamaModel {
   // queue_forward_backward's two halves, so the trainer times Megatron's forward-compute (the batch, the
   // forward and the loss with its gradient) and backward-compute apart: each training forward is followed by
   // its backward.
+  // `counter` (MicroBatchOptions::counter of the backward that follows) seeds LoRA's dropout masks, which
+  // the backward (and a recomputed forward) regenerate from it.
   void queue_training_forward(int64_t slot, const int32_t* tokens, const int32_t* labels, float grad_scale,
-                              const int32_t* positions = nullptr);
+                              const int32_t* positions = nullptr, uint64_t counter = 0);
   void queue_backward(const MicroBatchOptions& step);
   // One copy of the losses of slots [0, slots) to the host (waits for the device), then
   // acc += (Σ losses of slot s, in double from 0) for s = 0, 1, ... in order; returns acc. This is
@@ -192,6 +211,17 @@ class LlamaModel {
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
   void update_delayed_scaling();  // after each micro-batch's backward (FP8 delayed scaling only)
+  // LoRA: the adapter of linear `kind` of layer `l` (no-op without one). Forward: y += its output for input x;
+  // backward: its A and B gradients from dy and x, dx += its input gradient. (model/lora.h gives the formula.)
+  void adapter_forward(int64_t l, int kind, const Tensor& y, const Tensor& x);
+  void adapter_backward(int64_t l, int kind, const Tensor& dx, const Tensor& dy, const Tensor& x);
+  Tensor lora_h(int64_t l, int kind) const;  // A's output of that adapter in this micro-batch (acts_.layers[l].lora_h)
+  // LoRA (llama_lora.cpp): the frozen base's buffer and per-parameter views, the flat views of the adapters, each
+  // adapter's A and B views; the listener's news that layer l's adapters (and those above) have final gradients.
+  void allocate_lora_views(DType storage, DType grad_type);
+  void adapters_final_from(int64_t l, const MicroBatchOptions& step) const;
+  void layer_backward(int64_t l, const LayerParams& g, const Tensor& g_ln1, const Tensor& g_ln2,
+                      const MicroBatchOptions& step);
 
   enum LinearSlot { kQkv = 0, kProj = 1, kFc1 = 2, kFc2 = 3 };  // kLinearNames
   LinearLayer& linear(int64_t layer, int kind) { return linears_[static_cast<size_t>(layer * 4 + kind)]; }
@@ -211,8 +241,23 @@ class LlamaModel {
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
   DelayedScalingState fp8_state_;
-  std::vector<ParamEntry> entries_;
+  std::vector<ParamEntry> entries_;       // the trainable parameters (the flat buffers' layout)
+  std::vector<ParamEntry> base_entries_;  // param_layout(cfg_): the whole model (the base under LoRA)
+  int64_t trainable_ = 0;
   ShardLayout shard_;
+  // LoRA: the frozen base's BF16 weights (base_entries_ layout); views of each adapter's A and B in the flat
+  // weights and gradients ([layer * 4 + kind]; no data where a target has none); the dropout counter of the
+  // micro-batch whose forward ran last (its backward regenerates the masks); whether that forward was a
+  // training one (evaluation drops nothing); the frozen norms' weight gradients, computed by the norms'
+  // backward with their input gradients and discarded (f32 [hidden]).
+  Buffer base_buf_;
+  struct AdapterViews {
+    Tensor a, b;
+  };
+  std::vector<AdapterViews> adapter_w_, adapter_g_;
+  uint64_t lora_counter_ = 0;
+  bool lora_training_ = false;
+  Buffer norm_grad_sink_;
   parallel::Communicator* comm_ = nullptr;
   const WeightGate* gate_ = nullptr;  // --overlap-param-gather (weights_arrive_during_forward)
   bool weights_pending_ = false;      // the next forward waits for the weights and prepares them

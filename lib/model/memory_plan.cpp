@@ -91,9 +91,15 @@ namespace {
 // weights and the moments (one rank's shard), and the offload's host buffers.
 void plan_parameters(MemoryPlan& mem, const ModelConfig& cfg, const PrecisionPlan& plan, DType act,
                      const RunLayout& opt) {
-  const ShardLayout shard = shard_layout(cfg.num_parameters(), opt);
+  // --peft lora: the flat buffers hold the adapters; the frozen base adds its BF16 weights only.
+  const int64_t trainable = opt.lora ? lora_parameter_count(cfg, *opt.lora) : cfg.num_parameters();
+  const ShardLayout shard = shard_layout(trainable, opt);
   const size_t n = static_cast<size_t>(shard.padded), owned = static_cast<size_t>(shard.shard);
   mem.weights = static_cast<double>(n * dtype_size(act));
+  if (opt.lora) {
+    mem.weights += static_cast<double>(static_cast<size_t>(cfg.num_parameters()) * dtype_size(act));
+    mem.weights_label = "weights (frozen base bf16 + adapters)";
+  }
   if (fp8_primary_weights_in_effect(plan, opt)) {  // (never sharded: no padding)
     const std::vector<int64_t> kept = bf16_weight_ranges(cfg, plan, opt);
     int64_t elements = primary_weight_scratch_elements(plan, opt);
@@ -131,6 +137,29 @@ struct ArenaLayout {
     total = static_cast<size_t>(checked_add(static_cast<int64_t>(total), checked_add(bytes, 255, what) / 256 * 256, what));
   }
 };
+
+// --peft lora: each layer's A outputs (shared by all layers with full recomputation, as the rest) and the
+// adapters' scratch (Activations::lora_in, lora_out, lora_dh).
+void plan_lora_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const ModelConfig& cfg, const LoraConfig& lora,
+                           int64_t T, DType act, bool recompute) {
+  int64_t targets = 0, in = 0, out = 0;
+  for (int k = 0; k < kLoraTargets; ++k) {
+    if (!lora.targets[static_cast<size_t>(k)]) continue;
+    ++targets;
+    in = std::max(in, lora_adapter_shape(cfg, k).in);
+    out = std::max(out, lora_adapter_shape(cfg, k).out);
+  }
+  for (size_t l = 0; l < a.layers.size(); ++l) {
+    if (recompute && l > 0) {  // full recomputation: layer 0's slots
+      a.layers[l].lora_h = a.layers[0].lora_h;
+      continue;
+    }
+    arena.want(a.layers[l].lora_h, {targets * T, lora.dim}, act);
+  }
+  arena.want(a.lora_in, {T, in}, act);
+  arena.want(a.lora_out, {T, out}, act);
+  arena.want(a.lora_dh, {T, lora.dim}, act);
+}
 
 // One micro-batch's activations and their gradients, B x S = T tokens.
 void plan_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const ModelConfig& cfg, int64_t B, int64_t S,
@@ -183,6 +212,7 @@ void plan_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const Model
   want(a.d_attn, {T, nq * d}, act);
   want(a.d_fc1, {T, 2 * f}, act);
   want(a.d_swi, {T, f}, act);
+  if (opt.lora) plan_lora_activations(a, arena, cfg, *opt.lora, T, act, opt.recompute);
 }
 
 // What the quantized GEMMs need beyond the activations: the largest scratch of one GEMM and how each

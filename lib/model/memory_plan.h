@@ -4,9 +4,11 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "config/lora_config.h"
 #include "config/model_config.h"
 #include "core/tensor.h"
 #include "data/documents.h"
@@ -57,6 +59,11 @@ struct RunLayout {
   // each micro-batch's loss mask, RoPE positions and document offsets from its tokens (data/documents.h) and
   // uploads them with it; the arena gets positions [T] and offsets [T+1] (i32) only when their flag is on.
   data::DocumentPacking packing{};
+  // --peft lora (issue 41): the trainable parameters are LoRA's adapters (model/lora.h lora_layout), which the flat
+  // weights, gradients, master weights and moments hold; the base is frozen: its BF16 weights (and the quantized
+  // copies its recipe makes of them) with no gradients, master weights or optimizer state. Empty: every parameter
+  // trains (pretraining, full fine-tuning).
+  std::optional<LoraConfig> lora{};
 };
 
 // The flat buffers across the data-parallel ranks with Megatron's distributed optimizer (ZeRO-1): the
@@ -106,10 +113,11 @@ template <class T>
 struct Activations {
   struct Layer {
     T resid_in, ln1, rstd1, qkv, attn, lse, resid_mid, ln2, rstd2, fc1, swi;
+    T lora_h;  // --peft lora: A's output of each adapter of the layer, [targets * T, dim] (target order), for B's wgrad
     template <class S>
     static auto all(S& s) {
       return std::array{&s.resid_in, &s.ln1, &s.rstd1, &s.qkv, &s.attn, &s.lse, &s.resid_mid, &s.ln2, &s.rstd2,
-                        &s.fc1, &s.swi};
+                        &s.fc1, &s.swi, &s.lora_h};
     }
   };
   std::vector<Layer> layers;  // with full recomputation layers 1.. share layer 0's slots but resid_in
@@ -117,11 +125,16 @@ struct Activations {
   T positions, doc_offsets;  // i32 [T] and [T+1]: RunLayout::packing's RoPE positions and document offsets
   T d_resid, d_ln, d_h, d_qkv, d_attn, d_fc1, d_swi, quant_scratch_a, quant_scratch_b;
   T grad_scratch;  // fp32 [largest parameter group] with BF16 main grads (RunLayout::bf16_main_grads)
+  // --peft lora's scratch, shared by every adapter: the dropped input and, in backward, the input's gradient
+  // [T, largest in]; the adapter's output and, in backward, its scaled gradient [T, largest out]; A's output's
+  // gradient [T, dim].
+  T lora_in, lora_out, lora_dh;
   template <class S>
   static auto all(S& s) {
     return std::array{&s.tokens, &s.labels, &s.embed_out, &s.resid_out, &s.lnf, &s.rstdf, &s.logits,
                       &s.losses_all, &s.rope_cos, &s.rope_sin, &s.positions, &s.doc_offsets, &s.d_resid, &s.d_ln, &s.d_h, &s.d_qkv,
-                      &s.d_attn, &s.d_fc1, &s.d_swi, &s.quant_scratch_a, &s.quant_scratch_b, &s.grad_scratch};
+                      &s.d_attn, &s.d_fc1, &s.d_swi, &s.quant_scratch_a, &s.quant_scratch_b, &s.grad_scratch,
+                      &s.lora_in, &s.lora_out, &s.lora_dh};
   }
 };
 

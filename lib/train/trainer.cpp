@@ -83,7 +83,10 @@ struct Trainer::RunState {
         tokens(static_cast<size_t>(t.model_.tokens_per_micro_batch())),
         labels(tokens.size()),
         positions(t.model_.packing().explicit_documents ? tokens.size() : 0),
-        tally(t.cfg_, start, flops_per_iteration(t.model_.config(), t.cfg_.global_batch_size, t.cfg_.seq_length),
+        tally(t.cfg_, start,
+              t.model_.lora() ? lora_flops_per_iteration(t.model_.config(), t.model_.lora_config(),
+                                                          t.cfg_.global_batch_size, t.cfg_.seq_length)
+                              : flops_per_iteration(t.model_.config(), t.cfg_.global_batch_size, t.cfg_.seq_length),
               t.world_->size()),
         st(tally.state()) {}
   // --timing-log-level and the observers' instruments: the CUDA event pool is made here, before the loop.
@@ -182,17 +185,18 @@ double Trainer::forward_backward(RunState& r, bool quant_stats, double& loss_tok
     sums[1] += static_cast<double>(counted);
     // The losses stay on the device; read once per iteration (per loss_slots() micro-batches).
     const int64_t slot = m % model_.loss_slots();
+    // One stochastic-rounding (and LoRA dropout) counter per micro-batch over the whole run (= it*M + m for a
+    // fixed batch size), so a resumed run draws the same bits as one that never stopped.
+    const auto counter = static_cast<uint64_t>(r.st.micro_batches_done + m * dp + rank);
     model_.queue_training_forward(slot, r.tokens.data(), r.labels.data(), loss_gradient_scale(counted, global_tokens),
-                                  r.positions_or_null());
+                                  r.positions_or_null(), counter);
     timers.stop(TimerId::ForwardCompute);
-    // One stochastic-rounding counter per micro-batch over the whole run (= it*M + m for a fixed batch size),
-    // so a resumed run draws the same bits as one that never stopped. The last micro-batch's backward
-    // collects the telemetry asked for, and announces the gradients that are final: the optimizer offload
-    // copies them to the host, data parallelism reduces their buckets (--overlap-grad-reduce), under the rest
-    // of the backward.
+    // The last micro-batch's backward collects the telemetry asked for, and announces the gradients that are
+    // final: the optimizer offload copies them to the host, data parallelism reduces their buckets
+    // (--overlap-grad-reduce), under the rest of the backward.
     const auto* listener = opt_.gradient_copy_listener() ? opt_.gradient_copy_listener() : sync_.listener();
-    const MicroBatchOptions options{static_cast<uint64_t>(r.st.micro_batches_done + m * dp + rank),
-                                    quant_stats && m == M - 1, m == M - 1 ? listener : nullptr, overwrite && m == 0};
+    const MicroBatchOptions options{counter, quant_stats && m == M - 1, m == M - 1 ? listener : nullptr,
+                                    overwrite && m == 0};
     timers.start(TimerId::BackwardCompute);
     model_.queue_backward(options);
     timers.stop(TimerId::BackwardCompute);

@@ -92,7 +92,8 @@ TEST(LoraConfig, ChecksNameTheFlag) {
   EXPECT_STREQ(lora_dropout_position_name(LoraConfig{}.dropout_position), "pre");
   EXPECT_STREQ(lora_a_init_name(LoraConfig{}.a_init), "xavier");
   EXPECT_EQ(error_of([] { parse_lora_dropout_position("before"); }),
-            "--lora-dropout-position must be pre (on the adapter's input, before A) or post (after A), got 'before'");
+            "--lora-dropout-position must be pre (on the adapter's input, before A) or post (on the adapter's output, "
+            "before the alpha/dim scaling), got 'before'");
   EXPECT_EQ(error_of([] { parse_lora_a_init("gaussian"); }), "--lora-a-init must be xavier or kaiming, got 'gaussian'");
   EXPECT_DOUBLE_EQ((LoraConfig{.dim = 16, .alpha = 32.0}).scale(), 2.0);
 }

@@ -1,0 +1,61 @@
+#include "model/lora.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "model/init.h"
+#include "model/llama.h"
+
+namespace pl {
+
+namespace {
+// The module path of target k inside a decoder layer (Megatron's: attention linears under self_attention).
+const char* lora_module_path(int target) { return target <= 1 ? "self_attention" : "mlp"; }
+
+int64_t chosen_targets(const LoraConfig& lora) {
+  int64_t n = 0;
+  for (bool t : lora.targets) n += t ? 1 : 0;
+  return n;
+}
+}  // namespace
+
+std::vector<ParamEntry> lora_layout(const ModelConfig& cfg, const LoraConfig& lora) {
+  std::vector<ParamEntry> entries;
+  int64_t offset = 0;
+  for (int64_t l = 0; l < cfg.num_layers; ++l)
+    for (int k = 0; k < kLoraTargets; ++k) {
+      if (!lora.targets[static_cast<size_t>(k)]) continue;
+      const LoraAdapterShape s = lora_adapter_shape(cfg, k);
+      const std::string p = fmt::format("decoder.layers.{}.{}.{}.adapter.", l, lora_module_path(k), kLoraTargetNames[k]);
+      entries.push_back({p + "linear_in.weight", lora.dim, s.in, offset, true, 0.0});
+      offset += lora.dim * s.in;
+      entries.push_back({p + "linear_out.weight", s.out, lora.dim, offset, true, 0.0});
+      offset += s.out * lora.dim;
+    }
+  return entries;
+}
+
+int64_t lora_entry_index(const LoraConfig& lora, int64_t layer, int target) {
+  if (!lora.targets[static_cast<size_t>(target)]) return -1;
+  int64_t before = 0;
+  for (int k = 0; k < target; ++k) before += lora.targets[static_cast<size_t>(k)] ? 1 : 0;
+  return 2 * (layer * chosen_targets(lora) + before);
+}
+
+void lora_initial_values(const ModelConfig& cfg, const LoraConfig& lora, int target, bool is_a, uint64_t seed,
+                         uint64_t index, float* out, int64_t n) {
+  if (!is_a) {
+    for (int64_t i = 0; i < n; ++i) out[i] = 0.0f;
+    return;
+  }
+  const double in = static_cast<double>(lora_adapter_shape(cfg, target).in), r = static_cast<double>(lora.dim);
+  // A tensor id past every base tensor's (param_layout's indices), so the adapters draw their own values.
+  const uint64_t id = (uint64_t{1} << 40) + index;
+  if (lora.a_init == LoraAInit::Xavier)
+    fill_normal(out, n, std::sqrt(2.0 / (in + r)), seed, id);
+  else
+    fill_uniform(out, n, 1.0 / std::sqrt(in), seed, id);
+}
+
+}  // namespace pl
