@@ -86,6 +86,7 @@ void print_training_and_parameters(const ModelConfig& mc, const Options& o, cons
   const MegatronParamCounts pc = megatron_param_counts(mc);
   // Five lines in one message: the "%v" pattern prints them as they are, each ending in a newline.
   out->info("{}", log::parameter_lines(pc.transformer_layers, pc.embedding_layers, kWeightAndOptimizerBytesPerParam));
+  if (const std::optional<LoraConfig> lora = lora_config_of(o)) out->info("pretrain_llama | {}", lora_banner_line(mc, *lora));
 }
 
 // The effective AdamW hyper-parameters and LR / weight-decay schedule (issue 27's flags, or the recipe's

@@ -303,6 +303,7 @@ void add_flags(CLI::App& app, Options& o) {
   add_schedule_flags(app, o);
   add_packing_flags(app, o);
   add_sft_flags(app, o);
+  add_lora_flags(app, o);
   add_tensorboard_flags(app, o);
   add_fp8_flags(app, o);
   add_roofline_and_profiling_flags(app, o);
@@ -319,6 +320,7 @@ void validate_flags(const Options& o, const CLI::App& app) {
   validate_schedule_flags(o, app);
   validate_packing_flags(o, app);
   validate_sft_flags(o, app);
+  validate_lora_flags(o, app);
   validate_tensorboard_flags(o, app);
   validate_fp8_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
@@ -428,7 +430,8 @@ RunLayout run_layout(const Options& o, const RunSetup& s) {
                    .dp_size = t.data_parallel_size,
                    .dp_rank = o.dp_rank,
                    .distributed_optimizer = t.use_distributed_optimizer,
-                   .packing = packing_flags(o)};
+                   .packing = packing_flags(o),
+                   .lora = lora_config_of(o)};
 }
 
 }  // namespace pl::pretrain

@@ -157,9 +157,11 @@ int train(const RunInputs& in, LlamaModel& model, const data::TrainingData& data
   const RunOutputs out = make_outputs(in.o, std::move(outputs));
   Trainer trainer(model, t, batches_of(dataset, t.micro_batch_size), out.list(), DataParallelRanks{&in.world, &comm});
   // The initial weights, once the trainer has given the model its communicator (sharded masters gather them).
-  if (!in.o.init_from_hf.empty())
+  // (Under LoRA the import fills the frozen base; the adapters take their initial values first.)
+  if (!in.o.init_from_hf.empty()) {
+    if (model.lora()) model.init_adapters(t.seed);
     in.out->info("pretrain_llama | {}", import_hf(in.o.init_from_hf, model).describe());
-  else
+  } else
     model.init_parameters(t.seed);
   print_data_parallel(in.world, comm, t, model, trainer.gradient_buckets(), in.out);
   print_stop_signals(in.o, in.out);

@@ -82,6 +82,11 @@ struct Options {
   // Megatron's --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16 over the recipe (-1 = not given).
   int64_t bf16_layers_at_start = -1, bf16_layers_at_end = -1;
   data::DataConfig data;
+  // --peft and the --lora-* flags (flags_lora.cpp): the numbers straight into lora, the names parsed there.
+  std::string peft = "none";
+  LoraConfig lora;
+  std::string lora_dropout_position = "pre", lora_a_init = "xavier";
+  std::string lora_target_modules = "linear_qkv,linear_proj,linear_fc1,linear_fc2";
 };
 
 // What the flags resolve to before any device is touched: the model, the recipe and its plan.
@@ -116,6 +121,12 @@ data::DocumentPacking packing_flags(const Options& o);
 void add_sft_flags(CLI::App& app, Options& o);
 void validate_sft_flags(const Options& o, const CLI::App& app);
 std::string packing_line(const data::DocumentPacking& p, const TrainConfig& t);  // "" without these flags
+// flags_lora.cpp (issue 41): --peft lora and the --lora-* flags; the LoRA configuration they make (none without
+// --peft lora; a one-line error for a bad value); the banner's line on the adapters and the trainable share.
+void add_lora_flags(CLI::App& app, Options& o);
+void validate_lora_flags(const Options& o, const CLI::App& app);
+std::optional<LoraConfig> lora_config_of(const Options& o);
+std::string lora_banner_line(const ModelConfig& mc, const LoraConfig& c);
 // flags_tensorboard.cpp: --tensorboard-dir and its companions.
 void add_tensorboard_flags(CLI::App& app, Options& o);
 void validate_tensorboard_flags(const Options& o, const CLI::App& app);

@@ -127,6 +127,25 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
   }
 }
 
+// LoRA over two ranks (issue 41): the base replicated, the adapters' gradients all-reduced (also bucket by bucket
+// under the backward, --overlap-grad-reduce: the model announces the adapters of each layer as final), the dropout
+// masks drawn from each micro-batch's run-wide counter: the one-rank run's columns.
+TEST(DataParallelCli, TwoRanksOfLoraEqualOneRank) {
+  SKIP_WITHOUT_MPI();
+  const std::vector<std::string> lora = {"--disable-fp4", "--peft", "lora", "--lora-dim", "8", "--lora-dropout", "0.1",
+                                         "--lr", "3e-3"};
+  const ProcessResult one = pl::test::run_process(kApp, tiny(8, lora), 300.0);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{}, std::vector<std::string>{"--overlap-grad-reduce", "--ddp-bucket-size", "1"}}) {
+    std::vector<std::string> extra = lora;
+    extra.insert(extra.end(), flags.begin(), flags.end());
+    const ProcessResult two = run_ranks(2, tiny(8, extra));
+    ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
+    expect_same_columns(iterations(two.out), iterations(one.out), flags.empty() ? "lora plain" : "lora overlapped");
+  }
+}
+
 // FP8 delayed scaling over two ranks: the amaxes are MAX-reduced before each history update (Transformer
 // Engine's reduce_amax), so two ranks of one micro-batch of 2 samples roll the histories of one rank's one
 // micro-batch of the same 4 samples: the same amaxes, scales and quantized operands, hence the same loss
