@@ -59,11 +59,8 @@ void validate_lora_flags(const Options& o, const CLI::App& app) {
       {t.optimizer_cpu_offload, "--optimizer-cpu-offload (the adapters' optimizer state is small: keep it on the device)"},
       {t.overlap_cpu_optimizer_d2h_h2d, "--overlap-cpu-optimizer-d2h-h2d (it needs the optimizer offload)"},
       {t.main_grads_dtype == "bf16", "--main-grads-dtype bf16 (the adapters' gradients stay FP32)"},
-      {t.use_distributed_optimizer, "--use-distributed-optimizer (the adapters' optimizer state is not sharded yet)"},
-      {t.overlap_param_gather, "--overlap-param-gather (it needs the distributed optimizer)"},
+      {t.overlap_param_gather, "--overlap-param-gather (the adapters' all-gather is not overlapped with the forward)"},
       {app.count("--fp8-param-gather") > 0, "--fp8-param-gather (the frozen base keeps no master weights to gather)"},
-      {!o.save.empty(), "--save (adapter-only checkpoints with a record of the base are not built yet)"},
-      {!o.load.empty(), "--load (adapter-only checkpoints with a record of the base are not built yet)"},
   };
   for (const auto& [given, what] : refused) PL_CHECK(!given, "--peft lora cannot be combined with {}", what);
 }

@@ -80,6 +80,7 @@ std::optional<VerifiedCheckpoint> find_checkpoint(const Options& o, const ModelC
     return std::nullopt;
   }
   VerifiedCheckpoint c = verify_checkpoint(o.load, world.rank() == 0);
+  check_checkpoint_peft(c, lora_config_of(o), o.finetune);
   for (const std::string& note : compare_checkpoint_with_run(c, mc, recipe, o.train))
     out->info("pretrain_llama | checkpoint: {}", note);
   return c;

@@ -27,6 +27,14 @@ const std::chrono::steady_clock::time_point g_program_start = std::chrono::stead
 
 bool watches_signals(const Options& o) { return o.exit_signal_handler || !o.save.empty(); }
 
+// Where a LoRA run's frozen base comes from (LoraBaseRecord::source): a Hugging Face directory, a full checkpoint
+// (--load DIR --finetune), or the random initialisation of --seed.
+std::string lora_base_source(const Options& o, const std::optional<VerifiedCheckpoint>& resume) {
+  if (!o.init_from_hf.empty()) return "hf " + o.init_from_hf;
+  if (resume && !resume->lora) return fmt::format("checkpoint {}", resume->path);
+  return fmt::format("init seed {}", o.train.seed);
+}
+
 // What a checkpoint records about the run that wrote it (metadata.json).
 RunDescription describe_run(const Options& o, const OutputInputs& in) {
   return RunDescription{
@@ -39,7 +47,9 @@ RunDescription describe_run(const Options& o, const OutputInputs& in) {
       .data = o.data.data_path.empty() ? std::string("Megatron MockGPTDataset (split 1,1,1)")
                                        : fmt::format("--data-path {} --split {} --data-seed {}",
                                                      fmt::join(o.data.data_path, " "), o.data.split, o.data.seed),
-      .gemm_algorithms = in.gemm_algorithms};
+      .gemm_algorithms = in.gemm_algorithms,
+      .lora = lora_config_of(o),
+      .lora_base = {.source = lora_base_source(o, in.resume), .recipe = in.setup.recipe.name}};
 }
 
 }  // namespace

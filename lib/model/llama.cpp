@@ -32,10 +32,10 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
            options.loss_micro_batches);
   PL_CHECK(plan_.num_layers() == cfg.num_layers, "internal: precision plan for {} layers, model has {}",
            plan_.num_layers(), cfg.num_layers);
-  // LoRA trains the adapters over a frozen base: none of the options that split, offload or round the full
-  // model's optimizer state apply (the flags are refused in one line before a model is built).
-  PL_CHECK(!lora() || (!options.optimizer_offload && !options.bf16_main_grads && !options.distributed_optimizer),
-           "internal: LoRA with the optimizer offload, BF16 main grads or the distributed optimizer");
+  // LoRA trains the adapters over a frozen base: the options that offload or round the full model's optimizer
+  // state do not apply (the flags are refused in one line before a model is built).
+  PL_CHECK(!lora() || (!options.optimizer_offload && !options.bf16_main_grads),
+           "internal: LoRA with the optimizer offload or BF16 main grads");
   if (lora()) validate_lora_config(*options.lora);
   trainable_ = entries_.empty() ? 0 : entries_.back().offset + entries_.back().numel();
   // On the GPU the plan is the context's GPU's.

@@ -85,6 +85,8 @@ class LlamaModel {
   // weights when every parameter trains (write_master), into the frozen base's BF16 weights (rounded) under LoRA.
   // Initialisation and imports (the HF import), not the loop.
   void write_base(int64_t offset, const float* values, int64_t count);
+  // LoRA: the checksum of the frozen base's BF16 weights (LoraBaseRecord::checksum); reads them all to the host.
+  uint64_t base_checksum() const;
   int64_t tokens_per_micro_batch() const { return B_ * S_; }
   size_t activation_bytes() const { return arena_.bytes(); }
 

@@ -2,7 +2,9 @@
 // initial values, and each adapter's forward and backward around its base GEMM. The rest of the model is llama.cpp.
 #include <algorithm>
 
+#include "core/checksum.h"
 #include "core/error.h"
+#include "numerics/bf16.h"
 #include "model/llama.h"
 
 namespace pl {
@@ -13,7 +15,8 @@ void LlamaModel::allocate_lora_views(DType storage, DType grad_type) {
   weights_ = param_views(cfg_, base_entries_, base_buf_.data(), storage, ctx_.device);
   weights_.flat = weight_buf_.as({trainable_}, storage);
   grads_.flat = grad_buf_.as({trainable_}, grad_type);
-  master_.flat = master_buf_.as({trainable_}, DType::F32);
+  // (With the distributed optimizer only this rank's shard of the adapters' master weights: ShardLayout.)
+  master_.flat = sharded() ? master_buf_.as({shard_.shard}, DType::F32) : master_buf_.as({trainable_}, DType::F32);
   norm_grad_sink_ = Buffer(static_cast<size_t>(cfg_.hidden_size) * 4, ctx_.device);
   adapter_w_.resize(static_cast<size_t>(cfg_.num_layers * kLoraTargets));
   adapter_g_.resize(adapter_w_.size());
@@ -61,6 +64,30 @@ void LlamaModel::write_base(int64_t offset, const float* values, int64_t count) 
     copy_master_to_param(host, Tensor(bytes.data(), {len}, storage), Tensor(const_cast<float*>(values + b), {len}, DType::F32));
     copy_from_host(base.rows(offset + b, len), bytes.data());
   }
+}
+
+uint64_t LlamaModel::base_checksum() const {
+  PL_CHECK(lora(), "internal: base_checksum without LoRA");
+  // In pieces of 32 Mi elements (64 MiB of BF16 bits: whole checksum chunks), the CPU's FP32 storage of BF16
+  // values narrowed to their bits so every device hashes the same bytes.
+  const DType storage = weights_.flat.dtype;
+  const int64_t n = cfg_.num_parameters(), piece = int64_t{1} << 25;
+  const Tensor base = base_buf_.as({n}, storage);
+  std::vector<uint8_t> raw(static_cast<size_t>(std::min(n, piece)) * dtype_size(storage));
+  std::vector<uint16_t> bits(static_cast<size_t>(std::min(n, piece)));
+  Checksum64 sum;
+  for (int64_t b = 0; b < n; b += piece) {
+    const int64_t len = std::min(piece, n - b);
+    copy_to_host(raw.data(), base.rows(b, len));
+    if (storage == DType::BF16) {
+      sum.update(raw.data(), static_cast<size_t>(len) * 2);
+      continue;
+    }
+    const auto* f = reinterpret_cast<const float*>(raw.data());
+    for (int64_t i = 0; i < len; ++i) bits[static_cast<size_t>(i)] = num::float_to_bf16_bits(f[i]);
+    sum.update(bits.data(), static_cast<size_t>(len) * 2);
+  }
+  return sum.digest();
 }
 
 // Under LoRA the gradients of the flat elements from layer l's first adapter to the end are final once layer l's

@@ -7,6 +7,7 @@
 // The adapters are the model's trainable parameters (LlamaModel's flat buffers under --peft lora); this file
 // names and shapes them and draws their initial values. The forward and backward are LlamaModel's.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "config/lora_config.h"
@@ -31,6 +32,15 @@ int64_t lora_entry_index(const LoraConfig& lora, int64_t layer, int target);
 // model is the base. Counter-based in (seed, index), like the base's init (model/init.h).
 void lora_initial_values(const ModelConfig& cfg, const LoraConfig& lora, int target, bool is_a, uint64_t seed,
                          uint64_t index, float* out, int64_t n);
+
+// What a LoRA checkpoint records of the frozen base it trained on (metadata.json "peft"."base"), so a resume on
+// another base is refused in one line: where the base came from ("hf DIR", "checkpoint DIR", "init seed N"), the
+// recipe its linear layers ran in, and the checksum (core/checksum.h Checksum64) of its BF16 weights in
+// param_layout's flat order as BF16 bits (LlamaModel::base_checksum: the same on every device).
+struct LoraBaseRecord {
+  std::string source, recipe;
+  uint64_t checksum = 0;
+};
 
 // The Philox stream of the dropout mask of layer `layer`'s adapter on `target` (numerics/dropout.h): distinct
 // from every other adapter's and from the stochastic rounding's streams (linear index * 4 + copy, below 2^30).

@@ -4,7 +4,9 @@
 
 #include <chrono>
 
+#include "core/error.h"
 #include "log/megatron_log.h"
+#include "train/checkpoint_metadata.h"
 
 namespace pl::observe {
 
@@ -26,11 +28,34 @@ void Checkpointer::on_start(const RunStart& s, TrainerAccess& trainer) {
   first_rank_ = s.world.rank() == 0;
   if (lock_) lock_->check_free_space(checkpoint_bytes(trainer.model(), trainer.settled_optimizer()));
   if (resume_) restore(trainer);
+  if (trainer.model().lora() && (resume_ || !cfg_.save.empty())) record_lora_base(trainer.model());
+}
+
+// LoRA: the frozen base's checksum for the checkpoints' record; a LoRA checkpoint resumed over another base is
+// refused (its adapters were trained for the base it records).
+void Checkpointer::record_lora_base(const LlamaModel& model) {
+  run_.lora_base.checksum = model.base_checksum();
+  if (!resume_ || !resume_->lora) return;
+  const LoraBaseRecord& saved = resume_->lora_base;
+  PL_CHECK(saved.checksum == run_.lora_base.checksum,
+           "--load {}: its adapters were trained over another base ({}, recipe {}, weights checksum {}); this run's "
+           "base is {} (checksum {}): give the same base (--init-from-hf DIR, or the same --seed)",
+           resume_->path, saved.source, saved.recipe, hex64(saved.checksum), run_.lora_base.source,
+           hex64(run_.lora_base.checksum));
 }
 
 void Checkpointer::restore(TrainerAccess& trainer) {
   const VerifiedCheckpoint& c = *resume_;
   const auto t_load = std::chrono::steady_clock::now();
+  if (trainer.model().lora() && !c.lora) {  // a full checkpoint as the frozen base (--peft lora --finetune)
+    LlamaModel& model = trainer.model();
+    stream_master_weights(c, [&](int64_t offset, const float* v, int64_t n) { model.write_base(offset, v, n); });
+    model.prepare_weights();
+    print_first(fmt::format("pretrain_llama | --peft lora: the frozen base is the weights of iteration {} of {} "
+                            "({} parameters, rounded to BF16)",
+                            c.iteration, c.path, c.model.num_parameters()));
+    return;
+  }
   restore_checkpoint(c, trainer.model(), trainer.settled_optimizer(), cfg_.finetune);
   const double secs = c.seconds + std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
   print_first(log::loaded_checkpoint_line(load_dir_, c.iteration, c.path, 2.0 * c.bytes, secs));

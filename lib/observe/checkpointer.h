@@ -34,6 +34,7 @@ class Checkpointer : public TrainObserver {
 
  private:
   void restore(TrainerAccess& trainer);
+  void record_lora_base(const LlamaModel& model);
   void print_first(const std::string& line) const {
     if (first_rank_) out_(line);
   }

@@ -19,6 +19,7 @@
 // *.tmp-* entries are ignored by load and removed by the next successful save.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,10 @@ struct RunDescription {
   // cuBLASLt's algorithm per GEMM as the run chose them (backend/gemm_algorithms.h): saved as
   // gemm_algorithms.json when not empty, so a resume installs the same ones (read_gemm_algorithms).
   GemmAlgorithms gemm_algorithms;
+  // --peft lora: the adapters' configuration and the frozen base's record (metadata.json "peft"); the flat
+  // state files then hold the adapters only. The base's checksum is filled in before the first save.
+  std::optional<LoraConfig> lora;
+  LoraBaseRecord lora_base;
 };
 
 struct SaveReport {
@@ -123,6 +128,10 @@ struct VerifiedCheckpoint {
   int64_t optimizer_steps = 0;
   std::vector<std::string> command_line;  // the saving run's argv (empty in checkpoints that lack it)
   double bytes = 0, seconds = 0;  // verified bytes and the time it took
+  // A LoRA checkpoint (metadata.json "peft"): its adapters' configuration and its base's record; empty: every
+  // parameter's state.
+  std::optional<LoraConfig> lora;
+  LoraBaseRecord lora_base;
 };
 
 // True when `dir` holds neither a tracker nor an iter_ directory (leftover *.tmp-* ignored): Megatron
@@ -139,6 +148,11 @@ VerifiedCheckpoint verify_checkpoint(const std::string& load, bool read_contents
 // allowed difference (recipe, batch sizes, sequence length, schedule).
 std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& ckpt, const ModelConfig& model,
                                                      const std::string& recipe_name, const TrainConfig& train);
+
+// --load with --peft lora or of a LoRA checkpoint (one line naming what does not fit, else nothing): a LoRA
+// checkpoint needs --peft lora with the same adapter shapes (dim, targets); a full checkpoint under --peft lora is
+// the frozen base and needs --finetune (its weights only).
+void check_checkpoint_peft(const VerifiedCheckpoint& ckpt, const std::optional<LoraConfig>& run_lora, bool finetune);
 
 // The FP32 master weights of a verified checkpoint, in the flat layout of LlamaModel::param_entries()
 // for ckpt.model (re-checking the checksum as it reads): what an export needs, without building a

@@ -155,6 +155,41 @@ void add_schedule_changes(const TrainConfig& saved, const TrainConfig& now, std:
   note("--lr-wsd-decay-iters", iters(saved.lr_wsd_decay_iters), iters(now.lr_wsd_decay_iters));
 }
 
+// metadata.json's "peft" (LoRA checkpoints): the adapters' configuration in Megatron-Bridge's names, the dropout
+// masks' seed (the counter is the train state's micro-batches done), and the frozen base's record.
+json peft_json(const LoraConfig& c, const LoraBaseRecord& base) {
+  return json{{"type", "lora"},
+              {"dim", c.dim},
+              {"alpha", c.alpha},
+              {"dropout", c.dropout},
+              {"dropout_position", lora_dropout_position_name(c.dropout_position)},
+              {"lora_A_init_method", lora_a_init_name(c.a_init)},
+              {"target_modules", lora_target_names(c.targets)},
+              {"dropout_seed", kLoraDropoutSeed},
+              {"base", json{{"source", base.source}, {"recipe", base.recipe}, {"checksum", hex64(base.checksum)}}}};
+}
+
+void peft_from_json(const json& p, const std::string& path, VerifiedCheckpoint& v) {
+  PL_CHECK(json_field<std::string>(p, "type", path) == "lora", "{}: peft.type '{}' is not lora", path,
+           json_field<std::string>(p, "type", path));
+  LoraConfig c;
+  c.dim = json_field<int64_t>(p, "dim", path);
+  c.alpha = json_field<double>(p, "alpha", path);
+  c.dropout = json_field<double>(p, "dropout", path);
+  c.dropout_position = parse_lora_dropout_position(json_field<std::string>(p, "dropout_position", path));
+  c.a_init = parse_lora_a_init(json_field<std::string>(p, "lora_A_init_method", path));
+  c.targets = parse_lora_target_modules(json_field<std::string>(p, "target_modules", path));
+  validate_lora_config(c);
+  v.lora = c;
+  const json b = json_field<json>(p, "base", path);
+  v.lora_base.source = json_field<std::string>(b, "source", path);
+  v.lora_base.recipe = json_field<std::string>(b, "recipe", path);
+  const std::string sum = json_field<std::string>(b, "checksum", path);
+  PL_CHECK(sum.size() == 18 && sum.starts_with("0x"), "{}: peft.base.checksum '{}' is not 0x and 16 hex digits", path,
+           sum);
+  v.lora_base.checksum = std::stoull(sum.substr(2), nullptr, 16);
+}
+
 }  // namespace
 
 std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_steps, const RunDescription& run,
@@ -188,6 +223,7 @@ std::string checkpoint_metadata_text(const TrainState& st, int64_t optimizer_ste
   j["rng"] = json{{"stochastic_rounding_seed", LinearLayer::kStochasticRoundingSeed},
                   {"stochastic_rounding_next_counter", st.micro_batches_done},
                   {"init_seed", t.seed}};
+  if (run.lora) j["peft"] = peft_json(*run.lora, run.lora_base);
   return j.dump(2) + "\n";
 }
 
@@ -234,8 +270,26 @@ void read_checkpoint_metadata(const std::string& meta_path, const std::string& m
   v.state = state_from_json(json_field<json>(meta, "train_state", meta_path), meta_path);
   v.optimizer_steps = json_field<int64_t>(json_field<json>(meta, "optimizer", meta_path), "steps_taken", meta_path);
   if (meta.contains("command_line")) v.command_line = json_field<std::vector<std::string>>(meta, "command_line", meta_path);
+  if (meta.contains("peft")) peft_from_json(json_field<json>(meta, "peft", meta_path), meta_path, v);
   PL_CHECK(v.state.iteration == v.iteration, "{}: iteration {} but {} says {}", meta_path,
            v.state.iteration, manifest_path, v.iteration);
+}
+
+void check_checkpoint_peft(const VerifiedCheckpoint& c, const std::optional<LoraConfig>& run, bool finetune) {
+  if (c.lora) {
+    PL_CHECK(run.has_value(),
+             "--load {}: a LoRA checkpoint (adapters of dim {} on {} over the base '{}'): resume it with --peft lora "
+             "and that base",
+             c.path, c.lora->dim, lora_target_names(c.lora->targets), c.lora_base.source);
+    PL_CHECK(run->dim == c.lora->dim && run->targets == c.lora->targets,
+             "--load {}: its adapters are dim {} on {}, this run's --lora-dim {} on {}", c.path, c.lora->dim,
+             lora_target_names(c.lora->targets), run->dim, lora_target_names(run->targets));
+    return;
+  }
+  PL_CHECK(!run.has_value() || finetune,
+           "--peft lora --load {}: a checkpoint of every parameter; to train adapters over it as the frozen base give "
+           "--finetune (its weights only)",
+           c.path);
 }
 
 std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c, const ModelConfig& m,

@@ -128,8 +128,9 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
 }
 
 // LoRA over two ranks (issue 41): the base replicated, the adapters' gradients all-reduced (also bucket by bucket
-// under the backward, --overlap-grad-reduce: the model announces the adapters of each layer as final), the dropout
-// masks drawn from each micro-batch's run-wide counter: the one-rank run's columns.
+// under the backward, --overlap-grad-reduce: the model announces the adapters of each layer as final) or
+// reduce-scattered to the distributed optimizer's shards of the adapters, the dropout masks drawn from each
+// micro-batch's run-wide counter: the one-rank run's columns.
 TEST(DataParallelCli, TwoRanksOfLoraEqualOneRank) {
   SKIP_WITHOUT_MPI();
   const std::vector<std::string> lora = {"--disable-fp4", "--peft", "lora", "--lora-dim", "8", "--lora-dropout", "0.1",
@@ -137,12 +138,15 @@ TEST(DataParallelCli, TwoRanksOfLoraEqualOneRank) {
   const ProcessResult one = pl::test::run_process(kApp, tiny(8, lora), 300.0);
   ASSERT_EQ(one.exit_code, 0) << one.err;
   for (const std::vector<std::string>& flags :
-       {std::vector<std::string>{}, std::vector<std::string>{"--overlap-grad-reduce", "--ddp-bucket-size", "1"}}) {
+       {std::vector<std::string>{}, std::vector<std::string>{"--overlap-grad-reduce", "--ddp-bucket-size", "1"},
+        std::vector<std::string>{"--use-distributed-optimizer", "--overlap-grad-reduce"}}) {
     std::vector<std::string> extra = lora;
     extra.insert(extra.end(), flags.begin(), flags.end());
     const ProcessResult two = run_ranks(2, tiny(8, extra));
-    ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
-    expect_same_columns(iterations(two.out), iterations(one.out), flags.empty() ? "lora plain" : "lora overlapped");
+    std::string what = "lora";
+    for (const std::string& f : flags) what += " " + f;
+    ASSERT_EQ(two.exit_code, 0) << what << "\n" << two.out << two.err;
+    expect_same_columns(iterations(two.out), iterations(one.out), what);
   }
 }
 

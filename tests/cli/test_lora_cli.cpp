@@ -90,8 +90,55 @@ TEST(LoraCli, BadLoraInputIsOneLineNamingTheFlag) {
                           {"--peft lora", "--main-grads-dtype bf16"});
   const fs::path save = fs::temp_directory_path() / "pl_lora_cli_save";
   fs::remove_all(save);
-  expect_one_line_failure(with({"--save", save.string()}), {"--peft lora cannot be combined with --save"});
+  expect_one_line_failure(with({"--save", save.string(), "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                "--overlap-param-gather"}),
+                          {"--peft lora cannot be combined with --overlap-param-gather"});
   EXPECT_FALSE(fs::exists(save)) << "nothing written";
+}
+
+// Adapter-only checkpoints: a LoRA run saved at iteration 6 and resumed prints the straight run's iterations 7-12
+// (the adapters, their moments, the dropout counter); the state files hold the adapters only; the record names the
+// base, and a resume over another base (another --seed's random base), without --peft lora or with other adapter
+// shapes is one line; a full checkpoint is a frozen base with --finetune (its first loss the full model's).
+TEST(LoraCli, AdapterCheckpointsResumeOnTheirBaseOnly) {
+  pl::test::TempDir dir;
+  const std::string d = (dir.path() / "lora").string();
+  const std::vector<std::string> lora = {"--peft", "lora", "--lora-dim", "8", "--lora-dropout", "0.1", "--recipe",
+                                         "bf16_with_nvfp4_mixed"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = tiny_run(lora);
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  const ProcessResult straight = pl::test::run_process(kApp, with({}), 300.0);
+  ASSERT_EQ(straight.exit_code, 0) << straight.err;
+  const ProcessResult part1 = pl::test::run_process(kApp, with({"--save", d, "--exit-interval", "6"}), 300.0);
+  ASSERT_EQ(part1.exit_code, 0) << part1.err;
+  const fs::path iter = fs::path(d) / "iter_0000006";
+  EXPECT_EQ(fs::file_size(iter / "master_fp32.bin"), 4u * 38912u) << "the adapters' master weights only";
+  const std::string meta = pl::test::read_text_file((iter / "metadata.json").string());
+  EXPECT_NE(meta.find("\"peft\""), std::string::npos) << meta;
+  EXPECT_NE(meta.find("\"source\": \"init seed 1234\""), std::string::npos) << meta;
+  const ProcessResult part2 = pl::test::run_process(kApp, with({"--load", d}), 300.0);
+  ASSERT_EQ(part2.exit_code, 0) << part2.err;
+  const auto expected = pl::test::iteration_lines(straight.out, 7);
+  ASSERT_EQ(expected.size(), 6u);
+  EXPECT_EQ(pl::test::iteration_lines(part2.out, 1), expected);
+  expect_one_line_failure(with({"--load", d, "--seed", "99"}), {"--load", "another base", "init seed 1234"});
+  expect_one_line_failure(tiny_run({"--load", d}), {"a LoRA checkpoint", "--peft lora"});
+  expect_one_line_failure(tiny_run({"--peft", "lora", "--lora-dim", "4", "--load", d}),
+                          {"its adapters are dim 8", "--lora-dim 4"});
+  // A full checkpoint as the frozen base.
+  const std::string full = (dir.path() / "full").string();
+  const ProcessResult base = pl::test::run_process(kApp, tiny_run({"--save", full}, "2"), 300.0);
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  expect_one_line_failure(tiny_run({"--peft", "lora", "--load", full}), {"a checkpoint of every parameter", "--finetune"});
+  const ProcessResult on_full = pl::test::run_process(kApp, tiny_run({"--peft", "lora", "--load", full, "--finetune"}, "1"), 300.0);
+  const ProcessResult full_again = pl::test::run_process(kApp, tiny_run({"--load", full, "--finetune"}, "1"), 300.0);
+  ASSERT_EQ(on_full.exit_code, 0) << on_full.err;
+  ASSERT_EQ(full_again.exit_code, 0) << full_again.err;
+  EXPECT_NE(on_full.out.find("the frozen base is the weights of iteration 2"), std::string::npos) << on_full.out;
+  EXPECT_EQ(losses_of(on_full.out), losses_of(full_again.out));
 }
 
 }  // namespace
