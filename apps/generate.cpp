@@ -1,7 +1,10 @@
 // generate: the continuation of a prompt by a trained model — what anyone does first after fine-tuning (issue 28).
 // The weights come from a pretrain_llama checkpoint (--load, its FP32 masters) or a Hugging Face Llama directory
 // (--init-from-hf); the model runs with a KV cache (model/generator.h), every linear layer in BF16; the
-// continuation goes to stdout as it is made, everything else to stderr.
+// continuation goes to stdout as it is made, everything else to stderr. A LoRA checkpoint (--load of a --peft lora
+// run) runs its base with the adapters merged in (W + alpha/dim·B·A in FP32, rounded to BF16 once: the same
+// function as base + adapters, to one BF16 rounding of the weights); its base comes from the checkpoint's record,
+// or from --init-from-hf when that directory moved (its checksum is checked either way).
 //
 //   generate --load checkpoints/sft --prompt "What is 2+2?" --chat
 //   generate --init-from-hf hf/sft --prompt "Once upon a time" --max-new-tokens 64 --temperature 0.8 --top-p 0.9
@@ -27,6 +30,7 @@
 #include "io/file_checks.h"
 #include "model/generator.h"
 #include "model/hf_llama.h"
+#include "model/lora_export.h"
 #include "train/checkpoint.h"
 
 namespace {
@@ -104,9 +108,9 @@ OpContext open_device(const std::string& device, DeviceStateHandle& state) {
 std::optional<int> parse(int argc, char** argv, Options& o) {
   CLI::App app{"generate: the continuation of a prompt by a pretrain_llama checkpoint or a Hugging Face Llama "
                "(greedy at temperature 0), with a KV cache; the text to stdout, the rest to stderr"};
-  auto* load = app.add_option("--load", o.load, "A checkpoint: a --save directory (its latest) or one iter_ directory");
-  auto* hf = app.add_option("--init-from-hf", o.init_from_hf, "A Hugging Face Llama directory (config.json, safetensors)");
-  load->excludes(hf);
+  app.add_option("--load", o.load, "A checkpoint: a --save directory (its latest) or one iter_ directory");
+  app.add_option("--init-from-hf", o.init_from_hf, "A Hugging Face Llama directory (config.json, safetensors); with "
+                                                   "--load of a LoRA checkpoint, its base");
   app.add_option("--prompt", o.prompt, "The text to continue (with --chat: the user's message)")->required();
   app.add_flag("--chat", o.chat, "Wrap the prompt in the chat template (Llama 3's with a tiktoken tokenizer, the "
                                  "plain one with the byte tokenizer) and answer it as the assistant");
@@ -141,6 +145,9 @@ int run(int argc, char** argv) {
   if (!o.load.empty()) {
     ckpt = verify_checkpoint(o.load);
     cfg = ckpt->model;
+    PL_CHECK(o.init_from_hf.empty() || ckpt->lora,
+             "--load {} and --init-from-hf {}: give one (--init-from-hf with --load names a LoRA checkpoint's base)",
+             o.load, o.init_from_hf);
   } else {
     cfg = read_hf_llama_config((fs::path(o.init_from_hf) / "config.json").string()).model;
   }
@@ -162,12 +169,23 @@ int run(int argc, char** argv) {
   const int64_t capacity = static_cast<int64_t>(prompt.size()) + std::min(o.max_new_tokens, positions_left);
   Generator g(cfg, ctx, capacity);
   const auto write = [&](int64_t off, const float* v, int64_t n) { g.write_weights(off, v, n); };
-  if (ckpt) stream_master_weights(*ckpt, write);
-  else read_hf_weights(o.init_from_hf, cfg, write);
+  if (ckpt && ckpt->lora) {
+    std::vector<float> base = read_lora_base(*ckpt, o.init_from_hf);
+    merge_lora_into(cfg, *ckpt->lora, read_master_weights(*ckpt), base);
+    write(0, base.data(), cfg.num_parameters());
+  } else if (ckpt) {
+    stream_master_weights(*ckpt, write);
+  } else {
+    read_hf_weights(o.init_from_hf, cfg, write);
+  }
   const auto t1 = std::chrono::steady_clock::now();
-  fmt::print(stderr, "generate | model {} ({} parameters) from {} on {}, weights loaded in {:.1f} s | tokenizer {} "
+  fmt::print(stderr, "generate | model {} ({} parameters) from {}{} on {}, weights loaded in {:.1f} s | tokenizer {} "
              "(from {}) | prompt {} tokens{} | {}\n",
-             cfg.name, cfg.num_parameters(), ckpt ? ckpt->path : o.init_from_hf, o.device,
+             cfg.name, cfg.num_parameters(), ckpt ? ckpt->path : o.init_from_hf,
+             ckpt && ckpt->lora ? fmt::format(" (LoRA dim {} merged into its base {})", ckpt->lora->dim,
+                                              o.init_from_hf.empty() ? ckpt->lora_base.source : "hf " + o.init_from_hf)
+                                : "",
+             o.device,
              std::chrono::duration<double>(t1 - t0).count(), tok->description(), tok_source, prompt.size(),
              o.chat ? fmt::format(" (chat template {})", data::chat_template_name(data::chat_template_for(*tok))) : "",
              o.temperature == 0.0 ? std::string("greedy")

@@ -1,5 +1,7 @@
 #include "model/init.h"
 
+#include "model/llama.h"
+
 #include <cmath>
 #include <numbers>
 
@@ -37,6 +39,13 @@ void fill_uniform(float* out, int64_t n, double bound, uint64_t seed, uint64_t t
     const double u = unit(mix64(key ^ static_cast<uint64_t>(i)));  // (0, 1]
     out[i] = static_cast<float>(bound * (2.0 * u - 1.0));
   }
+}
+
+void initial_parameter_values(const ParamEntry& e, uint64_t index, uint64_t seed, float* out) {
+  if (e.init_std == 0.0)
+    fill_ones(out, e.numel());
+  else
+    fill_normal(out, e.numel(), e.init_std, seed, index);
 }
 
 void fill_ones(float* out, int64_t n) {

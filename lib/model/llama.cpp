@@ -231,10 +231,7 @@ void LlamaModel::init_parameters(uint64_t seed) {
     const ParamEntry& e = base_entries_[i];
     if (everything && (e.offset + e.numel() <= shard_.begin || e.offset >= shard_.real_end())) continue;
     staging.resize(static_cast<size_t>(e.numel()));
-    if (e.init_std == 0.0)
-      fill_ones(staging.data(), e.numel());
-    else
-      fill_normal(staging.data(), e.numel(), e.init_std, seed, static_cast<uint64_t>(i));
+    initial_parameter_values(e, static_cast<uint64_t>(i), seed, staging.data());
     write_base(e.offset, staging.data(), e.numel());
   }
   if (lora()) return init_adapters(seed);

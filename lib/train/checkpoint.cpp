@@ -493,8 +493,12 @@ GemmAlgorithms read_gemm_algorithms(const VerifiedCheckpoint& c) {
   return gemm_algorithms_from_json(parse_json_text(text, path), path);
 }
 
+int64_t checkpoint_flat_elements(const VerifiedCheckpoint& c) {
+  return c.lora ? lora_parameter_count(c.model, *c.lora) : c.model.num_parameters();
+}
+
 std::vector<float> read_master_weights(const VerifiedCheckpoint& c) {
-  std::vector<float> out(static_cast<size_t>(c.model.num_parameters()));
+  std::vector<float> out(static_cast<size_t>(checkpoint_flat_elements(c)));
   stream_master_weights(c, [&](int64_t offset, const float* values, int64_t count) {
     std::copy(values, values + count, out.begin() + offset);
   });
@@ -507,10 +511,11 @@ void stream_master_weights(const VerifiedCheckpoint& c, const FlatWeightWriter& 
   for (const CheckpointFile& f : c.files)
     if (f.name == "master_fp32.bin") master = &f;
   PL_CHECK(master != nullptr, "{}: lists no master_fp32.bin", (dir / kManifest).string());
-  PL_CHECK(master->dtype == "f32" && master->numel == c.model.num_parameters() &&
+  const int64_t n = checkpoint_flat_elements(c);
+  PL_CHECK(master->dtype == "f32" && master->numel == n &&
                master->bytes == static_cast<uint64_t>(master->numel) * sizeof(float),
-           "{}: {} elements of {} ({} bytes), but model {} has {} parameters", (dir / master->name).string(),
-           master->numel, master->dtype, master->bytes, c.model.name, c.model.num_parameters());
+           "{}: {} elements of {} ({} bytes), but {} has {} {}", (dir / master->name).string(), master->numel,
+           master->dtype, master->bytes, c.model.name, n, c.lora ? "adapter parameters" : "parameters");
   std::vector<char> staging;
   std::vector<float> piece;
   const uint64_t sum = stream_file(dir / master->name, master->bytes, staging, [&](const char* data, size_t bytes, uint64_t off) {

@@ -154,13 +154,21 @@ std::vector<std::string> compare_checkpoint_with_run(const VerifiedCheckpoint& c
 // the frozen base and needs --finetune (its weights only).
 void check_checkpoint_peft(const VerifiedCheckpoint& ckpt, const std::optional<LoraConfig>& run_lora, bool finetune);
 
+// The elements of a checkpoint's flat state files: every parameter of ckpt.model, or a LoRA checkpoint's adapters.
+int64_t checkpoint_flat_elements(const VerifiedCheckpoint& ckpt);
 // The FP32 master weights of a verified checkpoint, in the flat layout of LlamaModel::param_entries()
-// for ckpt.model (re-checking the checksum as it reads): what an export needs, without building a
-// model or its optimizer state.
+// for ckpt.model (the adapters' lora_layout for a LoRA checkpoint; re-checking the checksum as it reads): what an
+// export needs, without building a model or its optimizer state.
 std::vector<float> read_master_weights(const VerifiedCheckpoint& ckpt);
 // The same a piece at a time (offsets in floats of the flat layout), so a reader keeps no copy of all of them: the
 // checksum is checked at the end, after every piece went to `write` (a caller discards what it built on an error).
 void stream_master_weights(const VerifiedCheckpoint& ckpt, const FlatWeightWriter& write);
+
+// A LoRA checkpoint's frozen base as FP32 values in param_layout's order, from where its record says it came from
+// ("hf DIR": that directory, or `hf_dir` when given, the record's path having moved; "checkpoint DIR": that full
+// checkpoint's master weights; "init seed N": the random initialisation of seed N), checked against the record's
+// checksum of its BF16 weights: a base that changed since the adapters were trained is one line naming both.
+std::vector<float> read_lora_base(const VerifiedCheckpoint& ckpt, const std::string& hf_dir = "");
 
 // Reads the state files into the model's master weights and bf16 weights and the optimizer's
 // moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and

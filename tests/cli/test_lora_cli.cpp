@@ -16,7 +16,10 @@ namespace fs = std::filesystem;
 using pl::test::ProcessResult;
 
 const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
+const std::string kConvert = PL_CONVERT_CHECKPOINT_PATH;
+const std::string kGenerate = PL_GENERATE_PATH;
+// llama_tiny_bytes: llama_tiny with the byte tokenizer's vocabulary, so generate can run the exports.
+const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json";
 
 std::vector<std::string> tiny_run(std::vector<std::string> extra, const char* iters = "12") {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--train-iters", iters, "--global-batch-size", "4",
@@ -139,6 +142,32 @@ TEST(LoraCli, AdapterCheckpointsResumeOnTheirBaseOnly) {
   ASSERT_EQ(full_again.exit_code, 0) << full_again.err;
   EXPECT_NE(on_full.out.find("the frozen base is the weights of iteration 2"), std::string::npos) << on_full.out;
   EXPECT_EQ(losses_of(on_full.out), losses_of(full_again.out));
+
+  // Exports of the LoRA checkpoint: PEFT's files, the merge into its base (the record's "init seed 1234": the
+  // initialisation made again, its checksum checked), generate over both; the one-line refusals.
+  const std::string peft = (dir.path() / "peft").string(), merged = (dir.path() / "merged").string();
+  const ProcessResult to_peft = pl::test::run_process(kConvert, {"--load", d, "--to-peft", peft}, 120.0);
+  ASSERT_EQ(to_peft.exit_code, 0) << to_peft.err;
+  EXPECT_TRUE(fs::exists(fs::path(peft) / "adapter_config.json"));
+  EXPECT_TRUE(fs::exists(fs::path(peft) / "adapter_model.safetensors"));
+  const ProcessResult merge = pl::test::run_process(kConvert, {"--load", d, "--merge-lora", "--to-hf", merged}, 120.0);
+  ASSERT_EQ(merge.exit_code, 0) << merge.err;
+  EXPECT_NE(merge.out.find("LoRA dim 8 merged into the base init seed 1234"), std::string::npos) << merge.out;
+  for (const std::vector<std::string>& g : {std::vector<std::string>{"--load", d}, std::vector<std::string>{"--init-from-hf", merged}}) {
+    std::vector<std::string> a = g;
+    a.insert(a.end(), {"--prompt", "abc", "--max-new-tokens", "4", "--tokenizer-type", "byte"});
+    const ProcessResult gen = pl::test::run_process(kGenerate, a, 120.0);
+    EXPECT_EQ(gen.exit_code, 0) << gen.err;
+  }
+  const auto convert_fails = [&](const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+    const ProcessResult r = pl::test::run_process(kConvert, args, 60.0);
+    EXPECT_NE(r.exit_code, 0);
+    for (const std::string& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << r.err;
+  };
+  convert_fails({"--load", d, "--to-hf", (dir.path() / "x").string()}, {"a LoRA checkpoint", "--merge-lora"});
+  convert_fails({"--load", full, "--to-peft", (dir.path() / "y").string()}, {"not a LoRA checkpoint", "--to-peft"});
+  EXPECT_FALSE(fs::exists(dir.path() / "x"));
+  EXPECT_FALSE(fs::exists(dir.path() / "y"));
 }
 
 }  // namespace
