@@ -103,7 +103,9 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   // rungs are left out (not implemented with data parallelism).
   // An explicit --fp8-param-gather stays on: the rungs that would turn it off (the distributed optimizer,
   // the offload) are left out.
-  const bool data_parallel = r.options.dp_size > 1, keep_primary = r.fp8_param_gather_given;
+  // --peft lora: no BF16 main grads and no offload rungs (refused with it: its optimizer state is the adapters').
+  const bool data_parallel = r.options.dp_size > 1, keep_primary = r.fp8_param_gather_given,
+             lora = r.options.lora.has_value();
   RunLayout sharded = r.options;
   sharded.distributed_optimizer = sharded.distributed_optimizer || (data_parallel && !keep_primary);
   RunLayout primary = sharded;
@@ -114,7 +116,7 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   RunLayout bf16 = primary;
   bf16.exp_avg = bf16.exp_avg_sq = DType::BF16;
   RunLayout grads = bf16;  // (BF16 main grads are not implemented with data parallelism: no rung m there)
-  grads.bf16_main_grads = grads.bf16_main_grads || !data_parallel;
+  grads.bf16_main_grads = grads.bf16_main_grads || (!data_parallel && !lora);
   const bool grads_rung = grads.bf16_main_grads != bf16.bf16_main_grads;
   std::vector<FitCandidate> ladder = {{'a', r.micro_batch, r.options}};
   if (sharded.distributed_optimizer != r.options.distributed_optimizer) ladder.push_back({'g', r.micro_batch, sharded});
@@ -133,7 +135,7 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   };
   const std::vector<int64_t> smaller = micro_batches_from(r.micro_batch);
   for (size_t i = 1; i < smaller.size(); ++i) add('c', smaller[i], false, false);
-  const bool offload_allowed = !data_parallel && !keep_primary;
+  const bool offload_allowed = !data_parallel && !keep_primary && !lora;
   for (const auto& [rung, offload, recompute] : {std::tuple{'d', true, false}, std::tuple{'e', false, true},
                                                  std::tuple{'f', true, true}})
     if (offload_allowed || !offload)

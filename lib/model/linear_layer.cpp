@@ -185,7 +185,7 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   quantized_gemm(dgrad, dx, dyq.rowwise, wq_.columnwise, dyq.format, false, scratch_a_, scratch_b_);
   if (step.collect_quant_stats) {
     stats_.clear();
-    record(ctx, "w rowwise", wq_.rowwise, w);
+    if (w.data != nullptr) record(ctx, "w rowwise", wq_.rowwise, w);  // (none: a frozen base's, never kept in BF16)
     // rowwise x as fprop saw it
     quantize(ctx, xq, x,
              {.format = *p_.x, .scale = ds_.x_scale, .amax_given = true, .compact_scales = false});

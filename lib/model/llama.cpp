@@ -282,8 +282,10 @@ void LlamaModel::prepare_weights() {
 void LlamaModel::prepare_layer_weights(int64_t l) {
   const LayerParams& w = weights_.layers[l];
   const Tensor* ws[4] = {&w.qkv, &w.proj, &w.fc1, &w.fc2};
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < 4; ++k) {
+    if (ws[k]->data == nullptr && lora()) continue;  // a frozen quantized-only base linear: quantized at load
     linear(l, k).prepare_weight(linear_ctx(k), ws[k]->data != nullptr ? *ws[k] : rounded_master_weight(l, k));
+  }
 }
 
 // The master's linear weights of layer l, in the order of its LinearSlot kinds.

@@ -11,6 +11,7 @@
 // arena sized at construction: nothing is allocated by forward/backward.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -221,6 +222,8 @@ class LlamaModel {
   // LoRA (llama_lora.cpp): the frozen base's buffer and per-parameter views, the flat views of the adapters, each
   // adapter's A and B views; the listener's news that layer l's adapters (and those above) have final gradients.
   void allocate_lora_views(DType storage, DType grad_type);
+  // LoRA: values [lo, hi) of base entry i (a quantized-only linear) arrived; once all have, its copies are made.
+  void write_frozen_linear(size_t i, int64_t lo, int64_t hi, const float* values);
   void adapters_final_from(int64_t l, const MicroBatchOptions& step) const;
   void layer_backward(int64_t l, const LayerParams& g, const Tensor& g_ln1, const Tensor& g_ln2,
                       const MicroBatchOptions& step);
@@ -247,12 +250,23 @@ class LlamaModel {
   std::vector<ParamEntry> base_entries_;  // param_layout(cfg_): the whole model (the base under LoRA)
   int64_t trainable_ = 0;
   ShardLayout shard_;
-  // LoRA: the frozen base's BF16 weights (base_entries_ layout); views of each adapter's A and B in the flat
-  // weights and gradients ([layer * 4 + kind]; no data where a target has none); the dropout counter of the
-  // micro-batch whose forward ran last (its backward regenerates the masks); whether that forward was a
-  // training one (evaluation drops nothing); the frozen norms' weight gradients, computed by the norms'
-  // backward with their input gradients and discarded (f32 [hidden]).
-  Buffer base_buf_;
+  // LoRA: the frozen base's BF16 weights (lora_base_kept_ranges of base_entries_, packed; its quantized-only
+  // linears have none: their copies are made at load from the one-layer BF16 scratch base_scratch_, each from
+  // its values assembled on the host as they arrive, pending_); each base entry's packed offset (-1: not kept)
+  // and, for a quantized-only linear, the digest of its BF16 values (base_checksum's); views of each adapter's
+  // A and B in the flat weights and gradients ([layer * 4 + kind]; no data where a target has none); the dropout
+  // counter of the micro-batch whose forward ran last (its backward regenerates the masks); whether that
+  // forward was a training one (evaluation drops nothing); the frozen norms' weight gradients, computed by the
+  // norms' backward with their input gradients and discarded (f32 [hidden]).
+  Buffer base_buf_, base_scratch_;
+  std::vector<int64_t> base_packed_;
+  std::vector<uint64_t> base_digests_;
+  std::vector<bool> base_digested_;
+  struct PendingLinear {
+    std::vector<float> values;
+    int64_t written = 0;
+  };
+  std::map<size_t, PendingLinear> pending_;  // base entry -> its values so far
   struct AdapterViews {
     Tensor a, b;
   };

@@ -10,9 +10,26 @@
 namespace pl {
 
 void LlamaModel::allocate_lora_views(DType storage, DType grad_type) {
-  // The frozen base's BF16 weights by parameter; the flat views are the adapters'.
-  base_buf_ = Buffer(static_cast<size_t>(cfg_.num_parameters()) * dtype_size(storage), ctx_.device);
-  weights_ = param_views(cfg_, base_entries_, base_buf_.data(), storage, ctx_.device);
+  // The frozen base's BF16 weights by parameter, those it keeps packed (its quantized-only linears' views have no
+  // data); the flat views are the adapters'.
+  const std::vector<int64_t> kept = lora_base_kept_ranges(cfg_, plan_);
+  int64_t packed = 0;
+  base_packed_.assign(base_entries_.size(), -1);
+  for (size_t i = 0, r = 0; i < base_entries_.size(); ++i) {
+    const ParamEntry& e = base_entries_[i];
+    while (r < kept.size() && kept[r + 1] <= e.offset) {
+      packed += kept[r + 1] - kept[r];
+      r += 2;
+    }
+    if (r < kept.size() && kept[r] <= e.offset) base_packed_[i] = packed + (e.offset - kept[r]);
+  }
+  int64_t kept_elements = 0;
+  for (size_t r = 0; r < kept.size(); r += 2) kept_elements += kept[r + 1] - kept[r];
+  base_buf_ = Buffer(static_cast<size_t>(kept_elements) * dtype_size(storage), ctx_.device);
+  base_scratch_ = Buffer(static_cast<size_t>(lora_base_scratch_elements(plan_)) * dtype_size(storage), ctx_.device);
+  base_digests_.assign(base_entries_.size(), 0);
+  base_digested_.assign(base_entries_.size(), false);
+  weights_ = kept_weight_views(cfg_, base_entries_, kept, base_buf_.data(), storage, ctx_.device);
   weights_.flat = weight_buf_.as({trainable_}, storage);
   grads_.flat = grad_buf_.as({trainable_}, grad_type);
   // (With the distributed optimizer only this rank's shard of the adapters' master weights: ShardLayout.)
@@ -51,43 +68,87 @@ void LlamaModel::init_adapters(uint64_t seed) {
   zero_grads();
 }
 
+namespace {
+// values rounded to the device's BF16 storage on the host (copy_master_to_param's op: the device's bits).
+std::vector<uint8_t> rounded_for_storage(const float* values, int64_t n, DType storage, bool round_bf16) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(storage));
+  const OpContext host{.device = Device::CPU, .round_bf16 = round_bf16};
+  copy_master_to_param(host, Tensor(bytes.data(), {n}, storage), Tensor(const_cast<float*>(values), {n}, DType::F32));
+  return bytes;
+}
+}  // namespace
+
 void LlamaModel::write_base(int64_t offset, const float* values, int64_t count) {
   if (!lora()) return write_master(offset, values, count);
-  // Rounded on the host by the same op as copy_master_to_param's (the device's bits), then copied down.
-  const OpContext host{.device = Device::CPU, .round_bf16 = ctx_.round_bf16};
+  // Entry by entry: a kept one's part rounded into its packed place; a quantized-only linear's part into its
+  // host assembly, quantized once complete.
   const DType storage = weights_.flat.dtype;
-  const Tensor base = base_buf_.as({cfg_.num_parameters()}, storage);
-  const int64_t piece = std::min<int64_t>(count, kOffloadChunkElements);
-  std::vector<uint8_t> bytes(static_cast<size_t>(piece) * dtype_size(storage));
-  for (int64_t b = 0; b < count; b += piece) {
-    const int64_t len = std::min(piece, count - b);
-    copy_master_to_param(host, Tensor(bytes.data(), {len}, storage), Tensor(const_cast<float*>(values + b), {len}, DType::F32));
-    copy_from_host(base.rows(offset + b, len), bytes.data());
+  const Tensor base = base_buf_.as({static_cast<int64_t>(base_buf_.bytes() / dtype_size(storage))}, storage);
+  auto it = std::upper_bound(base_entries_.begin(), base_entries_.end(), offset,
+                             [](int64_t o, const ParamEntry& e) { return o < e.offset; });
+  for (size_t i = static_cast<size_t>(std::distance(base_entries_.begin(), it)) - 1; i < base_entries_.size(); ++i) {
+    const ParamEntry& e = base_entries_[i];
+    const int64_t lo = std::max(offset, e.offset), hi = std::min(offset + count, e.offset + e.numel());
+    if (e.offset >= offset + count) break;
+    if (lo >= hi) continue;
+    if (base_packed_[i] < 0) {
+      write_frozen_linear(i, lo - e.offset, hi - e.offset, values + (lo - offset));
+      continue;
+    }
+    for (int64_t b = lo; b < hi; b += kOffloadChunkElements) {
+      const int64_t len = std::min(kOffloadChunkElements, hi - b);
+      const std::vector<uint8_t> bytes = rounded_for_storage(values + (b - offset), len, storage, ctx_.round_bf16);
+      copy_from_host(base.rows(base_packed_[i] + (b - e.offset), len), bytes.data());
+    }
   }
+}
+
+void LlamaModel::write_frozen_linear(size_t i, int64_t lo, int64_t hi, const float* values) {
+  const ParamEntry& e = base_entries_[i];
+  PendingLinear& p = pending_[i];
+  if (p.values.empty()) p.values.assign(static_cast<size_t>(e.numel()), 0.0f);
+  std::copy(values, values + (hi - lo), p.values.begin() + lo);
+  p.written += hi - lo;
+  if (p.written < e.numel()) return;
+  // Complete: its BF16 rounding to the one-layer scratch, quantized as prepare_weight does for a trained weight.
+  const DType storage = weights_.flat.dtype;
+  const std::vector<uint8_t> bytes = rounded_for_storage(p.values.data(), e.numel(), storage, ctx_.round_bf16);
+  const Tensor scratch = base_scratch_.as({e.numel()}, storage);
+  copy_from_host(scratch, bytes.data());
+  const int64_t layer = static_cast<int64_t>((i - 1) / kEntriesPerLayer);
+  const int kind = linear_of_entry(cfg_, i);
+  linear(layer, kind).prepare_weight(linear_ctx(kind), scratch.view({e.rows, e.cols}));
+  base_digests_[i] = lora_bf16_digest(p.values.data(), e.numel());
+  base_digested_[i] = true;
+  pending_.erase(i);
 }
 
 uint64_t LlamaModel::base_checksum() const {
   PL_CHECK(lora(), "internal: base_checksum without LoRA");
-  // In pieces of 32 Mi elements (64 MiB of BF16 bits: whole checksum chunks), the CPU's FP32 storage of BF16
-  // values narrowed to their bits so every device hashes the same bytes.
+  PL_CHECK(pending_.empty(), "internal: the base's checksum while {} of its linear layers are incomplete", pending_.size());
+  // Entry by entry (lora.h lora_base_checksum): a kept one read back (the CPU's FP32 storage of BF16 values gives
+  // the same bits), a quantized-only linear's digest from its load.
   const DType storage = weights_.flat.dtype;
-  const int64_t n = cfg_.num_parameters(), piece = int64_t{1} << 25;
-  const Tensor base = base_buf_.as({n}, storage);
-  std::vector<uint8_t> raw(static_cast<size_t>(std::min(n, piece)) * dtype_size(storage));
-  std::vector<uint16_t> bits(static_cast<size_t>(std::min(n, piece)));
-  Checksum64 sum;
-  for (int64_t b = 0; b < n; b += piece) {
-    const int64_t len = std::min(piece, n - b);
-    copy_to_host(raw.data(), base.rows(b, len));
-    if (storage == DType::BF16) {
-      sum.update(raw.data(), static_cast<size_t>(len) * 2);
+  std::vector<uint64_t> digests(base_entries_.size());
+  std::vector<uint8_t> raw;
+  std::vector<float> values;
+  for (size_t i = 0; i < base_entries_.size(); ++i) {
+    const ParamEntry& e = base_entries_[i];
+    if (base_packed_[i] < 0) {
+      PL_CHECK(base_digested_[i], "internal: the base's linear {} was never written", e.name);
+      digests[i] = base_digests_[i];
       continue;
     }
-    const auto* f = reinterpret_cast<const float*>(raw.data());
-    for (int64_t i = 0; i < len; ++i) bits[static_cast<size_t>(i)] = num::float_to_bf16_bits(f[i]);
-    sum.update(bits.data(), static_cast<size_t>(len) * 2);
+    raw.resize(static_cast<size_t>(e.numel()) * dtype_size(storage));
+    copy_to_host(raw.data(), base_buf_.as({e.numel()}, storage, static_cast<size_t>(base_packed_[i]) * dtype_size(storage)));
+    values.resize(static_cast<size_t>(e.numel()));
+    for (int64_t k = 0; k < e.numel(); ++k)
+      values[static_cast<size_t>(k)] = storage == DType::BF16
+                                           ? num::bf16_bits_to_float(reinterpret_cast<const uint16_t*>(raw.data())[k])
+                                           : reinterpret_cast<const float*>(raw.data())[k];
+    digests[i] = lora_bf16_digest(values.data(), e.numel());
   }
-  return sum.digest();
+  return lora_fold_digests(digests);
 }
 
 // Under LoRA the gradients of the flat elements from layer l's first adapter to the end are final once layer l's

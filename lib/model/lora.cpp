@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
+#include "core/checksum.h"
 #include "model/init.h"
+#include "numerics/bf16.h"
 #include "model/llama.h"
 
 namespace pl {
@@ -56,6 +59,31 @@ void lora_initial_values(const ModelConfig& cfg, const LoraConfig& lora, int tar
     fill_normal(out, n, std::sqrt(2.0 / (in + r)), seed, id);
   else
     fill_uniform(out, n, 1.0 / std::sqrt(in), seed, id);
+}
+
+uint64_t lora_bf16_digest(const float* values, int64_t n) {
+  Checksum64 sum;
+  constexpr int64_t kPiece = int64_t{1} << 24;  // 32 MiB of BF16 bits: whole checksum chunks
+  std::vector<uint16_t> bits(static_cast<size_t>(std::min(n, kPiece)));
+  for (int64_t b = 0; b < n; b += kPiece) {
+    const int64_t len = std::min(kPiece, n - b);
+    for (int64_t i = 0; i < len; ++i) bits[static_cast<size_t>(i)] = num::float_to_bf16_bits(values[b + i]);
+    sum.update(bits.data(), static_cast<size_t>(len) * 2);
+  }
+  return sum.digest();
+}
+
+uint64_t lora_fold_digests(const std::vector<uint64_t>& digests) {
+  Checksum64 sum;
+  sum.update(digests.data(), digests.size() * sizeof(uint64_t));
+  return sum.digest();
+}
+
+uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& base) {
+  const std::vector<ParamEntry> layout = param_layout(cfg);
+  std::vector<uint64_t> digests;
+  for (const ParamEntry& e : layout) digests.push_back(lora_bf16_digest(base.data() + e.offset, e.numel()));
+  return lora_fold_digests(digests);
 }
 
 }  // namespace pl

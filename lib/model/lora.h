@@ -35,12 +35,21 @@ void lora_initial_values(const ModelConfig& cfg, const LoraConfig& lora, int tar
 
 // What a LoRA checkpoint records of the frozen base it trained on (metadata.json "peft"."base"), so a resume on
 // another base is refused in one line: where the base came from ("hf DIR", "checkpoint DIR", "init seed N"), the
-// recipe its linear layers ran in, and the checksum (core/checksum.h Checksum64) of its BF16 weights in
-// param_layout's flat order as BF16 bits (LlamaModel::base_checksum: the same on every device).
+// recipe its linear layers ran in, and the checksum of its BF16 weights (lora_base_checksum's; LlamaModel::
+// base_checksum: the same on every device).
 struct LoraBaseRecord {
   std::string source, recipe;
   uint64_t checksum = 0;
 };
+
+// The checksum of a base's BF16 weights, tensor by tensor (a frozen quantized-only linear keeps no BF16 copy, so its
+// digest is taken when it is loaded): each param_layout entry's digest is core/checksum.h's Checksum64 of the BF16
+// bits (round to nearest even) of its values; the base's is the Checksum64 of those digests in entry order, as
+// little-endian 8-byte words.
+uint64_t lora_bf16_digest(const float* values, int64_t n);
+uint64_t lora_fold_digests(const std::vector<uint64_t>& digests);
+// The same over FP32 values of the whole base in param_layout's flat order (the merge's and generate's check).
+uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& base);
 
 // The Philox stream of the dropout mask of layer `layer`'s adapter on `target` (numerics/dropout.h): distinct
 // from every other adapter's and from the stochastic rounding's streams (linear index * 4 + copy, below 2^30).

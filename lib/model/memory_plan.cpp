@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "core/checked_math.h"
 #include "core/error.h"
@@ -31,6 +32,8 @@ bool fp8_primary_weight_linear(const LinearPlan& p) {
 const char* fp8_primary_weights_off_because(const PrecisionPlan& plan, const RunLayout& opt) {
   if (!opt.fp8_primary_weights) return nullptr;
   if (std::none_of(plan.linears.begin(), plan.linears.end(), fp8_primary_weight_linear)) return nullptr;
+  if (opt.lora)
+    return "--peft lora freezes the base: its FP8 linears are quantized once at load and keep no BF16 or master copy";
   if (opt.optimizer_offload)
     return "--optimizer-cpu-offload keeps the master weights on the host, where the FP8 copies are not made";
   if (opt.distributed_optimizer)
@@ -43,18 +46,17 @@ bool fp8_primary_weights_in_effect(const PrecisionPlan& plan, const RunLayout& o
          std::any_of(plan.linears.begin(), plan.linears.end(), fp8_primary_weight_linear);
 }
 
-std::vector<int64_t> bf16_weight_ranges(const ModelConfig& cfg, const PrecisionPlan& plan, const RunLayout& opt) {
+namespace {
+// The flat ranges of param_layout(cfg) (merged where adjacent) without the linear matrices `leave_out` names.
+std::vector<int64_t> ranges_without_linears(const ModelConfig& cfg, const PrecisionPlan& plan,
+                                            const std::function<bool(const LinearPlan&)>& leave_out) {
   const std::vector<ParamEntry> entries = param_layout(cfg);
-  const bool primary = fp8_primary_weights_in_effect(plan, opt);
-  // The linear matrices of layer l are its entries 1, 2, 4, 5 (qkv, proj, fc1, fc2: param_layout).
-  constexpr int kLinearOfEntry[kEntriesPerLayer] = {-1, 0, 1, -1, 2, 3};
   std::vector<int64_t> ranges;
   for (size_t i = 0; i < entries.size(); ++i) {
     const ParamEntry& e = entries[i];
-    if (primary && i >= 1 && i < 1 + kEntriesPerLayer * static_cast<size_t>(cfg.num_layers)) {
+    if (const int kind = linear_of_entry(cfg, i); kind >= 0) {
       const int64_t layer = static_cast<int64_t>((i - 1) / kEntriesPerLayer);
-      const int kind = kLinearOfEntry[(i - 1) % kEntriesPerLayer];
-      if (kind >= 0 && fp8_primary_weight_linear(plan.linear(layer, kind))) continue;
+      if (leave_out(plan.linear(layer, kind))) continue;
     }
     if (!ranges.empty() && ranges.back() == e.offset)
       ranges.back() = e.offset + e.numel();
@@ -62,6 +64,32 @@ std::vector<int64_t> bf16_weight_ranges(const ModelConfig& cfg, const PrecisionP
       ranges.insert(ranges.end(), {e.offset, e.offset + e.numel()});
   }
   return ranges;
+}
+}  // namespace
+
+int linear_of_entry(const ModelConfig& cfg, size_t i) {
+  // The linear matrices of layer l are its entries 1, 2, 4, 5 (qkv, proj, fc1, fc2: param_layout).
+  constexpr int kLinearOfEntry[kEntriesPerLayer] = {-1, 0, 1, -1, 2, 3};
+  if (i < 1 || i >= 1 + kEntriesPerLayer * static_cast<size_t>(cfg.num_layers)) return -1;
+  return kLinearOfEntry[(i - 1) % kEntriesPerLayer];
+}
+
+std::vector<int64_t> bf16_weight_ranges(const ModelConfig& cfg, const PrecisionPlan& plan, const RunLayout& opt) {
+  const bool primary = fp8_primary_weights_in_effect(plan, opt);
+  return ranges_without_linears(cfg, plan, [primary](const LinearPlan& p) { return primary && fp8_primary_weight_linear(p); });
+}
+
+bool frozen_quantized_linear(const LinearPlan& p) { return p.quantized() && !p.delayed(); }
+
+std::vector<int64_t> lora_base_kept_ranges(const ModelConfig& cfg, const PrecisionPlan& plan) {
+  return ranges_without_linears(cfg, plan, frozen_quantized_linear);
+}
+
+int64_t lora_base_scratch_elements(const PrecisionPlan& plan) {
+  int64_t largest = 0;
+  for (const LinearPlan& p : plan.linears)
+    if (frozen_quantized_linear(p)) largest = std::max(largest, p.in * p.out);
+  return largest;
 }
 
 int64_t primary_weight_scratch_elements(const PrecisionPlan& plan, const RunLayout& opt) {
@@ -96,9 +124,12 @@ void plan_parameters(MemoryPlan& mem, const ModelConfig& cfg, const PrecisionPla
   const ShardLayout shard = shard_layout(trainable, opt);
   const size_t n = static_cast<size_t>(shard.padded), owned = static_cast<size_t>(shard.shard);
   mem.weights = static_cast<double>(n * dtype_size(act));
-  if (opt.lora) {
-    mem.weights += static_cast<double>(static_cast<size_t>(cfg.num_parameters()) * dtype_size(act));
-    mem.weights_label = "weights (frozen base bf16 + adapters)";
+  if (opt.lora) {  // the base's BF16 weights but those of its quantized-only linears, and their load scratch
+    const std::vector<int64_t> kept = lora_base_kept_ranges(cfg, plan);
+    int64_t elements = lora_base_scratch_elements(plan);
+    for (size_t r = 0; r < kept.size(); r += 2) elements += kept[r + 1] - kept[r];
+    mem.weights += static_cast<double>(static_cast<size_t>(elements) * dtype_size(act));
+    mem.weights_label = "weights (adapters + frozen base, bf16 but its quantized linears)";
   }
   if (fp8_primary_weights_in_effect(plan, opt)) {  // (never sharded: no padding)
     const std::vector<int64_t> kept = bf16_weight_ranges(cfg, plan, opt);

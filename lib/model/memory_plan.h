@@ -189,8 +189,20 @@ bool fp8_primary_weights_in_effect(const PrecisionPlan& plan, const RunLayout& o
 // weights the model keeps: all [0, num_parameters) unless FP8 primary weights are in effect, which leave out
 // the matrices of the fp8_primary_weight_linear layers.
 std::vector<int64_t> bf16_weight_ranges(const ModelConfig& cfg, const PrecisionPlan& plan, const RunLayout& options);
+// The linear slot (0 qkv, 1 proj, 2 fc1, 3 fc2) of param_layout(cfg)'s entry i, or -1 when it is no linear matrix.
+int linear_of_entry(const ModelConfig& cfg, size_t i);
 // Elements of the transient BF16 weight of one FP8 primary-weight linear (the largest): 0 when not in effect.
 int64_t primary_weight_scratch_elements(const PrecisionPlan& plan, const RunLayout& options);
+
+// LoRA (RunLayout::lora): a frozen base linear layer kept only as its quantized copies, quantized once at load from
+// a transient BF16 rounding of its values: every quantized linear but FP8 delayed scaling's (whose weight scale
+// follows its amax history, so its copies are made again from BF16 weights after each step).
+bool frozen_quantized_linear(const LinearPlan& p);
+// The base's flat ranges [begin, end) (param_layout's offsets; sorted, merged) whose BF16 weights a LoRA model keeps:
+// every parameter but the matrices of the frozen_quantized_linear layers; and the largest of those matrices (the
+// one-layer BF16 scratch they are quantized from at load).
+std::vector<int64_t> lora_base_kept_ranges(const ModelConfig& cfg, const PrecisionPlan& plan);
+int64_t lora_base_scratch_elements(const PrecisionPlan& plan);
 
 // Elements of the largest group of parameters whose gradients become final together in the backward:
 // the LM head with the final norm, one decoder layer, or the embedding (the BF16 main grads' scratch).

@@ -2,29 +2,14 @@
 // convert_checkpoint --merge-lora and generate --load of a LoRA checkpoint start from.
 #include <algorithm>
 
-#include "core/checksum.h"
 #include "core/error.h"
 #include "model/init.h"
-#include "numerics/bf16.h"
+#include "model/lora.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_metadata.h"
 
 namespace pl {
 
-namespace {
-// The checksum LlamaModel::base_checksum computes of the same values: their BF16 bits in flat order.
-uint64_t bf16_checksum(const std::vector<float>& values) {
-  Checksum64 sum;
-  const size_t piece = Checksum64::kChunkBytes / 2 * 32;  // 32 chunks of BF16 bits at a time
-  std::vector<uint16_t> bits(std::min(piece, values.size()));
-  for (size_t b = 0; b < values.size(); b += piece) {
-    const size_t len = std::min(piece, values.size() - b);
-    for (size_t i = 0; i < len; ++i) bits[i] = num::float_to_bf16_bits(values[b + i]);
-    sum.update(bits.data(), len * 2);
-  }
-  return sum.digest();
-}
-}  // namespace
 
 std::vector<float> read_lora_base(const VerifiedCheckpoint& c, const std::string& hf_dir) {
   PL_CHECK(c.lora.has_value(), "internal: read_lora_base of a checkpoint without adapters");
@@ -49,7 +34,7 @@ std::vector<float> read_lora_base(const VerifiedCheckpoint& c, const std::string
   } else {
     fail("{}: the base's source '{}' is none this program writes (hf DIR, checkpoint DIR, init seed N)", c.path, source);
   }
-  const uint64_t sum = bf16_checksum(base);
+  const uint64_t sum = lora_base_checksum(c.model, base);
   PL_CHECK(sum == c.lora_base.checksum,
            "{}: its adapters were trained over a base with weights checksum {}, but {} has {} (the base changed; give "
            "the one it trained on{})",

@@ -85,6 +85,23 @@ TEST(FitPlan, KnownGpusAndNames) {
   EXPECT_EQ(find_gpu("H100"), nullptr);  // the keys are lower case, as --dry-run-gpu takes them
 }
 
+// LoRA (issue 41) plans the adapters' optimizer state and the frozen base without a BF16 copy of its NVFP4 linears,
+// and the ladder never offers what LoRA refuses (the offload, BF16 main grads, FP8 primary weights): 8B on a
+// 32 GB RTX 5090 fits with BF16 moments and full recomputation.
+TEST(FitPlan, LoraPlansTheAdaptersAndOffersOnlyWhatLoraServes) {
+  const Llama8b m;
+  FitRequest r = m.request();
+  r.options.lora = LoraConfig{};
+  const MemoryPlan p = plan_memory(m.model, 1, 4096, Device::CUDA, m.plan, r.options, 90);
+  EXPECT_DOUBLE_EQ(p.master, 4.0 * static_cast<double>(lora_parameter_count(m.model, LoraConfig{})));
+  EXPECT_LT(p.weights, 2.0 * static_cast<double>(m.model.num_parameters()) / 2.0) << "no BF16 copy of the NVFP4 linears";
+  const FitResult f = cheapest_fit(r, gpu("rtx5090"));
+  ASSERT_TRUE(f.found);
+  EXPECT_EQ(f.flags.find("--optimizer-cpu-offload"), std::string::npos) << f.flags;
+  EXPECT_EQ(f.flags.find("--main-grads-dtype"), std::string::npos) << f.flags;
+  EXPECT_NE(f.flags.find("--recompute full"), std::string::npos) << f.flags;
+}
+
 TEST(FitPlan, Llama8bOnH200FitsWithBf16MomentsAndRecompute) {
   const Llama8b m;
   const GpuSpec& h200 = gpu("h200");

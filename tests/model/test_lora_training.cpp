@@ -17,6 +17,7 @@
 #include "config/precision_recipe.h"
 #include "data/documents.h"
 #include "model/hf_llama.h"
+#include "numerics/bf16.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
 
@@ -81,7 +82,7 @@ TEST(LoraTraining, TheFlatBuffersHoldTheAdaptersWithMegatronBridgeNames) {
   const double xavier = std::sqrt(2.0 / (static_cast<double>(m.hidden_size) + 4.0));
   EXPECT_NEAR(std::sqrt(a_sq / static_cast<double>(a.numel())), xavier, 0.1 * xavier);
   for (int64_t i = 0; i < b.numel(); ++i) ASSERT_EQ(w[b.offset + i], 0.0f) << "B starts at zero";
-  EXPECT_EQ(model.memory_plan().weights_label, "weights (frozen base bf16 + adapters)");
+  EXPECT_EQ(model.memory_plan().weights_label, "weights (adapters + frozen base, bf16 but its quantized linears)");
 }
 
 // B = 0: the adapters add exact zeros, so every loss of the first step is the full model's in the same recipe.
@@ -108,6 +109,12 @@ TEST(LoraTraining, WithBZeroTheFirstLossesEqualTheFullModelsBitForBit) {
 
 // A Hugging Face base goes into the frozen base (write_base), not into the adapters' master weights: the LoRA
 // model's first loss is the full model's from the same directory, and the adapters keep their initial values.
+// The values an HF export of `master` holds (BF16, round to nearest even), as FP32.
+std::vector<float> master_rounded(std::vector<float> v) {
+  for (float& x : v) x = num::round_bf16(x);
+  return v;
+}
+
 TEST(LoraTraining, AHuggingFaceBaseFillsTheFrozenBase) {
   const ModelConfig m = tiny();
   const int64_t B = 2, S = 16;
@@ -118,19 +125,27 @@ TEST(LoraTraining, AHuggingFaceBaseFillsTheFrozenBase) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "pl_lora_hf_base";
   std::filesystem::remove_all(dir);
   export_hf(m, master, dir.string());
-  LlamaModel full(m, B, S, OpContext{});
-  import_hf(dir.string(), full);
-  LlamaModel lora(m, B, S, OpContext{}, bf16_plan(m), lora_layout_with(LoraConfig{.dim = 4, .alpha = 4.0}));
-  lora.init_adapters(5);
-  const std::vector<float> adapters = host_of(lora.master().flat);
-  import_hf(dir.string(), lora);
-  const Batch batch = random_batch(m, B * S, 3);
-  EXPECT_EQ(full.forward(batch.tokens.data(), batch.labels.data()), lora.forward(batch.tokens.data(), batch.labels.data()));
-  EXPECT_EQ(host_of(lora.master().flat), adapters);
+  // BF16, and NVFP4 whose linears keep no BF16 copy (q, k, v arrive one by one: the copies are made once the fused
+  // weight is whole).
+  for (const PrecisionPlan& plan : {bf16_plan(m), all_layers(m, "bf16_with_nvfp4_mixed")}) {
+    LlamaModel full(m, B, S, OpContext{}, plan);
+    import_hf(dir.string(), full);
+    LlamaModel lora(m, B, S, OpContext{}, plan, lora_layout_with(LoraConfig{.dim = 4, .alpha = 4.0}));
+    lora.init_adapters(5);
+    const std::vector<float> adapters = host_of(lora.master().flat);
+    import_hf(dir.string(), lora);
+    const Batch batch = random_batch(m, B * S, 3);
+    EXPECT_EQ(full.forward(batch.tokens.data(), batch.labels.data()),
+              lora.forward(batch.tokens.data(), batch.labels.data()));
+    EXPECT_EQ(host_of(lora.master().flat), adapters);
+    EXPECT_EQ(lora.base_checksum(), lora_base_checksum(m, master_rounded(master))) << "the record's checksum";
+  }
   std::filesystem::remove_all(dir);
 }
 
-// AdamW over the adapters: the base's BF16 weights (and so its quantized copies) keep every byte; A and B move.
+// AdamW over the adapters: the base's BF16 weights keep every byte, its quantized-only linears (no BF16 copy: every
+// NVFP4 layer here) their copies, so with B zeroed again the model is the full model's first step bit for bit; A and
+// B move.
 TEST(LoraTraining, AfterStepsTheBaseIsUnchangedAndOnlyTheAdaptersMoved) {
   const ModelConfig m = tiny();
   const int64_t B = 2, S = 16;
@@ -138,10 +153,15 @@ TEST(LoraTraining, AfterStepsTheBaseIsUnchangedAndOnlyTheAdaptersMoved) {
   LlamaModel model(m, B, S, OpContext{}, plan, lora_layout_with(LoraConfig{.dim = 4, .alpha = 4.0, .dropout = 0.2}));
   model.init_parameters(8);
   const ParamViews& w = model.weights();
+  for (const LayerParams& l : w.layers)
+    for (const Tensor* t : {&l.qkv, &l.proj, &l.fc1, &l.fc2}) EXPECT_EQ(t->data, nullptr) << "no BF16 copy kept";
   std::vector<std::vector<float>> base_before;
   for (const Tensor* t : {&w.embedding, &w.final_norm, &w.lm_head}) base_before.push_back(host_of(*t));
   for (const LayerParams& l : w.layers)
-    for (const Tensor* t : {&l.ln1, &l.qkv, &l.proj, &l.ln2, &l.fc1, &l.fc2}) base_before.push_back(host_of(*t));
+    for (const Tensor* t : {&l.ln1, &l.ln2}) base_before.push_back(host_of(*t));
+  const uint64_t checksum = model.base_checksum();
+  LlamaModel full(m, B, S, OpContext{}, plan);
+  full.init_parameters(8);
   const std::vector<float> adapters_before = host_of(model.master().flat);
   AdamW opt(model, OptimizerConfig{});
   double first = 0.0, last = 0.0;
@@ -158,13 +178,19 @@ TEST(LoraTraining, AfterStepsTheBaseIsUnchangedAndOnlyTheAdaptersMoved) {
   size_t i = 0;
   for (const Tensor* t : {&w.embedding, &w.final_norm, &w.lm_head}) EXPECT_EQ(host_of(*t), base_before[i++]);
   for (const LayerParams& l : w.layers)
-    for (const Tensor* t : {&l.ln1, &l.qkv, &l.proj, &l.ln2, &l.fc1, &l.fc2}) EXPECT_EQ(host_of(*t), base_before[i++]);
-  const std::vector<float> adapters = host_of(model.master().flat);
+    for (const Tensor* t : {&l.ln1, &l.ln2}) EXPECT_EQ(host_of(*t), base_before[i++]);
+  EXPECT_EQ(model.base_checksum(), checksum);
+  std::vector<float> adapters = host_of(model.master().flat);
   for (const ParamEntry& e : model.param_entries()) {
     int64_t moved = 0;
     for (int64_t k = 0; k < e.numel(); ++k) moved += adapters[e.offset + k] != adapters_before[e.offset + k] ? 1 : 0;
     EXPECT_GT(moved, e.numel() / 2) << e.name;
+    if (e.name.ends_with("linear_out.weight")) std::fill_n(adapters.begin() + e.offset, e.numel(), 0.0f);
   }
+  model.write_master(0, adapters.data(), model.num_params());
+  model.sync_weights_from_master();
+  EXPECT_EQ(model.forward(batch.tokens.data(), batch.labels.data()), full.forward(batch.tokens.data(), batch.labels.data()))
+      << "B = 0 again: the frozen base's quantized copies are the full model's";
 }
 
 // Central finite differences of the training loss (dropout on: the same masks, from the same counter) against the
