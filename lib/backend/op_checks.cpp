@@ -646,6 +646,17 @@ void columnwise_source(const OpContext& ctx, const Tensor& out, const Tensor& x,
            "{}: x {} needs more tiles of 64x64 than a grid holds", op, x.shape_str());
 }
 
+void transpose_quantized(const OpContext& ctx, const QuantizedCopy& dst, const QuantizedCopy& src) {
+  constexpr const char* op = "transpose_quantized";
+  PL_CHECK(src.format == QuantFormat::NVFP4 || is_fp8(src.format),
+           "{}: a {} copy has no transpose of the same blocks (NVFP4 with 2D blocks or FP8 per tensor only)", op,
+           quant_format_name(src.format));
+  copy(ctx, op, "src", src, src.format);
+  copy(ctx, op, "dst", dst, src.format);
+  PL_CHECK(dst.rows == src.cols && dst.cols == src.rows, "{}: dst [{}, {}] is not the transpose of src [{}, {}]", op,
+           dst.rows, dst.cols, src.rows, src.cols);
+}
+
 void delayed_scaling_update(const OpContext& ctx, const Tensor& history, const Tensor& scale,
                             const DelayedScalingRule& rule) {
   constexpr const char* op = "delayed_scaling_update";

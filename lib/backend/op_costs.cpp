@@ -368,6 +368,13 @@ OpCosts quantize(const OpContext& ctx, QuantizedTensor& q, const Tensor& x, cons
 
 // One multiply per element (code × block scale, or × scale_inv for per-tensor FP8); bytes codes +
 // the scales the backend reads + out.
+// No arithmetic; bytes: the codes and the scales read and written, the scalars copied.
+OpCosts transpose_quantized(const OpContext& ctx, const QuantizedCopy& dst, const QuantizedCopy& src) {
+  return streamed(OpKind::Quantize, format_row_name(src.format), 0.0,
+                  code_bytes(src) + code_bytes(dst) + scale_bytes_read(ctx, src) + scale_bytes_read(ctx, dst) +
+                      2.0 * kCopyScalarBytes);
+}
+
 OpCosts dequantize(const OpContext& ctx, const Tensor& out, const QuantizedCopy& c, QuantFormat format) {
   return streamed(OpKind::Other, format_row_name(format), elements(c),
                   code_bytes(c) + scale_bytes_read(ctx, c) + bytes_of(out));

@@ -221,6 +221,14 @@ PL_QUANT_OP(quant_stats, QuantStats, TimerId::QuantStats,
 // written to out [cols, rows]. Used by telemetry and tests.
 PL_QUANT_OP(columnwise_source, void, TimerId::QuantStats,
             (const OpContext& ctx, const Tensor& out, const Tensor& x, bool rht), (ctx, out, x, rht))
+// dst = the transpose of src, a weight's copy whose blocks span both dims alike (NVFP4 quantized with 16x16 2D
+// blocks; FP8 per tensor; never MXFP8, whose 1x32 blocks run along K only): dst [src.cols, src.rows] of src's
+// format with codes dst(c, r) = src(r, c), block scales dst[c][r/16] = src[16*(r/16)][c/16] (NVFP4: the compact
+// ones on the CPU, read from src's compact; the swizzled ones on both backends, on the GPU read from src's
+// swizzled), amax and scale_inv src's: bit for bit the columnwise copy quantize makes of the same weight. A frozen
+// base's Wᵀ for dgrad, made per layer into scratch instead of stored (issue 41).
+PL_QUANT_OP(transpose_quantized, void, TimerId::Quantization,
+            (const OpContext& ctx, const QuantizedCopy& dst, const QuantizedCopy& src), (ctx, dst, src))
 // FP8 delayed scaling, after each step: history f32 [len, n] (row 0: this step's amaxes) and scale
 // f32 [n] updated in place, tensor by tensor, by num::delayed_scaling_update_one (TE's kernel_bulk).
 PL_QUANT_OP(delayed_scaling_update, void, TimerId::Quantization,

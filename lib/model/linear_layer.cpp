@@ -30,8 +30,14 @@ LinearLayer::ScratchNeed LinearLayer::scratch_need(const LinearPlan& p, const Li
   return n;
 }
 
-size_t LinearLayer::weight_bytes(const LinearPlan& p) {
-  return p.quantized() ? quantized_tensor_bytes(*p.w, p.out, p.in, true, true) : 0;
+size_t LinearLayer::weight_bytes(const LinearPlan& p, bool transposed_in_scratch) {
+  return p.quantized() ? quantized_tensor_bytes(*p.w, p.out, p.in, true, !transposed_in_scratch) : 0;
+}
+
+bool LinearLayer::weight_transposable(const LinearPlan& p) {
+  if (!p.quantized()) return false;
+  const QuantFormat w = *p.w;
+  return (w == QuantFormat::NVFP4 && p.weight_2d) || w == QuantFormat::FP8_E4M3 || w == QuantFormat::FP8_E5M2;
 }
 
 size_t LinearWorkspace::bytes(const LinearPlan& p, int64_t tokens) {
@@ -88,8 +94,10 @@ DelayedScalingState::Slots DelayedScalingState::slots(int64_t q) const {
 }
 
 LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device,
-                         std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b)
-    : p_(plan), T_(tokens), stream_base_(stream_base), ws_(ws), scratch_a_(scratch_a), scratch_b_(scratch_b) {
+                         std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b,
+                         const QuantizedCopy* weight_t)
+    : p_(plan), T_(tokens), stream_base_(stream_base), ws_(ws), scratch_a_(scratch_a), scratch_b_(scratch_b),
+      weight_t_(weight_t) {
   if (!p_.quantized()) return;
   // On the CPU the emulation needs the full FP32 scratch; on a GPU what it needs depends on the path
   // (scratch_need), checked by quantized_gemm itself when it emulates and by backward's telemetry.
@@ -99,9 +107,17 @@ LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream
   PL_CHECK(ws_ && ws_->xq.has_rowwise && ws_->xq.rowwise.rows == T_ && ws_->xq.rowwise.cols == p_.in &&
                ws_->dyq.rowwise.cols == p_.out && ws_->xq.format == *p_.x && ws_->dyq.format == *p_.dy,
            "internal: linear layer [{}x{}] needs a matching {} workspace", p_.out, p_.in, format_name(p_));
-  wq_ = allocate_quantized(owner, device, *p_.w, p_.out, p_.in, true, true);
+  PL_CHECK(weight_t_ == nullptr || (weight_transposable(p_) && weight_t_->rows == p_.in && weight_t_->cols == p_.out &&
+                                     weight_t_->format == *p_.w),
+           "internal: a {} linear layer [{}x{}] given a Wᵀ scratch it cannot use", format_name(p_), p_.out, p_.in);
+  wq_ = allocate_quantized(owner, device, *p_.w, p_.out, p_.in, true, weight_t_ == nullptr);
   x_amax_ = wq_.rowwise.spare;  // no allocation of its own
-  dy_amax_ = wq_.columnwise.spare;
+  if (weight_t_ == nullptr) {
+    dy_amax_ = wq_.columnwise.spare;
+  } else {  // (no columnwise copy to lend its spare floats)
+    owner.emplace_back(256, device);
+    dy_amax_ = owner.back().as({2}, DType::F32);
+  }
 }
 
 namespace {
@@ -125,7 +141,8 @@ bool LinearLayer::takes_producer_amax() const {
 void LinearLayer::prepare_weight(const OpContext& ctx, const Tensor& w) {
   if (!p_.quantized()) return;
   quantize(ctx, wq_, w,
-           {.format = *p_.w, .rowwise = true, .columnwise = true, .block_2d = p_.weight_2d, .scale = ds_.w_scale,
+           {.format = *p_.w, .rowwise = true, .columnwise = weight_t_ == nullptr, .block_2d = p_.weight_2d,
+            .scale = ds_.w_scale,
             .amax_record = ds_.w_record, .compact_scales = false});
 }
 
@@ -181,8 +198,10 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
     // wgrad: dW[out,in] += RHT(dyᵀ)[out,T] · RHT(xᵀ)[in,T]ᵀ
     quantized_gemm(wgrad, dw, dyq.columnwise, xq.columnwise, dyq.format, true, scratch_a_, scratch_b_);
   }
-  // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ
-  quantized_gemm(dgrad, dx, dyq.rowwise, wq_.columnwise, dyq.format, false, scratch_a_, scratch_b_);
+  // dgrad: dx[T,in] = dy[T,out] · (Wᵀ)[in,out]ᵀ, Wᵀ stored or made now from W's codes (the same bits)
+  if (weight_t_ != nullptr) transpose_quantized(dgrad, *weight_t_, wq_.rowwise);
+  quantized_gemm(dgrad, dx, dyq.rowwise, weight_t_ != nullptr ? *weight_t_ : wq_.columnwise, dyq.format, false,
+                 scratch_a_, scratch_b_);
   if (step.collect_quant_stats) {
     stats_.clear();
     if (w.data != nullptr) record(ctx, "w rowwise", wq_.rowwise, w);  // (none: a frozen base's, never kept in BF16)

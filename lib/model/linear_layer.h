@@ -104,8 +104,10 @@ class LinearLayer {
   // Buffers for the quantized copies are appended to `owner`. scratch_a/scratch_b: fp32 buffers of
   // at least scratch_elements(...) elements each, shared by all layers (used only inside one call).
   // ws: the shared transient copies for this (plan, tokens); null for BF16.
+  // weight_t: a frozen weight's Wᵀ scratch (weight_transposable plans; shared by the layers of its shape): the
+  // layer then stores only W's rowwise copy and transposes it into weight_t before each dgrad (null: both stored).
   LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device, std::vector<Buffer>& owner,
-              LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b);
+              LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b, const QuantizedCopy* weight_t = nullptr);
   static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
   // The f32 elements scratch_a / scratch_b need for a layer planned as p under execution e: the CPU's
   // scratch_elements for both on the CPU; on a GPU, half of it per operand where p is emulated
@@ -114,8 +116,12 @@ class LinearLayer {
     int64_t a = 0, b = 0;
   };
   static ScratchNeed scratch_need(const LinearPlan& p, const LinearExecution& e, int64_t tokens);
-  // Device bytes of the weight's quantized copies such a layer allocates (0 for BF16).
-  static size_t weight_bytes(const LinearPlan& p);
+  // Device bytes of the weight's quantized copies such a layer allocates (0 for BF16): its rowwise copy only when
+  // its Wᵀ is made in scratch (weight_t).
+  static size_t weight_bytes(const LinearPlan& p, bool transposed_in_scratch = false);
+  // A weight whose columnwise copy is its rowwise copy transposed (transpose_quantized): NVFP4 with 16x16 blocks,
+  // FP8 per tensor. MXFP8's 1x32 blocks run along K in both copies: it stores both.
+  static bool weight_transposable(const LinearPlan& p);
 
   const LinearPlan& plan() const { return p_; }
   // Delayed scaling: quantize x, W and dy with these scales and record their amaxes there.
@@ -160,6 +166,7 @@ class LinearLayer {
   Tensor scratch_a_, scratch_b_;
   std::vector<OperandStats> stats_;
   DelayedScalingState::Slots ds_;  // empty tensors unless delayed scaling
+  const QuantizedCopy* weight_t_ = nullptr;  // Wᵀ made per dgrad (a frozen base); null: wq_.columnwise stored
 };
 
 }  // namespace pl

@@ -222,6 +222,7 @@ class LlamaModel {
   // LoRA (llama_lora.cpp): the frozen base's buffer and per-parameter views, the flat views of the adapters, each
   // adapter's A and B views; the listener's news that layer l's adapters (and those above) have final gradients.
   void allocate_lora_views(DType storage, DType grad_type);
+  void allocate_weight_t_scratches();
   // LoRA: values [lo, hi) of base entry i (a quantized-only linear) arrived; once all have, its copies are made.
   void write_frozen_linear(size_t i, int64_t lo, int64_t hi, const float* values);
   void adapters_final_from(int64_t l, const MicroBatchOptions& step) const;
@@ -245,6 +246,7 @@ class LlamaModel {
   std::vector<Buffer> quant_buffers_;
   std::vector<LinearLayer> linears_;  // [layer*4 + {qkv, proj, fc1, fc2}]
   std::vector<std::unique_ptr<LinearWorkspace>> linear_workspaces_;  // one per distinct (format, shape)
+  std::vector<QuantizedTensor> weight_t_;  // LoRA: the frozen linears' Wᵀ scratches (MemoryPlan::weight_t_scratches)
   DelayedScalingState fp8_state_;
   std::vector<ParamEntry> entries_;       // the trainable parameters (the flat buffers' layout)
   std::vector<ParamEntry> base_entries_;  // param_layout(cfg_): the whole model (the base under LoRA)

@@ -51,6 +51,14 @@ void LlamaModel::allocate_lora_views(DType storage, DType grad_type) {
     }
 }
 
+// LoRA's frozen linears whose Wᵀ is made per dgrad: one columnwise scratch per distinct (plan, kind).
+void LlamaModel::allocate_weight_t_scratches() {
+  for (int64_t first : mem_.weight_t_scratches) {
+    const LinearPlan& p = plan_.linears[static_cast<size_t>(first)];
+    weight_t_.push_back(allocate_quantized(quant_buffers_, ctx_.device, *p.w, p.out, p.in, false, true));
+  }
+}
+
 void LlamaModel::init_adapters(uint64_t seed) {
   PL_CHECK(lora(), "internal: init_adapters without LoRA");
   std::vector<float> staging;

@@ -257,12 +257,27 @@ struct GemmScratch {
 // mem.quantized; the scratch by how the GEMMs run (LinearLayer::scratch_need): the CPU's FP32 emulation;
 // on a GPU BF16 operands where a format is emulated, nothing where it is native, plus the FP32 telemetry
 // reference when statistics may be collected.
-GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const LinearExecution& exec, int64_t T) {
+GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const LinearExecution& exec, int64_t T,
+                         bool lora) {
   GemmScratch scratch;
   mem.workspace_of.assign(plan.linears.size(), -1);
+  mem.weight_t_of.assign(plan.linears.size(), -1);
   for (size_t i = 0; i < plan.linears.size(); ++i) {
     const LinearPlan& p = plan.linears[i];
-    mem.quantized += static_cast<double>(LinearLayer::weight_bytes(p));
+    // LoRA's frozen base: W's rowwise copy only, Wᵀ made per dgrad into one scratch per (plan, kind).
+    const bool transposed = lora && frozen_quantized_linear(p) && LinearLayer::weight_transposable(p);
+    mem.quantized += static_cast<double>(LinearLayer::weight_bytes(p, transposed));
+    if (transposed) {
+      size_t first = i % 4;
+      while (plan.linears[first] != p) first += 4;
+      if (first < i) {
+        mem.weight_t_of[i] = mem.weight_t_of[first];
+      } else {
+        mem.weight_t_of[i] = static_cast<int64_t>(mem.weight_t_scratches.size());
+        mem.weight_t_scratches.push_back(static_cast<int64_t>(i));
+        mem.quantized += static_cast<double>(quantized_tensor_bytes(*p.w, p.out, p.in, false, true));
+      }
+    }
     if (!p.quantized()) continue;
     const std::string used = fmt::format("{} {}", format_name(p), exec.native(p) ? "native" : "emulated");
     if (scratch.how.find(used) == std::string::npos) scratch.how += (scratch.how.empty() ? "" : ", ") + used;
@@ -330,7 +345,7 @@ MemoryPlan plan_memory(const ModelConfig& cfg, int64_t B, int64_t S, Device devi
   const LinearExecution exec{.device = device,
                              .gpu_sm = opt.gpu_sm > 0 ? opt.gpu_sm : (opened_sm > 0 ? opened_sm : kPlanDefaultSm),
                              .telemetry = opt.quant_telemetry};
-  const GemmScratch scratch = plan_linears(mem, plan, exec, T);
+  const GemmScratch scratch = plan_linears(mem, plan, exec, T, opt.lora.has_value());
   if (opt.bf16_main_grads) arena.want(mem.arena.grad_scratch, {largest_grad_group(cfg)}, DType::F32);
   if (scratch.a > 0) arena.want(mem.arena.quant_scratch_a, {scratch.a}, DType::F32);
   if (scratch.b > 0) arena.want(mem.arena.quant_scratch_b, {scratch.b}, DType::F32);

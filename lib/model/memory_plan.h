@@ -162,6 +162,10 @@ struct MemoryPlan {
   // The transient x/dy copies: one workspace per distinct (plan, kind) of quantized linear, named by
   // the first linear [layer*4 + kind] that uses it; workspace_of[linear] indexes them (-1: BF16).
   std::vector<int64_t> workspaces, workspace_of;
+  // LoRA's frozen quantized-only linears whose Wᵀ is made per dgrad (LinearLayer::weight_transposable): one scratch
+  // columnwise copy per distinct (plan, kind), named by its first linear; weight_t_of[linear] indexes them (-1: Wᵀ
+  // stored, or none).
+  std::vector<int64_t> weight_t_scratches, weight_t_of;
   // Bytes on the model's device (without offload: every category).
   double total() const {
     return weights + grads + (offload ? 0.0 : master + optimizer) + activations + quantized + workspace;

@@ -25,6 +25,8 @@
 #include "numerics/swizzle.h"
 #include "matrix_util.h"
 #include "op_test_util.h"
+#include <fmt/format.h>
+
 #include "quant_test_util.h"
 #include "test_util.h"
 
@@ -444,6 +446,31 @@ TEST_P(Quantize, AmaxGivenUsesTheSlotInsteadOfRecomputing) {
     run_given(b, d, amax);
     EXPECT_EQ(bytes_on(a.q.rowwise.data), bytes_on(b.q.rowwise.data));
   }
+}
+
+// transpose_quantized (issue 41, a frozen base's Wᵀ): the transpose of a weight's rowwise copy is, byte for byte, the
+// columnwise copy quantize makes of the same weight (codes, compact and swizzled scales with their padding, amax,
+// scale_inv), for NVFP4 with 16x16 blocks and FP8 per tensor, on shapes with partial 32x32 tiles and scale padding.
+TEST_P(Quantize, TheTransposeOfAWeightsRowwiseCopyIsItsColumnwiseCopy) {
+  const Device d = GetParam();
+  for (const QuantFormat f : {QuantFormat::NVFP4, QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2})
+    for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{48, 64}, {144, 80}, {32, 272}}) {
+      SCOPED_TRACE(fmt::format("{} [{}, {}]", quant_format_name(f), rows, cols));
+      QuantCase qc{"transpose", test_input(rows, cols, static_cast<uint32_t>(rows + cols)), options(f, true, true)};
+      qc.o.block_2d = f == QuantFormat::NVFP4;
+      Quantized q;
+      quantize_case(q, qc, d);
+      std::vector<Buffer> owner;
+      const QuantizedCopy t = allocate_quantized(owner, d, f, rows, cols, false, true).columnwise;
+      if (d == Device::CUDA) poison(t);
+      transpose_quantized(d == Device::CUDA ? test::cuda_ctx() : cpu_ctx(true), t, q.q.rowwise);
+      const auto bytes = [d](const Tensor& x) { return d == Device::CUDA ? device_bytes(x) : host_bytes(x); };
+      for (const auto& [mine, theirs, what] :
+           {std::tuple{&t.data, &q.q.columnwise.data, "codes"}, {&t.scales, &q.q.columnwise.scales, "compact scales"},
+            {&t.scales_swizzled, &q.q.columnwise.scales_swizzled, "swizzled scales"},
+            {&t.amax, &q.q.columnwise.amax, "amax"}, {&t.scale_inv, &q.q.columnwise.scale_inv, "scale_inv"}})
+        expect_same_bytes(bytes(*theirs), bytes(*mine), what);
+    }
 }
 
 PL_INSTANTIATE_BACKENDS(Quantize);
