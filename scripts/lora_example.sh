@@ -13,20 +13,17 @@
 # Env: OUT (default out/lora_example; replaced), BASE_ITERS (200), LORA_ITERS (300).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prog=lora_example
+# shellcheck source=scripts/script_util.sh
+source scripts/script_util.sh  # require_apps, make_tiny_hf_base
 apps=${1:-build/apps}
 out=${OUT:-out/lora_example}
-for a in pretrain_llama preprocess_data convert_checkpoint generate; do
-  [[ -x $apps/$a ]] || { echo "lora_example: $apps/$a not found: build first (cmake --build build)" >&2; exit 1; }
-done
+require_apps "$apps" pretrain_llama preprocess_data convert_checkpoint generate
 rm -rf "$out"
 mkdir -p "$out"
 common=(--device cpu --global-batch-size 8 --micro-batch-size 4 --seq-length 256 --min-lr 1e-4 --warmup-iters 20)
 echo "== 0. a starting model in Hugging Face format, and the instruction set"
-[[ -f data/sample/license_byte_text_document.bin ]] || scripts/make_sample_corpus.sh "$apps/preprocess_data"
-"$apps/pretrain_llama" --model llama_tiny_bytes "${common[@]}" --disable-fp4 --lr 1e-3 \
-  --data-path data/sample/license_byte_text_document --train-iters "${BASE_ITERS:-200}" --log-interval 100 \
-  --save "$out/base" | grep -E 'summary:'
-"$apps/convert_checkpoint" --load "$out/base" --to-hf "$out/hf_base"
+make_tiny_hf_base "$apps" "$out" "${BASE_ITERS:-200}" | grep -E 'summary:'
 scripts/make_sft_corpus.sh "$apps/preprocess_data"
 lora=(--init-from-hf "$out/hf_base" --data-path data/sample/sft_arith --split 95,5,0 "${common[@]}" --lr 5e-3
       --train-iters "${LORA_ITERS:-300}" --log-interval 100 --eval-interval 100 --eval-iters 2 --peft lora)

@@ -1,5 +1,6 @@
-# Shell helpers shared by scripts/sweep.sh, scripts/nvfp4_study.sh, scripts/check_no_fp64.sh and
-# scripts/check_kernel_resources.sh (sourced; `prog` names the caller).
+# Shell helpers shared by scripts/sweep.sh, scripts/nvfp4_study.sh, scripts/check_no_fp64.sh,
+# scripts/check_kernel_resources.sh, scripts/sft_example.sh and scripts/lora_example.sh (sourced; `prog` names the
+# caller).
 
 die() { echo "$prog: error: $*" >&2; exit 2; }
 
@@ -63,4 +64,26 @@ for r in dict.fromkeys(roots):
     fi
   done
   return 1
+}
+
+# The examples' start: each program $2.. in APPS_DIR $1 must be there (else one line and exit 1).
+require_apps() {
+  local apps="$1" a
+  shift
+  for a in "$@"; do
+    [[ -x $apps/$a ]] || { echo "$prog: $apps/$a not found: build first (cmake --build build)" >&2; exit 1; }
+  done
+}
+
+# The fine-tuning examples' starting model in Hugging Face format (a real run starts from a downloaded HF Llama):
+# llama_tiny_bytes pretrained $3 iterations on the sample license corpus (made first if missing) into $2/base, then
+# exported by our own writer to $2/hf_base. $1: the apps directory. Prints the run's iteration and summary lines.
+make_tiny_hf_base() {
+  local apps="$1" out="$2" iters="$3"
+  [[ -f data/sample/license_byte_text_document.bin ]] || scripts/make_sample_corpus.sh "$apps/preprocess_data"
+  "$apps/pretrain_llama" --model llama_tiny_bytes --device cpu --disable-fp4 --global-batch-size 8 \
+    --micro-batch-size 4 --seq-length 256 --lr 1e-3 --min-lr 1e-4 --warmup-iters 20 \
+    --data-path data/sample/license_byte_text_document --train-iters "$iters" --log-interval 100 \
+    --save "$out/base" | grep -E ' iteration .*/|summary:'
+  "$apps/convert_checkpoint" --load "$out/base" --to-hf "$out/hf_base"
 }

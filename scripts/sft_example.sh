@@ -11,20 +11,18 @@
 # Env: OUT (default out/sft_example; replaced), BASE_ITERS (200), SFT_ITERS (400).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prog=sft_example
+# shellcheck source=scripts/script_util.sh
+source scripts/script_util.sh  # require_apps, make_tiny_hf_base
 apps=${1:-build/apps}
 out=${OUT:-out/sft_example}
-for a in pretrain_llama preprocess_data convert_checkpoint generate; do
-  [[ -x $apps/$a ]] || { echo "sft_example: $apps/$a not found: build first (cmake --build build)" >&2; exit 1; }
-done
+require_apps "$apps" pretrain_llama preprocess_data convert_checkpoint generate
 rm -rf "$out"
 mkdir -p "$out"
 common=(--device cpu --disable-fp4 --global-batch-size 8 --micro-batch-size 4 --seq-length 256 --lr 1e-3 --min-lr 1e-4
         --warmup-iters 20)
 echo "== 0. a starting model in Hugging Face format"
-[[ -f data/sample/license_byte_text_document.bin ]] || scripts/make_sample_corpus.sh "$apps/preprocess_data"
-"$apps/pretrain_llama" --model llama_tiny_bytes "${common[@]}" --data-path data/sample/license_byte_text_document \
-  --train-iters "${BASE_ITERS:-200}" --log-interval 100 --save "$out/base" | grep -E ' iteration .*/|summary:'
-"$apps/convert_checkpoint" --load "$out/base" --to-hf "$out/hf_base"
+make_tiny_hf_base "$apps" "$out" "${BASE_ITERS:-200}"
 echo "== 1. the instruction set"
 scripts/make_sft_corpus.sh "$apps/preprocess_data"
 echo "== 2. fine-tuning from the Hugging Face weights"

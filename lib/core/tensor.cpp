@@ -70,4 +70,10 @@ Tensor Tensor::view(std::initializer_list<int64_t> dims) const {
   return t;
 }
 
+Tensor Tensor::leading(int64_t nrows, int64_t cols) const {
+  PL_CHECK(nrows >= 0 && cols >= 0 && nrows * cols <= numel(), "cannot take [{}, {}] from the front of {}", nrows, cols,
+           shape_str());
+  return view({numel()}).rows(0, nrows * cols).view({nrows, cols});
+}
+
 }  // namespace pl

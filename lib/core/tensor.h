@@ -50,6 +50,8 @@ struct Tensor {
   Tensor rows(int64_t row0, int64_t nrows) const;
   // The same memory seen with another shape of equal numel.
   Tensor view(std::initializer_list<int64_t> dims) const;
+  // The first rows * cols elements seen as [rows, cols] (a scratch buffer sized for its largest use).
+  Tensor leading(int64_t nrows, int64_t cols) const;
 };
 
 }  // namespace pl

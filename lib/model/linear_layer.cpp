@@ -95,9 +95,16 @@ DelayedScalingState::Slots DelayedScalingState::slots(int64_t q) const {
 
 LinearLayer::LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device,
                          std::vector<Buffer>& owner, LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b,
-                         const QuantizedCopy* weight_t)
-    : p_(plan), T_(tokens), stream_base_(stream_base), ws_(ws), scratch_a_(scratch_a), scratch_b_(scratch_b),
+                         bool frozen, const QuantizedCopy* weight_t)
+    : p_(plan),
+      T_(tokens),
+      stream_base_(stream_base),
+      ws_(ws),
+      scratch_a_(scratch_a),
+      scratch_b_(scratch_b),
+      frozen_(frozen),
       weight_t_(weight_t) {
+  PL_CHECK(frozen_ || weight_t_ == nullptr, "internal: a Wᵀ scratch for a linear layer that trains");
   if (!p_.quantized()) return;
   // On the CPU the emulation needs the full FP32 scratch; on a GPU what it needs depends on the path
   // (scratch_need), checked by quantized_gemm itself when it emulates and by backward's telemetry.
@@ -154,11 +161,11 @@ void LinearLayer::forward(const OpContext& layer_ctx, const Tensor& y, const Ten
   if (!p_.quantized()) return linear_forward(ctx, y, x, w);
   // Rowwise only: the wgrad copy is made in backward from the saved bf16 x (same bits), with the
   // columnwise amax this pass computes now (of RHT(xᵀ) under the RHT), kept in x_amax_[1]; or both amaxes
-  // as x's producer wrote them (x_amax_given).
+  // as x's producer wrote them (x_amax_given). A frozen layer has no wgrad: no columnwise amax.
   QuantizedTensor xq = x_copies();
   quantize(ctx, xq, x,
            {.format = *p_.x, .rowwise = true, .columnwise = false, .rht_columnwise = p_.rht, .scale = ds_.x_scale,
-            .amax_record = ds_.x_record, .amax_given = x_amax_given, .columnwise_amax = !x_amax_given,
+            .amax_record = ds_.x_record, .amax_given = x_amax_given, .columnwise_amax = !x_amax_given && !frozen_,
             .compact_scales = false});
   // fprop: FAST_ACCUM where TE uses it (native FP8 forward GEMMs; see backend/cuda/linear.cu).
   quantized_gemm(ctx, y, xq.rowwise, wq_.rowwise, xq.format, false, scratch_a_, scratch_b_,
@@ -170,7 +177,9 @@ void LinearLayer::backward(const OpContext& ctx, const Tensor& dx, const Tensor&
   PL_CHECK(!dy_amax_given || takes_producer_amax(), "internal: dy's amax given to a {} linear layer that takes none",
            format_name(p_));
   const OpContext wgrad = with_pass(ctx, GemmPass::Wgrad), dgrad = with_pass(ctx, GemmPass::Dgrad);
-  const bool frozen = dw.data == nullptr;  // a frozen weight (LoRA's base): dgrad only
+  const bool frozen = frozen_;
+  PL_CHECK(frozen == (dw.data == nullptr), "internal: a {} linear layer's backward given {} weight gradient",
+           frozen ? "frozen" : "trained", frozen ? "a" : "no");
   if (!p_.quantized()) {
     if (!frozen) linear_backward_weight(wgrad, dw, dy, x);
     linear_backward_input(dgrad, dx, dy, w);
@@ -222,7 +231,7 @@ void LinearLayer::record(const OpContext& ctx, const char* operand, const Quanti
 void LinearLayer::record_columnwise(const OpContext& ctx, const char* operand, const QuantizedCopy& c,
                                     const Tensor& src, bool rht) {
   // The values this copy was quantized from: (RHT'd) transpose of src, materialised in scratch.
-  const Tensor ref = scratch_a_.view({scratch_a_.numel()}).rows(0, c.rows * c.cols).view({c.rows, c.cols});
+  const Tensor ref = scratch_a_.leading(c.rows, c.cols);
   columnwise_source(ctx, ref, src, rht);
   stats_.push_back({operand, c.format, quant_stats(ctx, c, c.format, ref)});
 }

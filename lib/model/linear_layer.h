@@ -104,10 +104,13 @@ class LinearLayer {
   // Buffers for the quantized copies are appended to `owner`. scratch_a/scratch_b: fp32 buffers of
   // at least scratch_elements(...) elements each, shared by all layers (used only inside one call).
   // ws: the shared transient copies for this (plan, tokens); null for BF16.
-  // weight_t: a frozen weight's Wᵀ scratch (weight_transposable plans; shared by the layers of its shape): the
-  // layer then stores only W's rowwise copy and transposes it into weight_t before each dgrad (null: both stored).
+  // frozen: the weight never trains (LoRA's base): backward runs dgrad only (its dw empty) and the forward makes
+  // nothing for a wgrad (no columnwise amax of x). weight_t: a frozen weight's Wᵀ scratch (weight_transposable
+  // plans; shared by the layers of its shape): the layer then stores only W's rowwise copy and transposes it into
+  // weight_t before each dgrad (null: both stored).
   LinearLayer(const LinearPlan& plan, int64_t tokens, uint32_t stream_base, Device device, std::vector<Buffer>& owner,
-              LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b, const QuantizedCopy* weight_t = nullptr);
+              LinearWorkspace* ws, Tensor scratch_a, Tensor scratch_b, bool frozen = false,
+              const QuantizedCopy* weight_t = nullptr);
   static int64_t scratch_elements(int64_t tokens, int64_t in, int64_t out);
   // The f32 elements scratch_a / scratch_b need for a layer planned as p under execution e: the CPU's
   // scratch_elements for both on the CPU; on a GPU, half of it per operand where p is emulated
@@ -140,8 +143,8 @@ class LinearLayer {
   // step.counter: distinct per (iteration, micro-batch), so stochastic rounding draws fresh bits;
   // step.collect_quant_stats: record every quantized operand's telemetry into stats() (needs scratch_a
   // of scratch_elements(...), checked). Follows this layer's forward() of the same x (reusing its amaxes).
-  // dy_amax_given: dy's producer wrote producer_dy_amax() while making this dy. dw empty (no data): a frozen weight
-  // (LoRA's base): dgrad only, no wgrad GEMM and no wgrad copies of x and dy.
+  // dy_amax_given: dy's producer wrote producer_dy_amax() while making this dy. A frozen layer takes an empty dw
+  // (no data): dgrad only, no wgrad GEMM and no wgrad copies of x and dy.
   void backward(const OpContext& ctx, const Tensor& dx, const Tensor& dw, const Tensor& dy, const Tensor& x,
                 const Tensor& w, const MicroBatchOptions& step, bool dy_amax_given = false);
   const std::vector<OperandStats>& stats() const { return stats_; }
@@ -166,6 +169,7 @@ class LinearLayer {
   Tensor scratch_a_, scratch_b_;
   std::vector<OperandStats> stats_;
   DelayedScalingState::Slots ds_;  // empty tensors unless delayed scaling
+  bool frozen_ = false;
   const QuantizedCopy* weight_t_ = nullptr;  // Wᵀ made per dgrad (a frozen base); null: wq_.columnwise stored
 };
 

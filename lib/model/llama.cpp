@@ -187,9 +187,10 @@ void LlamaModel::allocate_activations() {
   linears_.reserve(plan_.linears.size());
   for (size_t i = 0; i < plan_.linears.size(); ++i) {
     const int64_t w = mem_.workspace_of[i], t = mem_.weight_t_of[i];
+    const QuantizedCopy* weight_t = t < 0 ? nullptr : &weight_t_[static_cast<size_t>(t)].columnwise;
     linears_.emplace_back(plan_.linears[i], T, static_cast<uint32_t>(i * 4), ctx_.device, quant_buffers_,
                           w < 0 ? nullptr : workspace_of[static_cast<size_t>(w)], acts_.quant_scratch_a,
-                          acts_.quant_scratch_b, t < 0 ? nullptr : &weight_t_[static_cast<size_t>(t)].columnwise);
+                          acts_.quant_scratch_b, lora(), weight_t);
   }
   fp8_state_ = DelayedScalingState::allocate(quant_buffers_, ctx_.device, plan_);
   fp8_state_.reset();

@@ -183,12 +183,12 @@ void LlamaModel::adapter_forward(int64_t l, int kind, const Tensor& y, const Ten
   const OpContext ctx = with_pass(linear_ctx(kind), GemmPass::Fprop);
   Tensor xin = x;
   if (drop && pre) {
-    xin = acts_.lora_in.view({acts_.lora_in.numel()}).rows(0, T * x.dim(1)).view({T, x.dim(1)});
+    xin = acts_.lora_in.leading(T, x.dim(1));
     dropout(ctx, xin, x, p, kLoraDropoutSeed, stream, lora_counter_);
   }
   const Tensor h = lora_h(l, kind);
   linear_forward(ctx, h, xin, w.a);
-  const Tensor u = acts_.lora_out.view({acts_.lora_out.numel()}).rows(0, T * y.dim(1)).view({T, y.dim(1)});
+  const Tensor u = acts_.lora_out.leading(T, y.dim(1));
   linear_forward(ctx, u, h, w.b);
   if (drop && !pre) dropout(ctx, u, u, p, kLoraDropoutSeed, stream, lora_counter_);
   if (s != 1.0f) scale(ctx, u, u, s);
@@ -196,10 +196,8 @@ void LlamaModel::adapter_forward(int64_t l, int kind, const Tensor& y, const Ten
 }
 
 Tensor LlamaModel::lora_h(int64_t l, int kind) const {
-  int64_t before = 0;
-  for (int k = 0; k < kind; ++k) before += layout_.lora->targets[static_cast<size_t>(k)] ? 1 : 0;
   const int64_t T = B_ * S_;
-  return acts_.layers[static_cast<size_t>(l)].lora_h.rows(before * T, T);
+  return acts_.layers[static_cast<size_t>(l)].lora_h.rows(lora_targets_before(*layout_.lora, kind) * T, T);
 }
 
 // The adapter's backward from dy (the base layer's output gradient) and x (its input), adjoint to
@@ -218,14 +216,14 @@ void LlamaModel::adapter_backward(int64_t l, int kind, const Tensor& dx, const T
   const OpContext wgrad = with_pass(linear_ctx(kind), GemmPass::Wgrad), dgrad = with_pass(linear_ctx(kind), GemmPass::Dgrad);
   Tensor du = dy;
   if (s != 1.0f || (drop && !pre)) {
-    du = acts_.lora_out.view({acts_.lora_out.numel()}).rows(0, T * out).view({T, out});
+    du = acts_.lora_out.leading(T, out);
     if (s != 1.0f) scale(dgrad, du, dy, s);
     if (drop && !pre) dropout(dgrad, du, s != 1.0f ? du : dy, p, kLoraDropoutSeed, stream, lora_counter_);
   }
   linear_backward_weight(wgrad, g.b, du, lora_h(l, kind));
-  const Tensor dh = acts_.lora_dh.view({acts_.lora_dh.numel()}).rows(0, T * c.dim).view({T, c.dim});
+  const Tensor& dh = acts_.lora_dh;  // [T, dim]
   linear_backward_input(dgrad, dh, du, w.b);
-  const Tensor scratch = acts_.lora_in.view({acts_.lora_in.numel()}).rows(0, T * in).view({T, in});
+  const Tensor scratch = acts_.lora_in.leading(T, in);
   Tensor xin = x;
   if (drop && pre) {
     dropout(wgrad, scratch, x, p, kLoraDropoutSeed, stream, lora_counter_);

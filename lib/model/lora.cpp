@@ -15,13 +15,13 @@ namespace pl {
 namespace {
 // The module path of target k inside a decoder layer (Megatron's: attention linears under self_attention).
 const char* lora_module_path(int target) { return target <= 1 ? "self_attention" : "mlp"; }
+}  // namespace
 
-int64_t chosen_targets(const LoraConfig& lora) {
+int64_t lora_targets_before(const LoraConfig& lora, int target) {
   int64_t n = 0;
-  for (bool t : lora.targets) n += t ? 1 : 0;
+  for (int k = 0; k < target; ++k) n += lora.targets[static_cast<size_t>(k)] ? 1 : 0;
   return n;
 }
-}  // namespace
 
 std::vector<ParamEntry> lora_layout(const ModelConfig& cfg, const LoraConfig& lora) {
   std::vector<ParamEntry> entries;
@@ -41,9 +41,7 @@ std::vector<ParamEntry> lora_layout(const ModelConfig& cfg, const LoraConfig& lo
 
 int64_t lora_entry_index(const LoraConfig& lora, int64_t layer, int target) {
   if (!lora.targets[static_cast<size_t>(target)]) return -1;
-  int64_t before = 0;
-  for (int k = 0; k < target; ++k) before += lora.targets[static_cast<size_t>(k)] ? 1 : 0;
-  return 2 * (layer * chosen_targets(lora) + before);
+  return 2 * (layer * lora_targets_before(lora, kLoraTargets) + lora_targets_before(lora, target));
 }
 
 void lora_initial_values(const ModelConfig& cfg, const LoraConfig& lora, int target, bool is_a, uint64_t seed,

@@ -23,6 +23,8 @@ struct ParamEntry;
 // entry is a matrix (weight decay applies, as Megatron's optimizer decays every 2-D parameter); init_std is 0
 // (lora_initial_values draws them).
 std::vector<ParamEntry> lora_layout(const ModelConfig& cfg, const LoraConfig& lora);
+// The chosen targets before `target` (kLoraTargets: all of them): an adapter's place within its layer.
+int64_t lora_targets_before(const LoraConfig& lora, int target);
 // Entry index in lora_layout of target `target`'s A in `layer` (B is the next), or -1 when the target has none.
 int64_t lora_entry_index(const LoraConfig& lora, int64_t layer, int target);
 

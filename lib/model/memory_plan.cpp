@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "model/linear_layer.h"
 #include "model/llama.h"
+#include "model/lora.h"
 
 namespace pl {
 
@@ -173,10 +174,10 @@ struct ArenaLayout {
 // adapters' scratch (Activations::lora_in, lora_out, lora_dh).
 void plan_lora_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const ModelConfig& cfg, const LoraConfig& lora,
                            int64_t T, DType act, bool recompute) {
-  int64_t targets = 0, in = 0, out = 0;
+  const int64_t targets = lora_targets_before(lora, kLoraTargets);
+  int64_t in = 0, out = 0;
   for (int k = 0; k < kLoraTargets; ++k) {
     if (!lora.targets[static_cast<size_t>(k)]) continue;
-    ++targets;
     in = std::max(in, lora_adapter_shape(cfg, k).in);
     out = std::max(out, lora_adapter_shape(cfg, k).out);
   }

@@ -10,7 +10,6 @@
 
 namespace pl {
 
-
 std::vector<float> read_lora_base(const VerifiedCheckpoint& c, const std::string& hf_dir) {
   PL_CHECK(c.lora.has_value(), "internal: read_lora_base of a checkpoint without adapters");
   const std::string& source = c.lora_base.source;

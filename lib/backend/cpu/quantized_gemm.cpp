@@ -105,8 +105,8 @@ void quantized_gemm(const OpContext& ctx, const Tensor& y, const QuantizedCopy& 
   if (f == QuantFormat::FP8_E4M3 || f == QuantFormat::FP8_E5M2) alpha = a.scale_inv.f32()[0] * b.scale_inv.f32()[0];
   if (bf16_quantized_gemm(ctx, y, a, b, alpha, accumulate, scratch_a, scratch_b)) return;
   // FP32 path: exact block-scaled values (E2M1·E4M3 and E4M3·UE8M0 products are exact in FP32).
-  const Tensor da = scratch_a.view({scratch_a.numel()}).rows(0, a.rows * a.cols).view({a.rows, a.cols});
-  const Tensor db = scratch_b.view({scratch_b.numel()}).rows(0, b.rows * b.cols).view({b.rows, b.cols});
+  const Tensor da = scratch_a.leading(a.rows, a.cols);
+  const Tensor db = scratch_b.leading(b.rows, b.cols);
   block_values(a, da.f32());
   block_values(b, db.f32());
   op_next_phase(ctx);
