@@ -87,6 +87,11 @@ void print_training_and_parameters(const ModelConfig& mc, const Options& o, cons
   // Five lines in one message: the "%v" pattern prints them as they are, each ending in a newline.
   out->info("{}", log::parameter_lines(pc.transformer_layers, pc.embedding_layers, kWeightAndOptimizerBytesPerParam));
   if (const std::optional<LoraConfig> lora = lora_config_of(o)) out->info("pretrain_llama | {}", lora_banner_line(mc, *lora));
+  if (const RecomputeConfig rc = recompute_config_of(o, mc); rc.on())
+    out->info("pretrain_llama | recompute: granularity full, method {}, num layers {} ({} of {} layers run their forward "
+              "again in the backward)",
+              rc.method == RecomputeConfig::Method::Uniform ? "uniform" : "block", rc.num_layers,
+              rc.recomputed_layers(mc.num_layers), mc.num_layers);
 }
 
 // The effective AdamW hyper-parameters and LR / weight-decay schedule (issue 27's flags, or the recipe's
@@ -186,7 +191,7 @@ nlohmann::ordered_json run_facts(const RunFacts& f) {
                     {"lr", t.lr}, {"min_lr", t.min_lr}, {"lr_decay_style", t.lr_decay_style},
                     {"warmup_iters", t.warmup_iters}, {"seed", t.seed}, {"log_interval", t.log_interval},
                     {"eval_interval", t.eval_interval}, {"eval_iters", t.eval_iters},
-                    {"timing_log_level", t.timing_log_level}, {"recompute", f.o.recompute}}},
+                    {"timing_log_level", t.timing_log_level}, {"recompute", recompute_config_of(f.o, mc).describe()}}},
       {"data", f.data_summary}};
 }
 

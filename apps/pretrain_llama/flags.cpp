@@ -74,8 +74,6 @@ void add_training_flags(CLI::App& app, Options& o) {
                  "Every N iterations, one 'quant stats' line per quantized linear layer and operand: amax, "
                  "saturated fraction, underflowed-block fraction, relative error (0 = off)")
       ->capture_default_str();
-  app.add_option("--recompute", o.recompute, "none | full (keep each layer's input, recompute its forward in backward)")
-      ->capture_default_str();
   app.add_option("--init-from-hf", o.init_from_hf,
                  "Start from a Hugging Face Llama directory (config.json + safetensors): the model config comes "
                  "from its config.json (--model, if also given, must agree on every shape field) and its weights "
@@ -304,6 +302,7 @@ void add_flags(CLI::App& app, Options& o) {
   add_packing_flags(app, o);
   add_sft_flags(app, o);
   add_lora_flags(app, o);
+  add_recompute_flags(app, o);
   add_tensorboard_flags(app, o);
   add_fp8_flags(app, o);
   add_roofline_and_profiling_flags(app, o);
@@ -321,6 +320,7 @@ void validate_flags(const Options& o, const CLI::App& app) {
   validate_packing_flags(o, app);
   validate_sft_flags(o, app);
   validate_lora_flags(o, app);
+  validate_recompute_flags(o, app);
   validate_tensorboard_flags(o, app);
   validate_fp8_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
@@ -335,7 +335,6 @@ void validate_flags(const Options& o, const CLI::App& app) {
   PL_CHECK(!(o.shape.any() && !o.init_from_hf.empty()),
            "{} cannot be combined with --init-from-hf (the Hugging Face weights fix the model's shape)",
            o.shape.describe());
-  PL_CHECK(o.recompute == "none" || o.recompute == "full", "--recompute must be none or full, got '{}'", o.recompute);
   PL_CHECK(!app.count("--dry-run-world-size") || o.dry_run, "--dry-run-world-size {} needs --dry-run",
            o.dry_run_world_size);
   PL_CHECK(!app.count("--dry-run-world-size") || o.dry_run_world_size >= 1, "--dry-run-world-size must be >= 1, got {}",
@@ -418,7 +417,7 @@ void check_outputs_apart(const Options& o, const RunSetup& s) {
 RunLayout run_layout(const Options& o, const RunSetup& s) {
   const TrainConfig& t = o.train;
   const OptimizerConfig oc = optimizer_config(t);  // validates the precision-aware optimizer's flags
-  return RunLayout{.recompute = o.recompute == "full",
+  return RunLayout{.recompute = recompute_config_of(o, s.mc),
                    .quant_telemetry = o.outputs.quant_stats_interval > 0,
                    .loss_micro_batches = t.num_micro_batches(),  // the loss is read once per iteration
                    .deterministic_attention = t.deterministic_mode,

@@ -54,7 +54,7 @@ void check_memory_fits(const MemoryPlan& p, const FitRequest& req, const TrainCo
   if (avail == 0.0 || p.total() + slack < avail) return;
   std::string line = log::memory_does_not_fit_line(req.model->name, t.micro_batch_size, t.seq_length,
                                                    device_name(device), p.device_categories(), slack, avail,
-                                                   !req.options.recompute);
+                                                   !req.options.recompute.on());
   // On a GPU, the fit table's ladder for this GPU (its memory and compute capability), in the same line.
   if (device == Device::CUDA) {
     const GpuSpec here{"", "this GPU", static_cast<int64_t>(device_memory_info(device).total / 1048576), sm};
@@ -75,7 +75,7 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
                                      0 /* no GPU is opened: --dry-run-gpu's sm, else kPlanDefaultSm */);
   const MegatronParamCounts pc = megatron_param_counts(s.mc);
   out->info("pretrain_llama | dry run: {} ({}), recipe {}, micro-batch {} x seq {}, recompute {}, device {}", s.mc.name,
-            s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, o.recompute, device_name(planned));
+            s.model_source, s.recipe.name, t.micro_batch_size, t.seq_length, mopt.recompute.describe(), device_name(planned));
   if (t.data_parallel_size > 1)
     out->info("pretrain_llama | dry run for {} data-parallel ranks: the plan of one rank's GPU (rank 0){}",
               t.data_parallel_size,

@@ -59,7 +59,9 @@ struct Options {
   // Megatron's --fp8-param-gather and our --no-fp8-param-gather over the recipe's fp8_param_gather (FP8
   // primary weights: RunLayout::fp8_primary_weights).
   bool fp8_param_gather = false, no_fp8_param_gather = false;
-  std::string recompute = "none";
+  // --recompute (the alias) and Megatron's three (flags_recompute.cpp); "" / 0: not given.
+  std::string recompute = "none", recompute_granularity, recompute_method = "uniform";
+  int64_t recompute_num_layers = 0;
   bool dry_run = false;
   std::string dry_run_gpu;  // --dry-run-gpu: plan for this GPU of the fit table (model/fit_plan.h)
   int64_t dry_run_world_size = 0;  // --dry-run-world-size: plan one GPU of this many data-parallel ranks
@@ -127,6 +129,11 @@ void add_lora_flags(CLI::App& app, Options& o);
 void validate_lora_flags(const Options& o, const CLI::App& app);
 std::optional<LoraConfig> lora_config_of(const Options& o);
 std::string lora_banner_line(const ModelConfig& mc, const LoraConfig& c);
+// flags_recompute.cpp (issue 42): --recompute-granularity, --recompute-method, --recompute-num-layers (and the
+// --recompute alias); the configuration they make, checked against the model's layers (one line each).
+void add_recompute_flags(CLI::App& app, Options& o);
+void validate_recompute_flags(const Options& o, const CLI::App& app);
+RecomputeConfig recompute_config_of(const Options& o, const ModelConfig& mc);
 // flags_tensorboard.cpp: --tensorboard-dir and its companions.
 void add_tensorboard_flags(CLI::App& app, Options& o);
 void validate_tensorboard_flags(const Options& o, const CLI::App& app);

@@ -1,5 +1,7 @@
 #include "core/host_memory.h"
 
+#include <sys/resource.h>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -7,6 +9,12 @@
 #include "core/error.h"
 
 namespace pl {
+
+int64_t peak_resident_bytes() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports kilobytes
+}
 
 int64_t host_memory_available_bytes() {
   if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {

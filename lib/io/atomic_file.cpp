@@ -50,6 +50,12 @@ void AtomicFile::write(const void* data, size_t bytes) {
   written_ += bytes;
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t bytes) {
+  PL_CHECK(fd_.valid(), "{}: write after finish", tmp_);
+  pwrite_all(fd_, data, bytes, offset);
+  written_ += bytes;
+}
+
 void AtomicFile::finish() {
   if (!fd_.valid()) return;
   fsync_fd(fd_);

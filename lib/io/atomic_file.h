@@ -28,6 +28,8 @@ class AtomicFile {
 
   void write(const void* data, size_t bytes);  // all of it, or an error
   void write(std::string_view text) { write(text.data(), text.size()); }
+  // At byte `offset` of the file (pwrite), which grows to cover it: a file filled out of order.
+  void write_at(uint64_t offset, const void* data, size_t bytes);
   // fsync and close the temporary; commit() does it when not done yet. Files published together
   // (all or none) are each finished before the first is committed.
   void finish();

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
@@ -125,6 +126,15 @@ MappedFile& MappedFile::operator=(MappedFile&& o) noexcept {
     bytes_ = o.bytes_;
   }
   return *this;
+}
+
+void MappedFile::release(size_t offset, size_t bytes) const noexcept {
+  if (data_ == nullptr || offset >= bytes_) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data_) + offset;
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data_) + std::min(bytes_, offset + bytes);
+  const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+  if (first < last) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);  // advice: no error to act on
 }
 
 void MappedFile::reset() noexcept {

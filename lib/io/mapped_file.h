@@ -30,6 +30,10 @@ class MappedFile {
 
   const unsigned char* data() const { return data_; }
   size_t size() const { return bytes_; }
+  // Drops this process's pages of [offset, offset + bytes) (the whole pages inside it; madvise MADV_DONTNEED):
+  // read once, a tensor's pages would otherwise stay in the process's resident set until the file is closed,
+  // so reading a 140 GB checkpoint tensor by tensor would grow it to 140 GB. A later read faults them back in.
+  void release(size_t offset, size_t bytes) const noexcept;
 
  private:
   void reset() noexcept;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <regex>
@@ -178,7 +179,7 @@ void convert_to_float(const SafetensorsTensorInfo& t, const uint8_t* src, float*
   }
 }
 
-void check_tensors_to_write(const std::vector<SafetensorsTensorOut>& tensors) {
+void check_tensors_to_write(const std::vector<SafetensorsTensorOut>& tensors, bool with_data = true) {
   std::set<std::string> names;
   for (const SafetensorsTensorOut& t : tensors) {
     PL_CHECK(!t.name.empty() && t.name != "__metadata__", "write_safetensors: invalid tensor name '{}'", t.name);
@@ -190,7 +191,7 @@ void check_tensors_to_write(const std::vector<SafetensorsTensorOut>& tensors) {
       PL_CHECK(d >= 0, "write_safetensors: tensor '{}' has a negative dimension", t.name);
       n *= d;
     }
-    PL_CHECK(n == 0 || t.data != nullptr, "write_safetensors: tensor '{}' has no data", t.name);
+    PL_CHECK(!with_data || n == 0 || t.data != nullptr, "write_safetensors: tensor '{}' has no data", t.name);
   }
 }
 
@@ -198,38 +199,56 @@ uint64_t stored_bytes(const SafetensorsTensorOut& t) {
   return byte_size(t.shape, safetensors_itemsize(t.dtype)).value_or(0);
 }
 
-// Header (padded to 8 bytes with spaces, like the reference serializer) and data of one file.
-void write_file_body(AtomicFile& f, const std::vector<const SafetensorsTensorOut*>& tensors,
-                     const std::map<std::string, std::string>& metadata) {
+// The header of one file (padded to 8 bytes with spaces, like the reference serializer), with the 8-byte length
+// in front; `at` gets each tensor's data offset from the file's start.
+std::string file_header(const std::vector<const SafetensorsTensorOut*>& tensors,
+                        const std::map<std::string, std::string>& metadata, std::vector<uint64_t>* at = nullptr) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
+  std::vector<uint64_t> offsets;
   for (const SafetensorsTensorOut* t : tensors) {
     const uint64_t n = stored_bytes(*t);
     header[t->name] = {{"dtype", t->dtype}, {"shape", t->shape}, {"data_offsets", {offset, offset + n}}};
+    offsets.push_back(offset);
     offset += n;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
   const uint64_t len = text.size();  // little-endian, as the host
-  f.write(&len, sizeof len);
-  f.write(text.data(), text.size());
+  std::string out(reinterpret_cast<const char*>(&len), sizeof len);
+  out += text;
+  if (at)
+    for (uint64_t o : offsets) at->push_back(out.size() + o);
+  return out;
+}
+
+// One tensor's stored bytes from `data`, in 1 Mi-element pieces (BF16 rounded to nearest even), each handed to
+// `emit(bytes, count, offset from the tensor's start)`.
+void for_each_stored_piece(const SafetensorsTensorOut& t, const float* data,
+                           const std::function<void(const void*, size_t, uint64_t)>& emit) {
+  const int64_t n = static_cast<int64_t>(stored_bytes(t) / safetensors_itemsize(t.dtype));
+  if (t.dtype == "F32") {
+    emit(data, static_cast<size_t>(n) * 4, 0);
+    return;
+  }
   constexpr int64_t kChunk = 1 << 20;
   std::vector<uint16_t> bf16;
-  for (const SafetensorsTensorOut* t : tensors) {
-    const int64_t n = static_cast<int64_t>(stored_bytes(*t) / safetensors_itemsize(t->dtype));
-    if (t->dtype == "F32") {
-      f.write(t->data, static_cast<size_t>(n) * 4);
-      continue;
-    }
-    for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
-      const int64_t m = std::min(kChunk, n - i0);
-      bf16.resize(static_cast<size_t>(m));
+  for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
+    const int64_t m = std::min(kChunk, n - i0);
+    bf16.resize(static_cast<size_t>(m));
 #pragma omp parallel for schedule(static) if (m > (1 << 16))
-      for (int64_t i = 0; i < m; ++i) bf16[static_cast<size_t>(i)] = num::float_to_bf16_bits(t->data[i0 + i]);
-      f.write(bf16.data(), static_cast<size_t>(m) * 2);
-    }
+    for (int64_t i = 0; i < m; ++i) bf16[static_cast<size_t>(i)] = num::float_to_bf16_bits(data[i0 + i]);
+    emit(bf16.data(), static_cast<size_t>(m) * 2, static_cast<uint64_t>(i0) * 2);
   }
+}
+
+// Header and data of one file, written in order.
+void write_file_body(AtomicFile& f, const std::vector<const SafetensorsTensorOut*>& tensors,
+                     const std::map<std::string, std::string>& metadata) {
+  f.write(file_header(tensors, metadata));
+  for (const SafetensorsTensorOut* t : tensors)
+    for_each_stored_piece(*t, t->data, [&](const void* p, size_t bytes, uint64_t) { f.write(p, bytes); });
 }
 
 bool is_weight_file_name(const std::string& name) {
@@ -312,6 +331,7 @@ std::vector<float> SafetensorsFile::read_float(const std::string& name) const {
 void SafetensorsFile::read_float(const std::string& name, float* out) const {
   const SafetensorsTensorInfo& t = info(name);
   convert_to_float(t, map_.data() + data_start_ + t.begin, out, path_);
+  map_.release(data_start_ + t.begin, t.end - t.begin);  // read once: out of the resident set (mapped_file.h)
 }
 
 SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& dir) : dir_(dir) {
@@ -435,57 +455,88 @@ std::vector<size_t> plan_safetensors_shards(const std::vector<SafetensorsTensorO
   return shard_of;
 }
 
-std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
-                                                      const std::vector<SafetensorsTensorOut>& tensors,
-                                                      uint64_t max_shard_bytes) {
-  check_tensors_to_write(tensors);
-  PL_CHECK(!tensors.empty(), "{}: no tensors to write", dir);
+SafetensorsStreamWriter::SafetensorsStreamWriter(std::string dir, std::vector<SafetensorsTensorOut> tensors,
+                                                 uint64_t max_shard_bytes)
+    : dir_(std::move(dir)), tensors_(std::move(tensors)) {
+  check_tensors_to_write(tensors_, false);
+  PL_CHECK(!tensors_.empty(), "{}: no tensors to write", dir_);
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!fs::is_directory(dir, ec)) fail("{}: cannot create the directory", dir);
-  const std::vector<size_t> shard = plan_safetensors_shards(tensors, max_shard_bytes);
-  const size_t num_shards = *std::max_element(shard.begin(), shard.end()) + 1;
-  const std::vector<std::string> names = safetensors_shard_names(num_shards);
-
-  // 1. Every file complete under its temporary name.
-  std::vector<std::unique_ptr<AtomicFile>> files;
+  fs::create_directories(dir_, ec);
+  if (!fs::is_directory(dir_, ec)) fail("{}: cannot create the directory", dir_);
+  shard_ = plan_safetensors_shards(tensors_, max_shard_bytes);
+  const size_t num_shards = *std::max_element(shard_.begin(), shard_.end()) + 1;
+  names_ = safetensors_shard_names(num_shards);
+  at_.assign(tensors_.size(), 0);
+  put_.assign(tensors_.size(), false);
   for (size_t s = 0; s < num_shards; ++s) {
     std::vector<const SafetensorsTensorOut*> part;
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (shard[i] == s) part.push_back(&tensors[i]);
-    files.push_back(std::make_unique<AtomicFile>((fs::path(dir) / names[s]).string()));
-    write_file_body(*files.back(), part, {{"format", "pt"}});
-    files.back()->finish();
+    std::vector<size_t> which;
+    for (size_t i = 0; i < tensors_.size(); ++i)
+      if (shard_[i] == s) {
+        part.push_back(&tensors_[i]);
+        which.push_back(i);
+      }
+    std::vector<uint64_t> at;
+    files_.push_back(std::make_unique<AtomicFile>((fs::path(dir_) / names_[s]).string()));
+    files_.back()->write(file_header(part, {{"format", "pt"}}, &at));
+    for (size_t k = 0; k < which.size(); ++k) at_[which[k]] = at[k];
   }
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() = default;
+
+void SafetensorsStreamWriter::put(size_t i, const float* values) {
+  PL_CHECK(i < tensors_.size() && !put_[i], "internal: safetensors tensor {} written twice or unknown", i);
+  AtomicFile& f = *files_[shard_[i]];
+  for_each_stored_piece(tensors_[i], values,
+                        [&](const void* p, size_t bytes, uint64_t off) { f.write_at(at_[i] + off, p, bytes); });
+  put_[i] = true;
+}
+
+std::vector<std::string> SafetensorsStreamWriter::finish() {
+  for (size_t i = 0; i < tensors_.size(); ++i)
+    PL_CHECK(put_[i], "internal: {}: tensor '{}' was never written", dir_, tensors_[i].name);
+  // 1. Every file complete under its temporary name.
+  for (auto& f : files_) f->finish();
   std::unique_ptr<AtomicFile> index;
-  if (num_shards > 1) {
+  if (files_.size() > 1) {
     // transformers writes the index with sorted keys and two-space indentation.
     nlohmann::json j;
     uint64_t total = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      total += stored_bytes(tensors[i]);
-      j["weight_map"][tensors[i].name] = names[shard[i]];
+    for (size_t i = 0; i < tensors_.size(); ++i) {
+      total += stored_bytes(tensors_[i]);
+      j["weight_map"][tensors_[i].name] = names_[shard_[i]];
     }
     j["metadata"]["total_size"] = total;
     const std::string text = j.dump(2) + "\n";
-    index = std::make_unique<AtomicFile>((fs::path(dir) / kIndexFile).string());
+    index = std::make_unique<AtomicFile>((fs::path(dir_) / kIndexFile).string());
     index->write(text);
     index->finish();
   }
-  std::vector<std::string> written = names;
+  std::vector<std::string> written = names_;
   if (index) written.push_back(kIndexFile);
   // 2. Into place: the shards, then away with an earlier export's weight files, then the index.
-  for (auto& f : files) f->commit();
+  for (auto& f : files_) f->commit();
   const std::set<std::string> keep(written.begin(), written.end());
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     const std::string name = entry.path().filename().string();
     if (is_weight_file_name(name) && !keep.count(name)) fs::remove(entry.path(), ec);
   }
   if (index)
     index->commit();  // its directory fsync covers the removals too
   else
-    fsync_directory(dir);  // the removals
+    fsync_directory(dir_);  // the removals
   return written;
+}
+
+std::vector<std::string> write_safetensors_checkpoint(const std::string& dir,
+                                                      const std::vector<SafetensorsTensorOut>& tensors,
+                                                      uint64_t max_shard_bytes) {
+  check_tensors_to_write(tensors);
+  SafetensorsStreamWriter w(dir, tensors, max_shard_bytes);
+  for (size_t i = 0; i < tensors.size(); ++i) w.put(i, tensors[i].data);
+  return w.finish();
 }
 
 }  // namespace pl

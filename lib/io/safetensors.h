@@ -24,6 +24,8 @@
 
 namespace pl {
 
+class AtomicFile;  // io/atomic_file.h
+
 struct SafetensorsTensorInfo {
   std::string name;
   std::string dtype;            // the header's spelling: "BF16", "F16", "F32", "I64", ...
@@ -117,6 +119,33 @@ std::vector<std::string> safetensors_shard_names(size_t num_shards);
 // tensors in order; the shard being filled is closed when the next tensor would take it over
 // max_shard_bytes; a tensor larger than the limit gets a shard of its own, appended when it is met.
 std::vector<size_t> plan_safetensors_shards(const std::vector<SafetensorsTensorOut>& tensors, uint64_t max_shard_bytes);
+
+// A checkpoint written tensor by tensor, as write_safetensors_checkpoint lays it out (the same files, shards,
+// headers and index): the tensors' names, dtypes and shapes (their data pointers unused) fix every file's header
+// and offsets up front; put(i, values) converts tensor i and writes it at its place, in any order, each tensor once,
+// so only one tensor need ever be in memory; finish() checks that every tensor was put and publishes the set as
+// write_safetensors_checkpoint does. Destroyed before finish(): the temporaries are removed, nothing is published.
+class SafetensorsStreamWriter {
+ public:
+  SafetensorsStreamWriter(std::string dir, std::vector<SafetensorsTensorOut> tensors, uint64_t max_shard_bytes);
+  ~SafetensorsStreamWriter();
+  SafetensorsStreamWriter(const SafetensorsStreamWriter&) = delete;
+  SafetensorsStreamWriter& operator=(const SafetensorsStreamWriter&) = delete;
+
+  size_t size() const { return tensors_.size(); }
+  const SafetensorsTensorOut& tensor(size_t i) const { return tensors_[i]; }
+  void put(size_t i, const float* values);
+  std::vector<std::string> finish();  // the file names written
+
+ private:
+  std::string dir_;
+  std::vector<SafetensorsTensorOut> tensors_;
+  std::vector<size_t> shard_;  // tensor -> file
+  std::vector<uint64_t> at_;   // tensor -> its data's byte offset in its file
+  std::vector<bool> put_;
+  std::vector<std::string> names_;  // the files
+  std::vector<std::unique_ptr<AtomicFile>> files_;
+};
 
 // Writes `tensors` into `dir` (created if needed) as model.safetensors, or, when they exceed
 // max_shard_bytes, as model-0000i-of-0000n.safetensors plus model.safetensors.index.json. Every file

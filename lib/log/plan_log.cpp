@@ -46,7 +46,7 @@ std::string memory_does_not_fit_line(const std::string& model, int64_t micro_bat
                                      double available, bool recompute_off) {
   const double total = std::accumulate(bytes.begin(), bytes.end(), 0.0);
   std::string hint = "use a smaller --micro-batch-size or --seq-length";
-  if (recompute_off && bytes[4] > 0.25 * total) hint = "--recompute full, or " + hint;
+  if (recompute_off && bytes[4] > 0.25 * total) hint = "--recompute-granularity full, or " + hint;
   return fmt::format(
       "{} at micro-batch {} x seq {} needs {:.1f} GB on the {} (weights+grads+master+optimizer {:.1f} GB, activations "
       "{:.1f} GB, quantized copies {:.1f} GB, workspaces {:.1f} GB, op scratch and free margin {:.1f} GB) but {:.1f} GB "
@@ -68,13 +68,14 @@ std::string flag_set(const FitRow& r) {
 
 constexpr const char* kNothingFits =
     "does not fit with any of these (FP8 primary weights, BF16 moments, BF16 main grads, a smaller "
-    "--micro-batch-size, --optimizer-cpu-offload, --recompute full)";
+    "--micro-batch-size, --optimizer-cpu-offload, recomputing every layer{})";
 
 }  // namespace
 
 std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack,
-                                         int64_t dp_size, bool distributed_optimizer) {
+                                         int64_t dp_size, bool distributed_optimizer, bool lighter_bases) {
   std::vector<std::string> out;
+  const char* bases = lighter_bases ? ", a lighter base format" : "";
   const bool dp = dp_size > 1;
   out.push_back(fmt::format(
       "fit on one GPU{}: usable = total (nvidia-smi) - {:.1f} GiB CUDA context (an estimate) - {:.1f} GiB arena slack - "
@@ -82,14 +83,18 @@ std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double co
       dp ? fmt::format(" of {} data-parallel ranks", dp_size) : "", context_reserve / 1073741824.0,
       arena_slack / 1073741824.0));
   out.push_back(fmt::format("{:<22} {:>9} {:>9}  {:<4}  {}", "GPU", "usable GB", "needed GB", "fits",
-                            dp ? "cheapest flags that fit (in order: distributed optimizer, BF16 moments, BF16 "
-                                 "main grads, smaller micro-batch, recompute)"
-                               : "cheapest flags that fit (in order: FP8 primary weights, BF16 moments, BF16 main "
-                                 "grads, smaller micro-batch, offload, recompute)"));
+                            dp ? fmt::format("cheapest flags that fit (in order: distributed optimizer, BF16 "
+                                             "moments, BF16 main grads, smaller micro-batch, recompute (fewest "
+                                             "layers){})",
+                                             bases)
+                               : fmt::format("cheapest flags that fit (in order: FP8 primary weights, BF16 moments, "
+                                             "BF16 main grads, smaller micro-batch, offload, recompute (fewest "
+                                             "layers){})",
+                                             bases)));
   for (const FitRow& r : rows) {
     const std::string line = fmt::format("{:<22} {:>9.2f} {:>9.2f}  ", fmt::format("{} (sm_{})", r.gpu, r.sm),
                                          r.usable / 1e9, r.needed / 1e9);
-    out.push_back(line + (r.fits ? "yes" : "no    " + (r.found ? flag_set(r) : std::string(kNothingFits))));
+    out.push_back(line + (r.fits ? "yes" : "no    " + (r.found ? flag_set(r) : fmt::format(kNothingFits, bases))));
   }
   if (!dp)
     out.push_back("one data-parallel rank; a run on N GPUs: --dry-run-world-size N (under mpirun: its world size)");
@@ -106,7 +111,7 @@ std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double co
 std::string cheapest_flags_line(const FitRow& r) {
   const std::string head = fmt::format("cheapest flags for {} ({:.2f} GB usable): ", r.gpu, r.usable / 1e9);
   if (r.fits) return head + fmt::format("as given (GPU {:.2f} GB)", r.needed / 1e9);
-  return head + (r.found ? flag_set(r) : std::string(kNothingFits));
+  return head + (r.found ? flag_set(r) : fmt::format(kNothingFits, ""));
 }
 
 }  // namespace pl::log

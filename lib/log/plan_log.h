@@ -50,7 +50,8 @@ struct FitRow {
 // [<flags> (GPU x GB[, host y GB])]", and a footer naming what is not on the ladder.
 // dp_size > 1: the table is for one GPU of that many data-parallel ranks (the footer says what is sharded).
 std::vector<std::string> fit_table_lines(std::span<const FitRow> rows, double context_reserve, double arena_slack,
-                                         int64_t dp_size = 1, bool distributed_optimizer = false);
+                                         int64_t dp_size = 1, bool distributed_optimizer = false,
+                                         bool lighter_bases = false);  // --peft lora: the ladder's rung q
 // --dry-run-gpu: the one line naming the cheapest flag set for that GPU.
 std::string cheapest_flags_line(const FitRow& row);
 

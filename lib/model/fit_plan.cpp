@@ -69,16 +69,18 @@ std::string known_gpu_keys() {
   return s;
 }
 
-MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const RunLayout& options, const GpuSpec& gpu) {
+MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const RunLayout& options, const GpuSpec& gpu,
+                        const PrecisionPlan* plan) {
   RunLayout o = options;
   o.gpu_sm = gpu.sm;
   // The global batch stays: loss_micro_batches x micro_batch samples per iteration.
   o.loss_micro_batches = std::max<int64_t>(1, options.loss_micro_batches * r.micro_batch / micro_batch);
-  return plan_memory(*r.model, micro_batch, r.seq_length, Device::CUDA, *r.plan, o, 0);
+  return plan_memory(*r.model, micro_batch, r.seq_length, Device::CUDA, plan ? *plan : *r.plan, o, 0);
 }
 
 std::string candidate_flags(const FitRequest& r, const FitCandidate& c) {
   std::vector<std::string> f;
+  if (!c.recipe.empty()) f.push_back("--recipe " + c.recipe);
   if (c.micro_batch != r.micro_batch) f.push_back(fmt::format("--micro-batch-size {}", c.micro_batch));
   if (c.options.distributed_optimizer && !r.options.distributed_optimizer) f.push_back("--use-distributed-optimizer");
   const bool moments = c.options.exp_avg != r.options.exp_avg || c.options.exp_avg_sq != r.options.exp_avg_sq;
@@ -90,9 +92,41 @@ std::string candidate_flags(const FitRequest& r, const FitCandidate& c) {
   if (c.options.fp8_primary_weights && !r.options.fp8_primary_weights) f.push_back("--fp8-param-gather");
   if (main_grads) f.push_back("--main-grads-dtype bf16");
   if (offload) f.push_back("--optimizer-cpu-offload");
-  if (c.options.recompute && !r.options.recompute) f.push_back("--recompute full");
+  if (c.options.recompute != r.options.recompute) f.push_back(c.options.recompute.flags());
   return fmt::format("{}", fmt::join(f, " "));
 }
+
+namespace {
+
+// Rungs e and f: the fewest recomputed layers with which c fits `gpu`, written into c.options.recompute (false:
+// not even all of them). Block N keeps N - 1 fewer activation sets than none (layer 0's input is kept anyway), so
+// the plan falls as N grows: bisection over N in [2, L]; block L has the memory and work of uniform 1, spelled
+// --recompute-granularity full. A recomputation the user gave is kept as it is.
+bool fewest_recomputed_layers(const FitRequest& r, FitCandidate& c, const GpuSpec& gpu) {
+  const auto fits = [&](const RecomputeConfig& rc) {
+    RunLayout o = c.options;
+    o.recompute = rc;
+    return plan_fits(plan_for_gpu(r, c.micro_batch, o, gpu, c.plan), gpu.total_bytes());
+  };
+  const int64_t L = r.model->num_layers;
+  const auto block = [&](int64_t n) {
+    return n >= L ? RecomputeConfig::full() : RecomputeConfig{RecomputeConfig::Method::Block, n};
+  };
+  if (r.options.recompute.on()) return fits(c.options.recompute);
+  if (!fits(block(L))) return false;
+  int64_t lo = std::min<int64_t>(2, L), hi = L;  // block(hi) fits
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (fits(block(mid)))
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  c.options.recompute = block(hi);
+  return true;
+}
+
+}  // namespace
 
 FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
   FitResult res;
@@ -129,8 +163,7 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
       if (base == &grads && !grads_rung) break;
       RunLayout o = *base;
       o.optimizer_offload = o.optimizer_offload || offload;
-      o.recompute = o.recompute || recompute;
-      ladder.push_back({rung, mbs, o});
+      ladder.push_back({rung, mbs, o, recompute});
     }
   };
   const std::vector<int64_t> smaller = micro_batches_from(r.micro_batch);
@@ -140,8 +173,12 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
                                                  std::tuple{'f', true, true}})
     if (offload_allowed || !offload)
       for (int64_t m : smaller) add(rung, m, offload, recompute);
-  for (const FitCandidate& c : ladder) {
-    const MemoryPlan p = plan_for_gpu(r, c.micro_batch, c.options, gpu);
+  for (const auto& [recipe, plan] : lora ? r.lighter_bases : decltype(r.lighter_bases){})
+    for (bool recompute : {false, true})
+      for (int64_t m : smaller) ladder.push_back({'q', m, bf16, recompute, recipe, plan});
+  for (FitCandidate& c : ladder) {
+    if (c.search_recompute && !fewest_recomputed_layers(r, c, gpu)) continue;
+    const MemoryPlan p = plan_for_gpu(r, c.micro_batch, c.options, gpu, c.plan);
     if (c.rung == 'a') res.as_given_total = p.total();
     if (!plan_fits(p, gpu.total_bytes())) continue;
     res.found = true;

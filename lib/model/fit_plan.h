@@ -33,9 +33,14 @@
 //      last backward; cheap when an iteration has many micro-batches (large global batches); FP8 primary
 //      weights are then off (the master is on the host), unless --fp8-param-gather was given: then d and f
 //      are left out;
-//   e. c + --recompute full: every layer's forward runs again in the backward, about a third more
-//      compute per micro-batch, every step;
-//   f. c + --optimizer-cpu-offload + --recompute full.
+//   e. c + recomputation: the fewest layers that fit, as Megatron's block method (the first N layers' forwards
+//      run again in the backward, about a third more compute for each of them, every step; N found by bisection:
+//      the plan falls as N grows), all of them spelled --recompute-granularity full (uniform 1: the same memory
+//      and work as block L); a recomputation the user gave is kept as given;
+//   f. c + --optimizer-cpu-offload + e's recomputation;
+//   q. --peft lora only: a lighter format for the frozen base (FitRequest::lighter_bases, e.g. the FP8 recipe,
+//      then the NVFP4 one, under a BF16 base), each on b at the given micro-batch, then smaller ones, then with
+//      e's recomputation: last, since it changes the numerics of the base (--recipe NAME first in the flags).
 // In d, e and f the micro-batch is also halved from the given one down to 1, and the largest that fits
 // is taken (offload saves the same bytes at any micro-batch; a larger micro-batch costs less). Each point
 // of c, d, e and f is tried on b, then on m: BF16 main grads are added only where b's point does not fit.
@@ -45,6 +50,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "config/model_config.h"
 #include "model/memory_plan.h"
@@ -96,13 +103,18 @@ struct FitRequest {
   RunLayout options;
   bool precision_aware_given = false;
   bool fp8_param_gather_given = false;  // --fp8-param-gather on the command line (then never turned off)
+  // --peft lora: recipes whose plan stores the frozen base in fewer bytes, lightest last (rung q).
+  std::vector<std::pair<std::string, const PrecisionPlan*>> lighter_bases{};
 };
 
 // One point of the ladder: the micro-batch and options it plans with, and the flags to add.
 struct FitCandidate {
-  char rung = 'a';  // a, g, p, b, m, c, d, e, f as in the header
+  char rung = 'a';  // a, g, p, b, m, c, d, e, f, q as in the header
   int64_t micro_batch = 1;
   RunLayout options;
+  bool search_recompute = false;  // rungs e, f (and q's last): options.recompute is found when planned
+  std::string recipe{};           // rung q: the base's recipe (else the request's plan)
+  const PrecisionPlan* plan = nullptr;
 };
 
 // The cheapest flag set for one GPU.
@@ -122,7 +134,9 @@ struct FitResult {
 
 // The memory plan of the request at `micro_batch` with `options` on `gpu` (its sm; CUDA storage). The one
 // plan_memory call the ladder makes; loss_micro_batches is scaled so the global batch stays the same.
-MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const RunLayout& options, const GpuSpec& gpu);
+// `plan`: the precision plan (nullptr: the request's).
+MemoryPlan plan_for_gpu(const FitRequest& r, int64_t micro_batch, const RunLayout& options, const GpuSpec& gpu,
+                        const PrecisionPlan* plan = nullptr);
 // The ladder for `gpu`: the first candidate whose plan fits.
 FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu);
 // The flag text that turns the request into `c` (what FitResult::flags holds for it).

@@ -378,16 +378,11 @@ HfImportReport read_hf_weights(const std::string& dir, const ModelConfig& cfg, c
 
 std::vector<std::string> export_hf(const ModelConfig& cfg, std::span<const float> master, const std::string& dir,
                                    const HfExportOptions& opts) {
-  const std::string config_text = hf_llama_config_json(cfg, opts);  // refuses what HF cannot express
   PL_CHECK(static_cast<int64_t>(master.size()) == cfg.num_parameters(),
            "export_hf: {} master weights given, {} has {} parameters", master.size(), cfg.name, cfg.num_parameters());
-  std::vector<SafetensorsTensorOut> tensors;
-  for (const HfTensorSlot& s : hf_llama_tensor_layout(cfg))
-    tensors.push_back({s.name, "BF16", s.shape, master.data() + s.offset});
-  std::vector<std::string> files = write_safetensors_checkpoint(dir, tensors, opts.max_shard_bytes);
-  write_file_atomically((fs::path(dir) / "config.json").string(), config_text);
-  files.push_back("config.json");
-  return files;
+  HfExportStream stream(cfg, dir, opts);
+  stream.write(0, master.data(), cfg.num_parameters());
+  return stream.finish();
 }
 
 std::vector<std::string> export_hf(LlamaModel& model, const std::string& dir, const HfExportOptions& opts) {

@@ -27,13 +27,16 @@
 // permutes Meta's interleaved checkpoints into that form before they reach the Hub.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
+#include <memory>
 #include <set>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "config/model_config.h"
+#include "io/safetensors.h"
 
 namespace pl {
 
@@ -117,6 +120,37 @@ using FlatWeightWriter = std::function<void(int64_t offset, const float* values,
 // The same checks and reads without a model: every tensor of dir (whose config.json must describe `cfg`'s shape)
 // as FP32 values into `write`, tensor by tensor (what the generate tool loads without a training model's state).
 HfImportReport read_hf_weights(const std::string& dir, const ModelConfig& cfg, const FlatWeightWriter& write);
+
+// An HF directory written as the flat parameter values arrive (a checkpoint's master file piece by piece, a LoRA
+// base from its source, each element once, in any order): every HF tensor is a contiguous flat range
+// (hf_llama_tensor_layout), gathered in FP32 until complete, passed to `adjust` (the LoRA merge of its rows; may be
+// empty) and written at its place (io/safetensors.h SafetensorsStreamWriter), so host memory holds the tensors in
+// flight, never the model. finish() writes config.json after the weights and returns the files written; the same
+// files, bytes and sharding as export_hf below, which is this stream fed with the whole buffer.
+class HfExportStream {
+ public:
+  using Adjust = std::function<void(const HfTensorSlot& slot, float* values)>;
+  HfExportStream(const ModelConfig& cfg, const std::string& dir, const HfExportOptions& opts = {}, Adjust adjust = {});
+  ~HfExportStream();
+  void write(int64_t offset, const float* values, int64_t count);  // a FlatWeightWriter
+  std::vector<std::string> finish();
+  // The most FP32 values held at once so far (the tensors in flight): what a test of the memory bound reads.
+  int64_t peak_pending_elements() const { return peak_pending_; }
+
+ private:
+  struct Pending {
+    std::vector<float> values;
+    int64_t written = 0;
+  };
+  void complete(size_t slot, float* values);
+  std::string config_text_, dir_;
+  Adjust adjust_;
+  std::vector<HfTensorSlot> slots_;
+  std::vector<size_t> by_offset_;  // slot indices in flat order
+  std::map<size_t, Pending> pending_;
+  int64_t pending_elements_ = 0, peak_pending_ = 0;
+  std::unique_ptr<SafetensorsStreamWriter> writer_;
+};
 
 // Writes an HF directory (safetensors BF16, rounded to nearest even from the FP32 masters, sharded
 // above opts.max_shard_bytes with model.safetensors.index.json; then config.json) from host master

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numbers>
 #include <span>
 
 #include "core/error.h"
@@ -636,9 +635,12 @@ void LlamaModel::layer_backward(int64_t l, const LayerParams& g, const Tensor& g
                                 const MicroBatchOptions& step) {
   const AttentionShape as = attention_shape();
   const int64_t rotated = cfg_.num_attention_heads + cfg_.num_query_groups;
-  // Full recomputation: refill the shared activations from the kept layer input (the layer
-  // output goes to scratch; the stored outputs are never needed again).
-  if (layout_.recompute) layer_forward(l, acts_.d_h, false);
+  // Recomputation, before the backward of a chunk's last layer: its layers' forwards refill their activation sets
+  // from the chunk's kept input, each output into the next one's input (the last to scratch: never read again).
+  const RecomputeConfig& rc = layout_.recompute;
+  if (rc.recomputed(l) && rc.chunk_end(l, cfg_.num_layers) == l + 1)
+    for (int64_t r = rc.chunk_begin(l); r <= l; ++r)
+      layer_forward(r, r < l ? acts_.layers[r + 1].resid_in : acts_.d_h, false);
   auto& a = acts_.layers[l];
   const LayerParams& w = weights_.layers[l];
   // acts_.d_resid = dL/d(layer output) = dL/d(resid_mid) through the MLP residual branch.
@@ -661,39 +663,6 @@ void LlamaModel::layer_backward(int64_t l, const LayerParams& g, const Tensor& g
                            step);
   adapter_backward(l, kQkv, acts_.d_ln, acts_.d_qkv, a.ln1);
   rmsnorm_backward(ctx_, acts_.d_resid, g_ln1, acts_.d_ln, a.resid_in, w.ln1, a.rstd1);
-}
-
-void rope_tables(const ModelConfig& cfg, int64_t seq_length, float* cos_out, float* sin_out) {
-  // MCore RotaryEmbedding: inv_freq_i = 1 / base^(2i/d) in fp32, optional Llama 3.1 _apply_scaling,
-  // angle = float(pos) * inv_freq (fp32 outer product), cos/sin of that fp32 angle. We evaluate
-  // each step in double and round to float at the points where MCore holds an fp32 tensor.
-  const int64_t half = cfg.kv_channels / 2;
-  std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; ++i) {
-    double f = 1.0 / std::pow(cfg.rotary_base, static_cast<double>(2 * i) / static_cast<double>(cfg.kv_channels));
-    if (cfg.rope_scaling) {
-      const double old_ctx = static_cast<double>(cfg.rope_original_max_position);
-      const double low_wavelen = old_ctx / cfg.rope_low_freq_factor;
-      const double high_wavelen = old_ctx / cfg.rope_high_freq_factor;
-      const double wavelen = 2.0 * std::numbers::pi / f;
-      if (wavelen < high_wavelen) {
-        // high frequency: unchanged
-      } else if (wavelen > low_wavelen) {
-        f = f / cfg.rope_scaling_factor;
-      } else {
-        const double smooth = (old_ctx / wavelen - cfg.rope_low_freq_factor) /
-                              (cfg.rope_high_freq_factor - cfg.rope_low_freq_factor);
-        f = (1.0 - smooth) * f / cfg.rope_scaling_factor + smooth * f;
-      }
-    }
-    inv_freq[i] = static_cast<float>(f);
-  }
-  for (int64_t p = 0; p < seq_length; ++p)
-    for (int64_t i = 0; i < half; ++i) {
-      const float angle = static_cast<float>(p) * inv_freq[i];
-      cos_out[p * half + i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_out[p * half + i] = static_cast<float>(std::sin(static_cast<double>(angle)));
-    }
 }
 
 }  // namespace pl

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/checksum.h"
+#include "core/error.h"
 #include "model/init.h"
 #include "numerics/bf16.h"
 #include "model/llama.h"
@@ -81,6 +82,48 @@ uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& ba
   const std::vector<ParamEntry> layout = param_layout(cfg);
   std::vector<uint64_t> digests;
   for (const ParamEntry& e : layout) digests.push_back(lora_bf16_digest(base.data() + e.offset, e.numel()));
+  return lora_fold_digests(digests);
+}
+
+LoraBaseChecksum::LoraBaseChecksum(const ModelConfig& cfg) {
+  for (const ParamEntry& e : param_layout(cfg)) {
+    begin_.push_back(e.offset);
+    size_.push_back(e.numel());
+  }
+  entries_.resize(begin_.size());
+}
+
+void LoraBaseChecksum::add(int64_t offset, const float* values, int64_t count) {
+  constexpr int64_t kChunk = static_cast<int64_t>(Checksum64::kChunkBytes / 2);  // BF16 values per chunk
+  auto it = std::upper_bound(begin_.begin(), begin_.end(), offset);
+  PL_CHECK(it != begin_.begin(), "internal: base checksum of flat offset {}", offset);
+  for (size_t i = static_cast<size_t>(it - begin_.begin()) - 1; i < begin_.size() && begin_[i] < offset + count; ++i) {
+    const int64_t lo = std::max(offset, begin_[i]), hi = std::min(offset + count, begin_[i] + size_[i]);
+    if (lo >= hi) continue;
+    Entry& e = entries_[i];
+    PL_CHECK(lo - begin_[i] == e.next, "internal: the base's values of entry {} out of order ({} after {})", i,
+             lo - begin_[i], e.next);
+    for (int64_t b = lo; b < hi; b += kChunk) {  // a chunk's worth at a time: at most two chunks held
+      const int64_t len = std::min(kChunk, hi - b);
+      for (int64_t k = 0; k < len; ++k) e.tail.push_back(num::float_to_bf16_bits(values[b - offset + k]));
+      const size_t whole = e.tail.size() / static_cast<size_t>(kChunk) * static_cast<size_t>(kChunk);
+      if (whole == 0) continue;
+      e.sum.update(e.tail.data(), whole * 2);
+      e.tail.erase(e.tail.begin(), e.tail.begin() + static_cast<std::ptrdiff_t>(whole));
+    }
+    e.next += hi - lo;
+  }
+}
+
+uint64_t LoraBaseChecksum::checksum() const {
+  std::vector<uint64_t> digests;
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    PL_CHECK(e.next == size_[i], "internal: the base's entry {} has {} of its {} values", i, e.next, size_[i]);
+    Checksum64 sum = e.sum;
+    if (!e.tail.empty()) sum.update(e.tail.data(), e.tail.size() * 2);
+    digests.push_back(sum.digest());
+  }
   return lora_fold_digests(digests);
 }
 

@@ -12,6 +12,7 @@
 
 #include "config/lora_config.h"
 #include "config/model_config.h"
+#include "core/checksum.h"
 
 namespace pl {
 
@@ -50,8 +51,25 @@ struct LoraBaseRecord {
 // little-endian 8-byte words.
 uint64_t lora_bf16_digest(const float* values, int64_t n);
 uint64_t lora_fold_digests(const std::vector<uint64_t>& digests);
-// The same over FP32 values of the whole base in param_layout's flat order (the merge's and generate's check).
+// The same over FP32 values of the whole base in param_layout's flat order (generate's check).
 uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& base);
+// The same over values that arrive piece by piece (the merge's streamed base): each entry's pieces in flat order,
+// the entries in any order; each entry holds at most one checksum chunk of BF16 bits between pieces.
+class LoraBaseChecksum {
+ public:
+  explicit LoraBaseChecksum(const ModelConfig& cfg);
+  void add(int64_t offset, const float* values, int64_t count);
+  uint64_t checksum() const;  // every entry complete (an internal error otherwise)
+
+ private:
+  struct Entry {
+    Checksum64 sum;
+    std::vector<uint16_t> tail;  // BF16 bits short of a whole chunk
+    int64_t next = 0;            // elements added
+  };
+  std::vector<int64_t> begin_, size_;  // param_layout's entries: flat offset and elements
+  std::vector<Entry> entries_;
+};
 
 // The Philox stream of the dropout mask of layer `layer`'s adapter on `target` (numerics/dropout.h): distinct
 // from every other adapter's and from the stochastic rounding's streams (linear index * 4 + copy, below 2^30).

@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "model/llama.h"
 #include "model/lora.h"
+#include "model/memory_plan.h"
 
 namespace pl {
 
@@ -45,40 +46,66 @@ std::string peft_name(int64_t layer, const std::string& module, char ab) {
   return fmt::format("base_model.model.model.layers.{}.{}.lora_{}.weight", layer, module, ab);
 }
 
-// The base's flat offset of linear `k`'s weight in `layer` (param_layout: ln1, qkv, proj, ln2, fc1, fc2 per layer).
-int64_t base_weight_offset(const std::vector<ParamEntry>& layout, int64_t layer, int k) {
+// The base's entry of linear `k`'s weight in `layer` (param_layout: ln1, qkv, proj, ln2, fc1, fc2 per layer).
+const ParamEntry& base_weight_entry(const std::vector<ParamEntry>& layout, int64_t layer, int k) {
   constexpr int kEntryOfLinear[kLoraTargets] = {1, 2, 4, 5};
-  return layout[static_cast<size_t>(1 + layer * static_cast<int64_t>(kEntriesPerLayer) + kEntryOfLinear[k])].offset;
+  return layout[static_cast<size_t>(1 + layer * static_cast<int64_t>(kEntriesPerLayer) + kEntryOfLinear[k])];
+}
+
+}  // namespace
+
+namespace {
+
+// rows [row0, row0 + rows) of w [out, in] += s · (B·A) of those rows: A [r, in], B [out, r]; each element of B·A
+// summed over the rank in order, scaled, then added (the order every merge here keeps).
+void add_scaled_ba_rows(const float* a, const float* b, int64_t r, int64_t in, int64_t row0, int64_t rows, float s,
+                        float* w) {
+#pragma omp parallel for schedule(static)
+  for (int64_t o = row0; o < row0 + rows; ++o)
+    for (int64_t c = 0; c < in; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < r; ++j) acc += b[o * r + j] * a[j * in + c];
+      w[(o - row0) * in + c] += s * acc;
+    }
+}
+
+void check_adapter_count(const ModelConfig& cfg, const LoraConfig& lora, size_t adapters) {
+  PL_CHECK(static_cast<int64_t>(adapters) == lora_parameter_count(cfg, lora),
+           "internal: merging {} adapter values ({} expected)", adapters, lora_parameter_count(cfg, lora));
 }
 
 }  // namespace
 
 void merge_lora_into(const ModelConfig& cfg, const LoraConfig& lora, std::span<const float> adapters,
                      std::span<float> base) {
-  PL_CHECK(static_cast<int64_t>(adapters.size()) == lora_parameter_count(cfg, lora) &&
-               static_cast<int64_t>(base.size()) == cfg.num_parameters(),
-           "internal: merging {} adapter values into {} base values ({} and {} expected)", adapters.size(),
-           base.size(), lora_parameter_count(cfg, lora), cfg.num_parameters());
-  const std::vector<ParamEntry> layout = param_layout(cfg), entries = lora_layout(cfg, lora);
-  const float s = static_cast<float>(lora.scale());
-  const int64_t r = lora.dim;
+  check_adapter_count(cfg, lora, adapters.size());
+  PL_CHECK(static_cast<int64_t>(base.size()) == cfg.num_parameters(), "internal: merging into {} base values ({} expected)",
+           base.size(), cfg.num_parameters());
+  const std::vector<ParamEntry> layout = param_layout(cfg);
   for (int64_t l = 0; l < cfg.num_layers; ++l)
     for (int k = 0; k < kLoraTargets; ++k) {
-      const int64_t i = lora_entry_index(lora, l, k);
-      if (i < 0) continue;
-      const ParamEntry &ea = entries[static_cast<size_t>(i)], &eb = entries[static_cast<size_t>(i + 1)];
-      const float* a = adapters.data() + ea.offset;  // [r, in]
-      const float* b = adapters.data() + eb.offset;  // [out, r]
-      float* w = base.data() + base_weight_offset(layout, l, k);  // [out, in]
-      const int64_t in = ea.cols, out = eb.rows;
-#pragma omp parallel for schedule(static)
-      for (int64_t o = 0; o < out; ++o)
-        for (int64_t c = 0; c < in; ++c) {
-          float acc = 0.0f;
-          for (int64_t j = 0; j < r; ++j) acc += b[o * r + j] * a[j * in + c];
-          w[o * in + c] += s * acc;
-        }
+      const ParamEntry& e = base_weight_entry(layout, l, k);
+      merge_lora_into_tensor(cfg, lora, adapters, e.offset, e.numel(), base.data() + e.offset);
     }
+}
+
+void merge_lora_into_tensor(const ModelConfig& cfg, const LoraConfig& lora, std::span<const float> adapters,
+                            int64_t offset, int64_t count, float* values) {
+  check_adapter_count(cfg, lora, adapters.size());
+  const std::vector<ParamEntry> layout = param_layout(cfg), entries = lora_layout(cfg, lora);
+  const auto it = std::upper_bound(layout.begin(), layout.end(), offset,
+                                   [](int64_t o, const ParamEntry& e) { return o < e.offset; });
+  const auto i = static_cast<size_t>(it - layout.begin()) - 1;
+  const ParamEntry& e = layout[i];
+  const int k = linear_of_entry(cfg, i);
+  if (k < 0) return;
+  PL_CHECK(offset + count <= e.offset + e.numel() && (offset - e.offset) % e.cols == 0 && count % e.cols == 0,
+           "internal: merging flat range [{}, {}) that is not whole rows of {}", offset, offset + count, e.name);
+  const int64_t l = static_cast<int64_t>((i - 1) / kEntriesPerLayer), a_index = lora_entry_index(lora, l, k);
+  if (a_index < 0) return;
+  const ParamEntry &ea = entries[static_cast<size_t>(a_index)], &eb = entries[static_cast<size_t>(a_index + 1)];
+  add_scaled_ba_rows(adapters.data() + ea.offset, adapters.data() + eb.offset, lora.dim, ea.cols,
+                     (offset - e.offset) / e.cols, count / e.cols, static_cast<float>(lora.scale()), values);
 }
 
 std::string peft_adapter_config_json(const LoraConfig& lora, const std::string& base_model) {

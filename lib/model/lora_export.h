@@ -18,6 +18,11 @@ namespace pl {
 // Megatron-Bridge merges the same way (FP32, rounded once: its PR #2574), and never into quantized codes.
 void merge_lora_into(const ModelConfig& cfg, const LoraConfig& lora, std::span<const float> adapters,
                      std::span<float> base);
+// The same for one tensor of the base, `values` = its flat range [offset, offset + count) within one param_layout
+// entry (a Hugging Face tensor: q_proj's rows of the fused qkv, ...): the rows of a targeted linear it holds get
+// their merge, element for element as merge_lora_into computes them; any other tensor is left as it is.
+void merge_lora_into_tensor(const ModelConfig& cfg, const LoraConfig& lora, std::span<const float> adapters,
+                            int64_t offset, int64_t count, float* values);
 
 // PEFT's adapter_config.json for `lora` (the fields Megatron-Bridge's export writes: peft_type LORA, task_type
 // CAUSAL_LM, r, lora_alpha, lora_dropout, the Hugging Face target_modules, bias none, ...).

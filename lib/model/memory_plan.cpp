@@ -129,7 +129,8 @@ void plan_parameters(MemoryPlan& mem, const ModelConfig& cfg, const PrecisionPla
     const std::vector<int64_t> kept = lora_base_kept_ranges(cfg, plan);
     int64_t elements = lora_base_scratch_elements(plan);
     for (size_t r = 0; r < kept.size(); r += 2) elements += kept[r + 1] - kept[r];
-    mem.weights += static_cast<double>(static_cast<size_t>(elements) * dtype_size(act));
+    mem.base_bf16 = static_cast<double>(static_cast<size_t>(elements) * dtype_size(act));
+    mem.weights += mem.base_bf16;
     mem.weights_label = "weights (adapters + frozen base, bf16 but its quantized linears)";
   }
   if (fp8_primary_weights_in_effect(plan, opt)) {  // (never sharded: no padding)
@@ -170,10 +171,10 @@ struct ArenaLayout {
   }
 };
 
-// --peft lora: each layer's A outputs (shared by all layers with full recomputation, as the rest) and the
+// --peft lora: each layer's A outputs (in its activation set: shared as the rest under recomputation) and the
 // adapters' scratch (Activations::lora_in, lora_out, lora_dh).
 void plan_lora_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const ModelConfig& cfg, const LoraConfig& lora,
-                           int64_t T, DType act, bool recompute) {
+                           int64_t T, DType act, const RecomputeConfig& recompute) {
   const int64_t targets = lora_targets_before(lora, kLoraTargets);
   int64_t in = 0, out = 0;
   for (int k = 0; k < kLoraTargets; ++k) {
@@ -182,11 +183,11 @@ void plan_lora_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const 
     out = std::max(out, lora_adapter_shape(cfg, k).out);
   }
   for (size_t l = 0; l < a.layers.size(); ++l) {
-    if (recompute && l > 0) {  // full recomputation: layer 0's slots
-      a.layers[l].lora_h = a.layers[0].lora_h;
-      continue;
-    }
-    arena.want(a.layers[l].lora_h, {targets * T, lora.dim}, act);
+    const auto owner = static_cast<size_t>(recompute.activation_owner(static_cast<int64_t>(l)));
+    if (owner < l)
+      a.layers[l].lora_h = a.layers[owner].lora_h;
+    else
+      arena.want(a.layers[l].lora_h, {targets * T, lora.dim}, act);
   }
   arena.want(a.lora_in, {T, in}, act);
   arena.want(a.lora_out, {T, out}, act);
@@ -206,16 +207,25 @@ void plan_activations(Activations<ArenaSlot>& a, ArenaLayout& arena, const Model
   if (opt.packing.reset_position_ids) want(a.positions, {T}, DType::I32);
   if (opt.packing.reset_attention_mask) want(a.doc_offsets, {T + 1}, DType::I32);
   want(a.embed_out, {T, h}, act);
-  // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. With full
-  // recomputation only these inputs are kept per layer; the rest is one set shared by all layers
-  // and refilled by re-running the layer's forward in the backward pass.
+  // Layer l's input is layer l-1's output buffer; layer 0 reads the embedding output. Under recomputation a layer
+  // keeps its input (keeps_input) and its other activations live in its activation set, shared with the layers
+  // that are never alive with it and refilled by re-running the layer's forward in the backward pass
+  // (config/recompute_config.h): the first layer of a set (its owner) plans it, the others take its slots.
+  const RecomputeConfig& rc = opt.recompute;
   a.layers[0].resid_in = a.embed_out;
-  for (int64_t l = 1; l < L; ++l) want(a.layers[l].resid_in, {T, h}, act);
+  for (int64_t l = 1; l < L; ++l) {
+    const int64_t owner = rc.activation_owner(l);
+    if (rc.keeps_input(l) || owner == l)  // owner == l: the first uniform chunk plans the shared input slots
+      want(a.layers[l].resid_in, {T, h}, act);
+    else
+      a.layers[l].resid_in = a.layers[owner].resid_in;
+  }
   for (int64_t l = 0; l < L; ++l) {
     auto& s = a.layers[l];
-    if (opt.recompute && l > 0) {
+    const int64_t owner = rc.activation_owner(l);
+    if (owner < l) {
       const ArenaSlot in = s.resid_in;
-      s = a.layers[0];
+      s = a.layers[owner];
       s.resid_in = in;
       continue;
     }
@@ -268,6 +278,7 @@ GemmScratch plan_linears(MemoryPlan& mem, const PrecisionPlan& plan, const Linea
     // LoRA's frozen base: W's rowwise copy only, Wᵀ made per dgrad into one scratch per (plan, kind).
     const bool transposed = lora && frozen_quantized_linear(p) && LinearLayer::weight_transposable(p);
     mem.quantized += static_cast<double>(LinearLayer::weight_bytes(p, transposed));
+    if (lora) mem.base_quantized += static_cast<double>(LinearLayer::weight_bytes(p, transposed));
     if (transposed) {
       size_t first = i % 4;
       while (plan.linears[first] != p) first += 4;

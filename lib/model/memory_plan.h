@@ -10,6 +10,7 @@
 
 #include "config/lora_config.h"
 #include "config/model_config.h"
+#include "config/recompute_config.h"
 #include "core/tensor.h"
 #include "data/documents.h"
 #include "model/precision_plan.h"
@@ -21,7 +22,9 @@ namespace pl {
 // state lives and in which dtypes, how it is sharded over ranks, how much scratch is planned): not the
 // model's shape (ModelConfig) but the run's choices that size and place its buffers.
 struct RunLayout {
-  bool recompute = false;  // --recompute full: keep each layer's input only, recompute its forward in backward
+  // --recompute-granularity full, --recompute-method, --recompute-num-layers (config/recompute_config.h): which
+  // layers keep only their input and run their forward again in the backward; their activations share sets.
+  RecomputeConfig recompute{};
   // The GPU (compute capability) the quantized GEMMs' scratch is sized for on CUDA, or 0: the one
   // opened, else (--dry-run) kPlanDefaultSm. See LinearLayer::scratch_need, MemoryPlan::gemm_note.
   int gpu_sm = 0;
@@ -156,6 +159,9 @@ struct MemoryPlan {
   // The weights row's name: empty for BF16 weights of every parameter; with FP8 primary weights
   // "weights (bf16 but FP8 layers)": the other BF16 weights and the FP8 layers' BF16 rounding scratch.
   std::string weights_label;
+  // --peft lora: the frozen base's bytes, its BF16 part (embedding, norms, LM head, BF16 layers and the one-layer
+  // load scratch; in `weights`) and its quantized linears' stored copies (in `quantized`).
+  double base_bf16 = 0, base_quantized = 0;
   // FP8 delayed scaling: the bytes of the amax histories and scales (part of `quantized`; 0 otherwise).
   double fp8_histories = 0;
   Activations<ArenaSlot> arena;  // the activation arena (activations bytes)

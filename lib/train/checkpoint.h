@@ -169,6 +169,10 @@ void stream_master_weights(const VerifiedCheckpoint& ckpt, const FlatWeightWrite
 // checkpoint's master weights; "init seed N": the random initialisation of seed N), checked against the record's
 // checksum of its BF16 weights: a base that changed since the adapters were trained is one line naming both.
 std::vector<float> read_lora_base(const VerifiedCheckpoint& ckpt, const std::string& hf_dir = "");
+// The same base streamed into `write` (each entry's values in flat order, one tensor or piece at a time: host memory
+// bounded by the largest tensor), its checksum taken as it passes and checked at the end: a caller writing an output
+// writes it into a temporary that the mismatch's exception discards.
+void stream_lora_base(const VerifiedCheckpoint& ckpt, const std::string& hf_dir, const FlatWeightWriter& write);
 
 // Reads the state files into the model's master weights and bf16 weights and the optimizer's
 // moments (re-checking each checksum as it reads), re-quantizes the weights of quantized layers, and

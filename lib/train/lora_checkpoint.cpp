@@ -1,5 +1,5 @@
-// A LoRA checkpoint's frozen base read back from its record (train/checkpoint.h read_lora_base): what the merge,
-// convert_checkpoint --merge-lora and generate --load of a LoRA checkpoint start from.
+// A LoRA checkpoint's frozen base read back from its record (train/checkpoint.h stream_lora_base, read_lora_base):
+// what convert_checkpoint --merge-lora streams and generate --load of a LoRA checkpoint starts from.
 #include <algorithm>
 
 #include "core/error.h"
@@ -10,34 +10,47 @@
 
 namespace pl {
 
-std::vector<float> read_lora_base(const VerifiedCheckpoint& c, const std::string& hf_dir) {
-  PL_CHECK(c.lora.has_value(), "internal: read_lora_base of a checkpoint without adapters");
+void stream_lora_base(const VerifiedCheckpoint& c, const std::string& hf_dir, const FlatWeightWriter& write) {
+  PL_CHECK(c.lora.has_value(), "internal: the base of a checkpoint without adapters");
   const std::string& source = c.lora_base.source;
-  std::vector<float> base(static_cast<size_t>(c.model.num_parameters()));
-  const auto write = [&](int64_t offset, const float* v, int64_t n) { std::copy(v, v + n, base.begin() + offset); };
+  LoraBaseChecksum checksum(c.model);
+  const FlatWeightWriter tee = [&](int64_t offset, const float* v, int64_t n) {
+    checksum.add(offset, v, n);
+    write(offset, v, n);
+  };
   std::string from = source;
   if (!hf_dir.empty() || source.starts_with("hf ")) {
     const std::string dir = hf_dir.empty() ? source.substr(3) : hf_dir;
     from = "hf " + dir;
-    read_hf_weights(dir, c.model, write);
+    read_hf_weights(dir, c.model, tee);
   } else if (source.starts_with("checkpoint ")) {
     const VerifiedCheckpoint full = verify_checkpoint(source.substr(11));
     PL_CHECK(!full.lora && full.model.num_parameters() == c.model.num_parameters(),
              "{}: its base {} is not a checkpoint of every parameter of {}", c.path, source, c.model.name);
-    stream_master_weights(full, write);
+    stream_master_weights(full, tee);
   } else if (source.starts_with("init seed ")) {
     const uint64_t seed = std::stoull(source.substr(10));
     const std::vector<ParamEntry> layout = param_layout(c.model);
-    for (size_t i = 0; i < layout.size(); ++i)
-      initial_parameter_values(layout[i], static_cast<uint64_t>(i), seed, base.data() + layout[i].offset);
+    std::vector<float> values;
+    for (size_t i = 0; i < layout.size(); ++i) {
+      values.resize(static_cast<size_t>(layout[i].numel()));
+      initial_parameter_values(layout[i], static_cast<uint64_t>(i), seed, values.data());
+      tee(layout[i].offset, values.data(), layout[i].numel());
+    }
   } else {
     fail("{}: the base's source '{}' is none this program writes (hf DIR, checkpoint DIR, init seed N)", c.path, source);
   }
-  const uint64_t sum = lora_base_checksum(c.model, base);
+  const uint64_t sum = checksum.checksum();
   PL_CHECK(sum == c.lora_base.checksum,
            "{}: its adapters were trained over a base with weights checksum {}, but {} has {} (the base changed; give "
            "the one it trained on{})",
            c.path, hex64(c.lora_base.checksum), from, hex64(sum), source.starts_with("hf ") ? " with --init-from-hf DIR" : "");
+}
+
+std::vector<float> read_lora_base(const VerifiedCheckpoint& c, const std::string& hf_dir) {
+  std::vector<float> base(static_cast<size_t>(c.model.num_parameters()));
+  stream_lora_base(c, hf_dir,
+                   [&](int64_t offset, const float* v, int64_t n) { std::copy(v, v + n, base.begin() + offset); });
   return base;
 }
 

@@ -139,6 +139,27 @@ TEST(CliErrors, BadRecomputeValue) {
   expect_one_line_failure(tiny({"--recompute", "selective"}), {"--recompute", "selective"});
 }
 
+// Megatron's recompute flags (issue 42): selective is not built, a count must be a layer of the model, a method or a
+// count needs the granularity, block needs its count.
+TEST(CliErrors, BadRecomputeFlags) {
+  expect_one_line_failure(tiny({"--recompute-granularity", "selective"}),
+                          {"--recompute-granularity selective", "not built"});
+  expect_one_line_failure(tiny({"--recompute-granularity", "full", "--recompute-num-layers", "0"}),
+                          {"--recompute-num-layers", ">= 1", "0"});
+  expect_one_line_failure(tiny({"--recompute-granularity", "full", "--recompute-num-layers", "3"}),
+                          {"--recompute-num-layers 3", "2 layers"});
+  expect_one_line_failure(tiny({"--recompute-method", "block", "--recompute-num-layers", "1"}),
+                          {"--recompute-method block", "needs --recompute-granularity full"});
+  expect_one_line_failure(tiny({"--recompute-num-layers", "1"}),
+                          {"--recompute-num-layers 1", "needs --recompute-granularity full"});
+  expect_one_line_failure(tiny({"--recompute-granularity", "full", "--recompute-method", "block"}),
+                          {"--recompute-method block needs --recompute-num-layers"});
+  expect_one_line_failure(tiny({"--recompute-granularity", "full", "--recompute-method", "chunked"}),
+                          {"--recompute-method", "uniform or block", "chunked"});
+  expect_one_line_failure(tiny({"--recompute", "none", "--recompute-granularity", "full"}),
+                          {"--recompute none", "--recompute-granularity full"});
+}
+
 }  // namespace
 
 namespace {

@@ -50,7 +50,7 @@ void expect_bf16_accumulation(const PrecisionPlan& plan, bool recompute, const O
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   const int64_t B = 2, S = 32, T = B * S;
   RunLayout fp32, bf16;
-  fp32.recompute = bf16.recompute = recompute;
+  fp32.recompute = bf16.recompute = recompute ? RecomputeConfig::full() : RecomputeConfig{};
   bf16.bf16_main_grads = true;
   LlamaModel a(m, B, S, ctx, plan, fp32), b(m, B, S, ctx, plan, bf16);
   a.init_parameters(1234);

@@ -41,7 +41,7 @@ struct Llama8b {
     o.gpu_sm = gpu.sm;
     o.exp_avg = o.exp_avg_sq = bf16 ? DType::BF16 : DType::F32;
     o.optimizer_offload = offload;
-    o.recompute = recompute;
+    o.recompute = recompute ? RecomputeConfig::full() : RecomputeConfig{};
     return plan_memory(model, mbs, 4096, Device::CUDA, plan, o, 0);
   }
 };
@@ -99,7 +99,7 @@ TEST(FitPlan, LoraPlansTheAdaptersAndOffersOnlyWhatLoraServes) {
   ASSERT_TRUE(f.found);
   EXPECT_EQ(f.flags.find("--optimizer-cpu-offload"), std::string::npos) << f.flags;
   EXPECT_EQ(f.flags.find("--main-grads-dtype"), std::string::npos) << f.flags;
-  EXPECT_NE(f.flags.find("--recompute full"), std::string::npos) << f.flags;
+  EXPECT_NE(f.flags.find("--recompute-granularity full"), std::string::npos) << f.flags;
 }
 
 TEST(FitPlan, Llama8bOnH200FitsWithBf16MomentsAndRecompute) {
@@ -234,12 +234,12 @@ TEST(FitPlan, Fp8Llama8bOnH100OffloadsUnlessFp8PrimaryWeightsWereAskedFor) {
 TEST(FitPlan, TheUsersFlagsAreKeptAndNotRepeated) {
   const Llama8b m;
   FitRequest r = m.request();
-  r.options.recompute = true;  // --recompute full given
+  r.options.recompute = RecomputeConfig::full();  // --recompute-granularity full given
   r.options.exp_avg = r.options.exp_avg_sq = DType::BF16;
   r.precision_aware_given = true;
   const FitResult f = cheapest_fit(r, gpu("h100"));
   ASSERT_TRUE(f.found);
-  EXPECT_TRUE(f.chosen.options.recompute);  // never removed
+  EXPECT_EQ(f.chosen.options.recompute, RecomputeConfig::full());  // never removed nor changed
   EXPECT_EQ(f.flags, "--optimizer-cpu-offload");
   EXPECT_EQ(f.device_total, m.plan_with(gpu("h100"), 1, true, true, true).total());
   r.options.bf16_main_grads = true;  // --main-grads-dtype bf16 given: not repeated either

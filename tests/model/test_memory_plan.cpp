@@ -23,7 +23,8 @@ TEST(ModelMemoryPlan, TheModelAllocatesExactlyThePlan) {
       SCOPED_TRACE(std::string(recipe) + (recompute ? " recompute" : ""));
       const PrecisionPlan plan =
           make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
-      RunLayout o{recompute};
+      RunLayout o{};
+      if (recompute) o.recompute = RecomputeConfig::full();
       o.loss_micro_batches = 3;
       const MemoryPlan mem = plan_memory(m, 2, 64, Device::CPU, plan, o, 0);
       const size_t before = memory_stats(Device::CPU).allocated;
@@ -81,9 +82,14 @@ TEST(ModelMemoryPlan, TheSlotsTileTheArena) {
   const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_small.json");
   const PrecisionPlan plan =
       make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json"));
-  for (bool recompute : {false, true}) {
-    SCOPED_TRACE(recompute ? "recompute" : "stored");
-    const MemoryPlan mem = plan_memory(m, 2, 128, Device::CUDA, plan, RunLayout{recompute}, 90);
+  using M = RecomputeConfig::Method;
+  for (const RecomputeConfig rc : {RecomputeConfig{}, RecomputeConfig::full(), RecomputeConfig{M::Uniform, 3},
+                                   RecomputeConfig{M::Block, 5}}) {
+    SCOPED_TRACE(rc.describe());
+    const bool recompute = rc.on() && rc.activation_owner(1) == 0;  // layer 1 shares layer 0's set
+    RunLayout o{};
+    o.recompute = rc;
+    const MemoryPlan mem = plan_memory(m, 2, 128, Device::CUDA, plan, o, 90);
     const Activations<ArenaSlot>& a = mem.arena;
     std::map<size_t, const ArenaSlot*> by_offset;  // distinct slots, by where they start
     auto add = [&](const ArenaSlot* s) {
@@ -104,6 +110,19 @@ TEST(ModelMemoryPlan, TheSlotsTileTheArena) {
     EXPECT_EQ(a.layers[0].resid_in.offset, a.embed_out.offset);
     EXPECT_EQ(a.layers[1].ln1.offset == a.layers[0].ln1.offset, recompute);
     EXPECT_NE(a.layers[1].resid_in.offset, a.layers[2].resid_in.offset);
+    // Uniform 3: layer 4 (second place of its chunk) takes layer 1's input slot and set; layer 3 keeps its input.
+    // Block 5: layers 1-4 share layer 0's set, layers 5-7 keep their own.
+    if (rc == RecomputeConfig{M::Uniform, 3}) {
+      EXPECT_EQ(a.layers[4].resid_in.offset, a.layers[1].resid_in.offset);
+      EXPECT_EQ(a.layers[4].qkv.offset, a.layers[1].qkv.offset);
+      EXPECT_NE(a.layers[3].resid_in.offset, a.layers[0].resid_in.offset);
+      EXPECT_EQ(a.layers[3].qkv.offset, a.layers[0].qkv.offset);
+    }
+    if (rc.method == M::Block) {
+      EXPECT_EQ(a.layers[4].fc1.offset, a.layers[0].fc1.offset);
+      EXPECT_NE(a.layers[5].fc1.offset, a.layers[0].fc1.offset);
+      EXPECT_NE(a.layers[6].fc1.offset, a.layers[5].fc1.offset);
+    }
     EXPECT_EQ(a.tokens.type, DType::I32);
     EXPECT_EQ(a.embed_out.type, DType::BF16);  // a GPU plan
     // One x/dy workspace per linear kind of the quantized layers; BF16 layers have none.

@@ -1,5 +1,8 @@
-// Full recomputation re-runs each layer's forward in the backward pass from the kept layer input:
-// it must give exactly the gradients of the stored-activation backward, with less memory planned.
+// Activation recomputation (Megatron's --recompute-granularity full with --recompute-method uniform|block and
+// --recompute-num-layers; config/recompute_config.h) re-runs layers' forwards in the backward pass from kept
+// inputs: every method must give exactly the gradients of the stored-activation backward (LoRA's adapter
+// gradients too: a Megatron-Bridge bug once made them zero under recomputation), and the planned activations must
+// shrink by what each method shares, to the byte.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -13,39 +16,135 @@
 namespace pl {
 namespace {
 
-std::vector<float> grads_of(const ModelConfig& m, const PrecisionPlan& plan, bool recompute) {
-  LlamaModel model(m, 2, 32, OpContext{}, plan, RunLayout{recompute});
+using Method = RecomputeConfig::Method;
+
+// Five layers: uniform 2 and 3 leave a shorter last chunk; block 3 recomputes some layers and keeps the others.
+ModelConfig five_layers() {
+  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  m.num_layers = 5;
+  return m;
+}
+
+std::vector<RecomputeConfig> every_method() {
+  return {RecomputeConfig::full(), {Method::Uniform, 2}, {Method::Uniform, 3}, {Method::Uniform, 5},
+          {Method::Block, 1},      {Method::Block, 3},   {Method::Block, 5}};
+}
+
+PrecisionPlan plan_of(const ModelConfig& m, const std::string& recipe) {
+  PrecisionRecipe r = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json");
+  r.first_last_layers_bf16 = false;  // every layer in the recipe's format
+  return make_precision_plan(m, r);
+}
+
+// The gradients of one micro-batch (B 2 x S 32). With `lora`, B is set to random values first (it starts at zero,
+// which would make A's gradients zero whatever the backward does).
+std::vector<float> grads_of(const ModelConfig& m, const PrecisionPlan& plan, const RecomputeConfig& rc,
+                            const std::optional<LoraConfig>& lora = std::nullopt) {
+  RunLayout o{};
+  o.recompute = rc;
+  o.lora = lora;
+  LlamaModel model(m, 2, 32, OpContext{}, plan, o);
   model.init_parameters(5);
+  if (lora) {
+    std::mt19937 rng(11);
+    std::normal_distribution<float> n(0.0f, 0.05f);
+    std::vector<float> w(static_cast<size_t>(model.num_params()));
+    copy_to_host(w.data(), model.master().flat);
+    for (const ParamEntry& e : model.param_entries())
+      if (e.name.ends_with("linear_out.weight"))
+        for (int64_t i = 0; i < e.numel(); ++i) w[static_cast<size_t>(e.offset + i)] = n(rng);
+    model.write_master(0, w.data(), model.num_params());
+    model.sync_weights_from_master();
+  }
   std::mt19937 rng(3);
   std::vector<int32_t> tok(64), lab(64);
   for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
   for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
   model.zero_grads();
   model.forward_backward(tok.data(), lab.data(), 1.0f / 64, MicroBatchOptions{9});
-  return std::vector<float>(model.grads().flat.f32(), model.grads().flat.f32() + model.num_params());
+  std::vector<float> g(static_cast<size_t>(model.num_params()));
+  copy_to_host(g.data(), model.grads().flat);
+  return g;
 }
 
-TEST(ModelRecompute, FullRecomputationGivesIdenticalGradients) {
-  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
-  for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"}) {
-    SCOPED_TRACE(recipe);
-    const PrecisionPlan plan =
-        make_precision_plan(m, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + recipe + ".json"));
-    const std::vector<float> stored = grads_of(m, plan, false), recomputed = grads_of(m, plan, true);
-    ASSERT_EQ(stored.size(), recomputed.size());
-    for (size_t i = 0; i < stored.size(); ++i) ASSERT_EQ(stored[i], recomputed[i]) << "gradient element " << i;
+void expect_same(const std::vector<float>& a, const std::vector<float>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], b[i]) << "gradient element " << i;
+}
+
+TEST(ModelRecompute, EveryMethodGivesIdenticalGradients) {
+  const ModelConfig m = five_layers();
+  for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed", "bf16_with_fp8_current_scaling_mixed"}) {
+    const PrecisionPlan plan = plan_of(m, recipe);
+    const std::vector<float> stored = grads_of(m, plan, {});
+    for (const RecomputeConfig& rc : every_method()) {
+      SCOPED_TRACE(std::string(recipe) + ", recompute " + rc.describe());
+      expect_same(stored, grads_of(m, plan, rc));
+    }
   }
 }
 
-TEST(ModelRecompute, PlansLessActivationMemoryAndNoOtherChange) {
-  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
+TEST(ModelRecompute, LoraAdapterGradientsAreIdenticalAndNonZeroUnderEveryMethod) {
+  const ModelConfig m = five_layers();
+  LoraConfig c{.dim = 4, .alpha = 8.0, .dropout = 0.25};  // dropout: its mask regenerated by the recomputation
+  const PrecisionPlan plan = plan_of(m, "bf16_with_nvfp4_mixed");
+  const std::vector<float> stored = grads_of(m, plan, {}, c);
+  size_t nonzero = 0;
+  for (float g : stored) nonzero += g != 0.0f;
+  EXPECT_GT(nonzero, stored.size() / 2) << "A's and B's gradients both move";
+  for (const RecomputeConfig& rc : every_method()) {
+    SCOPED_TRACE("recompute " + rc.describe());
+    expect_same(stored, grads_of(m, plan, rc, c));
+  }
+}
+
+// The arena by method, against the count of what each keeps: no recomputation keeps L activation sets and L - 1
+// layer inputs (layer 0 reads the embedding output); uniform N keeps N sets, the ceil(L/N) - 1 later chunks'
+// inputs and N - 1 input slots shared by the chunks' inner layers; block N shares one set among its N layers.
+TEST(ModelRecompute, EachMethodPlansTheActivationsItKeeps) {
+  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_8b.json");
   const PrecisionPlan plan = bf16_plan(m);  // a GPU plan: nothing is allocated, no GPU is touched
-  const MemoryPlan full = plan_memory(m, 4, 4096, Device::CUDA, plan, RunLayout{true}, 0);
-  const MemoryPlan none = plan_memory(m, 4, 4096, Device::CUDA, plan, RunLayout{false}, 0);
-  EXPECT_LT(full.activations, 0.3 * none.activations);
-  EXPECT_EQ(full.weights_and_optimizer(), none.weights_and_optimizer());
-  // bf16 weights 2 + fp32 grads 4 + master 4 + Adam 8 = 18 bytes per parameter (Megatron's 6 + 12/DP).
-  EXPECT_DOUBLE_EQ(none.weights_and_optimizer(), 18.0 * static_cast<double>(m.num_parameters()));
+  const int64_t B = 1, S = 4096, L = m.num_layers;
+  const auto activations = [&](const RecomputeConfig& rc) {
+    RunLayout o{};
+    o.recompute = rc;
+    return plan_memory(m, B, S, Device::CUDA, plan, o, 0).activations;
+  };
+  const double none = activations({}), full = activations(RecomputeConfig::full());
+  const double input = static_cast<double>((B * S * m.hidden_size * 2 + 255) / 256 * 256);
+  const double set = (none - full) / static_cast<double>(L - 1);
+  EXPECT_GT(set, 10 * input) << "a layer's set is norms, qkv, attention, MLP: far more than its input";
+  for (int64_t n : {2, 3, 5, 32}) {
+    SCOPED_TRACE(n);
+    EXPECT_EQ(activations({Method::Block, n}), none - static_cast<double>(n - 1) * set);
+    const int64_t inputs = (L + n - 1) / n - 1 + n - 1;
+    EXPECT_EQ(activations({Method::Uniform, n}),
+              none - static_cast<double>(L - n) * set - static_cast<double>(L - 1 - inputs) * input);
+  }
+  EXPECT_EQ(activations({Method::Block, L}), full) << "block L keeps what uniform 1 keeps";
+  EXPECT_LT(full, 0.3 * none);
+  RunLayout a{}, b{};
+  b.recompute = RecomputeConfig::full();
+  EXPECT_EQ(plan_memory(m, B, S, Device::CUDA, plan, a, 0).weights_and_optimizer(),
+            plan_memory(m, B, S, Device::CUDA, plan, b, 0).weights_and_optimizer());
+}
+
+TEST(ModelRecompute, TheConfigNamesItsChunksAndFlags) {
+  const RecomputeConfig u3{Method::Uniform, 3}, b2{Method::Block, 2};
+  EXPECT_EQ(u3.chunk_begin(4), 3);
+  EXPECT_EQ(u3.chunk_end(4, 5), 5) << "the last chunk is shorter";
+  EXPECT_TRUE(u3.keeps_input(3));
+  EXPECT_FALSE(u3.keeps_input(4));
+  EXPECT_EQ(u3.recomputed_layers(80), 80);
+  EXPECT_TRUE(b2.recomputed(1));
+  EXPECT_FALSE(b2.recomputed(2));
+  EXPECT_EQ(b2.recomputed_layers(80), 2);
+  EXPECT_EQ(b2.activation_owner(1), 0);
+  EXPECT_EQ(b2.activation_owner(7), 7);
+  EXPECT_EQ(RecomputeConfig::full().describe(), "full, uniform, 1");
+  EXPECT_EQ(RecomputeConfig{}.describe(), "none");
+  EXPECT_EQ(RecomputeConfig::full().flags(), "--recompute-granularity full");
+  EXPECT_EQ(b2.flags(), "--recompute-granularity full --recompute-method block --recompute-num-layers 2");
 }
 
 }  // namespace
