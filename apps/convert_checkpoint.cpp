@@ -103,10 +103,11 @@ int export_adapters(const Options& o, const VerifiedCheckpoint& ckpt, const fs::
     files = export_peft(ckpt.model, *ckpt.lora, adapters, tmp, base_model);
   });
   fmt::print("convert_checkpoint: {} (iteration {}, LoRA dim {} alpha {} on {}, {} adapter parameters, base {}) -> "
-             "{}: {} ({:.1f} s)\n",
+             "{}: {} ({:.1f} s, host peak {:.2f} GB)\n",
              ckpt.path, ckpt.iteration, ckpt.lora->dim, ckpt.lora->alpha, lora_target_names(ckpt.lora->targets),
              adapters.size(), source, o.to_peft, fmt::join(files, ", "),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+             static_cast<double>(peak_resident_bytes()) / 1e9);
   return 0;
 }
 

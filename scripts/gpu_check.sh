@@ -343,7 +343,8 @@ fi
 # with the 90a bundle): smoke test 5 s, conformance 66 s (93 tests; the production-shape cases' CPU
 # references dominate it), training table 63 s, roofline 52 s plus the machine probe's 26 s when no
 # ceilings are cached. Another GPU or fewer host cores changes them; the estimates below round them up.
-est_smoke=5 est_conf=70 est_train=65 est_roofline=80
+# The LoRA rows of the training table have not run yet: ~30 s each (3.8 B parameters initialised on the host).
+est_smoke=5 est_conf=70 est_train=185 est_roofline=80
 # The peer step has not run on a GPU yet: ours ~15 s a run (as the training table's 8B rows, with 10
 # iterations), PyTorch ~60-80 s a run, torch.compile's first iteration most of it.
 est_peer=180 peer_limit=${PEER_LIMIT:-270} peer_ours_limit=60 peer_torch_limit=150
@@ -354,7 +355,7 @@ say "== time estimate (as measured on an H200, 2026-11-28; each step runs under 
 say "$(printf '  %-34s ~%4d s  (limit 120 s)' 'library smoke test' "$est_smoke")"
 [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance (pl_tests Cuda*)' "$est_conf")"
 [[ -z $only || $only == training ]] &&
-  say "$(printf '  %-34s ~%4d s  (row limits 45 / 60 / 110 s: tiny / small / 8B 4 layers)' 'training (12 rows)' "$est_train")"
+  say "$(printf '  %-34s ~%4d s  (row limits 45 / 60 / 110 / 90 s: tiny / small / 8B 4 layers / LoRA 70B 2 layers)' 'training (16 rows)' "$est_train")"
 [[ -z $only || $only == roofline ]] && say "$(printf '  %-34s ~%4d s  (limit 170 s)' 'roofline (2 runs of 2 8B layers)' "$est_roofline")"
 ((sync)) && [[ -z $only || $only == conformance ]] && say "$(printf '  %-34s ~%4d s  (limit 200 s)' 'conformance again (--sync)' "$est_conf")"
 ((sanitize)) && say "$(printf '  %-34s ~%4d s  (limit 150 s)' 'compute-sanitizer (--sanitize)' 150)"
@@ -487,6 +488,10 @@ train_row() {  # model-label precision limit flags...
     note=$( ((rc == 124 || rc == 137)) && echo "TIMEOUT after ${limit} s" || echo "FAILED (rc $rc): $(grep -v '^$' "$log" | tail -n 1 | cut -c1-150)")
     printf '%-28s %-9s %-9s %s\n' "$label" "$prec" "$mode" "$note" >>"$table"; status=1; return
   fi
+  # LoRA rows: the memory plan's total beside the measured peak (issue 42: the plan against the GPU).
+  local plan=""
+  [[ $label == lora* ]] && plan=$(python3 "$reader" "$jsonl" start memory_plan.total_bytes 2>/dev/null |
+                                  LC_ALL=C awk '$1 ~ /^[0-9.eE+]+$/ { printf "plan %.3f GB", $1 / 1e9 }')
   # The "end" event, as the summary line words it: mean step time in s (.3f), TFLOP/s (.3f), tokens/s
   # (.0f), final loss (.6E; null: nan), nan iterations; the peak memory in GB (max allocated / 1e9, .3f).
   local e step="" tf="" tok="" loss="" nan="" peak=""
@@ -501,7 +506,8 @@ train_row() {  # model-label precision limit flags...
   else
     note="FAILED: no end event (${e#jsonl_log.py: })"; status=1
   fi
-  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "$mode" "$step" "$tf" "$tok" "${peak:-?}" "$loss" "$note" >>"$table"
+  printf '%-28s %-9s %-9s %9s %9s %10s %9s %11s  %s\n' "$label" "$prec" "$mode" "$step" "$tf" "$tok" "${peak:-?}" "$loss" \
+    "${plan:+$plan${note:+; }}$note" >>"$table"
 }
 precisions=(BF16 FP8cs MXFP8 NVFP4)
 train_device=${GPU_CHECK_TRAIN_DEVICE:-cuda}  # cpu: only to try this script's parsing without a GPU
@@ -535,6 +541,19 @@ if [[ -z $only || $only == training ]]; then
       train_row "$label" "$p" "$(step_limit "$lim" "$(reserve_extras)")" --model "$model" --train-iters "$n" $shape $(recipe_flags "$p")
     done
   done
+  # LoRA rows (issue 42): NeMo's 70B LoRA benchmark shape (dim 16, alpha 32 on linear_qkv, seq 4096, MBS 1,
+  # --recompute-granularity full) on a 2-layer slice of llama3_70b over a frozen base in each format, random (init
+  # seed) since the bundle carries no weights: tokens/s, and the peak memory beside the plan's total. The slice keeps
+  # the 70B embedding and LM head (2 x 1.05 B parameters) and 2 x 0.86 B in its layers, initialised on the host.
+  if [[ $train_device == cuda ]]; then
+    for p in "${precisions[@]}"; do
+      # shellcheck disable=SC2046
+      train_row "lora llama3_70b 2l" "$p" "$(step_limit 90 "$(reserve_extras)")" --model llama3_70b --num-layers 2 \
+        --num-layers-at-end-in-bf16 0 --peft lora --lora-dim 16 --lora-alpha 32 --lora-target-modules linear_qkv \
+        --recompute-granularity full --global-batch-size 4 --micro-batch-size 1 --seq-length 4096 --lr 1e-4 \
+        --warmup-iters 1 --train-iters "${iters:-6}" $(recipe_flags "$p")
+    done
+  fi
   while IFS= read -r l; do say "$l"; done <"$table"
   loaded=$(cat "$logs"/ld_debug.* 2>/dev/null | sed -nE 's/.*calling init: (.*)/\1/p' | sort -u)
   if [[ -n $loaded ]]; then

@@ -4,10 +4,15 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <utility>
+
 #include "core/error.h"
 #include "core/host_memory.h"
 #include "core/step_timer.h"
 #include "model/accounting.h"
+#include "model/hf_llama.h"
+#include "model/lora.h"
 
 namespace pl::pretrain {
 
@@ -27,6 +32,66 @@ log::FitRow fit_row(const FitRequest& req, const GpuSpec& gpu) {
                      .given_micro_batch = f.micro_batch_changed ? req.micro_batch : 0,
                      .flag_device = f.device_total,
                      .flag_host = f.host_total};
+}
+
+// --peft lora: the recipes beside the given one whose plan stores the frozen base in fewer bytes at this run's
+// shape (FP8 current scaling, NVFP4), heaviest first: the fit ladder's rung q. A recipe whose block rule the
+// micro-batch breaks is left out.
+std::vector<std::pair<std::string, PrecisionPlan>> lighter_bases(const RunSetup& s, const TrainConfig& t,
+                                                                 const RunLayout& mopt) {
+  std::vector<std::pair<std::string, PrecisionPlan>> out;
+  if (!mopt.lora) return out;
+  const auto stored = [&](const PrecisionPlan& p) {
+    const MemoryPlan m = plan_memory(s.mc, t.micro_batch_size, t.seq_length, Device::CUDA, p, mopt, 0);
+    return m.base_bf16 + m.base_quantized;
+  };
+  const double given = stored(s.plan);
+  for (const char* name : {"bf16_with_fp8_current_scaling_mixed", "bf16_with_nvfp4_mixed"}) {
+    const std::filesystem::path path = std::filesystem::path(s.recipe_path).parent_path() / (std::string(name) + ".json");
+    std::error_code ec;
+    if (name == s.recipe.name || !std::filesystem::is_regular_file(path, ec)) continue;
+    PrecisionPlan p = make_precision_plan(s.mc, load_precision_recipe(path.string()));
+    try {
+      check_tokens_block_rule(p, t.micro_batch_size, t.seq_length);
+    } catch (const Error&) {
+      continue;
+    }
+    if (stored(p) < given) out.emplace_back(name, std::move(p));
+  }
+  return out;
+}
+
+// The plan's details issue 42 adds to the dry run: under LoRA the stored base by format and the adapters with
+// their optimizer state; the activations under each recomputation; the host memory of streaming the weights.
+void print_plan_details(const RunSetup& s, const Options& o, const MemoryPlan& mem, const RunLayout& mopt,
+                        Device planned, const Logger& out) {
+  const TrainConfig& t = o.train;
+  if (mopt.lora) {
+    std::string formats;
+    for (QuantFormat f : s.plan.quantized_formats()) formats += (formats.empty() ? "" : "+") + std::string(quant_format_name(f));
+    out->info("pretrain_llama | memory LoRA's frozen base: {:.2f} GB in BF16 (embedding, norms, LM head, the linears "
+              "kept in BF16, the one-layer load scratch) + {:.2f} GB as the copies of its quantized linears, {}; the "
+              "adapters' {:.1f} M parameters: {:.2f} GB with their gradients, master weights and Adam state",
+              mem.base_bf16 / 1e9, mem.base_quantized / 1e9, formats.empty() ? "(none: a BF16 base)" : formats,
+              static_cast<double>(lora_parameter_count(s.mc, *mopt.lora)) / 1e6,
+              (mem.weights - mem.base_bf16 + mem.grads + mem.master + mem.optimizer) / 1e9);
+  }
+  const int64_t L = s.mc.num_layers;
+  const auto activations = [&](const RecomputeConfig& rc) {
+    RunLayout x = mopt;
+    x.recompute = rc;
+    return plan_memory(s.mc, t.micro_batch_size, t.seq_length, planned, s.plan, x, 0).activations / 1e9;
+  };
+  out->info("pretrain_llama | memory activations and scratch by recomputation: none {:.2f} GB, block {} (half the "
+            "layers) {:.2f} GB, full (uniform 1) {:.2f} GB; this run ({}) {:.2f} GB",
+            activations({}), L / 2, activations({RecomputeConfig::Method::Block, std::max<int64_t>(1, L / 2)}),
+            activations(RecomputeConfig::full()), mopt.recompute.describe(), mem.activations / 1e9);
+  const HfStreamingPeak peak = hf_streaming_host_peak(s.mc, mopt.lora.has_value());
+  out->info("pretrain_llama | memory host peak of streaming the weights tensor by tensor (--init-from-hf, --load ... "
+            "--finetune, convert_checkpoint --merge-lora): about {:.2f} GB (the largest tensor, {}, in FP32 with its "
+            "BF16 bytes{}), never the model's {:.1f} GB of FP32 values",
+            peak.bytes / 1e9, peak.largest, mopt.lora ? "; the base's largest linear assembled and rounded" : "",
+            4.0 * static_cast<double>(s.mc.num_parameters()) / 1e9);
 }
 
 }  // namespace
@@ -108,12 +173,15 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
             "parameters (a bias per norm; RMSNorm has none)",
             pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
             pc.total() - static_cast<double>(s.mc.num_parameters()));
-  const FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, run_layout(o, s),
-                       t.use_precision_aware_optimizer, o.fp8_param_gather};
+  print_plan_details(s, o, mem, mopt, planned, out);
+  FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, run_layout(o, s),
+                 t.use_precision_aware_optimizer, o.fp8_param_gather};
+  const std::vector<std::pair<std::string, PrecisionPlan>> lighter = lighter_bases(s, t, req.options);
+  for (const auto& [name, plan] : lighter) req.lighter_bases.emplace_back(name, &plan);
   std::vector<log::FitRow> rows;
   for (const GpuSpec& g : known_gpus()) rows.push_back(fit_row(req, g));
   for (const std::string& line : log::fit_table_lines(rows, kCudaContextReserve, kArenaSlack, t.data_parallel_size,
-                                                        t.use_distributed_optimizer))
+                                                        t.use_distributed_optimizer, !lighter.empty()))
     out->info("pretrain_llama | fit    {}", line);
   if (gpu) out->info("pretrain_llama | {}", log::cheapest_flags_line(fit_row(req, *gpu)));
 }

@@ -1,16 +1,22 @@
 #include "core/host_memory.h"
 
 #include <sys/resource.h>
-
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "core/error.h"
 
 namespace pl {
 
 int64_t peak_resident_bytes() {
+  // VmHWM: this program's own high-water mark. getrusage's ru_maxrss would carry over the resident set of the
+  // process that forked it (the kernel keeps the larger across exec), e.g. a test harness's.
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.starts_with("VmHWM:")) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:   123456 kB"
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
   return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports kilobytes

@@ -14,7 +14,8 @@ int64_t host_memory_available_bytes();
 // memory, Y GB is available; <advice>".
 void check_host_memory(int64_t bytes, std::string_view what, std::string_view advice);
 
-// The most host memory this process has had resident so far (getrusage's ru_maxrss), in bytes.
+// The most host memory this program has had resident so far (/proc/self/status VmHWM; getrusage's ru_maxrss where
+// that cannot be read), in bytes.
 int64_t peak_resident_bytes();
 
 }  // namespace pl

@@ -175,7 +175,8 @@ FitResult cheapest_fit(const FitRequest& r, const GpuSpec& gpu) {
       for (int64_t m : smaller) add(rung, m, offload, recompute);
   for (const auto& [recipe, plan] : lora ? r.lighter_bases : decltype(r.lighter_bases){})
     for (bool recompute : {false, true})
-      for (int64_t m : smaller) ladder.push_back({'q', m, bf16, recompute, recipe, plan});
+      for (int64_t m : smaller)
+        for (const RunLayout* o : {&primary, &bf16}) ladder.push_back({'q', m, *o, recompute, recipe, plan});
   for (FitCandidate& c : ladder) {
     if (c.search_recompute && !fewest_recomputed_layers(r, c, gpu)) continue;
     const MemoryPlan p = plan_for_gpu(r, c.micro_batch, c.options, gpu, c.plan);

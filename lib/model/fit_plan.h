@@ -39,8 +39,9 @@
 //      and work as block L); a recomputation the user gave is kept as given;
 //   f. c + --optimizer-cpu-offload + e's recomputation;
 //   q. --peft lora only: a lighter format for the frozen base (FitRequest::lighter_bases, e.g. the FP8 recipe,
-//      then the NVFP4 one, under a BF16 base), each on b at the given micro-batch, then smaller ones, then with
-//      e's recomputation: last, since it changes the numerics of the base (--recipe NAME first in the flags).
+//      then the NVFP4 one, under a BF16 base), each at the given micro-batch, then smaller ones, then with e's
+//      recomputation, each point without then with b's BF16 moments: last, since it changes the numerics of the
+//      base (--recipe NAME first in the flags).
 // In d, e and f the micro-batch is also halved from the given one down to 1, and the largest that fits
 // is taken (offload saves the same bytes at any micro-batch; a larger micro-batch costs less). Each point
 // of c, d, e and f is tried on b, then on m: BF16 main grads are added only where b's point does not fit.

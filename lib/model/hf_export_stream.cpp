@@ -1,5 +1,6 @@
 // HfExportStream (model/hf_llama.h): a Hugging Face directory written tensor by tensor as the flat values arrive.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -68,6 +69,16 @@ std::vector<std::string> HfExportStream::finish() {
   write_file_atomically((std::filesystem::path(dir_) / "config.json").string(), config_text_);
   files.push_back("config.json");
   return files;
+}
+
+HfStreamingPeak hf_streaming_host_peak(const ModelConfig& cfg, bool lora) {
+  const std::vector<HfTensorSlot> slots = hf_llama_tensor_layout(cfg);
+  const HfTensorSlot& big = *std::max_element(slots.begin(), slots.end(),
+                                              [](const HfTensorSlot& a, const HfTensorSlot& b) { return a.numel() < b.numel(); });
+  // The fused linear a LoRA base assembles: qkv [q + 2 kv, h], fc1 [2 f, h], proj [h, q], fc2 [h, f].
+  const int64_t h = cfg.hidden_size, linear = std::max({cfg.qkv_dim() * h, 2 * cfg.ffn_hidden_size * h, h * cfg.q_dim()});
+  const double bytes = 6.0 * static_cast<double>(big.numel()) + (lora ? 6.0 * static_cast<double>(linear) : 0.0);
+  return {bytes, fmt::format("{} [{}]", big.name, fmt::join(big.shape, ", "))};
 }
 
 }  // namespace pl

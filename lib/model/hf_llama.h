@@ -152,6 +152,17 @@ class HfExportStream {
   std::unique_ptr<SafetensorsStreamWriter> writer_;
 };
 
+// The host memory of streaming a model's weights tensor by tensor (read_hf_weights into a model, the merge's
+// HfExportStream): the largest Hugging Face tensor in FP32 (the reader's staging, or the writer's gathering) with
+// its BF16 bytes (the mapped pages being read, or the writer's pieces), and under LoRA the frozen base's assembly
+// of its largest linear in FP32 with its BF16 rounding (LlamaModel::write_frozen_linear). An estimate of what the
+// process adds to its resident set, never the model's FP32 values.
+struct HfStreamingPeak {
+  double bytes = 0;
+  std::string largest;  // "model.embed_tokens.weight [128256, 8192]"
+};
+HfStreamingPeak hf_streaming_host_peak(const ModelConfig& cfg, bool lora);
+
 // Writes an HF directory (safetensors BF16, rounded to nearest even from the FP32 masters, sharded
 // above opts.max_shard_bytes with model.safetensors.index.json; then config.json) from host master
 // weights in our flat layout (cfg.num_parameters() floats) — what a checkpoint converter holds.

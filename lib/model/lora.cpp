@@ -112,6 +112,10 @@ void LoraBaseChecksum::add(int64_t offset, const float* values, int64_t count) {
       e.tail.erase(e.tail.begin(), e.tail.begin() + static_cast<std::ptrdiff_t>(whole));
     }
     e.next += hi - lo;
+    if (e.next < size_[i]) continue;
+    if (!e.tail.empty()) e.sum.update(e.tail.data(), e.tail.size() * 2);  // the last, short piece
+    e.digest = e.sum.digest();
+    std::vector<uint16_t>().swap(e.tail);
   }
 }
 
@@ -120,9 +124,7 @@ uint64_t LoraBaseChecksum::checksum() const {
   for (size_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     PL_CHECK(e.next == size_[i], "internal: the base's entry {} has {} of its {} values", i, e.next, size_[i]);
-    Checksum64 sum = e.sum;
-    if (!e.tail.empty()) sum.update(e.tail.data(), e.tail.size() * 2);
-    digests.push_back(sum.digest());
+    digests.push_back(e.digest);
   }
   return lora_fold_digests(digests);
 }

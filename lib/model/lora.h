@@ -54,7 +54,8 @@ uint64_t lora_fold_digests(const std::vector<uint64_t>& digests);
 // The same over FP32 values of the whole base in param_layout's flat order (generate's check).
 uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& base);
 // The same over values that arrive piece by piece (the merge's streamed base): each entry's pieces in flat order,
-// the entries in any order; each entry holds at most one checksum chunk of BF16 bits between pieces.
+// the entries in any order; an entry in flight holds at most two checksum chunks of BF16 bits, a complete one its
+// digest only.
 class LoraBaseChecksum {
  public:
   explicit LoraBaseChecksum(const ModelConfig& cfg);
@@ -64,8 +65,9 @@ class LoraBaseChecksum {
  private:
   struct Entry {
     Checksum64 sum;
-    std::vector<uint16_t> tail;  // BF16 bits short of a whole chunk
+    std::vector<uint16_t> tail;  // BF16 bits short of a whole chunk (freed once the entry is complete)
     int64_t next = 0;            // elements added
+    uint64_t digest = 0;         // once complete
   };
   std::vector<int64_t> begin_, size_;  // param_layout's entries: flat offset and elements
   std::vector<Entry> entries_;

@@ -2,7 +2,8 @@
 // targets (dropout 0.1 before A, alpha/dim = 2, B nonzero so A has gradient) from the same counter-based initial
 // values: the loss and each adapter's gradient agree within the BF16 summation-order differences the whole-model
 // test allows; with B = 0 the GPU's first losses equal the full GPU model's bit for bit (the adapters add exact
-// zeros), in BF16 and in the NVFP4 recipe. Skipped without a device; compiled, not run on a GPU until one runs it.
+// zeros), in BF16 and in the NVFP4 recipe; and every recomputation method gives the stored gradients (issue 42).
+// Skipped without a device; compiled, not run on a GPU until one runs it.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -92,6 +93,63 @@ TEST(CudaLora, WithBZeroTheFirstLossEqualsTheFullModelsOnTheGpu) {
     EXPECT_EQ(full.forward_backward(tok.data(), lab.data(), 1.0f, step),
               lora.forward_backward(tok.data(), lab.data(), 1.0f, step))
         << recipe;
+  }
+}
+
+}  // namespace
+}  // namespace pl
+
+namespace pl {
+namespace {
+
+// Recomputation on the GPU (issue 42): uniform 2 and block 3 over five layers give the stored-activation gradients
+// bit for bit (the same kernels on the same inputs; cuDNN's deterministic attention backward, so two backward passes
+// agree), for the full model in the NVFP4 recipe and for LoRA's adapters with dropout. Skipped without a device;
+// compiled, not run on a GPU until one runs it.
+std::vector<float> gpu_grads(const ModelConfig& m, const PrecisionPlan& plan, const RecomputeConfig& rc, bool lora) {
+  RunLayout o;
+  o.recompute = rc;
+  o.deterministic_attention = true;
+  if (lora) o.lora = LoraConfig{.dim = 8, .alpha = 16.0, .dropout = 0.1};
+  LlamaModel model(m, 2, 64, test::cuda_ctx(), plan, o);
+  model.init_parameters(21);
+  if (lora) {  // B nonzero, so A has a gradient
+    std::vector<float> master(static_cast<size_t>(model.num_params()));
+    copy_to_host(master.data(), model.master().flat);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    for (const ParamEntry& e : model.param_entries())
+      if (e.name.ends_with("linear_out.weight"))
+        for (int64_t i = 0; i < e.numel(); ++i) master[static_cast<size_t>(e.offset + i)] = nd(rng);
+    model.write_master(0, master.data(), model.num_params());
+    model.sync_weights_from_master();
+  }
+  std::mt19937 rng(9);
+  std::vector<int32_t> tok(128), lab(128);
+  for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
+  for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
+  model.zero_grads();
+  model.forward_backward(tok.data(), lab.data(), 1.0f / 128, MicroBatchOptions{.counter = 2});
+  std::vector<float> g(static_cast<size_t>(model.num_params()));
+  copy_to_host(g.data(), model.grads().flat);
+  return g;
+}
+
+TEST(CudaRecompute, EveryMethodGivesTheStoredGradientsOnTheGpu) {
+  PL_REQUIRE_CUDA_DEVICE();
+  const test::DeterministicAttention deterministic;
+  ModelConfig m = tiny();
+  m.num_layers = 5;
+  PrecisionRecipe r = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json");
+  r.first_last_layers_bf16 = false;
+  const PrecisionPlan plan = make_precision_plan(m, r);
+  for (bool lora : {false, true}) {
+    const std::vector<float> stored = gpu_grads(m, plan, {}, lora);
+    for (const RecomputeConfig rc : {RecomputeConfig{RecomputeConfig::Method::Uniform, 2},
+                                     RecomputeConfig{RecomputeConfig::Method::Block, 3}}) {
+      SCOPED_TRACE(std::string(lora ? "LoRA, " : "full model, ") + rc.describe());
+      EXPECT_EQ(gpu_grads(m, plan, rc, lora), stored);
+    }
   }
 }
 

@@ -3,11 +3,14 @@
 // plan_memory recomputed here for the same flags.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
+#include "config/lora_config.h"
+#include "backend/quantize.h"
 #include "core/tensor.h"
 #include "model/fit_plan.h"
 #include "model/memory_plan.h"
@@ -100,6 +103,73 @@ TEST(FitPlan, LoraPlansTheAdaptersAndOffersOnlyWhatLoraServes) {
   EXPECT_EQ(f.flags.find("--optimizer-cpu-offload"), std::string::npos) << f.flags;
   EXPECT_EQ(f.flags.find("--main-grads-dtype"), std::string::npos) << f.flags;
   EXPECT_NE(f.flags.find("--recompute-granularity full"), std::string::npos) << f.flags;
+}
+
+// The recompute rung takes the fewest recomputed layers that fit (block N; N - 1 does not fit), and under LoRA the
+// last rung offers a lighter base format, the lightest only where the lighter one does not fit: Llama 3 70B LoRA
+// (NeMo's benchmark shape: dim 16 on linear_qkv, seq 4096, MBS 1) over a BF16 base is told the NVFP4 recipe on an
+// H100 and the FP8 one on an H200.
+TEST(FitPlan, TheRecomputeRungTakesTheFewestLayersAndLoraALighterBase) {
+  const ModelConfig m70 = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama3_70b.json");
+  const auto recipe = [&](const char* name) {
+    return make_precision_plan(m70, load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/" + name + ".json"));
+  };
+  const PrecisionPlan bf16 = recipe("bf16_mixed"), fp8 = recipe("bf16_with_fp8_current_scaling_mixed"),
+                      nvfp4 = recipe("bf16_with_nvfp4_mixed");
+  LoraConfig c{.dim = 16, .alpha = 32.0};
+  c.targets = {true, false, false, false};
+  FitRequest r{&m70, 1, 4096, &bf16, RunLayout{}, false};
+  r.options.lora = c;
+  r.options.loss_micro_batches = 32;
+  r.options.quant_telemetry = false;
+  r.lighter_bases = {{"bf16_with_fp8_current_scaling_mixed", &fp8}, {"bf16_with_nvfp4_mixed", &nvfp4}};
+  const FitResult h100 = cheapest_fit(r, gpu("h100")), h200 = cheapest_fit(r, gpu("h200"));
+  ASSERT_TRUE(h100.found && h200.found);
+  EXPECT_EQ(h100.chosen.rung, 'q');
+  EXPECT_EQ(h100.flags.rfind("--recipe bf16_with_nvfp4_mixed", 0), 0u) << h100.flags;
+  EXPECT_EQ(h200.flags.rfind("--recipe bf16_with_fp8_current_scaling_mixed", 0), 0u) << h200.flags;
+  // Without the lighter bases the B200 needs recomputation: the fewest layers, by bisection.
+  r.lighter_bases.clear();
+  const FitResult b200 = cheapest_fit(r, gpu("b200"));
+  ASSERT_TRUE(b200.found);
+  ASSERT_EQ(b200.chosen.options.recompute.method, RecomputeConfig::Method::Block) << b200.flags;
+  const int64_t n = b200.chosen.options.recompute.num_layers;
+  EXPECT_NE(b200.flags.find("--recompute-method block --recompute-num-layers " + std::to_string(n)), std::string::npos);
+  RunLayout fewer = b200.chosen.options;
+  fewer.recompute.num_layers = n - 1;
+  EXPECT_TRUE(plan_fits(plan_for_gpu(r, b200.chosen.micro_batch, b200.chosen.options, gpu("b200")), gpu("b200").total_bytes()));
+  EXPECT_FALSE(plan_fits(plan_for_gpu(r, b200.chosen.micro_batch, fewer, gpu("b200")), gpu("b200").total_bytes()));
+}
+
+// The LoRA rows of the plan against hand arithmetic on llama_tiny (NVFP4 in every layer, so every linear is frozen
+// as its rowwise NVFP4 copy only: codes n/2 bytes, E4M3 block scales per 16x16 block, compact and swizzled): the BF16
+// part is the embedding, the norms, the LM head and the one-layer load scratch, in FP32 storage on the CPU.
+TEST(FitPlan, TheLoraBaseRowsAreTheHandArithmetic) {
+  const ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
+  PrecisionRecipe rec = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_mixed.json");
+  RunLayout o{};
+  o.lora = LoraConfig{.dim = 4, .alpha = 8.0};
+  const MemoryPlan bf16 = plan_memory(m, 1, 64, Device::CUDA, make_precision_plan(m, rec), o, 90);
+  // BF16 base: every parameter kept, 2 bytes each, nothing quantized; the adapters' own bytes besides.
+  EXPECT_DOUBLE_EQ(bf16.base_bf16, 2.0 * static_cast<double>(m.num_parameters()));
+  EXPECT_EQ(bf16.base_quantized, 0.0);
+  EXPECT_DOUBLE_EQ(bf16.weights - bf16.base_bf16, 2.0 * static_cast<double>(lora_parameter_count(m, *o.lora)));
+  const int64_t h = m.hidden_size, f = m.ffn_hidden_size, L = m.num_layers, V = m.vocab_size;
+  const int64_t linear = m.qkv_dim() * h + h * m.q_dim() + 2 * f * h + h * f;
+  const int64_t kept = 2 * V * h + (2 * L + 1) * h;  // embedding, LM head, the norms
+  EXPECT_EQ(static_cast<int64_t>(m.num_parameters()), kept + L * linear);
+  rec = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json");
+  rec.first_last_layers_bf16 = false;
+  const MemoryPlan fp4 = plan_memory(m, 1, 64, Device::CUDA, make_precision_plan(m, rec), o, 90);
+  const int64_t scratch = std::max({m.qkv_dim() * h, h * m.q_dim(), 2 * f * h, h * f});  // the one-layer load scratch
+  EXPECT_DOUBLE_EQ(fp4.base_bf16, 2.0 * static_cast<double>(kept + scratch));
+  // Each linear's rowwise copy only (Wᵀ is made per dgrad into a shared scratch, not counted as the base): its codes
+  // and block scales as backend/quantize.h lays them out.
+  double rowwise = 0;
+  for (const auto& [out, in] : {std::pair{m.qkv_dim(), h}, {h, m.q_dim()}, {2 * f, h}, {h, f}})
+    rowwise += static_cast<double>(quantized_tensor_bytes(QuantFormat::NVFP4, out, in, true, false));
+  EXPECT_DOUBLE_EQ(fp4.base_quantized, static_cast<double>(L) * rowwise);
+  EXPECT_GE(fp4.base_quantized, 0.5 * static_cast<double>(L * linear)) << "at least the 4-bit codes";
 }
 
 TEST(FitPlan, Llama8bOnH200FitsWithBf16MomentsAndRecompute) {
