@@ -111,6 +111,50 @@ int export_adapters(const Options& o, const VerifiedCheckpoint& ckpt, const fs::
   return 0;
 }
 
+// --to-hf (with --merge-lora for a LoRA checkpoint): the Hugging Face directory, tensor by tensor.
+int export_hf_dir(const Options& o, const VerifiedCheckpoint& ckpt, const fs::path& out, HfExportOptions opts,
+                  std::chrono::steady_clock::time_point t0) {
+  // Tensor by tensor (HfExportStream): the checkpoint's master file piece by piece, or under --merge-lora the base
+  // from its record with each targeted tensor's rows merged in FP32 as it completes (the checksum of the base checked
+  // at its end, before anything is published). Host memory: the adapters and the tensors in flight, never the model.
+  const std::vector<float> adapters = ckpt.lora ? read_master_weights(ckpt) : std::vector<float>{};
+  const auto export_into = [&](const std::string& dir) {
+    if (!ckpt.lora) {
+      HfExportStream stream(ckpt.model, dir, opts);
+      stream_master_weights(ckpt, [&](int64_t off, const float* v, int64_t n) { stream.write(off, v, n); });
+      return stream.finish();
+    }
+    HfExportStream stream(ckpt.model, dir, opts, [&](const HfTensorSlot& s, float* v) {
+      merge_lora_into_tensor(ckpt.model, *ckpt.lora, adapters, s.offset, s.numel(), v);
+    });
+    stream_lora_base(ckpt, o.init_from_hf, [&](int64_t off, const float* v, int64_t n) { stream.write(off, v, n); });
+    return stream.finish();
+  };
+  // The tokenizer of the data the checkpoint trained on, when its record is there: beside config.json (for the
+  // generate tool), and bos/eos in config.json unless given.
+  const std::optional<data::TokenizerRecord> tok = training_tokenizer(ckpt);
+  if (tok && !opts.bos_token_id) opts.bos_token_id = tok->bos;
+  if (tok && opts.eos_token_ids.empty()) opts.eos_token_ids = {tok->eod};
+  // A fresh sibling directory replaces `out` only when complete: `out` is always the old export or
+  // the new one, never a mix of shards (a crash leaves a *.tmp-<pid> sibling, which is never read).
+  std::vector<std::string> files;
+  write_directory_atomically(out.string(), [&](const std::string& tmp) {
+    files = export_into(tmp);
+    if (!tok) return;
+    write_file_atomically((fs::path(tmp) / data::kHfTokenizerRecordName).string(), data::tokenizer_record_text(*tok));
+    files.push_back(data::kHfTokenizerRecordName);
+  });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  fmt::print("convert_checkpoint: {} (iteration {}, model {}, {} parameters, recipe {}{}) -> {}: {} ({:.2f} GB of BF16 "
+             "weights, {:.1f} s, host peak {:.2f} GB)\n",
+             ckpt.path, ckpt.iteration, ckpt.model.name, ckpt.model.num_parameters(), ckpt.recipe_name,
+             ckpt.lora ? fmt::format("; LoRA dim {} merged into the base {}", ckpt.lora->dim, ckpt.lora_base.source) : "",
+             o.to_hf,
+             fmt::join(files, ", "), 2.0 * static_cast<double>(ckpt.model.num_parameters()) / 1e9, seconds,
+             static_cast<double>(peak_resident_bytes()) / 1e9);
+  return 0;
+}
+
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"convert_checkpoint: a pretrain_llama checkpoint -> a Hugging Face LlamaForCausalLM directory"};
@@ -155,45 +199,7 @@ int run(int argc, char** argv) {
              peft ? "--to-peft" : (o.merge_lora ? "--merge-lora" : "--init-from-hf"));
   }
   if (peft) return export_adapters(o, ckpt, out, t0);
-  // Tensor by tensor (HfExportStream): the checkpoint's master file piece by piece, or under --merge-lora the base
-  // from its record with each targeted tensor's rows merged in FP32 as it completes (the checksum of the base checked
-  // at its end, before anything is published). Host memory: the adapters and the tensors in flight, never the model.
-  const std::vector<float> adapters = ckpt.lora ? read_master_weights(ckpt) : std::vector<float>{};
-  const auto export_into = [&](const std::string& dir) {
-    if (!ckpt.lora) {
-      HfExportStream stream(ckpt.model, dir, opts);
-      stream_master_weights(ckpt, [&](int64_t off, const float* v, int64_t n) { stream.write(off, v, n); });
-      return stream.finish();
-    }
-    HfExportStream stream(ckpt.model, dir, opts, [&](const HfTensorSlot& s, float* v) {
-      merge_lora_into_tensor(ckpt.model, *ckpt.lora, adapters, s.offset, s.numel(), v);
-    });
-    stream_lora_base(ckpt, o.init_from_hf, [&](int64_t off, const float* v, int64_t n) { stream.write(off, v, n); });
-    return stream.finish();
-  };
-  // The tokenizer of the data the checkpoint trained on, when its record is there: beside config.json (for the
-  // generate tool), and bos/eos in config.json unless given.
-  const std::optional<data::TokenizerRecord> tok = training_tokenizer(ckpt);
-  if (tok && !opts.bos_token_id) opts.bos_token_id = tok->bos;
-  if (tok && opts.eos_token_ids.empty()) opts.eos_token_ids = {tok->eod};
-  // A fresh sibling directory replaces `out` only when complete: `out` is always the old export or
-  // the new one, never a mix of shards (a crash leaves a *.tmp-<pid> sibling, which is never read).
-  std::vector<std::string> files;
-  write_directory_atomically(out.string(), [&](const std::string& tmp) {
-    files = export_into(tmp);
-    if (!tok) return;
-    write_file_atomically((fs::path(tmp) / data::kHfTokenizerRecordName).string(), data::tokenizer_record_text(*tok));
-    files.push_back(data::kHfTokenizerRecordName);
-  });
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  fmt::print("convert_checkpoint: {} (iteration {}, model {}, {} parameters, recipe {}{}) -> {}: {} ({:.2f} GB of BF16 "
-             "weights, {:.1f} s, host peak {:.2f} GB)\n",
-             ckpt.path, ckpt.iteration, ckpt.model.name, ckpt.model.num_parameters(), ckpt.recipe_name,
-             ckpt.lora ? fmt::format("; LoRA dim {} merged into the base {}", ckpt.lora->dim, ckpt.lora_base.source) : "",
-             o.to_hf,
-             fmt::join(files, ", "), 2.0 * static_cast<double>(ckpt.model.num_parameters()) / 1e9, seconds,
-             static_cast<double>(peak_resident_bytes()) / 1e9);
-  return 0;
+  return export_hf_dir(o, ckpt, out, opts, t0);
 }
 
 }  // namespace
