@@ -169,10 +169,13 @@ int run(int argc, char** argv) {
   const int64_t capacity = static_cast<int64_t>(prompt.size()) + std::min(o.max_new_tokens, positions_left);
   Generator g(cfg, ctx, capacity);
   const auto write = [&](int64_t off, const float* v, int64_t n) { g.write_weights(off, v, n); };
-  if (ckpt && ckpt->lora) {
-    std::vector<float> base = read_lora_base(*ckpt, o.init_from_hf);
-    merge_lora_into(cfg, *ckpt->lora, read_master_weights(*ckpt), base);
-    write(0, base.data(), cfg.num_parameters());
+  if (ckpt && ckpt->lora) {  // the base from its record, tensor by tensor, each merged as it completes
+    const std::vector<float> adapters = read_master_weights(*ckpt);
+    HfTensorGatherer merged(cfg, [&](const HfTensorSlot& s, size_t, float* v) {
+      merge_lora_into_tensor(cfg, *ckpt->lora, adapters, s.offset, s.numel(), v);
+      write(s.offset, v, s.numel());
+    });
+    stream_lora_base(*ckpt, o.init_from_hf, [&](int64_t off, const float* v, int64_t n) { merged.write(off, v, n); });
   } else if (ckpt) {
     stream_master_weights(*ckpt, write);
   } else {

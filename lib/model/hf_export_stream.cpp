@@ -1,4 +1,5 @@
-// HfExportStream (model/hf_llama.h): a Hugging Face directory written tensor by tensor as the flat values arrive.
+// HfTensorGatherer and HfExportStream (model/hf_llama.h): flat values gathered into whole Hugging Face tensors, and a
+// Hugging Face directory written tensor by tensor as they complete.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,40 +12,26 @@
 
 namespace pl {
 
-HfExportStream::HfExportStream(const ModelConfig& cfg, const std::string& dir, const HfExportOptions& opts,
-                               Adjust adjust)
-    : config_text_(hf_llama_config_json(cfg, opts)),  // refuses what HF cannot express, before anything is written
-      dir_(dir),
-      adjust_(std::move(adjust)),
-      slots_(hf_llama_tensor_layout(cfg)) {
-  std::vector<SafetensorsTensorOut> tensors;
-  for (const HfTensorSlot& s : slots_) tensors.push_back({s.name, "BF16", s.shape, nullptr});
-  writer_ = std::make_unique<SafetensorsStreamWriter>(dir, std::move(tensors), opts.max_shard_bytes);
+HfTensorGatherer::HfTensorGatherer(const ModelConfig& cfg, Gathered gathered, Whole whole)
+    : gathered_(std::move(gathered)), whole_(std::move(whole)), slots_(hf_llama_tensor_layout(cfg)) {
   by_offset_.resize(slots_.size());
   for (size_t i = 0; i < slots_.size(); ++i) by_offset_[i] = i;
   std::sort(by_offset_.begin(), by_offset_.end(), [&](size_t a, size_t b) { return slots_[a].offset < slots_[b].offset; });
 }
 
-HfExportStream::~HfExportStream() = default;
-
-void HfExportStream::complete(size_t slot, float* values) {
-  if (adjust_) adjust_(slots_[slot], values);
-  writer_->put(slot, values);
-}
-
-void HfExportStream::write(int64_t offset, const float* values, int64_t count) {
-  // The slots overlapping [offset, offset + count), from the last one starting at or before offset.
+void HfTensorGatherer::write(int64_t offset, const float* values, int64_t count) {
+  // The tensors overlapping [offset, offset + count), from the last one starting at or before offset.
   auto it = std::upper_bound(by_offset_.begin(), by_offset_.end(), offset,
                              [&](int64_t o, size_t s) { return o < slots_[s].offset; });
-  PL_CHECK(it != by_offset_.begin(), "internal: HF export of flat offset {} before the first tensor", offset);
+  PL_CHECK(it != by_offset_.begin(), "internal: flat offset {} before the first Hugging Face tensor", offset);
   for (--it; it != by_offset_.end(); ++it) {
     const size_t i = *it;
     const HfTensorSlot& s = slots_[i];
     if (s.offset >= offset + count) break;
     const int64_t lo = std::max(offset, s.offset), hi = std::min(offset + count, s.offset + s.numel());
     if (lo >= hi) continue;
-    if (lo == s.offset && hi == s.offset + s.numel() && !adjust_ && !pending_.count(i)) {
-      writer_->put(i, values + (lo - offset));  // the whole tensor at once: no copy
+    if (whole_ && lo == s.offset && hi == s.offset + s.numel() && !pending_.count(i)) {
+      whole_(s, i, values + (lo - offset));  // the whole tensor at once: no copy
       continue;
     }
     Pending& p = pending_[i];
@@ -56,15 +43,40 @@ void HfExportStream::write(int64_t offset, const float* values, int64_t count) {
     std::copy(values + (lo - offset), values + (hi - offset), p.values.begin() + (lo - s.offset));
     p.written += hi - lo;
     if (p.written < s.numel()) continue;
-    complete(i, p.values.data());
+    gathered_(s, i, p.values.data());
     pending_elements_ -= s.numel();
     pending_.erase(i);
   }
 }
 
+namespace {
+std::vector<SafetensorsTensorOut> bf16_tensors_of(const ModelConfig& cfg) {
+  std::vector<SafetensorsTensorOut> tensors;
+  for (const HfTensorSlot& s : hf_llama_tensor_layout(cfg)) tensors.push_back({s.name, "BF16", s.shape, nullptr});
+  return tensors;
+}
+}  // namespace
+
+HfExportStream::HfExportStream(const ModelConfig& cfg, const std::string& dir, const HfExportOptions& opts,
+                               Adjust adjust)
+    : config_text_(hf_llama_config_json(cfg, opts)),  // refuses what HF cannot express, before anything is written
+      dir_(dir),
+      adjust_(std::move(adjust)),
+      writer_(std::make_unique<SafetensorsStreamWriter>(dir, bf16_tensors_of(cfg), opts.max_shard_bytes)),
+      gatherer_(
+          cfg,
+          [this](const HfTensorSlot& s, size_t i, float* values) {
+            if (adjust_) adjust_(s, values);
+            writer_->put(i, values);
+          },
+          adjust_ ? HfTensorGatherer::Whole{}
+                  : [this](const HfTensorSlot&, size_t i, const float* values) { writer_->put(i, values); }) {}
+
+HfExportStream::~HfExportStream() = default;
+
 std::vector<std::string> HfExportStream::finish() {
-  PL_CHECK(pending_.empty(), "internal: {}: {} Hugging Face tensors incomplete (first: {})", dir_, pending_.size(),
-           pending_.empty() ? "" : slots_[pending_.begin()->first].name);
+  PL_CHECK(gatherer_.incomplete() == 0, "internal: {}: {} Hugging Face tensors incomplete (first: {})", dir_,
+           gatherer_.incomplete(), gatherer_.first_incomplete());
   std::vector<std::string> files = writer_->finish();  // (a tensor never written at all is named there)
   write_file_atomically((std::filesystem::path(dir_) / "config.json").string(), config_text_);
   files.push_back("config.json");

@@ -121,20 +121,21 @@ using FlatWeightWriter = std::function<void(int64_t offset, const float* values,
 // as FP32 values into `write`, tensor by tensor (what the generate tool loads without a training model's state).
 HfImportReport read_hf_weights(const std::string& dir, const ModelConfig& cfg, const FlatWeightWriter& write);
 
-// An HF directory written as the flat parameter values arrive (a checkpoint's master file piece by piece, a LoRA
-// base from its source, each element once, in any order): every HF tensor is a contiguous flat range
-// (hf_llama_tensor_layout), gathered in FP32 until complete, passed to `adjust` (the LoRA merge of its rows; may be
-// empty) and written at its place (io/safetensors.h SafetensorsStreamWriter), so host memory holds the tensors in
-// flight, never the model. finish() writes config.json after the weights and returns the files written; the same
-// files, bytes and sharding as export_hf below, which is this stream fed with the whole buffer.
-class HfExportStream {
+// Flat parameter values arriving in pieces (a checkpoint's master file piece by piece, a base from its source; each
+// element once, in any order) gathered into whole Hugging Face tensors, each a contiguous flat range
+// (hf_llama_tensor_layout): `gathered(slot, values)` once per complete tensor, `values` the gatherer's FP32 buffer
+// (writable: the merge adds its rows there), freed after the call; a write that holds a whole tensor goes to `whole`
+// instead, uncopied, when one is given. Host memory: the tensors in flight, never the model.
+class HfTensorGatherer {
  public:
-  using Adjust = std::function<void(const HfTensorSlot& slot, float* values)>;
-  HfExportStream(const ModelConfig& cfg, const std::string& dir, const HfExportOptions& opts = {}, Adjust adjust = {});
-  ~HfExportStream();
+  using Gathered = std::function<void(const HfTensorSlot& slot, size_t index, float* values)>;
+  using Whole = std::function<void(const HfTensorSlot& slot, size_t index, const float* values)>;
+  HfTensorGatherer(const ModelConfig& cfg, Gathered gathered, Whole whole = {});
   void write(int64_t offset, const float* values, int64_t count);  // a FlatWeightWriter
-  std::vector<std::string> finish();
-  // The most FP32 values held at once so far (the tensors in flight): what a test of the memory bound reads.
+  const std::vector<HfTensorSlot>& slots() const { return slots_; }
+  // Tensors begun and not complete (0 once every value has arrived), and the most FP32 values held at once.
+  size_t incomplete() const { return pending_.size(); }
+  std::string first_incomplete() const { return pending_.empty() ? "" : slots_[pending_.begin()->first].name; }
   int64_t peak_pending_elements() const { return peak_pending_; }
 
  private:
@@ -142,14 +143,32 @@ class HfExportStream {
     std::vector<float> values;
     int64_t written = 0;
   };
-  void complete(size_t slot, float* values);
-  std::string config_text_, dir_;
-  Adjust adjust_;
+  Gathered gathered_;
+  Whole whole_;
   std::vector<HfTensorSlot> slots_;
   std::vector<size_t> by_offset_;  // slot indices in flat order
   std::map<size_t, Pending> pending_;
   int64_t pending_elements_ = 0, peak_pending_ = 0;
+};
+
+// An HF directory written as the flat parameter values arrive: HfTensorGatherer's tensors, each passed to `adjust`
+// (the LoRA merge of its rows; may be empty) and written at its place (io/safetensors.h SafetensorsStreamWriter).
+// finish() writes config.json after the weights and returns the files written; the same files, bytes and sharding
+// as export_hf below, which is this stream fed with the whole buffer.
+class HfExportStream {
+ public:
+  using Adjust = std::function<void(const HfTensorSlot& slot, float* values)>;
+  HfExportStream(const ModelConfig& cfg, const std::string& dir, const HfExportOptions& opts = {}, Adjust adjust = {});
+  ~HfExportStream();
+  void write(int64_t offset, const float* values, int64_t count) { gatherer_.write(offset, values, count); }
+  std::vector<std::string> finish();
+  int64_t peak_pending_elements() const { return gatherer_.peak_pending_elements(); }
+
+ private:
+  std::string config_text_, dir_;
+  Adjust adjust_;
   std::unique_ptr<SafetensorsStreamWriter> writer_;
+  HfTensorGatherer gatherer_;
 };
 
 // The host memory of streaming a model's weights tensor by tensor (read_hf_weights into a model, the merge's
