@@ -79,10 +79,9 @@ uint64_t lora_fold_digests(const std::vector<uint64_t>& digests) {
 }
 
 uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& base) {
-  const std::vector<ParamEntry> layout = param_layout(cfg);
-  std::vector<uint64_t> digests;
-  for (const ParamEntry& e : layout) digests.push_back(lora_bf16_digest(base.data() + e.offset, e.numel()));
-  return lora_fold_digests(digests);
+  LoraBaseChecksum sum(cfg);
+  sum.add(0, base.data(), static_cast<int64_t>(base.size()));
+  return sum.checksum();
 }
 
 LoraBaseChecksum::LoraBaseChecksum(const ModelConfig& cfg) {

@@ -51,7 +51,7 @@ struct LoraBaseRecord {
 // little-endian 8-byte words.
 uint64_t lora_bf16_digest(const float* values, int64_t n);
 uint64_t lora_fold_digests(const std::vector<uint64_t>& digests);
-// The same over FP32 values of the whole base in param_layout's flat order (generate's check).
+// The same over FP32 values of the whole base in param_layout's flat order (LoraBaseChecksum fed at once).
 uint64_t lora_base_checksum(const ModelConfig& cfg, const std::vector<float>& base);
 // The same over values that arrive piece by piece (the merge's streamed base): each entry's pieces in flat order,
 // the entries in any order; an entry in flight holds at most two checksum chunks of BF16 bits, a complete one its

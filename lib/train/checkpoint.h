@@ -167,7 +167,8 @@ void stream_master_weights(const VerifiedCheckpoint& ckpt, const FlatWeightWrite
 // A LoRA checkpoint's frozen base as FP32 values in param_layout's order, from where its record says it came from
 // ("hf DIR": that directory, or `hf_dir` when given, the record's path having moved; "checkpoint DIR": that full
 // checkpoint's master weights; "init seed N": the random initialisation of seed N), checked against the record's
-// checksum of its BF16 weights: a base that changed since the adapters were trained is one line naming both.
+// checksum of its BF16 weights: a base that changed since the adapters were trained is one line naming both. The
+// whole base in memory: the streamed merge's reference in the tests (the programs use stream_lora_base below).
 std::vector<float> read_lora_base(const VerifiedCheckpoint& ckpt, const std::string& hf_dir = "");
 // The same base streamed into `write` (each entry's values in flat order, one tensor or piece at a time: host memory
 // bounded by the largest tensor), its checksum taken as it passes and checked at the end: a caller writing an output

@@ -14,6 +14,7 @@
 #include "config/precision_recipe.h"
 #include "cuda_test_util.h"
 #include "model/llama.h"
+#include "model/model_test_util.h"
 
 namespace pl {
 namespace {
@@ -37,15 +38,8 @@ Step one_lora_step(Device device) {
   LlamaModel model(m, 2, 64, ctx, bf16_plan(m), with_lora(LoraConfig{.dim = 8, .alpha = 16.0, .dropout = 0.1}));
   model.init_parameters(99);
   // B from a fixed host draw (the same on both backends), so A's gradient is not zero.
-  std::vector<float> master(static_cast<size_t>(model.num_params()));
-  copy_to_host(master.data(), model.master().flat);
   std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 0.02f);
-  for (const ParamEntry& e : model.param_entries())
-    if (e.name.ends_with("linear_out.weight"))
-      for (int64_t i = 0; i < e.numel(); ++i) master[static_cast<size_t>(e.offset + i)] = nd(rng);
-  model.write_master(0, master.data(), model.num_params());
-  model.sync_weights_from_master();
+  set_random_lora_b(model, rng, 0.02f);
   std::vector<int32_t> tok(128), lab(128);
   for (auto& t : tok) t = static_cast<int32_t>(rng() % m.vocab_size);
   for (auto& t : lab) t = static_cast<int32_t>(rng() % m.vocab_size);
@@ -114,15 +108,8 @@ std::vector<float> gpu_grads(const ModelConfig& m, const PrecisionPlan& plan, co
   LlamaModel model(m, 2, 64, test::cuda_ctx(), plan, o);
   model.init_parameters(21);
   if (lora) {  // B nonzero, so A has a gradient
-    std::vector<float> master(static_cast<size_t>(model.num_params()));
-    copy_to_host(master.data(), model.master().flat);
     std::mt19937 rng(5);
-    std::normal_distribution<float> nd(0.0f, 0.02f);
-    for (const ParamEntry& e : model.param_entries())
-      if (e.name.ends_with("linear_out.weight"))
-        for (int64_t i = 0; i < e.numel(); ++i) master[static_cast<size_t>(e.offset + i)] = nd(rng);
-    model.write_master(0, master.data(), model.num_params());
-    model.sync_weights_from_master();
+    set_random_lora_b(model, rng, 0.02f);
   }
   std::mt19937 rng(9);
   std::vector<int32_t> tok(128), lab(128);

@@ -5,12 +5,14 @@
 // shrink by what each method shares, to the byte.
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <vector>
 
 #include "config/model_config.h"
 #include "config/precision_recipe.h"
 #include "model/llama.h"
+#include "model_test_util.h"
 #include "model/precision_plan.h"
 
 namespace pl {
@@ -47,14 +49,7 @@ std::vector<float> grads_of(const ModelConfig& m, const PrecisionPlan& plan, con
   model.init_parameters(5);
   if (lora) {
     std::mt19937 rng(11);
-    std::normal_distribution<float> n(0.0f, 0.05f);
-    std::vector<float> w(static_cast<size_t>(model.num_params()));
-    copy_to_host(w.data(), model.master().flat);
-    for (const ParamEntry& e : model.param_entries())
-      if (e.name.ends_with("linear_out.weight"))
-        for (int64_t i = 0; i < e.numel(); ++i) w[static_cast<size_t>(e.offset + i)] = n(rng);
-    model.write_master(0, w.data(), model.num_params());
-    model.sync_weights_from_master();
+    set_random_lora_b(model, rng, 0.05f);
   }
   std::mt19937 rng(3);
   std::vector<int32_t> tok(64), lab(64);
