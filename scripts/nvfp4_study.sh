@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The reproducible NVFP4 accuracy study: what each part of the NVFP4 recipe does to the loss.
 #
-#   scripts/nvfp4_study.sh [--iterations 300] [--seeds 2] [--device cpu|cuda] [--threads T]
+#   scripts/nvfp4_study.sh [--iterations 300] [--seeds 6] [--device cpu|cuda] [--threads T]
 #                          [--model llama_small] [--gbs 8] [--mbs 8] [--seq 256]
 #                          [--out build/study] [--out-doc docs/study] [--bin build/apps/pretrain_llama]
 #
@@ -44,7 +44,7 @@ usage() { print_usage "${BASH_SOURCE[0]}"; }
 # The exact command, for the report (before the arguments are consumed).
 invocation="scripts/nvfp4_study.sh${*:+ $(quote_words "$@")}"
 
-iterations=300 nseeds=2 device=cpu threads="" model=llama_small gbs=8 mbs=8 seq=256
+iterations=300 nseeds=6 device=cpu threads="" model=llama_small gbs=8 mbs=8 seq=256
 out="$repo/build/study" out_doc="$repo/docs/study" bin="$repo/build/apps/pretrain_llama"
 while (($#)); do
   case "$1" in
@@ -164,6 +164,20 @@ eval_interval=$((iterations / 6 > 0 ? iterations / 6 : 1))
 nvariants=8
 
 # ---- 4. the runs ----
+# All seeds at one commit: the first start records the commit and the binary's sha256 in OUT/runs/binary.txt;
+# a resumption with another binary is refused (a study spanning sessions keeps a frozen copy of the binary,
+# e.g. cp build/apps/{pretrain_llama,preprocess_data} /some/dir, and passes --bin there).
+mkdir -p "$out/runs" || die "cannot create $out/runs"
+bin_sha=$(sha256sum "$bin" | cut -c1-16)
+if [[ -f "$out/runs/binary.txt" ]]; then
+  read -r _ run_commit _ run_sha < "$out/runs/binary.txt"
+  [[ "$run_sha" == "$bin_sha" ]] ||
+    die "the runs in $out/runs were made by a binary of commit $run_commit (sha256 $run_sha), --bin $bin is $bin_sha: pass that binary or a new --out"
+else
+  run_commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+  [[ -z "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]] || run_commit+="+changes"
+  echo "commit $run_commit sha256 $bin_sha" > "$out/runs/binary.txt"
+fi
 seeds=()
 for ((i = 0; i < nseeds; i++)); do seeds+=($((1234 + i))); done
 echo "$prog: $nvariants variants x ${#seeds[@]} seed(s) = $((nvariants * ${#seeds[@]})) runs of $iterations iterations" \
@@ -196,8 +210,7 @@ machine="$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
 if [[ "$device" == cuda ]] && command -v nvidia-smi >/dev/null 2>&1; then
   machine+=", GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 fi
-commit=$(git -C "$repo" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-[[ -z "$(git -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]] || commit+=" (with uncommitted changes)"
+commit="$run_commit (every run; binary sha256 $bin_sha)"
 run_dirs=()
 for s in "${seeds[@]}"; do run_dirs+=("$out/runs/seed$s"); done
 example="pretrain_llama --recipe RECIPE --micro-batch-size $mbs --seq-length $seq $(quote_words "${flags[@]}")"
