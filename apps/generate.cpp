@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "app_main.h"
+#include "weights_source.h"
 #include "backend/ops.h"
 #include "core/error.h"
 #include "data/sft_format.h"
@@ -46,40 +47,6 @@ struct Options {
   uint64_t seed = 1234;
 };
 
-// Where the tokenizer comes from, in this order: the flags; in a Hugging Face directory a Meta tokenizer.model,
-// else an export's record (convert_checkpoint writes kHfTokenizerRecordName); for a checkpoint the tokenizer
-// record of the data it trained on (its saved command line's --data-path).
-std::unique_ptr<data::Tokenizer> find_tokenizer(const Options& o, const std::vector<std::string>& ckpt_command_line,
-                                                std::string& source) {
-  if (!o.tokenizer_type.empty()) {
-    source = "--tokenizer-type " + o.tokenizer_type;
-    return data::make_tokenizer(o.tokenizer_type, o.tokenizer_model);
-  }
-  std::optional<data::TokenizerRecord> rec;
-  if (!o.init_from_hf.empty()) {
-    const fs::path dir(o.init_from_hf);
-    std::error_code ec;
-    for (const fs::path& p : {dir / "original" / "tokenizer.model", dir / "tokenizer.model"})
-      if (fs::is_regular_file(p, ec)) {
-        source = p.string();
-        return data::make_tokenizer("tiktoken", p.string());
-      }
-    source = (dir / data::kHfTokenizerRecordName).string();
-    rec = data::read_tokenizer_record_file(source);
-  } else {
-    const std::string prefix = data::data_prefix_of_command_line(ckpt_command_line);
-    if (!prefix.empty()) {
-      source = data::tokenizer_record_path(prefix);
-      rec = data::read_tokenizer_record(prefix);
-    }
-  }
-  PL_CHECK(rec.has_value(),
-           "no tokenizer found ({} does not exist; a Hugging Face tokenizer.json is not read): give --tokenizer-type "
-           "byte, or --tokenizer-type tiktoken --tokenizer-model tokenizer.model",
-           source.empty() ? "the checkpoint's run used mock data, which" : source);
-  return data::make_tokenizer(rec->type, rec->model_path);
-}
-
 // The prompt's token ids: the text as it is, or (--chat) a user turn, after an optional system message, in the
 // chat template of the tokenizer (data/sft_format.h), ending with the assistant's header.
 std::vector<int32_t> prompt_ids(const Options& o, const data::Tokenizer& tok) {
@@ -91,18 +58,6 @@ std::vector<int32_t> prompt_ids(const Options& o, const data::Tokenizer& tok) {
   if (!o.system.empty()) msgs.push_back({"system", o.system});
   msgs.push_back({"user", o.prompt});
   return data::chat_prompt(msgs, tok);
-}
-
-OpContext open_device(const std::string& device, DeviceStateHandle& state) {
-  OpContext ctx;
-  ctx.round_bf16 = true;
-  if (device == "cpu") return ctx;
-  std::string why;
-  PL_CHECK(cuda_device_count(&why) > 0, "--device cuda: no CUDA device ({})", why);
-  ctx.device = Device::CUDA;
-  state = open_device_state(Device::CUDA);
-  ctx.gpu = state.get();
-  return ctx;
 }
 
 std::optional<int> parse(int argc, char** argv, Options& o) {
@@ -129,7 +84,6 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   app.add_flag("--raw-bytes", o.raw_bytes, "Write the tokens' bytes as they are (default: complete UTF-8, a character "
                                            "held back until whole, U+FFFD for an invalid sequence)");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "generate")) return rc;
-  PL_CHECK(!o.load.empty() || !o.init_from_hf.empty(), "give the weights: --load DIR or --init-from-hf DIR");
   PL_CHECK(o.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", o.max_new_tokens);
   PL_CHECK(o.temperature >= 0.0, "--temperature {} must be >= 0 (0: greedy)", o.temperature);
   PL_CHECK(o.top_p > 0.0 && o.top_p <= 1.0, "--top-p {} must be in (0, 1]", o.top_p);
@@ -140,20 +94,11 @@ int run(int argc, char** argv) {
   Options o;
   if (const std::optional<int> rc = parse(argc, argv, o)) return *rc;
   const auto t0 = std::chrono::steady_clock::now();
-  std::optional<VerifiedCheckpoint> ckpt;
-  ModelConfig cfg;
-  if (!o.load.empty()) {
-    ckpt = verify_checkpoint(o.load);
-    cfg = ckpt->model;
-    PL_CHECK(o.init_from_hf.empty() || ckpt->lora,
-             "--load {} and --init-from-hf {}: give one (--init-from-hf with --load names a LoRA checkpoint's base)",
-             o.load, o.init_from_hf);
-  } else {
-    cfg = read_hf_llama_config((fs::path(o.init_from_hf) / "config.json").string()).model;
-  }
+  const app::WeightsSource src = app::open_weights(o.load, o.init_from_hf);
+  const std::optional<VerifiedCheckpoint>& ckpt = src.ckpt;
+  const ModelConfig& cfg = src.cfg;
   std::string tok_source;
-  const std::unique_ptr<data::Tokenizer> tok = find_tokenizer(o, ckpt ? ckpt->command_line : std::vector<std::string>{},
-                                                              tok_source);
+  const std::unique_ptr<data::Tokenizer> tok = app::find_tokenizer(o.tokenizer_type, o.tokenizer_model, src, tok_source);
   PL_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer ({}) has {} ids but model {} only {}",
            tok->description(), tok->vocab_size(), cfg.name, cfg.vocab_size);
   const std::vector<int32_t> prompt = prompt_ids(o, *tok);
@@ -163,7 +108,7 @@ int run(int argc, char** argv) {
            "the answer",
            prompt.size(), cfg.name, cfg.max_position_embeddings);
   DeviceStateHandle state;
-  const OpContext ctx = open_device(o.device, state);
+  const OpContext ctx = app::open_device(o.device, state);
   // A request beyond the positions left runs to the model's last position (no sum that could overflow).
   const int64_t positions_left = cfg.max_position_embeddings - static_cast<int64_t>(prompt.size());
   const int64_t capacity = static_cast<int64_t>(prompt.size()) + std::min(o.max_new_tokens, positions_left);

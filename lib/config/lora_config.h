@@ -36,7 +36,16 @@ struct LoraConfig {
   LoraAInit a_init = LoraAInit::Xavier;                             // --lora-a-init
   LoraTargets targets = {true, true, true, true};                   // --lora-target-modules (default: all four)
   double scale() const { return alpha / static_cast<double>(dim); }
+  bool has_adapters() const { return targets[0] || targets[1] || targets[2] || targets[3]; }
 };
+// No adapter at all: under RunLayout::lora, the frozen base alone -- an evaluation model (evaluate, the trainer's
+// --downstream-eval): the BF16 weights and the recipe's quantized copies, nothing trainable (no gradients, master
+// weights or moments). Not a --peft configuration: validate_lora_config refuses it.
+inline LoraConfig no_adapters() {
+  LoraConfig c;
+  c.targets = {false, false, false, false};
+  return c;
+}
 
 // --lora-target-modules: a comma-separated list of Megatron's names (linear_qkv, linear_proj, linear_fc1,
 // linear_fc2), `all-linear`, or Hugging Face projection names as whole fused groups (q_proj,k_proj,v_proj =

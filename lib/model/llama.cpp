@@ -35,7 +35,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   // state do not apply (the flags are refused in one line before a model is built).
   PL_CHECK(!lora() || (!options.optimizer_offload && !options.bf16_main_grads),
            "internal: LoRA with the optimizer offload or BF16 main grads");
-  if (lora()) validate_lora_config(*options.lora);
+  if (lora() && options.lora->has_adapters()) validate_lora_config(*options.lora);  // (none: an evaluation model)
   trainable_ = entries_.empty() ? 0 : entries_.back().offset + entries_.back().numel();
   // On the GPU the plan is the context's GPU's.
   mem_ = plan_memory(cfg_, B_, S_, ctx_.device, plan_, layout_, device_sm(ctx_));
@@ -73,7 +73,7 @@ LlamaModel::LlamaModel(const ModelConfig& cfg, int64_t micro_batch, int64_t seq_
   if (layout_.bf16_main_grads) grad_work_ = views_at(acts_.grad_scratch.data, DType::F32, ctx_.device, true);
   // Ops with grow-only device scratch size it on their first call: make the gradient-norm reduction's
   // happen now rather than in the training loop.
-  if (ctx_.device == Device::CUDA) (void)sum_of_squares(ctx_, grads_.flat);
+  if (ctx_.device == Device::CUDA && trainable_ > 0) (void)sum_of_squares(ctx_, grads_.flat);
 }
 
 std::vector<ParamEntry> param_layout(const ModelConfig& cfg) {
@@ -573,6 +573,7 @@ void LlamaModel::run_forward(float grad_scale, bool want_grad) {
   // acts_.lnf and acts_.rstdf were made by the last layer's output add (num_layers >= 1: model_config.cpp).
   linear_forward(with_pass(with_linear(ctx_, LinearKind::LmHead), GemmPass::Fprop), acts_.logits, acts_.lnf,
                  weights_.lm_head);
+  if (greedy_out_ != nullptr) mark_greedy_labels();
   cross_entropy_forward_backward(ctx_, losses_, acts_.logits, acts_.labels, want_grad ? grad_scale : 0.0f);
 }
 

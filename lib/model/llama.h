@@ -89,6 +89,8 @@ class LlamaModel {
   // LoRA: the checksum of the frozen base's BF16 weights (LoraBaseRecord::checksum); reads them all to the host.
   uint64_t base_checksum() const;
   int64_t tokens_per_micro_batch() const { return B_ * S_; }
+  int64_t micro_batch() const { return B_; }
+  int64_t seq_length() const { return S_; }
   size_t activation_bytes() const { return arena_.bytes(); }
 
   // The BF16 weights the forward and backward read. Under LoRA the per-parameter views are the frozen base's and
@@ -192,6 +194,12 @@ class LlamaModel {
   // once. pretrain_llama's cuBLASLt algorithm selection runs it before the loop, before the weights are
   // initialised or loaded (backend/gemm_algorithms.h). Needs no weights.
   void run_discarded_step();
+  // Evaluation (issue 43, lib/eval): the forward of one micro-batch as forward() (tokens/labels: host arrays of
+  // B*S ids; a label -1 is not counted) with its per-position losses (fp32 -log p(label), 0 where the label is -1)
+  // into `losses` [B*S]; with `greedy`, greedy[i] = 1 where label i >= 0 is the first largest of position i's
+  // logits (lm-eval's is_greedy, torch.argmax's first index on ties), else 0 [B*S]. The logits rows of the counted
+  // positions are read to the host for it (an evaluation's cost, not training's). model/llama_score.cpp.
+  void score(const int32_t* tokens, const int32_t* labels, std::vector<float>& losses, std::vector<uint8_t>* greedy);
   int64_t loss_slots() const { return layout_.loss_micro_batches; }
 
  private:
@@ -213,6 +221,7 @@ class LlamaModel {
   Tensor backward_weight(int64_t layer, int kind, const MicroBatchOptions& step);
   void before_reading_weights(int64_t begin, int64_t end, int64_t layer);  // layer -1: not a decoder layer
   void use_loss_slot(int64_t slot);
+  void mark_greedy_labels();  // score(): greedy_out_ from the logits before the loss overwrites them
   void update_delayed_scaling();  // after each micro-batch's backward (FP8 delayed scaling only)
   // LoRA: the adapter of linear `kind` of layer `l` (no-op without one). Forward: y += its output for input x;
   // backward: its A and B gradients from dy and x, dx += its input gradient. (model/lora.h gives the formula.)
@@ -275,6 +284,8 @@ class LlamaModel {
   std::vector<AdapterViews> adapter_w_, adapter_g_;
   uint64_t lora_counter_ = 0;
   bool lora_training_ = false;
+  std::vector<uint8_t>* greedy_out_ = nullptr;  // score()'s request of the next forward
+  const int32_t* greedy_labels_ = nullptr;
   Buffer norm_grad_sink_;
   parallel::Communicator* comm_ = nullptr;
   const WeightGate* gate_ = nullptr;  // --overlap-param-gather (weights_arrive_during_forward)
