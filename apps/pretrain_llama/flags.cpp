@@ -304,6 +304,7 @@ void add_flags(CLI::App& app, Options& o) {
   add_lora_flags(app, o);
   add_recompute_flags(app, o);
   add_tensorboard_flags(app, o);
+  add_downstream_flags(app, o);
   add_fp8_flags(app, o);
   add_roofline_and_profiling_flags(app, o);
   add_gpu_and_parallel_flags(app, o);
@@ -322,6 +323,7 @@ void validate_flags(const Options& o, const CLI::App& app) {
   validate_lora_flags(o, app);
   validate_recompute_flags(o, app);
   validate_tensorboard_flags(o, app);
+  validate_downstream_flags(o, app);
   validate_fp8_flags(o, app);
   PL_CHECK(!(app.count("--eval-interval") && t.eval_iters == 0),
            "--eval-interval {} needs --eval-iters N > 0 (validation is off by default, as in the playbook)",

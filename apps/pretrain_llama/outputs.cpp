@@ -86,6 +86,16 @@ RunOutputs make_outputs(const Options& o, OutputInputs in) {
   if (!f.log_jsonl.empty() && in.world.rank() == in.world.size() - 1)  // (Megatron's print_rank_last)
     out.jsonl = std::make_unique<observe::JsonLinesLog>(
         f.log_jsonl, std::move(in.facts), resumes, [print](const std::string& note) { print("pretrain_llama | " + note); });
+  // --downstream-eval's scores go to the outputs that show them (the text log prints on the last rank, as the
+  // validation lines; TensorBoard and the JSON-lines log exist only there).
+  std::vector<TrainObserver*> shown = {out.text.get(), out.tensorboard, out.jsonl.get()};
+  out.downstream = make_downstream_eval(
+      o, in.setup.mc,
+      [shown](const log::DownstreamEvalRecord& r) {
+        for (TrainObserver* t : shown)
+          if (t != nullptr) t->on_downstream_eval(r);
+      },
+      [print](const std::string& note) { print("pretrain_llama | " + note); });
   return out;
 }
 
@@ -93,7 +103,7 @@ std::vector<TrainObserver*> RunOutputs::list() const {
   std::vector<TrainObserver*> all;
   for (TrainObserver* o : std::initializer_list<TrainObserver*>{stop.get(), checkpoints.get(), text.get(),
                                                                 quant_stats.get(), roofline.get(), profiler.get(),
-                                                                tensorboard, jsonl.get()})
+                                                                tensorboard, jsonl.get(), downstream.get()})
     if (o != nullptr) all.push_back(o);
   return all;
 }

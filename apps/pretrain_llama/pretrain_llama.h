@@ -20,6 +20,7 @@
 #include "model/memory_plan.h"
 #include "model/precision_plan.h"
 #include "observe/checkpointer.h"
+#include "observe/downstream_eval.h"
 #include "observe/jsonl_log.h"
 #include "observe/megatron_text_log.h"
 #include "observe/profiler_window.h"
@@ -48,6 +49,7 @@ struct OutputOptions {
   observe::ProfileConfig profile;            // --profile, --profile-step-start/-end, --profile-ranks
   observe::TensorBoardConfig tensorboard;    // --tensorboard-dir and its companions (flags_tensorboard.cpp)
   std::string log_jsonl;                     // --log-jsonl FILE
+  observe::DownstreamEvalConfig downstream;  // --downstream-eval and its companions (flags_downstream.cpp)
 };
 
 struct Options {
@@ -134,6 +136,13 @@ std::string lora_banner_line(const ModelConfig& mc, const LoraConfig& c);
 void add_recompute_flags(CLI::App& app, Options& o);
 void validate_recompute_flags(const Options& o, const CLI::App& app);
 RecomputeConfig recompute_config_of(const Options& o, const ModelConfig& mc);
+// flags_downstream.cpp (issue 43): --downstream-eval and its companions; the observer they make (null without
+// them), its tasks read and its tokenizer found (the training data's record) at once.
+void add_downstream_flags(CLI::App& app, Options& o);
+void validate_downstream_flags(const Options& o, const CLI::App& app);
+std::unique_ptr<observe::DownstreamEval> make_downstream_eval(const Options& o, const ModelConfig& mc,
+                                                              observe::DownstreamEval::Publish publish,
+                                                              log::NoteFn note);
 // flags_tensorboard.cpp: --tensorboard-dir and its companions.
 void add_tensorboard_flags(CLI::App& app, Options& o);
 void validate_tensorboard_flags(const Options& o, const CLI::App& app);
@@ -192,6 +201,7 @@ struct RunOutputs {
   std::unique_ptr<observe::ProfilerWindow> profiler;      // --profile
   observe::TensorBoardLog* tensorboard = nullptr;         // --tensorboard-dir (the last rank; made at start-up)
   std::unique_ptr<observe::JsonLinesLog> jsonl;           // --log-jsonl (the last rank)
+  std::unique_ptr<observe::DownstreamEval> downstream;    // --downstream-eval (every rank: each scores a shard)
   std::vector<TrainObserver*> list() const;
 };
 // What the outputs are made of, besides the flags.

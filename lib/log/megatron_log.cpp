@@ -149,6 +149,20 @@ std::array<std::string, 3> validation_lines(const std::string& prefix, double lm
   return {rule, line, rule};
 }
 
+std::vector<std::string> downstream_eval_lines(const DownstreamEvalRecord& r) {
+  const auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.4f}", v) : std::string("nan"); };
+  std::vector<std::string> lines;
+  for (const DownstreamTaskScore& t : r.tasks) {
+    std::string line = fmt::format(" downstream eval at iteration {} | {} | acc: {} | acc_stderr: {} | ", r.iteration,
+                                   t.task, num(t.acc), num(t.acc_stderr));
+    if (t.has_acc_norm) line += fmt::format("acc_norm: {} | acc_norm_stderr: {} | ", num(t.acc_norm), num(t.acc_norm_stderr));
+    line += fmt::format("documents: {} | {}-shot | forward: {} | {:.1f} s | ", t.documents, t.num_fewshot, r.forward,
+                        r.seconds);
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 std::vector<std::string> timer_lines(std::span<const TimerReading> timers, const std::string& option) {
   std::vector<TimerOverRanks> one;
   for (const TimerReading& t : timers) one.push_back({t.name, {{0, t.ms}}});

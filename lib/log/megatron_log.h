@@ -30,6 +30,9 @@ std::string final_memory_line(const MemoryStats& s);
 // test set" after training:
 //   " validation loss at iteration 25 | lm loss value: 4.123456E+00 | lm loss PPL: 6.173456E+01 | "
 // PPL = exp(min(20, loss)).
+// --downstream-eval (issue 43): one line per task, " downstream eval at iteration N | TASK | acc: 0.2800 | acc_stderr:
+// 0.0318 | acc_norm: ... | documents: 200 | 0-shot | forward: ... |" (acc_norm only where lm-eval reports it).
+std::vector<std::string> downstream_eval_lines(const DownstreamEvalRecord& r);
 std::array<std::string, 3> validation_lines(const std::string& prefix, double lm_loss);
 // Megatron's theoretical_memory_utils lines, one string with '\n' between them.
 std::string parameter_lines(double transformer_params, double embedding_params, double bytes_per_param);

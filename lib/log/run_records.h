@@ -78,6 +78,23 @@ struct EvalRecord {
   double lm_loss = 0.0;          // the token-weighted mean over eval_iters global batches
 };
 
+// One downstream evaluation (--downstream-eval, issue 43): each task's lm-eval accuracies at an iteration
+// (lib/eval: multiple-choice scoring as lm-evaluation-harness 0.4).
+struct DownstreamTaskScore {
+  std::string task, format;  // the file's stem; hellaswag, arc, piqa, winogrande, mmlu, generic
+  int64_t documents = 0, num_fewshot = 0;
+  bool has_acc_norm = false;  // lm-eval reports acc_norm for this format
+  double acc = 0.0, acc_stderr = 0.0, acc_norm = 0.0, acc_norm_stderr = 0.0;  // stderr NaN below 2 documents
+};
+struct DownstreamEvalRecord {
+  int64_t iteration = 0;
+  int64_t consumed_samples = 0;
+  bool after_training = false;  // the run's last iteration
+  std::string forward;          // how the scores were computed ("bf16 (every linear in BF16)")
+  double seconds = 0.0;         // the evaluation's wall time (outside the iteration's time)
+  std::vector<DownstreamTaskScore> tasks;
+};
+
 // Why a run stops: --train-iters reached, or earlier after the iteration an observer chose.
 enum class StopCause { TrainIters, ExitInterval, Signal, ExitDuration, Observer };
 const char* stop_cause_name(StopCause c);  // "train_iters", "exit_interval", "signal", "exit_duration", "observer"

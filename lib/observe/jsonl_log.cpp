@@ -91,6 +91,27 @@ Json eval_json(const log::EvalRecord& e) {
               {"ppl", number(std::exp(std::min(20.0, e.lm_loss)))}};
 }
 
+Json downstream_eval_json(const log::DownstreamEvalRecord& r, const log::DownstreamTaskScore& t) {
+  Json j{{"event", "eval"},
+         {"iteration", r.iteration},
+         {"consumed_samples", r.consumed_samples},
+         {"split", "downstream"},
+         {"after_training", r.after_training},
+         {"task", t.task},
+         {"format", t.format},
+         {"documents", t.documents},
+         {"num_fewshot", t.num_fewshot},
+         {"forward", r.forward},
+         {"acc", number(t.acc)},
+         {"acc_stderr", number(t.acc_stderr)}};
+  if (t.has_acc_norm) {
+    j["acc_norm"] = number(t.acc_norm);
+    j["acc_norm_stderr"] = number(t.acc_norm_stderr);
+  }
+  j["seconds"] = number(r.seconds);
+  return j;
+}
+
 Json end_json(const log::RunEnd& e) {
   Json j{{"event", "end"},
          {"first_iteration", e.first_iteration},
@@ -178,6 +199,10 @@ void JsonLinesLog::write(const Json& line) {
 void JsonLinesLog::on_iteration(const log::IterationRecord& it) { write(iteration_json(it)); }
 void JsonLinesLog::on_interval(const log::IntervalRecord& r) { write(interval_json(r)); }
 void JsonLinesLog::on_eval(const log::EvalRecord& e) { write(eval_json(e)); }
+
+void JsonLinesLog::on_downstream_eval(const log::DownstreamEvalRecord& r) {
+  for (const log::DownstreamTaskScore& t : r.tasks) write(downstream_eval_json(r, t));
+}
 
 void JsonLinesLog::on_end(const log::RunEnd& e) {
   write(end_json(e));

@@ -38,6 +38,7 @@ class JsonLinesLog : public TrainObserver {
   void on_iteration(const log::IterationRecord& it) override;
   void on_interval(const log::IntervalRecord& r) override;
   void on_eval(const log::EvalRecord& e) override;
+  void on_downstream_eval(const log::DownstreamEvalRecord& r) override;
   void on_end(const log::RunEnd& e) override;
 
  private:
@@ -54,6 +55,8 @@ class JsonLinesLog : public TrainObserver {
 nlohmann::ordered_json iteration_json(const log::IterationRecord& it);
 nlohmann::ordered_json interval_json(const log::IntervalRecord& r);
 nlohmann::ordered_json eval_json(const log::EvalRecord& e);
+// --downstream-eval: one "eval" line per task, split "downstream", with the task's lm-eval accuracies.
+nlohmann::ordered_json downstream_eval_json(const log::DownstreamEvalRecord& r, const log::DownstreamTaskScore& t);
 nlohmann::ordered_json end_json(const log::RunEnd& e);
 nlohmann::ordered_json memory_json(const MemoryStats& m);
 // The start line's "gemms": how each GEMM format runs (backend/device_info.h gemm_paths).

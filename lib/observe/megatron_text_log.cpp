@@ -61,6 +61,11 @@ void MegatronTextLog::on_eval(const log::EvalRecord& e) {
   for (const std::string& line : log::validation_lines(prefix, e.lm_loss)) print_last(line);
 }
 
+// --downstream-eval: one line per task (the last rank, as the validation lines).
+void MegatronTextLog::on_downstream_eval(const log::DownstreamEvalRecord& r) {
+  for (const std::string& line : log::downstream_eval_lines(r)) print_last(line);
+}
+
 // After the iteration's checkpoint: Megatron's line for a signal stop (its DistributedSignalHandler) and its
 // print_datetime line for --exit-duration-in-mins.
 void MegatronTextLog::on_iteration_end(const IterationEnd& e, TrainerAccess&) {

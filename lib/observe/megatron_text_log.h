@@ -20,6 +20,7 @@ class MegatronTextLog : public TrainObserver {
   void on_start(const RunStart& s, TrainerAccess&) override;
   void on_interval(const log::IntervalRecord& r) override;
   void on_eval(const log::EvalRecord& e) override;
+  void on_downstream_eval(const log::DownstreamEvalRecord& r) override;
   // A global batch whose every label is masked is said once (its loss prints as 0, its gradients are zero).
   void on_iteration(const log::IterationRecord& it) override;
   void on_iteration_end(const IterationEnd& e, TrainerAccess&) override;

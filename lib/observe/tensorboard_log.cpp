@@ -69,6 +69,16 @@ void TensorBoardLog::on_eval(const log::EvalRecord& e) {
   writer_.flush();
 }
 
+// --downstream-eval: "downstream/<task>/acc" (and acc_norm where reported), with their "vs samples".
+void TensorBoardLog::on_downstream_eval(const log::DownstreamEvalRecord& r) {
+  reached_a_record_ = true;
+  for (const log::DownstreamTaskScore& t : r.tasks) {
+    pair("downstream/" + t.task + "/acc", t.acc, r.iteration, r.consumed_samples);
+    if (t.has_acc_norm) pair("downstream/" + t.task + "/acc_norm", t.acc_norm, r.iteration, r.consumed_samples);
+  }
+  writer_.flush();
+}
+
 void TensorBoardLog::on_end(const log::RunEnd&) {
   reached_a_record_ = true;
   const std::string summary = close();

@@ -59,6 +59,7 @@ class TensorBoardLog : public TrainObserver {
   void on_iteration(const log::IterationRecord& it) override;
   void on_interval(const log::IntervalRecord& r) override;
   void on_eval(const log::EvalRecord& e) override;
+  void on_downstream_eval(const log::DownstreamEvalRecord& r) override;
   void on_end(const log::RunEnd&) override;
   // Closes the file and returns its summary ("tensorboard: N scalars written to FILE[, M dropped]").
   std::string close(double timeout_s = 10.0);

@@ -80,6 +80,9 @@ class TrainObserver {
   virtual void on_iteration(const log::IterationRecord&) {}
   virtual void on_interval(const log::IntervalRecord&) {}
   virtual void on_eval(const log::EvalRecord&) {}
+  // --downstream-eval's scores (issue 43): published by observe/downstream_eval's observer from its
+  // on_iteration_end to the outputs that show them (the app wires it; the trainer never calls this).
+  virtual void on_downstream_eval(const log::DownstreamEvalRecord&) {}
   // A request makes this iteration the last: its checkpoint is saved (last = true) and the evaluations
   // after training are skipped, as Megatron's exits. May throw pl::Error to end the run with an error.
   virtual log::StopRequest stop_requested(const log::IterationRecord&) { return {}; }
