@@ -74,12 +74,13 @@ McDoc one_context(std::string context, std::vector<std::string> choices, int gol
 }
 
 McDoc hellaswag_doc(const Json& j, const Where& w) {
-  const std::string ctx = string_field(j, "ctx_a", w) + " " + python_capitalize(string_field(j, "ctx_b", w));
+  const std::string label = string_field(j, "activity_label", w);  // (read in order: a missing field is the first)
+  const std::string ctx_a = string_field(j, "ctx_a", w);
+  const std::string ctx = ctx_a + " " + python_capitalize(string_field(j, "ctx_b", w));
   std::vector<std::string> endings = string_list(field(j, "endings", w), "endings", w);
   for (std::string& e : endings) e = hellaswag_preprocess(e);
   const int gold = index_field(field(j, "label", w), "label", endings.size(), w);
-  return one_context(hellaswag_preprocess(string_field(j, "activity_label", w) + ": " + ctx), std::move(endings), gold,
-                     w.line);
+  return one_context(hellaswag_preprocess(label + ": " + ctx), std::move(endings), gold, w.line);
 }
 
 // ARC: the Hugging Face layout (question a string, choices {text, label}) or the original one (question {stem,
