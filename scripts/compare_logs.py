@@ -83,10 +83,15 @@ how the columns are computed:
                  iteration; JSON-lines: the "eval" events of split "validation", likewise) within the
                  compared iterations; val gap: relative to the first log's at the same iteration;
                  blank when there is none
+  downstream     pretrain_llama --downstream-eval's accuracies (text: 'downstream eval at iteration N |
+                 TASK | acc: X |' lines; JSON-lines: "eval" events of split "downstream"): a second table
+                 with each log's last acc and acc_norm per task and the iteration they are from
 """
 
 ITER_RE = re.compile(r"\biteration\s+(\d+)\s*/\s*(\d+)\s*\|")
 STEP_TIME_RE = re.compile(r"Step Time\s*:\s*([-+0-9.eE]+|nan|inf)s\s+GPU utilization:\s*([-+0-9.eE]+|nan|inf)\s*MODEL_TFLOP")
+# --downstream-eval's line (issue 43): " downstream eval at iteration N | TASK | acc: X | ... [acc_norm: Y | ...]".
+DOWNSTREAM_RE = re.compile(r"downstream eval at iteration (\d+) \| (\S+) \| acc: (\S+) \|(?:.*?\| acc_norm: (\S+) \|)?")
 VALID_RE = re.compile(r"validation loss at (?:iteration\s+(\d+))(.*?)\|\s*lm loss value:\s*(\S+)\s*\|")
 SEQ_RES = [
     (re.compile(r"pretrain_llama \| training: .*? x (\d+) tokens"), "banner"),
@@ -130,6 +135,7 @@ class Log:
         self.flops = []      # FLOPs per iteration per GPU (nan when unknown)
         self.gbs = []        # global batch size
         self.valid = {}      # iteration -> validation lm loss
+        self.downstream = {}  # task -> (iteration, acc, acc_norm or nan) of its last --downstream-eval
         self.seq_length = None
         self.world_size = None
         self.summary = None  # (mean step s, TFLOP/s/GPU, tokens/s) of pretrain_llama's summary line
@@ -210,6 +216,11 @@ def parse_log(path, data=None):
         m = STEP_TIME_RE.search(line)
         if m:
             pending_tflops = to_float(m.group(2))
+            continue
+        m = DOWNSTREAM_RE.search(line)
+        if m:
+            log.downstream[m.group(2)] = (int(m.group(1)), to_float(m.group(3)),
+                                          to_float(m.group(4)) if m.group(4) else math.nan)
             continue
         m = VALID_RE.search(line)
         if m:
@@ -435,7 +446,30 @@ def analyse(logs, seq_option, gpus_option, np):
     lines.append(fmt_row(header).rstrip())
     lines.append("  ".join("-" * w for w in widths))
     lines.extend(fmt_row(r).rstrip() for r in rows)
+    lines.extend(downstream_table(logs))
     return "\n".join(lines) + "\n"
+
+
+def downstream_table(logs):
+    """The last --downstream-eval accuracies of each log (its own last iteration per task), when any log has them."""
+    tasks = sorted({t for log in logs for t in log.downstream})
+    if not tasks:
+        return []
+    header = ["log"]
+    for t in tasks:
+        header += [f"{t} acc", f"{t} acc_norm", "at"]
+    rows = []
+    for log in logs:
+        row = [log.label]
+        for t in tasks:
+            it, acc, norm = log.downstream.get(t, (None, math.nan, math.nan))
+            row += [fmt_num(acc, ".4f") if math.isfinite(acc) else "-",
+                    fmt_num(norm, ".4f") if math.isfinite(norm) else "-", "-" if it is None else str(it)]
+        rows.append(row)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    fmt_row = lambda r: "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+    return ["", "downstream accuracy (the last --downstream-eval of each log; 'at': its iteration):",
+            fmt_row(header).rstrip(), "  ".join("-" * w for w in widths)] + [fmt_row(r).rstrip() for r in rows]
 
 
 def table_row(log, ref):

@@ -207,7 +207,7 @@ def parse_jsonl(log, data, path, error):
     step time (elapsed_ms), lm_loss (null: nan) and FLOPs (its tflops x its time); the sequence length from
     the first "start" event's training.seq_length and the GPUs from its world_size; the validation losses
     from the "eval" events of the validation split (a later one at the same iteration wins: the
-    after-training value); the last "end" event stands for the summary line (mean step time, TFLOP/s,
+    after-training value), the downstream accuracies from those of split "downstream" (each task's last); the last "end" event stands for the summary line (mean step time, TFLOP/s,
     tokens/s, at full precision), so the TFLOP/s column is computed as for the text log."""
     run = jsonl_log.Run(path, jsonl_log.parse_events(data, path, error))
     num = jsonl_log.number
@@ -218,6 +218,8 @@ def parse_jsonl(log, data, path, error):
     for e in run.evals:
         if e.get("split") == "validation" and jsonl_log.is_count(e.get("iteration")):
             log.valid[e["iteration"]] = num(e.get("lm_loss"))
+        elif e.get("split") == "downstream" and jsonl_log.is_count(e.get("iteration")) and isinstance(e.get("task"), str):
+            log.downstream[e["task"]] = (e["iteration"], num(e.get("acc")), num(e.get("acc_norm")))
     if run.starts:
         seq = jsonl_log.value(run.starts[0], "training.seq_length")
         world = run.starts[0].get("world_size")

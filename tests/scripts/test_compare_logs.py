@@ -296,6 +296,23 @@ class MegatronLogs(unittest.TestCase):
         self.assertEqual(br[NONFINITE], "2")  # 'lm loss: nan' and the line without a loss
         self.assertEqual(len(br), NONFINITE + 1)  # no validation loss: blank
 
+    def test_downstream_table(self):
+        # pretrain_llama --downstream-eval lines (issue 43): each log's last accuracies per task, acc_norm where given.
+        line = (" downstream eval at iteration {it} | {task} | acc: {acc} | acc_stderr: 0.0300 | {norm}documents: 200 | "
+                "0-shot | forward: bf16 | 0.2 s | \n")
+        a = self.write("a.log", MEGATRON_LM + line.format(it=3, task="hs", acc="0.2500", norm="acc_norm: 0.2600 | ")
+                       + line.format(it=5, task="hs", acc="0.3100", norm="acc_norm: 0.3300 | ")
+                       + line.format(it=5, task="wg", acc="0.5100", norm=""))
+        b = self.write("b.log", MEGATRON_LM + line.format(it=5, task="hs", acc="0.2900", norm="acc_norm: 0.3000 | "))
+        rc, out, err = compare(a, b, "--seq-length", "2048")
+        self.assertEqual(rc, 0, err)
+        tail = out[out.index("downstream accuracy"):].splitlines()
+        self.assertEqual(tail[1].split(), ["log", "hs", "acc", "hs", "acc_norm", "at", "wg", "acc", "wg", "acc_norm", "at"])
+        self.assertEqual(tail[3].split(), ["a.log", "0.3100", "0.3300", "5", "0.5100", "-", "5"])
+        self.assertEqual(tail[4].split(), ["b.log", "0.2900", "0.3000", "5", "-", "-", "-"])
+        rc, out, err = compare(self.mlm, self.bridge, "--seq-length", "2048")
+        self.assertNotIn("downstream", out)  # no table without the lines
+
     def test_no_seq_length(self):
         rc, out, err = compare(self.mlm, self.bridge)
         self.assertEqual(rc, 0, err)
