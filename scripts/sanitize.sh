@@ -65,8 +65,10 @@ echo "sanitize: built $build in $((built - start)) s"
 # offload path runs in OptimizerCpuOffload.CheckpointsResume* and PrecisionAwareOptimizer.Bf16MainGrads*.
 # StreamingCli.ImportAndMergeHoldATensorNotTheModel measures memory (not under ASan: its quarantine keeps freed
 # buffers resident) on a 65 M-parameter model; its streaming paths run in ConvertCheckpoint.* and LoraCli.*.
+# EvaluateCli.APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt trains 300 iterations to learn its pattern
+# (9 s here); its scoring, export and LoRA paths run in EvalScoring.* and the other EvaluateCli tests.
 scripts='NvfpStudy\.smoke|Sweep\.script|CompareLogs\.python|RooflinePlot\.python|Roofline\.run|Scripts\.hostile_input'
-repeats='StreamingCli\.ImportAndMergeHoldATensorNotTheModel|DataParallel\.train_np3|DataParallel\.train_np2_two_micro_batches|OptimizerCpuOffload\.OffloadedRunsAreBitIdenticalToOnDeviceRuns'
+repeats='StreamingCli\.ImportAndMergeHoldATensorNotTheModel|EvaluateCli\.APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt|DataParallel\.train_np3|DataParallel\.train_np2_two_micro_batches|OptimizerCpuOffload\.OffloadedRunsAreBitIdenticalToOnDeviceRuns'
 slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall|TrainRecipes\.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16|SignalStop\.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically|EndToEnd\.ThirtyIterationsOfLlamaTinyInMegatronFormat|EndToEndData\.PreprocessTheSampleCorpusTrainAndValidate|'"$scripts|$repeats"')$'
 # Tests whose processes run under mpirun (Open MPI): its libraries and the components it dlopen()s and
 # dlclose()s keep state until exit that LeakSanitizer reports as leaks, with frames in unloaded modules
