@@ -175,8 +175,7 @@ void write_outputs(const Options& o, const std::vector<eval::PreparedTask>& task
   }
 }
 
-int run(int argc, char** argv) {
-  parallel::World world(argc, argv);
+int run(const parallel::World& world, int argc, char** argv) {
   Options o;
   if (const std::optional<int> rc = parse(argc, argv, o)) return *rc;
   const auto t0 = std::chrono::steady_clock::now();
@@ -239,6 +238,23 @@ int run(int argc, char** argv) {
   return 0;
 }
 
+// Under MPI an error on one rank ends every rank (its line names the rank; MPI_Abort), so none waits in the
+// scores' reduction; one rank: the usual one line and exit code (app_main.h).
+int run_rank(int argc, char** argv) {
+  const parallel::World world(argc, argv);
+  if (world.size() == 1) return run(world, argc, argv);
+  const std::string who = fmt::format("evaluate (rank {} of {})", world.rank(), world.size());
+  try {
+    return run(world, argc, argv);
+  } catch (const pl::Error& e) {
+    app::print_error_line(who.c_str(), "error", e.what());
+    world.abort(1);
+  } catch (const std::exception& e) {
+    app::print_error_line(who.c_str(), "internal error", e.what());
+    world.abort(3);
+  }
+}
+
 }  // namespace
 
-int main(int argc, char** argv) { return pl::app::guarded_main("evaluate", run, argc, argv); }
+int main(int argc, char** argv) { return pl::app::guarded_main("evaluate", run_rank, argc, argv); }

@@ -74,7 +74,7 @@ slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSma
 # dlclose()s keep state until exit that LeakSanitizer reports as leaks, with frames in unloaded modules
 # that no suppression can name. They run in a second pass with leak detection off (ASan's memory errors
 # and UBSan still abort them); every other test runs with leak detection on.
-mpi='^(Dist|DataParallel|DataParallelCli)\.'
+mpi='^((Dist|DataParallel|DataParallelCli)\.|EvaluateCli\.TwoRanks)'
 
 # abort_on_error: a report ends the process by SIGABRT (a test cannot mistake it for a clean exit code).
 # UBSan: a report is fatal and names its stack.

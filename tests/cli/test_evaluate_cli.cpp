@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -134,6 +135,40 @@ TEST(EvaluateCli, APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt) {
   const ProcessResult le = pl::test::run_process(kEvaluate, {"--load", lora, "--task", p.task, "--limit", "20"}, 300.0);
   ASSERT_EQ(le.exit_code, 0) << le.err;
   EXPECT_NE(le.err.find("LoRA dim 4 over its base hf " + hf), std::string::npos) << le.err;
+}
+
+std::vector<std::string> mpirun_flags() {
+  std::vector<std::string> flags;
+  std::stringstream in(PL_MPIRUN_FLAGS);
+  for (std::string f; std::getline(in, f, '|');)  // tests/CMakeLists.txt joins the CMake list with '|'
+    if (!f.empty()) flags.push_back(f);
+  return flags;
+}
+
+// Two MPI ranks each score every other document and reduce: the same results file as one rank.
+TEST(EvaluateCli, TwoRanksScoreHalvesAndReduceToTheOneRankResults) {
+  const std::string mpirun = PL_MPIRUN;
+  if (mpirun.empty()) GTEST_SKIP() << "built without MPI (scripts/setup.sh installs OpenMPI; reconfigure)";
+  TempDir dir;
+  const Pattern p = make_pattern(dir);
+  const std::string ck = (dir.path() / "ck").string();
+  ASSERT_EQ(pl::test::run_process(kApp, train_args(p, "20", {"--disable-fp4", "--save", ck}), 120.0).exit_code, 0);
+  const std::string one = (dir.path() / "one.json").string(), two = (dir.path() / "two.json").string();
+  const std::vector<std::string> args = {"--load", ck, "--task", p.task, "--limit", "41"};
+  std::vector<std::string> a1 = args, a2 = mpirun_flags();
+  a1.insert(a1.end(), {"--output", one});
+  a2.insert(a2.end(), {"-x", "OMP_NUM_THREADS=1", "-np", "2", kEvaluate});
+  a2.insert(a2.end(), args.begin(), args.end());
+  a2.insert(a2.end(), {"--output", two});
+  const ProcessResult r1 = pl::test::run_process(kEvaluate, a1, 120.0);
+  const ProcessResult r2 = pl::test::run_process(mpirun, a2, 300.0);
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  ASSERT_EQ(r2.exit_code, 0) << r2.err;
+  EXPECT_NE(r2.err.find("x 2 ranks"), std::string::npos) << r2.err;
+  nlohmann::json j1 = nlohmann::json::parse(pl::test::read_text_file(one));
+  nlohmann::json j2 = nlohmann::json::parse(pl::test::read_text_file(two));
+  EXPECT_EQ(j1["results"], j2["results"]);
+  EXPECT_EQ(j1["n-samples"], j2["n-samples"]);
 }
 
 std::vector<double> losses_of(const std::string& out) {
