@@ -48,7 +48,6 @@ void validate_downstream_flags(const Options& o, const CLI::App& app) {
 }
 
 std::unique_ptr<observe::DownstreamEval> make_downstream_eval(const Options& o, const ModelConfig& mc,
-                                                              observe::DownstreamEval::Publish publish,
                                                               log::NoteFn note) {
   observe::DownstreamEvalConfig d = o.outputs.downstream;
   if (d.tasks.empty()) return nullptr;
@@ -60,7 +59,7 @@ std::unique_ptr<observe::DownstreamEval> make_downstream_eval(const Options& o, 
   PL_CHECK(rec.has_value(), "--downstream-eval needs the tokenizer of the training data: {} has no {}", prefix,
            data::tokenizer_record_path(prefix));
   const std::unique_ptr<data::Tokenizer> tok = data::make_tokenizer(rec->type, rec->model_path);
-  return std::make_unique<observe::DownstreamEval>(std::move(d), *tok, mc, std::move(publish), std::move(note));
+  return std::make_unique<observe::DownstreamEval>(std::move(d), *tok, mc, std::move(note));
 }
 
 }  // namespace pl::pretrain

@@ -209,7 +209,12 @@ int build_and_train(const RunInputs& in) {
   // The machine's ceilings once the checkpoint and the data are known good (a start that fails on them writes
   // no cache), and before the arena takes the device's memory (the probe's operands are freed by then).
   auto ceilings = roofline_ceilings(o, setup, ctx, world, out);
-  if (device == Device::CUDA) reserve_device_arena(device, mem.total() + kArenaSlack);
+  // --downstream-eval: its tasks read now (a bad file fails before the model is built) and its evaluation model
+  // planned into the arena beside the trainer's.
+  std::unique_ptr<observe::DownstreamEval> downstream = make_downstream_eval(
+      o, mc, [lines = in.lines](const std::string& note) { lines->info("pretrain_llama | {}", note); });
+  const double eval_bytes = downstream ? downstream->planned_bytes(device, device_sm(ctx)) : 0.0;
+  if (device == Device::CUDA) reserve_device_arena(device, mem.total() + eval_bytes + kArenaSlack);
 
   RunLayout layout = mopt;
   layout.packing = data::document_packing(dataset, mopt.packing);  // the data's EOD id (or a one-line error)
@@ -228,7 +233,8 @@ int build_and_train(const RunInputs& in) {
   RunFacts facts{setup, o, ctx, mem, dataset.summary(), std::vector<std::string>(in.argv, in.argv + in.argc)};
   return train(in, model, dataset, *comm,
                OutputInputs{world, setup, in.lines, std::move(in.save_lock), in.tensorboard, std::move(ckpt),
-                            std::move(ceilings), run_facts(facts), facts.command_line, std::move(algorithms)});
+                            std::move(ceilings), run_facts(facts), facts.command_line, std::move(algorithms),
+                            std::move(downstream)});
 }
 
 int run(const parallel::World& world, int argc, char** argv) {

@@ -89,13 +89,12 @@ RunOutputs make_outputs(const Options& o, OutputInputs in) {
   // --downstream-eval's scores go to the outputs that show them (the text log prints on the last rank, as the
   // validation lines; TensorBoard and the JSON-lines log exist only there).
   std::vector<TrainObserver*> shown = {out.text.get(), out.tensorboard, out.jsonl.get()};
-  out.downstream = make_downstream_eval(
-      o, in.setup.mc,
-      [shown](const log::DownstreamEvalRecord& r) {
-        for (TrainObserver* t : shown)
-          if (t != nullptr) t->on_downstream_eval(r);
-      },
-      [print](const std::string& note) { print("pretrain_llama | " + note); });
+  out.downstream = std::move(in.downstream);
+  if (out.downstream)
+    out.downstream->set_publish([shown](const log::DownstreamEvalRecord& r) {
+      for (TrainObserver* t : shown)
+        if (t != nullptr) t->on_downstream_eval(r);
+    });
   return out;
 }
 

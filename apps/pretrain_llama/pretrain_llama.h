@@ -137,11 +137,11 @@ void add_recompute_flags(CLI::App& app, Options& o);
 void validate_recompute_flags(const Options& o, const CLI::App& app);
 RecomputeConfig recompute_config_of(const Options& o, const ModelConfig& mc);
 // flags_downstream.cpp (issue 43): --downstream-eval and its companions; the observer they make (null without
-// them), its tasks read and its tokenizer found (the training data's record) at once.
+// them), its tasks read and its tokenizer found (the training data's record) at once, before the device arena is
+// reserved (its evaluation model is planned into it: main.cpp); make_outputs wires where its scores go.
 void add_downstream_flags(CLI::App& app, Options& o);
 void validate_downstream_flags(const Options& o, const CLI::App& app);
 std::unique_ptr<observe::DownstreamEval> make_downstream_eval(const Options& o, const ModelConfig& mc,
-                                                              observe::DownstreamEval::Publish publish,
                                                               log::NoteFn note);
 // flags_tensorboard.cpp: --tensorboard-dir and its companions.
 void add_tensorboard_flags(CLI::App& app, Options& o);
@@ -216,6 +216,7 @@ struct OutputInputs {
   nlohmann::ordered_json facts;                     // the banner's (run_facts)
   std::vector<std::string> command_line;
   GemmAlgorithms gemm_algorithms;                   // choose_gemm_algorithms's, for the checkpoints
+  std::unique_ptr<observe::DownstreamEval> downstream;  // --downstream-eval's (made before the arena)
 };
 RunOutputs make_outputs(const Options& o, OutputInputs in);
 // --exit-signal-handler (on by default with --save): SIGTERM/SIGINT handlers installed now; the flag they set

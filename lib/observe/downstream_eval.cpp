@@ -42,17 +42,26 @@ void copy_weights(const LlamaModel& from, LlamaModel& to) {
 }  // namespace
 
 DownstreamEval::DownstreamEval(DownstreamEvalConfig cfg, const data::Tokenizer& tok, const ModelConfig& mc,
-                               Publish publish, log::NoteFn note)
-    : cfg_(std::move(cfg)), publish_(std::move(publish)), note_(std::move(note)) {
+                               log::NoteFn note)
+    : cfg_(std::move(cfg)), note_(std::move(note)), mc_(mc) {
   std::map<std::string, int> seen;
+  int64_t most_choices = 1;
   for (const std::string& spec : cfg_.tasks) {
     tasks_.push_back(eval::prepare_task({spec, cfg_.fewshot_file, cfg_.num_fewshot, cfg_.limit, 1234}, tok,
                                         {false, mc.max_position_embeddings}));
     const int k = ++seen[tasks_.back().name];
     if (k > 1) tasks_.back().name += fmt::format("_{}", k);
     for (const eval::McDoc& d : tasks_.back().file.docs)
-      most_choices_ = std::max<int64_t>(most_choices_, static_cast<int64_t>(d.choices.size()));
+      most_choices = std::max<int64_t>(most_choices, static_cast<int64_t>(d.choices.size()));
   }
+  rows_ = cfg_.batch_size > 0 ? cfg_.batch_size : most_choices;
+  longest_ = eval::longest_request(tasks_);
+}
+
+double DownstreamEval::planned_bytes(Device device, int sm) const {
+  RunLayout layout;
+  layout.lora = no_adapters();
+  return plan_memory(mc_, rows_, longest_, device, bf16_plan(mc_), layout, sm).total();
 }
 
 DownstreamEval::~DownstreamEval() = default;
@@ -71,9 +80,7 @@ std::string DownstreamEval::describe() const {
 void DownstreamEval::on_start(const RunStart& s, TrainerAccess& trainer) {
   world_ = &s.world;
   const LlamaModel& m = trainer.model();
-  model_ = eval::make_eval_model(m.config(), bf16_plan(m.config()), nullptr,
-                                 cfg_.batch_size > 0 ? cfg_.batch_size : most_choices_, eval::longest_request(tasks_),
-                                 m.context());
+  model_ = eval::make_eval_model(m.config(), bf16_plan(m.config()), nullptr, rows_, longest_, m.context());
   if (note_)
     note_(fmt::format("{} | its model: {} rows x {} positions, {:.3f} GB", describe(), model_->micro_batch(),
                       model_->seq_length(), model_->memory_plan().total() / 1e9));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/tensor.h"
 #include "data/tokenizer.h"
 #include "eval/harness.h"
 #include "log/run_records.h"
@@ -35,8 +36,11 @@ class DownstreamEval : public TrainObserver {
  public:
   using Publish = std::function<void(const log::DownstreamEvalRecord&)>;
   // Reads the tasks and builds their requests now (a bad file is a one-line error before the run starts).
-  DownstreamEval(DownstreamEvalConfig cfg, const data::Tokenizer& tok, const ModelConfig& mc, Publish publish,
-                 log::NoteFn note);
+  DownstreamEval(DownstreamEvalConfig cfg, const data::Tokenizer& tok, const ModelConfig& mc, log::NoteFn note);
+  // Where the scores go (the app wires it once the outputs exist).
+  void set_publish(Publish publish) { publish_ = std::move(publish); }
+  // The device memory of its evaluation model (the plan's; a GPU's arena must hold it beside the trainer's).
+  double planned_bytes(Device device, int sm) const;
   ~DownstreamEval() override;
   // What the start-up line says: the tasks, their documents and requests, when it runs.
   std::string describe() const;
@@ -52,7 +56,8 @@ class DownstreamEval : public TrainObserver {
   log::NoteFn note_;
   const parallel::World* world_ = nullptr;
   std::unique_ptr<LlamaModel> model_;
-  int64_t most_choices_ = 1, last_evaluated_ = -1;
+  ModelConfig mc_;
+  int64_t rows_ = 1, longest_ = 1, last_evaluated_ = -1;
 };
 
 }  // namespace pl::observe
