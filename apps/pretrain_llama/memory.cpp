@@ -174,6 +174,10 @@ void print_dry_run(const RunSetup& s, const Options& o, const Logger& out) {
             pc.total() * kWeightAndOptimizerBytesPerParam / 1048576.0,
             pc.total() - static_cast<double>(s.mc.num_parameters()));
   print_plan_details(s, o, mem, mopt, planned, out);
+  if (const std::unique_ptr<observe::DownstreamEval> d = make_downstream_eval(o, s.mc, {}))
+    out->info("pretrain_llama | memory --downstream-eval's evaluation model: {:.3f} GB beyond the plan above (its BF16 "
+              "weights and one batch of its requests; the run reserves it beside the plan; not in the fit table)",
+              d->planned_bytes(planned, 0) / 1e9);
   FitRequest req{&s.mc, t.micro_batch_size, t.seq_length, &s.plan, run_layout(o, s),
                  t.use_precision_aware_optimizer, o.fp8_param_gather};
   const std::vector<std::pair<std::string, PrecisionPlan>> lighter = lighter_bases(s, t, req.options);
