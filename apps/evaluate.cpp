@@ -29,6 +29,7 @@
 #include "io/file_checks.h"
 #include "model/hf_llama.h"
 #include "model/llama.h"
+#include "parallel/communicator.h"
 #include "parallel/world.h"
 #include "weights_source.h"
 
@@ -81,8 +82,8 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "evaluate")) return rc;
   PL_CHECK(o.num_fewshot >= 0, "--num-fewshot {} must be >= 0", o.num_fewshot);
   PL_CHECK(o.limit >= 0, "--limit {} must be >= 0 (0: all)", o.limit);
-  PL_CHECK(o.batch_size >= 0, "--batch-size {} must be >= 1", o.batch_size);
-  PL_CHECK(o.max_length >= 0, "--max-length {} must be >= 1", o.max_length);
+  PL_CHECK(o.batch_size >= 0, "--batch-size {} must be >= 1 (0: the most choices of a document)", o.batch_size);
+  PL_CHECK(o.max_length >= 0, "--max-length {} must be >= 1 (0: the model's max_position_embeddings)", o.max_length);
   PL_CHECK(o.fewshot_files.empty() || o.fewshot_files.size() == 1 || o.fewshot_files.size() == o.tasks.size(),
            "--fewshot-file given {} times for {} --task: give one, or one per task", o.fewshot_files.size(),
            o.tasks.size());
@@ -198,6 +199,7 @@ int run(const parallel::World& world, int argc, char** argv) {
                                                                              "recipes", o.recipe, argv[0])));
   const std::string forward = o.recipe.empty() ? "bf16 (every linear in BF16)" : "recipe " + plan.recipe_name;
   DeviceStateHandle state;
+  if (o.device == "cuda") parallel::select_local_device(world);  // under MPI: this rank's GPU of the node
   const OpContext ctx = app::open_device(o.device, state);
   std::unique_ptr<LlamaModel> model =
       eval::make_eval_model(cfg, plan, src.ckpt && src.ckpt->lora ? &*src.ckpt->lora : nullptr,

@@ -36,9 +36,9 @@ void validate_downstream_flags(const Options& o, const CLI::App& app) {
   }
   PL_CHECK(o.peft == "none", "--downstream-eval with --peft {}: not supported during LoRA training (score the saved "
            "checkpoint with `evaluate --load`, which reads base + adapters)", o.peft);
-  PL_CHECK(d.interval >= 0, "--downstream-eval-interval must be >= 1, got {}", d.interval);
+  PL_CHECK(d.interval >= 0, "--downstream-eval-interval must be >= 1 (0: --eval-interval's), got {}", d.interval);
   PL_CHECK(d.limit >= 0, "--downstream-eval-limit must be >= 0 (0: all), got {}", d.limit);
-  PL_CHECK(d.batch_size >= 0, "--downstream-eval-batch-size must be >= 1, got {}", d.batch_size);
+  PL_CHECK(d.batch_size >= 0, "--downstream-eval-batch-size must be >= 1 (0: the most choices), got {}", d.batch_size);
   PL_CHECK(d.num_fewshot >= 0, "--downstream-eval-num-fewshot must be >= 0, got {}", d.num_fewshot);
   PL_CHECK(d.num_fewshot == 0 || !d.fewshot_file.empty(),
            "--downstream-eval-num-fewshot {} needs --downstream-eval-fewshot-file FILE", d.num_fewshot);

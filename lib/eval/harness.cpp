@@ -55,6 +55,9 @@ void add_request(PreparedTask& t, const data::Tokenizer& tok, const EncodeOption
                  std::string context, std::string continuation) {
   const EncodedPair p = encode_pair(tok, context, continuation, enc.add_bos);
   const McDoc& d = t.file.docs[static_cast<size_t>(doc)];
+  // (lm-eval asserts it too: a context of whitespace only leaves no token to predict the continuation from.)
+  PL_CHECK(!p.context.empty(), "{}:{}: the context of choice {} is whitespace only: nothing to condition on",
+           t.file.path, d.line, choice);
   PL_CHECK(!p.continuation.empty(), "{}:{}: choice {} (\"{}\") tokenizes to nothing after its context", t.file.path,
            d.line, choice, continuation.substr(0, 40));
   const int64_t n = static_cast<int64_t>(p.continuation.size());
@@ -80,8 +83,7 @@ EncodedPair encode_pair(const data::Tokenizer& tok, const std::string& context, 
     return p;
   }
   std::string ctx = context, cont = continuation;
-  size_t end = ctx.size();
-  while (end > 0 && python_strip(ctx.substr(end - 1, 1)).empty()) --end;  // Python's rstrip()
+  const size_t end = python_rstrip(ctx).size();
   if (end < ctx.size()) {
     cont = ctx.substr(end) + cont;
     ctx.resize(end);
@@ -101,6 +103,7 @@ PreparedTask prepare_task(const TaskOptions& o, const data::Tokenizer& tok, cons
   t.file = load_task_file(o.spec);
   t.name = std::filesystem::path(t.file.path).stem().string();
   t.num_fewshot = o.num_fewshot;
+  t.fewshot_seed = o.fewshot_seed;
   const int64_t total = static_cast<int64_t>(t.file.docs.size());
   t.effective = o.limit > 0 ? std::min(o.limit, total) : total;
   std::optional<TaskFile> shots;

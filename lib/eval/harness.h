@@ -61,6 +61,7 @@ struct PreparedTask {
   std::string name;  // the task's key in the results: the file's stem (made unique by the caller)
   TaskFile file;
   int64_t num_fewshot = 0;
+  uint64_t fewshot_seed = 1234;
   std::string fewshot_path;
   int64_t effective = 0;  // documents scored: the first `effective` of file.docs
   std::vector<Request> requests;  // document by document, choice by choice

@@ -14,6 +14,9 @@ Json json_number(double v) { return std::isfinite(v) ? Json(v) : Json(); }
 
 namespace {
 
+// lm-eval writes "N/A" for the standard error of fewer than two documents (evaluator_utils.py).
+Json stderr_value(double v) { return std::isfinite(v) ? Json(v) : Json("N/A"); }
+
 // The task's configuration as lm-eval's "configs" entry names it (the parts that decide the requests).
 Json task_config(const PreparedTask& t) {
   Json metrics = Json::array({Json{{"metric", "acc"}, {"aggregation", "mean"}, {"higher_is_better", true}}});
@@ -28,7 +31,10 @@ Json task_config(const PreparedTask& t) {
               {"fewshot_delimiter", "\n\n"},
               {"num_fewshot", t.num_fewshot},
               {"fewshot_file", t.fewshot_path.empty() ? Json() : Json(t.fewshot_path)},
-              {"fewshot_sampler", t.file.format == TaskFormat::Mmlu ? "first_n (same subject)" : "mt19937_64 seed 1234"},
+              {"fewshot_sampler", t.num_fewshot == 0 ? Json()
+                                  : t.file.format == TaskFormat::Mmlu
+                                      ? Json("first_n (same subject)")
+                                      : Json(fmt::format("mt19937_64 seed {}", t.fewshot_seed))},
               {"metric_list", metrics},
               {"truncated_requests", t.truncated}};
 }
@@ -40,11 +46,11 @@ Json results_json(std::span<const PreparedTask> tasks, std::span<const TaskResul
        higher = Json::object(), nsamples = Json::object();
   for (size_t i = 0; i < results.size(); ++i) {
     const TaskResult& r = results[i];
-    Json m{{"alias", r.name}, {"acc,none", json_number(r.acc)}, {"acc_stderr,none", json_number(r.acc_stderr)}};
+    Json m{{"alias", r.name}, {"acc,none", json_number(r.acc)}, {"acc_stderr,none", stderr_value(r.acc_stderr)}};
     Json hib{{"acc", true}};
     if (r.has_acc_norm) {
       m["acc_norm,none"] = json_number(r.acc_norm);
-      m["acc_norm_stderr,none"] = json_number(r.acc_norm_stderr);
+      m["acc_norm_stderr,none"] = stderr_value(r.acc_norm_stderr);
       hib["acc_norm"] = true;
     }
     res[r.name] = m;

@@ -22,7 +22,7 @@ std::vector<nlohmann::ordered_json> sample_records(const PreparedTask& t, const 
                                                    std::span<const ChoiceScore> scores);
 // The markdown table: | Tasks | Version | Filter | n-shot | Metric | | Value | | Stderr |, one row per metric.
 std::vector<std::string> results_table(std::span<const TaskResult> results);
-// A number as the JSON writes it: NaN (a standard error of one document) as null.
+// A number as the JSON writes it: NaN as null (a standard error of fewer than two documents is "N/A", lm-eval's).
 nlohmann::ordered_json json_number(double v);
 
 }  // namespace pl::eval

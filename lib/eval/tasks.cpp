@@ -316,12 +316,51 @@ TaskFile load_task_file(const std::string& spec) {
   return t;
 }
 
+namespace {
+
+// Python's str.isspace: the ASCII controls \t..\r and \x1c..\x1f, space, and Unicode's White_Space separators.
+bool python_space(char32_t c) {
+  return c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f) || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// The code point whose UTF-8 sequence starts at s[i], and the sequence's length (a byte that starts no valid
+// sequence: itself, length 1 -- never a space).
+char32_t code_point_at(const std::string& s, size_t i, size_t& len) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
+  if (i + len > s.size()) len = 1;
+  if (len == 1) return c < 0x80 ? c : 0xFFFD;
+  char32_t cp = c & (0x7f >> len);
+  for (size_t k = 1; k < len; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) {
+      len = 1;
+      return 0xFFFD;
+    }
+    cp = (cp << 6) | (b(i + k) & 0x3f);
+  }
+  return cp;
+}
+
+}  // namespace
+
+std::string python_rstrip(const std::string& s) {
+  size_t e = s.size();
+  while (e > 0) {
+    size_t start = e - 1, len = 0;
+    while (start > 0 && e - start < 4 && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+    const char32_t c = code_point_at(s, start, len);
+    if (start + len != e || !python_space(c)) break;  // (a byte of no whole sequence is never a space)
+    e = start;
+  }
+  return s.substr(0, e);
+}
+
 std::string python_strip(const std::string& s) {
-  const auto space = [](unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f); };
-  size_t b = 0, e = s.size();
-  while (b < e && space(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && space(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
+  size_t b = 0, len = 0;
+  while (b < s.size() && python_space(code_point_at(s, b, len))) b += len;
+  return python_rstrip(s.substr(b));
 }
 
 std::string python_capitalize(const std::string& s) {

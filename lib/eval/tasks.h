@@ -65,10 +65,13 @@ TaskFile load_task_file(const std::string& spec);
 // HellaSwag's text cleaning (lm-eval tasks/hellaswag/utils.py preprocess): strip, " [title]" -> ". ", every
 // "[...]" on one line removed, then each "  " -> " " (one left-to-right pass, as Python's str.replace).
 std::string hellaswag_preprocess(const std::string& text);
-// Python's str.capitalize() on ASCII letters (the first upper, the rest lower); other bytes as they are.
+// Python's str.capitalize() on ASCII letters (the first upper, the rest lower); other characters as they are
+// (Python also changes the case of non-ASCII letters: HellaSwag's ctx_b is English, rarely affected).
 std::string python_capitalize(const std::string& s);
-// Python's str.strip() for ASCII whitespace and the separators \x1c-\x1f (what str.isspace accepts below 0x80).
+// Python's str.strip() / str.rstrip() on UTF-8 text: every character str.isspace accepts (ASCII's, \x1c-\x1f,
+// U+0085, U+00A0, U+1680, U+2000-U+200A, U+2028, U+2029, U+202F, U+205F, U+3000).
 std::string python_strip(const std::string& s);
+std::string python_rstrip(const std::string& s);
 // The length of UTF-8 text in code points (Python's len of a str).
 int64_t code_points(const std::string& s);
 

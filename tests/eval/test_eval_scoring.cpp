@@ -204,6 +204,15 @@ TEST(EvalScoring, AccNormDividesByTheChoicesCodePointsAndStderrIsLmEvals) {
   EXPECT_EQ(j["n-samples"]["n"]["effective"].get<int>(), 2);
   EXPECT_EQ(j["n-shot"]["n"].get<int>(), 0);
   EXPECT_TRUE(j.contains("versions") && j.contains("config") && j.contains("configs"));
+  // One document: lm-eval's "N/A" for the standard errors; a context of whitespace only is refused.
+  const std::string f1 = dir.write("one.jsonl", R"({"context": "c", "choices": ["ab", "abcdef"], "label": 1})" "\n");
+  const PreparedTask t1 = prepare_task({f1, "", 0, 0}, *tok, {false, 64});
+  const TaskResult r1 = summarize_task(t1, std::vector<ChoiceScore>{{-4.0, false}, {-9.0, false}});
+  const nlohmann::ordered_json j1 = results_json({&t1, 1}, {&r1, 1}, {});
+  EXPECT_EQ(j1["results"]["one"]["acc_stderr,none"], "N/A");
+  const std::string blank = dir.write("blank.jsonl", R"({"context": " \n", "choices": ["a"], "label": 0})" "\n");
+  test::expect_one_line_error([&] { (void)prepare_task({blank, "", 0, 0}, *tok, {false, 64}); },
+                              {blank + ":1", "whitespace only"});
 }
 
 }  // namespace

@@ -144,6 +144,9 @@ TEST(EvalTasks, GenericFormatNamesDetectionAndBadLines) {
   const std::string out_of_range = dir.write("r.jsonl", R"({"context": "c", "choices": ["x", "y"], "label": 2})" "\n");
   test::expect_one_line_error([&] { (void)load_task_file(out_of_range); }, {out_of_range + ":1", "'label'", "[0, 2)"});
   test::expect_one_line_error([&] { (void)load_task_file(dir.write("e.jsonl", "\n")); }, {"no documents"});
+  EXPECT_EQ(python_strip("\xc2\xa0 a b\xe3\x80\x80\n"), "a b");  // U+00A0 and U+3000 are Python whitespace
+  EXPECT_EQ(python_rstrip("x\xe2\x80\xa8"), "x");                  // U+2028
+  EXPECT_EQ(python_strip("\xc3\xa9 "), "\xc3\xa9");                 // é is not
   EXPECT_EQ(code_points("naïve"), 5);
   EXPECT_EQ(code_points("日本"), 2);
 }
