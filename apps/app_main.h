@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "parallel/world.h"
 
 namespace pl::app {
 
@@ -114,6 +115,25 @@ int guarded_main(const char* app, Run&& run, int argc, char** argv) {
   } catch (const std::exception& e) {
     print_error_line(app, "internal error", e.what());
     return 3;
+  }
+}
+
+// `run()` on every rank of `world`: one rank as guarded_main makes it (its one line and exit code); under MPI an
+// error on one rank prints its line naming the rank ("<app> (rank 1 of 2): error: ...") and ends every rank
+// (World::abort: MPI_Abort after the registered hooks), so no rank waits forever in a collective.
+template <class Run>
+int on_every_rank(const char* app, const parallel::World& world, Run&& run) {
+  if (world.size() == 1) return run();
+  const std::string who =
+      std::string(app) + " (rank " + std::to_string(world.rank()) + " of " + std::to_string(world.size()) + ")";
+  try {
+    return run();
+  } catch (const pl::Error& e) {
+    print_error_line(who.c_str(), "error", e.what());
+    world.abort(1);
+  } catch (const std::exception& e) {
+    print_error_line(who.c_str(), "internal error", e.what());
+    world.abort(3);
   }
 }
 

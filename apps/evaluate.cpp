@@ -40,7 +40,8 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
 struct Options {
-  std::string load, init_from_hf, device = "cpu", tokenizer_type, tokenizer_model, recipe, output;
+  app::WeightsFlags w;
+  std::string device = "cpu", recipe, output;
   std::vector<std::string> tasks, fewshot_files;
   int64_t limit = 0, num_fewshot = 0, batch_size = 0, max_length = 0;
   uint64_t fewshot_seed = 1234;
@@ -50,9 +51,7 @@ struct Options {
 std::optional<int> parse(int argc, char** argv, Options& o) {
   CLI::App app{"evaluate: multiple-choice benchmarks (HellaSwag, ARC, PIQA, Winogrande, MMLU, generic) scored as "
                "lm-evaluation-harness 0.4 does, from a checkpoint or a Hugging Face Llama; the table to stdout"};
-  app.add_option("--load", o.load, "A checkpoint: a --save directory (its latest) or one iter_ directory");
-  app.add_option("--init-from-hf", o.init_from_hf, "A Hugging Face Llama directory (config.json, safetensors); with "
-                                                   "--load of a LoRA checkpoint, its base");
+  app::add_weights_flags(app, o.w);
   app.add_option("--task", o.tasks, "FILE[:FORMAT[:LABELS]]: a benchmark file (JSON lines, or MMLU's CSV); FORMAT "
                                     "hellaswag|arc|piqa|winogrande|mmlu|generic (default: from its fields); "
                                     "FILE:piqa:LABELS for PIQA's valid.jsonl + valid-labels.lst; repeat for more")
@@ -72,10 +71,6 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
   app.add_option("--recipe", o.recipe, "Score through this precision recipe's quantized forward (a name in "
                                        "configs/recipes/ or a JSON file; default: every linear in BF16)");
   app.add_option("--device", o.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--tokenizer-type", o.tokenizer_type, "byte | tiktoken (default: the one the weights were "
-                                                       "trained with, when a record says so)")
-      ->check(CLI::IsMember({"byte", "tiktoken"}));
-  app.add_option("--tokenizer-model", o.tokenizer_model, "tiktoken: Llama 3 tokenizer.model");
   app.add_option("--output", o.output, "Write lm-eval's results JSON here");
   app.add_flag("--log-samples", o.log_samples, "With --output: samples_<task>.jsonl beside it, one record per "
                                                "document (every choice's log-likelihood and is_greedy)");
@@ -99,7 +94,7 @@ std::string samples_path(const Options& o, const std::string& task) {
 // Every output before anything runs: apart from the inputs, and replacing only this program's own earlier output.
 void check_outputs(const Options& o, const std::vector<eval::PreparedTask>& tasks) {
   if (o.output.empty()) return;
-  std::vector<FlagPath> inputs = {{"--load", o.load}, {"--init-from-hf", o.init_from_hf}};
+  std::vector<FlagPath> inputs = {{"--load", o.w.load}, {"--init-from-hf", o.w.init_from_hf}};
   for (const std::string& t : o.tasks) inputs.push_back({"--task", t});
   std::vector<FlagPath> outputs = {{"--output", o.output}};
   for (const eval::PreparedTask& t : tasks) {
@@ -180,10 +175,10 @@ int run(const parallel::World& world, int argc, char** argv) {
   Options o;
   if (const std::optional<int> rc = parse(argc, argv, o)) return *rc;
   const auto t0 = std::chrono::steady_clock::now();
-  const app::WeightsSource src = app::open_weights(o.load, o.init_from_hf);
+  const app::WeightsSource src = app::open_weights(o.w);
   const ModelConfig& cfg = src.cfg;
   std::string tok_source;
-  const std::unique_ptr<data::Tokenizer> tok = app::find_tokenizer(o.tokenizer_type, o.tokenizer_model, src, tok_source);
+  const std::unique_ptr<data::Tokenizer> tok = app::find_tokenizer(o.w, src, tok_source);
   PL_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer ({}) has {} ids but model {} only {}",
            tok->description(), tok->vocab_size(), cfg.name, cfg.vocab_size);
   const int64_t max_length = o.max_length > 0 ? o.max_length : cfg.max_position_embeddings;
@@ -240,21 +235,10 @@ int run(const parallel::World& world, int argc, char** argv) {
   return 0;
 }
 
-// Under MPI an error on one rank ends every rank (its line names the rank; MPI_Abort), so none waits in the
-// scores' reduction; one rank: the usual one line and exit code (app_main.h).
+// Under MPI an error on one rank ends every rank, so none waits in the scores' reduction (app_main.h).
 int run_rank(int argc, char** argv) {
   const parallel::World world(argc, argv);
-  if (world.size() == 1) return run(world, argc, argv);
-  const std::string who = fmt::format("evaluate (rank {} of {})", world.rank(), world.size());
-  try {
-    return run(world, argc, argv);
-  } catch (const pl::Error& e) {
-    app::print_error_line(who.c_str(), "error", e.what());
-    world.abort(1);
-  } catch (const std::exception& e) {
-    app::print_error_line(who.c_str(), "internal error", e.what());
-    world.abort(3);
-  }
+  return app::on_every_rank("evaluate", world, [&] { return run(world, argc, argv); });
 }
 
 }  // namespace

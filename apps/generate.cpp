@@ -40,7 +40,8 @@ using namespace pl;
 namespace fs = std::filesystem;
 
 struct Options {
-  std::string load, init_from_hf, prompt, system, device = "cpu", tokenizer_type, tokenizer_model;
+  app::WeightsFlags w;
+  std::string prompt, system, device = "cpu";
   bool chat = false, raw_bytes = false;
   int64_t max_new_tokens = 128;
   double temperature = 0.0, top_p = 1.0;
@@ -63,9 +64,7 @@ std::vector<int32_t> prompt_ids(const Options& o, const data::Tokenizer& tok) {
 std::optional<int> parse(int argc, char** argv, Options& o) {
   CLI::App app{"generate: the continuation of a prompt by a pretrain_llama checkpoint or a Hugging Face Llama "
                "(greedy at temperature 0), with a KV cache; the text to stdout, the rest to stderr"};
-  app.add_option("--load", o.load, "A checkpoint: a --save directory (its latest) or one iter_ directory");
-  app.add_option("--init-from-hf", o.init_from_hf, "A Hugging Face Llama directory (config.json, safetensors); with "
-                                                   "--load of a LoRA checkpoint, its base");
+  app::add_weights_flags(app, o.w);
   app.add_option("--prompt", o.prompt, "The text to continue (with --chat: the user's message)")->required();
   app.add_flag("--chat", o.chat, "Wrap the prompt in the chat template (Llama 3's with a tiktoken tokenizer, the "
                                  "plain one with the byte tokenizer) and answer it as the assistant");
@@ -77,10 +76,6 @@ std::optional<int> parse(int argc, char** argv, Options& o) {
       ->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the sampling")->capture_default_str();
   app.add_option("--device", o.device, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
-  app.add_option("--tokenizer-type", o.tokenizer_type, "byte | tiktoken (default: the one the weights were "
-                                                       "trained with, when a record says so)")
-      ->check(CLI::IsMember({"byte", "tiktoken"}));
-  app.add_option("--tokenizer-model", o.tokenizer_model, "tiktoken: Llama 3 tokenizer.model");
   app.add_flag("--raw-bytes", o.raw_bytes, "Write the tokens' bytes as they are (default: complete UTF-8, a character "
                                            "held back until whole, U+FFFD for an invalid sequence)");
   if (const std::optional<int> rc = app::parse_command_line(app, argc, argv, "generate")) return rc;
@@ -94,11 +89,11 @@ int run(int argc, char** argv) {
   Options o;
   if (const std::optional<int> rc = parse(argc, argv, o)) return *rc;
   const auto t0 = std::chrono::steady_clock::now();
-  const app::WeightsSource src = app::open_weights(o.load, o.init_from_hf);
+  const app::WeightsSource src = app::open_weights(o.w);
   const std::optional<VerifiedCheckpoint>& ckpt = src.ckpt;
   const ModelConfig& cfg = src.cfg;
   std::string tok_source;
-  const std::unique_ptr<data::Tokenizer> tok = app::find_tokenizer(o.tokenizer_type, o.tokenizer_model, src, tok_source);
+  const std::unique_ptr<data::Tokenizer> tok = app::find_tokenizer(o.w, src, tok_source);
   PL_CHECK(tok->vocab_size() <= cfg.vocab_size, "the tokenizer ({}) has {} ids but model {} only {}",
            tok->description(), tok->vocab_size(), cfg.name, cfg.vocab_size);
   const std::vector<int32_t> prompt = prompt_ids(o, *tok);
@@ -120,18 +115,18 @@ int run(int argc, char** argv) {
       merge_lora_into_tensor(cfg, *ckpt->lora, adapters, s.offset, s.numel(), v);
       write(s.offset, v, s.numel());
     });
-    stream_lora_base(*ckpt, o.init_from_hf, [&](int64_t off, const float* v, int64_t n) { merged.write(off, v, n); });
+    stream_lora_base(*ckpt, o.w.init_from_hf, [&](int64_t off, const float* v, int64_t n) { merged.write(off, v, n); });
   } else if (ckpt) {
     stream_master_weights(*ckpt, write);
   } else {
-    read_hf_weights(o.init_from_hf, cfg, write);
+    read_hf_weights(o.w.init_from_hf, cfg, write);
   }
   const auto t1 = std::chrono::steady_clock::now();
   fmt::print(stderr, "generate | model {} ({} parameters) from {}{} on {}, weights loaded in {:.1f} s | tokenizer {} "
              "(from {}) | prompt {} tokens{} | {}\n",
-             cfg.name, cfg.num_parameters(), ckpt ? ckpt->path : o.init_from_hf,
+             cfg.name, cfg.num_parameters(), ckpt ? ckpt->path : o.w.init_from_hf,
              ckpt && ckpt->lora ? fmt::format(" (LoRA dim {} merged into its base {})", ckpt->lora->dim,
-                                              o.init_from_hf.empty() ? ckpt->lora_base.source : "hf " + o.init_from_hf)
+                                              o.w.init_from_hf.empty() ? ckpt->lora_base.source : "hf " + o.w.init_from_hf)
                                 : "",
              o.device,
              std::chrono::duration<double>(t1 - t0).count(), tok->description(), tok_source, prompt.size(),

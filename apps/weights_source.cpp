@@ -20,7 +20,8 @@ std::string WeightsSource::describe() const {
                      hf_dir.empty() ? ckpt->lora_base.source : "hf " + hf_dir);
 }
 
-WeightsSource open_weights(const std::string& load, const std::string& init_from_hf) {
+WeightsSource open_weights(const WeightsFlags& f) {
+  const std::string &load = f.load, &init_from_hf = f.init_from_hf;
   PL_CHECK(!load.empty() || !init_from_hf.empty(), "give the weights: --load DIR or --init-from-hf DIR");
   WeightsSource w;
   w.hf_dir = init_from_hf;
@@ -36,8 +37,8 @@ WeightsSource open_weights(const std::string& load, const std::string& init_from
   return w;
 }
 
-std::unique_ptr<data::Tokenizer> find_tokenizer(const std::string& type, const std::string& model_path,
-                                                const WeightsSource& w, std::string& source) {
+std::unique_ptr<data::Tokenizer> find_tokenizer(const WeightsFlags& f, const WeightsSource& w, std::string& source) {
+  const std::string &type = f.tokenizer_type, &model_path = f.tokenizer_model;
   if (!type.empty()) {
     source = "--tokenizer-type " + type;
     return data::make_tokenizer(type, model_path);
@@ -65,6 +66,16 @@ std::unique_ptr<data::Tokenizer> find_tokenizer(const std::string& type, const s
            "byte, or --tokenizer-type tiktoken --tokenizer-model tokenizer.model",
            source.empty() ? "the checkpoint's run used mock data, which" : source);
   return data::make_tokenizer(rec->type, rec->model_path);
+}
+
+void add_weights_flags(CLI::App& app, WeightsFlags& f) {
+  app.add_option("--load", f.load, "A checkpoint: a --save directory (its latest) or one iter_ directory");
+  app.add_option("--init-from-hf", f.init_from_hf, "A Hugging Face Llama directory (config.json, safetensors); with "
+                                                   "--load of a LoRA checkpoint, its base");
+  app.add_option("--tokenizer-type", f.tokenizer_type, "byte | tiktoken (default: the one the weights were "
+                                                       "trained with, when a record says so)")
+      ->check(CLI::IsMember({"byte", "tiktoken"}));
+  app.add_option("--tokenizer-model", f.tokenizer_model, "tiktoken: Llama 3 tokenizer.model");
 }
 
 OpContext open_device(const std::string& device, DeviceStateHandle& state) {

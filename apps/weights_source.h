@@ -1,6 +1,8 @@
 #pragma once
 // What generate and evaluate share: where the weights come from (a checkpoint's masters, a LoRA checkpoint with its
 // base, or a Hugging Face directory), the tokenizer that goes with them, and the device they run on.
+#include <CLI/CLI.hpp>
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,13 +23,19 @@ struct WeightsSource {
 };
 // --load DIR and/or --init-from-hf DIR (both only for a LoRA checkpoint, whose base moved): verified, with the
 // model's configuration. One-line errors naming the flags.
-WeightsSource open_weights(const std::string& load, const std::string& init_from_hf);
+struct WeightsFlags;
+WeightsSource open_weights(const WeightsFlags& f);
 
 // The tokenizer, in this order: --tokenizer-type/--tokenizer-model; in a Hugging Face directory a Meta
 // tokenizer.model, else an export's record (convert_checkpoint writes kHfTokenizerRecordName); for a checkpoint the
 // tokenizer record of the data it trained on (its saved command line's --data-path). `source` says which.
-std::unique_ptr<data::Tokenizer> find_tokenizer(const std::string& type, const std::string& model_path,
-                                                const WeightsSource& w, std::string& source);
+std::unique_ptr<data::Tokenizer> find_tokenizer(const WeightsFlags& f, const WeightsSource& w, std::string& source);
+
+// The flags both tools take for these: --load, --init-from-hf, --tokenizer-type, --tokenizer-model.
+struct WeightsFlags {
+  std::string load, init_from_hf, tokenizer_type, tokenizer_model;
+};
+void add_weights_flags(CLI::App& app, WeightsFlags& f);
 
 // --device cpu | cuda: the context (BF16 rounding on the CPU, as training's) and, for cuda, the device state.
 OpContext open_device(const std::string& device, DeviceStateHandle& state);

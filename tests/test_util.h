@@ -30,6 +30,17 @@
 
 namespace pl::test {
 
+#ifdef PL_MPIRUN_FLAGS
+// The suite's mpirun flags (tests/CMakeLists.txt joins the CMake list with '|'); empty without MPI.
+inline std::vector<std::string> mpirun_flags() {
+  std::vector<std::string> flags;
+  std::stringstream in(PL_MPIRUN_FLAGS);
+  for (std::string f; std::getline(in, f, '|');)
+    if (!f.empty()) flags.push_back(f);
+  return flags;
+}
+#endif
+
 // A fresh directory under the system temp dir, removed with everything in it on destruction.
 class TempDir {
  public:

@@ -295,17 +295,7 @@ int run(const parallel::World& world, int argc, char** argv) {
 // rank waits forever in a collective. One rank: the usual one line and exit code (app_main.h).
 int run_rank(int argc, char** argv) {
   const parallel::World world(argc, argv);
-  if (world.size() == 1) return run(world, argc, argv);
-  const std::string who = fmt::format("pretrain_llama (rank {} of {})", world.rank(), world.size());
-  try {
-    return run(world, argc, argv);
-  } catch (const pl::Error& e) {
-    app::print_error_line(who.c_str(), "error", e.what());
-    world.abort(1);
-  } catch (const std::exception& e) {
-    app::print_error_line(who.c_str(), "internal error", e.what());
-    world.abort(3);
-  }
+  return app::on_every_rank("pretrain_llama", world, [&] { return run(world, argc, argv); });
 }
 
 }  // namespace

@@ -25,13 +25,7 @@ const std::string kApp = PL_APP_PATH;
 const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 const std::string kMpirun = PL_MPIRUN;
 
-std::vector<std::string> mpirun_flags() {
-  std::vector<std::string> flags;
-  std::stringstream in(PL_MPIRUN_FLAGS);
-  for (std::string f; std::getline(in, f, '|');)  // tests/CMakeLists.txt joins the CMake list with '|'
-    if (!f.empty()) flags.push_back(f);
-  return flags;
-}
+using pl::test::mpirun_flags;
 
 // Global batch 4 = 2 ranks x 1 micro-batch of 2: each rank adds one micro-batch's gradients and the sum
 // over the two ranks is the one-rank run's a + b, so the runs agree at every iteration (with more

@@ -137,13 +137,7 @@ TEST(EvaluateCli, APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt) {
   EXPECT_NE(le.err.find("LoRA dim 4 over its base hf " + hf), std::string::npos) << le.err;
 }
 
-std::vector<std::string> mpirun_flags() {
-  std::vector<std::string> flags;
-  std::stringstream in(PL_MPIRUN_FLAGS);
-  for (std::string f; std::getline(in, f, '|');)  // tests/CMakeLists.txt joins the CMake list with '|'
-    if (!f.empty()) flags.push_back(f);
-  return flags;
-}
+using pl::test::mpirun_flags;
 
 // Two MPI ranks each score every other document and reduce: the same results file as one rank.
 TEST(EvaluateCli, TwoRanksScoreHalvesAndReduceToTheOneRankResults) {

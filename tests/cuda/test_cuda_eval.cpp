@@ -14,27 +14,21 @@
 #include "data/tokenizer.h"
 #include "eval/harness.h"
 #include "model/llama.h"
+#include "model/model_test_util.h"
 #include "parallel/world.h"
 #include "test_util.h"
 
 namespace pl {
 namespace {
 
-ModelConfig bytes_model() {
-  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json");
-  m.init_method_std = 0.05;  // sharper predictions: fewer near-ties between the top two logits
-  return m;
-}
+ModelConfig bytes_model() { return tiny_bytes_model(); }
 
 std::vector<eval::ChoiceScore> scores_on(Device device, const PrecisionPlan& plan, const std::vector<eval::Request>& rq,
                                          int64_t longest) {
   const ModelConfig m = bytes_model();
   OpContext ctx = device == Device::CUDA ? test::cuda_ctx() : OpContext{};
   ctx.round_bf16 = true;
-  LlamaModel init(m, 1, 8, OpContext{.round_bf16 = true}, bf16_plan(m));
-  init.init_parameters(43);
-  std::vector<float> w(static_cast<size_t>(init.num_params()));
-  copy_to_host(w.data(), init.master().flat);
+  const std::vector<float> w = initial_masters(m, 43);
   // The same length on both devices (the GPU's NVFP4 token block is 32, the CPU's 16): the padding rows are part of
   // a quantized forward's per-tensor amax.
   std::unique_ptr<LlamaModel> model = eval::make_eval_model(m, plan, nullptr, 8, (longest + 31) / 32 * 32, ctx);

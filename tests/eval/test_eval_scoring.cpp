@@ -15,31 +15,16 @@
 #include "eval/harness.h"
 #include "eval/results.h"
 #include "model/llama.h"
+#include "model/model_test_util.h"
 #include "parallel/world.h"
 #include "test_util.h"
 
 namespace pl::eval {
 namespace {
 
-ModelConfig bytes_model() {
-  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json");
-  m.init_method_std = 0.05;  // sharper predictions than at 0.02: fewer near-ties
-  return m;
-}
-
-OpContext cpu_bf16() {
-  OpContext c;
-  c.round_bf16 = true;
-  return c;
-}
-
-std::vector<float> masters(const ModelConfig& m) {
-  LlamaModel model(m, 1, 8, cpu_bf16(), bf16_plan(m));
-  model.init_parameters(43);
-  std::vector<float> w(static_cast<size_t>(model.num_params()));
-  copy_to_host(w.data(), model.master().flat);
-  return w;
-}
+ModelConfig bytes_model() { return tiny_bytes_model(); }
+OpContext cpu_bf16() { return cpu_bf16_ctx(); }
+std::vector<float> masters(const ModelConfig& m) { return initial_masters(m, 43); }
 
 std::unique_ptr<LlamaModel> eval_model(const ModelConfig& m, const std::vector<float>& w, int64_t rows, int64_t longest) {
   std::unique_ptr<LlamaModel> model = make_eval_model(m, bf16_plan(m), nullptr, rows, longest, cpu_bf16());

@@ -1,13 +1,37 @@
 #pragma once
-// Comparisons of the model tests' gradient vectors, and LoRA's B set to random values.
+// Comparisons of the model tests' gradient vectors, LoRA's B set to random values, and the byte-vocabulary tiny
+// model with its initial masters (the generate and evaluate tests).
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
+#include "config/model_config.h"
 #include "model/llama.h"
 
 namespace pl {
+
+// llama_tiny_bytes with init std 0.05: predictions sharper than at 0.02, so near-ties between logits are rare.
+inline ModelConfig tiny_bytes_model() {
+  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json");
+  m.init_method_std = 0.05;
+  return m;
+}
+
+inline OpContext cpu_bf16_ctx() {
+  OpContext c;
+  c.round_bf16 = true;
+  return c;
+}
+
+// Megatron-initialised FP32 masters of `m` (as a checkpoint would hold them).
+inline std::vector<float> initial_masters(const ModelConfig& m, uint64_t seed) {
+  LlamaModel model(m, 1, 8, cpu_bf16_ctx(), bf16_plan(m));
+  model.init_parameters(seed);
+  std::vector<float> w(static_cast<size_t>(model.num_params()));
+  copy_to_host(w.data(), model.master().flat);
+  return w;
+}
 
 inline double max_abs(const std::vector<float>& v) {
   double m = 0.0;

@@ -15,31 +15,15 @@
 #include "config/model_config.h"
 #include "model/generator.h"
 #include "model/llama.h"
+#include "model/model_test_util.h"
 #include "test_util.h"
 
 namespace pl {
 namespace {
 
-ModelConfig bytes_model() {
-  ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json");
-  m.init_method_std = 0.05;  // predictions sharper than at 0.02, so near-ties between logits are rare
-  return m;
-}
-
-OpContext cpu_bf16() {
-  OpContext c;
-  c.round_bf16 = true;
-  return c;
-}
-
-// Megatron-initialised FP32 masters of the model (as a checkpoint would hold them).
-std::vector<float> masters(const ModelConfig& m) {
-  LlamaModel model(m, 1, 8, cpu_bf16(), bf16_plan(m));
-  model.init_parameters(28);
-  std::vector<float> w(static_cast<size_t>(model.num_params()));
-  copy_to_host(w.data(), model.master().flat);
-  return w;
-}
+ModelConfig bytes_model() { return tiny_bytes_model(); }
+OpContext cpu_bf16() { return cpu_bf16_ctx(); }
+std::vector<float> masters(const ModelConfig& m) { return initial_masters(m, 28); }
 
 Generator loaded(const ModelConfig& m, const std::vector<float>& w, int64_t capacity) {
   Generator g(m, cpu_bf16(), capacity);
