@@ -13,7 +13,6 @@
 
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -112,16 +111,11 @@ void check_outputs(const Options& o, const std::vector<eval::PreparedTask>& task
 }
 
 std::vector<eval::PreparedTask> prepare_tasks(const Options& o, const data::Tokenizer& tok, int64_t max_length) {
-  std::vector<eval::PreparedTask> tasks;
-  std::map<std::string, int> seen;
-  for (size_t i = 0; i < o.tasks.size(); ++i) {
-    const std::string fewshot = o.fewshot_files.empty() ? "" : o.fewshot_files[o.fewshot_files.size() == 1 ? 0 : i];
-    tasks.push_back(eval::prepare_task({o.tasks[i], fewshot, o.num_fewshot, o.limit, o.fewshot_seed}, tok,
-                                       {o.add_bos, max_length}));
-    const int n = ++seen[tasks.back().name];
-    if (n > 1) tasks.back().name += fmt::format("_{}", n);  // two files of one stem stay two tasks
-  }
-  return tasks;
+  std::vector<eval::TaskOptions> options;
+  for (size_t i = 0; i < o.tasks.size(); ++i)
+    options.push_back({o.tasks[i], o.fewshot_files.empty() ? "" : o.fewshot_files[o.fewshot_files.size() == 1 ? 0 : i],
+                       o.num_fewshot, o.limit, o.fewshot_seed});
+  return eval::prepare_tasks(options, tok, {o.add_bos, max_length});
 }
 
 // The weights into the evaluation model: a checkpoint's masters, a Hugging Face directory, or a LoRA checkpoint's
@@ -186,9 +180,6 @@ int run(const parallel::World& world, int argc, char** argv) {
            cfg.name, cfg.max_position_embeddings);
   std::vector<eval::PreparedTask> tasks = prepare_tasks(o, *tok, max_length);
   check_outputs(o, tasks);
-  int64_t most_choices = 1;
-  for (const eval::PreparedTask& t : tasks)
-    for (const eval::McDoc& d : t.file.docs) most_choices = std::max<int64_t>(most_choices, d.choices.size());
   const PrecisionPlan plan = o.recipe.empty() ? bf16_plan(cfg)
                                               : make_precision_plan(cfg, load_precision_recipe(resolve_config(
                                                                              "recipes", o.recipe, argv[0])));
@@ -198,7 +189,7 @@ int run(const parallel::World& world, int argc, char** argv) {
   const OpContext ctx = app::open_device(o.device, state);
   std::unique_ptr<LlamaModel> model =
       eval::make_eval_model(cfg, plan, src.ckpt && src.ckpt->lora ? &*src.ckpt->lora : nullptr,
-                            o.batch_size > 0 ? o.batch_size : most_choices, eval::longest_request(tasks), ctx);
+                            o.batch_size > 0 ? o.batch_size : eval::most_choices(tasks), eval::longest_request(tasks), ctx);
   load_weights(src, *model);
   const bool speaks = world.rank() == 0;
   if (speaks)

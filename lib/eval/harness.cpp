@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <random>
 
@@ -126,6 +127,25 @@ PreparedTask prepare_task(const TaskOptions& o, const data::Tokenizer& tok, cons
   return t;
 }
 
+std::vector<PreparedTask> prepare_tasks(std::span<const TaskOptions> options, const data::Tokenizer& tok,
+                                        const EncodeOptions& enc) {
+  std::vector<PreparedTask> tasks;
+  std::map<std::string, int> seen;
+  for (const TaskOptions& o : options) {
+    tasks.push_back(prepare_task(o, tok, enc));
+    const int n = ++seen[tasks.back().name];
+    if (n > 1) tasks.back().name += fmt::format("_{}", n);
+  }
+  return tasks;
+}
+
+int64_t most_choices(std::span<const PreparedTask> tasks) {
+  int64_t most = 1;
+  for (const PreparedTask& t : tasks)
+    for (const McDoc& d : t.file.docs) most = std::max(most, static_cast<int64_t>(d.choices.size()));
+  return most;
+}
+
 int64_t longest_request(std::span<const PreparedTask> tasks) {
   int64_t longest = 1;
   for (const PreparedTask& t : tasks)
@@ -135,7 +155,7 @@ int64_t longest_request(std::span<const PreparedTask> tasks) {
 
 std::vector<ChoiceScore> score_requests(LlamaModel& model, std::span<const Request> requests,
                                         const parallel::World& world,
-                                        const std::function<void(int64_t, int64_t)>& progress) {
+                                        const std::function<void(int64_t, int64_t)>& progress, bool want_greedy) {
   const int64_t B = model.micro_batch(), S = model.seq_length();
   std::vector<size_t> mine;
   for (size_t i = 0; i < requests.size(); ++i)
@@ -162,7 +182,7 @@ std::vector<ChoiceScore> score_requests(LlamaModel& model, std::span<const Reque
             p + 1 < L ? row[p + 1] : q.last_token;
       }
     }
-    model.score(tokens.data(), labels.data(), losses, &greedy);
+    model.score(tokens.data(), labels.data(), losses, want_greedy ? &greedy : nullptr);
     for (size_t r = 0; r < rows; ++r) {
       const Request& q = requests[mine[first + r]];
       const int64_t base = static_cast<int64_t>(r) * S + static_cast<int64_t>(q.tokens.size()) - q.continuation_tokens;
@@ -170,7 +190,7 @@ std::vector<ChoiceScore> score_requests(LlamaModel& model, std::span<const Reque
       bool all_greedy = true;
       for (int64_t k = 0; k < q.continuation_tokens; ++k) {
         ll -= static_cast<double>(losses[static_cast<size_t>(base + k)]);
-        all_greedy = all_greedy && greedy[static_cast<size_t>(base + k)] != 0;
+        all_greedy = want_greedy && all_greedy && greedy[static_cast<size_t>(base + k)] != 0;
       }
       flat[2 * mine[first + r]] = ll;
       flat[2 * mine[first + r] + 1] = all_greedy ? 1.0 : 0.0;

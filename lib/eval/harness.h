@@ -74,8 +74,15 @@ struct PreparedTask {
 // sampler is Python's random.Random); a document is never its own example when the two files are one.
 PreparedTask prepare_task(const TaskOptions& o, const data::Tokenizer& tok, const EncodeOptions& enc);
 
-// The longest model input of the tasks' requests (the evaluation model's sequence length).
+// Every task of `options` prepared, each named by its file's stem with "_2", "_3", ... where two files share one
+// (two files stay two tasks).
+std::vector<PreparedTask> prepare_tasks(std::span<const TaskOptions> options, const data::Tokenizer& tok,
+                                        const EncodeOptions& enc);
+
+// The longest model input of the tasks' requests (the evaluation model's sequence length), and the most choices of
+// one of their documents (the default rows per forward: one document's candidates together).
 int64_t longest_request(std::span<const PreparedTask> tasks);
+int64_t most_choices(std::span<const PreparedTask> tasks);
 
 struct ChoiceScore {
   double loglikelihood = 0.0;
@@ -85,10 +92,12 @@ struct ChoiceScore {
 // The requests' scores through `model` (a micro-batch of B rows of S positions: S >= longest_request; B any), one
 // request per row, padded at the end: under data parallelism rank r scores the documents d with d % size == r and
 // the scores are summed over the ranks (World::all_reduce_sum), so every rank returns them all. `progress` (may be
-// empty) is called after each forward with the requests done so far on this rank.
+// empty) is called after each forward with the requests done so far on this rank. Without `greedy` no logits are
+// read back and every ChoiceScore::greedy is false (the training-time evaluation reports acc and acc_norm only).
 std::vector<ChoiceScore> score_requests(LlamaModel& model, std::span<const Request> requests,
                                         const parallel::World& world,
-                                        const std::function<void(int64_t done, int64_t total)>& progress = {});
+                                        const std::function<void(int64_t done, int64_t total)>& progress = {},
+                                        bool greedy = true);
 
 struct DocResult {
   double acc = 0.0, acc_norm = 0.0;

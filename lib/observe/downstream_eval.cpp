@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <map>
 
 #include "core/error.h"
 #include "model/llama.h"
@@ -44,17 +43,11 @@ void copy_weights(const LlamaModel& from, LlamaModel& to) {
 DownstreamEval::DownstreamEval(DownstreamEvalConfig cfg, const data::Tokenizer& tok, const ModelConfig& mc,
                                log::NoteFn note)
     : cfg_(std::move(cfg)), note_(std::move(note)), mc_(mc) {
-  std::map<std::string, int> seen;
-  int64_t most_choices = 1;
-  for (const std::string& spec : cfg_.tasks) {
-    tasks_.push_back(eval::prepare_task({spec, cfg_.fewshot_file, cfg_.num_fewshot, cfg_.limit, 1234}, tok,
-                                        {false, mc.max_position_embeddings}));
-    const int k = ++seen[tasks_.back().name];
-    if (k > 1) tasks_.back().name += fmt::format("_{}", k);
-    for (const eval::McDoc& d : tasks_.back().file.docs)
-      most_choices = std::max<int64_t>(most_choices, static_cast<int64_t>(d.choices.size()));
-  }
-  rows_ = cfg_.batch_size > 0 ? cfg_.batch_size : most_choices;
+  std::vector<eval::TaskOptions> options;
+  for (const std::string& spec : cfg_.tasks)
+    options.push_back({spec, cfg_.fewshot_file, cfg_.num_fewshot, cfg_.limit, 1234});
+  tasks_ = eval::prepare_tasks(options, tok, {false, mc.max_position_embeddings});
+  rows_ = cfg_.batch_size > 0 ? cfg_.batch_size : eval::most_choices(tasks_);
   longest_ = eval::longest_request(tasks_);
 }
 
@@ -100,7 +93,7 @@ void DownstreamEval::evaluate(const TrainState& state, bool last, TrainerAccess&
   copy_weights(trainer.model(), *model_);
   log::DownstreamEvalRecord r{state.iteration, state.consumed_samples, last, "bf16", 0.0, {}};
   for (const eval::PreparedTask& t : tasks_) {
-    const std::vector<eval::ChoiceScore> scores = eval::score_requests(*model_, t.requests, *world_);
+    const std::vector<eval::ChoiceScore> scores = eval::score_requests(*model_, t.requests, *world_, {}, false);
     const eval::TaskResult res = eval::summarize_task(t, scores);
     r.tasks.push_back({t.name, eval::task_format_name(t.file.format), res.effective, res.num_fewshot,
                        res.has_acc_norm, res.acc, res.acc_stderr, res.acc_norm, res.acc_norm_stderr});

@@ -143,6 +143,12 @@ TEST(EvalScoring, BatchSizeAndRequestOrderDoNotChangeAScore) {
     EXPECT_EQ(by1[i].greedy, by4[i].greedy);
   }
   EXPECT_EQ(summarize_task(t, by1).acc, summarize_task(t, by4).acc);
+  // Without is_greedy (the training-time evaluation): the same sums, no logits read back, no request greedy.
+  const std::vector<ChoiceScore> plain = score_requests(*eval_model(m, w, 1, longest), t.requests, one, {}, false);
+  for (size_t i = 0; i < by1.size(); ++i) {
+    EXPECT_EQ(plain[i].loglikelihood, by1[i].loglikelihood) << i;
+    EXPECT_FALSE(plain[i].greedy) << i;
+  }
 }
 
 // One-token continuations over the whole vocabulary: exactly the argmax is greedy, and it has the largest sum.
