@@ -30,8 +30,13 @@
 #    OUT_DOC/nvfp4_study.md (the table, the date, commit, command and machine) and OUT_DOC/nvfp4_study.png,
 #    reading the JSON-lines logs only: each run's "start" event (its precision_plan must be its variant's;
 #    the model and the data splits' sizes), its "iteration" and "eval" events (the figure's curves).
-# Time on an idle 2-core CPU (the defaults): about 10 s per iteration of all eight variants (BF16 0.62 s,
-# NVFP4 on every layer 2.2 s; quantized GEMMs are emulated), about 53 min per seed (docs/COMPARING.md).
+# 5. The record (scripts/study_record.sh): each seed whose eight runs are complete is kept, gzipped, in
+#    OUT_DOC/runs/seedN/ with its provenance (commit, binary, CPU); commit it with the report. A later start
+#    (another session, a new work directory, a rebuilt binary) restores the recorded seeds instead of running
+#    them again, once the binary is shown to compute what the recorded one did (iterations 1-2 of every
+#    variant equal to the last bit); numerics that changed refuse the record.
+# Time on an idle 2-core CPU (the defaults; quantized GEMMs are emulated): about 20 min per seed on the AMD EPYC
+# of 2026-12-02, about 50 min on the Intel Xeon of 2026-12-02's later session (docs/COMPARING.md).
 # Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3); FORTUNES_DIR, LICENSE_DIR.
 set -uo pipefail
 
@@ -158,15 +163,18 @@ for name, edit in (("nvfp4_no_rht", {"nvfp4": {"random_hadamard_transform": Fals
 EOF
   die "cannot write $out/model.json or the recipes"
 
-recipes="bf16_mixed,bf16_with_fp8_current_scaling_mixed,bf16_with_mxfp8_mixed,bf16_with_nvfp4_mixed"
-for r in nvfp4_no_rht nvfp4_no_sr nvfp4_no_2d nvfp4_all_layers; do recipes+=",$out/recipes/$r.json"; done
+labels=(bf16_mixed bf16_with_fp8_current_scaling_mixed bf16_with_mxfp8_mixed bf16_with_nvfp4_mixed
+        nvfp4_no_rht nvfp4_no_sr nvfp4_no_2d nvfp4_all_layers)
+recipe_args=("${labels[@]:0:4}")
+for r in "${labels[@]:4}"; do recipe_args+=("$out/recipes/$r.json"); done
+recipes=$(IFS=,; echo "${recipe_args[*]}")
 eval_interval=$((iterations / 6 > 0 ? iterations / 6 : 1))
 nvariants=8
 
 # ---- 4. the runs ----
-# All seeds at one commit: the first start records the commit and the binary's sha256 in OUT/runs/binary.txt;
-# a resumption with another binary is refused (a study spanning sessions keeps a frozen copy of the binary,
-# e.g. cp build/apps/{pretrain_llama,preprocess_data} /some/dir, and passes --bin there).
+# One binary per work directory: the first start records the commit and the binary's sha256 in
+# OUT/runs/binary.txt; a resumption with another binary is refused (a new work directory with the new binary
+# takes the finished seeds from the record, after checking its numerics).
 mkdir -p "$out/runs" || die "cannot create $out/runs"
 bin_sha=$(sha256sum "$bin" | cut -c1-16)
 if [[ -f "$out/runs/binary.txt" ]]; then
@@ -180,16 +188,23 @@ else
 fi
 seeds=()
 for ((i = 0; i < nseeds; i++)); do seeds+=($((1234 + i))); done
+# Sets `flags`: the pretrain_llama flags of seed $1's runs (after --recipe, --micro-batch-size, --seq-length).
+seed_flags() {
+  flags=(--model "$out/model.json" --device "$device" --train-iters "$iterations" --global-batch-size "$gbs"
+         --data-path "$dataset" --split 949,50,1 --eval-interval "$eval_interval" --eval-iters 8
+         --seed "$1" --data-seed "$1" --log-interval 1)
+  [[ -z "$threads" ]] || flags+=(--threads "$threads")
+}
+# shellcheck source=scripts/study_record.sh
+source "$repo/scripts/study_record.sh"  # record, sync_record, record_seed, seed_is_recorded, seed_is_complete
+sync_record
 echo "$prog: $nvariants variants x ${#seeds[@]} seed(s) = $((nvariants * ${#seeds[@]})) runs of $iterations iterations" \
      "(model $model with vocab 258, GBS $gbs x seq $seq, MBS $mbs, device $device) in $out/runs"
 sweep_status=0
 for i in "${!seeds[@]}"; do
   s=${seeds[i]}
   echo "$prog: seed $s ($((i + 1)) of ${#seeds[@]}): runs $((i * nvariants + 1))-$(((i + 1) * nvariants)) of $((nvariants * ${#seeds[@]}))"
-  flags=(--model "$out/model.json" --device "$device" --train-iters "$iterations" --global-batch-size "$gbs"
-         --data-path "$dataset" --split 949,50,1 --eval-interval "$eval_interval" --eval-iters 8
-         --seed "$s" --data-seed "$s" --log-interval 1)
-  [[ -z "$threads" ]] || flags+=(--threads "$threads")
+  seed_flags "$s"
   # In the background so that a SIGTERM to this script reaches the sweep at once (it kills its run and
   # removes the partial log); Ctrl-C reaches the sweep through the terminal's process group.
   PYTHON=$python "$repo/scripts/sweep.sh" --recipes "$recipes" --mbs "$mbs" --seq "$seq" --out "$out/runs/seed$s" \
@@ -202,15 +217,15 @@ for i in "${!seeds[@]}"; do
   ((rc == 130)) && { echo "$prog: interrupted (rerun the same command to resume)" >&2; exit 130; }
   ((rc == 2)) && die "sweep.sh refused to run (its error above)"
   ((rc == 0)) || sweep_status=$rc
+  if ((rc == 0)) && seed_is_complete "$s" && ! seed_is_recorded "$s"; then record_seed "$s"; fi
 done
 ((sweep_status == 0)) || die "some runs failed (see the .failed.log files under $out/runs); no report written"
 
 # ---- 5. the report ----
-machine="$(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')"
+provenance_of_seeds  # commit, machine
 if [[ "$device" == cuda ]] && command -v nvidia-smi >/dev/null 2>&1; then
   machine+=", GPU $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 fi
-commit="$run_commit (every run; binary sha256 $bin_sha)"
 run_dirs=()
 for s in "${seeds[@]}"; do run_dirs+=("$out/runs/seed$s"); done
 example="pretrain_llama --recipe RECIPE --micro-batch-size $mbs --seq-length $seq $(quote_words "${flags[@]}")"

@@ -300,6 +300,85 @@ class StudySmoke(unittest.TestCase):
             if abs(abs(gap) - 2 * se) > 1e-6:
                 self.assertEqual(cells[9], "yes" if abs(gap) > 2 * se else "no", (name, gaps))
 
+    def test_a_record(self):
+        # The record (scripts/study_record.sh): each complete seed's logs gzipped into OUT_DOC/runs/seedN with the
+        # work directory's path written as @STUDY_OUT@, and its provenance. A new work directory restores them
+        # without training (the same binary: no check); another binary (the same code, one byte appended) is
+        # checked first (iterations 1-2 of every variant) and then restores them; a record this binary does not
+        # reproduce to the last bit is refused naming the variant; a record of another configuration is refused.
+        import gzip
+        import math
+        self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
+        rec = os.path.join(self.doc, "runs")
+        seed = os.path.join(rec, "seed1234")
+        self.assertRegex(read(os.path.join(seed, "provenance.txt")),
+                         r"^commit \S+ sha256 [0-9a-f]{16} cpu .+ cores \d+ date \d{4}-\d\d-\d\d\n$")
+        self.assertRegex(read(os.path.join(rec, "config.txt")),
+                         rf"^iterations {ITERS} model llama_tiny gbs {GBS} mbs {GBS} seq {SEQ} device cpu corpus [0-9a-f]{{16}}\n$")
+        for label, _, _ in VARIANTS:
+            for path in (self.log(label), self.jsonl(label)):
+                with gzip.open(os.path.join(seed, os.path.basename(path) + ".gz"), "rt", encoding="utf-8") as fh:
+                    text = fh.read()
+                self.assertNotIn(self.work, text)
+                self.assertIn("@STUDY_OUT@/model.json", text)
+                self.assertEqual(text.replace("@STUDY_OUT@", self.work), read(path))
+
+        def study(work, binary, *more):
+            args = list(self.args) + list(more)
+            args[args.index("--out") + 1] = os.path.join(self.tmp.name, work)
+            args[args.index("--bin") + 1] = binary
+            return subprocess.run(["bash", STUDY, *args], capture_output=True, text=True, timeout=300,
+                                  env=env(**self.extra_env))
+
+        def restored(work, label):
+            return read(os.path.join(self.tmp.name, work, "runs", "seed1234", f"{label}_mbs{GBS}_seq{SEQ}.log"))
+
+        p = study("restored", self.app)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
+        self.assertIn("seed 1234 restored from", p.stdout)
+        self.assertNotIn("checking that", p.stdout)
+        self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
+        self.assertNotIn(": running -> ", p.stdout)
+        moved = os.path.join(self.tmp.name, "restored")
+        self.assertEqual(restored("restored", "nvfp4_no_sr"), read(self.log("nvfp4_no_sr")).replace(self.work, moved))
+
+        bin2 = os.path.join(self.tmp.name, "bin2")
+        os.makedirs(bin2)
+        for name in ("pretrain_llama", "preprocess_data"):
+            shutil.copy2(os.path.join(os.path.dirname(self.app), name), bin2)
+        with open(os.path.join(bin2, "pretrain_llama"), "ab") as fh:
+            fh.write(b"\0")  # another sha256, the same code
+        p = study("checked", os.path.join(bin2, "pretrain_llama"))
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
+        self.assertIn("iterations 1-2 of each variant at seed 1234", p.stdout)
+        self.assertIn("numerics unchanged", p.stdout)
+        self.assertNotIn(": running -> ", p.stdout)
+
+        gz = os.path.join(seed, f"nvfp4_no_sr_mbs{GBS}_seq{SEQ}.jsonl.gz")
+        with open(gz, "rb") as fh:
+            original = fh.read()
+        lines = gzip.decompress(original).decode().splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            e = json.loads(line)
+            if e["event"] == "iteration" and e["iteration"] == 2:
+                e["lm_loss"] = math.nextafter(e["lm_loss"], math.inf)  # one ulp off
+                lines[i] = json.dumps(e) + "\n"
+        try:
+            with open(gz, "wb") as fh:
+                fh.write(gzip.compress("".join(lines).encode()))
+            p = study("refused", os.path.join(bin2, "pretrain_llama"))
+        finally:
+            with open(gz, "wb") as fh:
+                fh.write(original)
+        self.assertEqual(p.returncode, 2, p.stdout[-2000:] + p.stderr)
+        self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
+        self.assertIn("does not compute what the record's binary did (nvfp4_no_sr, seed 1234", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "refused", "runs", "seed1234")))
+
+        p = study("other", self.app, "--iterations", str(ITERS + 1))
+        self.assertEqual(p.returncode, 2, p.stdout[-2000:] + p.stderr)
+        self.assertIn("holds a study of another configuration", p.stderr)
+
     def test_7_bad_arguments(self):
         for args, message in [
             (("--seeds", "0"), "--seeds '0': must be a positive integer"),
