@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154  # sourced by nvfp4_study.sh, whose variables it reads
 # The study's record (sourced by scripts/nvfp4_study.sh): the finished seeds' logs, kept beside the report
 # in OUT_DOC/runs/ and committed with it, so that a study longer than one working session, on a machine whose
 # work directories do not outlive it, goes on where it stopped and a reader can recompute every number.
