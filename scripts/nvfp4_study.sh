@@ -30,11 +30,11 @@
 #    OUT_DOC/nvfp4_study.md (the table, the date, commit, command and machine) and OUT_DOC/nvfp4_study.png,
 #    reading the JSON-lines logs only: each run's "start" event (its precision_plan must be its variant's;
 #    the model and the data splits' sizes), its "iteration" and "eval" events (the figure's curves).
-# 5. The record (scripts/study_record.sh): each seed whose eight runs are complete is kept, gzipped, in
-#    OUT_DOC/runs/seedN/ with its provenance (commit, binary, CPU); commit it with the report. A later start
-#    (another session, a new work directory, a rebuilt binary) restores the recorded seeds instead of running
-#    them again, once the binary is shown to compute what the recorded one did (iterations 1-2 of every
-#    variant equal to the last bit); numerics that changed refuse the record.
+# 5. The record (scripts/study_record.sh): each complete run is kept, gzipped, in OUT_DOC/runs/seedN/ with
+#    its provenance (commit, binary, CPU); commit it with the report. A later start (another session, a new
+#    work directory, a rebuilt binary) restores the recorded runs instead of running them again, once the
+#    binary is shown to compute what the recorded one did (iterations 1-2 of every variant equal to the last
+#    bit); numerics that changed refuse the record.
 # Time on an idle 2-core CPU (the defaults; quantized GEMMs are emulated): about 20 min per seed on the AMD EPYC
 # of 2026-12-02, about 50 min on the Intel Xeon of 2026-12-02's later session (docs/COMPARING.md).
 # Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3); FORTUNES_DIR, LICENSE_DIR.
@@ -196,7 +196,7 @@ seed_flags() {
   [[ -z "$threads" ]] || flags+=(--threads "$threads")
 }
 # shellcheck source=scripts/study_record.sh
-source "$repo/scripts/study_record.sh"  # record, sync_record, record_seed, seed_is_recorded, seed_is_complete
+source "$repo/scripts/study_record.sh"  # record, sync_record, record_runs, provenance_of_seeds
 sync_record
 echo "$prog: $nvariants variants x ${#seeds[@]} seed(s) = $((nvariants * ${#seeds[@]})) runs of $iterations iterations" \
      "(model $model with vocab 258, GBS $gbs x seq $seq, MBS $mbs, device $device) in $out/runs"
@@ -210,14 +210,14 @@ for i in "${!seeds[@]}"; do
   PYTHON=$python "$repo/scripts/sweep.sh" --recipes "$recipes" --mbs "$mbs" --seq "$seq" --out "$out/runs/seed$s" \
     --bin "$bin" --no-png -- "${flags[@]}" &
   sweep_pid=$!
-  trap 'kill -TERM "$sweep_pid" 2>/dev/null; wait "$sweep_pid"; echo "$prog: interrupted (rerun the same command to resume)" >&2; exit 130' INT TERM
+  trap 'kill -TERM "$sweep_pid" 2>/dev/null; wait "$sweep_pid"; record_runs "$s"; echo "$prog: interrupted (rerun the same command to resume)" >&2; exit 130' INT TERM
   wait "$sweep_pid"
   rc=$?
   trap - INT TERM
+  record_runs "$s"  # the seed's complete runs, also those of a sweep that failed or was interrupted
   ((rc == 130)) && { echo "$prog: interrupted (rerun the same command to resume)" >&2; exit 130; }
   ((rc == 2)) && die "sweep.sh refused to run (its error above)"
   ((rc == 0)) || sweep_status=$rc
-  if ((rc == 0)) && seed_is_complete "$s" && ! seed_is_recorded "$s"; then record_seed "$s"; fi
 done
 ((sweep_status == 0)) || die "some runs failed (see the .failed.log files under $out/runs); no report written"
 

@@ -1,23 +1,26 @@
 # shellcheck shell=bash disable=SC2154  # sourced by nvfp4_study.sh, whose variables it reads
-# The study's record (sourced by scripts/nvfp4_study.sh): the finished seeds' logs, kept beside the report
-# in OUT_DOC/runs/ and committed with it, so that a study longer than one working session, on a machine whose
-# work directories do not outlive it, goes on where it stopped and a reader can recompute every number.
+# The study's record (sourced by scripts/nvfp4_study.sh): the finished runs' logs, kept beside the report in
+# OUT_DOC/runs/ and committed with it, so that a study longer than one working session, on a machine whose
+# work directories do not outlive it, goes on where it stopped, and a reader can recompute every number.
 #
 #   OUT_DOC/runs/config.txt            the study's configuration (iterations, model, batch, device, corpus
 #                                      sha256); a start with another configuration is refused
-#   OUT_DOC/runs/seedN/NAME.log.gz     a complete run's text log and JSON-lines log (gzip -n), OUT's path
-#   OUT_DOC/runs/seedN/NAME.jsonl.gz   written as @STUDY_OUT@ (restored into any work directory)
-#   OUT_DOC/runs/seedN/provenance.txt  commit, binary sha256, CPU, cores and date of the seed's runs
+#   OUT_DOC/runs/seedN/NAME.log.gz     a complete run's text log and JSON-lines log (gzip -n), the work
+#   OUT_DOC/runs/seedN/NAME.jsonl.gz   directory's path written as @STUDY_OUT@ (restored into any other)
+#   OUT_DOC/runs/seedN/provenance.txt  one line per recorded run: NAME commit C sha256 S cpu MODEL cores N date D
+#                                      (a run is recorded once its line is there)
 #
-# A seed is recorded once its eight runs are complete. A start restores the recorded seeds that its work
-# directory lacks, after checking that --bin computes what the recorded binary did: iterations 1-2 of every
-# variant at the first recorded seed, the lm loss and grad norm of the JSON-lines logs (full double
-# precision) equal to the last bit. The check is skipped when --bin's sha256 is the recorded one. Numerics
-# that differ refuse the record: the study is then rerun at this commit (remove OUT_DOC/runs).
+# A run is recorded once it is complete: at the start, after each seed's sweep, and when the study is
+# interrupted. A start restores the recorded runs its work directory lacks, after checking, when --bin is
+# not the binary that made them, that --bin computes what that binary did: iterations 1-2 of every recorded
+# variant (at the first seed that has it), the lm loss and grad norm of the JSON-lines logs (full double
+# precision) equal to the last bit. It is a check of the first two iterations: a change that shows only
+# later (the tail of the LR schedule, the validation pass) passes it; rerun the study after such a change
+# (remove OUT_DOC/runs). Numerics that differ refuse the record.
 #
-# Uses the caller's: prog, die, python, out, out_doc, bin, bin_sha, run_commit, seeds, mbs, seq, device,
-# iterations, model, gbs, corpus, seed_flags (sets `flags`, a seed's pretrain_llama flags) and labels
-# (the variants' sweep names without _mbsM_seqS, in sweep order) with recipe_args (their --recipe values).
+# Uses the caller's: prog, die, python, repo, out, out_doc, bin, bin_sha, run_commit, seeds, mbs, seq, device,
+# iterations, model, gbs, corpus, seed_flags (sets `flags`, a seed's pretrain_llama flags), labels (the
+# variants' sweep names without _mbsM_seqS, in sweep order) and recipe_args (their --recipe values).
 
 record="$out_doc/runs"
 record_token="@STUDY_OUT@"
@@ -26,23 +29,19 @@ record_config() {
   echo "iterations $iterations model $model gbs $gbs mbs $mbs seq $seq device $device corpus $(sha256sum "$corpus" | cut -c1-16)"
 }
 
-run_names() { local l; for l in "${labels[@]}"; do echo "${l}_mbs${mbs}_seq${seq}"; done; }
+run_name() { echo "${labels[$1]}_mbs${mbs}_seq${seq}"; }  # K: the sweep's name of variant K's run
 
-seed_is_recorded() {  # SEED
-  local n
-  [[ -f "$record/seed$1/provenance.txt" ]] || return 1
-  for n in $(run_names); do
-    [[ -f "$record/seed$1/$n.log.gz" && -f "$record/seed$1/$n.jsonl.gz" ]] || return 1
-  done
+run_is_recorded() {  # SEED NAME
+  [[ -f "$record/seed$1/$2.log.gz" && -f "$record/seed$1/$2.jsonl.gz" ]] &&
+    grep -q "^$2 " "$record/seed$1/provenance.txt" 2>/dev/null
 }
 
-seed_is_complete() {  # SEED: the work directory holds the seed's eight complete runs
-  local n dir="$out/runs/seed$1"
-  for n in $(run_names); do
-    [[ -f "$dir/$n.log" && -f "$dir/$n.jsonl" ]] || return 1
-    "$python" "$repo/scripts/jsonl_log.py" --complete "$dir/$n.jsonl" >/dev/null 2>&1 || return 1
-  done
+run_is_complete() {  # SEED NAME: the work directory holds the complete run
+  [[ -f "$out/runs/seed$1/$2.log" && -f "$out/runs/seed$1/$2.jsonl" ]] &&
+    "$python" "$repo/scripts/jsonl_log.py" --complete "$out/runs/seed$1/$2.jsonl" >/dev/null 2>&1
 }
+
+recorded_sha() { grep -m1 "^$2 " "$record/seed$1/provenance.txt" | awk '{print $5}'; }  # SEED NAME
 
 # sed replacement text for a literal string (\, & and the | delimiter escaped).
 sed_literal() { local s=${1//\\/\\\\}; s=${s//&/\\&}; printf '%s' "${s//|/\\|}"; }
@@ -55,49 +54,48 @@ record_check_config() {  # refuses a record of another configuration
     die "$record holds a study of another configuration ($have; this one: $want): pass another --out-doc, or remove $record to replace it"
 }
 
-record_seed() {  # SEED: gzip the complete seed's logs into the record (atomically: a seed folder is whole)
-  local s=$1 n ext dir="$out/runs/seed$1" tmp="$record/.seed$1.tmp" from
+record_runs() {  # SEED: gzip the seed's complete runs that the record lacks into it (the provenance line last)
+  local s=$1 k n ext from dir="$record/seed$1" cpu
   from=$(sed_literal "$out")
-  rm -rf "$tmp" && mkdir -p "$tmp" || die "cannot write $tmp"
-  for n in $(run_names); do
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')
+  for k in "${!labels[@]}"; do
+    n=$(run_name "$k")
+    run_is_complete "$s" "$n" && ! run_is_recorded "$s" "$n" || continue
+    mkdir -p "$dir" || die "cannot create $dir"
+    [[ -f "$record/config.txt" ]] || record_config > "$record/config.txt"
     for ext in log jsonl; do
-      sed "s|$from|$(sed_literal "$record_token")|g" "$dir/$n.$ext" | gzip -9 -n > "$tmp/$n.$ext.gz" ||
-        die "cannot write $tmp/$n.$ext.gz"
+      sed "s|$from|$(sed_literal "$record_token")|g" "$out/runs/seed$s/$n.$ext" | gzip -9 -n > "$dir/.$n.$ext.gz" &&
+        mv -f "$dir/.$n.$ext.gz" "$dir/$n.$ext.gz" || die "cannot write $dir/$n.$ext.gz"
     done
+    echo "$n commit $run_commit sha256 $bin_sha cpu $cpu cores $(nproc) date $(date -u +%Y-%m-%d)" >> "$dir/provenance.txt"
+    echo "$prog: recorded $dir/$n (commit it with the report)"
   done
-  echo "commit $run_commit sha256 $bin_sha cpu $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //') cores $(nproc)" \
-       "date $(date -u +%Y-%m-%d)" > "$tmp/provenance.txt"
-  [[ -f "$record/config.txt" ]] || record_config > "$record/config.txt"
-  rm -rf "$record/seed$s" && mv "$tmp" "$record/seed$s" || die "cannot move $tmp to $record/seed$s"
-  echo "$prog: seed $s recorded in $record/seed$s (commit it with the report)"
 }
 
-restore_seed() {  # SEED: the recorded logs into the work directory (each text log before its JSON-lines log)
-  local s=$1 n ext dir="$out/runs/seed$1" to
+restore_run() {  # SEED NAME: the recorded logs into the work directory (the text log before the JSON-lines log)
+  local s=$1 n=$2 ext dir="$out/runs/seed$1" to
   to=$(sed_literal "$out")
   mkdir -p "$dir" || die "cannot create $dir"
-  for n in $(run_names); do
-    for ext in log jsonl; do
-      gzip -dc "$record/seed$s/$n.$ext.gz" | sed "s|$record_token|$to|g" > "$dir/.$n.$ext.restore" &&
-        mv -f "$dir/.$n.$ext.restore" "$dir/$n.$ext" || die "cannot restore $record/seed$s/$n.$ext.gz into $dir"
-    done
+  for ext in log jsonl; do
+    gzip -dc "$record/seed$s/$n.$ext.gz" | sed "s|$record_token|$to|g" > "$dir/.$n.$ext.restore" &&
+      mv -f "$dir/.$n.$ext.restore" "$dir/$n.$ext" || die "cannot restore $record/seed$s/$n.$ext.gz into $dir"
   done
-  echo "$prog: seed $s restored from $record/seed$s ($(cut -d' ' -f1-4 "$record/seed$s/provenance.txt"))"
 }
 
-# Iterations 1-2 of every variant at seed SEED with --bin, against the recorded JSON-lines logs.
-check_recorded_numerics() {  # SEED
-  local s=$1 k n tmp why
+# Iterations 1-2 of every recorded variant (at the first seed that has it) with --bin, against the record.
+check_recorded_numerics() {
+  local k n s tmp why ref checked=0
   tmp=$(mktemp -d "$out/.numerics.XXXXXX") || die "cannot write in $out"
-  echo "$prog: checking that $bin computes what the record's binary did ($(cut -d' ' -f1-4 "$record/seed$s/provenance.txt")):" \
-       "iterations 1-2 of each variant at seed $s"
-  seed_flags "$s"
+  echo "$prog: checking that $bin computes what the record's binaries did: iterations 1-2 of each recorded variant"
   for k in "${!labels[@]}"; do
-    n="${labels[k]}_mbs${mbs}_seq${seq}"
+    n=$(run_name "$k") ref=""
+    for s in "${seeds[@]}"; do run_is_recorded "$s" "$n" && { ref=$s; break; }; done
+    [[ -n "$ref" ]] || continue
+    seed_flags "$ref"
     "$bin" --recipe "${recipe_args[k]}" --micro-batch-size "$mbs" --seq-length "$seq" "${flags[@]}" \
       --exit-interval 2 --log-jsonl "$tmp/$n.jsonl" > "$tmp/$n.log" 2>&1 ||
-      { rm -rf "$tmp"; die "the numerics check run of ${labels[k]} failed (its log was $tmp/$n.log)"; }
-    gzip -dc "$record/seed$s/$n.jsonl.gz" > "$tmp/$n.recorded.jsonl" || die "cannot read $record/seed$s/$n.jsonl.gz"
+      die "the numerics check run of ${labels[k]} failed (its log: $tmp/$n.log)"
+    gzip -dc "$record/seed$ref/$n.jsonl.gz" > "$tmp/$n.recorded.jsonl" || die "cannot read $record/seed$ref/$n.jsonl.gz"
     if ! why=$("$python" - "$tmp/$n.recorded.jsonl" "$tmp/$n.jsonl" <<'EOF'
 import json, sys
 def first_two(path):
@@ -111,48 +109,51 @@ if len(have) < 2 or have != want:
 EOF
     ); then
       rm -rf "$tmp"
-      die "$bin does not compute what the record's binary did (${labels[k]}, seed $s: $why): its numerics changed; rerun the study at this commit (remove $record)"
+      die "$bin does not compute what the record's binary did (${labels[k]}, seed $ref: $why): its numerics changed; rerun the study at this commit (remove $record)"
     fi
+    checked=$((checked + 1))
   done
   rm -rf "$tmp"
-  echo "$prog: numerics unchanged: every variant's iterations 1-2 equal the record's to the last bit"
+  echo "$prog: numerics unchanged: iterations 1-2 of $checked variant(s) equal the record's to the last bit"
 }
 
-# Before the runs: restore the recorded seeds the work directory lacks (checking the numerics first when
-# --bin is another binary), and record the complete seeds the record lacks.
+# Before the runs: restore the recorded runs the work directory lacks (checking the numerics first when
+# another binary made any of them), then record the complete runs the record lacks.
 sync_record() {
-  local s check="" rec_sha
+  local s k n restore=() other=0
   record_check_config
   for s in "${seeds[@]}"; do
-    if seed_is_recorded "$s" && ! seed_is_complete "$s"; then
-      read -r _ _ _ rec_sha _ < "$record/seed$s/provenance.txt"
-      if [[ "$rec_sha" != "$bin_sha" && -z "$check" ]]; then
-        check_recorded_numerics "$s"
-        check=done
+    for k in "${!labels[@]}"; do
+      n=$(run_name "$k")
+      if run_is_recorded "$s" "$n" && ! run_is_complete "$s" "$n"; then
+        restore+=("$s:$n")
+        [[ "$(recorded_sha "$s" "$n")" == "$bin_sha" ]] || other=1
       fi
-      restore_seed "$s"
-    fi
+    done
   done
-  for s in "${seeds[@]}"; do
-    if seed_is_complete "$s" && ! seed_is_recorded "$s"; then record_seed "$s"; fi
-  done
+  if ((${#restore[@]})); then
+    ((other == 0)) || check_recorded_numerics
+    for s in "${restore[@]}"; do restore_run "${s%%:*}" "${s#*:}"; done
+    echo "$prog: restored ${#restore[@]} run(s) from $record"
+  fi
+  for s in "${seeds[@]}"; do record_runs "$s"; done
 }
 
-# Sets `commit` and `machine` for the report from the seeds' provenance: one phrase when every seed was run
-# by one binary on one kind of machine, else one per group of seeds.
+# Sets `commit` and `machine` for the report from the runs' provenance: one phrase when one binary on one
+# kind of machine made every run, else one per binary (machine) with the seeds it ran.
 provenance_of_seeds() {
-  local s line c sha m key
+  local s n c sha m key
   local -A by_commit=() by_machine=()
   local commit_order=() machine_order=()
   for s in "${seeds[@]}"; do
-    line=$(cat "$record/seed$s/provenance.txt")
-    read -r _ c _ sha _ <<< "$line"
-    m=$(sed -E 's/.* cpu (.*) cores ([0-9]+) date .*/\2 cores, \1/' <<< "$line")
-    key="$c (binary sha256 $sha"
-    [[ -n "${by_commit[$key]:-}" ]] || commit_order+=("$key")
-    by_commit[$key]+="${by_commit[$key]:+, }$s"
-    [[ -n "${by_machine[$m]:-}" ]] || machine_order+=("$m")
-    by_machine[$m]+="${by_machine[$m]:+, }$s"
+    while read -r n _ c _ sha _; do
+      m=$(grep -m1 "^$n " "$record/seed$s/provenance.txt" | sed -E 's/.* cpu (.*) cores ([0-9]+) date .*/\2 cores, \1/')
+      key="$c (binary sha256 $sha"
+      [[ -n "${by_commit[$key]:-}" ]] || commit_order+=("$key")
+      [[ ", ${by_commit[$key]:-}, " == *", $s, "* ]] || by_commit[$key]+="${by_commit[$key]:+, }$s"
+      [[ -n "${by_machine[$m]:-}" ]] || machine_order+=("$m")
+      [[ ", ${by_machine[$m]:-}, " == *", $s, "* ]] || by_machine[$m]+="${by_machine[$m]:+, }$s"
+    done < "$record/seed$s/provenance.txt"
   done
   if ((${#commit_order[@]} == 1)); then
     commit="${commit_order[0]/ (binary/ (every run; binary})"

@@ -301,18 +301,22 @@ class StudySmoke(unittest.TestCase):
                 self.assertEqual(cells[9], "yes" if abs(gap) > 2 * se else "no", (name, gaps))
 
     def test_a_record(self):
-        # The record (scripts/study_record.sh): each complete seed's logs gzipped into OUT_DOC/runs/seedN with the
-        # work directory's path written as @STUDY_OUT@, and its provenance. A new work directory restores them
-        # without training (the same binary: no check); another binary (the same code, one byte appended) is
-        # checked first (iterations 1-2 of every variant) and then restores them; a record this binary does not
-        # reproduce to the last bit is refused naming the variant; a record of another configuration is refused.
+        # The record (scripts/study_record.sh): each complete run's logs gzipped into OUT_DOC/runs/seedN with the
+        # work directory's path written as @STUDY_OUT@, and its provenance line. A new work directory restores
+        # them without training (the same binary: no check), and runs only a run the record lacks (then records
+        # it); another binary (the same code, one byte appended) is checked first (iterations 1-2 of every
+        # variant) and then restores them; a record this binary does not reproduce to the last bit is refused
+        # naming the variant; a record of another configuration is refused.
         import gzip
         import math
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
         rec = os.path.join(self.doc, "runs")
         seed = os.path.join(rec, "seed1234")
-        self.assertRegex(read(os.path.join(seed, "provenance.txt")),
-                         r"^commit \S+ sha256 [0-9a-f]{16} cpu .+ cores \d+ date \d{4}-\d\d-\d\d\n$")
+        provenance = read(os.path.join(seed, "provenance.txt")).splitlines()
+        self.assertEqual(sorted(l.split()[0] for l in provenance),
+                         sorted(f"{label}_mbs{GBS}_seq{SEQ}" for label, _, _ in VARIANTS))
+        for line in provenance:
+            self.assertRegex(line, r"^\S+ commit \S+ sha256 [0-9a-f]{16} cpu .+ cores \d+ date \d{4}-\d\d-\d\d$")
         self.assertRegex(read(os.path.join(rec, "config.txt")),
                          rf"^iterations {ITERS} model llama_tiny gbs {GBS} mbs {GBS} seq {SEQ} device cpu corpus [0-9a-f]{{16}}\n$")
         for label, _, _ in VARIANTS:
@@ -335,12 +339,24 @@ class StudySmoke(unittest.TestCase):
 
         p = study("restored", self.app)
         self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
-        self.assertIn("seed 1234 restored from", p.stdout)
+        self.assertIn("restored 8 run(s) from", p.stdout)
         self.assertNotIn("checking that", p.stdout)
         self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
         self.assertNotIn(": running -> ", p.stdout)
         moved = os.path.join(self.tmp.name, "restored")
         self.assertEqual(restored("restored", "nvfp4_no_sr"), read(self.log("nvfp4_no_sr")).replace(self.work, moved))
+
+        # A run the record lacks (its provenance line gone): the others are restored, it runs and is recorded.
+        last = f"nvfp4_all_layers_mbs{GBS}_seq{SEQ}"
+        with open(os.path.join(seed, "provenance.txt"), "w") as fh:
+            fh.write("".join(l + "\n" for l in provenance if not l.startswith(last + " ")))
+        p = study("partial", self.app)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
+        self.assertIn("restored 7 run(s) from", p.stdout)
+        self.assertEqual(p.stdout.count(": skip (complete log"), 7, p.stdout)
+        self.assertIn(f"[8/8] {last}: running -> ", p.stdout)
+        self.assertIn(f"recorded {seed}/{last}", p.stdout)
+        self.assertEqual(len(read(os.path.join(seed, "provenance.txt")).splitlines()), 8)
 
         bin2 = os.path.join(self.tmp.name, "bin2")
         os.makedirs(bin2)
@@ -350,8 +366,8 @@ class StudySmoke(unittest.TestCase):
             fh.write(b"\0")  # another sha256, the same code
         p = study("checked", os.path.join(bin2, "pretrain_llama"))
         self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
-        self.assertIn("iterations 1-2 of each variant at seed 1234", p.stdout)
-        self.assertIn("numerics unchanged", p.stdout)
+        self.assertIn("iterations 1-2 of each recorded variant", p.stdout)
+        self.assertIn("numerics unchanged: iterations 1-2 of 8 variant(s)", p.stdout)
         self.assertNotIn(": running -> ", p.stdout)
 
         gz = os.path.join(seed, f"nvfp4_no_sr_mbs{GBS}_seq{SEQ}.jsonl.gz")
