@@ -36,7 +36,7 @@
 #    binary is shown to compute what the recorded one did (iterations 1-2 of every variant equal to the last
 #    bit); numerics that changed refuse the record.
 # Time on an idle 2-core CPU (the defaults; quantized GEMMs are emulated): about 20 min per seed on the AMD EPYC
-# of 2026-12-02, about 50 min on the Intel Xeon of 2026-12-02's later session (docs/COMPARING.md).
+# of 2026-12-02, about 58 min on the Intel Xeon of 2026-12-02's later session (docs/COMPARING.md).
 # Env: PYTHON (default /usr/bin/python3 when it has numpy, else python3); FORTUNES_DIR, LICENSE_DIR.
 set -uo pipefail
 
@@ -169,7 +169,7 @@ recipe_args=("${labels[@]:0:4}")
 for r in "${labels[@]:4}"; do recipe_args+=("$out/recipes/$r.json"); done
 recipes=$(IFS=,; echo "${recipe_args[*]}")
 eval_interval=$((iterations / 6 > 0 ? iterations / 6 : 1))
-nvariants=8
+nvariants=${#labels[@]}
 
 # ---- 4. the runs ----
 # One binary per work directory: the first start records the commit and the binary's sha256 in

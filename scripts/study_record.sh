@@ -142,12 +142,13 @@ sync_record() {
 # Sets `commit` and `machine` for the report from the runs' provenance: one phrase when one binary on one
 # kind of machine made every run, else one per binary (machine) with the seeds it ran.
 provenance_of_seeds() {
-  local s n c sha m key
+  local s line c sha m key
   local -A by_commit=() by_machine=()
   local commit_order=() machine_order=()
   for s in "${seeds[@]}"; do
-    while read -r n _ c _ sha _; do
-      m=$(grep -m1 "^$n " "$record/seed$s/provenance.txt" | sed -E 's/.* cpu (.*) cores ([0-9]+) date .*/\2 cores, \1/')
+    while read -r line; do
+      read -r _ _ c _ sha _ <<< "$line"
+      m=$(sed -E 's/.* cpu (.*) cores ([0-9]+) date .*/\2 cores, \1/' <<< "$line")
       key="$c (binary sha256 $sha"
       [[ -n "${by_commit[$key]:-}" ]] || commit_order+=("$key")
       [[ ", ${by_commit[$key]:-}, " == *", $s, "* ]] || by_commit[$key]+="${by_commit[$key]:+, }$s"
