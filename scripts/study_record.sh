@@ -11,8 +11,8 @@
 #                                      (a run is recorded once its line is there)
 #
 # A run is recorded once it is complete: at the start, after each seed's sweep, and when the study is
-# interrupted. A start restores the recorded runs its work directory lacks, after checking, when --bin is
-# not the binary that made them, that --bin computes what that binary did: iterations 1-2 of every recorded
+# interrupted. A start restores the recorded runs its work directory lacks, after checking (even when --bin is
+# the binary that made them: the CPU may not be) that --bin computes what that binary did: iterations 1-2 of every recorded
 # variant (at the first seed that has it), the lm loss and grad norm of the JSON-lines logs (full double
 # precision) equal to the last bit. It is a check of the first two iterations: a change that shows only
 # later (the tail of the LR schedule, the validation pass) passes it; rerun the study after such a change
@@ -40,8 +40,6 @@ run_is_complete() {  # SEED NAME: the work directory holds the complete run
   [[ -f "$out/runs/seed$1/$2.log" && -f "$out/runs/seed$1/$2.jsonl" ]] &&
     "$python" "$repo/scripts/jsonl_log.py" --complete "$out/runs/seed$1/$2.jsonl" >/dev/null 2>&1
 }
-
-recorded_sha() { grep -m1 "^$2 " "$record/seed$1/provenance.txt" | awk '{print $5}'; }  # SEED NAME
 
 # sed replacement text for a literal string (\, & and the | delimiter escaped).
 sed_literal() { local s=${1//\\/\\\\}; s=${s//&/\\&}; printf '%s' "${s//|/\\|}"; }
@@ -83,6 +81,14 @@ restore_run() {  # SEED NAME: the recorded logs into the work directory (the tex
 }
 
 # Iterations 1-2 of every recorded variant (at the first seed that has it) with --bin, against the record.
+# "; GEMMs: the record's runs ..., this machine's ..." when the two logs' "cpu GEMMs" lines differ (oneDNN's
+# kernels follow the CPU's instruction set, and their sums differ): the likely cause of a refusal.
+gemm_difference() {
+  local had has
+  had=$(gzip -dc "$1" 2>/dev/null | grep -m1 -o 'cpu GEMMs: .*') has=$(grep -m1 -o 'cpu GEMMs: .*' "$2")
+  if [[ "$had" != "$has" ]]; then echo "; GEMMs: the record's runs ${had#cpu GEMMs: }, this machine's ${has#cpu GEMMs: }"; fi
+}
+
 check_recorded_numerics() {
   local k n s tmp why ref checked=0
   tmp=$(mktemp -d "$out/.numerics.XXXXXX") || die "cannot write in $out"
@@ -108,6 +114,7 @@ if len(have) < 2 or have != want:
     sys.exit(1)
 EOF
     ); then
+      why+=$(gemm_difference "$record/seed$ref/$n.log.gz" "$tmp/$n.log")
       rm -rf "$tmp"
       die "$bin does not compute what the record's binary did (${labels[k]}, seed $ref: $why): its numerics changed; rerun the study at this commit (remove $record)"
     fi
@@ -117,22 +124,22 @@ EOF
   echo "$prog: numerics unchanged: iterations 1-2 of $checked variant(s) equal the record's to the last bit"
 }
 
-# Before the runs: restore the recorded runs the work directory lacks (checking the numerics first when
-# another binary made any of them), then record the complete runs the record lacks.
+# Before the runs: restore the recorded runs the work directory lacks (checking the numerics first), then
+# record the complete runs the record lacks.
 sync_record() {
-  local s k n restore=() other=0
+  local s k n restore=()
   record_check_config
   for s in "${seeds[@]}"; do
     for k in "${!labels[@]}"; do
       n=$(run_name "$k")
-      if run_is_recorded "$s" "$n" && ! run_is_complete "$s" "$n"; then
-        restore+=("$s:$n")
-        [[ "$(recorded_sha "$s" "$n")" == "$bin_sha" ]] || other=1
-      fi
+      if run_is_recorded "$s" "$n" && ! run_is_complete "$s" "$n"; then restore+=("$s:$n"); fi
     done
   done
   if ((${#restore[@]})); then
-    ((other == 0)) || check_recorded_numerics
+    # Checked even when the binary is the recorded one: a build of the same commit can be byte-identical on
+    # another machine, whose CPU may take other oneDNN kernels (the provenance's CPU name does not tell: a
+    # virtual machine's "Intel(R) Xeon(R) Processor" names no generation).
+    check_recorded_numerics
     for s in "${restore[@]}"; do restore_run "${s%%:*}" "${s#*:}"; done
     echo "$prog: restored ${#restore[@]} run(s) from $record"
   fi

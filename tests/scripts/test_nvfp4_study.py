@@ -303,10 +303,11 @@ class StudySmoke(unittest.TestCase):
     def test_a_record(self):
         # The record (scripts/study_record.sh): each complete run's logs gzipped into OUT_DOC/runs/seedN with the
         # work directory's path written as @STUDY_OUT@, and its provenance line. A new work directory restores
-        # them without training (the same binary: no check), and runs only a run the record lacks (then records
-        # it); another binary (the same code, one byte appended) is checked first (iterations 1-2 of every
-        # variant) and then restores them; a record this binary does not reproduce to the last bit is refused
-        # naming the variant; a record of another configuration is refused.
+        # them without training, after the numerics check (iterations 1-2 of every variant; run even for the
+        # same binary, which may be on another CPU), and runs only a run the record lacks (then records it);
+        # another binary (the same code, one byte appended) passes the check and restores them; a record this
+        # binary does not reproduce to the last bit is refused naming the variant (and the two GEMM lines when
+        # they differ); a record of another configuration is refused.
         import gzip
         import math
         self.assertEqual(self.p.returncode, 0, self.p.stderr[-3000:])
@@ -340,7 +341,7 @@ class StudySmoke(unittest.TestCase):
         p = study("restored", self.app)
         self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
         self.assertIn("restored 8 run(s) from", p.stdout)
-        self.assertNotIn("checking that", p.stdout)
+        self.assertIn("numerics unchanged: iterations 1-2 of 8 variant(s)", p.stdout)
         self.assertEqual(p.stdout.count(": skip (complete log"), 8, p.stdout)
         self.assertNotIn(": running -> ", p.stdout)
         moved = os.path.join(self.tmp.name, "restored")
@@ -379,16 +380,26 @@ class StudySmoke(unittest.TestCase):
             if e["event"] == "iteration" and e["iteration"] == 2:
                 e["lm_loss"] = math.nextafter(e["lm_loss"], math.inf)  # one ulp off
                 lines[i] = json.dumps(e) + "\n"
+        # ... and as if its runs had used other GEMM kernels: the refusal names both "cpu GEMMs" lines.
+        log_gz = gz[: -len(".jsonl.gz")] + ".log.gz"
+        with open(log_gz, "rb") as fh:
+            original_log = fh.read()
+        log = re.sub(r"cpu GEMMs: .*", "cpu GEMMs: oneDNN bf16 (avx512_core_amx)", gzip.decompress(original_log).decode())
         try:
             with open(gz, "wb") as fh:
                 fh.write(gzip.compress("".join(lines).encode()))
+            with open(log_gz, "wb") as fh:
+                fh.write(gzip.compress(log.encode()))
             p = study("refused", os.path.join(bin2, "pretrain_llama"))
         finally:
             with open(gz, "wb") as fh:
                 fh.write(original)
+            with open(log_gz, "wb") as fh:
+                fh.write(original_log)
         self.assertEqual(p.returncode, 2, p.stdout[-2000:] + p.stderr)
         self.assertEqual(len(p.stderr.splitlines()), 1, p.stderr)
         self.assertIn("does not compute what the record's binary did (nvfp4_no_sr, seed 1234", p.stderr)
+        self.assertRegex(p.stderr, r"GEMMs: the record's runs oneDNN bf16 \(avx512_core_amx\), this machine's \S")
         self.assertFalse(os.path.exists(os.path.join(self.tmp.name, "refused", "runs", "seed1234")))
 
         p = study("other", self.app, "--iterations", str(ITERS + 1))
