@@ -11,10 +11,10 @@
 #                                      (a run is recorded once its line is there)
 #
 # A run is recorded once it is complete: at the start, after each seed's sweep, and when the study is
-# interrupted. A start restores the recorded runs its work directory lacks, after checking (even when --bin is
-# the binary that made them: the CPU may not be) that --bin computes what that binary did: iterations 1-2 of every recorded
-# variant (at the first seed that has it), the lm loss and grad norm of the JSON-lines logs (full double
-# precision) equal to the last bit. It is a check of the first two iterations: a change that shows only
+# interrupted. A start restores the recorded runs its work directory lacks, after checking (even when --bin
+# is the binary that made them: the CPU may not be the one) that --bin computes what that binary did:
+# iterations 1-2 of every recorded variant (at the first seed that has it), the lm loss and grad norm of the
+# JSON-lines logs (full double precision) equal to the last bit. It is a check of the first two iterations: a change that shows only
 # later (the tail of the LR schedule, the validation pass) passes it; rerun the study after such a change
 # (remove OUT_DOC/runs). Numerics that differ refuse the record.
 #
