@@ -14,9 +14,9 @@
 # interrupted. A start restores the recorded runs its work directory lacks, after checking (even when --bin
 # is the binary that made them: the CPU may not be the one) that --bin computes what that binary did:
 # iterations 1-2 of every recorded variant (at the first seed that has it), the lm loss and grad norm of the
-# JSON-lines logs (full double precision) equal to the last bit. It is a check of the first two iterations: a change that shows only
-# later (the tail of the LR schedule, the validation pass) passes it; rerun the study after such a change
-# (remove OUT_DOC/runs). Numerics that differ refuse the record.
+# JSON-lines logs (full double precision) equal to the last bit. It is a check of the first two iterations: a
+# change that shows only later (the tail of the LR schedule, the validation pass) passes it; rerun the study
+# after such a change (remove OUT_DOC/runs). Numerics that differ refuse the record.
 #
 # Uses the caller's: prog, die, python, repo, out, out_doc, bin, bin_sha, run_commit, seeds, mbs, seq, device,
 # iterations, model, gbs, corpus, seed_flags (sets `flags`, a seed's pretrain_llama flags), labels (the
