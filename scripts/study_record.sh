@@ -150,13 +150,14 @@ sync_record() {
 # kind of machine made every run, else one per binary (machine) with the seeds it ran.
 provenance_of_seeds() {
   local s line c sha m key
-  local -A by_commit=() by_machine=()
+  local -A by_commit=() by_machine=() shas=()
   local commit_order=() machine_order=()
   for s in "${seeds[@]}"; do
     while read -r line; do
       read -r _ _ c _ sha _ <<< "$line"
       m=$(sed -E 's/.* cpu (.*) cores ([0-9]+) date .*/\2 cores, \1/' <<< "$line")
       key="$c (binary sha256 $sha"
+      shas[$sha]=1
       [[ -n "${by_commit[$key]:-}" ]] || commit_order+=("$key")
       [[ ", ${by_commit[$key]:-}, " == *", $s, "* ]] || by_commit[$key]+="${by_commit[$key]:+, }$s"
       [[ -n "${by_machine[$m]:-}" ]] || machine_order+=("$m")
@@ -165,6 +166,12 @@ provenance_of_seeds() {
   done
   if ((${#commit_order[@]} == 1)); then
     commit="${commit_order[0]/ (binary/ (every run; binary})"
+  elif ((${#shas[@]} == 1)); then
+    # The same sources built again at a later commit (one that changed only scripts or docs) give the same
+    # bytes: say it is one binary rather than list it as two.
+    commit=""
+    for key in "${commit_order[@]}"; do commit+="${commit:+ and }${key%% *} (seeds ${by_commit[$key]})"; done
+    commit+=", one binary: every run's sha256 is ${!shas[*]}"
   else
     commit=""
     for key in "${commit_order[@]}"; do commit+="${commit:+; }$key, seeds ${by_commit[$key]})"; done

@@ -348,9 +348,12 @@ class StudySmoke(unittest.TestCase):
         self.assertEqual(restored("restored", "nvfp4_no_sr"), read(self.log("nvfp4_no_sr")).replace(self.work, moved))
 
         # A run the record lacks (its provenance line gone): the others are restored, it runs and is recorded.
+        # The others as if recorded at another commit by the same binary (rebuilt after a docs-only change):
+        # the report names both commits and says it is one binary.
         last = f"nvfp4_all_layers_mbs{GBS}_seq{SEQ}"
         with open(os.path.join(seed, "provenance.txt"), "w") as fh:
-            fh.write("".join(l + "\n" for l in provenance if not l.startswith(last + " ")))
+            fh.write("".join(re.sub(r" commit \S+ ", " commit feedfacecafe ", l) + "\n"
+                             for l in provenance if not l.startswith(last + " ")))
         p = study("partial", self.app)
         self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr)
         self.assertIn("restored 7 run(s) from", p.stdout)
@@ -358,6 +361,11 @@ class StudySmoke(unittest.TestCase):
         self.assertIn(f"[8/8] {last}: running -> ", p.stdout)
         self.assertIn(f"recorded {seed}/{last}", p.stdout)
         self.assertEqual(len(read(os.path.join(seed, "provenance.txt")).splitlines()), 8)
+        sha = provenance[0].split()[4]
+        self.assertRegex(read(os.path.join(self.doc, "nvfp4_study.md")),
+                         rf"commit `feedfacecafe \(seeds 1234\) and \S+ \(seeds 1234\), one binary: every run's sha256 is {sha}`")
+        with open(os.path.join(seed, "provenance.txt"), "w") as fh:
+            fh.write("".join(l + "\n" for l in provenance))
 
         bin2 = os.path.join(self.tmp.name, "bin2")
         os.makedirs(bin2)
