@@ -147,7 +147,8 @@ sync_record() {
 }
 
 # Sets `commit` and `machine` for the report from the runs' provenance: one phrase when one binary on one
-# kind of machine made every run, else one per binary (machine) with the seeds it ran.
+# kind of machine made every run (naming each commit it was built at, with its seeds, when there were
+# several), else one per binary (machine) with the seeds it ran.
 provenance_of_seeds() {
   local s line c sha m key
   local -A by_commit=() by_machine=() shas=()
