@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
@@ -28,8 +29,6 @@ using pl::test::iteration_lines;
 namespace fs = std::filesystem;
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 const std::string kStall = PL_CHECKPOINT_STALL_PATH;
 
 std::vector<std::string> tiny(const std::vector<std::string>& extra, const std::string& iters = "20") {

@@ -16,12 +16,10 @@
 #include "train/checkpoint.h"
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
-const std::string kApp = PL_APP_PATH;
-const std::string kConvert = PL_CONVERT_CHECKPOINT_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
 std::string train_and_save(const pl::test::TempDir& dir) {
   const std::string ckpt = (dir.path() / "ckpt").string();

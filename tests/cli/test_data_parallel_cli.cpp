@@ -16,13 +16,12 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 const std::string kMpirun = PL_MPIRUN;
 
 using pl::test::mpirun_flags;
@@ -30,7 +29,7 @@ using pl::test::mpirun_flags;
 // Global batch 4 = 2 ranks x 1 micro-batch of 2: each rank adds one micro-batch's gradients and the sum
 // over the two ranks is the one-rank run's a + b, so the runs agree at every iteration (with more
 // micro-batches per rank the FP32 summation order differs and they separate slowly: tools/dp_train_check.cpp).
-std::vector<std::string> tiny(int iters, std::vector<std::string> extra) {
+std::vector<std::string> data_parallel_tiny(int iters, std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "1", "--train-iters",
                                 std::to_string(iters), "--global-batch-size", "4", "--micro-batch-size", "2",
                                 "--seq-length", "32", "--warmup-iters", "1"};
@@ -38,11 +37,27 @@ std::vector<std::string> tiny(int iters, std::vector<std::string> extra) {
   return a;
 }
 
+// Each rank's stdout goes to a file of its own (rank.N in a fresh directory), read back in rank order into
+// `out` ahead of mpirun's own stdout. Open MPI forwards a rank's stdout to mpirun through a pseudo-terminal,
+// and once in CI (the sanitizer suite, two tests at a time on 2 cores, 2026-12-03) a 2-rank log came back
+// without three lines from its middle and without its report's last lines, though the run had written them
+// (its JSON report was whole). Read from the files, the lines are what the ranks wrote; stderr still comes
+// through mpirun (a pipe), as a user sees it.
 ProcessResult run_ranks(int np, const std::vector<std::string>& args, double timeout = 300.0) {
+  pl::test::TempDir logs;
+  const std::string to_file = "exec \"$0\" \"$@\" > '" + (logs.path() / "rank.").string() +
+                              "'\"${OMPI_COMM_WORLD_RANK:-$PMI_RANK}\"";
   std::vector<std::string> a = mpirun_flags();
-  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=1", "-np", std::to_string(np), kApp});
+  a.insert(a.end(), {"-x", "OMP_NUM_THREADS=1", "-np", std::to_string(np), "/bin/sh", "-c", to_file, kApp});
   a.insert(a.end(), args.begin(), args.end());
-  return pl::test::run_process(kMpirun, a, timeout);
+  ProcessResult r = pl::test::run_process(kMpirun, a, timeout);
+  std::string ranks;
+  for (int i = 0; i < np; ++i) {
+    const std::filesystem::path p = logs.path() / ("rank." + std::to_string(i));
+    if (std::filesystem::exists(p)) ranks += pl::test::read_text_file(p.string());
+  }
+  r.out = ranks + r.out;
+  return r;
 }
 
 #define SKIP_WITHOUT_MPI() \
@@ -92,7 +107,7 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
   for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"}) {
     const bool bf16 = std::string(recipe) == "bf16_mixed";
     const int iters = bf16 ? 12 : 4;
-    const ProcessResult one = pl::test::run_process(kApp, tiny(iters, {"--recipe", recipe}), 300.0);
+    const ProcessResult one = pl::test::run_process(kApp, data_parallel_tiny(iters, {"--recipe", recipe}), 300.0);
     ASSERT_EQ(one.exit_code, 0) << one.err;
     const std::vector<IterFields> ref = iterations(one.out);
     for (const std::vector<std::string>& flags :
@@ -100,7 +115,7 @@ TEST(DataParallelCli, TwoRanksPrintTheOneRankLossColumnOnce) {
                                                                "--overlap-param-gather", "--ddp-bucket-size", "1"}}) {
       std::vector<std::string> extra = {"--recipe", recipe};
       extra.insert(extra.end(), flags.begin(), flags.end());
-      const ProcessResult two = run_ranks(2, tiny(iters, extra));
+      const ProcessResult two = run_ranks(2, data_parallel_tiny(iters, extra));
       const std::string what = std::string(recipe) + (flags.empty() ? " plain" : " distributed + overlap");
       ASSERT_EQ(two.exit_code, 0) << what << "\n" << two.out << two.err;
       expect_same_columns(iterations(two.out), ref, what);
@@ -129,14 +144,14 @@ TEST(DataParallelCli, TwoRanksOfLoraEqualOneRank) {
   SKIP_WITHOUT_MPI();
   const std::vector<std::string> lora = {"--disable-fp4", "--peft", "lora", "--lora-dim", "8", "--lora-dropout", "0.1",
                                          "--lr", "3e-3"};
-  const ProcessResult one = pl::test::run_process(kApp, tiny(8, lora), 300.0);
+  const ProcessResult one = pl::test::run_process(kApp, data_parallel_tiny(8, lora), 300.0);
   ASSERT_EQ(one.exit_code, 0) << one.err;
   for (const std::vector<std::string>& flags :
        {std::vector<std::string>{}, std::vector<std::string>{"--overlap-grad-reduce", "--ddp-bucket-size", "1"},
         std::vector<std::string>{"--use-distributed-optimizer", "--overlap-grad-reduce"}}) {
     std::vector<std::string> extra = lora;
     extra.insert(extra.end(), flags.begin(), flags.end());
-    const ProcessResult two = run_ranks(2, tiny(8, extra));
+    const ProcessResult two = run_ranks(2, data_parallel_tiny(8, extra));
     std::string what = "lora";
     for (const std::string& f : flags) what += " " + f;
     ASSERT_EQ(two.exit_code, 0) << what << "\n" << two.out << two.err;
@@ -153,12 +168,12 @@ TEST(DataParallelCli, FP8DelayedScalingReducesTheAmaxesOverTheRanks) {
   SKIP_WITHOUT_MPI();
   const std::vector<std::string> recipe = {"--recipe", "bf16_with_fp8_delayed_scaling_mixed",
                                            "--num-layers-at-start-in-bf16", "0", "--num-layers-at-end-in-bf16", "0"};
-  std::vector<std::string> one_args = tiny(6, recipe);
+  std::vector<std::string> one_args = data_parallel_tiny(6, recipe);
   for (size_t i = 0; i + 1 < one_args.size(); ++i)  // one micro-batch of 4: one update per iteration
     if (one_args[i] == "--micro-batch-size") one_args[i + 1].replace(0, std::string::npos, 1, '4');
   const ProcessResult one = pl::test::run_process(kApp, one_args, 300.0);
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  const ProcessResult two = run_ranks(2, tiny(6, recipe));
+  const ProcessResult two = run_ranks(2, data_parallel_tiny(6, recipe));
   ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
   const std::vector<IterFields> a = iterations(two.out), b = iterations(one.out);
   ASSERT_EQ(a.size(), 6u) << two.out;
@@ -178,7 +193,7 @@ TEST(DataParallelCli, RooflineHasTheCollectivesAsRows) {
     std::vector<std::string> extra = {"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings",
                                       (dir.path() / "c.json").string()};
     if (distributed) extra.push_back("--use-distributed-optimizer");
-    const ProcessResult two = run_ranks(2, tiny(3, extra));
+    const ProcessResult two = run_ranks(2, data_parallel_tiny(3, extra));
     ASSERT_EQ(two.exit_code, 0) << two.out << two.err;
     EXPECT_EQ(count(two.out, "of speed of light"), 1u) << two.out;
     const std::string json = pl::test::read_text_file((dir.path() / "r.json").string());
@@ -203,23 +218,23 @@ TEST(DataParallelCli, CheckpointsResumeWithAnotherRankCount) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
   };
-  const ProcessResult straight2 = run_ranks(2, tiny(6, dist));
+  const ProcessResult straight2 = run_ranks(2, data_parallel_tiny(6, dist));
   ASSERT_EQ(straight2.exit_code, 0) << straight2.err;
-  const ProcessResult straight1 = pl::test::run_process(kApp, tiny(6, dist), 300.0);
+  const ProcessResult straight1 = pl::test::run_process(kApp, data_parallel_tiny(6, dist), 300.0);
   ASSERT_EQ(straight1.exit_code, 0) << straight1.err;
 
   const std::string s2 = (dir.path() / "from2").string(), s1 = (dir.path() / "from1").string();
-  const ProcessResult part2 = run_ranks(2, tiny(6, with(dist, {"--save", s2, "--exit-interval", "3"})));
+  const ProcessResult part2 = run_ranks(2, data_parallel_tiny(6, with(dist, {"--save", s2, "--exit-interval", "3"})));
   ASSERT_EQ(part2.exit_code, 0) << part2.out << part2.err;
-  const ProcessResult part1 = pl::test::run_process(kApp, tiny(6, with(dist, {"--save", s1, "--exit-interval", "3"})), 300.0);
+  const ProcessResult part1 = pl::test::run_process(kApp, data_parallel_tiny(6, with(dist, {"--save", s1, "--exit-interval", "3"})), 300.0);
   ASSERT_EQ(part1.exit_code, 0) << part1.err;
 
   // 2 -> 2: the same lines, bit for bit (the printed fields but the timing).
-  const ProcessResult resume22 = run_ranks(2, tiny(6, with(dist, {"--load", s2})));
+  const ProcessResult resume22 = run_ranks(2, data_parallel_tiny(6, with(dist, {"--load", s2})));
   ASSERT_EQ(resume22.exit_code, 0) << resume22.out << resume22.err;
   EXPECT_EQ(pl::test::iteration_lines(resume22.out, 4), pl::test::iteration_lines(straight2.out, 4));
   // 2 -> 1 and 1 -> 2: a note, then the straight run of that rank count's columns.
-  const ProcessResult resume21 = pl::test::run_process(kApp, tiny(6, with(dist, {"--load", s2})), 300.0);
+  const ProcessResult resume21 = pl::test::run_process(kApp, data_parallel_tiny(6, with(dist, {"--load", s2})), 300.0);
   ASSERT_EQ(resume21.exit_code, 0) << resume21.err;
   EXPECT_NE(resume21.out.find("checkpoint saved by 2 data-parallel ranks, resuming with 1"), std::string::npos)
       << resume21.out;
@@ -227,7 +242,7 @@ TEST(DataParallelCli, CheckpointsResumeWithAnotherRankCount) {
   ASSERT_EQ(tail1.size(), 6u);
   ASSERT_EQ(tail2.size(), 6u);
   expect_same_columns(iterations(resume21.out), std::vector<IterFields>(tail1.begin() + 3, tail1.end()), "2 -> 1");
-  const ProcessResult resume12 = run_ranks(2, tiny(6, with(dist, {"--load", s1})));
+  const ProcessResult resume12 = run_ranks(2, data_parallel_tiny(6, with(dist, {"--load", s1})));
   ASSERT_EQ(resume12.exit_code, 0) << resume12.out << resume12.err;
   expect_same_columns(iterations(resume12.out), std::vector<IterFields>(tail2.begin() + 3, tail2.end()), "1 -> 2");
 }
@@ -237,7 +252,7 @@ TEST(DataParallelCli, AnErrorOnRankOneOnlyEndsBothRanksWithItsLine) {
   // MPMD: rank 1 alone gets a data path that does not exist (found only when it builds its data).
   std::vector<std::string> a = mpirun_flags();
   a.insert(a.end(), {"-x", "OMP_NUM_THREADS=1", "-np", "1", kApp});
-  const std::vector<std::string> common = tiny(3, {"--use-distributed-optimizer"});
+  const std::vector<std::string> common = data_parallel_tiny(3, {"--use-distributed-optimizer"});
   a.insert(a.end(), common.begin(), common.end());
   a.insert(a.end(), {":", "-np", "1", kApp});
   a.insert(a.end(), common.begin(), common.end());
@@ -255,7 +270,7 @@ TEST(DataParallelCli, AnErrorOnRankOneOnlyEndsBothRanksWithItsLine) {
 
 TEST(DataParallelCli, AGlobalBatchTheRanksCannotSplitIsOneLineBeforeAnyWork) {
   SKIP_WITHOUT_MPI();
-  std::vector<std::string> args = tiny(2, {});
+  std::vector<std::string> args = data_parallel_tiny(2, {});
   const std::string six = "6";  // 6 % (2 x 2) != 0 (a named string: gcc 12 warns a false -Wrestrict on = "6")
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--global-batch-size") args[i + 1] = six;

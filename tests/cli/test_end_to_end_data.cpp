@@ -10,11 +10,10 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
-const std::string kApp = PL_APP_PATH;
-const std::string kPreprocess = PL_PREPROCESS_DATA_PATH;
 const std::filesystem::path kSource = std::filesystem::path(PL_CONFIG_DIR).parent_path();
 
 TEST(EndToEndData, PreprocessTheSampleCorpusTrainAndValidate) {

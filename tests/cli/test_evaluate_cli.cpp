@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
@@ -22,11 +23,6 @@ namespace fs = std::filesystem;
 using pl::test::ProcessResult;
 using pl::test::TempDir;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kEvaluate = PL_EVALUATE_PATH;
-const std::string kPreprocess = PL_PREPROCESS_DATA_PATH;
-const std::string kConvert = PL_CONVERT_CHECKPOINT_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json";
 
 std::string noise(std::mt19937& rng) {
   std::string w;
@@ -69,7 +65,7 @@ Pattern make_pattern(const TempDir& dir) {
 }
 
 std::vector<std::string> train_args(const Pattern& p, const char* iters, std::vector<std::string> extra) {
-  std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--data-path", p.data, "--split", "100,0,0",
+  std::vector<std::string> a = {"--model", kTinyBytes, "--device", "cpu", "--data-path", p.data, "--split", "100,0,0",
                                 "--train-iters", iters, "--global-batch-size", "8", "--micro-batch-size", "8",
                                 "--seq-length", "128", "--lr", "3e-3", "--min-lr", "3e-4", "--warmup-iters", "10", "--lr-decay-iters", "300",
                                 "--log-interval", "1", "--eval-iters", "0"};
@@ -205,8 +201,8 @@ TEST(EvaluateCli, DownstreamEvalLinesComeAtTheIntervalAndLeaveTheLossesAlone) {
   EXPECT_EQ(records, 3);
 }
 
-void expect_one_line_failure(const std::string& exe, const std::vector<std::string>& args,
-                             const std::vector<std::string>& needles) {
+void evaluate_expect_one_line_failure(const std::string& exe, const std::vector<std::string>& args,
+                                      const std::vector<std::string>& needles) {
   const ProcessResult r = pl::test::run_process(exe, args, 120.0);
   ASSERT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0) << r.out;
@@ -222,20 +218,20 @@ TEST(EvaluateCli, BadInputIsOneLineAndWritesNothing) {
   ASSERT_EQ(pl::test::run_process(kApp, train_args(p, "1", {"--disable-fp4", "--save", ck}), 120.0).exit_code, 0);
   const std::string bad = dir.write("bad.jsonl", R"({"context": "c", "choices": ["a"], "label": 0})" "\n{\"context\": 3}\n");
   const std::string out = (dir.path() / "r.json").string();
-  expect_one_line_failure(kEvaluate, {"--load", ck, "--task", bad, "--output", out}, {bad + ":2", "'choices'"});
-  expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task, "--log-samples"}, {"--log-samples needs --output"});
-  expect_one_line_failure(kEvaluate, {"--task", p.task}, {"--load DIR or --init-from-hf DIR"});
-  expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task, "--num-fewshot", "2"}, {"--fewshot-file"});
-  expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task + ":hellaswag"}, {p.task + ":1", "'activity_label'"});
+  evaluate_expect_one_line_failure(kEvaluate, {"--load", ck, "--task", bad, "--output", out}, {bad + ":2", "'choices'"});
+  evaluate_expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task, "--log-samples"}, {"--log-samples needs --output"});
+  evaluate_expect_one_line_failure(kEvaluate, {"--task", p.task}, {"--load DIR or --init-from-hf DIR"});
+  evaluate_expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task, "--num-fewshot", "2"}, {"--fewshot-file"});
+  evaluate_expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task + ":hellaswag"}, {p.task + ":1", "'activity_label'"});
   const std::string notes = dir.write("notes.json", "{\"mine\": 1}\n");
-  expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task, "--output", notes}, {"--output", "not a results file"});
+  evaluate_expect_one_line_failure(kEvaluate, {"--load", ck, "--task", p.task, "--output", notes}, {"--output", "not a results file"});
   EXPECT_FALSE(fs::exists(out));
   EXPECT_EQ(pl::test::read_text_file(notes), "{\"mine\": 1}\n");
-  expect_one_line_failure(kApp, train_args(p, "2", {"--downstream-eval-limit", "5"}), {"--downstream-eval-limit needs --downstream-eval"});
-  expect_one_line_failure(kApp, {"--model", kTiny, "--device", "cpu", "--train-iters", "2", "--global-batch-size", "2",
-                                 "--micro-batch-size", "2", "--seq-length", "32", "--downstream-eval", p.task},
-                          {"--downstream-eval", "mock data"});
-  expect_one_line_failure(kApp, train_args(p, "2", {"--downstream-eval", bad}), {bad + ":2"});
+  evaluate_expect_one_line_failure(kApp, train_args(p, "2", {"--downstream-eval-limit", "5"}), {"--downstream-eval-limit needs --downstream-eval"});
+  evaluate_expect_one_line_failure(kApp, {"--model", kTinyBytes, "--device", "cpu", "--train-iters", "2", "--global-batch-size", "2",
+                                          "--micro-batch-size", "2", "--seq-length", "32", "--downstream-eval", p.task},
+                                   {"--downstream-eval", "mock data"});
+  evaluate_expect_one_line_failure(kApp, train_args(p, "2", {"--downstream-eval", bad}), {bad + ":2"});
 }
 
 }  // namespace

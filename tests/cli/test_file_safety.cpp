@@ -13,6 +13,7 @@
 #include "data/indexed_dataset.h"
 #include "io/npy.h"
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
@@ -21,12 +22,7 @@ using pl::test::ProcessResult;
 using pl::test::run_process;
 using pl::test::TempDir;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kConvert = PL_CONVERT_CHECKPOINT_PATH;
 const std::string kQuantize = PL_QUANTIZE_TENSOR_PATH;
-const std::string kPreprocess = PL_PREPROCESS_DATA_PATH;
-const std::string kInspect = PL_INSPECT_DATA_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
 std::string make_fifo(const fs::path& p) {
   fs::create_directories(p.parent_path());

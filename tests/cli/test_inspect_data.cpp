@@ -13,10 +13,10 @@
 #include "data/indexed_dataset.h"
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
-const std::string kInspect = PL_INSPECT_DATA_PATH;
 
 // The ids printed after the "sample i of ..." header line.
 std::vector<int32_t> ids_after(const std::string& out, const std::string& header_start) {

@@ -9,34 +9,31 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kConvert = PL_CONVERT_CHECKPOINT_PATH;
-const std::string kGenerate = PL_GENERATE_PATH;
 // llama_tiny_bytes: llama_tiny with the byte tokenizer's vocabulary, so generate can run the exports.
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json";
 
-std::vector<std::string> tiny_run(std::vector<std::string> extra, const char* iters = "12") {
-  std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--train-iters", iters, "--global-batch-size", "4",
+std::vector<std::string> lora_tiny_run(std::vector<std::string> extra, const char* iters = "12") {
+  std::vector<std::string> a = {"--model", kTinyBytes, "--device", "cpu", "--train-iters", iters, "--global-batch-size", "4",
                                 "--micro-batch-size", "2", "--seq-length", "64", "--lr", "5e-3", "--min-lr", "5e-4",
                                 "--warmup-iters", "0", "--log-interval", "1", "--num-layers-at-end-in-bf16", "0"};
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
 
-std::vector<double> losses_of(const std::string& out) {
+std::vector<double> lora_losses_of(const std::string& out) {
   std::vector<double> v;
   const std::regex re(R"(lm loss: ([0-9.E+-]+))");
   for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) v.push_back(std::stod((*it)[1]));
   return v;
 }
 
-void expect_one_line_failure(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+void lora_expect_one_line_failure(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
   const ProcessResult r = pl::test::run_process(kApp, args, 60.0);
   ASSERT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0) << r.out;
@@ -46,8 +43,8 @@ void expect_one_line_failure(const std::vector<std::string>& args, const std::ve
 }
 
 TEST(LoraCli, ATinyNvfp4RunTrainsTheAdaptersAndSaysWhatTrains) {
-  const ProcessResult r = pl::test::run_process(kApp, tiny_run({"--peft", "lora", "--lora-dim", "8", "--lora-alpha", "16",
-                                                                "--lora-dropout", "0.1"}), 300.0);
+  const ProcessResult r = pl::test::run_process(kApp, lora_tiny_run({"--peft", "lora", "--lora-dim", "8", "--lora-alpha", "16",
+                                                                     "--lora-dropout", "0.1"}), 300.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 2 layers x (8 x (256 + 384) + 8 x (256 + 256) + 8 x (256 + 512) + 8 x (256 + 256)) = 2 x 19,456 = 38,912
   EXPECT_NE(r.out.find("LoRA (--peft lora): adapters on linear_qkv,linear_proj,linear_fc1,linear_fc2 of every layer, "
@@ -55,7 +52,7 @@ TEST(LoraCli, ATinyNvfp4RunTrainsTheAdaptersAndSaysWhatTrains) {
                        "38912"),
             std::string::npos)
       << r.out;
-  const std::vector<double> l = losses_of(r.out);
+  const std::vector<double> l = lora_losses_of(r.out);
   ASSERT_EQ(l.size(), 12u) << r.out;
   EXPECT_LT(l.back(), l.front() - 0.05);
 }
@@ -63,39 +60,39 @@ TEST(LoraCli, ATinyNvfp4RunTrainsTheAdaptersAndSaysWhatTrains) {
 // B = 0: the first iteration's loss is the full model's in the same recipe (and same seed), to the printed digit.
 TEST(LoraCli, TheFirstLossIsTheBaseModels) {
   for (const char* recipe : {"bf16_mixed", "bf16_with_nvfp4_mixed"}) {
-    const ProcessResult base = pl::test::run_process(kApp, tiny_run({"--recipe", recipe}, "1"), 120.0);
-    const ProcessResult lora = pl::test::run_process(kApp, tiny_run({"--recipe", recipe, "--peft", "lora"}, "1"), 120.0);
+    const ProcessResult base = pl::test::run_process(kApp, lora_tiny_run({"--recipe", recipe}, "1"), 120.0);
+    const ProcessResult lora = pl::test::run_process(kApp, lora_tiny_run({"--recipe", recipe, "--peft", "lora"}, "1"), 120.0);
     ASSERT_EQ(base.exit_code, 0) << base.err;
     ASSERT_EQ(lora.exit_code, 0) << lora.err;
-    ASSERT_EQ(losses_of(base.out).size(), 1u);
-    EXPECT_EQ(losses_of(base.out), losses_of(lora.out)) << recipe;
+    ASSERT_EQ(lora_losses_of(base.out).size(), 1u);
+    EXPECT_EQ(lora_losses_of(base.out), lora_losses_of(lora.out)) << recipe;
   }
 }
 
 TEST(LoraCli, BadLoraInputIsOneLineNamingTheFlag) {
   const std::vector<std::string> lora = {"--peft", "lora"};
   auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = tiny_run(lora);
+    std::vector<std::string> a = lora_tiny_run(lora);
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
-  expect_one_line_failure(with({"--lora-dim", "0"}), {"--lora-dim must be >= 1"});
-  expect_one_line_failure(with({"--lora-alpha", "0"}), {"--lora-alpha"});
-  expect_one_line_failure(with({"--lora-dropout", "1"}), {"--lora-dropout must be in [0, 1)"});
-  expect_one_line_failure(with({"--lora-target-modules", "q_proj,v_proj"}), {"--lora-target-modules", "k_proj"});
-  expect_one_line_failure(with({"--lora-target-modules", "lm_head"}), {"--lora-target-modules", "lm_head"});
-  expect_one_line_failure(with({"--lora-dropout-position", "after"}), {"--lora-dropout-position"});
-  expect_one_line_failure(tiny_run({"--lora-dim", "8"}), {"--lora-dim needs --peft lora"});
-  expect_one_line_failure(tiny_run({"--peft", "qlora"}), {"--peft must be none or lora"});
-  expect_one_line_failure(with({"--use-precision-aware-optimizer", "--optimizer-cpu-offload"}),
-                          {"--peft lora cannot be combined with --optimizer-cpu-offload"});
-  expect_one_line_failure(with({"--use-precision-aware-optimizer", "--main-grads-dtype", "bf16"}),
-                          {"--peft lora", "--main-grads-dtype bf16"});
+  lora_expect_one_line_failure(with({"--lora-dim", "0"}), {"--lora-dim must be >= 1"});
+  lora_expect_one_line_failure(with({"--lora-alpha", "0"}), {"--lora-alpha"});
+  lora_expect_one_line_failure(with({"--lora-dropout", "1"}), {"--lora-dropout must be in [0, 1)"});
+  lora_expect_one_line_failure(with({"--lora-target-modules", "q_proj,v_proj"}), {"--lora-target-modules", "k_proj"});
+  lora_expect_one_line_failure(with({"--lora-target-modules", "lm_head"}), {"--lora-target-modules", "lm_head"});
+  lora_expect_one_line_failure(with({"--lora-dropout-position", "after"}), {"--lora-dropout-position"});
+  lora_expect_one_line_failure(lora_tiny_run({"--lora-dim", "8"}), {"--lora-dim needs --peft lora"});
+  lora_expect_one_line_failure(lora_tiny_run({"--peft", "qlora"}), {"--peft must be none or lora"});
+  lora_expect_one_line_failure(with({"--use-precision-aware-optimizer", "--optimizer-cpu-offload"}),
+                               {"--peft lora cannot be combined with --optimizer-cpu-offload"});
+  lora_expect_one_line_failure(with({"--use-precision-aware-optimizer", "--main-grads-dtype", "bf16"}),
+                               {"--peft lora", "--main-grads-dtype bf16"});
   const fs::path save = fs::temp_directory_path() / "pl_lora_cli_save";
   fs::remove_all(save);
-  expect_one_line_failure(with({"--save", save.string(), "--use-distributed-optimizer", "--overlap-grad-reduce",
-                                "--overlap-param-gather"}),
-                          {"--peft lora cannot be combined with --overlap-param-gather"});
+  lora_expect_one_line_failure(with({"--save", save.string(), "--use-distributed-optimizer", "--overlap-grad-reduce",
+                                     "--overlap-param-gather"}),
+                               {"--peft lora cannot be combined with --overlap-param-gather"});
   EXPECT_FALSE(fs::exists(save)) << "nothing written";
 }
 
@@ -109,7 +106,7 @@ TEST(LoraCli, AdapterCheckpointsResumeOnTheirBaseOnly) {
   const std::vector<std::string> lora = {"--peft", "lora", "--lora-dim", "8", "--lora-dropout", "0.1", "--recipe",
                                          "bf16_with_nvfp4_mixed"};
   auto with = [&](std::vector<std::string> extra) {
-    std::vector<std::string> a = tiny_run(lora);
+    std::vector<std::string> a = lora_tiny_run(lora);
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
@@ -127,21 +124,21 @@ TEST(LoraCli, AdapterCheckpointsResumeOnTheirBaseOnly) {
   const auto expected = pl::test::iteration_lines(straight.out, 7);
   ASSERT_EQ(expected.size(), 6u);
   EXPECT_EQ(pl::test::iteration_lines(part2.out, 1), expected);
-  expect_one_line_failure(with({"--load", d, "--seed", "99"}), {"--load", "another base", "init seed 1234"});
-  expect_one_line_failure(tiny_run({"--load", d}), {"a LoRA checkpoint", "--peft lora"});
-  expect_one_line_failure(tiny_run({"--peft", "lora", "--lora-dim", "4", "--load", d}),
-                          {"its adapters are dim 8", "--lora-dim 4"});
+  lora_expect_one_line_failure(with({"--load", d, "--seed", "99"}), {"--load", "another base", "init seed 1234"});
+  lora_expect_one_line_failure(lora_tiny_run({"--load", d}), {"a LoRA checkpoint", "--peft lora"});
+  lora_expect_one_line_failure(lora_tiny_run({"--peft", "lora", "--lora-dim", "4", "--load", d}),
+                               {"its adapters are dim 8", "--lora-dim 4"});
   // A full checkpoint as the frozen base.
   const std::string full = (dir.path() / "full").string();
-  const ProcessResult base = pl::test::run_process(kApp, tiny_run({"--save", full}, "2"), 300.0);
+  const ProcessResult base = pl::test::run_process(kApp, lora_tiny_run({"--save", full}, "2"), 300.0);
   ASSERT_EQ(base.exit_code, 0) << base.err;
-  expect_one_line_failure(tiny_run({"--peft", "lora", "--load", full}), {"a checkpoint of every parameter", "--finetune"});
-  const ProcessResult on_full = pl::test::run_process(kApp, tiny_run({"--peft", "lora", "--load", full, "--finetune"}, "1"), 300.0);
-  const ProcessResult full_again = pl::test::run_process(kApp, tiny_run({"--load", full, "--finetune"}, "1"), 300.0);
+  lora_expect_one_line_failure(lora_tiny_run({"--peft", "lora", "--load", full}), {"a checkpoint of every parameter", "--finetune"});
+  const ProcessResult on_full = pl::test::run_process(kApp, lora_tiny_run({"--peft", "lora", "--load", full, "--finetune"}, "1"), 300.0);
+  const ProcessResult full_again = pl::test::run_process(kApp, lora_tiny_run({"--load", full, "--finetune"}, "1"), 300.0);
   ASSERT_EQ(on_full.exit_code, 0) << on_full.err;
   ASSERT_EQ(full_again.exit_code, 0) << full_again.err;
   EXPECT_NE(on_full.out.find("the frozen base is the weights of iteration 2"), std::string::npos) << on_full.out;
-  EXPECT_EQ(losses_of(on_full.out), losses_of(full_again.out));
+  EXPECT_EQ(lora_losses_of(on_full.out), lora_losses_of(full_again.out));
 
   // Exports of the LoRA checkpoint: PEFT's files, the merge into its base (the record's "init seed 1234": the
   // initialisation made again, its checksum checked), generate over both; the one-line refusals.

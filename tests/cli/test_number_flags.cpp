@@ -45,8 +45,8 @@ TEST(NumberFlags, FloatsMustBeFinite) {
 }
 
 // One stderr line naming the flag and the value, exit 2 (a bad command line), for each app's cases in the issue.
-void expect_refused(const std::string& exe, const std::vector<std::string>& args, const std::string& flag,
-                    const std::string& value) {
+void number_flags_expect_refused(const std::string& exe, const std::vector<std::string>& args, const std::string& flag,
+                                 const std::string& value) {
   SCOPED_TRACE(exe + " " + flag + " " + value);
   const ProcessResult r = pl::test::run_process(exe, args, 60.0);
   EXPECT_EQ(r.exit_code, 2) << r.out;
@@ -59,25 +59,25 @@ void expect_refused(const std::string& exe, const std::vector<std::string>& args
 TEST(NumberFlags, EveryAppRefusesWrappedClampedAndInfiniteValues) {
   const std::string tiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
   const std::string huge = "99999999999999999999";
-  expect_refused(PL_APP_PATH, {"--model", tiny, "--dry-run", "--seed", huge}, "--seed", huge);
-  expect_refused(PL_APP_PATH, {"--model", tiny, "--dry-run", "--lr", "nan"}, "--lr", "nan");
-  expect_refused(PL_APP_PATH, {"--model", tiny, "--dry-run", "--train-iters", huge}, "--train-iters", huge);
+  number_flags_expect_refused(PL_APP_PATH, {"--model", tiny, "--dry-run", "--seed", huge}, "--seed", huge);
+  number_flags_expect_refused(PL_APP_PATH, {"--model", tiny, "--dry-run", "--lr", "nan"}, "--lr", "nan");
+  number_flags_expect_refused(PL_APP_PATH, {"--model", tiny, "--dry-run", "--train-iters", huge}, "--train-iters", huge);
   const std::vector<std::string> gen = {"--load", "/nonexistent", "--prompt", "x"};
   const auto with = [](std::vector<std::string> a, const std::string& flag, const std::string& v) {
     a.push_back(flag);
     a.push_back(v);
     return a;
   };
-  expect_refused(PL_GENERATE_PATH, with(gen, "--seed", "-1"), "--seed", "-1");
-  expect_refused(PL_GENERATE_PATH, with(gen, "--seed", "18446744073709551616"), "--seed", "18446744073709551616");
-  expect_refused(PL_GENERATE_PATH, with(gen, "--temperature", "inf"), "--temperature", "inf");
-  expect_refused(PL_GENERATE_PATH, with(gen, "--max-new-tokens", huge), "--max-new-tokens", huge);
+  number_flags_expect_refused(PL_GENERATE_PATH, with(gen, "--seed", "-1"), "--seed", "-1");
+  number_flags_expect_refused(PL_GENERATE_PATH, with(gen, "--seed", "18446744073709551616"), "--seed", "18446744073709551616");
+  number_flags_expect_refused(PL_GENERATE_PATH, with(gen, "--temperature", "inf"), "--temperature", "inf");
+  number_flags_expect_refused(PL_GENERATE_PATH, with(gen, "--max-new-tokens", huge), "--max-new-tokens", huge);
   const std::vector<std::string> pre = {"--input", "/nonexistent.jsonl", "--output-prefix", "/nonexistent/x",
                                         "--tokenizer-type", "byte", "--dataset-type", "sft"};
-  expect_refused(PL_PREPROCESS_DATA_PATH, with(pre, "--max-seq-length", huge), "--max-seq-length", huge);
-  expect_refused(PL_PREPROCESS_DATA_PATH, with(pre, "--workers", huge), "--workers", huge);
-  expect_refused(PL_QUANTIZE_TENSOR_PATH, {"/nonexistent.npy", "--format", "nvfp4", "--stochastic", "--seed", "-1"},
-                 "--seed", "-1");
+  number_flags_expect_refused(PL_PREPROCESS_DATA_PATH, with(pre, "--max-seq-length", huge), "--max-seq-length", huge);
+  number_flags_expect_refused(PL_PREPROCESS_DATA_PATH, with(pre, "--workers", huge), "--workers", huge);
+  number_flags_expect_refused(PL_QUANTIZE_TENSOR_PATH, {"/nonexistent.npy", "--format", "nvfp4", "--stochastic", "--seed", "-1"},
+                              "--seed", "-1");
 }
 
 // "No limit" is --max-seq-length's absence: 0 is refused like 1, and --overlong without it would do nothing.

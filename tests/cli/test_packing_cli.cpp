@@ -12,11 +12,10 @@
 #include "data/tokenizer_record.h"
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
 // 200 documents of 20..59 tokens ending with EOD 127 (llama_tiny's vocabulary), with or without a record.
 std::string write_corpus(const pl::test::TempDir& dir, bool record) {

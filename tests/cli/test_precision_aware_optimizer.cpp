@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
@@ -21,13 +22,11 @@ using pl::test::iteration_lines;
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 const std::string kSmall = std::string(PL_CONFIG_DIR) + "/models/llama_small.json";
 const std::vector<std::string> kBf16Moments = {"--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16",
                                                "--exp-avg-sq-dtype", "bf16"};
 
-std::vector<std::string> tiny(const std::vector<std::string>& extra, const std::string& iters = "20") {
+std::vector<std::string> optimizer_tiny(const std::vector<std::string>& extra, const std::string& iters = "20") {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "2", "--train-iters", iters,
                                 "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "64"};
   a.insert(a.end(), extra.begin(), extra.end());
@@ -39,7 +38,7 @@ std::vector<std::string> plus(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
-ProcessResult run_ok(const std::vector<std::string>& args) {
+ProcessResult optimizer_run_ok(const std::vector<std::string>& args) {
   ProcessResult r = pl::test::run_process(kApp, args, 600.0);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   return r;
@@ -56,7 +55,7 @@ double last_lm_loss(const std::string& out) {
   return v;
 }
 
-void expect_one_line_failure(const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
+void optimizer_one_line_failure(const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
   const ProcessResult r = pl::test::run_process(kApp, plus({"--model", kTiny, "--device", "cpu", "--dry-run"}, extra), 60.0);
   ASSERT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0) << r.out;
@@ -68,27 +67,27 @@ void expect_one_line_failure(const std::vector<std::string>& extra, const std::v
 // Megatron's rules (optimizer_config.py): the value sets; a non-fp32 dtype needs the flag; and what is
 // not implemented here yet is refused with one line naming the flag.
 TEST(PrecisionAwareOptimizer, BadFlagCombinationsAreRefusedNamingTheFlag) {
-  expect_one_line_failure({"--exp-avg-dtype", "bf16"}, {"--exp-avg-dtype", "--use-precision-aware-optimizer"});
-  expect_one_line_failure({"--exp-avg-sq-dtype", "bf16"}, {"--exp-avg-sq-dtype", "--use-precision-aware-optimizer"});
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-dtype", "fp8"}, {"--exp-avg-dtype", "fp8"});
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-params-dtype", "bf16"},
-                          {"--main-params-dtype", "fp32, fp16"});
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-grads-dtype", "fp16"},
-                          {"--main-grads-dtype", "fp32, bf16"});
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--main-params-dtype", "fp16"},
-                          {"--main-params-dtype fp16", "not implemented yet"});
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-dtype", "fp16"},
-                          {"--exp-avg-dtype fp16", "not implemented yet"});
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-sq-dtype", "fp16"},
-                          {"--exp-avg-sq-dtype fp16", "not implemented yet"});
+  optimizer_one_line_failure({"--exp-avg-dtype", "bf16"}, {"--exp-avg-dtype", "--use-precision-aware-optimizer"});
+  optimizer_one_line_failure({"--exp-avg-sq-dtype", "bf16"}, {"--exp-avg-sq-dtype", "--use-precision-aware-optimizer"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-dtype", "fp8"}, {"--exp-avg-dtype", "fp8"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--main-params-dtype", "bf16"},
+                             {"--main-params-dtype", "fp32, fp16"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--main-grads-dtype", "fp16"},
+                             {"--main-grads-dtype", "fp32, bf16"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--main-params-dtype", "fp16"},
+                             {"--main-params-dtype fp16", "not implemented yet"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-dtype", "fp16"},
+                             {"--exp-avg-dtype fp16", "not implemented yet"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--exp-avg-sq-dtype", "fp16"},
+                             {"--exp-avg-sq-dtype fp16", "not implemented yet"});
 }
 
 // The switch changes storage, not math: all-fp32 state with the flag prints the default run's iteration
 // lines; the banner line appears only with the flag. --dry-run shows the BF16 moments' smaller row.
 TEST(PrecisionAwareOptimizer, Fp32StateWithTheFlagIsBitIdenticalAndBf16ShrinksThePlan) {
-  const ProcessResult plain = run_ok(tiny({"--disable-fp4"}));
-  const ProcessResult flagged = run_ok(tiny({"--disable-fp4", "--use-precision-aware-optimizer", "--exp-avg-dtype",
-                                             "fp32", "--main-params-dtype", "fp32"}));
+  const ProcessResult plain = optimizer_run_ok(optimizer_tiny({"--disable-fp4"}));
+  const ProcessResult flagged = optimizer_run_ok(optimizer_tiny({"--disable-fp4", "--use-precision-aware-optimizer", "--exp-avg-dtype",
+                                                                 "fp32", "--main-params-dtype", "fp32"}));
   const auto a = iteration_lines(plain.out, 1), b = iteration_lines(flagged.out, 1);
   ASSERT_EQ(a.size(), 20u);
   EXPECT_EQ(a, b);
@@ -103,9 +102,9 @@ TEST(PrecisionAwareOptimizer, Fp32StateWithTheFlagIsBitIdenticalAndBf16ShrinksTh
     EXPECT_TRUE(std::regex_search(out, m, re)) << out;
     return m.size() > 1 ? std::stod(m[1]) : -1.0;
   };
-  const ProcessResult d32 = run_ok(tiny({"--dry-run"}));
-  const ProcessResult d16 = run_ok(plus(tiny({"--dry-run"}), kBf16Moments));
-  const ProcessResult d16m = run_ok(plus(tiny({"--dry-run"}), {"--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16"}));
+  const ProcessResult d32 = optimizer_run_ok(optimizer_tiny({"--dry-run"}));
+  const ProcessResult d16 = optimizer_run_ok(plus(optimizer_tiny({"--dry-run"}), kBf16Moments));
+  const ProcessResult d16m = optimizer_run_ok(plus(optimizer_tiny({"--dry-run"}), {"--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16"}));
   const double full = optimizer_mb(d32.out, R"(optimizer state \(Adam m, v fp32\))");
   EXPECT_NEAR(optimizer_mb(d16.out, R"(optimizer \(Adam m bf16, v bf16\))"), full / 2, 0.01);
   EXPECT_NEAR(optimizer_mb(d16m.out, R"(optimizer \(Adam m bf16, v fp32\))"), full * 3 / 4, 0.01);
@@ -126,10 +125,10 @@ TEST(PrecisionAwareOptimizer, Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall)
                                          "--global-batch-size", "4", "--micro-batch-size", "4", "--seq-length", "64",
                                          "--disable-fp4", "--lr", "1e-3", "--min-lr", "1e-4", "--warmup-iters", "10",
                                          "--log-interval", "20"};
-  const double fp32 = last_lm_loss(run_ok(base).out);
-  const ProcessResult r = run_ok(plus(base, kBf16Moments));
+  const double fp32 = last_lm_loss(optimizer_run_ok(base).out);
+  const ProcessResult r = optimizer_run_ok(plus(base, kBf16Moments));
   const double bf16 = last_lm_loss(r.out);
-  const double grads = last_lm_loss(run_ok(plus(plus(base, kBf16Moments), {"--main-grads-dtype", "bf16"})).out);
+  const double grads = last_lm_loss(optimizer_run_ok(plus(plus(base, kBf16Moments), {"--main-grads-dtype", "bf16"})).out);
   std::printf("llama_small, 60 iterations: lm loss (iterations 41-60) fp32 state %.6f, bf16 moments %.6f (gap %.6f), "
               "bf16 moments and main grads %.6f (gap %.6f)\n",
               fp32, bf16, bf16 - fp32, grads, grads - fp32);
@@ -146,9 +145,9 @@ TEST(PrecisionAwareOptimizer, Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall)
 TEST(PrecisionAwareOptimizer, Bf16MomentCheckpointsResumeBitIdenticallyAndConvertIntoFp32State) {
   pl::test::TempDir dir;
   const std::string d = (dir.path() / "ckpt").string();
-  const auto with = [&](const std::vector<std::string>& extra) { return tiny(plus(extra, kBf16Moments)); };
-  const ProcessResult straight = run_ok(with({}));
-  run_ok(with({"--save", d, "--save-interval", "10", "--exit-interval", "10"}));
+  const auto with = [&](const std::vector<std::string>& extra) { return optimizer_tiny(plus(extra, kBf16Moments)); };
+  const ProcessResult straight = optimizer_run_ok(with({}));
+  optimizer_run_ok(with({"--save", d, "--save-interval", "10", "--exit-interval", "10"}));
   const std::string it = d + "/iter_0000010";
   EXPECT_TRUE(std::filesystem::exists(it + "/adam_m_bf16.bin"));
   EXPECT_TRUE(std::filesystem::exists(it + "/adam_v_bf16.bin"));
@@ -163,13 +162,13 @@ TEST(PrecisionAwareOptimizer, Bf16MomentCheckpointsResumeBitIdenticallyAndConver
     EXPECT_TRUE(std::regex_search(entry.str(), std::regex(R"("dtype": *"bf16")"))) << entry.str();
   }
 
-  const ProcessResult resumed = run_ok(with({"--load", d}));
+  const ProcessResult resumed = optimizer_run_ok(with({"--load", d}));
   const auto expected = iteration_lines(straight.out, 11);
   ASSERT_EQ(expected.size(), 10u);
   EXPECT_EQ(iteration_lines(resumed.out, 1), expected);
   EXPECT_EQ(resumed.out.find("converted on load"), std::string::npos);
 
-  const ProcessResult into_fp32 = run_ok(tiny({"--load", d}));
+  const ProcessResult into_fp32 = optimizer_run_ok(optimizer_tiny({"--load", d}));
   EXPECT_NE(into_fp32.out.find("checkpoint saved with optimizer state exp_avg bf16, exp_avg_sq bf16; this run keeps "
                                "exp_avg fp32, exp_avg_sq fp32: converted on load"),
             std::string::npos)
@@ -190,19 +189,19 @@ const std::vector<std::string> kOffload = {"--use-precision-aware-optimizer", "-
 // Megatron's rules (arguments.py): offload needs the precision-aware optimizer; the fraction is in
 // [0, 1]; a fraction other than 1 is not implemented here yet.
 TEST(OptimizerCpuOffload, BadFlagCombinationsAreRefusedNamingTheFlag) {
-  expect_one_line_failure({"--optimizer-cpu-offload"}, {"--optimizer-cpu-offload", "--use-precision-aware-optimizer"});
-  expect_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "0.5"}),
-                          {"--optimizer-offload-fraction 0.5", "not implemented yet"});
-  expect_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "1.5"}),
-                          {"--optimizer-offload-fraction", "[0, 1]"});
+  optimizer_one_line_failure({"--optimizer-cpu-offload"}, {"--optimizer-cpu-offload", "--use-precision-aware-optimizer"});
+  optimizer_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "0.5"}),
+                             {"--optimizer-offload-fraction 0.5", "not implemented yet"});
+  optimizer_one_line_failure(plus(kOffload, {"--optimizer-offload-fraction", "1.5"}),
+                             {"--optimizer-offload-fraction", "[0, 1]"});
   // The overlap serves the whole optimizer offloaded on one rank: without the offload it is refused, and
   // what the offload refuses (a fraction, data parallelism) stays refused with it.
-  expect_one_line_failure({"--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"},
-                          {"--overlap-cpu-optimizer-d2h-h2d needs --optimizer-cpu-offload"});
-  expect_one_line_failure(plus(kOffload, {"--overlap-cpu-optimizer-d2h-h2d", "--optimizer-offload-fraction", "0.5"}),
-                          {"--optimizer-offload-fraction 0.5", "not implemented yet"});
-  expect_one_line_failure(plus(kOffload, {"--overlap-cpu-optimizer-d2h-h2d", "--dry-run-world-size", "2"}),
-                          {"--optimizer-cpu-offload with 2 data-parallel ranks"});
+  optimizer_one_line_failure({"--use-precision-aware-optimizer", "--overlap-cpu-optimizer-d2h-h2d"},
+                             {"--overlap-cpu-optimizer-d2h-h2d needs --optimizer-cpu-offload"});
+  optimizer_one_line_failure(plus(kOffload, {"--overlap-cpu-optimizer-d2h-h2d", "--optimizer-offload-fraction", "0.5"}),
+                             {"--optimizer-offload-fraction 0.5", "not implemented yet"});
+  optimizer_one_line_failure(plus(kOffload, {"--overlap-cpu-optimizer-d2h-h2d", "--dry-run-world-size", "2"}),
+                             {"--optimizer-cpu-offload with 2 data-parallel ranks"});
 }
 
 // Offload moves the state, not the math: the offloaded run prints the on-device run's iteration lines
@@ -212,8 +211,8 @@ TEST(OptimizerCpuOffload, BadFlagCombinationsAreRefusedNamingTheFlag) {
 TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
   for (const std::vector<std::string>& moments :
        {std::vector<std::string>{"--use-precision-aware-optimizer"}, kBf16Moments}) {
-    const ProcessResult on_device = run_ok(tiny(moments));
-    const ProcessResult offloaded = run_ok(tiny(plus(moments, {"--optimizer-cpu-offload"})));
+    const ProcessResult on_device = optimizer_run_ok(optimizer_tiny(moments));
+    const ProcessResult offloaded = optimizer_run_ok(optimizer_tiny(plus(moments, {"--optimizer-cpu-offload"})));
     const auto a = iteration_lines(on_device.out, 1), b = iteration_lines(offloaded.out, 1);
     ASSERT_EQ(a.size(), 20u);
     EXPECT_EQ(a, b);
@@ -221,7 +220,7 @@ TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
         << offloaded.out;
     EXPECT_EQ(on_device.out.find("optimizer CPU offload"), std::string::npos);
     if (moments != kBf16Moments) continue;
-    const ProcessResult overlapped = run_ok(tiny(plus(
+    const ProcessResult overlapped = optimizer_run_ok(optimizer_tiny(plus(
         moments, {"--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d", "--timing-log-level", "2"})));
     EXPECT_EQ(iteration_lines(overlapped.out, 1), a);
     EXPECT_NE(overlapped.out.find("optimizer overlap (--overlap-cpu-optimizer-d2h-h2d)"), std::string::npos)
@@ -230,7 +229,7 @@ TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
                                       R"([0-9.]+ GB moved, [0-9.]+ GB/s \(overlapped with the next forward\))");
     EXPECT_TRUE(std::regex_search(overlapped.out, host_line)) << overlapped.out;
   }
-  const ProcessResult timed = run_ok(tiny(plus(kOffload, {"--timing-log-level", "1", "--log-interval", "10"})));
+  const ProcessResult timed = optimizer_run_ok(optimizer_tiny(plus(kOffload, {"--timing-log-level", "1", "--log-interval", "10"})));
   EXPECT_NE(timed.out.find("optimizer-copy-to-main-grad"), std::string::npos) << timed.out;
 }
 
@@ -239,13 +238,13 @@ TEST(OptimizerCpuOffload, OffloadedRunsAreBitIdenticalToOnDeviceRuns) {
 TEST(OptimizerCpuOffload, CheckpointsResumeBitIdenticallyWithOrWithoutOffload) {
   pl::test::TempDir dir;
   const std::string d = (dir.path() / "ckpt").string();
-  const auto with = [&](const std::vector<std::string>& extra) { return tiny(plus(extra, kBf16Moments)); };
-  const ProcessResult straight = run_ok(with({}));
-  run_ok(with({"--optimizer-cpu-offload", "--save", d, "--save-interval", "10", "--exit-interval", "10"}));
+  const auto with = [&](const std::vector<std::string>& extra) { return optimizer_tiny(plus(extra, kBf16Moments)); };
+  const ProcessResult straight = optimizer_run_ok(with({}));
+  optimizer_run_ok(with({"--optimizer-cpu-offload", "--save", d, "--save-interval", "10", "--exit-interval", "10"}));
   const auto expected = iteration_lines(straight.out, 11);
   ASSERT_EQ(expected.size(), 10u);
-  EXPECT_EQ(iteration_lines(run_ok(with({"--optimizer-cpu-offload", "--load", d})).out, 1), expected);
-  EXPECT_EQ(iteration_lines(run_ok(with({"--load", d})).out, 1), expected);
+  EXPECT_EQ(iteration_lines(optimizer_run_ok(with({"--optimizer-cpu-offload", "--load", d})).out, 1), expected);
+  EXPECT_EQ(iteration_lines(optimizer_run_ok(with({"--load", d})).out, 1), expected);
 }
 
 // --dry-run books master and moments on the host: the GPU total drops by exactly those rows, the host
@@ -258,8 +257,8 @@ TEST(OptimizerCpuOffload, DryRunSplitsThePlanIntoGpuAndHost) {
     EXPECT_TRUE(std::regex_search(out, m, re)) << row << " not in:\n" << out;
     return m.size() > 1 ? std::stod(m[1]) : -1.0;
   };
-  const ProcessResult on_device = run_ok(plus(base, kBf16Moments));
-  const ProcessResult off = run_ok(plus(plus(base, kBf16Moments), {"--optimizer-cpu-offload"}));
+  const ProcessResult on_device = optimizer_run_ok(plus(base, kBf16Moments));
+  const ProcessResult off = optimizer_run_ok(plus(plus(base, kBf16Moments), {"--optimizer-cpu-offload"}));
   const double master = mb(off.out, R"(master weights \(fp32, host\))");
   const double moments = mb(off.out, R"(optimizer \(Adam m bf16, v bf16, host\))");
   const double grads = mb(off.out, R"(gradient copy \(host, pinned\))");
@@ -268,9 +267,9 @@ TEST(OptimizerCpuOffload, DryRunSplitsThePlanIntoGpuAndHost) {
   EXPECT_NEAR(mb(off.out, "total on the host"), master + moments + grads + staging, 0.02);
   EXPECT_NEAR(grads, master, 0.01);  // both fp32, one element per parameter
   // The issue's acceptance 3: the 8B plan with the overlap names the streams, the order and the wait.
-  const ProcessResult overlap = run_ok({"--dry-run", "--model", "llama3_8b", "--micro-batch-size", "1", "--seq-length",
-                                        "4096", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
-                                        "--overlap-cpu-optimizer-d2h-h2d"});
+  const ProcessResult overlap = optimizer_run_ok({"--dry-run", "--model", "llama3_8b", "--micro-batch-size", "1", "--seq-length",
+                                                  "4096", "--optimizer-cpu-offload", "--use-precision-aware-optimizer",
+                                                  "--overlap-cpu-optimizer-d2h-h2d"});
   for (const char* needle : {"optimizer overlap (--overlap-cpu-optimizer-d2h-h2d)", "device-to-host stream",
                              "host-to-device stream", "embedding, layers 0..L-1, final norm, LM head", "per layer"})
     EXPECT_NE(overlap.out.find(needle), std::string::npos) << needle << " not in:\n" << overlap.out;
@@ -298,9 +297,9 @@ TEST(OptimizerCpuOffload, HostWithoutTheMemoryIsOneLine) {
 // effect); offloaded, the run is bit-identical; the GPU plan's gradients row is half the FP32 one.
 TEST(PrecisionAwareOptimizer, Bf16MainGradsTrainAndOffloadBitIdentically) {
   const std::vector<std::string> bf16_grads = plus(kBf16Moments, {"--main-grads-dtype", "bf16"});
-  const ProcessResult fp32 = run_ok(tiny(kBf16Moments));
-  const ProcessResult bf16 = run_ok(tiny(bf16_grads));
-  const ProcessResult off = run_ok(tiny(plus(bf16_grads, {"--optimizer-cpu-offload"})));
+  const ProcessResult fp32 = optimizer_run_ok(optimizer_tiny(kBf16Moments));
+  const ProcessResult bf16 = optimizer_run_ok(optimizer_tiny(bf16_grads));
+  const ProcessResult off = optimizer_run_ok(optimizer_tiny(plus(bf16_grads, {"--optimizer-cpu-offload"})));
   const auto a = iteration_lines(fp32.out, 1), b = iteration_lines(bf16.out, 1);
   ASSERT_EQ(b.size(), 20u);
   EXPECT_EQ(iteration_lines(off.out, 1), b);
@@ -318,8 +317,8 @@ TEST(PrecisionAwareOptimizer, Bf16MainGradsTrainAndOffloadBitIdentically) {
     return m.size() > 1 ? std::stod(m[1]) : -1.0;
   };
   // The GPU's plan (without --device cpu: the CPU keeps bf16 values in FP32 storage).
-  const ProcessResult d32 = run_ok(plus({"--model", kTiny, "--dry-run"}, kBf16Moments));
-  const ProcessResult d16 = run_ok(plus({"--model", kTiny, "--dry-run"}, bf16_grads));
+  const ProcessResult d32 = optimizer_run_ok(plus({"--model", kTiny, "--dry-run"}, kBf16Moments));
+  const ProcessResult d16 = optimizer_run_ok(plus({"--model", kTiny, "--dry-run"}, bf16_grads));
   EXPECT_NEAR(mb(d16.out, R"(gradients \(bf16\))"), mb(d32.out, R"(gradients \(fp32\))") / 2, 0.01);
 }
 

@@ -20,6 +20,7 @@
 #include "data/tokenizer_record.h"
 #include "io/atomic_file.h"
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
@@ -29,7 +30,6 @@ using pl::test::FileSizeLimit;
 using pl::test::ScopedEnv;
 using Ids = std::vector<int32_t>;
 
-const std::string kApp = PL_PREPROCESS_DATA_PATH;
 // The same program with FileSet's test hook installed from the environment (tests/tools/publish_test_hooks.cpp).
 const std::string kAppWithTestHooks = PL_PREPROCESS_DATA_TEST_HOOKS_PATH;
 
@@ -50,7 +50,7 @@ size_t count_files(const std::filesystem::path& dir) {
   return n;
 }
 
-void expect_one_line_failure(const pl::test::ProcessResult& r, const std::vector<std::string>& needles) {
+void preprocess_data_expect_one_line_failure(const pl::test::ProcessResult& r, const std::vector<std::string>& needles) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const auto lines = pl::test::split_lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -67,8 +67,8 @@ TEST(PreprocessData, JsonLinesWithTheByteTokenizer) {
                                                "{\"text\": \"a<|end_of_text|>b\"}\n"
                                                "{\"text\": \"  \\n\"}\n");
   const std::string prefix = (dir.path() / "out").string();
-  const auto r = run_process(kApp, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte",
-                                    "--append-eod", "--log-interval", "2"});
+  const auto r = run_process(kPreprocess, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte",
+                                           "--append-eod", "--log-interval", "2"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // Megatron's progress line every 2 documents (the blank line is no document).
   const auto progress = pl::test::split_lines(r.err);
@@ -104,8 +104,8 @@ TEST(PreprocessData, PlainTextParagraphsLinesAndFiles) {
   const std::string in = dir.write("in.txt", "para one\nline two\n\n\n   \npara two\n");
   const std::string prefix = (dir.path() / "p").string();
   auto run_mode = [&](const std::string& mode, const std::string& out) {
-    const auto r = run_process(kApp, {"--input", in, "--output-prefix", out, "--tokenizer-type", "byte",
-                                      "--text-document", mode, "--prepend-bos"});
+    const auto r = run_process(kPreprocess, {"--input", in, "--output-prefix", out, "--tokenizer-type", "byte",
+                                             "--text-document", mode, "--prepend-bos"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return std::make_unique<pl::data::IndexedDataset>(out + "_text_document");
   };
@@ -141,8 +141,8 @@ TEST(PreprocessData, TiktokenOutputIsTheSameForAnyNumberOfWorkers) {
   const std::string in = dir.write("in.jsonl", jsonl);
   auto run_workers = [&](const std::string& n) {
     const std::string prefix = (dir.path() / ("w" + n)).string();
-    const auto r = run_process(kApp, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "tiktoken",
-                                      "--tokenizer-model", model, "--append-eod", "--workers", n});
+    const auto r = run_process(kPreprocess, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "tiktoken",
+                                             "--tokenizer-model", model, "--append-eod", "--workers", n});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return prefix + "_text_document";
   };
@@ -179,39 +179,39 @@ TEST(PreprocessData, BadDocumentsAreOneLineErrorsAndLeaveNoOutput) {
     std::vector<std::string> args = {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte",
                                      "--workers", "2"};
     args.insert(args.end(), extra.begin(), extra.end());
-    return std::make_pair(in, run_process(kApp, args));
+    return std::make_pair(in, run_process(kPreprocess, args));
   };
   {
     const auto [in, r] = run_on("bad.jsonl", "{\"text\": \"ok\"}\n{\"text\": \"oops}\n{\"text\": \"ok\"}\n");
-    expect_one_line_failure(r, {in + ":2:", "not valid JSON"});
+    preprocess_data_expect_one_line_failure(r, {in + ":2:", "not valid JSON"});
   }
   {
     const auto [in, r] = run_on("key.jsonl", "{\"text\": \"ok\"}\n\n{\"content\": \"x\"}\n");
-    expect_one_line_failure(r, {in + ":3:", "key 'text' is missing"});
+    preprocess_data_expect_one_line_failure(r, {in + ":3:", "key 'text' is missing"});
   }
   {
     const auto [in, r] = run_on("num.json", "{\"text\": 5}\n");
-    expect_one_line_failure(r, {in + ":1:", "key 'text' is a number"});
+    preprocess_data_expect_one_line_failure(r, {in + ":1:", "key 'text' is a number"});
   }
   {
     const auto [in, r] = run_on("bad.txt", "fine\n\nnot \xFF fine\n");
-    expect_one_line_failure(r, {in + ":3:", "invalid UTF-8"});
+    preprocess_data_expect_one_line_failure(r, {in + ":3:", "invalid UTF-8"});
   }
   {
     const auto [in, r] = run_on("other.jsonl", "{\"body\": \"x\"}\n", {"--json-keys", "body", "title"});
-    expect_one_line_failure(r, {in + ":1:", "key 'title' is missing"});
+    preprocess_data_expect_one_line_failure(r, {in + ":1:", "key 'title' is missing"});
   }
   EXPECT_EQ(count_files(out_dir), 0u);
 
-  const auto usage = run_process(kApp, {"--input", "x.jsonl", "--tokenizer-type", "byte"});
+  const auto usage = run_process(kPreprocess, {"--input", "x.jsonl", "--tokenizer-type", "byte"});
   EXPECT_EQ(usage.exit_code, 2);
   EXPECT_EQ(pl::test::split_lines(usage.err).size(), 1u) << usage.err;
-  const auto no_dir = run_process(kApp, {"--input", dir.write("a.txt", "a\n"), "--output-prefix",
-                                         (dir.path() / "missing" / "o").string(), "--tokenizer-type", "byte"});
-  expect_one_line_failure(no_dir, {"does not exist"});
-  const auto no_model = run_process(kApp, {"--input", dir.write("b.txt", "b\n"), "--output-prefix", prefix,
-                                           "--tokenizer-type", "tiktoken"});
-  expect_one_line_failure(no_model, {"--tokenizer-model"});
+  const auto no_dir = run_process(kPreprocess, {"--input", dir.write("a.txt", "a\n"), "--output-prefix",
+                                                (dir.path() / "missing" / "o").string(), "--tokenizer-type", "byte"});
+  preprocess_data_expect_one_line_failure(no_dir, {"does not exist"});
+  const auto no_model = run_process(kPreprocess, {"--input", dir.write("b.txt", "b\n"), "--output-prefix", prefix,
+                                                  "--tokenizer-type", "tiktoken"});
+  preprocess_data_expect_one_line_failure(no_model, {"--tokenizer-model"});
   EXPECT_EQ(count_files(out_dir), 0u);
 }
 
@@ -220,8 +220,8 @@ TEST(PreprocessData, SeveralJsonKeysAndSeveralInputs) {
   const std::string a = dir.write("a.jsonl", "{\"title\": \"T1\", \"body\": \"B1\"}\n");
   const std::string b = dir.write("b.jsonl", "{\"title\": \"T2\", \"body\": \"\"}\n");
   const std::string prefix = (dir.path() / "k").string();
-  const auto r = run_process(kApp, {"--input", a, b, "--output-prefix", prefix, "--tokenizer-type", "byte",
-                                    "--json-keys", "title", "body", "--append-eod"});
+  const auto r = run_process(kPreprocess, {"--input", a, b, "--output-prefix", prefix, "--tokenizer-type", "byte",
+                                           "--json-keys", "title", "body", "--append-eod"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(pl::test::split_lines(r.out).size(), 2u) << r.out;
   const pl::data::IndexedDataset titles(prefix + "_title_document");
@@ -254,7 +254,7 @@ TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
   const std::filesystem::path out_dir = dir.path() / "out";
   std::filesystem::create_directory(out_dir);
   const std::string prefix = (out_dir / "o").string();
-  auto run_on = [&](const std::string& in, const std::string& app = kApp) {
+  auto run_on = [&](const std::string& in, const std::string& app = kPreprocess) {
     return run_process(app, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--append-eod",
                              "--log-interval", "1000000"});
   };
@@ -263,7 +263,7 @@ TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
   ASSERT_EQ(before.size(), 3u);
   {
     const auto r = run_on(dir.write("bad.txt", "fine\n\nnot \xFF fine\n"));
-    expect_one_line_failure(r, {"invalid UTF-8"});
+    preprocess_data_expect_one_line_failure(r, {"invalid UTF-8"});
     EXPECT_EQ(snapshot(out_dir), before);
   }
   {
@@ -276,7 +276,7 @@ TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
       FileSizeLimit full(64 << 10);
       r = run_on(in);
     }
-    expect_one_line_failure(r, {prefix + "_text_document.bin.tmp-", "File too large"});
+    preprocess_data_expect_one_line_failure(r, {prefix + "_text_document.bin.tmp-", "File too large"});
     EXPECT_EQ(snapshot(out_dir), before);
   }
   for (const char* point : {"0", "2", "3"}) {
@@ -287,7 +287,7 @@ TEST(PreprocessData, AFailedRunLeavesThePreviousOutputsByteIdentical) {
       ScopedEnv fail("PL_TEST_PUBLISH_FAIL_AT", point);
       r = run_on(dir.write("second.txt", "a second dataset\n"), kAppWithTestHooks);
     }
-    expect_one_line_failure(r, {"forced failure", "rolled back"});
+    preprocess_data_expect_one_line_failure(r, {"forced failure", "rolled back"});
     EXPECT_EQ(snapshot(out_dir), before);
   }
   // The production program reads no test hook from the environment: it publishes normally.
@@ -310,8 +310,8 @@ TEST(PreprocessData, StaleTemporariesOfDeadRunsDoNotBreakARun) {
   write_file(p + ".idx.tmp-" + dead, "half an index");
   std::filesystem::create_directory(p + ".bin.tmp");  // an older version's temporary name: left alone
   write_file(p + ".bin.tmp-" + live, "another live process's");
-  const auto r = run_process(kApp, {"--input", dir.write("in.txt", "hello\n"), "--output-prefix", prefix,
-                                    "--tokenizer-type", "byte"});
+  const auto r = run_process(kPreprocess, {"--input", dir.write("in.txt", "hello\n"), "--output-prefix", prefix,
+                                           "--tokenizer-type", "byte"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(std::filesystem::exists(p + ".bin.tmp-" + dead));
   EXPECT_FALSE(std::filesystem::exists(p + ".idx.tmp-" + dead));
@@ -327,7 +327,7 @@ TEST(PreprocessData, AKillBetweenTheRenamesIsRefusedByTheReaderAndRecoveredByThe
   std::filesystem::create_directory(out_dir);
   const std::string prefix = (out_dir / "o").string();
   auto run_on = [&](const std::string& name, const std::string& title, const std::string& body,
-                    const std::string& app = kApp) {
+                    const std::string& app = kPreprocess) {
     const std::string in = dir.write(name, "{\"title\": \"" + title + "\", \"body\": \"" + body + "\"}\n");
     return run_process(app, {"--input", in, "--output-prefix", prefix, "--tokenizer-type", "byte", "--json-keys",
                              "title", "body"});

@@ -35,12 +35,12 @@ using test::TempDir;
 using test::FileSizeLimit;
 using test::ScopedEnv;
 
-const std::string kTool = PL_QUANTIZE_TENSOR_PATH;
+const std::string kQuantizeTensorTool = PL_QUANTIZE_TENSOR_PATH;
 // The same program with FileSet's test hook installed from the environment (tests/tools/publish_test_hooks.cpp).
 const std::string kToolWithTestHooks = PL_QUANTIZE_TENSOR_TEST_HOOKS_PATH;
 constexpr int64_t kRows = 256, kCols = 512;
 
-ProcessResult run_tool(const std::vector<std::string>& args, const std::string& tool = kTool) {
+ProcessResult run_tool(const std::vector<std::string>& args, const std::string& tool = kQuantizeTensorTool) {
   return test::run_process(tool, args, 120.0);
 }
 

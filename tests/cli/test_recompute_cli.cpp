@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
 
 std::vector<std::string> five_layer_run(std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json", "--num-layers", "5",
@@ -25,7 +25,7 @@ std::vector<std::string> five_layer_run(std::vector<std::string> extra) {
   return a;
 }
 
-std::vector<std::string> losses_of(const std::string& out) {
+std::vector<std::string> recompute_losses_of(const std::string& out) {
   std::vector<std::string> v;
   const std::regex re(R"(lm loss: ([0-9.E+-]+))");
   for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) v.push_back((*it)[1]);
@@ -43,7 +43,7 @@ TEST(RecomputeCli, EveryMethodPrintsTheSameLossesAndTheBannerSaysIt) {
       return r;
     };
     const ProcessResult none = run({});
-    const std::vector<std::string> base = losses_of(none.out);
+    const std::vector<std::string> base = recompute_losses_of(none.out);
     ASSERT_EQ(base.size(), 3u) << none.out;
     EXPECT_EQ(none.out.find("pretrain_llama | recompute:"), std::string::npos) << "no line without recomputation";
     const struct {
@@ -60,7 +60,7 @@ TEST(RecomputeCli, EveryMethodPrintsTheSameLossesAndTheBannerSaysIt) {
       SCOPED_TRACE(c.banner);
       const ProcessResult r = run(c.flags);
       EXPECT_NE(r.out.find(c.banner), std::string::npos) << r.out;
-      EXPECT_EQ(losses_of(r.out), base);
+      EXPECT_EQ(recompute_losses_of(r.out), base);
     }
   }
 }

@@ -13,15 +13,14 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
-std::vector<std::string> tiny(std::vector<std::string> extra) {
+std::vector<std::string> roofline_tiny(std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--disable-fp4", "--train-iters", "2",
                                 "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "32"};
   a.insert(a.end(), extra.begin(), extra.end());
@@ -42,13 +41,13 @@ void expect_refused_at_start(const std::vector<std::string>& args, const std::ve
 
 TEST(CliRoofline, ToADirectoryIsRefusedAtStartUp) {
   pl::test::TempDir dir;
-  expect_refused_at_start(tiny({"--roofline", dir.path().string()}), {"--roofline", dir.path().string(), "directory"});
+  expect_refused_at_start(roofline_tiny({"--roofline", dir.path().string()}), {"--roofline", dir.path().string(), "directory"});
 }
 
 TEST(CliRoofline, IntoAMissingDirectoryIsRefusedAtStartUp) {
   pl::test::TempDir dir;
   const std::string file = (dir.path() / "no_such_dir" / "r.json").string();
-  expect_refused_at_start(tiny({"--roofline", file}), {"--roofline", file, "does not exist"});
+  expect_refused_at_start(roofline_tiny({"--roofline", file}), {"--roofline", file, "does not exist"});
 }
 
 TEST(CliRoofline, IntoAnUnwritableDirectoryIsRefusedAtStartUp) {
@@ -59,7 +58,7 @@ TEST(CliRoofline, IntoAnUnwritableDirectoryIsRefusedAtStartUp) {
   std::filesystem::create_directory(locked);
   ASSERT_EQ(::chmod(locked.c_str(), 0555), 0);
   const std::string file = (locked / "r.json").string();
-  expect_refused_at_start(tiny({"--roofline", file}), {"--roofline", file, "not writable"});
+  expect_refused_at_start(roofline_tiny({"--roofline", file}), {"--roofline", file, "not writable"});
   ::chmod(locked.c_str(), 0755);  // so that TempDir can remove it
 }
 
@@ -74,10 +73,10 @@ TEST(CliRoofline, NoOutputReplacesAFileThatIsNotItsOwnKind) {
   for (const std::string& file : {kTiny, notes}) {
     const std::string before = pl::test::read_text_file(file);
     const std::string why = file == kTiny ? "--model" : "not a machine ceilings cache of this program";
-    expect_refused_at_start(tiny({"--roofline", report, "--machine-ceilings", file}), {"--machine-ceilings", file, why});
-    expect_refused_at_start(tiny({"--roofline", file}),
+    expect_refused_at_start(roofline_tiny({"--roofline", report, "--machine-ceilings", file}), {"--machine-ceilings", file, why});
+    expect_refused_at_start(roofline_tiny({"--roofline", file}),
                             {"--roofline", file, file == kTiny ? "--model" : "not a roofline report of this program"});
-    expect_refused_at_start(tiny({"--log-jsonl", file}),
+    expect_refused_at_start(roofline_tiny({"--log-jsonl", file}),
                             {"--log-jsonl", file, file == kTiny ? "--model" : "not a JSON-lines log of this program"});
     EXPECT_EQ(pl::test::read_text_file(file), before) << file;
   }
@@ -88,8 +87,8 @@ TEST(CliRoofline, AFailedStartWritesNoCeilingsCache) {
   pl::test::TempDir dir;
   const std::string cache = (dir.path() / "ceilings.json").string();
   const ProcessResult r = pl::test::run_process(
-      kApp, tiny({"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings", cache, "--data-path",
-                  (dir.path() / "no_such_prefix").string()}),
+      kApp, roofline_tiny({"--roofline", (dir.path() / "r.json").string(), "--machine-ceilings", cache, "--data-path",
+                           (dir.path() / "no_such_prefix").string()}),
       60.0);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(r.out.find("machine ceilings"), std::string::npos) << r.out;
@@ -97,16 +96,16 @@ TEST(CliRoofline, AFailedStartWritesNoCeilingsCache) {
 }
 
 TEST(CliRoofline, AtLogIntervalNeedsRoofline) {
-  expect_refused_at_start(tiny({"--roofline-at-log-interval"}), {"--roofline-at-log-interval", "--roofline"});
+  expect_refused_at_start(roofline_tiny({"--roofline-at-log-interval"}), {"--roofline-at-log-interval", "--roofline"});
 }
 
 TEST(CliProfile, AWindowThatCannotOpenIsOneLineNamingTheFlag) {
-  expect_refused_at_start(tiny({"--profile", "--profile-step-start", "5", "--profile-step-end", "5"}),
+  expect_refused_at_start(roofline_tiny({"--profile", "--profile-step-start", "5", "--profile-step-end", "5"}),
                           {"--profile-step-end"});
-  expect_refused_at_start(tiny({"--profile-step-start", "4", "--profile-step-end", "2"}), {"--profile-step-end"});
-  expect_refused_at_start(tiny({"--profile", "--profile-step-start", "-1"}), {"--profile-step-start"});
+  expect_refused_at_start(roofline_tiny({"--profile-step-start", "4", "--profile-step-end", "2"}), {"--profile-step-end"});
+  expect_refused_at_start(roofline_tiny({"--profile", "--profile-step-start", "-1"}), {"--profile-step-start"});
   // One process is a world of one rank: rank 1 does not exist.
-  expect_refused_at_start(tiny({"--profile", "--profile-ranks", "0", "1"}), {"--profile-ranks", "1"});
+  expect_refused_at_start(roofline_tiny({"--profile", "--profile-ranks", "0", "1"}), {"--profile-ranks", "1"});
 }
 
 // The good values pass the same checks: --dry-run validates every flag, then prints the plan and exits.
@@ -117,7 +116,7 @@ TEST(CliRoofline, GoodValuesPassTheStartUpChecks) {
        {std::vector<std::string>{"--roofline", file, "--roofline-at-log-interval"}, {"--roofline"},
         {"--profile-step-start", "0", "--profile-step-end", "1"},  // without --profile: accepted, as Megatron
         {"--profile", "--profile-ranks", "0", "--machine-ceilings", "none"}}) {
-    std::vector<std::string> args = tiny(extra);
+    std::vector<std::string> args = roofline_tiny(extra);
     args.push_back("--dry-run");
     const ProcessResult r = pl::test::run_process(kApp, args, 60.0);
     EXPECT_EQ(r.exit_code, 0) << extra[0] << ": " << r.err;

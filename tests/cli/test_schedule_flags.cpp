@@ -10,18 +10,17 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
-ProcessResult run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 120.0); }
+ProcessResult schedule_flags_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 120.0); }
 
 // A short llama_tiny run (BF16, 2 samples of 32 tokens per iteration, one thread).
-std::vector<std::string> tiny(int iters, std::vector<std::string> extra) {
+std::vector<std::string> schedule_flags_tiny(int iters, std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--disable-fp4", "--threads", "1",
                                 "--train-iters", std::to_string(iters), "--global-batch-size", "2",
                                 "--micro-batch-size", "2", "--seq-length", "32"};
@@ -54,7 +53,7 @@ TEST(ScheduleFlags, BadValuesAreOneLineNamingTheFlag) {
     std::string cmd;
     for (const std::string& f : flags) cmd += " " + f;
     SCOPED_TRACE(cmd);
-    const ProcessResult r = run_app(tiny(4, flags));
+    const ProcessResult r = schedule_flags_run_app(schedule_flags_tiny(4, flags));
     EXPECT_NE(r.exit_code, 0);
     const auto lines = pl::test::split_lines(r.err);
     ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -66,13 +65,13 @@ TEST(ScheduleFlags, BadValuesAreOneLineNamingTheFlag) {
 TEST(ScheduleFlags, ResumeWithChangedValuesWarnsAndFollowsTheCommandLine) {
   pl::test::TempDir dir;
   const std::string ck = (dir.path() / "ck").string();
-  const ProcessResult first = run_app(tiny(2, {"--save", ck}));
+  const ProcessResult first = schedule_flags_run_app(schedule_flags_tiny(2, {"--save", ck}));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_NE(first.out.find("optimizer: AdamW beta1 0.9, beta2 0.95, eps 1e-08, weight decay 0.033"), std::string::npos)
       << first.out;
   const ProcessResult second =
-      run_app(tiny(3, {"--load", ck, "--save", ck, "--weight-decay", "0.1", "--adam-beta2", "0.98", "--lr-decay-style",
-                       "linear", "--lr-decay-iters", "3"}));
+      schedule_flags_run_app(schedule_flags_tiny(3, {"--load", ck, "--save", ck, "--weight-decay", "0.1", "--adam-beta2", "0.98", "--lr-decay-style",
+                                                     "linear", "--lr-decay-iters", "3"}));
   ASSERT_EQ(second.exit_code, 0) << second.err;
   for (const char* note : {"checkpoint saved with --weight-decay 0.033, resuming with --weight-decay 0.1",
                            "checkpoint saved with --adam-beta2 0.95, resuming with --adam-beta2 0.98",
@@ -92,7 +91,7 @@ TEST(ScheduleFlags, ResumeWithChangedValuesWarnsAndFollowsTheCommandLine) {
 TEST(ScheduleFlags, ExitDurationSavesAndStops) {
   pl::test::TempDir dir;
   const std::string ck = (dir.path() / "ck").string();
-  const ProcessResult r = run_app(tiny(50, {"--save", ck, "--exit-duration-in-mins", "0.0001"}));
+  const ProcessResult r = schedule_flags_run_app(schedule_flags_tiny(50, {"--save", ck, "--exit-duration-in-mins", "0.0001"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 6 ms are over before the first iteration ends (start-up alone takes longer): it is the last, saved.
   EXPECT_NE(r.out.find("iteration        1/      50"), std::string::npos) << r.out;
@@ -103,7 +102,7 @@ TEST(ScheduleFlags, ExitDurationSavesAndStops) {
 }
 
 TEST(ScheduleFlags, LogParamsNormPrintsTheMasterWeightsNormAfterTheGradNorm) {
-  const ProcessResult r = run_app(tiny(2, {"--log-params-norm", "--init-method-std", "0.01"}));
+  const ProcessResult r = schedule_flags_run_app(schedule_flags_tiny(2, {"--log-params-norm", "--init-method-std", "0.01"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::regex field(R"(\| grad norm: [0-9.]+ \| params norm: ([0-9.]+) \| number of skipped)");
   std::vector<double> norms;
@@ -115,7 +114,7 @@ TEST(ScheduleFlags, LogParamsNormPrintsTheMasterWeightsNormAfterTheGradNorm) {
   EXPECT_GT(norms[0], 1.0);
   EXPECT_NE(norms[0], norms[1]);
   EXPECT_NE(r.out.find("init std 0.01"), std::string::npos);
-  const ProcessResult plain = run_app(tiny(1, {}));
+  const ProcessResult plain = schedule_flags_run_app(schedule_flags_tiny(1, {}));
   EXPECT_EQ(plain.out.find("params norm"), std::string::npos);
 }
 

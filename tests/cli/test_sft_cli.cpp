@@ -16,6 +16,7 @@
 #include "data/tokenizer.h"
 #include "data/utf8_stream.h"
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
@@ -23,10 +24,6 @@ namespace fs = std::filesystem;
 using pl::test::ProcessResult;
 using pl::test::run_process;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kPreprocess = PL_PREPROCESS_DATA_PATH;
-const std::string kConvert = PL_CONVERT_CHECKPOINT_PATH;
-const std::string kGenerate = PL_GENERATE_PATH;
 const std::string kBytes = std::string(PL_CONFIG_DIR) + "/models/llama_tiny_bytes.json";
 
 // n instruction examples: arithmetic questions as chats and as input/output pairs, in a shuffled order.
@@ -52,7 +49,7 @@ ProcessResult preprocess(const std::string& in, const std::string& prefix, std::
   return run_process(kPreprocess, a, 120.0);
 }
 
-std::vector<std::string> train_args(std::vector<std::string> extra) {
+std::vector<std::string> sft_train_args(std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", kBytes, "--device", "cpu", "--disable-fp4", "--global-batch-size", "4",
                                 "--micro-batch-size", "2", "--seq-length", "128", "--lr", "2e-3", "--min-lr", "2e-4",
                                 "--warmup-iters", "0"};
@@ -125,7 +122,7 @@ TEST(SftCli, FineTuneFromHuggingFaceWeightsExportAndGenerate) {
   pl::test::TempDir dir;
   const fs::path d = dir.path();
   // 1. The starting point: 3 iterations on mock data, saved, exported to HF.
-  ProcessResult r = run_process(kApp, train_args({"--train-iters", "3", "--save", (d / "base").string()}), 180.0);
+  ProcessResult r = run_process(kApp, sft_train_args({"--train-iters", "3", "--save", (d / "base").string()}), 180.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = run_process(kConvert, {"--load", (d / "base").string(), "--to-hf", (d / "hf_base").string()}, 120.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -134,9 +131,9 @@ TEST(SftCli, FineTuneFromHuggingFaceWeightsExportAndGenerate) {
   ASSERT_EQ(preprocess(write_jsonl(d / "sft.jsonl", 80), prefix).exit_code, 0);
   // 3. Fine-tuning: validation every 10 iterations on the held-out tenth.
   r = run_process(kApp,
-                  train_args({"--finetune", "--init-from-hf", (d / "hf_base").string(), "--data-path", prefix,
-                              "--split", "90,10,0", "--train-iters", "30", "--eval-interval", "10", "--eval-iters",
-                              "2", "--save", (d / "sft_ckpt").string()}),
+                  sft_train_args({"--finetune", "--init-from-hf", (d / "hf_base").string(), "--data-path", prefix,
+                                  "--split", "90,10,0", "--train-iters", "30", "--eval-interval", "10", "--eval-iters",
+                                  "2", "--save", (d / "sft_ckpt").string()}),
                   300.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(SFT dataset: 80 examples, packed into \d+ sequences of 128 )"
@@ -168,12 +165,12 @@ TEST(SftCli, FineTuneFromHuggingFaceWeightsExportAndGenerate) {
 TEST(SftCli, FinetuneFromACheckpointStartsAtIterationOneWithAFreshOptimizer) {
   pl::test::TempDir dir;
   const fs::path d = dir.path();
-  ProcessResult r = run_process(kApp, train_args({"--train-iters", "3", "--save", (d / "base").string()}), 180.0);
+  ProcessResult r = run_process(kApp, sft_train_args({"--train-iters", "3", "--save", (d / "base").string()}), 180.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string prefix = (d / "sft").string();
   ASSERT_EQ(preprocess(write_jsonl(d / "sft.jsonl", 30), prefix).exit_code, 0);
-  r = run_process(kApp, train_args({"--finetune", "--load", (d / "base").string(), "--data-path", prefix, "--split",
-                                    "1,0,0", "--train-iters", "2"}),
+  r = run_process(kApp, sft_train_args({"--finetune", "--load", (d / "base").string(), "--data-path", prefix, "--split",
+                                        "1,0,0", "--train-iters", "2"}),
                   180.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("--finetune: the weights of iteration 3 only; a fresh optimizer, iteration 0"),
@@ -203,17 +200,17 @@ TEST(SftCli, RefusalsAreOneLine) {
     ASSERT_EQ(lines.size(), 1u) << r.err;
     EXPECT_NE(lines[0].find(needle), std::string::npos) << lines[0];
   };
-  refused(kApp, train_args({"--finetune", "--train-iters", "1"}), "--finetune needs the weights to start from");
-  refused(kApp, train_args({"--data-path", "0.5", prefix, "0.5", prefix, "--train-iters", "1"}),
+  refused(kApp, sft_train_args({"--finetune", "--train-iters", "1"}), "--finetune needs the weights to start from");
+  refused(kApp, sft_train_args({"--data-path", "0.5", prefix, "0.5", prefix, "--train-iters", "1"}),
           "a run takes one SFT dataset alone");
-  refused(kApp, train_args({"--data-path", prefix, "--eod-mask-loss", "--train-iters", "1"}),
+  refused(kApp, sft_train_args({"--data-path", prefix, "--eod-mask-loss", "--train-iters", "1"}),
           "--eod-mask-loss does not apply to an SFT dataset");
-  refused(kApp, train_args({"--data-path", prefix, "--packing-algorithm", "best_fit", "--train-iters", "1"}),
+  refused(kApp, sft_train_args({"--data-path", prefix, "--packing-algorithm", "best_fit", "--train-iters", "1"}),
           "--packing-algorithm best_fit");
   refused(kGenerate, {"--load", (dir.path() / "nothing").string(), "--prompt", "x"}, "nothing");
   // A prompt longer than the model's positions (llama_tiny_bytes: 8192).
   pl::test::TempDir ck;
-  ASSERT_EQ(run_process(kApp, train_args({"--train-iters", "1", "--save", ck.path().string()}), 120.0).exit_code, 0);
+  ASSERT_EQ(run_process(kApp, sft_train_args({"--train-iters", "1", "--save", ck.path().string()}), 120.0).exit_code, 0);
   refused(kGenerate, {"--load", ck.path().string(), "--tokenizer-type", "byte", "--prompt", std::string(9000, 'x')},
           "--prompt: 9000 tokens, but model llama_tiny_bytes has 8192 positions");
 }
@@ -229,7 +226,7 @@ TEST(SftCli, GenerateWritesCompleteUtf8AndRunsToTheLastPosition) {
   const std::string positions = "\"max_position_embeddings\": 8192";
   config.replace(config.find(positions), positions.size(), "\"max_position_embeddings\": 256");
   const std::string model = ck.write("llama_tiny_bytes_256.json", config);
-  std::vector<std::string> train = train_args({"--train-iters", "1", "--save", (ck.path() / "ck").string()});
+  std::vector<std::string> train = sft_train_args({"--train-iters", "1", "--save", (ck.path() / "ck").string()});
   train[1] = model;
   ASSERT_EQ(run_process(kApp, train, 120.0).exit_code, 0);
   const auto generate = [&](std::vector<std::string> extra) {

@@ -17,13 +17,12 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
 std::vector<std::string> run_args(const std::string& save, std::vector<std::string> extra = {}, int iters = 30) {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "1", "--train-iters", std::to_string(iters),

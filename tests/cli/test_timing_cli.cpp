@@ -9,15 +9,14 @@
 #include <vector>
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
 using pl::test::ProcessResult;
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
-std::vector<std::string> tiny(std::vector<std::string> extra) {
+std::vector<std::string> timing_tiny(std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model",         kTiny, "--device",           "cpu", "--train-iters",
                                 "2",               "--global-batch-size",       "4",   "--micro-batch-size",
                                 "2",               "--seq-length",              "32",  "--warmup-iters",
@@ -26,7 +25,7 @@ std::vector<std::string> tiny(std::vector<std::string> extra) {
   return a;
 }
 
-void expect_one_line_failure(const std::vector<std::string>& args, const std::string& needle) {
+void timing_expect_one_line_failure(const std::vector<std::string>& args, const std::string& needle) {
   const ProcessResult r = pl::test::run_process(kApp, args, 60.0);
   ASSERT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0) << r.out;
@@ -37,10 +36,10 @@ void expect_one_line_failure(const std::vector<std::string>& args, const std::st
 }
 
 TEST(CliTiming, BadLevelIsOneLineError) {
-  expect_one_line_failure(tiny({"--timing-log-level", "3"}), "--timing-log-level");
-  expect_one_line_failure(tiny({"--timing-log-level", "-1"}), "--timing-log-level");
-  expect_one_line_failure(tiny({"--timing-log-level", "two"}), "--timing-log-level");
-  expect_one_line_failure(tiny({"--timing-log-option", "median"}), "--timing-log-option");
+  timing_expect_one_line_failure(timing_tiny({"--timing-log-level", "3"}), "--timing-log-level");
+  timing_expect_one_line_failure(timing_tiny({"--timing-log-level", "-1"}), "--timing-log-level");
+  timing_expect_one_line_failure(timing_tiny({"--timing-log-level", "two"}), "--timing-log-level");
+  timing_expect_one_line_failure(timing_tiny({"--timing-log-option", "median"}), "--timing-log-option");
 }
 
 TEST(CliTiming, HelpListsTheFlags) {
@@ -51,17 +50,17 @@ TEST(CliTiming, HelpListsTheFlags) {
 }
 
 TEST(CliTiming, LevelZeroIsTheDefaultAndPrintsNoTimers) {
-  const ProcessResult r = pl::test::run_process(kApp, tiny({}), 300.0);
+  const ProcessResult r = pl::test::run_process(kApp, timing_tiny({}), 300.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("time across ranks"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("forward-backward"), std::string::npos) << r.out;
-  const ProcessResult explicit0 = pl::test::run_process(kApp, tiny({"--timing-log-level", "0"}), 300.0);
+  const ProcessResult explicit0 = pl::test::run_process(kApp, timing_tiny({"--timing-log-level", "0"}), 300.0);
   ASSERT_EQ(explicit0.exit_code, 0) << explicit0.err;
   EXPECT_EQ(pl::test::split_lines(explicit0.out).size(), pl::test::split_lines(r.out).size());
 }
 
 TEST(CliTiming, LevelTwoPrintsMegatronsBlockAfterEachIterationLine) {
-  const ProcessResult r = pl::test::run_process(kApp, tiny({"--timing-log-level", "2"}), 300.0);
+  const ProcessResult r = pl::test::run_process(kApp, timing_tiny({"--timing-log-level", "2"}), 300.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> lines = pl::test::split_lines(r.out);
   const std::regex timer(R"(^    ([a-z0-9-]+) \.+: \((\d+\.\d\d), (\d+\.\d\d)\)$)");

@@ -10,14 +10,13 @@
 #include "data/indexed_dataset.h"
 
 #include "test_util.h"
+#include "cli/programs.h"
 
 namespace {
 
-const std::string kApp = PL_APP_PATH;
-const std::string kTiny = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
 // 400 documents of 20..59 tokens over llama_tiny's vocabulary (127 = eod).
-std::string write_corpus(const pl::test::TempDir& dir, int32_t vocab = 128) {
+std::string train_on_data_write_corpus(const pl::test::TempDir& dir, int32_t vocab = 128) {
   const std::string prefix = (dir.path() / "c_text_document").string();
   pl::data::IndexedDatasetWriter w(prefix, vocab);
   for (int d = 0; d < 400; ++d) {
@@ -30,7 +29,7 @@ std::string write_corpus(const pl::test::TempDir& dir, int32_t vocab = 128) {
   return prefix;
 }
 
-std::vector<std::string> run_args(const std::string& prefix, std::vector<std::string> extra) {
+std::vector<std::string> train_on_data_run_args(const std::string& prefix, std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--disable-fp4", "--train-iters", "4",
                                 "--global-batch-size", "4", "--micro-batch-size", "2", "--seq-length", "32",
                                 "--data-path", prefix};
@@ -40,9 +39,9 @@ std::vector<std::string> run_args(const std::string& prefix, std::vector<std::st
 
 TEST(TrainOnData, ValidationLinesInMegatronsFormat) {
   pl::test::TempDir dir;
-  const std::string prefix = write_corpus(dir);
+  const std::string prefix = train_on_data_write_corpus(dir);
   const pl::test::ProcessResult r = pl::test::run_process(
-      kApp, run_args(prefix, {"--eval-interval", "2", "--eval-iters", "2", "--split", "90,8,2"}), 120.0);
+      kApp, train_on_data_run_args(prefix, {"--eval-interval", "2", "--eval-iters", "2", "--split", "90,8,2"}), 120.0);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto lines = pl::test::split_lines(r.out);
   const std::regex val(R"( validation loss at (iteration \d+( on (validation|test) set)?) \| lm loss value: )"
@@ -70,7 +69,7 @@ TEST(TrainOnData, ValidationLinesInMegatronsFormat) {
 
   // A second run reads the cached indices and prints the same losses.
   const pl::test::ProcessResult again = pl::test::run_process(
-      kApp, run_args(prefix, {"--eval-interval", "2", "--eval-iters", "2", "--split", "90,8,2"}), 120.0);
+      kApp, train_on_data_run_args(prefix, {"--eval-interval", "2", "--eval-iters", "2", "--split", "90,8,2"}), 120.0);
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.out.find("indices loaded from"), std::string::npos) << again.out;
   const std::regex loss(R"(lm loss( value)?: (\d\.\d{6}E[+-]\d\d))");
@@ -85,7 +84,7 @@ TEST(TrainOnData, ValidationLinesInMegatronsFormat) {
 
 TEST(TrainOnData, Errors) {
   pl::test::TempDir dir;
-  const std::string wide = write_corpus(dir, 1000);  // ids up to 999: not for llama_tiny's 128
+  const std::string wide = train_on_data_write_corpus(dir, 1000);  // ids up to 999: not for llama_tiny's 128
   const auto expect_fail = [](const std::vector<std::string>& args, const std::vector<std::string>& needles) {
     const pl::test::ProcessResult r = pl::test::run_process(kApp, args, 120.0);
     EXPECT_NE(r.exit_code, 0);
@@ -93,11 +92,11 @@ TEST(TrainOnData, Errors) {
     ASSERT_EQ(lines.size(), 1u) << r.err;
     for (const auto& n : needles) EXPECT_NE(lines[0].find(n), std::string::npos) << lines[0];
   };
-  expect_fail(run_args(wide, {}), {"token id", "vocabulary [0, 128)", "train split"});
-  expect_fail(run_args((dir.path() / "nope_text_document").string(), {}), {"nope_text_document.idx"});
-  expect_fail(run_args(wide, {"--eval-interval", "2"}), {"--eval-interval", "--eval-iters"});
+  expect_fail(train_on_data_run_args(wide, {}), {"token id", "vocabulary [0, 128)", "train split"});
+  expect_fail(train_on_data_run_args((dir.path() / "nope_text_document").string(), {}), {"nope_text_document.idx"});
+  expect_fail(train_on_data_run_args(wide, {"--eval-interval", "2"}), {"--eval-interval", "--eval-iters"});
   expect_fail({"--model", kTiny, "--device", "cpu", "--split", "1,1,1"}, {"--split", "--data-path"});
-  expect_fail(run_args("0.5", {}), {"--data-path", "weight"});
+  expect_fail(train_on_data_run_args("0.5", {}), {"--data-path", "weight"});
 }
 
 }  // namespace

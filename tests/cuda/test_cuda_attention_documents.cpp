@@ -69,7 +69,7 @@ std::vector<float> random_bf16(std::mt19937& rng, size_t n) {
   return v;
 }
 
-OpContext cpu_bf16_ctx() {
+OpContext cuda_attention_documents_cpu_ctx() {
   OpContext c;
   c.device = Device::CPU;
   c.round_bf16 = true;
@@ -96,9 +96,9 @@ Reference per_document_cpu(const Case& c, const std::vector<int32_t>& off, std::
     const int64_t t0 = off[i], n = off[i + 1] - off[i];
     const AttentionShape s{1, n, c.nq, c.nkv, c.d};
     std::vector<float> x = rows_of(qkv, c.W(), t0, n), g = rows_of(gout, qd, t0, n), o(n * qd), l(c.nq * n), dx(x.size());
-    attention_forward(cpu_bf16_ctx(), test::host_view(o, {n, qd}), test::host_view(l, {1, c.nq, n}),
+    attention_forward(cuda_attention_documents_cpu_ctx(), test::host_view(o, {n, qd}), test::host_view(l, {1, c.nq, n}),
                       test::host_view(x, {n, c.W()}), s);
-    attention_backward(cpu_bf16_ctx(), test::host_view(dx, {n, c.W()}), test::host_view(g, {n, qd}),
+    attention_backward(cuda_attention_documents_cpu_ctx(), test::host_view(dx, {n, c.W()}), test::host_view(g, {n, qd}),
                        test::host_view(o, {n, qd}), test::host_view(l, {1, c.nq, n}), test::host_view(x, {n, c.W()}), s);
     std::copy(o.begin(), o.end(), r.out.begin() + t0 * qd);
     std::copy(dx.begin(), dx.end(), r.dqkv.begin() + t0 * c.W());
@@ -113,8 +113,8 @@ Reference per_document_cpu(const Case& c, const std::vector<int32_t>& off, std::
 // long (a softmax over one key has no gradient: dS = P (dP - D) with P = 1 and D = dO·O = dO·V = dP), where
 // the GPU may differ from 0 only by the rounding of dP and D summed in different orders (first H200 run,
 // 2026-11-28: this case used to stop at "reference is all zeros").
-void expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t cols, int64_t c0, int64_t c1,
-                  const std::string& what) {
+void expect_columns_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t cols, int64_t c0, int64_t c1,
+                          const std::string& what) {
   double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
     const int64_t col = static_cast<int64_t>(i) % cols;
@@ -164,7 +164,7 @@ void check_case(const Case& c, const std::vector<int32_t>& off, std::mt19937& rn
   auto d_out = test::to_device(std::vector<float>(ref.out.size(), NAN), {c.T(), qd}, DType::BF16);
   auto d_lse = test::to_device(std::vector<float>(ref.lse.size(), NAN), {c.B, c.nq, c.S}, DType::F32);
   attention_forward(test::cuda_ctx(), d_out.t, d_lse.t, d_qkv.t, s);
-  expect_close(test::to_host_floats(d_out.t), ref.out, qd, 0, qd, "out");
+  expect_columns_close(test::to_host_floats(d_out.t), ref.out, qd, 0, qd, "out");
   const std::vector<float> lse = test::to_host_floats(d_lse.t);
   double max_lse_err = 0;
   for (size_t i = 0; i < lse.size(); ++i) {
@@ -180,9 +180,9 @@ void check_case(const Case& c, const std::vector<int32_t>& off, std::mt19937& rn
   auto d_dqkv = test::to_device(std::vector<float>(qkv.size(), NAN), {c.T(), c.W()}, DType::BF16);
   attention_backward(test::cuda_ctx(), d_dqkv.t, d_gout.t, c_out.t, c_lse.t, d_qkv.t, s);
   const std::vector<float> got = test::to_host_floats(d_dqkv.t);
-  expect_close(got, ref.dqkv, c.W(), 0, qd, "dq");
-  expect_close(got, ref.dqkv, c.W(), qd, qd + kd, "dk");
-  expect_close(got, ref.dqkv, c.W(), qd + kd, c.W(), "dv");
+  expect_columns_close(got, ref.dqkv, c.W(), 0, qd, "dq");
+  expect_columns_close(got, ref.dqkv, c.W(), qd, qd + kd, "dk");
+  expect_columns_close(got, ref.dqkv, c.W(), qd + kd, c.W(), "dv");
 }
 
 const Case kCases[] = {{2, 128, 8, 2, 64}, {2, 128, 8, 2, 32}, {1, 256, 8, 2, 128}};

@@ -53,8 +53,8 @@ std::vector<eval::Request> requests(test::TempDir& dir, int64_t& longest) {
   return rq;
 }
 
-void expect_close(const std::vector<eval::ChoiceScore>& gpu, const std::vector<eval::ChoiceScore>& cpu,
-                  const char* what) {
+void cuda_eval_expect_close(const std::vector<eval::ChoiceScore>& gpu, const std::vector<eval::ChoiceScore>& cpu,
+                            const char* what) {
   ASSERT_EQ(gpu.size(), cpu.size());
   int greedy_differs = 0;
   for (size_t i = 0; i < gpu.size(); ++i) {
@@ -72,13 +72,13 @@ TEST(CudaEval, ScoresAndIsGreedyMatchTheCpuInBf16AndNvfp4) {
   int64_t longest = 0;
   const std::vector<eval::Request> rq = requests(dir, longest);
   const ModelConfig m = bytes_model();
-  expect_close(scores_on(Device::CUDA, bf16_plan(m), rq, longest), scores_on(Device::CPU, bf16_plan(m), rq, longest),
-               "bf16");
+  cuda_eval_expect_close(scores_on(Device::CUDA, bf16_plan(m), rq, longest), scores_on(Device::CPU, bf16_plan(m), rq, longest),
+                         "bf16");
   PrecisionRecipe r = load_precision_recipe(std::string(PL_CONFIG_DIR) + "/recipes/bf16_with_nvfp4_mixed.json");
   r.first_last_layers_bf16 = false;  // every layer in NVFP4 (the CPU's and the GPU's token blocks: 32)
   r.num_layers_at_start_in_bf16 = r.num_layers_at_end_in_bf16 = 0;
   const PrecisionPlan nvfp4 = make_precision_plan(m, r);
-  expect_close(scores_on(Device::CUDA, nvfp4, rq, longest), scores_on(Device::CPU, nvfp4, rq, longest), "nvfp4");
+  cuda_eval_expect_close(scores_on(Device::CUDA, nvfp4, rq, longest), scores_on(Device::CPU, nvfp4, rq, longest), "nvfp4");
 }
 
 }  // namespace

@@ -51,12 +51,12 @@ struct Packs {
   }
 };
 
-struct Step {
+struct CudaSftStep {
   double loss;
   std::vector<float> grads;
 };
 
-Step sft_step(Device device, const Packs& p) {
+CudaSftStep sft_step(Device device, const Packs& p) {
   const ModelConfig m = bytes_model();
   OpContext ctx = device == Device::CUDA ? test::cuda_ctx() : OpContext{};
   ctx.round_bf16 = true;
@@ -69,7 +69,7 @@ Step sft_step(Device device, const Packs& p) {
   const int64_t n = data::counted_tokens(layout.packing, p.tokens, p.labels);
   const double loss = model.forward_backward(p.tokens.data(), p.labels.data(), 1.0f / static_cast<float>(n), {},
                                              p.positions.data()) / static_cast<double>(n);
-  Step s{loss, std::vector<float>(static_cast<size_t>(model.num_params()))};
+  CudaSftStep s{loss, std::vector<float>(static_cast<size_t>(model.num_params()))};
   copy_to_host(s.grads.data(), model.grads().flat);
   return s;
 }
@@ -78,7 +78,7 @@ Step sft_step(Device device, const Packs& p) {
 TEST(CudaSft, OnePackedStepMatchesTheCpu) {
   PL_REQUIRE_CUDA_DEVICE();
   const Packs p;
-  const Step cpu = sft_step(Device::CPU, p), gpu = sft_step(Device::CUDA, p);
+  const CudaSftStep cpu = sft_step(Device::CPU, p), gpu = sft_step(Device::CUDA, p);
   EXPECT_NEAR(gpu.loss, cpu.loss, 2e-3 * std::abs(cpu.loss));
   for (const ParamEntry& e : param_layout(bytes_model())) {
     double num = 0.0, den = 0.0;

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 // `n` documents of varying length (1..23 tokens, the last one eod) with token values that say
 // which document they came from: document d holds (d * 7 + k) % (vocab - 1), then eod.
-std::string write_corpus(const pl::test::TempDir& dir, const std::string& name, int n, int32_t vocab = 1000) {
+std::string data_pipeline_write_corpus(const pl::test::TempDir& dir, const std::string& name, int n, int32_t vocab = 1000) {
   const std::string prefix = (dir.path() / name).string();
   IndexedDatasetWriter w(prefix, vocab);
   for (int d = 0; d < n; ++d) {
@@ -101,7 +101,7 @@ TEST(DataSampleIndex, SmallCorpusByHand) {
 
 TEST(DataIndexCache, BuildsSavesLoadsAndRebuildsWhenTheDescriptionChanges) {
   pl::test::TempDir dir;
-  const std::string prefix = write_corpus(dir, "c_text_document", 60);
+  const std::string prefix = data_pipeline_write_corpus(dir, "c_text_document", 60);
   auto low = std::make_shared<const IndexedDataset>(prefix);
   std::vector<int32_t> idx;
   for (int32_t i = 0; i < 50; ++i) idx.push_back(i);
@@ -169,7 +169,7 @@ DataConfig split_90_8_2(const pl::test::TempDir& dir, const std::string& prefix)
 // no vocabulary given, nothing is refused.
 TEST(DataTrainingData, AnIdOutsideTheModelsVocabularyIsRefusedNamingItsSample) {
   pl::test::TempDir dir;
-  const std::string prefix = write_corpus(dir, "wide_text_document", 200, 1000);  // ids up to 999
+  const std::string prefix = data_pipeline_write_corpus(dir, "wide_text_document", 200, 1000);  // ids up to 999
   DataConfig c = split_90_8_2(dir, prefix);
   std::vector<int32_t> tokens(2 * 16), labels(2 * 16);
   const TrainingData unchecked(c);
@@ -188,7 +188,7 @@ TEST(DataTrainingData, AnIdOutsideTheModelsVocabularyIsRefusedNamingItsSample) {
 
 TEST(DataTrainingData, SingleDatasetSplitsAndSamplesMatchGPTDataset) {
   pl::test::TempDir dir;
-  const std::string prefix = write_corpus(dir, "one_text_document", 200);
+  const std::string prefix = data_pipeline_write_corpus(dir, "one_text_document", 200);
   const TrainingData data(split_90_8_2(dir, prefix));
   ASSERT_NE(data.split(Split::train), nullptr);
   ASSERT_NE(data.split(Split::valid), nullptr);
@@ -254,8 +254,8 @@ TEST(DataTrainingData, ARewrittenDatasetDoesNotReuseTheOldCache) {
 
 TEST(DataTrainingData, BlendTakesSamplesByTheGreedyIndex) {
   pl::test::TempDir dir;
-  const std::string a = write_corpus(dir, "a_text_document", 120);
-  const std::string b = write_corpus(dir, "b_text_document", 80, 500);
+  const std::string a = data_pipeline_write_corpus(dir, "a_text_document", 120);
+  const std::string b = data_pipeline_write_corpus(dir, "b_text_document", 80, 500);
   DataConfig c;
   c.data_path = {"1", a, "3", b};
   c.split = "1,0,0";
@@ -314,7 +314,7 @@ TEST(DataTrainingData, MockSplitsAreMegatronsOneOneOne) {
 
 TEST(DataTrainingData, ErrorsNameTheProblem) {
   pl::test::TempDir dir;
-  const std::string prefix = write_corpus(dir, "tiny_text_document", 10);
+  const std::string prefix = data_pipeline_write_corpus(dir, "tiny_text_document", 10);
   DataConfig c;
   c.seq_length = 8;
   c.data_path = {(dir.path() / "missing_text_document").string()};

@@ -46,7 +46,7 @@ struct TinyTiktoken {
   }
 };
 
-std::vector<int32_t> bytes_of(const std::string& s) {
+std::vector<int32_t> sft_bytes_of(const std::string& s) {
   std::vector<int32_t> v;
   for (const char c : s) v.push_back(static_cast<unsigned char>(c));
   return v;
@@ -69,13 +69,13 @@ std::vector<int32_t> answer_part(const SftExample& e) {
 TEST(SftFormat, InputOutputIsNemosTemplateWithEodAndOnlyTheOutputIsAnAnswer) {
   const auto tok = byte_tok();
   const SftExample e = encode_sft_example(json{{"input", "2+2?"}, {"output", "4"}}, *tok, false);
-  EXPECT_EQ(e.tokens, concat({bytes_of("2+2?"), bytes_of(" "), bytes_of("4"), {257}}));
-  EXPECT_EQ(answer_part(e), concat({bytes_of("4"), {257}}));
+  EXPECT_EQ(e.tokens, concat({sft_bytes_of("2+2?"), sft_bytes_of(" "), sft_bytes_of("4"), {257}}));
+  EXPECT_EQ(answer_part(e), concat({sft_bytes_of("4"), {257}}));
   EXPECT_FALSE(e.chat);
   EXPECT_EQ(e.input_begin, 0);
   EXPECT_EQ(e.input_end, 4);
   const SftExample b = encode_sft_example(json{{"input", "x"}, {"output", "y"}}, *tok, true);
-  EXPECT_EQ(b.tokens, concat({{256}, bytes_of("x"), bytes_of(" "), bytes_of("y"), {257}}));
+  EXPECT_EQ(b.tokens, concat({{256}, sft_bytes_of("x"), sft_bytes_of(" "), sft_bytes_of("y"), {257}}));
   EXPECT_EQ(b.answer_tokens(), 2);
 }
 
@@ -117,11 +117,11 @@ TEST(SftFormat, PlainChatTemplateForTheByteTokenizer) {
                        {{"role", "user"}, {"content", "and?"}},
                        {{"role", "assistant"}, {"content", " ok "}}}}};
   const SftExample e = encode_sft_example(chat, *tok, false);
-  EXPECT_EQ(e.tokens, concat({{256}, bytes_of("<|user|>\nhi\n<|assistant|>\nyo"), {257},
-                              bytes_of("<|user|>\nand?\n<|assistant|>\nok"), {257}}));
-  EXPECT_EQ(answer_part(e), concat({bytes_of("yo"), {257}, bytes_of("ok"), {257}}));
+  EXPECT_EQ(e.tokens, concat({{256}, sft_bytes_of("<|user|>\nhi\n<|assistant|>\nyo"), {257},
+                              sft_bytes_of("<|user|>\nand?\n<|assistant|>\nok"), {257}}));
+  EXPECT_EQ(answer_part(e), concat({sft_bytes_of("yo"), {257}, sft_bytes_of("ok"), {257}}));
   const std::vector<ChatMessage> msgs = {{"user", "hi"}};
-  EXPECT_EQ(chat_prompt(msgs, *tok), concat({{256}, bytes_of("<|user|>\nhi\n<|assistant|>\n")}));
+  EXPECT_EQ(chat_prompt(msgs, *tok), concat({{256}, sft_bytes_of("<|user|>\nhi\n<|assistant|>\n")}));
   EXPECT_EQ(answer_stop_ids(*tok), std::vector<int32_t>{257});
 }
 
@@ -156,18 +156,18 @@ TEST(SftFormat, TruncationCutsTheInputFirstThenTheEnd) {
   SftExample e = encode_sft_example(json{{"input", "abcdef"}, {"output", "XY"}}, *tok, false);  // 6 + 1 + 2 + 1
   EXPECT_FALSE(truncate_sft_example(e, 10));
   ASSERT_TRUE(truncate_sft_example(e, 7));  // three of the input's end go
-  EXPECT_EQ(e.tokens, concat({bytes_of("abc "), bytes_of("XY"), {257}}));
-  EXPECT_EQ(answer_part(e), concat({bytes_of("XY"), {257}}));
+  EXPECT_EQ(e.tokens, concat({sft_bytes_of("abc "), sft_bytes_of("XY"), {257}}));
+  EXPECT_EQ(answer_part(e), concat({sft_bytes_of("XY"), {257}}));
   ASSERT_TRUE(truncate_sft_example(e, 2));  // the input is gone, then the end of the example
-  EXPECT_EQ(e.tokens, bytes_of(" X"));
-  EXPECT_EQ(answer_part(e), bytes_of("X"));
+  EXPECT_EQ(e.tokens, sft_bytes_of(" X"));
+  EXPECT_EQ(answer_part(e), sft_bytes_of("X"));
   SftExample c = encode_sft_example(
       json{{"messages", {{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", "abc"}}}}}, *tok,
       false);
   const std::vector<int32_t> whole = c.tokens;
   ASSERT_TRUE(truncate_sft_example(c, static_cast<int64_t>(whole.size()) - 2));  // a chat: the end
   EXPECT_EQ(c.tokens, std::vector<int32_t>(whole.begin(), whole.end() - 2));
-  EXPECT_EQ(answer_part(c), bytes_of("ab"));
+  EXPECT_EQ(answer_part(c), sft_bytes_of("ab"));
 }
 
 // Goldens: NeMo's create_packing_strategy + first_fit_* + fill_packing_strategy written again in Python with

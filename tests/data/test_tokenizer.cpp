@@ -14,21 +14,21 @@
 namespace {
 
 using pl::data::make_tokenizer;
-using Ids = std::vector<int32_t>;
+using TokenizerIds = std::vector<int32_t>;
 
 TEST(Tokenizer, ByteIdsAreTheUtf8BytesAndSpecialsAre256And257) {
   const auto tok = make_tokenizer("byte", "");
   EXPECT_EQ(tok->vocab_size(), 258);
   EXPECT_EQ(tok->bos(), 256);
   EXPECT_EQ(tok->eod(), 257);
-  EXPECT_EQ(tok->encode("hé"), (Ids{104, 0xC3, 0xA9}));
-  EXPECT_EQ(tok->encode(""), Ids{});
-  EXPECT_EQ(tok->encode("a<|begin_of_text|>b<|end_of_text|>"), (Ids{97, 256, 98, 257}));
+  EXPECT_EQ(tok->encode("hé"), (TokenizerIds{104, 0xC3, 0xA9}));
+  EXPECT_EQ(tok->encode(""), TokenizerIds{});
+  EXPECT_EQ(tok->encode("a<|begin_of_text|>b<|end_of_text|>"), (TokenizerIds{97, 256, 98, 257}));
   // Not a special of the byte tokenizer: plain bytes.
   EXPECT_EQ(tok->encode("<|eot_id|>").size(), 10u);
   const std::string text = "Grüße, 世界!\n<|end_of_text|>x";
   EXPECT_EQ(tok->decode(tok->encode(text)), text);
-  pl::test::expect_one_line_error([&] { tok->decode(Ids{258}); }, {"258"});
+  pl::test::expect_one_line_error([&] { tok->decode(TokenizerIds{258}); }, {"258"});
 }
 
 TEST(Tokenizer, InvalidUtf8IsAOneLineErrorWithTheOffset) {
@@ -79,30 +79,30 @@ TEST_F(TokenizerTinyTiktoken, VocabularyIsTheRanksPlus256Specials) {
 TEST_F(TokenizerTinyTiktoken, MergesFollowRankOrderNotLeftToRight) {
   // "abc": "bc" (256) outranks "ab" (257), so b+c merges first; a left-to-right greedy merge would
   // give [ab, c] = [257, 99].
-  EXPECT_EQ(tok_->encode("abc"), (Ids{97, 256}));
-  EXPECT_EQ(tok_->encode("abcbc"), (Ids{97, 256, 256}));
-  EXPECT_EQ(tok_->encode("ab"), Ids{257});
+  EXPECT_EQ(tok_->encode("abc"), (TokenizerIds{97, 256}));
+  EXPECT_EQ(tok_->encode("abcbc"), (TokenizerIds{97, 256, 256}));
+  EXPECT_EQ(tok_->encode("ab"), TokenizerIds{257});
   // he (261) and ll (262) first, then he+ll = hell (263); "hello" itself is no token.
-  EXPECT_EQ(tok_->encode("hello"), (Ids{263, 'o'}));
+  EXPECT_EQ(tok_->encode("hello"), (TokenizerIds{263, 'o'}));
 }
 
 TEST_F(TokenizerTinyTiktoken, AWholePieceThatIsATokenMapsToItsRank) {
   // Neither "xy" nor "yz" is a token, so only the whole-piece lookup yields "xyz".
-  EXPECT_EQ(tok_->encode("xyz"), Ids{258});
-  EXPECT_EQ(tok_->encode("xyzz"), (Ids{'x', 'y', 'z', 'z'}));
-  EXPECT_EQ(tok_->encode("a   b"), (Ids{97, 259, 260}));  // pieces "a", "  ", " b"
+  EXPECT_EQ(tok_->encode("xyz"), TokenizerIds{258});
+  EXPECT_EQ(tok_->encode("xyzz"), (TokenizerIds{'x', 'y', 'z', 'z'}));
+  EXPECT_EQ(tok_->encode("a   b"), (TokenizerIds{97, 259, 260}));  // pieces "a", "  ", " b"
 }
 
 TEST_F(TokenizerTinyTiktoken, SpecialTokenStringsInTextBecomeTheirIds) {
   const int32_t base = pl::test::kTinyBase;
-  EXPECT_EQ(tok_->encode("ab<|eot_id|>abc"), (Ids{257, base + 9, 97, 256}));
-  EXPECT_EQ(tok_->encode("<|begin_of_text|><|end_of_text|>"), (Ids{base, base + 1}));
-  EXPECT_EQ(tok_->encode("<|step_id|>"), Ids{base + 5});
-  EXPECT_EQ(tok_->encode("<|reserved_special_token_2|>"), Ids{base + 11});
-  EXPECT_EQ(tok_->encode("<|reserved_special_token_246|>"), Ids{base + 255});
+  EXPECT_EQ(tok_->encode("ab<|eot_id|>abc"), (TokenizerIds{257, base + 9, 97, 256}));
+  EXPECT_EQ(tok_->encode("<|begin_of_text|><|end_of_text|>"), (TokenizerIds{base, base + 1}));
+  EXPECT_EQ(tok_->encode("<|step_id|>"), TokenizerIds{base + 5});
+  EXPECT_EQ(tok_->encode("<|reserved_special_token_2|>"), TokenizerIds{base + 11});
+  EXPECT_EQ(tok_->encode("<|reserved_special_token_246|>"), TokenizerIds{base + 255});
   // Not a special: ordinary text (pieces "<|", "no", "|>"), and "<|<|eot_id|>" finds the special.
-  EXPECT_EQ(tok_->encode("<|no|>"), (Ids{'<', '|', 'n', 'o', '|', '>'}));
-  EXPECT_EQ(tok_->encode("<|<|eot_id|>"), (Ids{'<', '|', base + 9}));
+  EXPECT_EQ(tok_->encode("<|no|>"), (TokenizerIds{'<', '|', 'n', 'o', '|', '>'}));
+  EXPECT_EQ(tok_->encode("<|<|eot_id|>"), (TokenizerIds{'<', '|', base + 9}));
   const auto& names = pl::data::llama3_special_tokens();
   ASSERT_EQ(names.size(), 256u);
   EXPECT_EQ(names[4], "<|finetune_right_pad_id|>");
@@ -113,7 +113,7 @@ TEST_F(TokenizerTinyTiktoken, SpecialTokenStringsInTextBecomeTheirIds) {
 TEST_F(TokenizerTinyTiktoken, DecodeInvertsEncode) {
   const std::string text = "Hello, he'll call abc\n\n  xyz 12345 <|eot_id|> naïve 世界";
   EXPECT_EQ(tok_->decode(tok_->encode(text)), text);
-  pl::test::expect_one_line_error([&] { tok_->decode(Ids{pl::test::kTinyVocab}); }, {"cannot decode"});
+  pl::test::expect_one_line_error([&] { tok_->decode(TokenizerIds{pl::test::kTinyVocab}); }, {"cannot decode"});
 }
 
 TEST_F(TokenizerTinyTiktoken, HeapAndScanMergesAgreeOnLongPieces) {
@@ -125,18 +125,18 @@ TEST_F(TokenizerTinyTiktoken, HeapAndScanMergesAgreeOnLongPieces) {
   for (int trial = 0; trial < 50; ++trial) {
     std::string piece(1 + rng() % 300, 'a');
     for (char& c : piece) c = rng() % 3 == 0 ? 'b' : 'a';
-    Ids scan, heap;
+    TokenizerIds scan, heap;
     pl::data::byte_pair_merge(piece, ranks, false, scan);
     pl::data::byte_pair_merge(piece, ranks, true, heap);
     ASSERT_EQ(scan, heap) << piece;
   }
-  Ids heap;
+  TokenizerIds heap;
   pl::data::BpeRanks abc;
   for (int b = 0; b < 256; ++b) abc.add(std::string(1, static_cast<char>(b)), b);
   abc.add("bc", 256);
   abc.add("ab", 257);
   pl::data::byte_pair_merge("abcbc", abc, true, heap);
-  EXPECT_EQ(heap, (Ids{97, 256, 256}));
+  EXPECT_EQ(heap, (TokenizerIds{97, 256, 256}));
 }
 
 TEST(Tokenizer, CorruptRankFilesAreRejectedWithFileAndLine) {

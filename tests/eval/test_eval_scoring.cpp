@@ -35,18 +35,18 @@ std::unique_ptr<LlamaModel> eval_model(const ModelConfig& m, const std::vector<f
 
 // The reference: a full (trainable) model of exactly the request's length, its loss over the continuation's
 // positions from LlamaModel::forward, one position at a time and all together.
-struct Reference {
+struct EvalScoringReference {
   double sum = 0.0;
   std::vector<double> per_token;
 };
-Reference reference(const ModelConfig& m, const std::vector<float>& w, const Request& q) {
+EvalScoringReference reference(const ModelConfig& m, const std::vector<float>& w, const Request& q) {
   const int64_t L = static_cast<int64_t>(q.tokens.size());
   LlamaModel full(m, 1, L, cpu_bf16(), bf16_plan(m));
   full.write_master(0, w.data(), static_cast<int64_t>(w.size()));
   full.sync_weights_from_master();
   std::vector<int32_t> next(q.tokens.begin() + 1, q.tokens.end());
   next.push_back(q.last_token);
-  Reference r;
+  EvalScoringReference r;
   std::vector<int32_t> labels(static_cast<size_t>(L), -1);
   for (int64_t p = L - q.continuation_tokens; p < L; ++p) labels[static_cast<size_t>(p)] = next[static_cast<size_t>(p)];
   r.sum = -full.forward(q.tokens.data(), labels.data());
@@ -99,7 +99,7 @@ TEST(EvalScoring, LogLikelihoodsAreTheLossPathsPerTokenAndSummed) {
   const std::vector<ChoiceScore> s = score_requests(*model, t.requests, one);
   ASSERT_EQ(s.size(), t.requests.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    const Reference r = reference(m, w, t.requests[i]);
+    const EvalScoringReference r = reference(m, w, t.requests[i]);
     EXPECT_NEAR(s[i].loglikelihood, r.sum, 1e-4 * std::fabs(r.sum)) << i;
     double per_token = 0.0;
     for (double x : r.per_token) per_token += x;

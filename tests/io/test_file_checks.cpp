@@ -80,7 +80,7 @@ ChildResult in_child(const std::function<void()>& fn, bool capture_stderr = fals
   return r;
 }
 
-std::string make_fifo(const TempDir& dir, const std::string& name) {
+std::string file_checks_make_fifo(const TempDir& dir, const std::string& name) {
   const std::string p = (dir.path() / name).string();
   fs::create_directories(fs::path(p).parent_path());
   if (::mkfifo(p.c_str(), 0644) != 0) throw std::runtime_error("mkfifo failed: " + p);
@@ -88,8 +88,8 @@ std::string make_fifo(const TempDir& dir, const std::string& name) {
 }
 
 // fn (reading `path`) must end quickly with one line naming the path and its type.
-void expect_refused(const std::string& what, const std::function<void()>& fn, const std::string& path,
-                    const std::string& type = "is a FIFO") {
+void file_checks_expect_refused(const std::string& what, const std::function<void()>& fn, const std::string& path,
+                                const std::string& type = "is a FIFO") {
   SCOPED_TRACE(what);
   const ChildResult r = in_child(fn);
   ASSERT_FALSE(r.timed_out) << what << " hung on " << path;
@@ -101,16 +101,16 @@ void expect_refused(const std::string& what, const std::function<void()>& fn, co
 
 TEST(FileChecks, EachNonRegularTypeIsRefusedByName) {
   TempDir dir;
-  const std::string fifo = make_fifo(dir, "pipe");
-  expect_refused("fifo", [&] { pl::open_regular_file(fifo); }, fifo, "is a FIFO, not a regular file");
+  const std::string fifo = file_checks_make_fifo(dir, "pipe");
+  file_checks_expect_refused("fifo", [&] { pl::open_regular_file(fifo); }, fifo, "is a FIFO, not a regular file");
   const std::string sub = (dir.path() / "sub").string();
   fs::create_directory(sub);
-  expect_refused("directory", [&] { pl::read_regular_file(sub); }, sub, "is a directory, not a regular file");
-  expect_refused("character device", [&] { pl::check_regular_file("/dev/null"); }, "/dev/null",
-                 "is a character device");
+  file_checks_expect_refused("directory", [&] { pl::read_regular_file(sub); }, sub, "is a directory, not a regular file");
+  file_checks_expect_refused("character device", [&] { pl::check_regular_file("/dev/null"); }, "/dev/null",
+                             "is a character device");
   const std::string link = (dir.path() / "link").string();
   fs::create_symlink(fifo, link);
-  expect_refused("symlink to a fifo", [&] { pl::read_regular_file(link); }, link, "is a FIFO");
+  file_checks_expect_refused("symlink to a fifo", [&] { pl::read_regular_file(link); }, link, "is a FIFO");
   // A socket cannot even be opened (ENXIO): still named by its type.
   const std::string sock = (dir.path() / "sock").string();
   const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
@@ -120,10 +120,10 @@ TEST(FileChecks, EachNonRegularTypeIsRefusedByName) {
   ASSERT_LT(sock.size(), sizeof addr.sun_path);
   std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
   ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  expect_refused("socket", [&] { pl::read_regular_file(sock); }, sock, "is a socket");
+  file_checks_expect_refused("socket", [&] { pl::read_regular_file(sock); }, sock, "is a socket");
   ::close(s);
   const std::string missing = (dir.path() / "missing").string();
-  expect_refused("missing", [&] { pl::read_regular_file(missing); }, missing, "cannot open: no such file");
+  file_checks_expect_refused("missing", [&] { pl::read_regular_file(missing); }, missing, "cannot open: no such file");
 }
 
 TEST(FileChecks, ReadRegularFileReadsEveryByteAndTheDescriptorBlocks) {
@@ -150,13 +150,13 @@ TEST(FileChecks, RegularFileStreamReadsTheFileItCheckedNotWhatLaterTakesItsName)
   std::string lines, line;
   {
     pl::RegularFileStream in(p);
-    const std::string fifo = make_fifo(dir, "swap");
+    const std::string fifo = file_checks_make_fifo(dir, "swap");
     fs::rename(fifo, p);  // the name is a FIFO now
     while (std::getline(in, line)) lines += line + "\n";
     EXPECT_FALSE(in.bad());
   }
   EXPECT_EQ(lines, content);
-  expect_refused("stream on the fifo now named text", [&] { pl::RegularFileStream in(p); }, p, "is a FIFO");
+  file_checks_expect_refused("stream on the fifo now named text", [&] { pl::RegularFileStream in(p); }, p, "is a FIFO");
   pl::RegularFileStream empty(dir.write("empty", ""));
   EXPECT_FALSE(std::getline(empty, line));
   EXPECT_FALSE(empty.bad());
@@ -166,26 +166,27 @@ TEST(FileChecks, RegularFileStreamReadsTheFileItCheckedNotWhatLaterTakesItsName)
 // most 20 s; before the fix the FIFO cases blocked in open(2) forever).
 TEST(FileChecks, EveryReaderRefusesAFifoWithOneLine) {
   TempDir dir;
-  const std::string json = make_fifo(dir, "model.json");
-  expect_refused("model/recipe config", [&] { pl::read_json_file(json); }, json);
-  const std::string npy = make_fifo(dir, "x.npy");
-  expect_refused(".npy", [&] { pl::read_npy(npy); }, npy);
-  const std::string st = make_fifo(dir, "w.safetensors");
-  expect_refused("safetensors", [&] { pl::SafetensorsFile f(st); }, st);
-  const std::string index = make_fifo(dir, "hf/model.safetensors.index.json");
+  const std::string json = file_checks_make_fifo(dir, "model.json");
+  file_checks_expect_refused("model/recipe config", [&] { pl::read_json_file(json); }, json);
+  const std::string npy = file_checks_make_fifo(dir, "x.npy");
+  file_checks_expect_refused(".npy", [&] { pl::read_npy(npy); }, npy);
+  const std::string st = file_checks_make_fifo(dir, "w.safetensors");
+  file_checks_expect_refused("safetensors", [&] { pl::SafetensorsFile f(st); }, st);
+  const std::string index = file_checks_make_fifo(dir, "hf/model.safetensors.index.json");
   // (the directory's check names it: it holds no regular index file)
-  expect_refused("safetensors index", [&] { pl::SafetensorsCheckpoint c((dir.path() / "hf").string()); },
-                 (dir.path() / "hf").string(), "holds neither");
+  file_checks_expect_refused("safetensors index", [&] { pl::SafetensorsCheckpoint c((dir.path() / "hf").string()); },
+                             (dir.path() / "hf").string(), "holds neither");
   (void)index;
-  const std::string rank_file = make_fifo(dir, "tokenizer.model");
-  expect_refused("tokenizer.model", [&] { pl::data::make_tokenizer("tiktoken", rank_file); }, rank_file);
-  expect_refused("tokenizer fingerprint", [&] { pl::data::fnv1a64_file_hex(rank_file, nullptr); }, rank_file);
-  const std::string sidecar = make_fifo(dir, "side_text_document.tokenizer.json");
-  expect_refused("tokenizer sidecar",
-                 [&] { pl::data::read_tokenizer_record((dir.path() / "side_text_document").string()); }, sidecar);
-  const std::string manifest = make_fifo(dir, "ck/iter_0000001/manifest.json");
-  expect_refused("checkpoint manifest", [&] { pl::verify_checkpoint((dir.path() / "ck/iter_0000001").string()); },
-                 manifest);
+  const std::string rank_file = file_checks_make_fifo(dir, "tokenizer.model");
+  file_checks_expect_refused("tokenizer.model", [&] { pl::data::make_tokenizer("tiktoken", rank_file); }, rank_file);
+  file_checks_expect_refused("tokenizer fingerprint", [&] { pl::data::fnv1a64_file_hex(rank_file, nullptr); }, rank_file);
+  const std::string sidecar = file_checks_make_fifo(dir, "side_text_document.tokenizer.json");
+  file_checks_expect_refused(
+      "tokenizer sidecar", [&] { pl::data::read_tokenizer_record((dir.path() / "side_text_document").string()); },
+      sidecar);
+  const std::string manifest = file_checks_make_fifo(dir, "ck/iter_0000001/manifest.json");
+  file_checks_expect_refused("checkpoint manifest", [&] { pl::verify_checkpoint((dir.path() / "ck/iter_0000001").string()); },
+                             manifest);
 
   // The .idx, then the .bin of an otherwise valid dataset.
   const std::string prefix = (dir.path() / "corpus").string();
@@ -196,13 +197,13 @@ TEST(FileChecks, EveryReaderRefusesAFifoWithOneLine) {
     w.finalize();
   }
   fs::rename(prefix + ".idx", prefix + ".idx.real");
-  const std::string idx = make_fifo(dir, "corpus.idx");
-  expect_refused(".idx", [&] { pl::data::IndexedDataset ds(prefix); }, idx);
+  const std::string idx = file_checks_make_fifo(dir, "corpus.idx");
+  file_checks_expect_refused(".idx", [&] { pl::data::IndexedDataset ds(prefix); }, idx);
   fs::remove(idx);
   fs::rename(prefix + ".idx.real", prefix + ".idx");
   fs::remove(prefix + ".bin");
-  const std::string bin = make_fifo(dir, "corpus.bin");
-  expect_refused(".bin", [&] { pl::data::IndexedDataset ds(prefix); }, bin);
+  const std::string bin = file_checks_make_fifo(dir, "corpus.bin");
+  file_checks_expect_refused(".bin", [&] { pl::data::IndexedDataset ds(prefix); }, bin);
 }
 
 TEST(PathOverlap, SymlinksDotDotAndHardLinksAreResolved) {

@@ -28,7 +28,7 @@ using test::run_forked;
 using Files = std::map<std::string, std::string>;  // name -> contents
 
 // Every entry of `dir` with its contents ("<dir>" for a directory).
-Files snapshot(const fs::path& dir) {
+Files file_set_snapshot(const fs::path& dir) {
   Files out;
   for (const auto& e : fs::directory_iterator(dir))
     out[e.path().filename().string()] = e.is_directory() ? "<dir>" : test::read_text_file(e.path().string());
@@ -65,7 +65,7 @@ TEST(FileSet, PublishesTheNewSetAndLeavesNothingElse) {
   test::TempDir d;
   write_old(d);
   publish_new(d);
-  EXPECT_EQ(snapshot(d.path()), kNew);
+  EXPECT_EQ(file_set_snapshot(d.path()), kNew);
 }
 
 TEST(FileSet, AFailureBeforePublishLeavesTheOldSetAndRemovesOnlyThisRunsTemporaries) {
@@ -76,7 +76,7 @@ TEST(FileSet, AFailureBeforePublishLeavesTheOldSetAndRemovesOnlyThisRunsTemporar
   Files expected = kOld;
   expected["a.tmp-" + std::to_string(::getppid())] = "theirs";
   EXPECT_THROW(publish_new(d, [] { throw Error("no"); }), Error);
-  EXPECT_EQ(snapshot(d.path()), expected);
+  EXPECT_EQ(file_set_snapshot(d.path()), expected);
 }
 
 TEST(FileSet, AFullDiskLeavesTheOldSetByteIdentical) {
@@ -102,7 +102,7 @@ TEST(FileSet, AFullDiskLeavesTheOldSetByteIdentical) {
     ::_exit(result);
   });
   EXPECT_EQ(code, 7);
-  EXPECT_EQ(snapshot(d.path()), kOld);
+  EXPECT_EQ(file_set_snapshot(d.path()), kOld);
 }
 
 TEST(FileSet, AFailureBetweenRenamesRollsBackInProcess) {
@@ -113,7 +113,7 @@ TEST(FileSet, AFailureBetweenRenamesRollsBackInProcess) {
     set_publish_test_hook([point](int at) { PL_CHECK(at != point, "forced failure at point {}", at); });
     test::expect_one_line_error([&] { publish_new(d); }, {"forced failure", "rolled back"});
     set_publish_test_hook({});
-    EXPECT_EQ(snapshot(d.path()), kOld);
+    EXPECT_EQ(file_set_snapshot(d.path()), kOld);
   }
 }
 
@@ -132,14 +132,14 @@ TEST(FileSet, AKillAtAnyPointIsRecoveredToTheNewSet) {
     const std::optional<JournalState> st = file_set_journal_state(journal);
     ASSERT_TRUE(st.has_value());
     EXPECT_FALSE(st->alive);
-    EXPECT_NE(snapshot(d.path()), kNew);
+    EXPECT_NE(file_set_snapshot(d.path()), kNew);
     // The next FileSet on this journal completes the publish and says so in one line.
     std::vector<std::string> said;
     { FileSet next({journal}, [&](const std::string& m) { said.push_back(m); }); }
     ASSERT_EQ(said.size(), 1u);
     EXPECT_NE(said[0].find("rolled forward"), std::string::npos) << said[0];
     EXPECT_NE(said[0].find(std::to_string(st->pid)), std::string::npos) << said[0];
-    EXPECT_EQ(snapshot(d.path()), kNew);
+    EXPECT_EQ(file_set_snapshot(d.path()), kNew);
   }
 }
 
@@ -160,7 +160,7 @@ TEST(FileSet, AKillBeforeTheRenamesWithANewFileLostIsRolledBack) {
     fs::remove(at(d, "b.tmp-" + std::to_string(child)));
     const std::string said = recover_file_set(journal);
     EXPECT_NE(said.find("rolled back"), std::string::npos) << said;
-    EXPECT_EQ(snapshot(d.path()), kOld);
+    EXPECT_EQ(file_set_snapshot(d.path()), kOld);
     EXPECT_EQ(recover_file_set(journal), "");
   }
 }
@@ -182,7 +182,7 @@ TEST(FileSet, AJournalIsRecoveredFromAnotherDirectoryAfterTheSetWasMoved) {
   fs::rename(d.path() / "s", d.path() / "moved");
   const std::string said = recover_file_set(at(d, "moved/set.publish-journal"));
   EXPECT_NE(said.find("rolled forward"), std::string::npos) << said;
-  EXPECT_EQ(snapshot(d.path() / "moved"), kNew);
+  EXPECT_EQ(file_set_snapshot(d.path() / "moved"), kNew);
 }
 
 TEST(FileSet, StaleTemporariesOfDeadProcessesAreRemovedThoseOfLiveOnesKept) {
@@ -200,7 +200,7 @@ TEST(FileSet, StaleTemporariesOfDeadProcessesAreRemovedThoseOfLiveOnesKept) {
   Files expected = kNew;
   expected["c.tmp-" + live] = "a live process's";
   expected["a.tmp"] = "a plain .tmp: whose, we cannot tell";
-  EXPECT_EQ(snapshot(d.path()), expected);
+  EXPECT_EQ(file_set_snapshot(d.path()), expected);
 }
 
 TEST(FileSet, ALiveWritersJournalStopsASecondWriter) {
@@ -214,7 +214,7 @@ TEST(FileSet, ALiveWritersJournalStopsASecondWriter) {
   test::expect_one_line_error([&] { publish_new(d); }, {journal, "process " + parent, "publishing"});
   Files expected = kOld;
   expected["set.publish-journal"] = test::read_text_file(journal);
-  EXPECT_EQ(snapshot(d.path()), expected);
+  EXPECT_EQ(file_set_snapshot(d.path()), expected);
   // A malformed journal is one line naming it, not a crash.
   d.write("set.publish-journal", "[[[[");
   test::expect_one_line_error([&] { (void)file_set_journal_state(journal); }, {journal});
@@ -227,7 +227,7 @@ TEST(FileSet, AnExistingDirectoryAtAFinalNameIsRefusedBeforeAnythingChanges) {
   test::expect_one_line_error([&] { publish_new(d); }, {at(d, "c"), "not a regular file"});
   Files expected = kOld;
   expected["c"] = "<dir>";
-  EXPECT_EQ(snapshot(d.path()), expected);
+  EXPECT_EQ(file_set_snapshot(d.path()), expected);
 }
 
 }  // namespace

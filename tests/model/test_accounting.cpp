@@ -12,12 +12,12 @@
 
 namespace {
 
-pl::ModelConfig model(const std::string& name) {
+pl::ModelConfig accounting_model(const std::string& name) {
   return pl::load_model_config(std::string(PL_CONFIG_DIR) + "/models/" + name + ".json");
 }
 
 TEST(Accounting, FlopsPerTokenLlama3_8b) {
-  const pl::ModelConfig m = model("llama3_8b");
+  const pl::ModelConfig m = accounting_model("llama3_8b");
   EXPECT_EQ(fmt::format("{:.3f}", pl::flops_per_token(m, 4096) / 1e9), "48.249");
   EXPECT_EQ(fmt::format("{:.3f}", pl::flops_per_token(m, 8192) / 1e9), "51.470");
   EXPECT_NEAR(pl::flops_per_token(m, 4096), 48.249e9, 0.0005e9);
@@ -27,14 +27,14 @@ TEST(Accounting, FlopsPerTokenLlama3_8b) {
 TEST(Accounting, FlopsPerTokenBreakdown) {
   // §2c per token at s=4096: MLP 18*L*h*f + projections 12*L*h^2*1.25 + core attention 6*L*h*s
   // + logits 6*h*V, evaluated exactly in integers.
-  const pl::ModelConfig m = model("llama3_8b");
+  const pl::ModelConfig m = accounting_model("llama3_8b");
   const double L = 32, h = 4096, f = 14336, s = 4096, V = 128256;
   const double expected = 18 * L * h * f + 12 * L * h * h * 1.25 + 6 * L * h * s + 6 * h * V;
   EXPECT_DOUBLE_EQ(pl::flops_per_token(m, 4096), expected);
 }
 
 TEST(Accounting, FlopsPerIterationLlama3_8b) {
-  const pl::ModelConfig m = model("llama3_8b");
+  const pl::ModelConfig m = accounting_model("llama3_8b");
   const double f = pl::flops_per_iteration(m, 64, 4096);
   EXPECT_NEAR(f / 1.26482e16, 1.0, 1e-5);
   EXPECT_DOUBLE_EQ(f, 64.0 * 4096.0 * pl::flops_per_token(m, 4096));
@@ -45,15 +45,15 @@ TEST(Accounting, FlopsPerIterationLlama3_8b) {
 }
 
 TEST(Accounting, FlopsUsePaddedVocab) {
-  pl::ModelConfig a = model("llama_tiny");
+  pl::ModelConfig a = accounting_model("llama_tiny");
   a.vocab_size = 100;  // pads to 128, the shipped tiny vocabulary
-  const pl::ModelConfig b = model("llama_tiny");
+  const pl::ModelConfig b = accounting_model("llama_tiny");
   ASSERT_EQ(b.vocab_size, 128);
   EXPECT_DOUBLE_EQ(pl::flops_per_iteration(a, 8, 128), pl::flops_per_iteration(b, 8, 128));
 }
 
 TEST(Accounting, MegatronParamCountsLlama3_8b) {
-  const pl::MegatronParamCounts c = pl::megatron_param_counts(model("llama3_8b"));
+  const pl::MegatronParamCounts c = pl::megatron_param_counts(accounting_model("llama3_8b"));
   // 2*L*h^2*((1+g/n) + 1.5 f/h + 2/h + 1/(L h)) and 2*h*V_pad: both exact integers.
   EXPECT_DOUBLE_EQ(c.transformer_layers, 6979854336.0);
   EXPECT_DOUBLE_EQ(c.embedding_layers, 1050673152.0);
@@ -69,7 +69,7 @@ TEST(Accounting, MegatronCountVersusAllocatedTensors) {
   // allocates RMSNorm weights only (h). Otherwise the two agree for a GQA SwiGLU model with untied
   // embeddings and an unpadded vocabulary: the difference is exactly (2 per layer + final) * h.
   for (const char* name : {"llama3_8b", "llama_small", "llama_tiny"}) {
-    const pl::ModelConfig m = model(name);
+    const pl::ModelConfig m = accounting_model(name);
     ASSERT_EQ(m.padded_vocab_size(), m.vocab_size) << name;
     const double norm_bias = static_cast<double>((2 * m.num_layers + 1) * m.hidden_size);
     EXPECT_DOUBLE_EQ(pl::megatron_param_counts(m).total(), static_cast<double>(m.num_parameters()) + norm_bias)
@@ -78,7 +78,7 @@ TEST(Accounting, MegatronCountVersusAllocatedTensors) {
 }
 
 TEST(Accounting, ParameterLinesLlama3_8b) {
-  const pl::MegatronParamCounts c = pl::megatron_param_counts(model("llama3_8b"));
+  const pl::MegatronParamCounts c = pl::megatron_param_counts(accounting_model("llama3_8b"));
   const std::string s = pl::log::parameter_lines(c.transformer_layers, c.embedding_layers,
                                                  pl::kWeightAndOptimizerBytesPerParam);
   // Format "{: .2f}": a space for the sign, so two spaces after the colon.

@@ -26,7 +26,7 @@
 namespace pl {
 namespace {
 
-ModelConfig tiny() {
+ModelConfig document_packing_tiny() {
   ModelConfig m = load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json");
   m.init_method_std = 0.3;  // large enough that attention across documents visibly changes the loss
   return m;
@@ -52,7 +52,7 @@ struct LossAndGrads {
 
 // One forward_backward of one sample of tokens.size() tokens, gradient of grad_scale · Σ losses.
 LossAndGrads run(const RunLayout& layout, std::vector<int32_t> tokens, std::vector<int32_t> labels, float grad_scale) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = document_packing_tiny();
   LlamaModel model(m, 1, static_cast<int64_t>(tokens.size()), fp32(), bf16_plan(m), layout);
   model.init_parameters(7);
   model.zero_grads();
@@ -128,7 +128,7 @@ struct Trained {
   std::vector<std::string> lines;  // the text log's
 };
 Trained train_one(bool per_token, const std::vector<int32_t> (&tok)[2], const std::vector<int32_t> (&lab)[2]) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = document_packing_tiny();
   const auto S = static_cast<int64_t>(tok[0].size());
   LlamaModel model(m, 1, S, fp32(), bf16_plan(m), packed(true, false, false));
   model.init_parameters(7);

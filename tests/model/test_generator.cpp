@@ -31,7 +31,7 @@ Generator loaded(const ModelConfig& m, const std::vector<float>& w, int64_t capa
   return g;
 }
 
-std::vector<int32_t> bytes_of(const std::string& s) {
+std::vector<int32_t> generator_bytes_of(const std::string& s) {
   std::vector<int32_t> v;
   for (const char c : s) v.push_back(static_cast<unsigned char>(c));
   return v;
@@ -40,7 +40,7 @@ std::vector<int32_t> bytes_of(const std::string& s) {
 TEST(Generator, LogitsGiveTheTrainingForwardsLoss) {
   const ModelConfig m = bytes_model();
   const std::vector<float> w = masters(m);
-  const std::vector<int32_t> seq = bytes_of("The quick brown fox jumps over");
+  const std::vector<int32_t> seq = generator_bytes_of("The quick brown fox jumps over");
   const auto S = static_cast<int64_t>(seq.size()) - 1;
   const std::vector<int32_t> tokens(seq.begin(), seq.end() - 1), labels(seq.begin() + 1, seq.end());
   LlamaModel model(m, 1, S, cpu_bf16(), bf16_plan(m));
@@ -74,7 +74,7 @@ TEST(Generator, GreedyWithTheCacheFollowsFullForwardPasses) {
   int exact_argmax = 0, steps = 0;
   for (const std::string& text : {std::string("Hello"), std::string("What is 3 plus 4?\n"), std::string("a")}) {
     SCOPED_TRACE(text);
-    const std::vector<int32_t> prompt = bytes_of(text);
+    const std::vector<int32_t> prompt = generator_bytes_of(text);
     constexpr int64_t kNew = 24;
     Generator cached = loaded(m, w, static_cast<int64_t>(prompt.size()) + kNew);
     std::mt19937_64 rng(1);
@@ -113,7 +113,7 @@ TEST(Generator, GreedyWithTheCacheFollowsFullForwardPasses) {
 TEST(Generator, ASeedFixesSampledOutput) {
   const ModelConfig m = bytes_model();
   const std::vector<float> w = masters(m);
-  const std::vector<int32_t> prompt = bytes_of("Once");
+  const std::vector<int32_t> prompt = generator_bytes_of("Once");
   const auto sample = [&](uint64_t seed) {
     Generator g = loaded(m, w, 40);
     std::mt19937_64 rng(seed);

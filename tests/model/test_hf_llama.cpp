@@ -34,7 +34,7 @@ using test::TempDir;
 
 const std::string kTinyPath = std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json";
 
-ModelConfig tiny() { return load_model_config(kTinyPath); }
+ModelConfig hf_llama_tiny() { return load_model_config(kTinyPath); }
 
 // meta-llama/Llama-3.1-8B's config.json as published on the Hub.
 const char* kLlama31_8bConfig = R"({
@@ -83,7 +83,7 @@ TEST(HfLlama, Llama31ConfigMapsOntoOurModelConfig) {
 }
 
 TEST(HfLlama, ConfigJsonRoundTrip) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = hf_llama_tiny();
   HfExportOptions opts;
   opts.bos_token_id = 1;
   opts.eos_token_ids = {2, 3};
@@ -167,16 +167,16 @@ TEST(HfLlama, RefusesHfConfigsWeCannotExpress) {
 }
 
 TEST(HfLlama, RefusesModelConfigsHfCannotExpress) {
-  ModelConfig m = tiny();
+  ModelConfig m = hf_llama_tiny();
   m.max_position_embeddings = 0;
   expect_one_line_error([&] { (void)hf_llama_config_json(m); }, {"max_position_embeddings", kTinyPath});
-  m = tiny();
+  m = hf_llama_tiny();
   m.kv_channels = 31;
   expect_one_line_error([&] { (void)hf_llama_config_json(m); }, {"kv_channels", "head_dim"});
 }
 
 TEST(HfLlama, TensorLayoutCoversEveryParameterOnce) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = hf_llama_tiny();
   const std::vector<HfTensorSlot> slots = hf_llama_tensor_layout(m);
   EXPECT_EQ(slots.size(), 2u + 9u * static_cast<size_t>(m.num_layers) + 1u);
   std::vector<int> covered(static_cast<size_t>(m.num_parameters()), 0);
@@ -194,7 +194,7 @@ TEST(HfLlama, TensorLayoutCoversEveryParameterOnce) {
 
 // The heart of it: export, import into a fresh model, same weights (BF16-rounded) and same loss.
 TEST(HfLlama, ExportImportRoundTripIsExact) {
-  const ModelConfig cfg = tiny();
+  const ModelConfig cfg = hf_llama_tiny();
   const int64_t B = 2, S = 32;
   const Batch batch = fixed_batch(cfg, B * S);
   LlamaModel a(cfg, B, S, OpContext{});
@@ -238,7 +238,7 @@ TEST(HfLlama, ExportImportRoundTripIsExact) {
 
 // An export from host master floats (what a checkpoint converter holds) equals the model export.
 TEST(HfLlama, ExportFromHostMasterWeights) {
-  const ModelConfig cfg = tiny();
+  const ModelConfig cfg = hf_llama_tiny();
   LlamaModel a(cfg, 1, 16, OpContext{});
   a.init_parameters(3);
   TempDir dir;
@@ -279,7 +279,7 @@ Rewrite exported(const std::string& dir) {
 }
 
 TEST(HfLlama, ImportsF32StoredWeightsExactlyAndIgnoresRotaryBuffers) {
-  const ModelConfig cfg = tiny();
+  const ModelConfig cfg = hf_llama_tiny();
   LlamaModel a(cfg, 1, 16, OpContext{});
   a.init_parameters(5);
   TempDir dir;
@@ -301,7 +301,7 @@ TEST(HfLlama, ImportsF32StoredWeightsExactlyAndIgnoresRotaryBuffers) {
 }
 
 TEST(HfLlama, TiedEmbeddingsInitialiseTheLmHeadFromTheEmbedding) {
-  const ModelConfig cfg = tiny();
+  const ModelConfig cfg = hf_llama_tiny();
   LlamaModel a(cfg, 1, 16, OpContext{});
   a.init_parameters(5);
   TempDir dir;
@@ -328,7 +328,7 @@ TEST(HfLlama, TiedEmbeddingsInitialiseTheLmHeadFromTheEmbedding) {
 }
 
 TEST(HfLlama, RefusesMissingExtraAndMisshapenTensors) {
-  const ModelConfig cfg = tiny();
+  const ModelConfig cfg = hf_llama_tiny();
   LlamaModel a(cfg, 1, 16, OpContext{});
   a.init_parameters(5);
   TempDir dir;
@@ -496,7 +496,7 @@ double hf_reference_loss_sum(const std::string& dir, const std::vector<int32_t>&
 }
 
 TEST(HfLlama, ExportedWeightsGiveTransformersLlamaForwardLoss) {
-  ModelConfig cfg = tiny();
+  ModelConfig cfg = hf_llama_tiny();
   cfg.init_method_std = 0.25;  // large weights: attention and MLP visibly shape the logits
   const int64_t S = 48;
   const Batch batch = fixed_batch(cfg, S);
@@ -544,7 +544,7 @@ RunLog run_pretrain(std::vector<std::string> args) {
 // initialisation prints the loss and grad norm of the seed-77 run itself (iteration 1 reads only
 // the BF16 weights, which the BF16 export holds exactly), and not those of another seed.
 TEST(HfLlama, CliInitFromHfStartsFromTheExportedWeights) {
-  const ModelConfig cfg = tiny();
+  const ModelConfig cfg = hf_llama_tiny();
   TempDir dir;
   const std::string hf_dir = (dir.path() / "tiny_hf").string();
   {

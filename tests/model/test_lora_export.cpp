@@ -23,7 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-ModelConfig tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
+ModelConfig lora_export_tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
 
 std::vector<float> random_values(int64_t n, uint32_t seed, float std) {
   std::mt19937 rng(seed);
@@ -34,7 +34,7 @@ std::vector<float> random_values(int64_t n, uint32_t seed, float std) {
 }
 
 TEST(LoraExport, TheMergeIsWPlusScaledBTimesAInFp32) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_export_tiny();
   LoraConfig c{.dim = 4, .alpha = 6.0};
   c.targets = {true, false, true, true};
   const std::vector<float> adapters = random_values(lora_parameter_count(m, c), 1, 0.3f);
@@ -66,7 +66,7 @@ TEST(LoraExport, TheMergeIsWPlusScaledBTimesAInFp32) {
 // The merged weights run as the full model give the LoRA model's loss, to the BF16 rounding of the merged weights
 // (the same function: base(x) + s·B·A·x).
 TEST(LoraExport, TheMergedModelsLossIsTheLoraModels) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_export_tiny();
   const int64_t B = 2, S = 16;
   const LoraConfig c{.dim = 8, .alpha = 16.0};
   RunLayout layout;
@@ -96,7 +96,7 @@ TEST(LoraExport, TheMergedModelsLossIsTheLoraModels) {
 }
 
 TEST(LoraExport, PeftFilesHavePeftsNamesShapesAndFieldsAndReadBackExactly) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_export_tiny();
   const LoraConfig c{.dim = 8, .alpha = 16.0, .dropout = 0.05};
   const std::vector<float> adapters = random_values(lora_parameter_count(m, c), 3, 0.1f);
   test::TempDir dir;
@@ -139,7 +139,7 @@ TEST(LoraExport, PeftFilesHavePeftsNamesShapesAndFieldsAndReadBackExactly) {
 }
 
 TEST(LoraExport, APeftDirectoryThatIsNotOneAdapterPerFusedLayerIsOneLine) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_export_tiny();
   LoraConfig c{.dim = 4, .alpha = 4.0};
   c.targets = {true, false, false, false};
   const std::vector<float> adapters = random_values(lora_parameter_count(m, c), 4, 0.1f);

@@ -24,7 +24,7 @@
 namespace pl {
 namespace {
 
-ModelConfig tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
+ModelConfig lora_training_tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
 
 // The recipe with every layer in its format (the tiny model would otherwise keep its edge layers in BF16).
 PrecisionPlan all_layers(const ModelConfig& m, const std::string& recipe) {
@@ -39,13 +39,13 @@ RunLayout lora_layout_with(LoraConfig c) {
   return o;
 }
 
-struct Batch {
+struct LoraTrainingBatch {
   std::vector<int32_t> tokens, labels;
 };
-Batch random_batch(const ModelConfig& m, int64_t n, uint32_t seed) {
+LoraTrainingBatch random_batch(const ModelConfig& m, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(m.vocab_size - 1));
-  Batch b{std::vector<int32_t>(static_cast<size_t>(n)), std::vector<int32_t>(static_cast<size_t>(n))};
+  LoraTrainingBatch b{std::vector<int32_t>(static_cast<size_t>(n)), std::vector<int32_t>(static_cast<size_t>(n))};
   for (auto& t : b.tokens) t = tok(rng);
   for (auto& t : b.labels) t = tok(rng);
   return b;
@@ -58,7 +58,7 @@ std::vector<float> host_of(const Tensor& t) {
 }
 
 TEST(LoraTraining, TheFlatBuffersHoldTheAdaptersWithMegatronBridgeNames) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_training_tiny();
   LoraConfig c{.dim = 4, .alpha = 8.0};
   c.targets = {true, false, true, false};
   LlamaModel model(m, 1, 16, OpContext{}, bf16_plan(m), lora_layout_with(c));
@@ -87,9 +87,9 @@ TEST(LoraTraining, TheFlatBuffersHoldTheAdaptersWithMegatronBridgeNames) {
 
 // B = 0: the adapters add exact zeros, so every loss of the first step is the full model's in the same recipe.
 TEST(LoraTraining, WithBZeroTheFirstLossesEqualTheFullModelsBitForBit) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_training_tiny();
   const int64_t B = 2, S = 16;
-  const Batch batch = random_batch(m, B * S, 5);
+  const LoraTrainingBatch batch = random_batch(m, B * S, 5);
   for (const std::string recipe : {"bf16_mixed", "bf16_with_fp8_current_scaling_mixed", "bf16_with_nvfp4_mixed"}) {
     const PrecisionPlan plan = all_layers(m, recipe);
     LlamaModel full(m, B, S, OpContext{}, plan);
@@ -116,7 +116,7 @@ std::vector<float> master_rounded(std::vector<float> v) {
 }
 
 TEST(LoraTraining, AHuggingFaceBaseFillsTheFrozenBase) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_training_tiny();
   const int64_t B = 2, S = 16;
   std::vector<float> master(static_cast<size_t>(m.num_parameters()));
   std::mt19937 rng(2);
@@ -134,7 +134,7 @@ TEST(LoraTraining, AHuggingFaceBaseFillsTheFrozenBase) {
     lora.init_adapters(5);
     const std::vector<float> adapters = host_of(lora.master().flat);
     import_hf(dir.string(), lora);
-    const Batch batch = random_batch(m, B * S, 3);
+    const LoraTrainingBatch batch = random_batch(m, B * S, 3);
     EXPECT_EQ(full.forward(batch.tokens.data(), batch.labels.data()),
               lora.forward(batch.tokens.data(), batch.labels.data()));
     EXPECT_EQ(host_of(lora.master().flat), adapters);
@@ -147,7 +147,7 @@ TEST(LoraTraining, AHuggingFaceBaseFillsTheFrozenBase) {
 // NVFP4 layer here) their copies, so with B zeroed again the model is the full model's first step bit for bit; A and
 // B move.
 TEST(LoraTraining, AfterStepsTheBaseIsUnchangedAndOnlyTheAdaptersMoved) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_training_tiny();
   const int64_t B = 2, S = 16;
   const PrecisionPlan plan = all_layers(m, "bf16_with_nvfp4_mixed");
   LlamaModel model(m, B, S, OpContext{}, plan, lora_layout_with(LoraConfig{.dim = 4, .alpha = 4.0, .dropout = 0.2}));
@@ -165,7 +165,7 @@ TEST(LoraTraining, AfterStepsTheBaseIsUnchangedAndOnlyTheAdaptersMoved) {
   const std::vector<float> adapters_before = host_of(model.master().flat);
   AdamW opt(model, OptimizerConfig{});
   double first = 0.0, last = 0.0;
-  const Batch batch = random_batch(m, B * S, 6);
+  const LoraTrainingBatch batch = random_batch(m, B * S, 6);
   for (int it = 0; it < 8; ++it) {
     model.zero_grads();
     const double loss = model.forward_backward(batch.tokens.data(), batch.labels.data(), 1.0f / (B * S),
@@ -196,7 +196,7 @@ TEST(LoraTraining, AfterStepsTheBaseIsUnchangedAndOnlyTheAdaptersMoved) {
 // Central finite differences of the training loss (dropout on: the same masks, from the same counter) against the
 // analytic adapter gradients, plain FP32, two documents per row (positions restart, attention split).
 TEST(LoraTraining, AdapterGradientsMatchFiniteDifferencesWithDropoutAndPackedDocuments) {
-  const ModelConfig m = tiny();
+  const ModelConfig m = lora_training_tiny();
   const int64_t B = 2, S = 8;
   for (const LoraDropoutPosition where : {LoraDropoutPosition::Pre, LoraDropoutPosition::Post}) {
     OpContext ctx;
@@ -214,7 +214,7 @@ TEST(LoraTraining, AdapterGradientsMatchFiniteDifferencesWithDropoutAndPackedDoc
       for (int64_t i = 0; i < e.numel(); ++i)
         master[e.offset + i] = e.name.ends_with("linear_out.weight") ? nd(rng) : 4.0f * master[e.offset + i];
     model.sync_weights_from_master();
-    Batch batch = random_batch(m, B * S, 12);
+    LoraTrainingBatch batch = random_batch(m, B * S, 12);
     std::vector<int32_t> positions = {0, 1, 2, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 0, 1};
     batch.labels[3] = -1;  // a masked position
     const uint64_t counter = 77;

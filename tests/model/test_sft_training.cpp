@@ -38,7 +38,7 @@ ModelConfig bytes_model() {
   return m;
 }
 
-OpContext fp32() {
+OpContext sft_training_fp32() {
   OpContext c;
   c.round_bf16 = false;
   return c;
@@ -74,14 +74,14 @@ Pack one_pack(const ThreeExamples& ex, int64_t S) {
   return p;
 }
 
-struct LossAndGrads {
+struct SftTrainingLossAndGrads {
   double loss_sum;
   std::vector<float> grads;
 };
 
-LossAndGrads run(const RunLayout& layout, const Pack& p, float grad_scale) {
+SftTrainingLossAndGrads sft_training_run(const RunLayout& layout, const Pack& p, float grad_scale) {
   const ModelConfig m = bytes_model();
-  LlamaModel model(m, 1, static_cast<int64_t>(p.tokens.size()), fp32(), bf16_plan(m), layout);
+  LlamaModel model(m, 1, static_cast<int64_t>(p.tokens.size()), sft_training_fp32(), bf16_plan(m), layout);
   model.init_parameters(11);
   model.zero_grads();
   const double loss = model.forward_backward(p.tokens.data(), p.labels.data(), grad_scale, {},
@@ -111,7 +111,7 @@ TEST(SftTraining, TheLossCountsTheAnswersOnly) {
   for (const auto& seg : segments(pack))  // an example's last label is its eod, an answer: already there
     ASSERT_NE(all.labels[seg.second - 1], data::kIgnoredLabel);
   const ModelConfig m = bytes_model();
-  LlamaModel model(m, 1, static_cast<int64_t>(pack.tokens.size()), fp32(), bf16_plan(m), sft_layout());
+  LlamaModel model(m, 1, static_cast<int64_t>(pack.tokens.size()), sft_training_fp32(), bf16_plan(m), sft_layout());
   model.init_parameters(11);
   // The loss at one position alone: every other label ignored.
   const auto loss_at = [&](const Pack& src, size_t t) {
@@ -161,14 +161,14 @@ TEST(SftTraining, APackEqualsItsExamplesRunOnePerSequence) {
   ASSERT_LT(segs.back().second, pack.tokens.size()) << "the test wants padding at the end of the pack";
   const int64_t n = data::counted_tokens(sft_layout().packing, pack.tokens, pack.labels);
   const float scale = 1.0f / static_cast<float>(n);  // the pack's mean over its answer tokens
-  const LossAndGrads whole = run(sft_layout(), pack, scale);
+  const SftTrainingLossAndGrads whole = sft_training_run(sft_layout(), pack, scale);
   double loss_sum = 0.0;
   std::vector<float> grads(whole.grads.size(), 0.0f);
   for (const auto& [b, e] : segs) {  // each example alone, in a sequence of its own length
     const Pack one{std::vector<int32_t>(pack.tokens.begin() + b, pack.tokens.begin() + e),
                    std::vector<int32_t>(pack.labels.begin() + b, pack.labels.begin() + e),
                    std::vector<int32_t>(pack.positions.begin() + b, pack.positions.begin() + e)};
-    const LossAndGrads r = run({}, one, scale);  // (plain layout: one sequence, positions 0..)
+    const SftTrainingLossAndGrads r = sft_training_run({}, one, scale);  // (plain layout: one sequence, positions 0..)
     loss_sum += r.loss_sum;
     for (size_t i = 0; i < grads.size(); ++i) grads[i] += r.grads[i];
   }
@@ -177,7 +177,7 @@ TEST(SftTraining, APackEqualsItsExamplesRunOnePerSequence) {
   EXPECT_LE(max_diff(whole.grads, grads), tol);
   // Without the examples' documents (one causal sequence over the whole pack) the loss is another one.
   RunLayout no_docs;
-  EXPECT_GT(std::abs(run(no_docs, pack, scale).loss_sum - whole.loss_sum), 1e-3);
+  EXPECT_GT(std::abs(sft_training_run(no_docs, pack, scale).loss_sum - whole.loss_sum), 1e-3);
 }
 
 }  // namespace

@@ -21,8 +21,8 @@
 namespace pl {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kFp8Inf = std::numeric_limits<float>::infinity();
+constexpr float kFp8NaN = std::numeric_limits<float>::quiet_NaN();
 
 // Value of an E4M3 / E5M2 code from the format definition (independent of fp8.h), in double.
 double e4m3_value(int c) {
@@ -109,11 +109,11 @@ TEST(NumericsFp8, E4M3Edges) {
   EXPECT_EQ(num::float_to_e4m3(464.0f), 0x7E);  // max + half ulp
   EXPECT_EQ(num::float_to_e4m3(465.0f), 0x7E);  // satfinite
   EXPECT_EQ(num::float_to_e4m3(1e30f), 0x7E);
-  EXPECT_EQ(num::float_to_e4m3(kInf), 0x7E);
-  EXPECT_EQ(num::float_to_e4m3(-kInf), 0xFE);
+  EXPECT_EQ(num::float_to_e4m3(kFp8Inf), 0x7E);
+  EXPECT_EQ(num::float_to_e4m3(-kFp8Inf), 0xFE);
   EXPECT_EQ(num::float_to_e4m3(-500.0f), 0xFE);
-  EXPECT_EQ(num::float_to_e4m3(kNaN), 0x7F);
-  EXPECT_EQ(num::float_to_e4m3(-kNaN), 0x7F);  // NaN sign dropped (CUDA host path)
+  EXPECT_EQ(num::float_to_e4m3(kFp8NaN), 0x7F);
+  EXPECT_EQ(num::float_to_e4m3(-kFp8NaN), 0x7F);  // NaN sign dropped (CUDA host path)
   EXPECT_EQ(num::float_to_e4m3(0.0f), 0x00);
   EXPECT_EQ(num::float_to_e4m3(-0.0f), 0x80);  // sign of zero kept
   EXPECT_EQ(num::float_to_e4m3(-1e-10f), 0x80);
@@ -165,8 +165,8 @@ TEST(NumericsFp8, E5M2DecodeTableAndRoundTrip) {
     }
   }
   EXPECT_EQ(num::e5m2_to_float(0x7B), 57344.0f);
-  EXPECT_EQ(num::e5m2_to_float(0x7C), kInf);
-  EXPECT_EQ(num::e5m2_to_float(0xFC), -kInf);
+  EXPECT_EQ(num::e5m2_to_float(0x7C), kFp8Inf);
+  EXPECT_EQ(num::e5m2_to_float(0xFC), -kFp8Inf);
   EXPECT_EQ(num::e5m2_to_float(0x01), 0x1p-16f);
 }
 
@@ -174,10 +174,10 @@ TEST(NumericsFp8, E5M2Edges) {
   EXPECT_EQ(num::float_to_e5m2(57344.0f), 0x7B);
   EXPECT_EQ(num::float_to_e5m2(61440.0f), 0x7B);  // max + half ulp
   EXPECT_EQ(num::float_to_e5m2(1e6f), 0x7B);      // satfinite
-  EXPECT_EQ(num::float_to_e5m2(kInf), 0x7B);
-  EXPECT_EQ(num::float_to_e5m2(-kInf), 0xFB);
-  EXPECT_EQ(num::float_to_e5m2(kNaN), 0x7F);
-  EXPECT_EQ(num::float_to_e5m2(-kNaN), 0x7F);
+  EXPECT_EQ(num::float_to_e5m2(kFp8Inf), 0x7B);
+  EXPECT_EQ(num::float_to_e5m2(-kFp8Inf), 0xFB);
+  EXPECT_EQ(num::float_to_e5m2(kFp8NaN), 0x7F);
+  EXPECT_EQ(num::float_to_e5m2(-kFp8NaN), 0x7F);
   EXPECT_EQ(num::float_to_e5m2(-0.0f), 0x80);
   EXPECT_EQ(num::float_to_e5m2(0x1p-17f), 0x00);  // half the min subnormal: tie to even
   EXPECT_EQ(num::float_to_e5m2(0x1.8p-16f), 0x02);
@@ -233,8 +233,8 @@ TEST(NumericsFp8, Ue8m0RoundUpEdges) {
   EXPECT_EQ(num::float_to_ue8m0_rp(0x1p-126f), 0x01);
   EXPECT_EQ(num::float_to_ue8m0_rp(0x1p127f), 0xFE);
   EXPECT_EQ(num::float_to_ue8m0_rp(FLT_MAX), 0xFE);  // 2^128 would be 0xFF: satfinite
-  EXPECT_EQ(num::float_to_ue8m0_rp(kInf), 0xFE);     // Inf -> 2^127 (satfinite, as the CUDA host path)
-  EXPECT_EQ(num::float_to_ue8m0_rp(kNaN), 0xFF);
+  EXPECT_EQ(num::float_to_ue8m0_rp(kFp8Inf), 0xFE);     // Inf -> 2^127 (satfinite, as the CUDA host path)
+  EXPECT_EQ(num::float_to_ue8m0_rp(kFp8NaN), 0xFF);
 }
 
 TEST(NumericsFp8, Ue8m0MatchesReferenceOnSampledBitPatterns) {
@@ -259,8 +259,8 @@ TEST(NumericsFp8, CurrentScaling) {
   EXPECT_EQ(num::fp8_current_scale(3.0f, num::kE4M3Max), 448.0f / 3.0f);  // one RN division
   EXPECT_EQ(num::fp8_current_scale(3.0f, num::kE5M2Max), 57344.0f / 3.0f);
   EXPECT_EQ(num::fp8_current_scale(0.0f, num::kE4M3Max), 1.0f);
-  EXPECT_EQ(num::fp8_current_scale(kInf, num::kE4M3Max), 1.0f);
-  EXPECT_EQ(num::fp8_current_scale(kNaN, num::kE4M3Max), 1.0f);
+  EXPECT_EQ(num::fp8_current_scale(kFp8Inf, num::kE4M3Max), 1.0f);
+  EXPECT_EQ(num::fp8_current_scale(kFp8NaN, num::kE4M3Max), 1.0f);
   EXPECT_EQ(num::fp8_current_scale(1e-40f, num::kE4M3Max), FLT_MAX);  // 448/1e-40 overflows
   EXPECT_EQ(num::fp8_current_scale(1e-30f, num::kE4M3Max), 448.0f / 1e-30f);
   // amax * scale never exceeds the format max by more than the division's rounding.
@@ -286,8 +286,8 @@ TEST(NumericsFp8, Mxfp8Scales) {
   EXPECT_EQ(num::mxfp8_block_scale(0.0f), 0x00);
   EXPECT_EQ(num::mxfp8_block_scale(1.0f), 119);            // 1/448 -> 2^-8 (round up)
   EXPECT_EQ(num::mxfp8_block_scale(448.0f), num::float_to_ue8m0_rp(448.0f * rcp448));
-  EXPECT_EQ(num::mxfp8_block_scale(kInf), 0xFE);
-  EXPECT_EQ(num::mxfp8_block_scale(kNaN), 0xFF);
+  EXPECT_EQ(num::mxfp8_block_scale(kFp8Inf), 0xFE);
+  EXPECT_EQ(num::mxfp8_block_scale(kFp8NaN), 0xFF);
   std::mt19937 rng(5);
   for (int i = 0; i < 200000; ++i) {
     const float bamax = std::ldexp(1.0f + (rng() % 8388608) * 0x1p-23f, static_cast<int>(rng() % 220) - 110);

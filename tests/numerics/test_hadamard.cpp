@@ -45,7 +45,7 @@ float ref_rht_out(const float in[16], int j, uint16_t mask) {
   return num::round_bf16(std::ldexp(static_cast<float>(acc), -33));
 }
 
-float random_bf16(std::mt19937& rng, int min_exp, int max_exp) {
+float hadamard_random_bf16(std::mt19937& rng, int min_exp, int max_exp) {
   const int e = min_exp + static_cast<int>(rng() % static_cast<unsigned>(max_exp - min_exp + 1));
   const float m = 1.0f + static_cast<float>(rng() % 128) / 128.0f;
   const float v = std::ldexp(m, e);
@@ -88,7 +88,7 @@ TEST(NumericsHadamard, MatchesExactReferenceBitForBit) {
     // Mix chunks of similar magnitude with outlier-heavy ones (wide exponent spread, where the FP32
     // rounding of the sum and the double-rounding subtleties matter).
     const bool wide = (t % 2) == 1;
-    for (float& v : in) v = wide ? random_bf16(rng, -24, 20) : random_bf16(rng, -3, 3);
+    for (float& v : in) v = wide ? hadamard_random_bf16(rng, -24, 20) : hadamard_random_bf16(rng, -3, 3);
     if (t % 7 == 0) in[rng() % 16] = 0.0f;
     const uint16_t mask = (t % 3 == 0) ? static_cast<uint16_t>(0) : num::kRhtSignMask;
     num::rht16(in, out, mask);
@@ -127,7 +127,7 @@ TEST(NumericsHadamard, LinearityAndNorm) {
   std::mt19937 rng(5);
   for (int t = 0; t < 2000; ++t) {
     float x[16], y[16], x4[16], y4[16];
-    for (float& v : x) v = random_bf16(rng, -4, 4);
+    for (float& v : x) v = hadamard_random_bf16(rng, -4, 4);
     num::rht16(x, y, num::kRhtSignMask);
     for (int i = 0; i < 16; ++i) x4[i] = 4.0f * x[i];  // scaling by a power of two commutes exactly
     num::rht16(x4, y4, num::kRhtSignMask);

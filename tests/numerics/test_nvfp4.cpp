@@ -23,8 +23,8 @@
 namespace pl {
 namespace {
 
-constexpr float kInf = std::numeric_limits<float>::infinity();
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kNvfp4Inf = std::numeric_limits<float>::infinity();
+constexpr float kNvfp4NaN = std::numeric_limits<float>::quiet_NaN();
 
 struct Block {
   uint8_t scale;
@@ -108,9 +108,9 @@ TEST(NumericsNvfp4, ScaleUnderflowBlockKeepsZerosAndTinyValues) {
 
 TEST(NumericsNvfp4, GlobalScaleEdges) {
   EXPECT_EQ(num::nvfp4_global_encode_scale(0.0f), 1.0f);
-  EXPECT_EQ(num::nvfp4_global_encode_scale(kInf), 1.0f);   // 2688/Inf = 0 -> 1
+  EXPECT_EQ(num::nvfp4_global_encode_scale(kNvfp4Inf), 1.0f);   // 2688/Inf = 0 -> 1
   EXPECT_EQ(num::nvfp4_global_encode_scale(1e-40f), FLT_MAX);  // 2688/1e-40 = Inf -> FLT_MAX
-  EXPECT_EQ(num::nvfp4_global_encode_scale(kNaN), FLT_MAX);    // fminf drops the NaN (kernels)
+  EXPECT_EQ(num::nvfp4_global_encode_scale(kNvfp4NaN), FLT_MAX);    // fminf drops the NaN (kernels)
   EXPECT_EQ(num::nvfp4_global_encode_scale(2688.0f), 1.0f);
   EXPECT_EQ(num::nvfp4_global_encode_scale(3.0f), 896.0f);
   volatile float g = 2688.0f, a = 1.7f;
@@ -138,20 +138,20 @@ TEST(NumericsNvfp4, AllZerosAndAllMax) {
 TEST(NumericsNvfp4, InfAndNaNInputs) {
   // amax = Inf -> S_enc = 1; the block holding Inf: sf = Inf -> FLT_MAX -> E4M3 448; Inf -> +-6.
   std::vector<float> x(16, 1.0f);
-  x[0] = kInf;
-  x[1] = -kInf;
+  x[0] = kNvfp4Inf;
+  x[1] = -kNvfp4Inf;
   x[2] = 448.0f * 3.0f;  // 3 after scaling
-  Block b = quantize(x, kInf);
+  Block b = quantize(x, kNvfp4Inf);
   EXPECT_EQ(b.scale, 0x7E);
   EXPECT_EQ(b.codes[0], 7);
   EXPECT_EQ(b.codes[1], 15);
   EXPECT_EQ(b.codes[2], 5);
   EXPECT_EQ(b.codes[3], 0);  // 1/448 -> 0
-  EXPECT_EQ(num::nvfp4_gemm_alpha(kInf, 2.0f), kInf);  // Inf propagates through alpha (§1.5)
+  EXPECT_EQ(num::nvfp4_gemm_alpha(kNvfp4Inf, 2.0f), kNvfp4Inf);  // Inf propagates through alpha (§1.5)
   // NaN elements: ignored by the block amax, coded +6 (0x7) whatever the sign.
   for (int i = 0; i < 16; ++i) x[i] = 0.25f * static_cast<float>(i) - 2.0f;
-  x[4] = kNaN;
-  x[6] = -kNaN;
+  x[4] = kNvfp4NaN;
+  x[6] = -kNvfp4NaN;
   EXPECT_EQ(num::nvfp4_abs_max(x.data(), 16), 2.0f);
   b = quantize(x, 2.0f);
   const Block ref = [&] {
@@ -280,10 +280,10 @@ TEST(NumericsNvfp4, MatchesCompositionFromCudaHostConversions) {
   for (int t = 0; t < 100000; ++t) {
     float amax;
     std::vector<float> x = random_block(rng, &amax);
-    if (t % 50 == 0) x[rng() % 16] = (t % 100 == 0) ? kNaN : -kInf;
+    if (t % 50 == 0) x[rng() % 16] = (t % 100 == 0) ? kNvfp4NaN : -kNvfp4Inf;
     if (t % 50 == 0 && std::isinf(x[0] + x[1] + x[2] + x[3] + x[4] + x[5] + x[6] + x[7] + x[8] + x[9] + x[10] +
                                   x[11] + x[12] + x[13] + x[14] + x[15]))
-      amax = kInf;
+      amax = kNvfp4Inf;
     const Block ours = quantize(x, amax), ref = cuda_quantize(x, amax);
     ASSERT_EQ(ours.scale, ref.scale) << t;
     ASSERT_EQ(codes_of(ours), codes_of(ref)) << t;

@@ -12,15 +12,15 @@
 namespace pl::optest {
 namespace {
 
-struct Case {
+struct AttentionCase {
   int64_t B, S, nq, nkv, d;
 };
 
-AttentionShape shape_of(const Case& c) { return AttentionShape{c.B, c.S, c.nq, c.nkv, c.d}; }
-int64_t width(const Case& c) { return (c.nq + 2 * c.nkv) * c.d; }
+AttentionShape shape_of(const AttentionCase& c) { return AttentionShape{c.B, c.S, c.nq, c.nkv, c.d}; }
+int64_t width(const AttentionCase& c) { return (c.nq + 2 * c.nkv) * c.d; }
 
 struct Idx {
-  Case c;
+  AttentionCase c;
   int64_t q(int64_t b, int64_t i, int64_t h) const { return (b * c.S + i) * width(c) + h * c.d; }
   int64_t k(int64_t b, int64_t j, int64_t g) const { return (b * c.S + j) * width(c) + (c.nq + g) * c.d; }
   int64_t v(int64_t b, int64_t j, int64_t g) const {
@@ -30,7 +30,7 @@ struct Idx {
 };
 
 // Probabilities P[i][j] (j <= i) of head h in batch b, and log-sum-exp per row, in double.
-void ref_probs(const std::vector<double>& x, const Case& c, int64_t b, int64_t h, std::vector<double>& P,
+void ref_probs(const std::vector<double>& x, const AttentionCase& c, int64_t b, int64_t h, std::vector<double>& P,
                std::vector<double>& lse) {
   const Idx I{c};
   const int64_t g = h / (c.nq / c.nkv);
@@ -52,7 +52,7 @@ void ref_probs(const std::vector<double>& x, const Case& c, int64_t b, int64_t h
   }
 }
 
-void ref_forward(const std::vector<double>& x, const Case& c, std::vector<double>& out,
+void ref_forward(const std::vector<double>& x, const AttentionCase& c, std::vector<double>& out,
                  std::vector<double>& lse) {
   const Idx I{c};
   out.assign(static_cast<size_t>(c.B * c.S * c.nq * c.d), 0.0);
@@ -73,7 +73,7 @@ void ref_forward(const std::vector<double>& x, const Case& c, std::vector<double
 // Analytic gradient of L = <out, dout> w.r.t. qkv: dV = Pᵀ dO, dP = dO Vᵀ,
 // dS = P ∘ (dP - rowsum(P ∘ dP)), dQ = scale dS K, dK = scale dSᵀ Q.
 std::vector<double> ref_backward(const std::vector<double>& x, const std::vector<double>& dout,
-                                 const Case& c) {
+                                 const AttentionCase& c) {
   const Idx I{c};
   const double scale = 1.0 / std::sqrt(double(c.d));
   std::vector<double> dx(x.size(), 0.0), P, l, dP(static_cast<size_t>(c.S * c.S));
@@ -102,10 +102,10 @@ std::vector<double> ref_backward(const std::vector<double>& x, const std::vector
   return dx;
 }
 
-class OpsAttention : public ::testing::TestWithParam<Case> {};
+class OpsAttention : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(OpsAttention, ForwardMatchesDouble) {
-  const Case c = GetParam();
+  const AttentionCase c = GetParam();
   std::mt19937 rng(501);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2);
   HostF32 out({c.B * c.S, c.nq * c.d}, NAN), lse({c.B, c.nq, c.S}, NAN);
@@ -117,7 +117,7 @@ TEST_P(OpsAttention, ForwardMatchesDouble) {
 }
 
 TEST_P(OpsAttention, BackwardMatchesDouble) {
-  const Case c = GetParam();
+  const AttentionCase c = GetParam();
   std::mt19937 rng(502);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2),
           dout = random_f32({c.B * c.S, c.nq * c.d}, rng);
@@ -129,7 +129,7 @@ TEST_P(OpsAttention, BackwardMatchesDouble) {
 }
 
 TEST_P(OpsAttention, GradientMatchesFiniteDifferences) {
-  const Case c = GetParam();
+  const AttentionCase c = GetParam();
   std::mt19937 rng(503);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2),
           dout = random_f32({c.B * c.S, c.nq * c.d}, rng);
@@ -161,7 +161,7 @@ struct Bf16Run {
 };
 
 // Forward and backward with BF16 activations (round_bf16) on `threads` OpenMP threads.
-Bf16Run run_bf16(const Case& c, HostF32& qkv, HostF32& dout, int threads) {
+Bf16Run run_bf16(const AttentionCase& c, HostF32& qkv, HostF32& dout, int threads) {
   Bf16Run r{HostF32({c.B * c.S, c.nq * c.d}), HostF32({c.B, c.nq, c.S}), HostF32({c.B * c.S, width(c)}, NAN)};
   ScopedThreads scoped(threads);
   attention_forward(cpu_ctx(true), r.out.t(), r.lse.t(), qkv.t(), shape_of(c));
@@ -177,7 +177,7 @@ Bf16Run run_bf16(const Case& c, HostF32& qkv, HostF32& dout, int threads) {
 //   dqkv — the backward reads the rounded out (as on the GPU), so D = dO·O carries BF16 error, and dQ, dK, dV
 //          round once more at the end; P and dS, rounded on the BF16-GEMM path, add 2^-9 per term of their
 //          sums. Norm-wise: within 2^-7·|ref| + 1e-2·max|ref| (measured at most 4e-3·max|ref| on both paths).
-void expect_bf16_matches_double(const Case& c, const HostF32& qkv, const HostF32& dout, const Bf16Run& r,
+void expect_bf16_matches_double(const AttentionCase& c, const HostF32& qkv, const HostF32& dout, const Bf16Run& r,
                                 bool p_rounded) {
   expect_bf16_representable(r.out.v, "out");
   expect_bf16_representable(r.dqkv.v, "dqkv");
@@ -195,7 +195,7 @@ void expect_bf16_matches_double(const Case& c, const HostF32& qkv, const HostF32
 
 // The engine this machine picks (the BF16-GEMM path where the CPU has BF16 dot products).
 TEST_P(OpsAttention, RoundBf16) {
-  const Case c = GetParam();
+  const AttentionCase c = GetParam();
   std::mt19937 rng(504);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
   HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
@@ -204,7 +204,7 @@ TEST_P(OpsAttention, RoundBf16) {
 
 // Both paths, forced: each matches the double reference, gives the same bits on 1 and 2 threads, and the
 // FP32 path leaves P unrounded (its out within the tight bound).
-void expect_both_paths_match_double_on_any_thread_count(const Case& c, uint32_t seed) {
+void expect_both_paths_match_double_on_any_thread_count(const AttentionCase& c, uint32_t seed) {
   std::mt19937 rng(seed);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2, true);
   HostF32 dout = random_f32({c.B * c.S, c.nq * c.d}, rng, -1, 1, true);
@@ -224,7 +224,7 @@ TEST_P(OpsAttention, BothPathsMatchDoubleAndAreIndependentOfThreadCount) {
 }
 
 TEST_P(OpsAttention, IndependentOfThreadCount) {
-  const Case c = GetParam();
+  const AttentionCase c = GetParam();
   std::mt19937 rng(505);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2),
           dout = random_f32({c.B * c.S, c.nq * c.d}, rng);
@@ -243,17 +243,17 @@ TEST_P(OpsAttention, IndependentOfThreadCount) {
 
 // GQA groups of 2 and 3, MHA, MQA; B > 1; sequence lengths that are not powers of two.
 INSTANTIATE_TEST_SUITE_P(Shapes, OpsAttention,
-                         ::testing::Values(Case{2, 7, 4, 2, 8}, Case{1, 13, 6, 2, 16}, Case{3, 5, 2, 2, 4},
-                                           Case{2, 9, 4, 1, 8}));
+                         ::testing::Values(AttentionCase{2, 7, 4, 2, 8}, AttentionCase{1, 13, 6, 2, 16}, AttentionCase{3, 5, 2, 2, 4},
+                                           AttentionCase{2, 9, 4, 1, 8}));
 
 // Several query and key tiles of 64 (the last one partial) with a GQA group of 2 and head dim 64 (the
 // model's), through both paths: against the double reference and the same bits on 1 and 2 threads.
 TEST(OpsAttentionLong, BothPathsOverSeveralTiles) {
-  expect_both_paths_match_double_on_any_thread_count(Case{1, 150, 4, 2, 64}, 508);
+  expect_both_paths_match_double_on_any_thread_count(AttentionCase{1, 150, 4, 2, 64}, 508);
 }
 
 TEST(OpsAttentionLong, ForwardBackwardMatchDouble) {
-  const Case c{2, 130, 4, 2, 32};
+  const AttentionCase c{2, 130, 4, 2, 32};
   std::mt19937 rng(506);
   HostF32 qkv = random_f32({c.B * c.S, width(c)}, rng, -2, 2),
           dout = random_f32({c.B * c.S, c.nq * c.d}, rng);
@@ -268,7 +268,7 @@ TEST(OpsAttentionLong, ForwardBackwardMatchDouble) {
 }
 
 TEST(OpsAttentionErrors, ErrorsNameTheOp) {
-  const Case c{2, 7, 4, 2, 8};
+  const AttentionCase c{2, 7, 4, 2, 8};
   HostF32 qkv({c.B * c.S, width(c)}), out({c.B * c.S, c.nq * c.d}), lse({c.B, c.nq, c.S});
   HostF32 lse_bad({c.B, c.S, c.nq}), out_bad({c.B * c.S, c.nq * c.d + 1});
   const OpContext ctx = cpu_ctx(false);
@@ -319,14 +319,14 @@ TEST(OpsAttentionErrors, ErrorsNameTheOp) {
 namespace gpu {
 
 // n BF16-representable values ~ N(0, stddev²).
-std::vector<float> random_bf16(std::mt19937& rng, size_t n, float stddev) {
+std::vector<float> attention_random_bf16(std::mt19937& rng, size_t n, float stddev) {
   std::normal_distribution<float> nd(0.0f, stddev);
   std::vector<float> v(n);
   for (float& x : v) x = num::round_bf16(nd(rng));
   return v;
 }
 
-struct Case {
+struct AttentionCase {
   int64_t B, S, nq, nkv, d;
   AttentionShape shape() const { return AttentionShape{B, S, nq, nkv, d}; }
   int64_t T() const { return B * S; }
@@ -337,8 +337,8 @@ struct Case {
   }
 };
 
-const Case kCases[] = {{2, 128, 8, 2, 64}, {2, 256, 8, 2, 64}, {2, 128, 8, 2, 128}, {2, 256, 8, 2, 128},
-                       {2, 128, 8, 2, 32}};
+const AttentionCase kAttentionCases[] = {{2, 128, 8, 2, 64}, {2, 256, 8, 2, 64}, {2, 128, 8, 2, 128}, {2, 256, 8, 2, 128},
+                                         {2, 128, 8, 2, 32}};
 
 // The layouts a GPU test runs: the one cuDNN accepts first (strided views, unless refused), then the
 // packed copies (DeviceState::force_packed_attention), so one GPU checks both.
@@ -358,7 +358,7 @@ struct ForcePackedAttention {
 
 // Which layout the graphs for `c` were built in under the current switches (checked: the packed switch
 // must give the packed layout).
-std::string layout_trace(const Case& c, bool packed) {
+std::string layout_trace(const AttentionCase& c, bool packed) {
 #if defined(PL_WITH_CUDA)
   const cuda::AttentionPlan plan = cuda::attention_prepare(*test::cuda_ctx().gpu, c.shape());
   if (packed) {
@@ -376,8 +376,8 @@ std::string layout_trace(const Case& c, bool packed) {
 }
 
 // Relative L2 and max errors of columns [c0, c1) of two row-major [rows, cols] matrices.
-void expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t cols,
-                  int64_t c0, int64_t c1, const std::string& what) {
+void attention_expect_close(const std::vector<float>& got, const std::vector<float>& ref, int64_t rows, int64_t cols,
+                            int64_t c0, int64_t c1, const std::string& what) {
   double err2 = 0, ref2 = 0, max_err = 0, max_ref = 0;
   int64_t worst = -1;
   for (int64_t r = 0; r < rows; ++r)
@@ -403,7 +403,7 @@ struct CpuForward {
   std::vector<float> out, lse;
 };
 
-CpuForward cpu_forward(std::vector<float>& qkv, const Case& c) {
+CpuForward cpu_forward(std::vector<float>& qkv, const AttentionCase& c) {
   CpuForward f{std::vector<float>(static_cast<size_t>(c.T() * c.nq * c.d)),
                std::vector<float>(static_cast<size_t>(c.B * c.nq * c.S))};
   attention_forward(cpu_ctx(true), host_view(f.out, {c.T(), c.nq * c.d}), host_view(f.lse, {c.B, c.nq, c.S}),
@@ -415,10 +415,10 @@ TEST(CudaAttention, ForwardMatchesCpuOutAndLseInBothLayouts) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_SEEDED_RNG(rng);
   for (bool packed : {false, true})
-  for (const Case& c : kCases) {
+  for (const AttentionCase& c : kAttentionCases) {
     ForcePackedAttention layout(packed);
     SCOPED_TRACE(layout_trace(c, packed));
-    std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
+    std::vector<float> qkv = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
     const CpuForward ref = cpu_forward(qkv, c);
 
     auto dqkv = to_device(qkv, {c.T(), c.W()}, DType::BF16);
@@ -427,7 +427,7 @@ TEST(CudaAttention, ForwardMatchesCpuOutAndLseInBothLayouts) {
     attention_forward(cuda_ctx(), dout.t, dlse.t, dqkv.t, c.shape());
     const std::vector<float> out = to_host_floats(dout.t), lse = to_host_floats(dlse.t);
 
-    expect_close(out, ref.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
+    attention_expect_close(out, ref.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
     double max_lse_err = 0;
     size_t worst = 0;
     for (size_t i = 0; i < lse.size(); ++i) {
@@ -447,11 +447,11 @@ TEST(CudaAttention, BackwardMatchesCpuDqkvInBothLayouts) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_SEEDED_RNG(rng);
   for (bool packed : {false, true})
-  for (const Case& c : kCases) {
+  for (const AttentionCase& c : kAttentionCases) {
     ForcePackedAttention layout(packed);
     SCOPED_TRACE(layout_trace(c, packed));
-    std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
-    std::vector<float> gout = random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
+    std::vector<float> qkv = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
+    std::vector<float> gout = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
     CpuForward f = cpu_forward(qkv, c);  // out is BF16-rounded (round_bf16), so exact on the device
     std::vector<float> ref(qkv.size());
     attention_backward(cpu_ctx(true), host_view(ref, {c.T(), c.W()}), host_view(gout, {c.T(), c.nq * c.d}),
@@ -468,9 +468,9 @@ TEST(CudaAttention, BackwardMatchesCpuDqkvInBothLayouts) {
     const std::vector<float> got = to_host_floats(d_dqkv.t);
 
     const int64_t qd = c.nq * c.d, kd = c.nkv * c.d;
-    expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
-    expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
-    expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
+    attention_expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
+    attention_expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
+    attention_expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
   }
 }
 
@@ -497,10 +497,10 @@ struct DeterministicMode {
 TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
   PL_REQUIRE_CUDA_DEVICE();
   PL_SEEDED_RNG(rng);
-  const Case c{1, 4096, 32, 8, 128};
+  const AttentionCase c{1, 4096, 32, 8, 128};
   SCOPED_TRACE(c.name());
-  std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
-  std::vector<float> gout = random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
+  std::vector<float> qkv = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
+  std::vector<float> gout = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
   const CpuForward f = cpu_forward(qkv, c);
   std::vector<float> ref(qkv.size());
   {
@@ -520,7 +520,7 @@ TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
     ForcePackedAttention layout(packed);
     SCOPED_TRACE(packed ? "packed Q/K/V copies" : "the layout cuDNN accepts first (strided views)");
     attention_forward(cuda_ctx(), d_out.t, d_lse.t, d_qkv.t, c.shape());
-    expect_close(to_host_floats(d_out.t), f.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
+    attention_expect_close(to_host_floats(d_out.t), f.out, c.T(), c.nq * c.d, 0, c.nq * c.d, "out");
     const std::vector<float> lse = to_host_floats(d_lse.t);
     double max_lse_err = 0;
     for (size_t i = 0; i < lse.size(); ++i) {
@@ -545,9 +545,9 @@ TEST(CudaAttention, ProductionShapeMatchesCpuForwardAndBothBackwards) {
       attention_backward(cuda_ctx(), d_dqkv.t, d_gout.t, d_cpu_out.t, d_cpu_lse.t, d_qkv.t, c.shape());
       const std::vector<float> got = to_host_floats(d_dqkv.t);
       const int64_t qd = c.nq * c.d, kd = c.nkv * c.d;
-      expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
-      expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
-      expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
+      attention_expect_close(got, ref, c.T(), c.W(), 0, qd, "dq");
+      attention_expect_close(got, ref, c.T(), c.W(), qd, qd + kd, "dk");
+      attention_expect_close(got, ref, c.T(), c.W(), qd + kd, qd + 2 * kd, "dv");
     }
   }
 }
@@ -563,10 +563,10 @@ TEST(CudaAttention, ForwardAndBackwardAreDeterministic) {
   EXPECT_TRUE(cuda::attention_prepare(*test::cuda_ctx().gpu, AttentionShape{2, 256, 8, 2, 128}).deterministic_backward)
       << "cuDNN refused the deterministic backward for this shape";
 #endif
-  const Case c{2, 256, 8, 2, 128};
+  const AttentionCase c{2, 256, 8, 2, 128};
   SCOPED_TRACE(c.name());
-  const std::vector<float> qkv = random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
-  const std::vector<float> gout = random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
+  const std::vector<float> qkv = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.W()), 1.0f);
+  const std::vector<float> gout = attention_random_bf16(rng, static_cast<size_t>(c.T() * c.nq * c.d), 1.0f);
   auto d_qkv = to_device(qkv, {c.T(), c.W()}, DType::BF16);
   auto d_gout = to_device(gout, {c.T(), c.nq * c.d}, DType::BF16);
   auto d_out = test::device_tensor({c.T(), c.nq * c.d}, DType::BF16);
@@ -592,7 +592,7 @@ TEST(CudaAttentionArgs, RejectsBadTensorsBeforeTouchingTheGpu) {
 #if !defined(PL_WITH_CUDA)
   GTEST_SKIP() << "this build has no CUDA backend";
 #else
-  const Case c{2, 128, 8, 2, 64};
+  const AttentionCase c{2, 128, 8, 2, 64};
   alignas(256) static uint8_t fake[16];  // never dereferenced: the checks reject the call first
   void* p = fake;
   const Tensor qkv(p, {c.T(), c.W()}, DType::BF16, Device::CUDA);
@@ -643,7 +643,7 @@ TEST(CudaAttentionGraph, ValidatesForHopperAndBlackwellWithoutAGpu) {
   if (!cuda::attention_has_cudnn_frontend()) GTEST_SKIP() << "this build has no cudnn-frontend headers";
   for (int sm : {90, 100, 103})
     for (bool backward : {false, true})
-      for (const Case& c : kCases) {
+      for (const AttentionCase& c : kAttentionCases) {
         for (bool deterministic : {false, true}) {
           if (!backward && deterministic) continue;
           for (auto layout : {cuda::AttentionLayout::Strided, cuda::AttentionLayout::Packed}) {

@@ -19,8 +19,8 @@ struct Result {
 };
 
 // Forward and backward of `B` samples of `S` tokens (qkv [B*S, W], dout [B*S, O]), with the given documents.
-Result run(bool round_bf16, int64_t B, int64_t S, std::vector<float> qkv, std::vector<float> dout,
-           const DocumentBoundaries& docs) {
+Result attention_documents_run(bool round_bf16, int64_t B, int64_t S, std::vector<float> qkv, std::vector<float> dout,
+                               const DocumentBoundaries& docs) {
   const AttentionShape s{B, S, kNq, kNkv, kD, docs};
   Result r{std::vector<float>(static_cast<size_t>(B * S * kO)), std::vector<float>(static_cast<size_t>(B * kNq * S)),
            std::vector<float>(qkv.size())};
@@ -61,18 +61,18 @@ void check_documents_alone(bool round_bf16) {
   const HostF32 qkv = random_f32({kT, kW}, rng, -2.0f, 2.0f, round_bf16);
   const HostF32 dout = random_f32({kT, kO}, rng, -1.0f, 1.0f, round_bf16);
   const DocumentBoundaries docs{kOffsets.data(), nullptr, static_cast<int64_t>(kOffsets.size()) - 1};
-  const Result packed = run(round_bf16, kB, kS, qkv.v, dout.v, docs);
+  const Result packed = attention_documents_run(round_bf16, kB, kS, qkv.v, dout.v, docs);
   for (size_t k = 0; k + 1 < kOffsets.size(); ++k) {
     const int64_t a = kOffsets[k], e = kOffsets[k + 1];
     SCOPED_TRACE("document [" + std::to_string(a) + ", " + std::to_string(e) + ")");
-    const Result alone = run(round_bf16, 1, e - a, rows(qkv.v, a, e, kW), rows(dout.v, a, e, kO), {});
+    const Result alone = attention_documents_run(round_bf16, 1, e - a, rows(qkv.v, a, e, kW), rows(dout.v, a, e, kO), {});
     const Result part = document_part(packed, a, e);
     expect_matches(part.out, alone.out, !round_bf16, "out");
     expect_matches(part.lse, alone.lse, !round_bf16, "lse");
     expect_matches(part.dqkv, alone.dqkv, !round_bf16, "dqkv");
   }
   // Without the boundaries the later documents attend across them: different values.
-  const Result causal = run(round_bf16, kB, kS, qkv.v, dout.v, {});
+  const Result causal = attention_documents_run(round_bf16, kB, kS, qkv.v, dout.v, {});
   EXPECT_NE(causal.out, packed.out);
   EXPECT_NE(causal.dqkv, packed.dqkv);
 }

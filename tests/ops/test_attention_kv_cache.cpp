@@ -15,8 +15,8 @@ struct KvCase {
 
 // The reference: rows [0, past) of the caches as given, then the n new rows' k/v, every query row i of the new
 // ones over cached rows 0..past+i, in double.
-std::vector<double> reference(const KvCase& c, const std::vector<float>& kc, const std::vector<float>& vc,
-                              const std::vector<float>& qkv) {
+std::vector<double> attention_kv_cache_reference(const KvCase& c, const std::vector<float>& kc, const std::vector<float>& vc,
+                                                 const std::vector<float>& qkv) {
   std::vector<double> out(static_cast<size_t>(c.n * c.nq * c.d));
   const auto key = [&](int64_t j, int64_t g, int64_t e, bool v) -> double {
     if (j >= c.past) return qkv[(j - c.past) * c.W() + (c.nq + (v ? c.nkv : 0) + g) * c.d + e];
@@ -55,7 +55,7 @@ TEST_P(AttentionKvCache, MatchesDoubleAndWritesTheNewRowsIntoTheCache) {
     SCOPED_TRACE(fmt::format("n {} past {} heads {}/{} d {}", c.n, c.past, c.nq, c.nkv, c.d));
     HostF32 qkv = random_f32({c.n, c.W()}, rng, -2, 2, true);
     HostF32 kc = random_f32({c.capacity, c.kv()}, rng, -2, 2, true), vc = random_f32({c.capacity, c.kv()}, rng, -2, 2, true);
-    const std::vector<double> ref = reference(c, kc.v, vc.v, qkv.v);
+    const std::vector<double> ref = attention_kv_cache_reference(c, kc.v, vc.v, qkv.v);
     std::vector<float> kc_after, vc_after;
     const std::vector<float> out = run_close(
         GetParam(),

@@ -38,38 +38,38 @@ std::vector<double> ref_grad(const std::vector<double>& x, const std::vector<int
   return g;
 }
 
-constexpr int64_t kT = 6, kV = 37;
+constexpr int64_t kCrossEntropyT = 6, kV = 37;
 
 TEST(OpsCrossEntropy, LossesAndGradientMatchDouble) {
   std::mt19937 rng(801);
-  HostF32 logits = random_f32({kT, kV}, rng, -4, 4);
+  HostF32 logits = random_f32({kCrossEntropyT, kV}, rng, -4, 4);
   // A large offset in one row: max-subtraction keeps exp finite.
   for (int64_t j = 0; j < kV; ++j) logits[2 * kV + j] += 1000.0f;
-  HostI32 tgt = random_i32({kT}, rng, 0, kV);
+  HostI32 tgt = random_i32({kCrossEntropyT}, rng, 0, kV);
   const std::vector<double> x = logits.d();
-  HostF32 losses({kT});
-  const float scale = 1.0f / kT;
+  HostF32 losses({kCrossEntropyT});
+  const float scale = 1.0f / kCrossEntropyT;
   cross_entropy_forward_backward(cpu_ctx(false), losses.t(), logits.t(), tgt.t(), scale);
-  expect_close(losses.v, ref_losses(x, tgt.v, kT, kV), 1e-5, "losses");
+  expect_close(losses.v, ref_losses(x, tgt.v, kCrossEntropyT, kV), 1e-5, "losses");
   // Row 2 sits at |x| ~ 1000, where an fp32 logit carries only ~6e-5 absolute precision;
   // its softmax is still exact in fp32 because of the max-subtraction.
-  expect_close(logits.v, ref_grad(x, tgt.v, kT, kV, scale), 1e-5, "dlogits");
+  expect_close(logits.v, ref_grad(x, tgt.v, kCrossEntropyT, kV, scale), 1e-5, "dlogits");
 }
 
 TEST(OpsCrossEntropy, GradientMatchesFiniteDifferences) {
   std::mt19937 rng(802);
-  HostF32 logits = random_f32({kT, kV}, rng, -4, 4);
-  HostI32 tgt = random_i32({kT}, rng, 0, kV);
+  HostF32 logits = random_f32({kCrossEntropyT, kV}, rng, -4, 4);
+  HostI32 tgt = random_i32({kCrossEntropyT}, rng, 0, kV);
   const double scale = 0.37;
   const auto loss = [&](const std::vector<double>& xv) {
     double s = 0.0;
-    for (double l : ref_losses(xv, tgt.v, kT, kV)) s += l;
+    for (double l : ref_losses(xv, tgt.v, kCrossEntropyT, kV)) s += l;
     return scale * s;
   };
   const std::vector<double> x = logits.d();
   const std::vector<double> fd = finite_diff(loss, x);
-  expect_close(ref_grad(x, tgt.v, kT, kV, scale), fd, 1e-7, "reference dlogits vs finite differences");
-  HostF32 losses({kT});
+  expect_close(ref_grad(x, tgt.v, kCrossEntropyT, kV, scale), fd, 1e-7, "reference dlogits vs finite differences");
+  HostF32 losses({kCrossEntropyT});
   cross_entropy_forward_backward(cpu_ctx(false), losses.t(), logits.t(), tgt.t(), float(scale));
   expect_close(logits.v, fd, 1e-5, "op dlogits vs finite differences");
 }
@@ -97,8 +97,8 @@ TEST(OpsCrossEntropy, FollowsTheDocumentedFp32Schedule) {
 }
 
 TEST(OpsCrossEntropy, ErrorsNameTheOp) {
-  HostF32 logits({kT, kV}), losses({kT}), losses_bad({kT + 1});
-  HostI32 tgt({kT});
+  HostF32 logits({kCrossEntropyT, kV}), losses({kCrossEntropyT}), losses_bad({kCrossEntropyT + 1});
+  HostI32 tgt({kCrossEntropyT});
   const std::string op = "cross_entropy_forward_backward";
   tgt.v[3] = kV;
   expect_error_naming(

@@ -6,22 +6,22 @@
 namespace pl::optest {
 namespace {
 
-constexpr int64_t kV = 11, kT = 50, kH = 150;  // kH is not a multiple of the 64-column block
+constexpr int64_t kEmbeddingV = 11, kEmbeddingT = 50, kH = 150;  // kH is not a multiple of the 64-column block
 
 TEST(OpsEmbedding, ForwardGathersRows) {
   std::mt19937 rng(201);
-  HostF32 table = random_f32({kV, kH}, rng), out({kT, kH}, 7.0f);
-  HostI32 tok = random_i32({kT}, rng, 0, kV);
+  HostF32 table = random_f32({kEmbeddingV, kH}, rng), out({kEmbeddingT, kH}, 7.0f);
+  HostI32 tok = random_i32({kEmbeddingT}, rng, 0, kEmbeddingV);
   embedding_forward(cpu_ctx(false), out.t(), tok.t(), table.t());
-  for (int64_t t = 0; t < kT; ++t)
+  for (int64_t t = 0; t < kEmbeddingT; ++t)
     for (int64_t c = 0; c < kH; ++c) ASSERT_EQ(out[t * kH + c], table[tok.v[t] * kH + c]) << t << "," << c;
 }
 
 TEST(OpsEmbedding, BackwardIndependentOfThreadCount) {
   std::mt19937 rng(204);
   const int64_t h = 300;
-  HostF32 dout = random_f32({kT, h}, rng), prefill = random_f32({kV, h}, rng);
-  HostI32 tok = random_i32({kT}, rng, 0, kV);
+  HostF32 dout = random_f32({kEmbeddingT, h}, rng), prefill = random_f32({kEmbeddingV, h}, rng);
+  HostI32 tok = random_i32({kEmbeddingT}, rng, 0, kEmbeddingV);
   HostF32 a = prefill, b = prefill;
   {
     ScopedThreads one(1);
@@ -35,9 +35,9 @@ TEST(OpsEmbedding, BackwardIndependentOfThreadCount) {
 }
 
 TEST(OpsEmbedding, ErrorsNameTheOp) {
-  HostF32 table({kV, kH}), out({4, kH}), out_bad({4, kH + 1});
+  HostF32 table({kEmbeddingV, kH}), out({4, kH}), out_bad({4, kH + 1});
   HostI32 tok({4}), bad_tok({4});
-  bad_tok.v[2] = kV;
+  bad_tok.v[2] = kEmbeddingV;
   const OpContext ctx = cpu_ctx(false);
   expect_error_naming("embedding_forward", [&] { embedding_forward(ctx, out.t(), bad_tok.t(), table.t()); });
   bad_tok.v[2] = -1;
@@ -57,7 +57,7 @@ struct Shape {
   int64_t T, h, V;
 };
 // kH: not a multiple of the 64-column block; then fresh odd shapes, h not a multiple of a GPU block.
-const Shape kFwdShapes[] = {{kT, kH, kV}, {77, 45, 103}}, kBwdShapes[] = {{kT, kH, kV}, {301, 333, 29}};
+const Shape kFwdShapes[] = {{kEmbeddingT, kH, kEmbeddingV}, {77, 45, 103}}, kBwdShapes[] = {{kEmbeddingT, kH, kEmbeddingV}, {301, 333, 29}};
 
 // out = round_bf16(table[tok]): a copy, exact on every backend (the GPU's BF16 table holds the
 // rounded values). Repeated ids and the last row.

@@ -40,25 +40,25 @@ std::vector<double> ref_dw(const HostF32& prefill, const HostF32& dy, const Host
   return dw;
 }
 
-constexpr int64_t kT = 37, kIn = 48, kOut = 29;
+constexpr int64_t kLinearT = 37, kIn = 48, kOut = 29;
 
 TEST(OpsLinear, ForwardMatchesDouble) {
   std::mt19937 rng(101);
-  HostF32 x = random_f32({kT, kIn}, rng), w = random_f32({kOut, kIn}, rng), y({kT, kOut}, 7.0f);
+  HostF32 x = random_f32({kLinearT, kIn}, rng), w = random_f32({kOut, kIn}, rng), y({kLinearT, kOut}, 7.0f);
   linear_forward(cpu_ctx(false), y.t(), x.t(), w.t());
   expect_close(y.v, ref_matmul_nt(x, w), 1e-5, "y");
 }
 
 TEST(OpsLinear, BackwardInputMatchesDoubleAndOverwrites) {
   std::mt19937 rng(102);
-  HostF32 dy = random_f32({kT, kOut}, rng), w = random_f32({kOut, kIn}, rng), dx({kT, kIn}, 7.0f);
+  HostF32 dy = random_f32({kLinearT, kOut}, rng), w = random_f32({kOut, kIn}, rng), dx({kLinearT, kIn}, 7.0f);
   linear_backward_input(cpu_ctx(false), dx.t(), dy.t(), w.t());
   expect_close(dx.v, ref_dx(dy, w), 1e-5, "dx");
 }
 
 TEST(OpsLinear, BackwardWeightAccumulates) {
   std::mt19937 rng(103);
-  HostF32 dy = random_f32({kT, kOut}, rng), x = random_f32({kT, kIn}, rng);
+  HostF32 dy = random_f32({kLinearT, kOut}, rng), x = random_f32({kLinearT, kIn}, rng);
   HostF32 prefill = random_f32({kOut, kIn}, rng, -3.0f, 3.0f);
   HostF32 dw = prefill;
   linear_backward_weight(cpu_ctx(false), dw.t(), dy.t(), x.t());
@@ -93,7 +93,7 @@ struct LinearShape {
     return std::string(op) + " T=" + std::to_string(T) + " in=" + std::to_string(in) + " out=" + std::to_string(out);
   }
 };
-const LinearShape kLinearShapes[] = {{kT, kIn, kOut}, {64, 256, 128}, {37, 40, 24}, {7, 19, 5}, {128, 512, 384}};
+const LinearShape kLinearShapes[] = {{kLinearT, kIn, kOut}, {64, 256, 128}, {37, 40, 24}, {7, 19, 5}, {128, 512, 384}};
 
 HostF32 bf16_normal(std::vector<int64_t> dims, float scale, uint32_t seed) {
   HostF32 h(std::move(dims));

@@ -18,14 +18,14 @@ using test::Mat;
 Mat random_bf16(int64_t r, int64_t c, uint32_t seed, float scale = 1.0f) { return test::random_bf16(r, c, seed, scale, 5); }
 
 // The exact dequantized values of a CPU copy (global scale included).
-Mat dequant(const QuantizedCopy& c) {
+Mat gemm_dequant(const QuantizedCopy& c) {
   Mat out(c.rows, c.cols);
   dequantize(cpu_ctx(true), out.t(), c, c.format);
   return out;
 }
 
 Mat gemm_reference(const Mat& a, const Mat& b) { return test::matmul_nt(a, b); }
-void expect_close(const Mat& got, const Mat& want, double rel) { EXPECT_LT(test::rel_diff(got, want), rel); }
+void quantized_gemm_expect_close(const Mat& got, const Mat& want, double rel) { EXPECT_LT(test::rel_diff(got, want), rel); }
 
 TEST(OpsQuantizedGemm, EmulatedEqualsTheDoubleProductOfDequantizedOperands) {
   const int64_t M = 32, N = 48, K = 64;
@@ -47,14 +47,14 @@ TEST(OpsQuantizedGemm, EmulatedEqualsTheDoubleProductOfDequantizedOperands) {
     quantize(exact, qb, b.t(), QuantizeOptions{cs.fb});
     Mat y(M, N);
     quantized_gemm(exact, y.t(), qa.rowwise, qb.rowwise, cs.fa, false, ta, tb);
-    const Mat ref = gemm_reference(dequant(qa.rowwise), dequant(qb.rowwise));
-    expect_close(y, ref, 1e-6);
+    const Mat ref = gemm_reference(gemm_dequant(qa.rowwise), gemm_dequant(qb.rowwise));
+    quantized_gemm_expect_close(y, ref, 1e-6);
     // accumulate adds onto y
     Mat y2 = y;
     quantized_gemm(exact, y2.t(), qa.rowwise, qb.rowwise, cs.fa, true, ta, tb);
     for (size_t i = 0; i < y.v.size(); ++i) ASSERT_NEAR(y2.v[i], 2.0f * y.v[i], 1e-5f * (1.0f + std::fabs(y.v[i])));
     // and the quantized product is close to the exact one
-    expect_close(y, gemm_reference(a, b), cs.fa == QuantFormat::NVFP4 ? 0.2 : 0.08);
+    quantized_gemm_expect_close(y, gemm_reference(a, b), cs.fa == QuantFormat::NVFP4 ? 0.2 : 0.08);
   }
 }
 
@@ -112,8 +112,8 @@ void check_quantized_gemm(const QuantizedCopy& ha, const QuantizedCopy& hb, cons
   DeviceTensor dsa = device_tensor({M * K}, DType::F32);
   DeviceTensor dsb = device_tensor({N * K}, DType::F32);
   quantized_gemm(cuda_ctx(), dy.t, da, db, da.format, accumulate, dsa.t, dsb.t);
-  expect_gemm_close(to_host_floats(dy.t), y, abs_products(dequant(ha).v, dequant(hb).v, M, N, K, accumulate ? &y0 : nullptr),
-               accumulate ? kF32OutRel : kBf16OutRel, kQuantAccRel, what);
+  expect_gemm_close(to_host_floats(dy.t), y, abs_products(gemm_dequant(ha).v, gemm_dequant(hb).v, M, N, K, accumulate ? &y0 : nullptr),
+                    accumulate ? kF32OutRel : kBf16OutRel, kQuantAccRel, what);
 }
 
 struct QuantCase {
@@ -447,7 +447,7 @@ void check_quantized_gemm_rows(const QuantizedCopy& ha, const QuantizedCopy& hb,
   // Σ|a·b| per output (+|y0|) by an FP32 GEMM of the absolute dequantized values.
   std::vector<double> mag(static_cast<size_t>(n * N));
   {
-    std::vector<float> aa = dequant(as).v, bb = dequant(hb).v, m(static_cast<size_t>(n * N));
+    std::vector<float> aa = gemm_dequant(as).v, bb = gemm_dequant(hb).v, m(static_cast<size_t>(n * N));
     for (float& v : aa) v = std::fabs(v);
     for (float& v : bb) v = std::fabs(v);
     OpContext f32;
@@ -479,28 +479,28 @@ void check_production_linear(const QuantCase& qc, int64_t in, int64_t out, const
                             label + " wgrad" + shape);
 }
 
-constexpr int64_t kHidden = 4096, kQkvOut = 6144, kFfn = 14336;
+constexpr int64_t kQuantizedGemmHidden = 4096, kQkvOut = 6144, kQuantizedGemmFfn = 14336;
 
 TEST(CudaQuantizedGemmProduction, Nvfp4Llama8bLinears) {
   PL_REQUIRE_CUDA_DEVICE();
   const QuantCase qc{QuantFormat::NVFP4, QuantFormat::NVFP4, true};
-  check_production_linear(qc, kHidden, kQkvOut, "nvfp4 qkv");
-  check_production_linear(qc, kHidden, 2 * kFfn, "nvfp4 fc1");
-  check_production_linear(qc, kFfn, kHidden, "nvfp4 fc2");
+  check_production_linear(qc, kQuantizedGemmHidden, kQkvOut, "nvfp4 qkv");
+  check_production_linear(qc, kQuantizedGemmHidden, 2 * kQuantizedGemmFfn, "nvfp4 fc1");
+  check_production_linear(qc, kQuantizedGemmFfn, kQuantizedGemmHidden, "nvfp4 fc2");
 }
 
 TEST(CudaQuantizedGemmProduction, Mxfp8Llama8bLinears) {
   PL_REQUIRE_CUDA_DEVICE();
   const QuantCase qc{QuantFormat::MXFP8, QuantFormat::MXFP8, false};
-  check_production_linear(qc, kHidden, kQkvOut, "mxfp8 qkv");
-  check_production_linear(qc, kFfn, kHidden, "mxfp8 fc2");
+  check_production_linear(qc, kQuantizedGemmHidden, kQkvOut, "mxfp8 qkv");
+  check_production_linear(qc, kQuantizedGemmFfn, kQuantizedGemmHidden, "mxfp8 fc2");
 }
 
 TEST(CudaQuantizedGemmProduction, Fp8HybridLlama8bLinears) {
   PL_REQUIRE_CUDA_DEVICE();
   const QuantCase qc{QuantFormat::FP8_E4M3, QuantFormat::FP8_E5M2, false};
-  check_production_linear(qc, kHidden, kQkvOut, "fp8 hybrid qkv");
-  check_production_linear(qc, kFfn, kHidden, "fp8 hybrid fc2");
+  check_production_linear(qc, kQuantizedGemmHidden, kQkvOut, "fp8 hybrid qkv");
+  check_production_linear(qc, kQuantizedGemmFfn, kQuantizedGemmHidden, "fp8 hybrid fc2");
 }
 
 // ---- what runs (pure; runs without a device) ----------------------------------------------------------

@@ -7,15 +7,15 @@
 namespace pl::optest {
 namespace {
 
-constexpr int64_t kT = 9, kH = 100;
+constexpr int64_t kRmsnormT = 9, kRmsnormH = 100;
 constexpr float kEps = 1e-5f;
 
 struct RefForward {
   std::vector<double> out, rstd;
 };
 
-RefForward ref_forward(const std::vector<double>& x, const std::vector<double>& w, int64_t T, int64_t h,
-                       double eps) {
+RefForward rmsnorm_ref_forward(const std::vector<double>& x, const std::vector<double>& w, int64_t T, int64_t h,
+                               double eps) {
   RefForward r{std::vector<double>(x.size()), std::vector<double>(static_cast<size_t>(T))};
   for (int64_t t = 0; t < T; ++t) {
     double ss = 0.0;
@@ -28,9 +28,9 @@ RefForward ref_forward(const std::vector<double>& x, const std::vector<double>& 
 }
 
 // Analytic gradients of L = <out, g>: dx = r w g - (r³/h) x Σ g w x ; dw = Σ_t g x r.
-void ref_backward(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& g,
-                  int64_t T, int64_t h, double eps, std::vector<double>& dx, std::vector<double>& dw) {
-  const RefForward f = ref_forward(x, w, T, h, eps);
+void rmsnorm_ref_backward(const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& g,
+                          int64_t T, int64_t h, double eps, std::vector<double>& dx, std::vector<double>& dw) {
+  const RefForward f = rmsnorm_ref_forward(x, w, T, h, eps);
   dx.assign(x.size(), 0.0);
   dw.assign(w.size(), 0.0);
   for (int64_t t = 0; t < T; ++t) {
@@ -46,25 +46,25 @@ void ref_backward(const std::vector<double>& x, const std::vector<double>& w, co
 
 TEST(OpsRmsNorm, ForwardMatchesDouble) {
   std::mt19937 rng(301);
-  HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, 0.5, 1.5);
-  HostF32 out({kT, kH}), rstd({kT});
+  HostF32 x = random_f32({kRmsnormT, kRmsnormH}, rng, -2, 2), w = random_f32({kRmsnormH}, rng, 0.5, 1.5);
+  HostF32 out({kRmsnormT, kRmsnormH}), rstd({kRmsnormT});
   rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
-  const RefForward ref = ref_forward(x.d(), w.d(), kT, kH, kEps);
+  const RefForward ref = rmsnorm_ref_forward(x.d(), w.d(), kRmsnormT, kRmsnormH, kEps);
   expect_close(out.v, ref.out, 1e-5, "out");
   expect_close(rstd.v, ref.rstd, 1e-6, "rstd");
 }
 
 TEST(OpsRmsNorm, BackwardAccumulatesAndMatchesDouble) {
   std::mt19937 rng(302);
-  HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, 0.5, 1.5);
-  HostF32 g = random_f32({kT, kH}, rng);
-  HostF32 dx0 = random_f32({kT, kH}, rng), dw0 = random_f32({kH}, rng);
-  HostF32 out({kT, kH}), rstd({kT});
+  HostF32 x = random_f32({kRmsnormT, kRmsnormH}, rng, -2, 2), w = random_f32({kRmsnormH}, rng, 0.5, 1.5);
+  HostF32 g = random_f32({kRmsnormT, kRmsnormH}, rng);
+  HostF32 dx0 = random_f32({kRmsnormT, kRmsnormH}, rng), dw0 = random_f32({kRmsnormH}, rng);
+  HostF32 out({kRmsnormT, kRmsnormH}), rstd({kRmsnormT});
   rmsnorm_forward(cpu_ctx(false), out.t(), rstd.t(), x.t(), w.t(), kEps, {});
   HostF32 dx = dx0, dw = dw0;
   rmsnorm_backward(cpu_ctx(false), dx.t(), dw.t(), g.t(), x.t(), w.t(), rstd.t());
   std::vector<double> rdx, rdw;
-  ref_backward(x.d(), w.d(), g.d(), kT, kH, kEps, rdx, rdw);
+  rmsnorm_ref_backward(x.d(), w.d(), g.d(), kRmsnormT, kRmsnormH, kEps, rdx, rdw);
   // Compare the increments (the prefill is exact in both).
   std::vector<double> inc_dx(dx.size()), inc_dw(dw.size());
   for (size_t i = 0; i < dx.size(); ++i) inc_dx[i] = double(dx[i]) - dx0[i];
@@ -79,14 +79,14 @@ TEST(OpsRmsNorm, GradientsMatchFiniteDifferences) {
   HostF32 x = random_f32({T, h}, rng, -2, 2), w = random_f32({h}, rng, 0.5, 1.5), g = random_f32({T, h}, rng);
   const std::vector<double> xd = x.d(), wd = w.d(), gd = g.d();
   const auto loss_x = [&](const std::vector<double>& xv) {
-    return dot(ref_forward(xv, wd, T, h, kEps).out, gd);
+    return dot(rmsnorm_ref_forward(xv, wd, T, h, kEps).out, gd);
   };
   const auto loss_w = [&](const std::vector<double>& wv) {
-    return dot(ref_forward(xd, wv, T, h, kEps).out, gd);
+    return dot(rmsnorm_ref_forward(xd, wv, T, h, kEps).out, gd);
   };
   const std::vector<double> fd_dx = finite_diff(loss_x, xd), fd_dw = finite_diff(loss_w, wd);
   std::vector<double> rdx, rdw;
-  ref_backward(xd, wd, gd, T, h, kEps, rdx, rdw);
+  rmsnorm_ref_backward(xd, wd, gd, T, h, kEps, rdx, rdw);
   expect_close(rdx, fd_dx, 1e-7, "reference dx vs finite differences");
   expect_close(rdw, fd_dw, 1e-7, "reference dw vs finite differences");
   // And the op itself.
@@ -159,11 +159,11 @@ TEST(OpsRmsNorm, OutputAmaxEqualsTheQuantizersPass) {
   std::mt19937 rng(307);
   for (const bool round : {true, false}) {
     SCOPED_TRACE(round ? "round_bf16" : "fp32");
-    HostF32 x = random_f32({kT, kH}, rng, -2, 2), w = random_f32({kH}, rng, -1.5, 1.5), y = random_f32({kT, kH}, rng);
-    x[3 * kH + 1] = NAN;
-    HostF32 out({kT, kH}), rstd({kT}), resid({kT, kH}), a1({1}, -1.0f), a2({2}, -1.0f);
+    HostF32 x = random_f32({kRmsnormT, kRmsnormH}, rng, -2, 2), w = random_f32({kRmsnormH}, rng, -1.5, 1.5), y = random_f32({kRmsnormT, kRmsnormH}, rng);
+    x[3 * kRmsnormH + 1] = NAN;
+    HostF32 out({kRmsnormT, kRmsnormH}), rstd({kRmsnormT}), resid({kRmsnormT, kRmsnormH}), a1({1}, -1.0f), a2({2}, -1.0f);
     rmsnorm_forward(cpu_ctx(round), out.t(), rstd.t(), x.t(), w.t(), kEps, a2.t());
-    EXPECT_TRUE(std::isnan(out[3 * kH]));
+    EXPECT_TRUE(std::isnan(out[3 * kRmsnormH]));
     EXPECT_GT(a2[0], 0.0f);
     EXPECT_EQ(a2[0], quantizer_amax(out));
     EXPECT_EQ(a2[1], a2[0]);
@@ -200,7 +200,7 @@ PL_INSTANTIATE_BACKENDS(RmsNorm);
 // the last one partial; h = 333 not a multiple of a block).
 TEST_P(RmsNorm, RoundBf16) {
   PL_SEEDED_RNG(rng);
-  for (const auto& [T, h] : {std::pair<int64_t, int64_t>{kT, kH}, {301, 333}}) {
+  for (const auto& [T, h] : {std::pair<int64_t, int64_t>{kRmsnormT, kRmsnormH}, {301, 333}}) {
     SCOPED_TRACE("T=" + std::to_string(T) + " h=" + std::to_string(h));
     std::vector<float> x = uniform_bf16(T * h, rng, -2.0f, 2.0f), w = uniform_bf16(h, rng, 0.5f, 1.5f);
     std::vector<float> g = uniform_bf16(T * h, rng, -1.0f, 1.0f);
@@ -215,7 +215,7 @@ TEST_P(RmsNorm, RoundBf16) {
     const std::vector<float> out(fwd.begin(), fwd.begin() + T * h);
     std::vector<float> rstd(fwd.begin() + T * h, fwd.end());
     expect_bf16_representable(out, "out");
-    expect_bf16_close(out, ref_forward(xd, wd, T, h, kEps).out, "out");
+    expect_bf16_close(out, rmsnorm_ref_forward(xd, wd, T, h, kEps).out, "out");
 
     const auto backward = [&](Backend& k, bool round) {  // [dx | dw]
       std::vector<float> dx = dx0, dw = dw0;
@@ -229,7 +229,7 @@ TEST_P(RmsNorm, RoundBf16) {
     const std::vector<float> dx(bwd.begin(), bwd.begin() + T * h);
     expect_bf16_representable(dx, "dx");
     std::vector<double> rdx, rdw;
-    ref_backward(xd, wd, gd, T, h, kEps, rdx, rdw);
+    rmsnorm_ref_backward(xd, wd, gd, T, h, kEps, rdx, rdw);
     for (size_t i = 0; i < rdx.size(); ++i) rdx[i] += dx0[i];
     // dx = round(prefill + increment); the increment is fp32, so bf16 tolerance relative to the sum.
     expect_bf16_close(dx, rdx, "dx", 1.0 / 128, 1e-3);

@@ -6,8 +6,8 @@
 namespace pl::optest {
 namespace {
 
-constexpr int64_t kB = 2, kS = 7, kNq = 4, kNkv = 2, kD = 16;
-constexpr int64_t kT = kB * kS, kWidth = (kNq + 2 * kNkv) * kD, kRot = kNq + kNkv;
+constexpr int64_t kRopeB = 2, kRopeS = 7, kRopeNq = 4, kRopeNkv = 2, kRopeD = 16;
+constexpr int64_t kRopeT = kRopeB * kRopeS, kWidth = (kRopeNq + 2 * kRopeNkv) * kRopeD, kRot = kRopeNq + kRopeNkv;
 
 // cos/sin tables [S, d/2] of Llama's angles pos * theta^(-2i/d).
 void make_tables(HostF32& c, HostF32& s, int64_t S, int64_t d, double theta = 10000.0) {
@@ -27,7 +27,7 @@ struct RopeShape {
   int64_t T() const { return B * S; }
   int64_t width() const { return (nq + 2 * nkv) * d; }
 };
-constexpr RopeShape kShape{kB, kS, kNq, kNkv, kD, 10000.0};
+constexpr RopeShape kShape{kRopeB, kRopeS, kRopeNq, kRopeNkv, kRopeD, 10000.0};
 
 // sign +1: the forward rotation; -1: its transpose.
 // positions: token t's position (--reset-position-ids), or empty: t % S.
@@ -52,53 +52,53 @@ std::vector<double> ref_rope(std::vector<double> x, const HostF32& c, const Host
 TEST(OpsRope, ForwardMatchesDoubleAndLeavesVUntouched) {
   std::mt19937 rng(401);
   HostF32 c, s;
-  make_tables(c, s, kS, kD);
-  HostF32 x = random_f32({kT, kWidth}, rng), y = x;
-  rope_forward(cpu_ctx(false), y.t(), c.t(), s.t(), kS, kRot, kD, {});
+  make_tables(c, s, kRopeS, kRopeD);
+  HostF32 x = random_f32({kRopeT, kWidth}, rng), y = x;
+  rope_forward(cpu_ctx(false), y.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, {});
   expect_close(y.v, ref_rope(x.d(), c, s, 1.0), 1e-6, "rope(x)");
-  for (int64_t t = 0; t < kT; ++t)
-    for (int64_t i = kRot * kD; i < kWidth; ++i) ASSERT_EQ(y[t * kWidth + i], x[t * kWidth + i]);
+  for (int64_t t = 0; t < kRopeT; ++t)
+    for (int64_t i = kRot * kRopeD; i < kWidth; ++i) ASSERT_EQ(y[t * kWidth + i], x[t * kWidth + i]);
 }
 
 TEST(OpsRope, BackwardIsAdjointOfForward) {
   std::mt19937 rng(402);
   HostF32 c, s;
-  make_tables(c, s, kS, kD);
-  HostF32 x = random_f32({kT, kWidth}, rng), y = random_f32({kT, kWidth}, rng);
+  make_tables(c, s, kRopeS, kRopeD);
+  HostF32 x = random_f32({kRopeT, kWidth}, rng), y = random_f32({kRopeT, kWidth}, rng);
   HostF32 rx = x, ry = y;
-  rope_forward(cpu_ctx(false), rx.t(), c.t(), s.t(), kS, kRot, kD, {});
-  rope_backward(cpu_ctx(false), ry.t(), c.t(), s.t(), kS, kRot, kD, {});
+  rope_forward(cpu_ctx(false), rx.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, {});
+  rope_backward(cpu_ctx(false), ry.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, {});
   const double lhs = dot(rx.d(), y.d()), rhs = dot(x.d(), ry.d());
   EXPECT_NEAR(lhs, rhs, 1e-5 * std::abs(lhs) + 1e-5);
   expect_close(ry.v, ref_rope(y.d(), c, s, -1.0), 1e-6, "rope_backward(y)");
   // The rotation is orthogonal: backward(forward(x)) = x.
-  rope_backward(cpu_ctx(false), rx.t(), c.t(), s.t(), kS, kRot, kD, {});
+  rope_backward(cpu_ctx(false), rx.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, {});
   expect_close(rx.v, x.d(), 1e-6, "backward(forward(x))");
 }
 
 TEST(OpsRope, BackwardMatchesFiniteDifferences) {
   std::mt19937 rng(403);
   HostF32 c, s;
-  make_tables(c, s, kS, kD);
-  HostF32 x = random_f32({kT, kWidth}, rng), g = random_f32({kT, kWidth}, rng);
+  make_tables(c, s, kRopeS, kRopeD);
+  HostF32 x = random_f32({kRopeT, kWidth}, rng), g = random_f32({kRopeT, kWidth}, rng);
   const std::vector<double> gd = g.d();
   const auto loss = [&](const std::vector<double>& xv) { return dot(ref_rope(xv, c, s, 1.0), gd); };
   const std::vector<double> fd = finite_diff(loss, x.d());
   HostF32 dg = g;
-  rope_backward(cpu_ctx(false), dg.t(), c.t(), s.t(), kS, kRot, kD, {});
+  rope_backward(cpu_ctx(false), dg.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, {});
   expect_close(dg.v, fd, 1e-6, "rope_backward vs finite differences");
 }
 
 TEST(OpsRope, ErrorsNameTheOp) {
-  HostF32 c, s, x({kT, kWidth});
-  make_tables(c, s, kS, kD);
-  HostF32 c_bad({kS, kD});
+  HostF32 c, s, x({kRopeT, kWidth});
+  make_tables(c, s, kRopeS, kRopeD);
+  HostF32 c_bad({kRopeS, kRopeD});
   const OpContext ctx = cpu_ctx(false);
-  expect_error_naming("rope_forward", [&] { rope_forward(ctx, x.t(), c_bad.t(), s.t(), kS, kRot, kD, {}); });
-  expect_error_naming("rope_forward", [&] { rope_forward(ctx, x.t(), c.t(), s.t(), 5, kRot, kD, {}); });
-  expect_error_naming("rope_backward", [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kS, kRot, kD + 1, {}); });
+  expect_error_naming("rope_forward", [&] { rope_forward(ctx, x.t(), c_bad.t(), s.t(), kRopeS, kRot, kRopeD, {}); });
+  expect_error_naming("rope_forward", [&] { rope_forward(ctx, x.t(), c.t(), s.t(), 5, kRot, kRopeD, {}); });
+  expect_error_naming("rope_backward", [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kRopeS, kRot, kRopeD + 1, {}); });
   expect_error_naming("rope_backward",
-                      [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kS, kNq + 2 * kNkv + 1, kD, {}); });
+                      [&] { rope_backward(ctx, x.t(), c.t(), s.t(), kRopeS, kRopeNq + 2 * kRopeNkv + 1, kRopeD, {}); });
 }
 
 // Per-token positions (TokenPositions, --reset-position-ids: documents restarting at 0 inside a sample):
@@ -117,20 +117,20 @@ std::vector<int32_t> restarting_positions(int64_t B, int64_t S) {
 TEST(OpsRope, PositionsRotateEachTokenAtItsPosition) {
   std::mt19937 rng(404);
   HostF32 c, s;
-  make_tables(c, s, kS, kD);
-  std::vector<int32_t> pos = restarting_positions(kB, kS);
+  make_tables(c, s, kRopeS, kRopeD);
+  std::vector<int32_t> pos = restarting_positions(kRopeB, kRopeS);
   const TokenPositions given{pos.data(), nullptr};
-  HostF32 x = random_f32({kT, kWidth}, rng), y = x, g = x;
-  rope_forward(cpu_ctx(false), y.t(), c.t(), s.t(), kS, kRot, kD, given);
+  HostF32 x = random_f32({kRopeT, kWidth}, rng), y = x, g = x;
+  rope_forward(cpu_ctx(false), y.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, given);
   expect_close(y.v, ref_rope(x.d(), c, s, 1.0, kShape, pos), 1e-6, "rope(x) at the given positions");
-  rope_backward(cpu_ctx(false), g.t(), c.t(), s.t(), kS, kRot, kD, given);
+  rope_backward(cpu_ctx(false), g.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, given);
   expect_close(g.v, ref_rope(x.d(), c, s, -1.0, kShape, pos), 1e-6, "rope_backward(x) at the given positions");
   // Not the default: the restarted rows differ from t % S.
   HostF32 plain = x;
-  rope_forward(cpu_ctx(false), plain.t(), c.t(), s.t(), kS, kRot, kD, {});
+  rope_forward(cpu_ctx(false), plain.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, {});
   EXPECT_NE(plain.v, y.v);
-  pos[4] = static_cast<int32_t>(kS);
-  expect_error_naming("rope_forward", [&] { rope_forward(cpu_ctx(false), y.t(), c.t(), s.t(), kS, kRot, kD, given); });
+  pos[4] = static_cast<int32_t>(kRopeS);
+  expect_error_naming("rope_forward", [&] { rope_forward(cpu_ctx(false), y.t(), c.t(), s.t(), kRopeS, kRot, kRopeD, given); });
 }
 
 // ---- on every backend (Cpu/ and Cuda/Rope.*) ------------------------------------------------------

@@ -6,19 +6,19 @@
 namespace pl::optest {
 namespace {
 
-constexpr int64_t kT = 11, kF = 37;
+constexpr int64_t kSwigluT = 11, kF = 37;
 
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
 
-std::vector<double> ref_forward(const std::vector<double>& fc1, int64_t T, int64_t f) {
+std::vector<double> swiglu_ref_forward(const std::vector<double>& fc1, int64_t T, int64_t f) {
   std::vector<double> out(static_cast<size_t>(T * f));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < f; ++i) out[t * f + i] = silu(fc1[t * 2 * f + i]) * fc1[t * 2 * f + f + i];
   return out;
 }
 
-std::vector<double> ref_backward(const std::vector<double>& fc1, const std::vector<double>& dout, int64_t T,
-                                 int64_t f) {
+std::vector<double> swiglu_ref_backward(const std::vector<double>& fc1, const std::vector<double>& dout, int64_t T,
+                                        int64_t f) {
   std::vector<double> d(fc1.size());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < f; ++i) {
@@ -32,25 +32,25 @@ std::vector<double> ref_backward(const std::vector<double>& fc1, const std::vect
 
 TEST(OpsSwiglu, ForwardMatchesDouble) {
   std::mt19937 rng(601);
-  HostF32 fc1 = random_f32({kT, 2 * kF}, rng, -6, 6), out({kT, kF});
+  HostF32 fc1 = random_f32({kSwigluT, 2 * kF}, rng, -6, 6), out({kSwigluT, kF});
   // Extremes: exp(-g) overflows fp32 for g = -100; the result must stay finite.
   fc1[0] = -100.0f;
   fc1[1] = 100.0f;
   swiglu_forward(cpu_ctx(false), out.t(), fc1.t(), {});
-  expect_close(out.v, ref_forward(fc1.d(), kT, kF), 1e-6, "out");
+  expect_close(out.v, swiglu_ref_forward(fc1.d(), kSwigluT, kF), 1e-6, "out");
 }
 
 TEST(OpsSwiglu, BackwardMatchesDoubleAndFiniteDifferences) {
   std::mt19937 rng(602);
-  HostF32 fc1 = random_f32({kT, 2 * kF}, rng, -6, 6), dout = random_f32({kT, kF}, rng);
+  HostF32 fc1 = random_f32({kSwigluT, 2 * kF}, rng, -6, 6), dout = random_f32({kSwigluT, kF}, rng);
   fc1[0] = -100.0f;
   fc1[1] = 100.0f;
-  HostF32 dfc1({kT, 2 * kF}, NAN);
+  HostF32 dfc1({kSwigluT, 2 * kF}, NAN);
   swiglu_backward(cpu_ctx(false), dfc1.t(), dout.t(), fc1.t(), {});
-  const std::vector<double> ref = ref_backward(fc1.d(), dout.d(), kT, kF);
+  const std::vector<double> ref = swiglu_ref_backward(fc1.d(), dout.d(), kSwigluT, kF);
   expect_close(dfc1.v, ref, 1e-6, "dfc1");
   const std::vector<double> gd = dout.d();
-  const auto loss = [&](const std::vector<double>& x) { return dot(ref_forward(x, kT, kF), gd); };
+  const auto loss = [&](const std::vector<double>& x) { return dot(swiglu_ref_forward(x, kSwigluT, kF), gd); };
   const std::vector<double> fd = finite_diff(loss, fc1.d());
   expect_close(ref, fd, 1e-7, "reference dfc1 vs finite differences");
   expect_close(dfc1.v, fd, 1e-5, "op dfc1 vs finite differences");
@@ -71,9 +71,9 @@ TEST(OpsSwiglu, OutputAmaxEqualsTheQuantizersPass) {
   std::mt19937 rng(603);
   for (const bool round : {true, false}) {
     SCOPED_TRACE(round ? "round_bf16" : "fp32");
-    HostF32 fc1 = random_f32({kT, 2 * kF}, rng, -6, 6), dout = random_f32({kT, kF}, rng, -3, 3);
+    HostF32 fc1 = random_f32({kSwigluT, 2 * kF}, rng, -6, 6), dout = random_f32({kSwigluT, kF}, rng, -3, 3);
     fc1[7] = NAN;
-    HostF32 out({kT, kF}), dfc1({kT, 2 * kF}), a1({1}, -1.0f), a2({2}, -1.0f);
+    HostF32 out({kSwigluT, kF}), dfc1({kSwigluT, 2 * kF}), a1({1}, -1.0f), a2({2}, -1.0f);
     swiglu_forward(cpu_ctx(round), out.t(), fc1.t(), a1.t());
     EXPECT_TRUE(std::isnan(out[7]));
     EXPECT_GT(a1[0], 0.0f);
@@ -107,7 +107,7 @@ PL_INSTANTIATE_BACKENDS(Swiglu);
 TEST_P(Swiglu, RoundBf16) {
   PL_SEEDED_RNG(rng);
   const double rel = on_cuda() ? 2.0 / 128 : 1.0 / 128;
-  for (const auto& [T, f] : {std::pair<int64_t, int64_t>{kT, kF}, {57, 219}}) {
+  for (const auto& [T, f] : {std::pair<int64_t, int64_t>{kSwigluT, kF}, {57, 219}}) {
     SCOPED_TRACE("T=" + std::to_string(T) + " f=" + std::to_string(f));
     std::vector<float> fc1 = uniform_bf16(T * 2 * f, rng, -6.0f, 6.0f), dout = uniform_bf16(T * f, rng, -1.0f, 1.0f);
     const std::vector<double> fc1d(fc1.begin(), fc1.end()), doutd(dout.begin(), dout.end());
@@ -124,8 +124,8 @@ TEST_P(Swiglu, RoundBf16) {
     }, kBf16Ulp, 1e-6, 0.01, "swiglu_backward dfc1");
     expect_bf16_representable(out, "out");
     expect_bf16_representable(dfc1, "dfc1");
-    expect_bf16_close(out, ref_forward(fc1d, T, f), "out", rel);
-    expect_bf16_close(dfc1, ref_backward(fc1d, doutd, T, f), "dfc1", rel);
+    expect_bf16_close(out, swiglu_ref_forward(fc1d, T, f), "out", rel);
+    expect_bf16_close(dfc1, swiglu_ref_backward(fc1d, doutd, T, f), "dfc1", rel);
   }
 }
 

@@ -46,7 +46,7 @@ struct ThreadsafeDeathTests {
 };
 
 template <class F>
-std::string error_of(F&& f) {
+std::string one_rank_error_of(F&& f) {
   try {
     f();
   } catch (const Error& e) {
@@ -83,8 +83,8 @@ TEST(DistWorld, HostOpsOverOneRankGiveBackTheirInput) {
   EXPECT_EQ(w.gather(mine, 0), mine);
   w.barrier();
   // A root that is not a rank is the caller's mistake, whatever the world size.
-  EXPECT_NE(error_of([&] { w.gather(mine, 1); }).find("root 1 is not a rank of 1"), std::string::npos);
-  EXPECT_NE(error_of([&] { w.broadcast(bytes, 1, -1); }).find("root -1"), std::string::npos);
+  EXPECT_NE(one_rank_error_of([&] { w.gather(mine, 1); }).find("root 1 is not a rank of 1"), std::string::npos);
+  EXPECT_NE(one_rank_error_of([&] { w.broadcast(bytes, 1, -1); }).find("root -1"), std::string::npos);
 }
 
 // Not started by a launcher (no OMPI_COMM_WORLD_SIZE / PMIX_RANK / PMI_SIZE): one rank and no MPI
@@ -178,21 +178,21 @@ TEST(DistOneRank, RejectsWhatEveryCommunicatorRejects) {
   const OpContext cpu;
   auto comm = make_communicator(w, cpu);
   std::vector<float> v(8);
-  const std::string root = error_of([&] { comm->reduce_sum(view(v), 1, false); });
+  const std::string root = one_rank_error_of([&] { comm->reduce_sum(view(v), 1, false); });
   EXPECT_NE(root.find("reduce_sum on rank 0: root 1 is not a rank of 1"), std::string::npos) << root;
-  EXPECT_NE(error_of([&] { comm->broadcast(view(v), -1, true); }).find("root -1"), std::string::npos);
+  EXPECT_NE(one_rank_error_of([&] { comm->broadcast(view(v), -1, true); }).find("root -1"), std::string::npos);
   // The CPU backend stores bf16 values as F32: a BF16 tensor on the CPU is a mistake, named.
   std::vector<uint16_t> raw(8);
   const Tensor bf16(raw.data(), {8}, DType::BF16, Device::CPU);
-  const std::string dtype = error_of([&] { comm->all_reduce_sum(bf16, false); });
+  const std::string dtype = one_rank_error_of([&] { comm->all_reduce_sum(bf16, false); });
   EXPECT_NE(dtype.find("all_reduce_sum"), std::string::npos) << dtype;
   EXPECT_NE(dtype.find("bf16"), std::string::npos) << dtype;
   std::vector<int32_t> ints(4);
   const Tensor i32(ints.data(), {4}, DType::I32, Device::CPU);
-  EXPECT_NE(error_of([&] { comm->all_gather(i32, false); }).find("dtype i32"), std::string::npos);
+  EXPECT_NE(one_rank_error_of([&] { comm->all_gather(i32, false); }).find("dtype i32"), std::string::npos);
   // A buffer on another device than the communicator's.
   const Tensor gpu(v.data(), {8}, DType::F32, Device::CUDA);
-  EXPECT_NE(error_of([&] { comm->broadcast(gpu, 0, false); }).find("is on the cuda"), std::string::npos);
+  EXPECT_NE(one_rank_error_of([&] { comm->broadcast(gpu, 0, false); }).find("is on the cuda"), std::string::npos);
 }
 
 TEST(DistOneRank, VersionsForTheBanner) {

@@ -111,8 +111,8 @@ roofline::MachineCeilings hand_ceilings() {
   return c;
 }
 
-OpRow row(const char* op, OpKind kind, const char* format, double ms, double flops, double bytes, double ws,
-          OpTag tag = {}) {
+OpRow report_row(const char* op, OpKind kind, const char* format, double ms, double flops, double bytes, double ws,
+                 OpTag tag = {}) {
   return OpRow{.key = {op, tag, kind, format}, .category = TimerId::GemmBf16, .calls = 2, .ms = ms, .flops = flops,
                .bytes = bytes, .working_set = ws};
 }
@@ -120,12 +120,12 @@ OpRow row(const char* op, OpKind kind, const char* format, double ms, double flo
 TEST(RooflineReport, EachRowAgainstItsCeilingAndTheStepAgainstSpeedOfLight) {
   // Two iterations: per iteration the GEMM does 2 GFLOP over 1 MB (compute-bound: 2 ms at 1 TFLOP/s),
   // the NVFP4 GEMM 8 GFLOP (2 ms at 4 TFLOP/s), the norm moves 20 MB from DRAM (2 ms at 10 GB/s) and 1 MB
-  // from L2 in another row (0.01 ms at 100 GB/s).
+  // from L2 in another report_row (0.01 ms at 100 GB/s).
   const std::vector<OpRow> rows = {
-      row("linear_forward", OpKind::Gemm, "bf16", 8.0, 4e9, 2e6, 5e5, {LinearKind::Fc1, GemmPass::Fprop}),
-      row("quantized_gemm", OpKind::Gemm, "nvfp4", 5.0, 16e9, 2e6, 5e5),
-      row("rmsnorm_forward", OpKind::Norm, "fp32", 6.0, 0.0, 40e6, 20e6),
-      row("add", OpKind::Elementwise, "fp32", 1.0, 0.0, 2e6, 5e5)};
+      report_row("linear_forward", OpKind::Gemm, "bf16", 8.0, 4e9, 2e6, 5e5, {LinearKind::Fc1, GemmPass::Fprop}),
+      report_row("quantized_gemm", OpKind::Gemm, "nvfp4", 5.0, 16e9, 2e6, 5e5),
+      report_row("rmsnorm_forward", OpKind::Norm, "fp32", 6.0, 0.0, 40e6, 20e6),
+      report_row("add", OpKind::Elementwise, "fp32", 1.0, 0.0, 2e6, 5e5)};
   const roofline::Measurement m{.rows = rows, .iterations = 2, .first_iteration = 2, .last_iteration = 3,
                                 .step_ms_sum = 24.0};
   const roofline::Report r = roofline::build_report(m, hand_ceilings(), {.label = "x", .recipe = "y"});

@@ -67,7 +67,7 @@ std::vector<char> file_bytes(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+bool fp8_primary_weights_same_bits(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
@@ -142,8 +142,8 @@ TEST(Fp8PrimaryWeights, TrainingIsBitIdenticalWithAndWithout) {
     off.trainer({&roff}).run();
     EXPECT_EQ(end.allocations_in_loop, 0u);
     ASSERT_EQ(ron.loss().size(), 6u);
-    EXPECT_TRUE(same_bits(ron.loss(), roff.loss()));
-    EXPECT_TRUE(same_bits(ron.grad_norm(), roff.grad_norm()));
+    EXPECT_TRUE(fp8_primary_weights_same_bits(ron.loss(), roff.loss()));
+    EXPECT_TRUE(fp8_primary_weights_same_bits(ron.grad_norm(), roff.grad_norm()));
     EXPECT_LT(ron.loss().back(), ron.loss().front());
     const size_t n = static_cast<size_t>(on.model->num_params());
     EXPECT_EQ(std::memcmp(on.model->master().flat.data, off.model->master().flat.data, n * 4), 0);

@@ -59,7 +59,7 @@ Side make_side(const ModelConfig& m, int64_t B, int64_t S, bool offload, const O
   return s;
 }
 
-std::vector<uint8_t> bytes_of(const Tensor& t) {
+std::vector<uint8_t> offload_bytes_of(const Tensor& t) {
   std::vector<uint8_t> out(t.bytes());
   copy_to_host(out.data(), t);
   return out;
@@ -96,14 +96,14 @@ void expect_offload_matches(const OffloadCase& c) {
     EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << step;
     if (c.overlap && step < 3) continue;  // the next forward meets the host step in flight
     off.opt->finish_host_step();
-    EXPECT_EQ(bytes_of(dev.model->master().flat), bytes_of(off.model->master().flat)) << "master, step " << step;
-    EXPECT_EQ(bytes_of(dev.model->weights().flat), bytes_of(off.model->weights().flat)) << "weights, step " << step;
-    EXPECT_EQ(bytes_of(dev.opt->moment1_tensor()), bytes_of(off.opt->moment1_tensor())) << "m, step " << step;
-    EXPECT_EQ(bytes_of(dev.opt->moment2_tensor()), bytes_of(off.opt->moment2_tensor())) << "v, step " << step;
+    EXPECT_EQ(offload_bytes_of(dev.model->master().flat), offload_bytes_of(off.model->master().flat)) << "master, step " << step;
+    EXPECT_EQ(offload_bytes_of(dev.model->weights().flat), offload_bytes_of(off.model->weights().flat)) << "weights, step " << step;
+    EXPECT_EQ(offload_bytes_of(dev.opt->moment1_tensor()), offload_bytes_of(off.opt->moment1_tensor())) << "m, step " << step;
+    EXPECT_EQ(offload_bytes_of(dev.opt->moment2_tensor()), offload_bytes_of(off.opt->moment2_tensor())) << "v, step " << step;
   }
   // The weights changed at all (the comparison above is not between two untouched models).
   const Side fresh = make_side(m, B, S, false, c);
-  EXPECT_NE(bytes_of(fresh.model->weights().flat), bytes_of(off.model->weights().flat));
+  EXPECT_NE(offload_bytes_of(fresh.model->weights().flat), offload_bytes_of(off.model->weights().flat));
 }
 
 TEST(OptimizerOffload, ChunkedHostStepIsBitIdenticalToTheOnDeviceStep) {

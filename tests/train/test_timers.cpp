@@ -117,7 +117,7 @@ TEST(Timers, OpsCountOnlyOnTheirTimersAndOnlyTheOutermost) {
 // ---- training on llama_tiny ------------------------------------------------------------------------
 
 // One log interval's output: the iteration line's elapsed ms and the timer block after it.
-struct Block {
+struct TimersBlock {
   double elapsed_ms = 0.0;
   std::vector<std::pair<std::string, double>> timers;  // in print order
   double get(const std::string& name) const {
@@ -130,15 +130,15 @@ struct Block {
 
 // Parses the lines with Megatron's grammar: the minmax header, then
 // "    <name + ' ' padded with '.' to 48>: (<min>, <max>)" lines (megatron/core/timers.py).
-std::vector<Block> parse(const std::vector<std::string>& lines) {
+std::vector<TimersBlock> timers_parse(const std::vector<std::string>& lines) {
   const std::regex iteration(R"( elapsed time per iteration \(ms\): (\d+\.\d) \|)");
   const std::regex timer(R"(^    (([a-z0-9-]+) \.*): \((\d+\.\d\d), (\d+\.\d\d)\)$)");
-  std::vector<Block> blocks;
+  std::vector<TimersBlock> blocks;
   bool in_block = false, header_seen = false;
   for (const std::string& line : lines) {
     std::smatch m;
     if (std::regex_search(line, m, iteration)) {
-      blocks.push_back(Block{std::stod(m[1]), {}});
+      blocks.push_back(TimersBlock{std::stod(m[1]), {}});
       in_block = false;
       header_seen = false;
     } else if (line == "(min, max) time across ranks (ms):") {
@@ -157,7 +157,7 @@ std::vector<Block> parse(const std::vector<std::string>& lines) {
   return blocks;
 }
 
-std::vector<std::string> names(const Block& b) {
+std::vector<std::string> names(const TimersBlock& b) {
   std::vector<std::string> n;
   for (const auto& t : b.timers) n.push_back(t.first);
   return n;
@@ -199,7 +199,7 @@ double tolerance(size_t n_timers, double elapsed) { return 0.06 + 0.005 * static
 const std::vector<std::string> kLevel1 = {"forward-backward", "optimizer-clip-main-grad", "optimizer-inner-step",
                                           "optimizer-copy-main-to-model-params", "optimizer"};
 
-void check_level1(const Block& b) {
+void check_level1(const TimersBlock& b) {
   for (const auto& [n, v] : b.timers) EXPECT_GE(v, 0.0) << n;
   const double fb = b.get("forward-backward"), opt = b.get("optimizer");
   // forward-backward and optimizer do not overlap and lie inside the iteration ...
@@ -218,7 +218,7 @@ TEST(TrainTimers, LevelZeroPrintsNoTimerLines) {
     EXPECT_EQ(l.find("time across ranks"), std::string::npos) << l;
     EXPECT_EQ(l.find("forward-backward"), std::string::npos) << l;
   }
-  EXPECT_EQ(parse(lines).size(), 2u);
+  EXPECT_EQ(timers_parse(lines).size(), 2u);
 }
 
 TEST(TrainTimers, LevelOneBlockAfterEachIterationLine) {
@@ -232,9 +232,9 @@ TEST(TrainTimers, LevelOneBlockAfterEachIterationLine) {
                                     lines[i - 2].find(" iteration ") != std::string::npos);
       EXPECT_TRUE(after_iteration) << lines[i - 1];
     }
-  const std::vector<Block> blocks = parse(lines);
+  const std::vector<TimersBlock> blocks = timers_parse(lines);
   ASSERT_EQ(blocks.size(), 3u);
-  for (const Block& b : blocks) {
+  for (const TimersBlock& b : blocks) {
     EXPECT_EQ(names(b), kLevel1);
     check_level1(b);
   }
@@ -263,11 +263,11 @@ TEST(TrainTimers, LevelTwoAddsComputePhasesAndOpCategories) {
   const PrecisionPlan plan = all_nvfp4_plan();
   ASSERT_EQ(plan.quantized().x, QuantFormat::NVFP4);
   // Four iterations logged every two: the values are per iteration (normalized by the interval).
-  const std::vector<Block> blocks = parse(train(2, 4, 2, &plan));
+  const std::vector<TimersBlock> blocks = timers_parse(train(2, 4, 2, &plan));
   ASSERT_EQ(blocks.size(), 2u);
   const std::vector<std::string>& level2 = kLevel2Nvfp4;
   const std::vector<std::string> expected = level1_and(level2);
-  for (const Block& b : blocks) {
+  for (const TimersBlock& b : blocks) {
     EXPECT_EQ(names(b), expected);
     check_level1(b);
     // Megatron's nesting: batch-generator in forward-compute; forward- and backward-compute in forward-backward.
@@ -339,9 +339,9 @@ TEST(TrainTimers, TwoTrainersInOneProcessTimeOnlyTheirOwnOps) {
                                                     "gemm-bf16", "attention", "rmsnorm", "rope", "swiglu",
                                                     "embedding", "cross-entropy", "elementwise"});
   for (int who = 0; who < 2; ++who) {
-    const std::vector<Block> blocks = parse(lines[who]);
+    const std::vector<TimersBlock> blocks = timers_parse(lines[who]);
     ASSERT_EQ(blocks.size(), 3u) << who;
-    for (const Block& b : blocks) EXPECT_EQ(names(b), who == 0 ? level1_and(kLevel2Nvfp4) : bf16) << who;
+    for (const TimersBlock& b : blocks) EXPECT_EQ(names(b), who == 0 ? level1_and(kLevel2Nvfp4) : bf16) << who;
   }
 }
 

@@ -30,12 +30,12 @@
 namespace pl {
 namespace {
 
-ModelConfig tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
+ModelConfig trainer_tiny() { return load_model_config(std::string(PL_CONFIG_DIR) + "/models/llama_tiny.json"); }
 
-struct TinyRun {
+struct TrainerTinyRun {
   TrainConfig t;
   observe::StopConfig stop;
-  ModelConfig m = tiny();
+  ModelConfig m = trainer_tiny();
   std::unique_ptr<data::MockGPTDataset> data;
   std::unique_ptr<LlamaModel> model;
   std::vector<std::string> lines;
@@ -43,7 +43,7 @@ struct TinyRun {
   std::unique_ptr<observe::StopConditions> stops;
   std::unique_ptr<observe::MegatronTextLog> text = test::text_log_into(lines);
 
-  explicit TinyRun(int64_t iters, int64_t global_batch = 4, RunLayout options = {}) {
+  explicit TrainerTinyRun(int64_t iters, int64_t global_batch = 4, RunLayout options = {}) {
     t.train_iters = iters;
     t.warmup_iters = 1;
     t.global_batch_size = global_batch;
@@ -66,7 +66,7 @@ struct TinyRun {
 };
 
 TEST(TrainLoop, AllocatesNothingAfterTheFirstIteration) {
-  TinyRun run(4);
+  TrainerTinyRun run(4);
   const log::RunEnd r = run.trainer().run();
   EXPECT_EQ(r.allocations_in_loop, 0u);
   ASSERT_EQ(run.rec.loss().size(), 4u);
@@ -83,7 +83,7 @@ TEST(TrainLoop, LossReadOncePerIterationEqualsPerMicroBatchReads) {
     SCOPED_TRACE("loss_micro_batches " + std::to_string(slots));
     RunLayout o;
     o.loss_micro_batches = slots;
-    TinyRun run(3, 8, o);
+    TrainerTinyRun run(3, 8, o);
     ASSERT_EQ(run.t.num_micro_batches(), 4);
     EXPECT_EQ(run.trainer().run().allocations_in_loop, 0u);
     losses.push_back(run.rec.loss());
@@ -98,7 +98,7 @@ TEST(TrainLoop, LossReadOncePerIterationEqualsPerMicroBatchReads) {
 }
 
 TEST(TrainLoop, FirstStepUsesLearningRateZeroThenFollowsTheSchedule) {
-  TinyRun run(3);  // warmup 1 iteration of 4 samples, decay over 3 iterations
+  TrainerTinyRun run(3);  // warmup 1 iteration of 4 samples, decay over 3 iterations
   run.trainer().run();
   const std::vector<double> lr = run.rec.lr_used();
   ASSERT_EQ(lr.size(), 3u);
@@ -108,7 +108,7 @@ TEST(TrainLoop, FirstStepUsesLearningRateZeroThenFollowsTheSchedule) {
 }
 
 TEST(TrainLoop, AStepAtLearningRateZeroLeavesTheMasterWeightsUnchanged) {
-  TinyRun run(1);
+  TrainerTinyRun run(1);
   std::vector<int32_t> tok(64), lab(64);
   run.data->micro_batch(0, 0, 2, tok, lab);
   run.model->zero_grads();
@@ -124,7 +124,7 @@ TEST(TrainLoop, AStepAtLearningRateZeroLeavesTheMasterWeightsUnchanged) {
 }
 
 TEST(TrainLoop, NonFiniteLossSkipsTheUpdateAndStopsAfterTheLimit) {
-  TinyRun run(5);
+  TrainerTinyRun run(5);
   run.stop.max_consecutive_nan_iterations = 3;
   // A NaN in the final norm weight makes every loss NaN.
   run.model->master().final_norm.f32()[0] = std::nanf("");
@@ -165,7 +165,7 @@ struct StopAfter : TrainObserver {
 TEST(TrainLoop, AnObserverThatAsksForAStopEndsTheRunWithACheckpoint) {
   test::TempDir dir;
   const std::string save = (dir.path() / "ckpt").string();
-  TinyRun run(6);
+  TrainerTinyRun run(6);
   run.t.eval_iters = 1;
   run.t.eval_interval = 10;
   RunDescription d{run.m, "bf16_mixed", "", {}, run.t, {"test"}, "mock", {}};
@@ -185,7 +185,7 @@ TEST(TrainLoop, AnObserverThatAsksForAStopEndsTheRunWithACheckpoint) {
   EXPECT_NE(saves[1].find("successfully saved checkpoint from iteration       2"), std::string::npos) << saves[1];
   EXPECT_EQ(verify_checkpoint(save).iteration, 2);
   // The same run without the stop runs to the end and evaluates after it.
-  TinyRun full(6);
+  TrainerTinyRun full(6);
   full.t.eval_iters = 1;
   full.t.eval_interval = 10;
   Trainer straight(*full.model, full.t, Batches{full.batches(), full.batches(), full.batches()}, {&full.rec});
@@ -196,7 +196,7 @@ TEST(TrainLoop, AnObserverThatAsksForAStopEndsTheRunWithACheckpoint) {
 // Each trainer calls only the observers it was given: two trainers in one process, their iterations
 // interleaved (one thread each, taking turns per micro-batch), each recorder sees its own run's events only.
 TEST(TrainLoop, TwoTrainersInOneProcessReachOnlyTheirOwnObservers) {
-  TinyRun a(3), b(2, 8);
+  TrainerTinyRun a(3), b(2, 8);
   std::mutex mu;
   std::condition_variable cv;
   int turn = 0;
@@ -207,7 +207,7 @@ TEST(TrainLoop, TwoTrainersInOneProcessReachOnlyTheirOwnObservers) {
     cv.notify_all();
     cv.wait(lock, [&] { return turn == me || done[1 - me]; });
   };
-  const auto run = [&](int me, TinyRun& r) {
+  const auto run = [&](int me, TrainerTinyRun& r) {
     {
       std::unique_lock lock(mu);
       cv.wait(lock, [&] { return turn == me; });
@@ -228,7 +228,7 @@ TEST(TrainLoop, TwoTrainersInOneProcessReachOnlyTheirOwnObservers) {
   std::thread ta(run, 0, std::ref(a)), tb(run, 1, std::ref(b));
   ta.join();
   tb.join();
-  for (TinyRun* r : {&a, &b}) {
+  for (TrainerTinyRun* r : {&a, &b}) {
     SCOPED_TRACE(r == &a ? "a" : "b");
     ASSERT_EQ(r->rec.starts, 1);
     ASSERT_TRUE(r->rec.end);
@@ -242,7 +242,7 @@ TEST(TrainLoop, TwoTrainersInOneProcessReachOnlyTheirOwnObservers) {
     EXPECT_EQ(static_cast<int64_t>(r->lines.size()), 2 * r->t.train_iters + 1 + 2);
   }
   // The same runs one at a time give the same losses: nothing of one reached the other.
-  TinyRun a2(3), b2(2, 8);
+  TrainerTinyRun a2(3), b2(2, 8);
   a2.trainer().run();
   b2.trainer().run();
   EXPECT_EQ(a.rec.loss(), a2.rec.loss());
