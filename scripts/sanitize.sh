@@ -59,16 +59,21 @@ echo "sanitize: built $build in $((built - start)) s"
 # And the tests of the Python scripts (NvfpStudy.smoke 46 s here, Sweep.script, CompareLogs.python,
 # RooflinePlot.python, Roofline.run, Scripts.hostile_input): they test the scripts; the program paths they drive run under the
 # sanitizers in the C++ tests (the roofline's in OpRows.*, RooflineReport.*, CliRoofline.* and
-# DataParallelCli.RooflineHasTheCollectivesAsRows). Of the MPI training comparisons, DataParallel.train_np2
-# and DataParallelCli.* run here; train_np3 and train_np2_two_micro_batches (27 s and 25 s) repeat them with
-# more ranks or micro-batches. OptimizerCpuOffload.OffloadedRunsAreBitIdenticalToOnDeviceRuns (31 s): its
+# DataParallelCli.RooflineHasTheCollectivesAsRows). Of the MPI training comparisons, DataParallelCli.* run here
+# (the program over 2 ranks against 1, with and without the distributed optimizer, resumes across rank counts);
+# the library-level dp_train_check runs DataParallel.train_np2, train_np3, train_np2_two_micro_batches and
+# two_hosts (41, 27, 25 and 36 s under ASan) repeat that comparison with the trainer called directly, more
+# ranks, more micro-batches or two network namespaces (whose transport Dist.two_hosts runs here).
+# RecomputeCli.EveryMethodPrintsTheSameLossesAndTheBannerSaysIt (32 s): each recompute method's gradients are
+# compared in ModelRecompute.EveryMethodGivesIdenticalGradients, its flags in RecomputeCli.TheDryRun*.
+# OptimizerCpuOffload.OffloadedRunsAreBitIdenticalToOnDeviceRuns (31 s): its
 # offload path runs in OptimizerCpuOffload.CheckpointsResume* and PrecisionAwareOptimizer.Bf16MainGrads*.
 # StreamingCli.ImportAndMergeHoldATensorNotTheModel measures memory (not under ASan: its quarantine keeps freed
 # buffers resident) on a 65 M-parameter model; its streaming paths run in ConvertCheckpoint.* and LoraCli.*.
 # EvaluateCli.APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt trains 300 iterations to learn its pattern
 # (9 s here); its scoring, export and LoRA paths run in EvalScoring.* and the other EvaluateCli tests.
 scripts='NvfpStudy\.smoke|Sweep\.script|CompareLogs\.python|RooflinePlot\.python|Roofline\.run|Scripts\.hostile_input'
-repeats='StreamingCli\.ImportAndMergeHoldATensorNotTheModel|EvaluateCli\.APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt|DataParallel\.train_np3|DataParallel\.train_np2_two_micro_batches|OptimizerCpuOffload\.OffloadedRunsAreBitIdenticalToOnDeviceRuns'
+repeats='StreamingCli\.ImportAndMergeHoldATensorNotTheModel|EvaluateCli\.APatternTrainedModelScoresFarAboveChanceAndAFreshOneNearIt|DataParallel\.train_np2|DataParallel\.train_np3|DataParallel\.train_np2_two_micro_batches|DataParallel\.two_hosts|RecomputeCli\.EveryMethodPrintsTheSameLossesAndTheBannerSaysIt|OptimizerCpuOffload\.OffloadedRunsAreBitIdenticalToOnDeviceRuns'
 slow='^(PrecisionAwareOptimizer\.Bf16MomentsStayWithinTheStatedLossGapOnLlamaSmall|TrainRecipes\.QuantizedRecipesTrainWithinTheMeasuredGapOfBf16|SignalStop\.SigtermSavesTheIterationExitsZeroAndResumesBitIdentically|EndToEnd\.ThirtyIterationsOfLlamaTinyInMegatronFormat|EndToEndData\.PreprocessTheSampleCorpusTrainAndValidate|'"$scripts|$repeats"')$'
 # Tests whose processes run under mpirun (Open MPI): its libraries and the components it dlopen()s and
 # dlclose()s keep state until exit that LeakSanitizer reports as leaks, with frames in unloaded modules
