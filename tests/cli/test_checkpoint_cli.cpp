@@ -38,7 +38,6 @@ std::vector<std::string> tiny(const std::vector<std::string>& extra, const std::
   return a;
 }
 
-ProcessResult run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 300.0); }
 
 ProcessResult run_ok(const std::vector<std::string>& args) {
   ProcessResult r = run_app(args);

@@ -13,14 +13,13 @@ namespace {
 using pl::test::ProcessResult;
 
 
-ProcessResult cli_errors_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 60.0); }
 
 // A failing run on llama_tiny (so nothing big is ever loaded) with one stderr line containing `needles`.
 void expect_one_line_failure(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
   std::string cmd;
   for (const auto& a : args) cmd += " " + a;
   SCOPED_TRACE("pretrain_llama" + cmd);
-  const ProcessResult r = cli_errors_run_app(args);
+  const ProcessResult r = run_app(args);
   ASSERT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0) << "stdout:\n" << r.out;
   const auto lines = pl::test::split_lines(r.err);
@@ -98,7 +97,7 @@ TEST(CliErrors, Nvfp4TokensBlockRule) {
 }
 
 TEST(Cli, HelpListsEveryFlag) {
-  const ProcessResult r = cli_errors_run_app({"--help"});
+  const ProcessResult r = run_app({"--help"});
   ASSERT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(r.err.empty()) << r.err;
@@ -120,7 +119,7 @@ TEST(Cli, DryRunPrintsTheMemoryPlanWithoutTouchingTheDevice) {
     std::vector<std::string> args = {"--dry-run", "--model", PL_CONFIG_DIR "/models/llama3_8b.json", "--micro-batch-size",
                                      "4", "--seq-length", "4096"};
     if (*fp4) args.push_back(fp4);
-    const ProcessResult r = cli_errors_run_app(args);
+    const ProcessResult r = run_app(args);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_NE(r.out.find("parameters: 8.03 B"), std::string::npos) << r.out;
     // Megatron's theoretical weight+optimizer figure for the BF16 setting (SPEC-MEGATRON §1a).
@@ -165,8 +164,8 @@ namespace {
 
 // --num-layers 4 over llama3_8b: the real 8B layer shapes, an eighth of the layers.
 TEST(Cli, DryRunWithFewerLayersPlansTheRealLayerShapes) {
-  const ProcessResult r = cli_errors_run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--micro-batch-size", "1",
-                                              "--seq-length", "4096"});
+  const ProcessResult r = run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--micro-batch-size", "1",
+                                   "--seq-length", "4096"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("with --num-layers 4"), std::string::npos) << r.out;
   // 4 layers of 218.1 M + embedding and LM head 2 x 128256 x 4096 + final norm = 1.923 B.
@@ -178,13 +177,12 @@ TEST(Cli, DryRunWithFewerLayersPlansTheRealLayerShapes) {
 
 // Megatron's --num-layers-at-end-in-bf16 over the recipe: 0 quantizes every layer of the short model.
 TEST(Cli, BF16EdgeLayerFlagsOverrideTheRecipe) {
-  const ProcessResult r = cli_errors_run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--num-layers-at-end-in-bf16",
-                                              "0", "--micro-batch-size", "1", "--seq-length", "4096"});
+  const ProcessResult r = run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--num-layers-at-end-in-bf16",
+                                   "0", "--micro-batch-size", "1", "--seq-length", "4096"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("layers 0-3   : linear_qkv linear_proj linear_fc1 linear_fc2 in nvfp4"), std::string::npos) << r.out;
-  const ProcessResult s =
-      cli_errors_run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--num-layers-at-start-in-bf16", "1",
-                          "--num-layers-at-end-in-bf16", "1", "--micro-batch-size", "1", "--seq-length", "4096"});
+  const ProcessResult s = run_app({"--dry-run", "--model", "llama3_8b", "--num-layers", "4", "--num-layers-at-start-in-bf16",
+                                   "1", "--num-layers-at-end-in-bf16", "1", "--micro-batch-size", "1", "--seq-length", "4096"});
   ASSERT_EQ(s.exit_code, 0) << s.err;
   EXPECT_NE(s.out.find("layers 1-2   : linear_qkv linear_proj linear_fc1 linear_fc2 in nvfp4"), std::string::npos) << s.out;
   expect_one_line_failure(cli_errors_tiny({"--num-layers-at-end-in-bf16", "-1"}), {"--num-layers-at-end-in-bf16"});

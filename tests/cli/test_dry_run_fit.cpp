@@ -18,7 +18,6 @@ namespace {
 using pl::test::ProcessResult;
 
 
-ProcessResult dry_run_fit_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 120.0); }
 
 // The line of `out` that contains `needle` (empty when none).
 std::string line_with(const std::string& out, const std::string& needle) {
@@ -52,7 +51,7 @@ std::vector<std::string> words(const std::string& s) {
 
 TEST(DryRunFit, TheTableNamesAFlagSetForTheH100ThatFitsItWhenRerun) {
   const std::vector<std::string> base = {"--model", "llama3_8b", "--micro-batch-size", "1", "--dry-run"};
-  const ProcessResult r = dry_run_fit_run_app(base);
+  const ProcessResult r = run_app(base);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // One row per GPU, then the footer.
   for (const char* gpu : {"H100 80GB", "H200 141GB", "B200 180GB", "GB300 288GB", "RTX 5090 32GB"})
@@ -82,7 +81,7 @@ TEST(DryRunFit, TheTableNamesAFlagSetForTheH100ThatFitsItWhenRerun) {
   std::vector<std::string> again = base;
   for (const std::string& w : words(flags)) again.push_back(w);
   again.insert(again.end(), {"--dry-run-gpu", "h100"});
-  const ProcessResult s = dry_run_fit_run_app(again);
+  const ProcessResult s = run_app(again);
   ASSERT_EQ(s.exit_code, 0) << s.err;
   const double on_gpu = plan_row_gb(s.out, "total on the GPU");
   ASSERT_GT(on_gpu, 0.0) << s.out;
@@ -98,14 +97,14 @@ TEST(DryRunFit, TheTableNamesAFlagSetForTheH100ThatFitsItWhenRerun) {
 // --dry-run-gpu b200 plans for sm_100, where NVFP4 GEMMs are native (the plan line says it), and its
 // last line names what fits the B200.
 TEST(DryRunFit, DryRunGpuPlansForThatGpusSm) {
-  const ProcessResult r = dry_run_fit_run_app({"--model", "llama3_8b", "--micro-batch-size", "1", "--dry-run", "--dry-run-gpu", "b200"});
+  const ProcessResult r = run_app({"--model", "llama3_8b", "--micro-batch-size", "1", "--dry-run", "--dry-run-gpu", "b200"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(line_with(r.out, "quantized GEMMs planned for sm_100: nvfp4 native"), "") << r.out;
   const auto lines = pl::test::split_lines(r.out);
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back().find("cheapest flags for B200 180GB ("), std::string::npos) << lines.back();
   // Without the option the plan is for the default sm_90, where NVFP4 is emulated.
-  const ProcessResult d = dry_run_fit_run_app({"--model", "llama3_8b", "--micro-batch-size", "1", "--dry-run"});
+  const ProcessResult d = run_app({"--model", "llama3_8b", "--micro-batch-size", "1", "--dry-run"});
   ASSERT_EQ(d.exit_code, 0) << d.err;
   EXPECT_NE(line_with(d.out, "quantized GEMMs planned for sm_90 (no GPU opened: the default): nvfp4 emulated"), "")
       << d.out;
@@ -113,7 +112,7 @@ TEST(DryRunFit, DryRunGpuPlansForThatGpusSm) {
 }
 
 void expect_one_line_error(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
-  const ProcessResult r = dry_run_fit_run_app(args);
+  const ProcessResult r = run_app(args);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   const auto lines = pl::test::split_lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;

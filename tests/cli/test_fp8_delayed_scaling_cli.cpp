@@ -32,11 +32,10 @@ std::vector<std::string> delayed_tiny(const std::vector<std::string>& extra, con
   return a;
 }
 
-ProcessResult delayed_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 300.0); }
 
 // The one error line of a refused run.
 void delayed_refused(const std::vector<std::string>& args, const std::string& message) {
-  const ProcessResult r = delayed_run_app(args);
+  const ProcessResult r = run_app(args);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
 }
@@ -46,11 +45,11 @@ void delayed_refused(const std::vector<std::string>& args, const std::string& me
 TEST(Fp8DelayedScalingCli, ResumeContinuesTheSameScalesBitForBit) {
   pl::test::TempDir dir;
   const std::string straight_dir = (dir.path() / "straight").string(), resumed_dir = (dir.path() / "resumed").string();
-  const ProcessResult straight = delayed_run_app(delayed_tiny({"--save", straight_dir, "--save-interval", "6"}));
+  const ProcessResult straight = run_app(delayed_tiny({"--save", straight_dir, "--save-interval", "6"}));
   ASSERT_EQ(straight.exit_code, 0) << straight.err;
-  const ProcessResult part1 = delayed_run_app(delayed_tiny({"--save", resumed_dir, "--save-interval", "3", "--exit-interval", "3"}));
+  const ProcessResult part1 = run_app(delayed_tiny({"--save", resumed_dir, "--save-interval", "3", "--exit-interval", "3"}));
   ASSERT_EQ(part1.exit_code, 0) << part1.err;
-  const ProcessResult part2 = delayed_run_app(delayed_tiny({"--load", resumed_dir, "--save", resumed_dir, "--save-interval", "6"}));
+  const ProcessResult part2 = run_app(delayed_tiny({"--load", resumed_dir, "--save", resumed_dir, "--save-interval", "6"}));
   ASSERT_EQ(part2.exit_code, 0) << part2.err;
   const auto expected = pl::test::iteration_lines(straight.out, 4);
   ASSERT_EQ(expected.size(), 3u);
@@ -66,7 +65,7 @@ TEST(Fp8DelayedScalingCli, ResumeContinuesTheSameScalesBitForBit) {
 }
 
 TEST(Fp8DelayedScalingCli, FlagsOverrideTheRecipeOrAreRefused) {
-  const ProcessResult r = delayed_run_app(delayed_tiny({"--fp8-amax-compute-algo", "most_recent", "--fp8-margin", "1", "--dry-run"}));
+  const ProcessResult r = run_app(delayed_tiny({"--fp8-amax-compute-algo", "most_recent", "--fp8-margin", "1", "--dry-run"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("fp8 delayed scaling (E4M3 forward, E5M2 gradients; amax history 4, most_recent, margin 1)"),
             std::string::npos)
@@ -109,7 +108,7 @@ void put_float(const std::string& iter_dir, const std::string& name, int64_t ind
 TEST(Fp8DelayedScalingCli, APoisonedOrMissingStateIsRefused) {
   pl::test::TempDir dir;
   const std::string save = (dir.path() / "ck").string(), it = save + "/iter_0000002";
-  ASSERT_EQ(delayed_run_app(delayed_tiny({"--save", save, "--save-interval", "2"}, "2")).exit_code, 0);
+  ASSERT_EQ(run_app(delayed_tiny({"--save", save, "--save-interval", "2"}, "2")).exit_code, 0);
   const std::string file = "fp8_delayed_scaling_fp32.bin";
   const int64_t history = 4 * 3 * 8;  // history 4 x 3 tensors x 8 linears, then the 24 scales
   put_float(it, file, history + 5, std::nanf(""));
@@ -118,7 +117,7 @@ TEST(Fp8DelayedScalingCli, APoisonedOrMissingStateIsRefused) {
   put_float(it, file, 7, -1.0f);
   delayed_refused(delayed_tiny({"--load", save}, "3"), "element 7 (amax history entry 7) is -1");
   put_float(it, file, 7, 0.0f);
-  ASSERT_EQ(delayed_run_app(delayed_tiny({"--load", save}, "3")).exit_code, 0);  // put right, it loads
+  ASSERT_EQ(run_app(delayed_tiny({"--load", save}, "3")).exit_code, 0);  // put right, it loads
   edit_manifest(it, [&](nlohmann::json& files) {
     for (auto f = files.begin(); f != files.end(); ++f)
       if ((*f)["name"] == file) {

@@ -25,14 +25,13 @@ std::vector<std::string> fp8_param_gather_tiny(const std::vector<std::string>& e
   return a;
 }
 
-ProcessResult fp8_param_gather_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 300.0); }
 
 bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 TEST(Fp8ParamGatherCli, TheBannerSaysWhichAndTheIterationsAreTheSame) {
-  const ProcessResult on = fp8_param_gather_run_app(fp8_param_gather_tiny({}));
+  const ProcessResult on = run_app(fp8_param_gather_tiny({}));
   ASSERT_EQ(on.exit_code, 0) << on.err;
-  const ProcessResult off = fp8_param_gather_run_app(fp8_param_gather_tiny({"--no-fp8-param-gather"}));
+  const ProcessResult off = run_app(fp8_param_gather_tiny({"--no-fp8-param-gather"}));
   ASSERT_EQ(off.exit_code, 0) << off.err;
   EXPECT_TRUE(has(on.out, "FP8 primary weights (fp8_param_gather): on -- the 8 FP8 linear layers' weights")) << on.out;
   EXPECT_TRUE(has(off.out, "FP8 primary weights (fp8_param_gather): off -- the FP8 layers keep BF16 weights")) << off.out;
@@ -45,7 +44,7 @@ TEST(Fp8ParamGatherCli, TheBannerSaysWhichAndTheIterationsAreTheSame) {
 TEST(Fp8ParamGatherCli, RefusedInOneLineWhereItCannotBeOn) {
   const auto refused = [](const std::vector<std::string>& args, const std::string& message) {
     SCOPED_TRACE(message);
-    const ProcessResult r = fp8_param_gather_run_app(args);
+    const ProcessResult r = run_app(args);
     EXPECT_NE(r.exit_code, 0);
     const auto lines = pl::test::split_lines(r.err);
     ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -59,15 +58,15 @@ TEST(Fp8ParamGatherCli, RefusedInOneLineWhereItCannotBeOn) {
   refused(fp8_param_gather_tiny(both), "--optimizer-cpu-offload keeps the master weights");
   refused(fp8_param_gather_tiny({"--fp8-param-gather", "--no-fp8-param-gather"}), "--no-fp8-param-gather");
   // From the recipe, the offload turns it off and the banner says why.
-  const ProcessResult r = fp8_param_gather_run_app(fp8_param_gather_tiny(offload, kFp8, "1"));
+  const ProcessResult r = run_app(fp8_param_gather_tiny(offload, kFp8, "1"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "FP8 primary weights (fp8_param_gather): off -- --optimizer-cpu-offload keeps")) << r.out;
 }
 
 // Acceptance 2 of issue 39: the FP8 8B at micro-batch 1, seq 4096 fits an H200 with the BF16 moments alone.
 TEST(Fp8ParamGatherCli, TheFp8Llama8bDryRunFitsAnH200WithoutTheOffload) {
-  const ProcessResult r = fp8_param_gather_run_app({"--dry-run", "--model", "llama3_8b", "--recipe", kFp8, "--micro-batch-size", "1",
-                                                    "--seq-length", "4096"});
+  const ProcessResult r = run_app({"--dry-run", "--model", "llama3_8b", "--recipe", kFp8, "--micro-batch-size", "1",
+                                   "--seq-length", "4096"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_TRUE(has(r.out, "plan   FP8 primary weights (fp8_param_gather): on -- the 120 FP8 linear layers")) << r.out;
   EXPECT_TRUE(has(r.out, "weights (bf16 but FP8 layers)")) << r.out;

@@ -23,7 +23,6 @@ using Json = nlohmann::json;
 using pl::test::ProcessResult;
 
 
-ProcessResult log_jsonl_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 120.0); }
 
 std::vector<std::string> log_jsonl_tiny(int iters, std::vector<std::string> extra) {
   std::vector<std::string> a = {"--model", kTiny, "--device", "cpu", "--threads", "1", "--train-iters",
@@ -54,7 +53,7 @@ TEST(LogJsonl, CarriesTheTextLogsNumbers) {
   pl::test::TempDir dir;
   const std::string file = (dir.path() / "run.jsonl").string();
   const ProcessResult r =
-      log_jsonl_run_app(log_jsonl_tiny(5, {"--log-jsonl", file, "--eval-interval", "2", "--eval-iters", "1", "--timing-log-level", "1"}));
+      run_app(log_jsonl_tiny(5, {"--log-jsonl", file, "--eval-interval", "2", "--eval-iters", "1", "--timing-log-level", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<Json> events = read_jsonl(file);
   ASSERT_FALSE(events.empty());
@@ -134,11 +133,11 @@ TEST(LogJsonl, ARunThatFailsBeforeItsFirstIterationLeavesNoFile) {
   pl::test::TempDir dir;
   const std::string file = (dir.path() / "run.jsonl").string();
   const std::string missing = (dir.path() / "no_checkpoint_here").string();
-  ProcessResult r = log_jsonl_run_app(log_jsonl_tiny(2, {"--log-jsonl", file, "--load", missing}));
+  ProcessResult r = run_app(log_jsonl_tiny(2, {"--log-jsonl", file, "--load", missing}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_FALSE(std::filesystem::exists(file));
   const std::string old = dir.write("run.jsonl", "an earlier run's log\n");
-  r = log_jsonl_run_app(log_jsonl_tiny(2, {"--log-jsonl", old, "--load", missing}));
+  r = run_app(log_jsonl_tiny(2, {"--log-jsonl", old, "--load", missing}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_EQ(pl::test::read_text_file(old), "an earlier run's log\n");
 }
@@ -149,12 +148,12 @@ TEST(LogJsonl, AFailedStartLeavesNoEventsFileEither) {
   pl::test::TempDir dir;
   const std::filesystem::path made = dir.path() / "made";
   const std::string file = (dir.path() / "run.jsonl").string(), tb = (made / "tb").string();
-  ProcessResult r = log_jsonl_run_app(log_jsonl_tiny(1, {"--log-jsonl", file, "--tensorboard-dir", tb, "--data-path",
-                                                         (dir.path() / "no_such_prefix").string()}));
+  ProcessResult r = run_app(log_jsonl_tiny(1, {"--log-jsonl", file, "--tensorboard-dir", tb, "--data-path",
+                                               (dir.path() / "no_such_prefix").string()}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_FALSE(std::filesystem::exists(made)) << r.err;
   EXPECT_FALSE(std::filesystem::exists(file));
-  r = log_jsonl_run_app(log_jsonl_tiny(1, {"--log-jsonl", file, "--tensorboard-dir", tb}));
+  r = run_app(log_jsonl_tiny(1, {"--log-jsonl", file, "--tensorboard-dir", tb}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(tb), {}), 1);
   EXPECT_TRUE(std::filesystem::exists(file));
@@ -164,11 +163,11 @@ TEST(LogJsonl, AFailedStartLeavesNoEventsFileEither) {
 TEST(LogJsonl, AResumeAppendsAndAFreshRunReplaces) {
   pl::test::TempDir dir;
   const std::string file = (dir.path() / "run.jsonl").string(), save = (dir.path() / "ckpt").string();
-  ProcessResult r = log_jsonl_run_app(log_jsonl_tiny(4, {"--log-jsonl", file, "--save", save, "--exit-interval", "2"}));
+  ProcessResult r = run_app(log_jsonl_tiny(4, {"--log-jsonl", file, "--save", save, "--exit-interval", "2"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::vector<Json> events = read_jsonl(file);
   EXPECT_EQ(events.back().at("stop"), "exit_interval");
-  r = log_jsonl_run_app(log_jsonl_tiny(4, {"--log-jsonl", file, "--save", save, "--load", save}));
+  r = run_app(log_jsonl_tiny(4, {"--log-jsonl", file, "--save", save, "--load", save}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   events = read_jsonl(file);
   ASSERT_EQ(of(events, "start").size(), 2u);
@@ -176,7 +175,7 @@ TEST(LogJsonl, AResumeAppendsAndAFreshRunReplaces) {
   for (const Json& it : of(events, "iteration")) numbers.push_back(it.at("iteration"));
   EXPECT_EQ(numbers, (std::vector<int>{1, 2, 3, 4}));
   EXPECT_EQ(of(events, "start")[1].at("first_iteration"), 3);
-  r = log_jsonl_run_app(log_jsonl_tiny(1, {"--log-jsonl", file}));
+  r = run_app(log_jsonl_tiny(1, {"--log-jsonl", file}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   events = read_jsonl(file);
   EXPECT_EQ(of(events, "start").size(), 1u);
@@ -194,7 +193,7 @@ TEST(LogJsonl, AFileThatCannotBeWrittenOrIsAnInputIsRefusedAtStartUp) {
   };
   for (const auto& [path, needles] : cases) {
     SCOPED_TRACE(path);
-    const ProcessResult r = log_jsonl_run_app(log_jsonl_tiny(2, {"--log-jsonl", path}));
+    const ProcessResult r = run_app(log_jsonl_tiny(2, {"--log-jsonl", path}));
     EXPECT_EQ(r.exit_code, 1);
     const auto err = pl::test::split_lines(r.err);
     ASSERT_EQ(err.size(), 1u) << r.err;
@@ -203,7 +202,7 @@ TEST(LogJsonl, AFileThatCannotBeWrittenOrIsAnInputIsRefusedAtStartUp) {
   }
   std::vector<std::string> args = log_jsonl_tiny(2, {"--log-jsonl", model_copy});
   args[1] = model_copy;  // --model is the file --log-jsonl names
-  const ProcessResult r = log_jsonl_run_app(args);
+  const ProcessResult r = run_app(args);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--log-jsonl"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--model"), std::string::npos) << r.err;

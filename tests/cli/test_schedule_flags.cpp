@@ -17,7 +17,6 @@ namespace {
 using pl::test::ProcessResult;
 
 
-ProcessResult schedule_flags_run_app(const std::vector<std::string>& args) { return pl::test::run_process(kApp, args, 120.0); }
 
 // A short llama_tiny run (BF16, 2 samples of 32 tokens per iteration, one thread).
 std::vector<std::string> schedule_flags_tiny(int iters, std::vector<std::string> extra) {
@@ -53,7 +52,7 @@ TEST(ScheduleFlags, BadValuesAreOneLineNamingTheFlag) {
     std::string cmd;
     for (const std::string& f : flags) cmd += " " + f;
     SCOPED_TRACE(cmd);
-    const ProcessResult r = schedule_flags_run_app(schedule_flags_tiny(4, flags));
+    const ProcessResult r = run_app(schedule_flags_tiny(4, flags));
     EXPECT_NE(r.exit_code, 0);
     const auto lines = pl::test::split_lines(r.err);
     ASSERT_EQ(lines.size(), 1u) << r.err;
@@ -65,13 +64,13 @@ TEST(ScheduleFlags, BadValuesAreOneLineNamingTheFlag) {
 TEST(ScheduleFlags, ResumeWithChangedValuesWarnsAndFollowsTheCommandLine) {
   pl::test::TempDir dir;
   const std::string ck = (dir.path() / "ck").string();
-  const ProcessResult first = schedule_flags_run_app(schedule_flags_tiny(2, {"--save", ck}));
+  const ProcessResult first = run_app(schedule_flags_tiny(2, {"--save", ck}));
   ASSERT_EQ(first.exit_code, 0) << first.err;
   EXPECT_NE(first.out.find("optimizer: AdamW beta1 0.9, beta2 0.95, eps 1e-08, weight decay 0.033"), std::string::npos)
       << first.out;
   const ProcessResult second =
-      schedule_flags_run_app(schedule_flags_tiny(3, {"--load", ck, "--save", ck, "--weight-decay", "0.1", "--adam-beta2", "0.98", "--lr-decay-style",
-                                                     "linear", "--lr-decay-iters", "3"}));
+      run_app(schedule_flags_tiny(3, {"--load", ck, "--save", ck, "--weight-decay", "0.1", "--adam-beta2", "0.98", "--lr-decay-style",
+                                      "linear", "--lr-decay-iters", "3"}));
   ASSERT_EQ(second.exit_code, 0) << second.err;
   for (const char* note : {"checkpoint saved with --weight-decay 0.033, resuming with --weight-decay 0.1",
                            "checkpoint saved with --adam-beta2 0.95, resuming with --adam-beta2 0.98",
@@ -91,7 +90,7 @@ TEST(ScheduleFlags, ResumeWithChangedValuesWarnsAndFollowsTheCommandLine) {
 TEST(ScheduleFlags, ExitDurationSavesAndStops) {
   pl::test::TempDir dir;
   const std::string ck = (dir.path() / "ck").string();
-  const ProcessResult r = schedule_flags_run_app(schedule_flags_tiny(50, {"--save", ck, "--exit-duration-in-mins", "0.0001"}));
+  const ProcessResult r = run_app(schedule_flags_tiny(50, {"--save", ck, "--exit-duration-in-mins", "0.0001"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // 6 ms are over before the first iteration ends (start-up alone takes longer): it is the last, saved.
   EXPECT_NE(r.out.find("iteration        1/      50"), std::string::npos) << r.out;
@@ -102,7 +101,7 @@ TEST(ScheduleFlags, ExitDurationSavesAndStops) {
 }
 
 TEST(ScheduleFlags, LogParamsNormPrintsTheMasterWeightsNormAfterTheGradNorm) {
-  const ProcessResult r = schedule_flags_run_app(schedule_flags_tiny(2, {"--log-params-norm", "--init-method-std", "0.01"}));
+  const ProcessResult r = run_app(schedule_flags_tiny(2, {"--log-params-norm", "--init-method-std", "0.01"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::regex field(R"(\| grad norm: [0-9.]+ \| params norm: ([0-9.]+) \| number of skipped)");
   std::vector<double> norms;
@@ -114,7 +113,7 @@ TEST(ScheduleFlags, LogParamsNormPrintsTheMasterWeightsNormAfterTheGradNorm) {
   EXPECT_GT(norms[0], 1.0);
   EXPECT_NE(norms[0], norms[1]);
   EXPECT_NE(r.out.find("init std 0.01"), std::string::npos);
-  const ProcessResult plain = schedule_flags_run_app(schedule_flags_tiny(1, {}));
+  const ProcessResult plain = run_app(schedule_flags_tiny(1, {}));
   EXPECT_EQ(plain.out.find("params norm"), std::string::npos);
 }
 
